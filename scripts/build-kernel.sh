@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Builds the guest kernel from Debian's linux-source-7.3 with scripts/kconfig/qhca-guest.config merged over
+# allnoconfig. The build lives in ~/.cache/qhca/kernel-<key>, keyed by the source package version, the config
+# fragment, this script and rustc; a finished build is reused. Prints the build directory on stdout.
+source "$(dirname "$0")/lib.sh"
+
+frag=$QHCA_ROOT/scripts/kconfig/qhca-guest.config
+tarball=/usr/src/linux-source-$QHCA_KVER.tar.xz
+[ -f "$tarball" ] || die "missing $tarball: run scripts/setup-host.sh (package linux-source-$QHCA_KVER from trixie-backports)"
+pkgver=$(dpkg-query -W -f='${Version}' "linux-source-$QHCA_KVER")
+export RUST_LIB_SRC
+RUST_LIB_SRC=$(rust_lib_src)
+[ -d "$RUST_LIB_SRC" ] || die "missing $RUST_LIB_SRC: rust-src $(rustc_version) is not installed"
+
+key=$( (echo "$pkgver"; rustc --version; bindgen --version; cat "$frag" "$0") | sha256sum | cut -c1-12)
+src=$QHCA_CACHE/src/linux-$pkgver
+out=$QHCA_CACHE/kernel-$QHCA_KVER-$key
+KMAKE=(make -C "$src" O="$out" LLVM=-19 -j"$(nproc)")
+
+if [ -f "$out/.qhca-done" ]; then
+	echo "$out"
+	exit 0
+fi
+
+if [ ! -f "$src/Makefile" ]; then
+	step "kernel: unpacking linux-source $pkgver"
+	rm -rf "$src.tmp" && mkdir -p "$src.tmp"
+	tar -C "$src.tmp" --strip-components=1 -xf "$tarball"
+	mv "$src.tmp" "$src"
+fi
+
+mkdir -p "$out"
+step "kernel: configuring (allnoconfig + qhca-guest.config) in $out"
+"${KMAKE[@]}" -s allnoconfig >/dev/null
+"$src/scripts/kconfig/merge_config.sh" -m -O "$out" "$out/.config" "$frag" >/dev/null
+"${KMAKE[@]}" -s olddefconfig >/dev/null
+# Fail loudly if Kconfig silently dropped something we rely on (an unmet dependency, a missing toolchain).
+for opt in CONFIG_RUST CONFIG_PCI_MSI CONFIG_INTEL_IOMMU CONFIG_9P_FS CONFIG_MODULES CONFIG_VIRTIO_PCI \
+	CONFIG_PROVE_LOCKING CONFIG_RDMA_RXE CONFIG_DEBUG_FS; do
+	grep -Eq "^$opt=(y|m)" "$out/.config" || {
+		"${KMAKE[@]}" rustavailable || true
+		die "kernel config lost $opt (unmet dependency or toolchain missing)"
+	}
+done
+
+step "kernel: building bzImage and modules with $(nproc) jobs (about 8-10 min from scratch)"
+if ! "${KMAKE[@]}" bzImage modules >"$out/build.log" 2>&1; then
+	grep -E "error|Error" "$out/build.log" | head -30 >&2
+	die "kernel build failed; full log in $out/build.log"
+fi
+"${KMAKE[@]}" -s modules_install INSTALL_MOD_PATH="$out/modroot" INSTALL_MOD_STRIP=1 >/dev/null
+touch "$out/.qhca-done"
+step "kernel: done ($out)"
+echo "$out"
