@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The ABI shared with the device and user space, generated from `uapi/include/qhca-abi.h` (the
+//! single source of truth) and quarantined here, plus the byte-level trait impls the kernel needs.
+
+#[allow(
+    dead_code,
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    unreachable_pub,
+    clippy::all
+)]
+#[path = "../uapi/src/bindings.rs"]
+mod bindings;
+
+pub(crate) use bindings::*;
+
+// SAFETY: These are `#[repr(C)]` structs of integers (and arrays of them) with explicit reserved
+// fields and no padding (checked by uapi/tests/layout.rs and the `const` assertions below), so
+// every bit pattern is valid and every byte is initialized.
+unsafe impl kernel::transmute::FromBytes for qhca_cmd {}
+// SAFETY: See above.
+unsafe impl kernel::transmute::AsBytes for qhca_cmd {}
+// SAFETY: See above.
+unsafe impl kernel::transmute::FromBytes for qhca_eqe {}
+// SAFETY: See above.
+unsafe impl kernel::transmute::AsBytes for qhca_eqe {}
+// SAFETY: See above.
+unsafe impl kernel::transmute::FromBytes for qhca_device_attr {}
+// SAFETY: See above.
+unsafe impl kernel::transmute::AsBytes for qhca_device_attr {}
+// SAFETY: See above.
+unsafe impl kernel::transmute::FromBytes for qhca_ioc_query_device {}
+// SAFETY: See above.
+unsafe impl kernel::transmute::AsBytes for qhca_ioc_query_device {}
+
+const _: () = {
+    assert!(core::mem::size_of::<qhca_cmd>() == 64);
+    assert!(core::mem::size_of::<qhca_eqe>() == 32);
+    assert!(core::mem::size_of::<qhca_device_attr>() == 128);
+    assert!(core::mem::size_of::<qhca_ioc_query_device>() == 160);
+    assert!(
+        QHCA_IOCTL_QUERY_DEVICE
+            == kernel::ioctl::_IOWR::<qhca_ioc_query_device>(
+                QHCA_IOC_MAGIC,
+                QHCA_IOC_NR_QUERY_DEVICE
+            )
+    );
+};

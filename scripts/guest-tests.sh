@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs INSIDE the test VM (scripts/vm.sh boots it): loads the module, runs the guest test binary,
+# and fails if the kernel log shows a splat. Usage: guest-tests.sh QHCA_KO VMTEST_BINARY [FILTER...]
+# Prints a closing line "vm-suite: N passed, M failed".
+set -u
+ko=$1 vmtest=$2
+shift 2
+
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "test $1 ... ok"; }
+bad() { fail=$((fail + 1)); echo "test $1 ... FAILED: $2"; }
+
+echo "guest: kernel $(uname -r), $(nproc) CPUs"
+if insmod "$ko"; then
+	ok module_loads
+else
+	bad module_loads "insmod $ko failed"
+fi
+for _ in $(seq 50); do [ -c /dev/qhca0 ] && break; sleep 0.1; done
+
+out=$(mktemp)
+QHCA_KO=$ko "$vmtest" "$@" 2>&1 | tee "$out"
+rc=${PIPESTATUS[0]}
+line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out" | tail -n1)
+if [ -n "$line" ]; then
+	pass=$((pass + $(echo "$line" | awk '{print $1}')))
+	fail=$((fail + $(echo "$line" | awk '{print $3}')))
+	[ "$rc" = 0 ] || [ "$(echo "$line" | awk '{print $3}')" != 0 ] || bad vmtest_exit "exit code $rc"
+else
+	bad vmtest_ran "qhca-vmtest printed no closing line (exit code $rc)"
+fi
+
+# Leave the driver as the tests found it, then check that unloading is clean.
+if lsmod | grep -q '^qhca '; then
+	if rmmod qhca; then ok module_unloads; else bad module_unloads "rmmod qhca failed"; fi
+fi
+
+# Any of these in the kernel log fails the suite, wherever they came from.
+splat='-+\[ cut here \]-+|WARNING:|BUG:|Oops|general protection fault|Kernel panic|'
+splat+='possible (recursive|circular|irq) lock|inconsistent lock state|lockdep is turned off|'
+splat+='UBSAN|KASAN|kfence|hung_task|INFO: task .* blocked|Call Trace:|RIP: '
+if dmesg | grep -Eq "$splat"; then
+	bad kernel_log_clean "the guest kernel log has a splat:"
+	dmesg | grep -E -B5 -A25 "$splat" | head -120
+else
+	ok kernel_log_clean
+fi
+echo "guest: qhca kernel messages:"
+dmesg | grep -E 'qhca' | sed 's/^/  /'
+echo "vm-suite: $pass passed, $fail failed"
+[ "$fail" = 0 ]

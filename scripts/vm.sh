@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Boots the guest kernel under our QEMU with virtme-ng and runs a command in it.
+#
+#   scripts/vm.sh [--uars N] [--] COMMAND...
+#
+# The guest sees the host's root filesystem (read-only) and this repository; /tmp/qhca-vm is
+# shared read-write for results. Needs KDIR and QEMU in the environment (scripts/build-all.sh sets
+# them) or builds them first. Uses TCG: nested KVM on our CI machines hangs the guest at
+# "Decompressing Linux", so KVM is used only when QHCA_KVM=1.
+source "$(dirname "$0")/lib.sh"
+
+uars=24
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--uars) uars=$2; shift 2 ;;
+	--) shift; break ;;
+	*) break ;;
+	esac
+done
+[ $# -gt 0 ] || die "usage: scripts/vm.sh [--uars N] [--] COMMAND..."
+if [ -z "${KDIR:-}" ] || [ -z "${QEMU:-}" ]; then
+	KDIR=$("$QHCA_ROOT/scripts/build-kernel.sh" | tail -n1)
+	QEMU=$("$QHCA_ROOT/scripts/build-qemu.sh" | tail -n1)
+fi
+command -v udevadm >/dev/null || die "udev is not installed: without it vng loses the guest's exit code (scripts/setup-host.sh)"
+
+kvm=(--disable-kvm)
+[ "${QHCA_KVM:-0}" = 1 ] && kvm=()
+mkdir -p /tmp/qhca-vm
+# vng joins --exec's words with spaces, so quote each argument for the guest shell.
+cmd=$(printf '%q ' "$@")
+exec vng --run "$KDIR/arch/x86/boot/bzImage" "${kvm[@]}" --disable-microvm \
+	--qemu "$QEMU" --cpus 2 --memory 2G --rwdir /tmp/qhca-vm \
+	--qemu-opts="-L /usr/share/qemu -L /usr/share/seabios -device qhca,num-uars=$uars" \
+	--exec "QHCA_EXPECT_NUM_UARS=$uars $cmd"
