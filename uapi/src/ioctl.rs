@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! ioctl numbers, computed as Linux's `_IOC` does (the asm-generic layout used by x86, arm64 and
+//! riscv: `dir << 30 | size << 16 | type << 8 | nr`).
+//!
+//! The header spells `QHCA_IOCTL_*` out as literals so bindgen sees them; the `const` assertions
+//! at the bottom recompute each from its struct, so a struct that grows without its number being
+//! updated fails to compile in every crate that includes this file.
+
+use super::bindings::{
+    qhca_ioc_query_device, QHCA_IOCTL_QUERY_DEVICE, QHCA_IOC_MAGIC, QHCA_IOC_NR_QUERY_DEVICE,
+};
+
+/// Bits of the command number.
+pub const IOC_NRBITS: u32 = 8;
+/// Bits of the type (magic).
+pub const IOC_TYPEBITS: u32 = 8;
+/// Bits of the argument size.
+pub const IOC_SIZEBITS: u32 = 14;
+/// Bits of the direction.
+pub const IOC_DIRBITS: u32 = 2;
+
+/// Shift of the command number.
+pub const IOC_NRSHIFT: u32 = 0;
+/// Shift of the type (magic).
+pub const IOC_TYPESHIFT: u32 = IOC_NRSHIFT + IOC_NRBITS;
+/// Shift of the argument size.
+pub const IOC_SIZESHIFT: u32 = IOC_TYPESHIFT + IOC_TYPEBITS;
+/// Shift of the direction.
+pub const IOC_DIRSHIFT: u32 = IOC_SIZESHIFT + IOC_SIZEBITS;
+
+/// No data transfer.
+pub const IOC_NONE: u32 = 0;
+/// User space writes, the kernel reads (`_IOW`).
+pub const IOC_WRITE: u32 = 1;
+/// The kernel writes, user space reads (`_IOR`).
+pub const IOC_READ: u32 = 2;
+
+/// `_IOC(dir, type, nr, size)`. Panics (at compile time when used in a `const`) if a field does
+/// not fit.
+pub const fn ioc(dir: u32, ty: u32, nr: u32, size: usize) -> u32 {
+    assert!(dir < (1 << IOC_DIRBITS), "ioctl dir does not fit");
+    assert!(ty < (1 << IOC_TYPEBITS), "ioctl type does not fit");
+    assert!(nr < (1 << IOC_NRBITS), "ioctl nr does not fit");
+    assert!(size < (1 << IOC_SIZEBITS), "ioctl size does not fit");
+    (dir << IOC_DIRSHIFT)
+        | ((size as u32) << IOC_SIZESHIFT)
+        | (ty << IOC_TYPESHIFT)
+        | (nr << IOC_NRSHIFT)
+}
+
+/// `_IOWR(type, nr, size)`: the argument is copied in and back out.
+pub const fn iowr(ty: u32, nr: u32, size: usize) -> u32 {
+    ioc(IOC_READ | IOC_WRITE, ty, nr, size)
+}
+
+/// `_IOC_DIR(cmd)`.
+pub const fn ioc_dir(cmd: u32) -> u32 {
+    (cmd >> IOC_DIRSHIFT) & ((1 << IOC_DIRBITS) - 1)
+}
+
+/// `_IOC_TYPE(cmd)`.
+pub const fn ioc_type(cmd: u32) -> u32 {
+    (cmd >> IOC_TYPESHIFT) & ((1 << IOC_TYPEBITS) - 1)
+}
+
+/// `_IOC_NR(cmd)`.
+pub const fn ioc_nr(cmd: u32) -> u32 {
+    (cmd >> IOC_NRSHIFT) & ((1 << IOC_NRBITS) - 1)
+}
+
+/// `_IOC_SIZE(cmd)`.
+pub const fn ioc_size(cmd: u32) -> u32 {
+    (cmd >> IOC_SIZESHIFT) & ((1 << IOC_SIZEBITS) - 1)
+}
+
+const _: () = assert!(
+    QHCA_IOCTL_QUERY_DEVICE
+        == iowr(
+            QHCA_IOC_MAGIC,
+            QHCA_IOC_NR_QUERY_DEVICE,
+            core::mem::size_of::<qhca_ioc_query_device>()
+        )
+);

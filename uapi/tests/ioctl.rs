@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+use core::mem::size_of;
+use qhca_uapi::ioctl::*;
+use qhca_uapi::*;
+
+#[test]
+fn query_device_number_is_iowr_of_its_struct() {
+    let expect = iowr(
+        QHCA_IOC_MAGIC,
+        QHCA_IOC_NR_QUERY_DEVICE,
+        size_of::<qhca_ioc_query_device>(),
+    );
+    assert_eq!(QHCA_IOCTL_QUERY_DEVICE, expect);
+    // The formula written out once more, independently of the helpers.
+    let by_hand = (3u32 << 30) | (160 << 16) | (0xCA << 8); // nr 0
+    assert_eq!(QHCA_IOCTL_QUERY_DEVICE, by_hand);
+    assert_eq!(QHCA_IOCTL_QUERY_DEVICE, 0xc0a0_ca00);
+}
+
+#[test]
+fn decoding_recovers_the_fields() {
+    let cmd = QHCA_IOCTL_QUERY_DEVICE;
+    assert_eq!(ioc_dir(cmd), IOC_READ | IOC_WRITE);
+    assert_eq!(ioc_type(cmd), QHCA_IOC_MAGIC);
+    assert_eq!(ioc_nr(cmd), QHCA_IOC_NR_QUERY_DEVICE);
+    assert_eq!(ioc_size(cmd) as usize, size_of::<qhca_ioc_query_device>());
+}
+
+#[test]
+fn matches_well_known_linux_ioctls() {
+    // Two numbers that are fixed Linux ABI on 64-bit hosts:
+    // BLKGETSIZE64 = _IOR(0x12, 114, size_t), FS_IOC_GETFLAGS = _IOR('f', 1, long).
+    assert_eq!(ioc(IOC_READ, 0x12, 114, 8), 0x8008_1272);
+    assert_eq!(ioc(IOC_READ, b'f' as u32, 1, 8), 0x8008_6601);
+    assert_eq!(ioc(IOC_NONE, 0, 0, 0), 0);
+}
+
+#[test]
+#[should_panic(expected = "ioctl size does not fit")]
+fn oversized_argument_is_rejected() {
+    let _ = iowr(QHCA_IOC_MAGIC, 1, 1 << 14);
+}
