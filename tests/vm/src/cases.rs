@@ -1,0 +1,849 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! The cases, in their default order. Each leaves the device as it found it: contexts closed,
+//! helpers reaped, the driver loaded and bound (the last two cases unbind and unload it, and put
+//! it back, even when they fail part-way).
+
+use std::os::fd::{IntoRawFd, OwnedFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::signal::Signal;
+use nix::sys::stat::{major, minor};
+use qhca::{Context, DbType, DbWord, DeviceInfo, Error};
+use qhca_uapi::db::DB_QN_MASK;
+use qhca_uapi::ioctl::{ioc, iowr, IOC_NONE};
+use qhca_uapi::{
+    qhca_ioc_query_device, CAP_KNOWN_MASK, CAP_UAR_ISOLATION, QHCA_ABI_VERSION,
+    QHCA_IOCTL_QUERY_DEVICE, QHCA_IOC_MAGIC, QHCA_IOC_NR_QUERY_DEVICE, QHCA_PCI_DEVICE_ID,
+    QHCA_PCI_VENDOR_ID, UAR_PAGE_SIZE,
+};
+
+use crate::harness::{Case, CaseResult, Fail, T};
+use crate::sys::{self, IoctlBuf, RawMap};
+use crate::system::{self, describe, find_tool, run_tool, wait_for, Config, Holder, Unbound};
+use crate::{bail, check, check_eq, check_errno, fail, require};
+
+/// The major number of misc devices (`MISC_MAJOR`).
+const MISC_MAJOR: u64 = 10;
+/// How long a node may take to appear after bind/insmod.
+const NODE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Every case, in the default order: the ones that unbind or unload the driver come last.
+pub fn all() -> Vec<Case<Config>> {
+    vec![
+        Case {
+            name: "device_node",
+            run: device_node,
+        },
+        Case {
+            name: "query_device",
+            run: query_device,
+        },
+        Case {
+            name: "doorbell_page_per_process",
+            run: doorbell_page_per_process,
+        },
+        Case {
+            name: "doorbell_page_exhaustion",
+            run: doorbell_page_exhaustion,
+        },
+        Case {
+            name: "mmap_doorbell",
+            run: mmap_doorbell,
+        },
+        Case {
+            name: "doorbell_mapping_keeps_page",
+            run: doorbell_mapping_keeps_page,
+        },
+        Case {
+            name: "mmap_bad_args",
+            run: mmap_bad_args,
+        },
+        Case {
+            name: "ioctl_bad_args",
+            run: ioctl_bad_args,
+        },
+        Case {
+            name: "unbind_while_open",
+            run: unbind_while_open,
+        },
+        Case {
+            name: "reload_module",
+            run: reload_module,
+        },
+    ]
+}
+
+/// A doorbell naming a queue this context does not own: the device drops and counts it.
+fn stray_doorbell() -> u64 {
+    DbWord::new(DbType::Sq, 0, 0).raw()
+}
+
+/// The request as the ABI wants it: size set, everything else zero.
+fn query_request() -> qhca_ioc_query_device {
+    qhca_ioc_query_device {
+        size: std::mem::size_of::<qhca_ioc_query_device>() as u32,
+        ..Default::default()
+    }
+}
+
+/// Opens and queries, returning both (an error is reported at the caller's line).
+#[track_caller]
+fn open_query(dev: &Path) -> Result<(Context, qhca::DeviceAttr), Fail> {
+    let ctx = Context::open(dev)?;
+    let attr = ctx.query()?;
+    Ok((ctx, attr))
+}
+
+/// Case 1: The node, its sysfs entries, and discovery through the provider.
+fn device_node(t: &mut T, cfg: &Config) -> CaseResult {
+    let meta = match std::fs::metadata(&cfg.dev) {
+        Ok(m) => m,
+        Err(e) => bail!("{}: {e}", cfg.dev.display()),
+    };
+    check!(
+        t,
+        meta.file_type().is_char_device(),
+        "{} is not a character device",
+        cfg.dev.display()
+    );
+    let rdev = meta.rdev();
+    check_eq!(t, major(rdev), MISC_MAJOR, "a misc device");
+
+    require!(
+        t,
+        cfg.class_dir.is_dir(),
+        "{} is missing",
+        cfg.class_dir.display()
+    );
+    let dev_attr = std::fs::read_to_string(cfg.class_dir.join("dev"))?;
+    check_eq!(
+        t,
+        dev_attr.trim(),
+        format!("{}:{}", major(rdev), minor(rdev)),
+        "sysfs dev matches the node's numbers"
+    );
+
+    let list = qhca::devices()?;
+    let Some(found) = list.iter().find(|d| d.name == "qhca0") else {
+        fail!(t, "qhca::devices() did not list qhca0: {list:?}");
+        return Err(Fail::recorded());
+    };
+    check_eq!(t, found.path, cfg.dev);
+    check_eq!(t, found.index, 0);
+    let sorted = list.windows(2).all(|w| w[0].index < w[1].index);
+    check!(t, sorted, "devices() sorted by index: {list:?}");
+
+    // The PCI device behind it: our IDs, bound to our driver.
+    let bdf = system::pci_bdf(cfg)?;
+    if cfg.class_dir.join("device").exists() {
+        check_eq!(
+            t,
+            found.pci_addr.as_deref(),
+            Some(bdf.as_str()),
+            "pci_addr from the class link"
+        );
+    } else {
+        // The driver registers the node without a parent: discovery cannot know the address.
+        check_eq!(t, found.pci_addr, None);
+    }
+    let pci = Path::new("/sys/bus/pci/devices").join(&bdf);
+    check_eq!(
+        t,
+        std::fs::read_to_string(pci.join("vendor"))?.trim(),
+        format!("{QHCA_PCI_VENDOR_ID:#06x}")
+    );
+    check_eq!(
+        t,
+        std::fs::read_to_string(pci.join("device"))?.trim(),
+        format!("{QHCA_PCI_DEVICE_ID:#06x}")
+    );
+    check!(
+        t,
+        cfg.driver_dir().join(&bdf).exists(),
+        "{bdf} is not bound to {}",
+        cfg.driver_dir().display()
+    );
+
+    check_eq!(t, DeviceInfo::find("qhca0")?.path, cfg.dev);
+    let missing = DeviceInfo::find("qhca4095");
+    check!(
+        t,
+        matches!(missing, Err(Error::NotFound { ref name }) if name == "qhca4095"),
+        "{missing:?}"
+    );
+    Ok(())
+}
+
+/// Case 2: QUERY_DEVICE answers what QEMU was configured with.
+fn query_device(t: &mut T, cfg: &Config) -> CaseResult {
+    let (ctx, a) = open_query(&cfg.dev)?;
+    check_eq!(t, a.abi_version, QHCA_ABI_VERSION, "driver ABI");
+    check_eq!(t, a.device_abi_version, QHCA_ABI_VERSION, "device ABI");
+    check_eq!(
+        t,
+        a.num_uars,
+        cfg.expect_num_uars,
+        "num_uars vs QHCA_EXPECT_NUM_UARS"
+    );
+    check_eq!(t, a.vendor_id, QHCA_PCI_VENDOR_ID);
+    check_eq!(t, a.vendor_part_id, QHCA_PCI_DEVICE_ID);
+    check!(t, a.has_cap(CAP_UAR_ISOLATION), "caps = {:#x}", a.caps);
+    check_eq!(
+        t,
+        a.caps & !CAP_KNOWN_MASK,
+        0,
+        "capability bits this ABI does not define"
+    );
+    check!(
+        t,
+        a.uar_index < a.num_uars,
+        "uar_index {} >= num_uars {}",
+        a.uar_index,
+        a.num_uars
+    );
+    check_eq!(t, ctx.query()?, a, "a second query answers the same");
+
+    // The raw answer: reserved fields come back zero, the caller's input is kept.
+    let mut q = query_request();
+    sys::query_raw(ctx.raw_fd(), &mut q)?;
+    check_eq!(t, q.size, 160);
+    check_eq!(t, q.comp_mask, 0);
+    check_eq!(t, q.rsvd_in, [0, 0]);
+    check_eq!(t, q.abi_version, QHCA_ABI_VERSION);
+    check_eq!(t, q.uar_index, a.uar_index);
+    check_eq!(t, q.attr.rsvd0, 0, "attr.rsvd0");
+    check_eq!(t, q.attr.rsvd1, [0; 4], "attr.rsvd1");
+    check_eq!(t, q.attr.num_uars, cfg.expect_num_uars);
+    Ok(())
+}
+
+/// Case 3: Every process gets its own doorbell page, and a freed page is handed out again
+/// (lowest free index first).
+fn doorbell_page_per_process(t: &mut T, cfg: &Config) -> CaseResult {
+    require!(
+        t,
+        cfg.expect_num_uars >= 3,
+        "needs at least 3 doorbell pages, QEMU has {}",
+        cfg.expect_num_uars
+    );
+    let (ctx, mine) = open_query(&cfg.dev)?;
+    let mine = mine.uar_index;
+
+    let a = Holder::spawn(&cfg.dev, false)?
+        .map_err(|e| Fail::new(file!(), line!(), format!("helper a: {e}")))?;
+    let b = Holder::spawn(&cfg.dev, false)?
+        .map_err(|e| Fail::new(file!(), line!(), format!("helper b: {e}")))?;
+    check!(t, a.uar_index != mine, "helper a got our page {mine}");
+    check!(t, b.uar_index != mine, "helper b got our page {mine}");
+    check!(
+        t,
+        a.uar_index != b.uar_index,
+        "both helpers got page {}",
+        a.uar_index
+    );
+    for (name, h) in [("a", &a), ("b", &b)] {
+        check!(
+            t,
+            h.uar_index < cfg.expect_num_uars,
+            "helper {name}: uar_index {}",
+            h.uar_index
+        );
+    }
+
+    // a's page was the lowest free one when a opened; it is again once a has exited.
+    let freed = a.uar_index;
+    let status = a.finish()?;
+    check!(t, status.success(), "helper a exited with {status}");
+    let c = Holder::spawn(&cfg.dev, false)?
+        .map_err(|e| Fail::new(file!(), line!(), format!("helper c: {e}")))?;
+    check_eq!(
+        t,
+        c.uar_index,
+        freed,
+        "the page a freed is handed out again"
+    );
+
+    check_eq!(
+        t,
+        ctx.query()?.uar_index,
+        mine,
+        "our own page did not change"
+    );
+    let (sb, sc) = (b.finish()?, c.finish()?);
+    check!(
+        t,
+        sb.success() && sc.success(),
+        "helpers exited with {sb} and {sc}"
+    );
+    Ok(())
+}
+
+/// Raises RLIMIT_NOFILE so that `need` more files can be opened.
+fn raise_nofile(need: u64) -> Result<(), Fail> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft < need + 64 {
+        let want = need + 64;
+        setrlimit(Resource::RLIMIT_NOFILE, want, hard.max(want))?;
+    }
+    Ok(())
+}
+
+/// Case 4: There are exactly num_uars contexts; the next open fails with ENOSPC, in this
+/// process and in another, until one is closed.
+fn doorbell_page_exhaustion(t: &mut T, cfg: &Config) -> CaseResult {
+    let n = cfg.expect_num_uars;
+    raise_nofile(u64::from(n) + 1)?;
+    let mut held: Vec<(Context, u32)> = Vec::new();
+    for i in 0..n {
+        match open_query(&cfg.dev) {
+            Ok((c, a)) => held.push((c, a.uar_index)),
+            Err(f) => {
+                fail!(
+                    t,
+                    "context {} of {n} could not be had: {}",
+                    i + 1,
+                    f.message()
+                );
+                return Err(Fail::recorded());
+            }
+        }
+    }
+    // Lowest free first, and nobody else holds a page: context i got page i.
+    let got: Vec<u32> = held.iter().map(|(_, u)| *u).collect();
+    check_eq!(
+        t,
+        got,
+        (0..n).collect::<Vec<_>>(),
+        "pages handed out lowest first"
+    );
+
+    check_errno!(
+        t,
+        Context::open(&cfg.dev),
+        Errno::ENOSPC,
+        "open number {} in this process",
+        n + 1
+    );
+    check_errno!(
+        t,
+        Holder::spawn(&cfg.dev, false)?,
+        Errno::ENOSPC,
+        "open number {} in another process",
+        n + 1
+    );
+
+    // Closing one frees exactly its page: the next open gets it, the one after fails again.
+    let (victim, page) = held.remove(held.len() / 2);
+    drop(victim);
+    match open_query(&cfg.dev) {
+        Ok((c, a)) => {
+            check_eq!(t, a.uar_index, page, "the only free page");
+            held.push((c, a.uar_index));
+        }
+        Err(f) => {
+            fail!(
+                t,
+                "open after closing page {page}'s context: {}",
+                f.message()
+            );
+        }
+    }
+    check_errno!(
+        t,
+        Context::open(&cfg.dev),
+        Errno::ENOSPC,
+        "all pages taken again"
+    );
+
+    // Closing them all frees them all.
+    held.clear();
+    let (_ctx, a) = open_query(&cfg.dev)?;
+    check_eq!(
+        t,
+        a.uar_index,
+        0,
+        "page 0 free again after closing everything"
+    );
+    Ok(())
+}
+
+/// Case 5a: The doorbell page maps and takes a 64-bit store.
+fn mmap_doorbell(t: &mut T, cfg: &Config) -> CaseResult {
+    let (ctx, _) = open_query(&cfg.dev)?;
+    let db = ctx.map_doorbell()?;
+    check_eq!(t, db.len(), UAR_PAGE_SIZE);
+    check_eq!(t, db.as_ptr() as usize % UAR_PAGE_SIZE, 0, "page aligned");
+
+    // Stores naming queues we do not own: the device drops them, the store itself must not fault
+    // (if it did, this process would die here and the suite would print no closing lines).
+    db.ring(stray_doorbell());
+    db.ring(DbWord::new(DbType::Rq, 1, 1).raw());
+    db.ring(DbWord::new(DbType::CqArm, DB_QN_MASK, u32::MAX).raw());
+    check!(t, true, "three doorbell stores returned");
+
+    // The same from a helper process that maps its own page and rings it on request.
+    let mut h = Holder::spawn(&cfg.dev, true)?
+        .map_err(|e| Fail::new(file!(), line!(), format!("helper: {e}")))?;
+    check!(t, h.ring()?, "the helper died ringing its doorbell");
+    let status = h.finish()?;
+    check!(t, status.success(), "helper exited with {status}");
+
+    // The driver marks the mapping VM_DONTCOPY: a forked child does not inherit it, so it cannot
+    // ring the parent's page (its store hits no mapping: SIGSEGV).
+    let ws = sys::store_in_child(&db, stray_doorbell())?;
+    check!(
+        t,
+        sys::killed_by(&ws, Signal::SIGSEGV),
+        "a forked child storing to the parent's doorbell: {ws:?}"
+    );
+    Ok(())
+}
+
+/// Case 5b: The mapping, not only the fd, keeps the page: it is not handed out while mapped, and
+/// it is freed when the mapping goes.
+fn doorbell_mapping_keeps_page(t: &mut T, cfg: &Config) -> CaseResult {
+    let (ctx, a) = open_query(&cfg.dev)?;
+    let mine = a.uar_index;
+    let db = ctx.map_doorbell()?;
+    drop(ctx);
+
+    let (_other, b) = open_query(&cfg.dev)?;
+    check!(
+        t,
+        b.uar_index != mine,
+        "page {mine} was handed out again while still mapped"
+    );
+    db.ring(stray_doorbell());
+    check!(
+        t,
+        true,
+        "the store through the mapping returned after the fd was closed"
+    );
+
+    drop(db);
+    let (_again, c) = open_query(&cfg.dev)?;
+    check_eq!(
+        t,
+        c.uar_index,
+        mine,
+        "the page is freed when the last mapping goes (and is the lowest free)"
+    );
+    Ok(())
+}
+
+/// Case 5c: mmap accepts only offset 0, one page, shared, not executable.
+fn mmap_bad_args(t: &mut T, cfg: &Config) -> CaseResult {
+    use libc::{MAP_PRIVATE, MAP_SHARED, PROT_EXEC, PROT_READ, PROT_WRITE};
+    let (ctx, _) = open_query(&cfg.dev)?;
+    let fd = ctx.raw_fd();
+    let page = UAR_PAGE_SIZE;
+    let rw = PROT_READ | PROT_WRITE;
+
+    check_errno!(
+        t,
+        RawMap::new(fd, page, rw, MAP_SHARED, page as i64),
+        Errno::EINVAL,
+        "offset 4096"
+    );
+    check_errno!(
+        t,
+        RawMap::new(fd, page, rw, MAP_SHARED, 1 << 40),
+        Errno::EINVAL,
+        "offset 1 TiB"
+    );
+    check_errno!(
+        t,
+        RawMap::new(fd, 2 * page, rw, MAP_SHARED, 0),
+        Errno::EINVAL,
+        "length 8192"
+    );
+    check_errno!(
+        t,
+        RawMap::new(fd, page, rw, MAP_PRIVATE, 0),
+        Errno::EINVAL,
+        "MAP_PRIVATE"
+    );
+    // On a noexec mount the VFS refuses PROT_EXEC (EPERM) before the driver is asked.
+    let noexec = nix::sys::statvfs::statvfs(&cfg.dev)?
+        .flags()
+        .contains(nix::sys::statvfs::FsFlags::ST_NOEXEC);
+    let exec_errno = if noexec { Errno::EPERM } else { Errno::EINVAL };
+    check_errno!(
+        t,
+        RawMap::new(fd, page, rw | PROT_EXEC, MAP_SHARED, 0),
+        exec_errno,
+        "PROT_EXEC (noexec mount: {noexec})"
+    );
+    check_errno!(
+        t,
+        RawMap::new(fd, page, PROT_READ | PROT_EXEC, MAP_SHARED, 0),
+        exec_errno,
+        "PROT_READ|PROT_EXEC"
+    );
+
+    // What is allowed still works after all that.
+    let good = RawMap::new(fd, page, rw, MAP_SHARED, 0);
+    check!(
+        t,
+        good.is_ok(),
+        "offset 0, one page, shared, read-write: {:?}",
+        good.as_ref().err()
+    );
+    let good = RawMap::new(fd, page, PROT_WRITE, MAP_SHARED, 0);
+    check!(t, good.is_ok(), "write-only: {:?}", good.as_ref().err());
+    Ok(())
+}
+
+/// Case 6: Unknown ioctls are ENOTTY; bad QUERY_DEVICE arguments are EINVAL; bad pointers EFAULT;
+/// none of it breaks the context.
+fn ioctl_bad_args(t: &mut T, cfg: &Config) -> CaseResult {
+    let (ctx, before) = open_query(&cfg.dev)?;
+    let fd = ctx.raw_fd();
+    let size = std::mem::size_of::<qhca_ioc_query_device>();
+    let mut buf = IoctlBuf::new();
+
+    for nr in [0x7f, 0xff] {
+        check_errno!(
+            t,
+            sys::ioctl_buf(fd, iowr(QHCA_IOC_MAGIC, nr, size), &mut buf),
+            Errno::ENOTTY,
+            "nr {nr:#x}"
+        );
+    }
+    let other_magic = QHCA_IOC_MAGIC ^ 1;
+    check_errno!(
+        t,
+        sys::ioctl_buf(
+            fd,
+            iowr(other_magic, QHCA_IOC_NR_QUERY_DEVICE, size),
+            &mut buf
+        ),
+        Errno::ENOTTY,
+        "magic {other_magic:#x}"
+    );
+    // QUERY_DEVICE's nr with another direction or size is another number, so unknown too.
+    check_errno!(
+        t,
+        sys::ioctl_buf(
+            fd,
+            ioc(IOC_NONE, QHCA_IOC_MAGIC, QHCA_IOC_NR_QUERY_DEVICE, 0),
+            &mut buf
+        ),
+        Errno::ENOTTY,
+        "_IO(magic, 0)"
+    );
+    check_errno!(
+        t,
+        sys::ioctl_buf(
+            fd,
+            iowr(QHCA_IOC_MAGIC, QHCA_IOC_NR_QUERY_DEVICE, 128),
+            &mut buf
+        ),
+        Errno::ENOTTY,
+        "_IOWR size 128"
+    );
+
+    for bad_size in [0, 159, 161, u32::MAX] {
+        let mut q = query_request();
+        q.size = bad_size;
+        check_errno!(
+            t,
+            sys::query_raw(fd, &mut q),
+            Errno::EINVAL,
+            "size field {bad_size}"
+        );
+    }
+    for mask in [1, 1 << 31] {
+        let mut q = query_request();
+        q.comp_mask = mask;
+        check_errno!(
+            t,
+            sys::query_raw(fd, &mut q),
+            Errno::EINVAL,
+            "comp_mask {mask:#x}"
+        );
+    }
+    for (i, v) in [(0, 1), (1, 1u64 << 63)] {
+        let mut q = query_request();
+        q.rsvd_in[i] = v;
+        check_errno!(
+            t,
+            sys::query_raw(fd, &mut q),
+            Errno::EINVAL,
+            "rsvd_in[{i}] = {v:#x}"
+        );
+    }
+
+    // SAFETY: NULL: nothing can be written through it.
+    check_errno!(
+        t,
+        unsafe { sys::ioctl_addr(fd, QHCA_IOCTL_QUERY_DEVICE, 0) },
+        Errno::EFAULT,
+        "NULL"
+    );
+    // SAFETY: the top page of the address space is never user memory on a 64-bit kernel.
+    check_errno!(
+        t,
+        unsafe { sys::ioctl_addr(fd, QHCA_IOCTL_QUERY_DEVICE, usize::MAX & !0xfff) },
+        Errno::EFAULT,
+        "kernel address"
+    );
+    // A valid request in a read-only page: read fine, answer cannot be written back.
+    let ro = RawMap::anonymous(UAR_PAGE_SIZE)?;
+    // SAFETY: a fresh anonymous read-write mapping.
+    unsafe { ro.fill(&sys::query_bytes(&query_request())) };
+    ro.protect(libc::PROT_READ)?;
+    // SAFETY: the mapping is read-only now, so the kernel cannot write through its address.
+    check_errno!(
+        t,
+        unsafe { sys::ioctl_addr(fd, QHCA_IOCTL_QUERY_DEVICE, ro.addr()) },
+        Errno::EFAULT,
+        "read-only buffer"
+    );
+
+    let after = ctx.query();
+    check!(
+        t,
+        after.as_ref().is_ok_and(|a| *a == before),
+        "query after the bad calls: {after:?}"
+    );
+    Ok(())
+}
+
+/// Case 7: Unbinding with a context open: the file stays closable, everything else on it is ENODEV,
+/// the doorbell mappings are zapped; binding again brings a working device back.
+fn unbind_while_open(t: &mut T, cfg: &Config) -> CaseResult {
+    let bdf = system::pci_bdf(cfg)?;
+    require!(
+        t,
+        cfg.driver_dir().join(&bdf).exists(),
+        "{bdf} is not bound to {}",
+        cfg.driver_dir().display()
+    );
+
+    let (ctx, _) = open_query(&cfg.dev)?;
+    let db = ctx.map_doorbell()?;
+    db.ring(stray_doorbell());
+    // A helper with its doorbell mapped, to ring it after the unbind in a process that may die.
+    let mut h = Holder::spawn(&cfg.dev, true)?
+        .map_err(|e| Fail::new(file!(), line!(), format!("helper: {e}")))?;
+
+    let unbound = Unbound::unbind(cfg, &bdf)?;
+    check!(
+        t,
+        !cfg.driver_dir().join(&bdf).exists(),
+        "{bdf} still bound after unbind"
+    );
+    check_errno!(t, ctx.query(), Errno::ENODEV, "ioctl after unbind");
+    check_errno!(t, ctx.map_doorbell(), Errno::ENODEV, "mmap after unbind");
+    let reopen = Context::open(&cfg.dev);
+    check!(
+        t,
+        matches!(
+            reopen.as_ref().map_err(Error::errno),
+            Err(Some(Errno::ENOENT | Errno::ENODEV | Errno::ENXIO))
+        ),
+        "open while unbound: {reopen:?}"
+    );
+    drop(reopen);
+
+    // The zapped mapping: a store through it raises SIGBUS.
+    let answered = h.ring()?;
+    check!(
+        t,
+        !answered,
+        "the helper's doorbell store after unbind returned"
+    );
+    let status = h.finish()?;
+    check!(
+        t,
+        system::killed_by_signal(&status, Signal::SIGBUS),
+        "helper ended with {status}, not SIGBUS"
+    );
+
+    drop(db); // munmap of a zapped mapping
+    let fd: OwnedFd = ctx.into();
+    check_eq!(
+        t,
+        nix::unistd::close(fd.into_raw_fd()),
+        Ok(()),
+        "close after unbind"
+    );
+
+    let rebound = unbound.rebind();
+    check!(t, rebound.is_ok(), "bind {bdf}: {rebound:?}");
+    require!(
+        t,
+        wait_for(NODE_TIMEOUT, || cfg.dev.exists()),
+        "{} did not come back after bind",
+        cfg.dev.display()
+    );
+    check!(
+        t,
+        cfg.driver_dir().join(&bdf).exists(),
+        "{bdf} not bound after bind"
+    );
+    let (_ctx, a) = open_query(&cfg.dev)?;
+    check_eq!(t, a.num_uars, cfg.expect_num_uars, "after rebind");
+    check_eq!(
+        t,
+        a.uar_index,
+        0,
+        "after rebind every page is free again, the unbound contexts' too"
+    );
+    Ok(())
+}
+
+/// Puts the module back (best effort) if a case leaves it unloaded.
+struct Reload<'a> {
+    cfg: &'a Config,
+    insmod: &'a Path,
+    ko: &'a Path,
+}
+
+impl Drop for Reload<'_> {
+    fn drop(&mut self) {
+        if !system::module_loaded(self.cfg) {
+            let _ = run_tool(self.insmod, &[self.ko.as_os_str()]);
+            wait_for(NODE_TIMEOUT, || self.cfg.dev.exists());
+        }
+    }
+}
+
+/// Case 8: An open file pins the module; without users it unloads, and loads again.
+fn reload_module(t: &mut T, cfg: &Config) -> CaseResult {
+    let Some(ko) = cfg.ko.as_deref() else {
+        bail!("QHCA_KO is not set: cannot reload the module");
+    };
+    require!(t, ko.is_file(), "QHCA_KO={} is not a file", ko.display());
+    let m = cfg.module.as_str();
+    require!(t, system::module_loaded(cfg), "module {m} is not loaded");
+    require!(
+        t,
+        system::module_refcnt(cfg).is_some(),
+        "module {m} is built in: cannot unload it"
+    );
+    let (Some(rmmod), Some(insmod)) = (find_tool("rmmod"), find_tool("insmod")) else {
+        bail!("rmmod or insmod not found in PATH, /sbin or /usr/sbin");
+    };
+
+    // From here on, whatever happens, the module is loaded again at the end.
+    let _reload = Reload {
+        cfg,
+        insmod: &insmod,
+        ko,
+    };
+
+    let (ctx, _) = open_query(&cfg.dev)?;
+    let refs = system::module_refcnt(cfg);
+    check!(
+        t,
+        refs.is_some_and(|r| r >= 1),
+        "an open file holds a module reference: refcnt {refs:?}"
+    );
+    let out = run_tool(&rmmod, &[m.as_ref()])?;
+    if !check!(
+        t,
+        !out.status.success(),
+        "rmmod {m} with a file open: {}",
+        describe(&out)
+    ) {
+        // The module is gone under an open file: do not call into it again.
+        std::mem::forget(ctx);
+        return Err(Fail::recorded());
+    }
+    check!(
+        t,
+        system::module_loaded(cfg),
+        "module gone after the refused rmmod"
+    );
+    check!(
+        t,
+        cfg.dev.exists(),
+        "{} gone after the refused rmmod",
+        cfg.dev.display()
+    );
+    let q = ctx.query();
+    check!(
+        t,
+        q.is_ok(),
+        "the open context after the refused rmmod: {q:?}"
+    );
+    drop(ctx);
+
+    let out = run_tool(&rmmod, &[m.as_ref()])?;
+    require!(
+        t,
+        out.status.success(),
+        "rmmod {m} with no users: {}",
+        describe(&out)
+    );
+    check!(
+        t,
+        !system::module_loaded(cfg),
+        "{} still there after rmmod",
+        cfg.module_dir().display()
+    );
+    check!(
+        t,
+        !cfg.dev.exists(),
+        "{} still there after rmmod",
+        cfg.dev.display()
+    );
+    check_errno!(
+        t,
+        Context::open(&cfg.dev),
+        Errno::ENOENT,
+        "open with the module unloaded"
+    );
+
+    let out = run_tool(&insmod, &[ko.as_os_str()])?;
+    require!(
+        t,
+        out.status.success(),
+        "insmod {}: {}",
+        ko.display(),
+        describe(&out)
+    );
+    require!(
+        t,
+        wait_for(NODE_TIMEOUT, || cfg.dev.exists()),
+        "{} did not come back after insmod",
+        cfg.dev.display()
+    );
+    let (_ctx, a) = open_query(&cfg.dev)?;
+    check_eq!(t, a.abi_version, QHCA_ABI_VERSION, "after insmod");
+    check_eq!(t, a.num_uars, cfg.expect_num_uars, "after insmod");
+    check_eq!(t, a.uar_index, 0, "a fresh driver hands out page 0 first");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn names_are_unique_and_destructive_cases_come_last() {
+        let names: Vec<_> = all().iter().map(|c| c.name).collect();
+        let unique: BTreeSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), names.len());
+        assert_eq!(
+            names[names.len() - 2..],
+            ["unbind_while_open", "reload_module"]
+        );
+    }
+
+    #[test]
+    fn request_is_what_the_abi_wants() {
+        let q = query_request();
+        assert_eq!(q.size, 160);
+        assert_eq!((q.comp_mask, q.rsvd_in), (0, [0, 0]));
+        assert!(DbWord::from_raw(stray_doorbell()).is_well_formed());
+    }
+}

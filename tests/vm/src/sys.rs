@@ -1,0 +1,280 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! Raw system calls for the cases that feed the driver bad input on purpose, wrapped so that the
+//! cases themselves contain no `unsafe`. This is the only module of the suite with `unsafe`.
+
+use std::os::fd::RawFd;
+
+use libc::{c_int, c_void};
+use nix::errno::Errno;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{fork, ForkResult};
+use qhca::Doorbell;
+use qhca_uapi::{qhca_ioc_query_device, QHCA_IOCTL_QUERY_DEVICE};
+
+/// The largest argument an ioctl number can announce (`_IOC_SIZE` is 14 bits).
+pub const IOCTL_BUF_LEN: usize = 1 << 14;
+
+/// A zeroed, 8-aligned buffer as large as any ioctl number can announce, so that an ioctl with
+/// any request number stays inside it.
+#[repr(C, align(8))]
+pub struct IoctlBuf(pub [u8; IOCTL_BUF_LEN]);
+
+impl IoctlBuf {
+    pub fn new() -> Box<Self> {
+        Box::new(IoctlBuf([0; IOCTL_BUF_LEN]))
+    }
+}
+
+/// `ioctl(fd, req, buf)` with any request number.
+pub fn ioctl_buf(fd: RawFd, req: u32, buf: &mut IoctlBuf) -> nix::Result<c_int> {
+    // SAFETY:
+    // - `buf` is exclusively borrowed for the call and `IOCTL_BUF_LEN` bytes long, and by the ioctl
+    //   convention the kernel accesses at most `_IOC_SIZE(req) < IOCTL_BUF_LEN` bytes at the
+    //   argument, so nothing outside `buf` can be written;
+    // - `fd` is only a number to the kernel: a stale fd gives EBADF, not memory unsafety.
+    Errno::result(unsafe {
+        libc::ioctl(fd, req as libc::Ioctl, buf.0.as_mut_ptr().cast::<c_void>())
+    })
+}
+
+/// `ioctl(fd, QHCA_IOCTL_QUERY_DEVICE, q)` with whatever `q` holds (bad sizes, masks, reserved
+/// fields).
+pub fn query_raw(fd: RawFd, q: &mut qhca_ioc_query_device) -> nix::Result<c_int> {
+    // SAFETY: `q` is an exclusively borrowed `qhca_ioc_query_device`, exactly the
+    // `_IOC_SIZE(QHCA_IOCTL_QUERY_DEVICE)` = 160 bytes the request number announces (checked at
+    // compile time by qhca_uapi); the driver writes at most that.
+    Errno::result(unsafe {
+        libc::ioctl(
+            fd,
+            QHCA_IOCTL_QUERY_DEVICE as libc::Ioctl,
+            std::ptr::from_mut(q),
+        )
+    })
+}
+
+/// `ioctl(fd, req, addr)` with an argument address the kernel must refuse.
+///
+/// # Safety
+///
+/// The kernel must be unable to write through `addr` on our behalf: it must be NULL, unmapped,
+/// outside the user address space, or inside a mapping without `PROT_WRITE`.
+pub unsafe fn ioctl_addr(fd: RawFd, req: u32, addr: usize) -> nix::Result<c_int> {
+    // SAFETY: the caller guarantees that nothing of ours can be written through `addr`.
+    Errno::result(unsafe { libc::ioctl(fd, req as libc::Ioctl, addr as *mut c_void) })
+}
+
+/// An `mmap` made with raw arguments; unmapped on drop.
+///
+/// # Invariants
+///
+/// `addr..addr + len` is a mapping created by `mmap` for this value alone, unmapped only in
+/// `Drop`.
+#[derive(Debug)]
+pub struct RawMap {
+    addr: *mut c_void,
+    len: usize,
+}
+
+impl RawMap {
+    /// `mmap(NULL, len, prot, flags, fd, offset)`; `fd` -1 with `MAP_ANONYMOUS`.
+    pub fn new(
+        fd: RawFd,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        offset: i64,
+    ) -> nix::Result<RawMap> {
+        // SAFETY: without MAP_FIXED the kernel picks an address that overlaps no existing mapping,
+        // so no memory Rust knows about can be replaced or aliased; the new mapping is owned by
+        // the returned value alone.
+        let addr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, offset) };
+        if addr == libc::MAP_FAILED {
+            return Err(Errno::last());
+        }
+        // INVARIANT: a fresh mapping of `len` bytes that nothing else refers to.
+        Ok(RawMap { addr, len })
+    }
+
+    /// An anonymous private read-write mapping.
+    pub fn anonymous(len: usize) -> nix::Result<RawMap> {
+        Self::new(
+            -1,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            0,
+        )
+    }
+
+    /// Start address.
+    pub fn addr(&self) -> usize {
+        self.addr as usize
+    }
+
+    /// Copies `bytes` to the start of the mapping.
+    ///
+    /// # Panics
+    ///
+    /// If `bytes` is longer than the mapping.
+    ///
+    /// # Safety
+    ///
+    /// The mapping must be writable (`PROT_WRITE`) and backed by memory (not a device page).
+    pub unsafe fn fill(&self, bytes: &[u8]) {
+        assert!(bytes.len() <= self.len);
+        // SAFETY: in bounds (checked above, the mapping is `len` bytes by the type invariant),
+        // writable and ordinary memory (caller's promise); no Rust reference points into it, and
+        // `bytes` cannot overlap it because nothing else refers to the mapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.addr.cast::<u8>(), bytes.len())
+        }
+    }
+
+    /// `mprotect` on the whole mapping.
+    pub fn protect(&self, prot: c_int) -> nix::Result<()> {
+        // SAFETY: the range is exactly our own mapping (type invariant) and no Rust reference
+        // points into it, so changing its protection cannot invalidate a reference.
+        Errno::result(unsafe { libc::mprotect(self.addr, self.len, prot) }).map(drop)
+    }
+}
+
+impl Drop for RawMap {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant this is our own mapping, unmapped nowhere else.
+        unsafe { libc::munmap(self.addr, self.len) };
+    }
+}
+
+/// The bytes of a request, to put it somewhere `ioctl` will read it from.
+pub fn query_bytes(q: &qhca_ioc_query_device) -> Vec<u8> {
+    let len = std::mem::size_of::<qhca_ioc_query_device>();
+    // SAFETY: `q` is a live `repr(C)` struct of `len` bytes with no padding (uapi's layout tests
+    // and the C check with -Wpadded), so all `len` bytes are initialized; the slice does not
+    // outlive the borrow of `q`.
+    unsafe { std::slice::from_raw_parts(std::ptr::from_ref(q).cast::<u8>(), len) }.to_vec()
+}
+
+/// Forks a child that rings `db` with `word` and then `_exit(0)`s, and waits for it: the status
+/// tells whether the store faulted (`Signaled(.., SIGBUS, ..)`) or returned (`Exited(.., 0)`).
+///
+/// The caller must be single-threaded (the suite runs its cases on the main thread and starts
+/// no threads), or at least hold no lock the child would need: the child only calls
+/// async-signal-safe code.
+pub fn store_in_child(db: &Doorbell, word: u64) -> nix::Result<WaitStatus> {
+    // SAFETY: after fork the child runs only async-signal-safe code: signal(2), one volatile
+    // store (no allocation, no lock), and _exit(2), which skips atexit handlers and the parent's
+    // buffered stdout.
+    match unsafe { fork() }? {
+        ForkResult::Child => {
+            // SAFETY: resetting SIGBUS to its default action (Rust's runtime installs a handler
+            // for stack-overflow detection) so a fault kills the child with SIGBUS as-is.
+            unsafe {
+                libc::signal(libc::SIGBUS, libc::SIG_DFL);
+                libc::signal(libc::SIGSEGV, libc::SIG_DFL);
+            }
+            db.ring(word);
+            // SAFETY: ends the child at once, without running any of the parent's cleanup.
+            unsafe { libc::_exit(0) }
+        }
+        ForkResult::Parent { child } => waitpid(child, None),
+    }
+}
+
+/// True if the child was killed by `sig`.
+pub fn killed_by(ws: &WaitStatus, sig: nix::sys::signal::Signal) -> bool {
+    matches!(ws, WaitStatus::Signaled(_, s, _) if *s == sig)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::signal::Signal;
+    use std::os::fd::AsRawFd;
+
+    fn scratch_file(tag: &str, len: u64) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("qhca-vmtest-{tag}-{}", std::process::id()));
+        let f = std::fs::File::create(&p).unwrap();
+        f.set_len(len).unwrap();
+        p
+    }
+
+    #[test]
+    fn store_in_child_tells_a_fault_from_a_store() {
+        // A shared mapping of a file stands in for the doorbell page: a store inside the file
+        // succeeds, a store past its end raises SIGBUS, as the zapped page does.
+        let good = scratch_file("good", 4096);
+        let ctx = qhca::Context::open(&good).unwrap();
+        let db = ctx.map_doorbell().unwrap();
+        let ws = store_in_child(&db, 7).unwrap();
+        assert!(matches!(ws, WaitStatus::Exited(_, 0)), "{ws:?}");
+        assert!(!killed_by(&ws, Signal::SIGBUS));
+
+        let empty = scratch_file("empty", 0);
+        let ctx = qhca::Context::open(&empty).unwrap();
+        let db = ctx.map_doorbell().unwrap();
+        let ws = store_in_child(&db, 7).unwrap();
+        assert!(killed_by(&ws, Signal::SIGBUS), "{ws:?}");
+
+        let _ = std::fs::remove_file(good);
+        let _ = std::fs::remove_file(empty);
+    }
+
+    #[test]
+    fn raw_mmap_reports_errno_and_unmaps() {
+        let null = std::fs::File::open("/dev/null").unwrap();
+        // /dev/null opened read-only cannot be mapped shared-writable.
+        let r = RawMap::new(
+            null.as_raw_fd(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            0,
+        );
+        assert_eq!(r.unwrap_err(), Errno::EACCES);
+        let m = RawMap::anonymous(4096).unwrap();
+        assert_eq!(m.addr() % 4096, 0);
+        let q = qhca_ioc_query_device {
+            size: 160,
+            ..Default::default()
+        };
+        // SAFETY: a fresh anonymous read-write mapping.
+        unsafe { m.fill(&query_bytes(&q)) };
+        m.protect(libc::PROT_READ).unwrap();
+    }
+
+    #[test]
+    fn ioctls_on_an_ordinary_file() {
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let mut buf = IoctlBuf::new();
+        assert_eq!(
+            ioctl_buf(null.as_raw_fd(), QHCA_IOCTL_QUERY_DEVICE, &mut buf),
+            Err(Errno::ENOTTY)
+        );
+        let mut q = qhca_ioc_query_device::default();
+        assert_eq!(query_raw(null.as_raw_fd(), &mut q), Err(Errno::ENOTTY));
+        // SAFETY: NULL.
+        assert_eq!(
+            unsafe { ioctl_addr(null.as_raw_fd(), QHCA_IOCTL_QUERY_DEVICE, 0) },
+            Err(Errno::ENOTTY)
+        );
+        assert_eq!(
+            ioctl_buf(-1, QHCA_IOCTL_QUERY_DEVICE, &mut buf),
+            Err(Errno::EBADF)
+        );
+    }
+
+    #[test]
+    fn query_bytes_is_the_struct() {
+        let q = qhca_ioc_query_device {
+            size: 160,
+            comp_mask: 2,
+            ..Default::default()
+        };
+        let b = query_bytes(&q);
+        assert_eq!(b.len(), 160);
+        assert_eq!(b[0..4], 160u32.to_ne_bytes());
+        assert_eq!(b[4..8], 2u32.to_ne_bytes());
+        assert!(b[8..].iter().all(|&x| x == 0));
+    }
+}
