@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! Tests of the qhca QEMU device model from outside, through QEMU's qtest protocol: no guest OS,
+//! the test itself pokes config space, registers, rings and doorbells (as QEMU's own
+//! `tests/qtest/libqos` e1000e/igb tests and `fuzz-*-test.c` regressions do).
+//!
+//! - [`qtest`]: the QEMU process and the text protocol (timeouts, dead-QEMU detection);
+//! - [`pci`]: config space over 0xcf8/0xcfc, BAR sizing and assignment, MSI-X;
+//! - [`wire`]: command/event/attribute structures as bytes;
+//! - [`hca`]: a test-side driver: rings in guest RAM, post a command, consume its event;
+//! - [`rng`]: the deterministic generator behind the fuzz-style test.
+//!
+//! The QEMU binary comes from `$QHCA_QEMU`; `scripts/test.sh` sets it after building QEMU.
+
+pub mod hca;
+pub mod pci;
+pub mod qtest;
+pub mod rng;
+pub mod wire;
+
+pub use hca::Hca;
+pub use qhca_uapi as abi;
+pub use qtest::Qtest;
