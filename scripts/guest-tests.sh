@@ -39,13 +39,13 @@ fi
 splat='-+\[ cut here \]-+|WARNING:|BUG:|Oops|general protection fault|Kernel panic|'
 splat+='possible (recursive|circular|irq) lock|inconsistent lock state|lockdep is turned off|'
 splat+='UBSAN|KASAN|kfence|hung_task|INFO: task .* blocked|Call Trace:|RIP: '
-if dmesg | grep -Eq "$splat"; then
+if dmesg | grep -Eq -e "$splat"; then
 	bad kernel_log_clean "the guest kernel log has a splat:"
-	dmesg | grep -E -B5 -A25 "$splat" | head -120
+	dmesg | grep -E -B5 -A25 -e "$splat" | head -120
 else
 	ok kernel_log_clean
 fi
 echo "guest: qhca kernel messages:"
-dmesg | grep -E 'qhca' | sed 's/^/  /'
+dmesg | grep -E '^\[[ 0-9.]+\] qhca' | sed 's/^/  /'
 echo "vm-suite: $pass passed, $fail failed"
 [ "$fail" = 0 ]
