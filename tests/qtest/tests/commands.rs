@@ -221,7 +221,8 @@ fn reset_clears_everything() {
     }
     h.set_reg(QHCA_REG_INTR_CTRL, QHCA_INTR_EQ_ENABLE);
     h.set_reg(QHCA_REG_MAGIC, 0); // RO: GUEST_ERRORS
-    h.doorbell(0, 0); // allocated page, no queue: DB_VIOLATIONS
+    // Allocated page, well-formed word, but no queue exists: DB_VIOLATIONS.
+    h.doorbell(0, qhca_uapi::db::DbWord::new(qhca_uapi::db::DbType::CqArm, 3, 0).raw());
     let c = h.counters();
     assert!(c.guest_errors > 0 && c.db_violations > 0, "{c:?}");
 

@@ -49,6 +49,22 @@ struct Fuzz {
     /// Addresses worth aiming rings, buffers and MSI messages at.
     targets: Vec<u64>,
     num_uars: u32,
+    stats: Stats,
+}
+
+/// What the storm reached, so that a run that never got the device going fails instead of
+/// passing vacuously.
+#[derive(Debug, Default)]
+struct Stats {
+    checks: u32,
+    ready: u32,
+    fatal: u32,
+    cfg_error: u32,
+    /// Events the device posted (EQ_PI increases, sampled at checks and before resets; an
+    /// ENABLE or RESET the storm itself did in between may hide a few).
+    events: u64,
+    last_eq_pi: u32,
+    recoveries: u32,
 }
 
 impl Fuzz {
@@ -93,7 +109,7 @@ impl Fuzz {
         let h = &mut self.h;
         let base = h.reg(QHCA_REG_CMDQ_BASE_LO) as u64 | (h.reg(QHCA_REG_CMDQ_BASE_HI) as u64) << 32;
         let log = h.reg(QHCA_REG_CMDQ_LOG_SIZE);
-        if log > QHCA_QUEUE_MAX_LOG || base < 0x10_0000 || base + (64u64 << log) > RAM_SIZE {
+        if log > QHCA_QUEUE_MAX_LOG || base < 0x10_0000 || base >= RAM_SIZE || RAM_SIZE - base < 64u64 << log {
             return None;
         }
         Some((base, log))
@@ -129,7 +145,33 @@ impl Fuzz {
         self.h.ring(ci.wrapping_add(n));
     }
 
-    fn step(&mut self) {
+    /// What a driver does after an error: reset, program sane small rings, enable. Keeps the
+    /// storm mostly hitting a READY device instead of a dead one.
+    fn recover(&mut self) {
+        self.note_events();
+        let (cl, el) = (1 + self.rng.below(4) as u32, 1 + self.rng.below(3) as u32);
+        let d = self.h.dev;
+        pci::cfg_write16(&mut self.h.qt, d, PCI_COMMAND, PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
+        self.h.reset();
+        self.h.configure(cl, el);
+        let st = self.h.enable();
+        assert_eq!(st, QHCA_STATUS_READY, "recovery with cmdq log {cl}, eq log {el}");
+        self.stats.recoveries += 1;
+        self.stats.last_eq_pi = 0;
+    }
+
+    fn note_events(&mut self) {
+        let pi = self.h.eq_pi();
+        // Below the last sample means an ENABLE or RESET restarted it from 0.
+        self.stats.events += if pi >= self.stats.last_eq_pi { pi - self.stats.last_eq_pi } else { pi } as u64;
+        self.stats.last_eq_pi = pi;
+    }
+
+    fn step(&mut self, op: usize) {
+        if op % 16 == 0 && self.h.status() & QHCA_STATUS_READY == 0 && self.rng.chance(1, 2) {
+            self.recover();
+            return;
+        }
         let regs = self.h.regs;
         let uar = self.h.uar;
         let pages = (self.h.uar_size >> QHCA_UAR_PAGE_SHIFT) as u32;
@@ -199,7 +241,11 @@ impl Fuzz {
             }
             67..=74 => {
                 let pi = self.h.eq_pi();
-                let v = if self.rng.chance(4, 5) { pi.wrapping_add(self.rng.below(7) as u32).wrapping_sub(3) } else { self.rng.next_u32() };
+                let v = match self.rng.below(20) {
+                    0..=11 => pi, // drain, as a driver does
+                    12..=16 => pi.wrapping_add(self.rng.below(7) as u32).wrapping_sub(3),
+                    _ => self.rng.next_u32(),
+                };
                 self.h.set_reg(QHCA_REG_EQ_CI, v);
             }
             75..=80 => {
@@ -264,7 +310,12 @@ impl Fuzz {
                 let junk = self.rng.bytes(n);
                 self.h.qt.memwrite(EQ_RAM + (self.rng.below(64) * 32), &junk);
             }
-            _ => self.h.set_reg(QHCA_REG_CTRL, QHCA_CTRL_RESET),
+            98 => self.command(),
+            _ => {
+                self.note_events();
+                self.h.set_reg(QHCA_REG_CTRL, QHCA_CTRL_RESET);
+                self.stats.last_eq_pi = 0;
+            }
         }
     }
 
@@ -278,6 +329,11 @@ impl Fuzz {
         assert_eq!(self.h.reg(QHCA_REG_NUM_UARS), self.num_uars, "op {op}: NUM_UARS");
         assert_eq!(self.h.reg(QHCA_REG_ABI_VERSION), QHCA_ABI_VERSION, "op {op}: ABI_VERSION");
         let st = self.h.status();
+        self.stats.checks += 1;
+        self.stats.ready += (st & QHCA_STATUS_READY != 0) as u32;
+        self.stats.fatal += (st & QHCA_STATUS_FATAL != 0) as u32;
+        self.stats.cfg_error += (st & QHCA_STATUS_CFG_ERROR != 0) as u32;
+        self.note_events();
         assert_eq!(st & !(QHCA_STATUS_READY | QHCA_STATUS_FATAL | QHCA_STATUS_CFG_ERROR), 0, "op {op}: STATUS {st:#x}");
         assert!(st & QHCA_STATUS_READY == 0 || st & QHCA_STATUS_FATAL == 0, "op {op}: READY and FATAL together: {st:#x}");
         let syn = self.h.reg(QHCA_REG_FATAL_SYNDROME);
@@ -287,6 +343,12 @@ impl Fuzz {
             assert_eq!(syn, QHCA_FATAL_NONE, "op {op}: syndrome {syn} without FATAL");
         }
         assert_eq!(self.h.reg(QHCA_REG_CTRL) & QHCA_CTRL_RESET, 0, "op {op}: CTRL.RESET self-clears");
+        if st & QHCA_STATUS_READY != 0 {
+            // The device never has more unconsumed events than EQ entries.
+            let (pi, ci, log) = (self.h.eq_pi(), self.h.reg(QHCA_REG_EQ_CI), self.h.reg(QHCA_REG_EQ_LOG_SIZE));
+            assert!(log <= QHCA_QUEUE_MAX_LOG, "op {op}: READY with EQ log {log}");
+            assert!(pi.wrapping_sub(ci) <= 1 << log, "op {op}: EQ_PI {pi} EQ_CI {ci} with {} entries", 1u32 << log);
+        }
         pci::cfg_write16(&mut self.h.qt, d, PCI_COMMAND, cmd);
     }
 }
@@ -315,12 +377,24 @@ fn fuzz(seed: u64, ops: usize) {
         h.uar,
         h.msix.table,
     ];
-    let mut f = Fuzz { h, rng: Rng::new(seed), targets, num_uars };
+    let mut f = Fuzz { h, rng: Rng::new(seed), targets, num_uars, stats: Stats::default() };
     for op in 0..ops {
-        f.step();
-        if op % 64 == 63 {
+        f.step(op);
+        if op % 32 == 31 {
             f.check_invariants(op);
         }
+    }
+
+    let guest_errors = f.h.guest_errors();
+    eprintln!("seed {seed:#x}, {ops} ops, {} qtest commands: {:?}, GUEST_ERRORS now {guest_errors}", f.h.qt.sent, f.stats);
+    let err = f.h.qt.stderr();
+    if !err.is_empty() {
+        eprintln!("QEMU stderr:\n{err}");
+    }
+    let s = &f.stats;
+    if ops >= 1000 {
+        assert!(s.ready * 4 > s.checks, "the storm kept the device READY too rarely: {s:?}");
+        assert!(s.events as usize > ops / 50, "the storm got too few commands through: {s:?}");
     }
 
     // Whatever happened, the device comes back with a reset and works like new.

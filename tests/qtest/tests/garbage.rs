@@ -386,16 +386,17 @@ fn event_ring_dma_failure_is_fatal_until_reset() {
     h.bring_up(2, 2);
     h.nop();
 
-    // Event ring whose second slot is past the end of RAM.
+    // Event ring whose slots 0 and 1 are the last 64 bytes of RAM, slots 2 and 3 nothing.
     h.reset();
-    h.configure_at(CMDQ_RAM, 2, RAM_SIZE - 32, 2);
+    h.configure_at(CMDQ_RAM, 2, RAM_SIZE - 64, 2);
     assert_eq!(h.enable(), QHCA_STATUS_READY);
+    h.nop();
     h.nop();
     let c = h.cmd(QHCA_CMD_NOP);
     h.post(&c);
-    assert!(h.poll(|h| h.status() & QHCA_STATUS_FATAL != 0), "EQ slot 1 beyond RAM must be fatal");
+    assert!(h.poll(|h| h.status() & QHCA_STATUS_FATAL != 0), "EQ slot 2 beyond RAM must be fatal");
     assert_eq!(h.reg(QHCA_REG_FATAL_SYNDROME), QHCA_FATAL_EQ_DMA);
-    assert_eq!(h.eq_pi(), 1);
+    assert_eq!(h.eq_pi(), 2);
     h.bring_up(2, 2);
     h.nop();
 }
@@ -493,4 +494,46 @@ fn dma_into_the_devices_own_bars_does_not_hurt_qemu() {
         h.bring_up(2, 2);
         h.nop();
     }
+}
+
+#[test]
+fn dma_without_bus_mastering_fails_cleanly() {
+    use qhca_qtest::pci::{cfg_read16, cfg_write16, PCI_COMMAND, PCI_COMMAND_MASTER};
+    // A driver that forgot pci_set_master(): the device cannot read its command ring.
+    let mut h = Hca::start("");
+    h.bring_up(2, 2);
+    let d = h.dev;
+    let cmd = cfg_read16(&mut h.qt, d, PCI_COMMAND);
+    cfg_write16(&mut h.qt, d, PCI_COMMAND, cmd & !PCI_COMMAND_MASTER);
+    let c = h.cmd(QHCA_CMD_NOP);
+    h.post(&c);
+    assert!(h.poll(|h| h.status() & QHCA_STATUS_FATAL != 0), "command fetch without bus mastering must fail");
+    assert_eq!(h.reg(QHCA_REG_FATAL_SYNDROME), QHCA_FATAL_CMDQ_DMA);
+    assert_eq!(h.eq_pi(), 0);
+    h.alive();
+    cfg_write16(&mut h.qt, d, PCI_COMMAND, cmd);
+    h.bring_up(2, 2);
+    h.nop();
+}
+
+#[test]
+fn disable_stops_commands_stalled_on_a_full_eq() {
+    let mut h = Hca::start("");
+    h.bring_up(3, 1); // 2-entry EQ
+    let cmds: Vec<_> = (0..4).map(|_| h.cmd(QHCA_CMD_NOP)).collect();
+    h.post_batch(&cmds);
+    h.wait_events(2);
+    // Two commands are stalled behind the full EQ. Disable, then free EQ space.
+    h.set_reg(QHCA_REG_CTRL, 0);
+    assert_eq!(h.status() & QHCA_STATUS_READY, 0, "CTRL.ENABLE cleared: not READY");
+    h.completion_of(&cmds[0]);
+    h.completion_of(&cmds[1]);
+    h.settle();
+    assert_eq!(h.eq_pi(), 2, "a disabled device posts no more events");
+    counts_guest_errors(&mut h, 1, "CMDQ_PI while disabled", |h| h.ring(5));
+    // The queue registers are writable again, and a full re-initialisation works.
+    h.configure(2, 2);
+    assert_eq!(h.reg(QHCA_REG_CMDQ_LOG_SIZE), 2);
+    h.bring_up(2, 2);
+    h.nop();
 }

@@ -45,6 +45,11 @@ fn max_queue_log_too_big() {
 }
 
 #[test]
+fn node_guid_zero() {
+    refuses("node-guid=0", "node-guid");
+}
+
+#[test]
 fn limits_are_accepted() {
     // The extremes of both ranges realize and work.
     let mut h = Hca::start("num-uars=1,max-queue-log=1");
