@@ -65,6 +65,9 @@ pub struct Counters {
 }
 
 /// One qhca function behind a qtest-driven QEMU, with the test acting as its driver.
+///
+/// A machine may hold several functions ([`Hca::start_multi`]); the fields describe the
+/// selected one and [`Hca::select`] switches.
 pub struct Hca {
     pub qt: Qtest,
     pub dev: Bdf,
@@ -84,6 +87,35 @@ pub struct Hca {
     /// Driver's event consumer index (free-running).
     pub eq_ci: u32,
     next_token: u32,
+    /// The functions not selected, by index (`None` at the selected one's index).
+    others: Vec<Option<Unit>>,
+    selected: usize,
+}
+
+/// The per-function part of [`Hca`], parked while another function is selected.
+struct Unit {
+    dev: Bdf,
+    bars: Vec<BarInfo>,
+    regs: u64,
+    uar: u64,
+    uar_size: u64,
+    msix: Msix,
+    cmdq_base: u64,
+    cmdq_log: u32,
+    eq_base: u64,
+    eq_log: u32,
+    cmd_pi: u32,
+    eq_ci: u32,
+}
+
+fn probe_unit(qt: &mut Qtest, alloc: &mut pci::BarAllocator, dev: Bdf) -> Unit {
+    let bars = pci::probe_bars(qt, dev);
+    let addrs = alloc.assign_and_enable(qt, dev, &bars);
+    let regs = addrs[QHCA_BAR_REGS as usize].expect("BAR0 (registers) not implemented");
+    let uar = addrs[QHCA_BAR_UAR as usize].expect("BAR2 (doorbells) not implemented");
+    let uar_size = bars.iter().find(|b| b.index == QHCA_BAR_UAR as usize).unwrap().size;
+    let msix = Msix::probe(qt, dev, &addrs).expect("no usable MSI-X capability");
+    Unit { dev, bars, regs, uar, uar_size, msix, cmdq_base: 0, cmdq_log: 0, eq_base: 0, eq_log: 0, cmd_pi: 0, eq_ci: 0 }
 }
 
 impl Hca {
@@ -95,26 +127,39 @@ impl Hca {
 
     /// As [`Hca::start`], with extra QEMU arguments.
     pub fn start_with(props: &str, extra: &[&str]) -> Hca {
-        let device = if props.is_empty() { "qhca".to_string() } else { format!("qhca,{props}") };
-        let mut args = vec!["-device", device.as_str()];
+        Self::start_multi(&[props], extra)
+    }
+
+    /// One `-device qhca[,props]` per entry; the first function (in slot order) is selected.
+    pub fn start_multi(props: &[&str], extra: &[&str]) -> Hca {
+        let devices: Vec<String> =
+            props.iter().map(|p| if p.is_empty() { "qhca".to_string() } else { format!("qhca,{p}") }).collect();
+        let mut args: Vec<&str> = Vec::new();
+        for d in &devices {
+            args.extend_from_slice(&["-device", d.as_str()]);
+        }
         args.extend_from_slice(extra);
         let mut qt = Qtest::start(&args);
-        let dev = pci::find(&mut qt, QHCA_PCI_VENDOR_ID as u16, QHCA_PCI_DEVICE_ID as u16)
-            .unwrap_or_else(|| panic!("no {:04x}:{:04x} on bus 0; stderr:\n{}", QHCA_PCI_VENDOR_ID, QHCA_PCI_DEVICE_ID, qt.stderr()));
-        let bars = pci::probe_bars(&mut qt, dev);
-        let addrs = pci::assign_and_enable(&mut qt, dev, &bars);
-        let regs = addrs[QHCA_BAR_REGS as usize].expect("BAR0 (registers) not implemented");
-        let uar = addrs[QHCA_BAR_UAR as usize].expect("BAR2 (doorbells) not implemented");
-        let uar_size = bars.iter().find(|b| b.index == QHCA_BAR_UAR as usize).unwrap().size;
-        let msix = Msix::probe(&mut qt, dev, &addrs).expect("no usable MSI-X capability");
+        let found = pci::find_all(&mut qt, QHCA_PCI_VENDOR_ID as u16, QHCA_PCI_DEVICE_ID as u16);
+        assert_eq!(
+            found.len(),
+            props.len(),
+            "{:04x}:{:04x} functions on bus 0: {found:?}; stderr:\n{}",
+            QHCA_PCI_VENDOR_ID,
+            QHCA_PCI_DEVICE_ID,
+            qt.stderr()
+        );
+        let mut alloc = pci::BarAllocator::default();
+        let mut units: Vec<Option<Unit>> = found.iter().map(|&d| Some(probe_unit(&mut qt, &mut alloc, d))).collect();
+        let u = units[0].take().unwrap();
         Hca {
             qt,
-            dev,
-            bars,
-            regs,
-            uar,
-            uar_size,
-            msix,
+            dev: u.dev,
+            bars: u.bars,
+            regs: u.regs,
+            uar: u.uar,
+            uar_size: u.uar_size,
+            msix: u.msix,
             cmdq_base: 0,
             cmdq_log: 0,
             eq_base: 0,
@@ -122,7 +167,38 @@ impl Hca {
             cmd_pi: 0,
             eq_ci: 0,
             next_token: 0x7e57_0000,
+            others: units,
+            selected: 0,
         }
+    }
+
+    /// How many qhca functions the machine has.
+    pub fn count(&self) -> usize {
+        self.others.len()
+    }
+
+    /// Makes function `i` (slot order) the one every other method talks to.
+    pub fn select(&mut self, i: usize) {
+        if i == self.selected {
+            return;
+        }
+        let incoming = self.others[i].take().expect("function index out of range");
+        let outgoing = Unit {
+            dev: std::mem::replace(&mut self.dev, incoming.dev),
+            bars: std::mem::replace(&mut self.bars, incoming.bars),
+            regs: std::mem::replace(&mut self.regs, incoming.regs),
+            uar: std::mem::replace(&mut self.uar, incoming.uar),
+            uar_size: std::mem::replace(&mut self.uar_size, incoming.uar_size),
+            msix: std::mem::replace(&mut self.msix, incoming.msix),
+            cmdq_base: std::mem::replace(&mut self.cmdq_base, incoming.cmdq_base),
+            cmdq_log: std::mem::replace(&mut self.cmdq_log, incoming.cmdq_log),
+            eq_base: std::mem::replace(&mut self.eq_base, incoming.eq_base),
+            eq_log: std::mem::replace(&mut self.eq_log, incoming.eq_log),
+            cmd_pi: std::mem::replace(&mut self.cmd_pi, incoming.cmd_pi),
+            eq_ci: std::mem::replace(&mut self.eq_ci, incoming.eq_ci),
+        };
+        self.others[self.selected] = Some(outgoing);
+        self.selected = i;
     }
 
     // ---------------------------------------------------------------- registers
@@ -216,12 +292,17 @@ impl Hca {
         self.status()
     }
 
-    /// Reset, program both rings, enable; asserts READY and a clean state.
+    /// Reset, program both rings at the standard addresses, enable; asserts READY.
     pub fn bring_up(&mut self, cmdq_log: u32, eq_log: u32) {
+        self.bring_up_at(CMDQ_RAM, cmdq_log, EQ_RAM, eq_log);
+    }
+
+    /// Reset, program both rings, enable; asserts READY and a clean state.
+    pub fn bring_up_at(&mut self, cmdq_base: u64, cmdq_log: u32, eq_base: u64, eq_log: u32) {
         self.reset();
         let st = self.status();
         assert_eq!(st, 0, "STATUS after RESET");
-        self.configure(cmdq_log, eq_log);
+        self.configure_at(cmdq_base, cmdq_log, eq_base, eq_log);
         let st = self.enable();
         assert_eq!(st, QHCA_STATUS_READY, "STATUS after ENABLE with cmdq_log {cmdq_log}, eq_log {eq_log}");
     }

@@ -89,8 +89,9 @@ pub fn cfg_write8(qt: &mut Qtest, d: Bdf, off: u8, v: u8) {
     qt.outb(CONFIG_DATA + (off as u16 & 3), v);
 }
 
-/// Finds the first function on bus 0 with this vendor and device ID.
-pub fn find(qt: &mut Qtest, vendor: u16, device: u16) -> Option<Bdf> {
+/// Every function on bus 0 with this vendor and device ID, in slot order.
+pub fn find_all(qt: &mut Qtest, vendor: u16, device: u16) -> Vec<Bdf> {
+    let mut found = Vec::new();
     for dev in 0..32u8 {
         for func in 0..8u8 {
             let d = Bdf { bus: 0, devfn: dev << 3 | func };
@@ -102,14 +103,19 @@ pub fn find(qt: &mut Qtest, vendor: u16, device: u16) -> Option<Bdf> {
                 continue;
             }
             if id == (device as u32) << 16 | vendor as u32 {
-                return Some(d);
+                found.push(d);
             }
             if func == 0 && cfg_read8(qt, d, PCI_HEADER_TYPE) & 0x80 == 0 {
                 break;
             }
         }
     }
-    None
+    found
+}
+
+/// The first function on bus 0 with this vendor and device ID.
+pub fn find(qt: &mut Qtest, vendor: u16, device: u16) -> Option<Bdf> {
+    find_all(qt, vendor, device).into_iter().next()
 }
 
 /// What a BAR register says about itself.
@@ -183,24 +189,42 @@ pub fn bar_addr(qt: &mut Qtest, d: Bdf, bar: &BarInfo) -> u64 {
     a
 }
 
-/// Assigns every memory BAR a naturally aligned address (32-bit BARs in the PCI hole from
-/// [`MMIO32_BASE`], 64-bit ones from [`MMIO64_BASE`]) and turns on memory decoding and bus
-/// mastering. Returns the address of each BAR by register number.
-pub fn assign_and_enable(qt: &mut Qtest, d: Bdf, bars: &[BarInfo]) -> [Option<u64>; 6] {
-    let mut next32 = MMIO32_BASE;
-    let mut next64 = MMIO64_BASE;
-    let mut addrs = [None; 6];
-    for b in bars.iter().filter(|b| !b.io) {
-        let next = if b.is_64 { &mut next64 } else { &mut next32 };
-        let size = b.size.max(0x1000);
-        let addr = next.div_ceil(size) * size;
-        *next = addr + size;
-        set_bar(qt, d, b, addr);
-        addrs[b.index] = Some(addr);
+/// Hands out naturally aligned BAR addresses: 32-bit BARs in the PCI hole from [`MMIO32_BASE`],
+/// 64-bit ones from [`MMIO64_BASE`]. One allocator serves every device of a machine.
+#[derive(Clone, Copy, Debug)]
+pub struct BarAllocator {
+    pub next32: u64,
+    pub next64: u64,
+}
+
+impl Default for BarAllocator {
+    fn default() -> Self {
+        BarAllocator { next32: MMIO32_BASE, next64: MMIO64_BASE }
     }
-    let cmd = cfg_read16(qt, d, PCI_COMMAND);
-    cfg_write16(qt, d, PCI_COMMAND, cmd | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
-    addrs
+}
+
+impl BarAllocator {
+    /// Assigns every memory BAR of `d` and turns on memory decoding and bus mastering.
+    /// Returns the address of each BAR by register number.
+    pub fn assign_and_enable(&mut self, qt: &mut Qtest, d: Bdf, bars: &[BarInfo]) -> [Option<u64>; 6] {
+        let mut addrs = [None; 6];
+        for b in bars.iter().filter(|b| !b.io) {
+            let next = if b.is_64 { &mut self.next64 } else { &mut self.next32 };
+            let size = b.size.max(0x1000);
+            let addr = next.div_ceil(size) * size;
+            *next = addr + size;
+            set_bar(qt, d, b, addr);
+            addrs[b.index] = Some(addr);
+        }
+        let cmd = cfg_read16(qt, d, PCI_COMMAND);
+        cfg_write16(qt, d, PCI_COMMAND, cmd | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
+        addrs
+    }
+}
+
+/// [`BarAllocator::assign_and_enable`] for a machine's only device.
+pub fn assign_and_enable(qt: &mut Qtest, d: Bdf, bars: &[BarInfo]) -> [Option<u64>; 6] {
+    BarAllocator::default().assign_and_enable(qt, d, bars)
 }
 
 /// Finds a capability by ID in the standard capability list.

@@ -231,6 +231,12 @@ fn reset_clears_everything() {
     assert_eq!(h.status(), 0, "not READY after RESET");
     assert_eq!(h.counters(), Counters::default(), "counters cleared by RESET");
     for (name, off) in [
+        ("CMDQ_BASE_LO", QHCA_REG_CMDQ_BASE_LO),
+        ("CMDQ_BASE_HI", QHCA_REG_CMDQ_BASE_HI),
+        ("CMDQ_LOG_SIZE", QHCA_REG_CMDQ_LOG_SIZE),
+        ("EQ_BASE_LO", QHCA_REG_EQ_BASE_LO),
+        ("EQ_BASE_HI", QHCA_REG_EQ_BASE_HI),
+        ("EQ_LOG_SIZE", QHCA_REG_EQ_LOG_SIZE),
         ("CMDQ_CI", QHCA_REG_CMDQ_CI),
         ("EQ_PI", QHCA_REG_EQ_PI),
         ("EQ_CI", QHCA_REG_EQ_CI),

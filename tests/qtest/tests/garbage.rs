@@ -537,3 +537,22 @@ fn disable_stops_commands_stalled_on_a_full_eq() {
     h.bring_up(2, 2);
     h.nop();
 }
+
+#[test]
+fn undefined_control_bits_are_rejected() {
+    let mut h = Hca::start("");
+    h.configure(2, 2);
+    // Valid queues are programmed, so an accepted ENABLE would show as READY.
+    for v in [0x4u32, 0x5, 0x8000_0001, 0xffff_fffd] {
+        counts_guest_errors(&mut h, 1, &format!("CTRL {v:#x}"), |h| h.set_reg(QHCA_REG_CTRL, v));
+        assert_eq!(h.status(), 0, "CTRL {v:#x} with undefined bits must be ignored whole");
+        assert_eq!(h.reg(QHCA_REG_CTRL), 0);
+    }
+    assert_eq!(h.reg(QHCA_REG_CMDQ_LOG_SIZE), 2, "CTRL 0xfffffffd did not reset");
+    for v in [0x2u32, 0x3, 0x8000_0000] {
+        counts_guest_errors(&mut h, 1, &format!("INTR_CTRL {v:#x}"), |h| h.set_reg(QHCA_REG_INTR_CTRL, v));
+        assert_eq!(h.reg(QHCA_REG_INTR_CTRL), 0, "INTR_CTRL {v:#x} with undefined bits must be ignored whole");
+    }
+    assert_eq!(h.enable(), QHCA_STATUS_READY);
+    h.nop();
+}

@@ -135,3 +135,57 @@ fn reset_state_of_every_register() {
     assert_eq!(h.reg(QHCA_REG_INTR_CTRL), QHCA_INTR_EQ_ENABLE);
     assert_eq!(h.guest_errors(), 0, "legal writes are not errors");
 }
+
+#[test]
+fn two_devices_are_independent() {
+    use qhca_qtest::hca::*;
+    let mut h = Hca::start_multi(&["num-uars=4,node-guid=0x1111", "num-uars=8,node-guid=0x2222"], &[]);
+    assert_eq!(h.count(), 2);
+    let db = qhca_uapi::db::DbWord::new(qhca_uapi::db::DbType::Sq, 1, 1).raw();
+    // Function 0 on the standard rings, function 1 on rings of its own.
+    h.select(0);
+    assert_eq!(h.reg(QHCA_REG_NUM_UARS), 4);
+    h.bring_up(2, 2);
+    h.select(1);
+    assert_eq!(h.reg(QHCA_REG_NUM_UARS), 8);
+    assert_ne!(h.regs, 0);
+    h.bring_up_at(SCRATCH_RAM, 2, SCRATCH_RAM + 0x1_0000, 2);
+    for (i, guid) in [(0usize, 0x1111u64), (1, 0x2222)] {
+        h.select(i);
+        assert_eq!(h.alloc_uar(), (QHCA_CMD_OK, 0), "function {i}: its own UAR table");
+        assert_eq!(h.query_device(OUT_RAM, 128), QHCA_CMD_OK);
+        let a = qhca_qtest::wire::decode_attr(&h.qt.memread(OUT_RAM, 128));
+        assert_eq!(a.node_guid, guid, "function {i}");
+    }
+    // Errors and doorbells count on the function that saw them.
+    h.select(1);
+    h.set_reg(QHCA_REG_MAGIC, 0);
+    h.doorbell(0, db);
+    assert_eq!((h.guest_errors(), h.reg(QHCA_REG_DB_VIOLATIONS)), (1, 1));
+    h.select(0);
+    assert_eq!(h.counters(), Counters::default(), "function 0 untouched by function 1's errors");
+    // A reset of function 1 leaves function 0 running with its UAR still allocated.
+    h.select(1);
+    h.reset();
+    h.select(0);
+    assert_eq!(h.status(), QHCA_STATUS_READY);
+    assert_eq!(h.alloc_uar(), (QHCA_CMD_OK, 1));
+    h.select(1);
+    assert_eq!(h.status(), 0);
+    h.bring_up_at(SCRATCH_RAM, 2, SCRATCH_RAM + 0x1_0000, 2);
+    assert_eq!(h.alloc_uar(), (QHCA_CMD_OK, 0), "function 1's RESET freed its UARs");
+}
+
+#[test]
+fn works_on_a_conventional_pci_machine() {
+    // i440fx: no PCIe, the device sits on a plain PCI bus.
+    use qhca_qtest::hca::*;
+    let mut h = Hca::start_with("", &["-M", "pc"]);
+    assert_eq!(h.reg(QHCA_REG_MAGIC), QHCA_MAGIC);
+    h.bring_up(2, 2);
+    h.setup_msix(false);
+    h.set_reg(QHCA_REG_INTR_CTRL, QHCA_INTR_EQ_ENABLE);
+    h.nop();
+    assert!(h.poll(|h| h.take_msi()), "MSI-X on i440fx");
+    assert_eq!(h.alloc_uar(), (QHCA_CMD_OK, 0));
+}
