@@ -113,9 +113,26 @@ fn probe_unit(qt: &mut Qtest, alloc: &mut pci::BarAllocator, dev: Bdf) -> Unit {
     let addrs = alloc.assign_and_enable(qt, dev, &bars);
     let regs = addrs[QHCA_BAR_REGS as usize].expect("BAR0 (registers) not implemented");
     let uar = addrs[QHCA_BAR_UAR as usize].expect("BAR2 (doorbells) not implemented");
-    let uar_size = bars.iter().find(|b| b.index == QHCA_BAR_UAR as usize).unwrap().size;
+    let uar_size = bars
+        .iter()
+        .find(|b| b.index == QHCA_BAR_UAR as usize)
+        .unwrap()
+        .size;
     let msix = Msix::probe(qt, dev, &addrs).expect("no usable MSI-X capability");
-    Unit { dev, bars, regs, uar, uar_size, msix, cmdq_base: 0, cmdq_log: 0, eq_base: 0, eq_log: 0, cmd_pi: 0, eq_ci: 0 }
+    Unit {
+        dev,
+        bars,
+        regs,
+        uar,
+        uar_size,
+        msix,
+        cmdq_base: 0,
+        cmdq_log: 0,
+        eq_base: 0,
+        eq_log: 0,
+        cmd_pi: 0,
+        eq_ci: 0,
+    }
 }
 
 impl Hca {
@@ -132,15 +149,27 @@ impl Hca {
 
     /// One `-device qhca[,props]` per entry; the first function (in slot order) is selected.
     pub fn start_multi(props: &[&str], extra: &[&str]) -> Hca {
-        let devices: Vec<String> =
-            props.iter().map(|p| if p.is_empty() { "qhca".to_string() } else { format!("qhca,{p}") }).collect();
+        let devices: Vec<String> = props
+            .iter()
+            .map(|p| {
+                if p.is_empty() {
+                    "qhca".to_string()
+                } else {
+                    format!("qhca,{p}")
+                }
+            })
+            .collect();
         let mut args: Vec<&str> = Vec::new();
         for d in &devices {
             args.extend_from_slice(&["-device", d.as_str()]);
         }
         args.extend_from_slice(extra);
         let mut qt = Qtest::start(&args);
-        let found = pci::find_all(&mut qt, QHCA_PCI_VENDOR_ID as u16, QHCA_PCI_DEVICE_ID as u16);
+        let found = pci::find_all(
+            &mut qt,
+            QHCA_PCI_VENDOR_ID as u16,
+            QHCA_PCI_DEVICE_ID as u16,
+        );
         assert_eq!(
             found.len(),
             props.len(),
@@ -150,7 +179,10 @@ impl Hca {
             qt.stderr()
         );
         let mut alloc = pci::BarAllocator::default();
-        let mut units: Vec<Option<Unit>> = found.iter().map(|&d| Some(probe_unit(&mut qt, &mut alloc, d))).collect();
+        let mut units: Vec<Option<Unit>> = found
+            .iter()
+            .map(|&d| Some(probe_unit(&mut qt, &mut alloc, d)))
+            .collect();
         let u = units[0].take().unwrap();
         Hca {
             qt,
@@ -231,7 +263,10 @@ impl Hca {
     /// QEMU is alive and the device still answers with its magic.
     pub fn alive(&mut self) {
         let m = self.reg(QHCA_REG_MAGIC);
-        assert_eq!(m, QHCA_MAGIC, "MAGIC reads {m:#x}: device or QEMU in a bad state");
+        assert_eq!(
+            m, QHCA_MAGIC,
+            "MAGIC reads {m:#x}: device or QEMU in a bad state"
+        );
     }
 
     /// Lets the device run for a few steps (bottom halves, timers).
@@ -304,7 +339,10 @@ impl Hca {
         assert_eq!(st, 0, "STATUS after RESET");
         self.configure_at(cmdq_base, cmdq_log, eq_base, eq_log);
         let st = self.enable();
-        assert_eq!(st, QHCA_STATUS_READY, "STATUS after ENABLE with cmdq_log {cmdq_log}, eq_log {eq_log}");
+        assert_eq!(
+            st, QHCA_STATUS_READY,
+            "STATUS after ENABLE with cmdq_log {cmdq_log}, eq_log {eq_log}"
+        );
     }
 
     // ---------------------------------------------------------------- commands
@@ -324,7 +362,10 @@ impl Hca {
     /// Writes a command into ring slot `idx & mask`.
     pub fn write_cmd(&mut self, idx: u32, c: &qhca_cmd) {
         let slot = (idx & ((1u32 << self.cmdq_log) - 1)) as u64;
-        self.qt.memwrite(self.cmdq_base + slot * CMD_SIZE as u64, &wire::encode_cmd(c));
+        self.qt.memwrite(
+            self.cmdq_base + slot * CMD_SIZE as u64,
+            &wire::encode_cmd(c),
+        );
     }
 
     /// Publishes a producer index.
@@ -368,14 +409,21 @@ impl Hca {
             "EQ_PI {:#x} is {avail} ahead of EQ_CI {ci:#x}, more than the {entries} entries",
             ci.wrapping_add(avail)
         );
-        assert!(ok, "waited for {n} event(s) after EQ_CI {ci}; EQ_PI only {}; STATUS {:#x}", ci.wrapping_add(avail), self.status());
+        assert!(
+            ok,
+            "waited for {n} event(s) after EQ_CI {ci}; EQ_PI only {}; STATUS {:#x}",
+            ci.wrapping_add(avail),
+            self.status()
+        );
         avail
     }
 
     /// Reads event slot `idx & mask` without consuming it.
     pub fn peek_eqe(&mut self, idx: u32) -> qhca_eqe {
         let slot = (idx & ((1u32 << self.eq_log) - 1)) as u64;
-        let b = self.qt.memread(self.eq_base + slot * EQE_SIZE as u64, EQE_SIZE);
+        let b = self
+            .qt
+            .memread(self.eq_base + slot * EQE_SIZE as u64, EQE_SIZE);
         wire::decode_eqe(&b)
     }
 
@@ -391,8 +439,17 @@ impl Hca {
         let idx = self.eq_ci;
         let e = self.peek_eqe(idx);
         let want = self.expected_owner(idx);
-        assert_eq!(e.owner & QHCA_EQE_OWNER as u8, want, "owner bit of EQE {idx} (eq_log {}): {e:?}", self.eq_log);
-        assert_eq!(e.owner & !(QHCA_EQE_OWNER as u8), 0, "EQE {idx}: reserved bits of owner byte set: {e:?}");
+        assert_eq!(
+            e.owner & QHCA_EQE_OWNER as u8,
+            want,
+            "owner bit of EQE {idx} (eq_log {}): {e:?}",
+            self.eq_log
+        );
+        assert_eq!(
+            e.owner & !(QHCA_EQE_OWNER as u8),
+            0,
+            "EQE {idx}: reserved bits of owner byte set: {e:?}"
+        );
         assert_eq!(e.rsvd0, 0, "EQE {idx}: rsvd0 {e:?}");
         assert_eq!(e.rsvd1, [0; 7], "EQE {idx}: rsvd1 {e:?}");
         self.eq_ci = idx.wrapping_add(1);
@@ -403,8 +460,14 @@ impl Hca {
     /// Consumes the next event and checks it completes command `c`.
     pub fn completion_of(&mut self, c: &qhca_cmd) -> qhca_eqe {
         let e = self.next_eqe();
-        assert_eq!(e.type_ as u32, QHCA_EQE_CMD_DONE, "event type for command {c:?}: {e:?}");
-        assert_eq!(e.token, c.token, "completion token for command {c:?}: {e:?}");
+        assert_eq!(
+            e.type_ as u32, QHCA_EQE_CMD_DONE,
+            "event type for command {c:?}: {e:?}"
+        );
+        assert_eq!(
+            e.token, c.token,
+            "completion token for command {c:?}: {e:?}"
+        );
         e
     }
 
@@ -464,7 +527,10 @@ impl Hca {
 
     /// One aligned 64-bit doorbell store to page `page`.
     pub fn doorbell(&mut self, page: u32, value: u64) {
-        self.qt.writeq(self.uar + ((page as u64) << QHCA_UAR_PAGE_SHIFT) + QHCA_DB_OFFSET as u64, value);
+        self.qt.writeq(
+            self.uar + ((page as u64) << QHCA_UAR_PAGE_SHIFT) + QHCA_DB_OFFSET as u64,
+            value,
+        );
     }
 
     /// Points vector 0 at [`MSI_RAM`] with [`MSI_DATA`], clears that word, sets the vector's

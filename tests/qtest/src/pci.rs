@@ -94,7 +94,10 @@ pub fn find_all(qt: &mut Qtest, vendor: u16, device: u16) -> Vec<Bdf> {
     let mut found = Vec::new();
     for dev in 0..32u8 {
         for func in 0..8u8 {
-            let d = Bdf { bus: 0, devfn: dev << 3 | func };
+            let d = Bdf {
+                bus: 0,
+                devfn: dev << 3 | func,
+            };
             let id = cfg_read32(qt, d, PCI_VENDOR_ID);
             if id & 0xffff == 0xffff {
                 if func == 0 {
@@ -147,7 +150,13 @@ pub fn probe_bars(qt: &mut Qtest, d: Bdf) -> Vec<BarInfo> {
         }
         if lo & PCI_BASE_ADDRESS_SPACE_IO != 0 {
             let mask = (lo & !0x3) as u64 | 0xffff_0000;
-            bars.push(BarInfo { index: i, io: true, is_64: false, prefetch: false, size: (!mask & 0xffff_ffff) + 1 });
+            bars.push(BarInfo {
+                index: i,
+                io: true,
+                is_64: false,
+                prefetch: false,
+                size: (!mask & 0xffff_ffff) + 1,
+            });
             i += 1;
             continue;
         }
@@ -164,7 +173,13 @@ pub fn probe_bars(qt: &mut Qtest, d: Bdf) -> Vec<BarInfo> {
         } else {
             mask |= 0xffff_ffff_0000_0000;
         }
-        bars.push(BarInfo { index: i, io: false, is_64, prefetch, size: (!mask).wrapping_add(1) });
+        bars.push(BarInfo {
+            index: i,
+            io: false,
+            is_64,
+            prefetch,
+            size: (!mask).wrapping_add(1),
+        });
         i += if is_64 { 2 } else { 1 };
     }
     bars
@@ -199,17 +214,29 @@ pub struct BarAllocator {
 
 impl Default for BarAllocator {
     fn default() -> Self {
-        BarAllocator { next32: MMIO32_BASE, next64: MMIO64_BASE }
+        BarAllocator {
+            next32: MMIO32_BASE,
+            next64: MMIO64_BASE,
+        }
     }
 }
 
 impl BarAllocator {
     /// Assigns every memory BAR of `d` and turns on memory decoding and bus mastering.
     /// Returns the address of each BAR by register number.
-    pub fn assign_and_enable(&mut self, qt: &mut Qtest, d: Bdf, bars: &[BarInfo]) -> [Option<u64>; 6] {
+    pub fn assign_and_enable(
+        &mut self,
+        qt: &mut Qtest,
+        d: Bdf,
+        bars: &[BarInfo],
+    ) -> [Option<u64>; 6] {
         let mut addrs = [None; 6];
         for b in bars.iter().filter(|b| !b.io) {
-            let next = if b.is_64 { &mut self.next64 } else { &mut self.next32 };
+            let next = if b.is_64 {
+                &mut self.next64
+            } else {
+                &mut self.next32
+            };
             let size = b.size.max(0x1000);
             let addr = next.div_ceil(size) * size;
             *next = addr + size;
@@ -217,7 +244,12 @@ impl BarAllocator {
             addrs[b.index] = Some(addr);
         }
         let cmd = cfg_read16(qt, d, PCI_COMMAND);
-        cfg_write16(qt, d, PCI_COMMAND, cmd | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
+        cfg_write16(
+            qt,
+            d,
+            PCI_COMMAND,
+            cmd | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER,
+        );
         addrs
     }
 }
@@ -297,7 +329,11 @@ impl Msix {
     }
 
     fn entry(&self, vector: u16) -> u64 {
-        assert!(vector < self.entries, "MSI-X vector {vector} out of {}", self.entries);
+        assert!(
+            vector < self.entries,
+            "MSI-X vector {vector} out of {}",
+            self.entries
+        );
         self.table + vector as u64 * PCI_MSIX_ENTRY_SIZE
     }
 
@@ -314,7 +350,11 @@ impl Msix {
     pub fn set_masked(&self, qt: &mut Qtest, vector: u16, masked: bool) {
         let e = self.entry(vector) + PCI_MSIX_ENTRY_VECTOR_CTRL;
         let c = qt.readl(e);
-        let c = if masked { c | PCI_MSIX_ENTRY_CTRL_MASKBIT } else { c & !PCI_MSIX_ENTRY_CTRL_MASKBIT };
+        let c = if masked {
+            c | PCI_MSIX_ENTRY_CTRL_MASKBIT
+        } else {
+            c & !PCI_MSIX_ENTRY_CTRL_MASKBIT
+        };
         qt.writel(e, c);
     }
 

@@ -51,9 +51,23 @@ pub fn qemu_binary() -> PathBuf {
 /// `-trace qhca_*` when debugging a failure.
 pub fn base_args() -> Vec<String> {
     let mut args: Vec<String> = [
-        "-M", "q35", "-accel", "qtest", "-nodefaults", "-display", "none", "-m", "128M",
-        "-L", "/usr/share/qemu", "-L", "/usr/share/seabios",
-        "-qtest", "stdio", "-qtest-log", "/dev/null",
+        "-M",
+        "q35",
+        "-accel",
+        "qtest",
+        "-nodefaults",
+        "-display",
+        "none",
+        "-m",
+        "128M",
+        "-L",
+        "/usr/share/qemu",
+        "-L",
+        "/usr/share/seabios",
+        "-qtest",
+        "stdio",
+        "-qtest-log",
+        "/dev/null",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -109,7 +123,11 @@ pub fn run_to_exit(extra: &[&str]) -> Result<Exited, String> {
             thread::sleep(Duration::from_millis(50));
             let stdout = String::from_utf8_lossy(&out.lock().unwrap()).into_owned();
             let stderr = String::from_utf8_lossy(&err.lock().unwrap()).into_owned();
-            return Ok(Exited { status, stdout, stderr });
+            return Ok(Exited {
+                status,
+                stdout,
+                stderr,
+            });
         }
         if t0.elapsed() > EXIT_TIMEOUT {
             let _ = child.kill();
@@ -183,7 +201,11 @@ impl Qtest {
             history: VecDeque::new(),
             verbose: std::env::var_os("QHCA_QTEST_LOG").is_some_and(|v| v != "0"),
             trace: std::env::var_os("QHCA_QTEST_TRACE_FILE").map(|p| {
-                std::fs::OpenOptions::new().create(true).append(true).open(&p).expect("QHCA_QTEST_TRACE_FILE")
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&p)
+                    .expect("QHCA_QTEST_TRACE_FILE")
             }),
             sent: 0,
             args,
@@ -243,7 +265,10 @@ impl Qtest {
         let Some(stdin) = self.stdin.as_mut() else {
             return Err("qtest channel closed".into());
         };
-        if let Err(e) = stdin.write_all(format!("{line}\n").as_bytes()).and_then(|_| stdin.flush()) {
+        if let Err(e) = stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|_| stdin.flush())
+        {
             return Err(format!("cannot send to QEMU: {e}"));
         }
         let deadline = Instant::now() + REPLY_TIMEOUT;
@@ -291,7 +316,8 @@ impl Qtest {
     fn cmd_hex(&mut self, line: &str) -> u64 {
         let r = self.cmd(line);
         let h = r.strip_prefix("0x").unwrap_or(&r);
-        u64::from_str_radix(h, 16).unwrap_or_else(|_| self.die(&format!("`{line}`: bad value `{r}`")))
+        u64::from_str_radix(h, 16)
+            .unwrap_or_else(|_| self.die(&format!("`{line}`: bad value `{r}`")))
     }
 
     pub fn readb(&mut self, addr: u64) -> u8 {
@@ -343,7 +369,10 @@ impl Qtest {
         let r = self.cmd(&format!("read {addr:#x} {len:#x}"));
         let h = r.strip_prefix("0x").unwrap_or(&r);
         if h.len() != 2 * len {
-            self.die(&format!("read {addr:#x} {len}: reply has {} hex digits", h.len()));
+            self.die(&format!(
+                "read {addr:#x} {len}: reply has {} hex digits",
+                h.len()
+            ));
         }
         (0..len)
             .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).expect("hex byte"))

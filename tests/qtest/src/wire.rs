@@ -46,7 +46,11 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 
 /// A command with every field zero but the opcode and token.
 pub fn cmd(opcode: u32, token: u32) -> qhca_cmd {
-    qhca_cmd { opcode: opcode as u16, token, ..Default::default() }
+    qhca_cmd {
+        opcode: opcode as u16,
+        token,
+        ..Default::default()
+    }
 }
 
 pub fn encode_cmd(c: &qhca_cmd) -> [u8; CMD_SIZE] {
@@ -115,7 +119,12 @@ pub fn decode_attr(b: &[u8]) -> qhca_device_attr {
         rsvd0: u32_at(b, 76),
         max_mr_size: u64_at(b, 80),
         page_size_cap: u64_at(b, 88),
-        rsvd1: [u64_at(b, 96), u64_at(b, 104), u64_at(b, 112), u64_at(b, 120)],
+        rsvd1: [
+            u64_at(b, 96),
+            u64_at(b, 104),
+            u64_at(b, 112),
+            u64_at(b, 120),
+        ],
     }
 }
 
@@ -150,6 +159,9 @@ mod tests {
         b[8..16].copy_from_slice(&7u64.to_le_bytes());
         b[31] = 1;
         let e = decode_eqe(&b);
-        assert_eq!((e.type_, e.status, e.token, e.data[0], e.owner), (1, 6, 0xabcd_ef01, 7, 1));
+        assert_eq!(
+            (e.type_, e.status, e.token, e.data[0], e.owner),
+            (1, 6, 0xabcd_ef01, 7, 1)
+        );
     }
 }

@@ -16,14 +16,22 @@ fn nop_completes_with_its_token() {
     assert_eq!(e.data, [0, 0], "NOP returns no data: {e:?}");
     assert_eq!(h.reg(QHCA_REG_CMDQ_CI), 1, "CMDQ_CI after one command");
     assert_eq!(h.reg(QHCA_REG_EQ_PI), 1, "EQ_PI after one event");
-    assert_eq!(h.reg(QHCA_REG_EQ_CI), 1, "EQ_CI reads back what the driver wrote");
+    assert_eq!(
+        h.reg(QHCA_REG_EQ_CI),
+        1,
+        "EQ_CI reads back what the driver wrote"
+    );
     // Tokens are echoed whatever they are.
     for token in [0u32, 1, 0xffff_ffff, 0x8000_0000] {
         let c = wire::cmd(QHCA_CMD_NOP, token);
         let e = h.expect_status(&c, QHCA_CMD_OK);
         assert_eq!(e.token, token);
     }
-    assert_eq!(h.counters(), Counters::default(), "a clean run counts nothing");
+    assert_eq!(
+        h.counters(),
+        Counters::default(),
+        "a clean run counts nothing"
+    );
     assert_eq!(h.status(), QHCA_STATUS_READY);
 }
 
@@ -47,7 +55,10 @@ fn query_device_reports_attributes() {
     assert_eq!(a.vendor_part_id, QHCA_PCI_DEVICE_ID, "{a:?}");
     assert_eq!(a.rsvd0, 0, "{a:?}");
     assert_eq!(a.rsvd1, [0; 4], "{a:?}");
-    assert!(b[ATTR_SIZE..].iter().all(|&x| x == 0xaa), "device wrote past the 128-byte attribute struct");
+    assert!(
+        b[ATTR_SIZE..].iter().all(|&x| x == 0xaa),
+        "device wrote past the 128-byte attribute struct"
+    );
 
     // Exactly 128 bytes is enough, and the result is the same.
     h.qt.memset(OUT_RAM, 256, 0x55);
@@ -70,7 +81,12 @@ fn uar_allocation_lowest_free_and_exhaustion() {
         assert_eq!(h.alloc_uar(), (QHCA_CMD_OK, want), "ALLOC_UAR #{want}");
     }
     let (st, _) = h.alloc_uar();
-    assert_eq!(st, QHCA_CMD_NO_RESOURCES, "fifth ALLOC_UAR of 4: {}", status_name(st));
+    assert_eq!(
+        st,
+        QHCA_CMD_NO_RESOURCES,
+        "fifth ALLOC_UAR of 4: {}",
+        status_name(st)
+    );
     assert_eq!(h.free_uar(1), QHCA_CMD_OK);
     assert_eq!(h.alloc_uar(), (QHCA_CMD_OK, 1), "the freed page comes back");
     assert_eq!(h.free_uar(3), QHCA_CMD_OK);
@@ -80,7 +96,11 @@ fn uar_allocation_lowest_free_and_exhaustion() {
     assert_eq!(h.alloc_uar().0, QHCA_CMD_NO_RESOURCES);
     // Double free is an error, the page stays free once.
     assert_eq!(h.free_uar(2), QHCA_CMD_OK);
-    assert_eq!(h.free_uar(2), QHCA_CMD_BAD_RESOURCE, "FREE_UAR of a page already free");
+    assert_eq!(
+        h.free_uar(2),
+        QHCA_CMD_BAD_RESOURCE,
+        "FREE_UAR of a page already free"
+    );
     assert_eq!(h.alloc_uar(), (QHCA_CMD_OK, 2));
     assert_eq!(h.alloc_uar().0, QHCA_CMD_NO_RESOURCES);
     assert_eq!(h.status(), QHCA_STATUS_READY);
@@ -109,7 +129,11 @@ fn owner_bit_flips_on_each_pass_of_a_small_eq() {
         let raw = h.qt.memread(EQ_RAM + ((i & 1) as u64) * 32 + 31, 1)[0];
         assert_eq!(raw, e.owner);
     }
-    assert_eq!(seen, vec![1, 1, 0, 0, 1, 1, 0], "owner bits over 3.5 passes of a 2-entry EQ");
+    assert_eq!(
+        seen,
+        vec![1, 1, 0, 0, 1, 1, 0],
+        "owner bits over 3.5 passes of a 2-entry EQ"
+    );
     assert_eq!(h.reg(QHCA_REG_CMDQ_CI), 7);
     assert_eq!(h.reg(QHCA_REG_EQ_PI), 7);
     assert_eq!(h.reg(QHCA_REG_EQ_OVERFLOWS), 0);
@@ -155,11 +179,32 @@ fn batch_completes_in_order() {
 }
 
 #[test]
+fn batch_larger_than_one_bottom_half_run() {
+    // 200 commands behind one doorbell: the device runs them in several bottom-half passes
+    // (it yields to the main loop every few dozen), in order, none lost or repeated.
+    let mut h = Hca::start("");
+    h.bring_up(8, 8);
+    let cmds: Vec<_> = (0..200).map(|_| h.cmd(QHCA_CMD_NOP)).collect();
+    h.post_batch(&cmds);
+    h.wait_events(200);
+    for c in &cmds {
+        h.completion_of(c);
+    }
+    h.settle();
+    assert_eq!(h.eq_pi(), 200);
+    assert_eq!(h.reg(QHCA_REG_CMDQ_CI), 200);
+}
+
+#[test]
 fn command_ring_wraps() {
     let mut h = Hca::start("num-uars=16");
     h.bring_up(1, 3); // 2-entry command ring
     for i in 0..11u64 {
-        assert_eq!(h.alloc_uar(), (QHCA_CMD_OK, i), "ALLOC_UAR #{i} through a 2-entry ring");
+        assert_eq!(
+            h.alloc_uar(),
+            (QHCA_CMD_OK, i),
+            "ALLOC_UAR #{i} through a 2-entry ring"
+        );
         assert_eq!(h.reg(QHCA_REG_CMDQ_CI), i as u32 + 1);
     }
     // Two commands filling the ring exactly, one doorbell.
@@ -179,11 +224,17 @@ fn msix_pending_while_masked_then_delivered() {
 
     // Masked: the event sets the PBA bit and writes nothing.
     h.nop();
-    assert!(h.poll(|h| h.msix_pending()), "PBA bit for vector 0 after an event with the vector masked");
+    assert!(
+        h.poll(|h| h.msix_pending()),
+        "PBA bit for vector 0 after an event with the vector masked"
+    );
     assert!(!h.take_msi(), "a masked vector must not deliver");
     // Unmasking delivers the pending message and clears the bit.
     h.set_msix_masked(false);
-    assert!(h.take_msi(), "unmasking a pending vector delivers its message");
+    assert!(
+        h.take_msi(),
+        "unmasking a pending vector delivers its message"
+    );
     assert!(!h.msix_pending());
 
     // Unmasked: each event delivers.
@@ -221,15 +272,26 @@ fn reset_clears_everything() {
     }
     h.set_reg(QHCA_REG_INTR_CTRL, QHCA_INTR_EQ_ENABLE);
     h.set_reg(QHCA_REG_MAGIC, 0); // RO: GUEST_ERRORS
-    // Allocated page, well-formed word, but no queue exists: DB_VIOLATIONS.
-    h.doorbell(0, qhca_uapi::db::DbWord::new(qhca_uapi::db::DbType::CqArm, 3, 0).raw());
+                                  // Allocated page, well-formed word, but no queue exists: DB_VIOLATIONS.
+    h.doorbell(
+        0,
+        qhca_uapi::db::DbWord::new(qhca_uapi::db::DbType::CqArm, 3, 0).raw(),
+    );
     let c = h.counters();
     assert!(c.guest_errors > 0 && c.db_violations > 0, "{c:?}");
 
     h.set_reg(QHCA_REG_CTRL, QHCA_CTRL_RESET);
-    assert_eq!(h.reg(QHCA_REG_CTRL), 0, "CTRL.RESET self-clears, ENABLE is gone");
+    assert_eq!(
+        h.reg(QHCA_REG_CTRL),
+        0,
+        "CTRL.RESET self-clears, ENABLE is gone"
+    );
     assert_eq!(h.status(), 0, "not READY after RESET");
-    assert_eq!(h.counters(), Counters::default(), "counters cleared by RESET");
+    assert_eq!(
+        h.counters(),
+        Counters::default(),
+        "counters cleared by RESET"
+    );
     for (name, off) in [
         ("CMDQ_BASE_LO", QHCA_REG_CMDQ_BASE_LO),
         ("CMDQ_BASE_HI", QHCA_REG_CMDQ_BASE_HI),

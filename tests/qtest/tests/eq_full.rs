@@ -14,10 +14,21 @@ fn commands_wait_for_eq_space_and_none_is_lost() {
     h.post_batch(&cmds);
     h.wait_events(2);
     h.settle();
-    assert_eq!(h.eq_pi(), 2, "only 2 events fit in a 2-entry EQ nobody consumed");
+    assert_eq!(
+        h.eq_pi(),
+        2,
+        "only 2 events fit in a 2-entry EQ nobody consumed"
+    );
     let ci = h.reg(QHCA_REG_CMDQ_CI);
-    assert!((2..=3).contains(&ci), "CMDQ_CI {ci}: the device may not run commands it cannot complete");
-    assert_eq!(h.reg(QHCA_REG_EQ_OVERFLOWS), 0, "waiting is not overflowing");
+    assert!(
+        (2..=3).contains(&ci),
+        "CMDQ_CI {ci}: the device may not run commands it cannot complete"
+    );
+    assert_eq!(
+        h.reg(QHCA_REG_EQ_OVERFLOWS),
+        0,
+        "waiting is not overflowing"
+    );
     assert_eq!(h.status(), QHCA_STATUS_READY);
     // The two events are intact.
     let e0 = h.peek_eqe(0);
@@ -30,7 +41,11 @@ fn commands_wait_for_eq_space_and_none_is_lost() {
     h.wait_events(2);
     h.settle();
     assert_eq!(h.eq_pi(), 3);
-    assert_eq!(h.peek_eqe(1).token, cmds[1].token, "slot 1 not overwritten before it was consumed");
+    assert_eq!(
+        h.peek_eqe(1).token,
+        cmds[1].token,
+        "slot 1 not overwritten before it was consumed"
+    );
     h.completion_of(&cmds[1]);
     let e = h.completion_of(&cmds[2]);
     assert_eq!(e.owner, 0, "second pass writes owner 0");
@@ -59,7 +74,11 @@ fn side_effects_happen_once_across_a_full_eq() {
             got.push(e.data[0]);
         }
     }
-    assert_eq!(got, vec![0, 1, 2, 3, 4, 5], "each ALLOC_UAR ran exactly once, in order");
+    assert_eq!(
+        got,
+        vec![0, 1, 2, 3, 4, 5],
+        "each ALLOC_UAR ran exactly once, in order"
+    );
     assert_eq!(h.alloc_uar(), (QHCA_CMD_OK, 6));
     assert_eq!(h.reg(QHCA_REG_EQ_OVERFLOWS), 0);
 }
@@ -96,7 +115,10 @@ fn interrupt_fires_again_when_waiting_commands_complete() {
     h.completion_of(&cmds[0]);
     h.completion_of(&cmds[1]);
     h.wait_events(2);
-    assert!(h.poll(|h| h.take_msi()), "MSI-X for the events posted after EQ_CI moved");
+    assert!(
+        h.poll(|h| h.take_msi()),
+        "MSI-X for the events posted after EQ_CI moved"
+    );
     h.completion_of(&cmds[2]);
     h.completion_of(&cmds[3]);
 }

@@ -107,9 +107,13 @@ impl Fuzz {
 
     fn cmdq(&mut self) -> Option<(u64, u32)> {
         let h = &mut self.h;
-        let base = h.reg(QHCA_REG_CMDQ_BASE_LO) as u64 | (h.reg(QHCA_REG_CMDQ_BASE_HI) as u64) << 32;
+        let base =
+            h.reg(QHCA_REG_CMDQ_BASE_LO) as u64 | (h.reg(QHCA_REG_CMDQ_BASE_HI) as u64) << 32;
         let log = h.reg(QHCA_REG_CMDQ_LOG_SIZE);
-        if log > QHCA_QUEUE_MAX_LOG || base < 0x10_0000 || base >= RAM_SIZE || RAM_SIZE - base < 64u64 << log {
+        if log > QHCA_QUEUE_MAX_LOG
+            || !(0x10_0000..RAM_SIZE).contains(&base)
+            || RAM_SIZE - base < 64u64 << log
+        {
             return None;
         }
         Some((base, log))
@@ -117,7 +121,9 @@ impl Fuzz {
 
     /// A command that is valid more often than not, written at the device's next slot and rung.
     fn command(&mut self) {
-        let Some((base, log)) = self.cmdq() else { return };
+        let Some((base, log)) = self.cmdq() else {
+            return;
+        };
         let op = *self.rng.pick(&[0u32, 0, 1, 1, 2, 2, 3, 3, 4, 0xffff]);
         let mut c = wire::cmd(op, self.rng.next_u32());
         if self.rng.chance(1, 6) {
@@ -132,7 +138,11 @@ impl Fuzz {
             c.in_[i] = self.rng.next_u64();
         }
         if op == QHCA_CMD_QUERY_DEVICE || self.rng.chance(1, 8) {
-            c.out_addr = if self.rng.chance(1, 2) { OUT_RAM } else { self.addr() };
+            c.out_addr = if self.rng.chance(1, 2) {
+                OUT_RAM
+            } else {
+                self.addr()
+            };
             c.out_len = *self.rng.pick(&[0, 127, 128, 129, 4096, u32::MAX]);
         }
         let ci = self.h.reg(QHCA_REG_CMDQ_CI);
@@ -151,11 +161,19 @@ impl Fuzz {
         self.note_events();
         let (cl, el) = (1 + self.rng.below(4) as u32, 1 + self.rng.below(3) as u32);
         let d = self.h.dev;
-        pci::cfg_write16(&mut self.h.qt, d, PCI_COMMAND, PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
+        pci::cfg_write16(
+            &mut self.h.qt,
+            d,
+            PCI_COMMAND,
+            PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER,
+        );
         self.h.reset();
         self.h.configure(cl, el);
         let st = self.h.enable();
-        assert_eq!(st, QHCA_STATUS_READY, "recovery with cmdq log {cl}, eq log {el}");
+        assert_eq!(
+            st, QHCA_STATUS_READY,
+            "recovery with cmdq log {cl}, eq log {el}"
+        );
         self.stats.recoveries += 1;
         self.stats.last_eq_pi = 0;
     }
@@ -163,7 +181,11 @@ impl Fuzz {
     fn note_events(&mut self) {
         let pi = self.h.eq_pi();
         // Below the last sample means an ENABLE or RESET restarted it from 0.
-        self.stats.events += if pi >= self.stats.last_eq_pi { pi - self.stats.last_eq_pi } else { pi } as u64;
+        self.stats.events += if pi >= self.stats.last_eq_pi {
+            pi - self.stats.last_eq_pi
+        } else {
+            pi
+        } as u64;
         self.stats.last_eq_pi = pi;
     }
 
@@ -177,10 +199,16 @@ impl Fuzz {
         let pages = (self.h.uar_size >> QHCA_UAR_PAGE_SHIFT) as u32;
         match self.rng.below(100) {
             0..=19 => {
-                let off = if self.rng.chance(9, 10) { *self.rng.pick(&REGS) } else { (self.rng.below(0x400) * 4) as u32 };
+                let off = if self.rng.chance(9, 10) {
+                    *self.rng.pick(&REGS)
+                } else {
+                    (self.rng.below(0x400) * 4) as u32
+                };
                 let v = if off == QHCA_REG_CTRL {
                     let r = self.rng.next_u32();
-                    *self.rng.pick(&[QHCA_CTRL_ENABLE, QHCA_CTRL_ENABLE, QHCA_CTRL_RESET, 0, 3, r])
+                    *self
+                        .rng
+                        .pick(&[QHCA_CTRL_ENABLE, QHCA_CTRL_ENABLE, QHCA_CTRL_RESET, 0, 3, r])
                 } else {
                     self.val32()
                 };
@@ -210,10 +238,19 @@ impl Fuzz {
             }
             35..=46 => {
                 let page = self.rng.below(pages as u64);
-                let off = if self.rng.chance(7, 10) { 0 } else { self.rng.below(0x1000) };
+                let off = if self.rng.chance(7, 10) {
+                    0
+                } else {
+                    self.rng.below(0x1000)
+                };
                 let a = uar + (page << QHCA_UAR_PAGE_SHIFT) + off;
                 let v = if self.rng.chance(1, 2) {
-                    qhca_uapi::db::DbWord::new(qhca_uapi::db::DbType::Sq, self.rng.below(4) as u32, self.rng.next_u32()).raw()
+                    qhca_uapi::db::DbWord::new(
+                        qhca_uapi::db::DbType::Sq,
+                        self.rng.below(4) as u32,
+                        self.rng.next_u32(),
+                    )
+                    .raw()
                 } else {
                     self.rng.next_u64()
                 };
@@ -234,9 +271,18 @@ impl Fuzz {
                     let off = self.rng.below(64u64 << log) & !0x3f;
                     let junk = self.rng.bytes(len);
                     let end = (64u64 << log).min(off + len as u64);
-                    self.h.qt.memwrite(base + off, &junk[..(end - off) as usize]);
-                    let pi = self.h.reg(QHCA_REG_CMDQ_CI).wrapping_add(1 + self.rng.below(2) as u32);
-                    self.h.ring(if self.rng.chance(1, 5) { self.rng.next_u32() } else { pi });
+                    self.h
+                        .qt
+                        .memwrite(base + off, &junk[..(end - off) as usize]);
+                    let pi = self
+                        .h
+                        .reg(QHCA_REG_CMDQ_CI)
+                        .wrapping_add(1 + self.rng.below(2) as u32);
+                    self.h.ring(if self.rng.chance(1, 5) {
+                        self.rng.next_u32()
+                    } else {
+                        pi
+                    });
                 }
             }
             67..=74 => {
@@ -277,7 +323,14 @@ impl Fuzz {
                     0 => m.set_enabled(&mut self.h.qt, self.rng.chance(1, 2)),
                     1 => m.set_masked(&mut self.h.qt, 0, self.rng.chance(1, 2)),
                     2 => {
-                        let a = *self.rng.pick(&[MSI_RAM, MSI_RAM, 0xfee0_0000, regs + QHCA_REG_CTRL as u64, uar, BEYOND_RAM]);
+                        let a = *self.rng.pick(&[
+                            MSI_RAM,
+                            MSI_RAM,
+                            0xfee0_0000,
+                            regs + QHCA_REG_CTRL as u64,
+                            uar,
+                            BEYOND_RAM,
+                        ]);
                         m.set_vector(&mut self.h.qt, 0, a, self.rng.next_u32());
                     }
                     3 => {
@@ -302,13 +355,18 @@ impl Fuzz {
                 if self.rng.chance(1, 2) {
                     let _ = self.h.qt.readl(a);
                 } else {
-                    let _ = self.h.qt.readl(uar + (self.rng.below(self.h.uar_size) & !3));
+                    let _ = self
+                        .h
+                        .qt
+                        .readl(uar + (self.rng.below(self.h.uar_size) & !3));
                 }
             }
             96..=97 => {
                 let n = 32 * (1 + self.rng.below(4) as usize);
                 let junk = self.rng.bytes(n);
-                self.h.qt.memwrite(EQ_RAM + (self.rng.below(64) * 32), &junk);
+                self.h
+                    .qt
+                    .memwrite(EQ_RAM + (self.rng.below(64) * 32), &junk);
             }
             98 => self.command(),
             _ => {
@@ -326,28 +384,64 @@ impl Fuzz {
         pci::cfg_write16(&mut self.h.qt, d, PCI_COMMAND, cmd | PCI_COMMAND_MEMORY);
         let magic = self.h.reg(QHCA_REG_MAGIC);
         assert_eq!(magic, QHCA_MAGIC, "op {op}: MAGIC");
-        assert_eq!(self.h.reg(QHCA_REG_NUM_UARS), self.num_uars, "op {op}: NUM_UARS");
-        assert_eq!(self.h.reg(QHCA_REG_ABI_VERSION), QHCA_ABI_VERSION, "op {op}: ABI_VERSION");
+        assert_eq!(
+            self.h.reg(QHCA_REG_NUM_UARS),
+            self.num_uars,
+            "op {op}: NUM_UARS"
+        );
+        assert_eq!(
+            self.h.reg(QHCA_REG_ABI_VERSION),
+            QHCA_ABI_VERSION,
+            "op {op}: ABI_VERSION"
+        );
         let st = self.h.status();
         self.stats.checks += 1;
         self.stats.ready += (st & QHCA_STATUS_READY != 0) as u32;
         self.stats.fatal += (st & QHCA_STATUS_FATAL != 0) as u32;
         self.stats.cfg_error += (st & QHCA_STATUS_CFG_ERROR != 0) as u32;
         self.note_events();
-        assert_eq!(st & !(QHCA_STATUS_READY | QHCA_STATUS_FATAL | QHCA_STATUS_CFG_ERROR), 0, "op {op}: STATUS {st:#x}");
-        assert!(st & QHCA_STATUS_READY == 0 || st & QHCA_STATUS_FATAL == 0, "op {op}: READY and FATAL together: {st:#x}");
+        assert_eq!(
+            st & !(QHCA_STATUS_READY | QHCA_STATUS_FATAL | QHCA_STATUS_CFG_ERROR),
+            0,
+            "op {op}: STATUS {st:#x}"
+        );
+        assert!(
+            st & QHCA_STATUS_READY == 0 || st & QHCA_STATUS_FATAL == 0,
+            "op {op}: READY and FATAL together: {st:#x}"
+        );
         let syn = self.h.reg(QHCA_REG_FATAL_SYNDROME);
         if st & QHCA_STATUS_FATAL != 0 {
-            assert!(syn == QHCA_FATAL_CMDQ_DMA || syn == QHCA_FATAL_EQ_DMA, "op {op}: FATAL with syndrome {syn}");
+            assert!(
+                syn == QHCA_FATAL_CMDQ_DMA || syn == QHCA_FATAL_EQ_DMA,
+                "op {op}: FATAL with syndrome {syn}"
+            );
         } else {
-            assert_eq!(syn, QHCA_FATAL_NONE, "op {op}: syndrome {syn} without FATAL");
+            assert_eq!(
+                syn, QHCA_FATAL_NONE,
+                "op {op}: syndrome {syn} without FATAL"
+            );
         }
-        assert_eq!(self.h.reg(QHCA_REG_CTRL) & QHCA_CTRL_RESET, 0, "op {op}: CTRL.RESET self-clears");
+        assert_eq!(
+            self.h.reg(QHCA_REG_CTRL) & QHCA_CTRL_RESET,
+            0,
+            "op {op}: CTRL.RESET self-clears"
+        );
         if st & QHCA_STATUS_READY != 0 {
             // The device never has more unconsumed events than EQ entries.
-            let (pi, ci, log) = (self.h.eq_pi(), self.h.reg(QHCA_REG_EQ_CI), self.h.reg(QHCA_REG_EQ_LOG_SIZE));
-            assert!(log <= QHCA_QUEUE_MAX_LOG, "op {op}: READY with EQ log {log}");
-            assert!(pi.wrapping_sub(ci) <= 1 << log, "op {op}: EQ_PI {pi} EQ_CI {ci} with {} entries", 1u32 << log);
+            let (pi, ci, log) = (
+                self.h.eq_pi(),
+                self.h.reg(QHCA_REG_EQ_CI),
+                self.h.reg(QHCA_REG_EQ_LOG_SIZE),
+            );
+            assert!(
+                log <= QHCA_QUEUE_MAX_LOG,
+                "op {op}: READY with EQ log {log}"
+            );
+            assert!(
+                pi.wrapping_sub(ci) <= 1 << log,
+                "op {op}: EQ_PI {pi} EQ_CI {ci} with {} entries",
+                1u32 << log
+            );
         }
         pci::cfg_write16(&mut self.h.qt, d, PCI_COMMAND, cmd);
     }
@@ -377,7 +471,13 @@ fn fuzz(seed: u64, ops: usize) {
         h.uar,
         h.msix.table,
     ];
-    let mut f = Fuzz { h, rng: Rng::new(seed), targets, num_uars, stats: Stats::default() };
+    let mut f = Fuzz {
+        h,
+        rng: Rng::new(seed),
+        targets,
+        num_uars,
+        stats: Stats::default(),
+    };
     for op in 0..ops {
         f.step(op);
         if op % 32 == 31 {
@@ -386,26 +486,44 @@ fn fuzz(seed: u64, ops: usize) {
     }
 
     let guest_errors = f.h.guest_errors();
-    eprintln!("seed {seed:#x}, {ops} ops, {} qtest commands: {:?}, GUEST_ERRORS now {guest_errors}", f.h.qt.sent, f.stats);
+    eprintln!(
+        "seed {seed:#x}, {ops} ops, {} qtest commands: {:?}, GUEST_ERRORS now {guest_errors}",
+        f.h.qt.sent, f.stats
+    );
     let err = f.h.qt.stderr();
     if !err.is_empty() {
         eprintln!("QEMU stderr:\n{err}");
     }
     let s = &f.stats;
     if ops >= 1000 {
-        assert!(s.ready * 4 > s.checks, "the storm kept the device READY too rarely: {s:?}");
-        assert!(s.events as usize > ops / 50, "the storm got too few commands through: {s:?}");
+        assert!(
+            s.ready * 4 > s.checks,
+            "the storm kept the device READY too rarely: {s:?}"
+        );
+        assert!(
+            s.events as usize > ops / 50,
+            "the storm got too few commands through: {s:?}"
+        );
     }
 
     // Whatever happened, the device comes back with a reset and works like new.
     let d = f.h.dev;
-    pci::cfg_write16(&mut f.h.qt, d, PCI_COMMAND, PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
+    pci::cfg_write16(
+        &mut f.h.qt,
+        d,
+        PCI_COMMAND,
+        PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER,
+    );
     f.h.msix.set_enabled(&mut f.h.qt, false);
     let h = &mut f.h;
     h.alive();
     h.reset();
     assert_eq!(h.status(), 0, "STATUS after the final RESET");
-    assert_eq!(h.counters(), Counters::default(), "counters after the final RESET");
+    assert_eq!(
+        h.counters(),
+        Counters::default(),
+        "counters after the final RESET"
+    );
     h.bring_up(3, 3);
     h.nop();
     assert_eq!(h.alloc_uar(), (QHCA_CMD_OK, 0), "RESET freed every UAR");
@@ -416,7 +534,10 @@ fn fuzz(seed: u64, ops: usize) {
 }
 
 fn ops() -> usize {
-    std::env::var("QHCA_FUZZ_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(3000)
+    std::env::var("QHCA_FUZZ_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000)
 }
 
 #[test]
@@ -437,7 +558,10 @@ fn fuzz_seed_3() {
 #[test]
 fn fuzz_seed_from_env() {
     // A no-op unless QHCA_FUZZ_SEED is set: handy to explore new seeds without editing this file.
-    if let Some(seed) = std::env::var("QHCA_FUZZ_SEED").ok().and_then(|v| v.parse().ok()) {
+    if let Some(seed) = std::env::var("QHCA_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         fuzz(seed, ops());
     }
 }
@@ -449,12 +573,20 @@ fn fuzz_seed_from_env() {
 fn replay(props: &str, script: &str) {
     let dev = format!("qhca,{props}");
     let mut qt = Qtest::start(&["-device", dev.as_str()]);
-    for line in script.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+    for line in script
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
         if let Err(e) = qt.raw(line) {
             panic!("replay died at `{line}`: {e}\nstderr:\n{}", qt.stderr());
         }
     }
-    assert_eq!(qt.readl(0xe000_0000 + QHCA_REG_MAGIC as u64), QHCA_MAGIC, "MAGIC after the replay");
+    assert_eq!(
+        qt.readl(0xe000_0000 + QHCA_REG_MAGIC as u64),
+        QHCA_MAGIC,
+        "MAGIC after the replay"
+    );
 }
 
 /// The prologue every replay starts with: the device at 00:01.0 (the first free slot on q35

@@ -14,7 +14,11 @@ fn counts_guest_errors(h: &mut Hca, n: u32, what: &str, f: impl FnOnce(&mut Hca)
     let before = h.guest_errors();
     f(h);
     let after = h.guest_errors();
-    assert_eq!(after.wrapping_sub(before), n, "GUEST_ERRORS delta for {what}: {before} -> {after}");
+    assert_eq!(
+        after.wrapping_sub(before),
+        n,
+        "GUEST_ERRORS delta for {what}: {before} -> {after}"
+    );
     h.alive();
 }
 
@@ -35,7 +39,11 @@ fn bad_opcodes() {
     c.out_len = 1;
     c.in_ = [u64::MAX; 5];
     let st = h.exec_status(&c);
-    assert!(st == QHCA_CMD_BAD_OPCODE || st == QHCA_CMD_BAD_PARAM, "garbage command -> {}", status_name(st));
+    assert!(
+        st == QHCA_CMD_BAD_OPCODE || st == QHCA_CMD_BAD_PARAM,
+        "garbage command -> {}",
+        status_name(st)
+    );
     assert_eq!(h.status(), QHCA_STATUS_READY);
     h.nop();
 }
@@ -44,7 +52,12 @@ fn bad_opcodes() {
 fn reserved_fields_must_be_zero() {
     let mut h = Hca::start("num-uars=8");
     h.bring_up(3, 3);
-    for op in [QHCA_CMD_NOP, QHCA_CMD_QUERY_DEVICE, QHCA_CMD_ALLOC_UAR, QHCA_CMD_FREE_UAR] {
+    for op in [
+        QHCA_CMD_NOP,
+        QHCA_CMD_QUERY_DEVICE,
+        QHCA_CMD_ALLOC_UAR,
+        QHCA_CMD_FREE_UAR,
+    ] {
         let base = |h: &mut Hca| {
             let mut c = h.cmd(op);
             if op == QHCA_CMD_QUERY_DEVICE {
@@ -75,12 +88,20 @@ fn reserved_fields_must_be_zero() {
         h.alive();
     }
     // None of the rejected ALLOC_UARs allocated anything, and a rejected FREE_UAR frees nothing.
-    assert_eq!(h.alloc_uar(), (QHCA_CMD_OK, 0), "rejected ALLOC_UARs must not allocate");
+    assert_eq!(
+        h.alloc_uar(),
+        (QHCA_CMD_OK, 0),
+        "rejected ALLOC_UARs must not allocate"
+    );
     let mut c = h.cmd(QHCA_CMD_FREE_UAR);
     c.in_[0] = 0;
     c.in_[4] = 1;
     h.expect_status(&c, QHCA_CMD_BAD_PARAM);
-    assert_eq!(h.alloc_uar(), (QHCA_CMD_OK, 1), "page 0 must still be allocated after a rejected FREE_UAR");
+    assert_eq!(
+        h.alloc_uar(),
+        (QHCA_CMD_OK, 1),
+        "page 0 must still be allocated after a rejected FREE_UAR"
+    );
     assert_eq!(h.free_uar(0), QHCA_CMD_OK);
 }
 
@@ -89,9 +110,23 @@ fn free_uar_of_pages_that_are_not_allocated() {
     let mut h = Hca::start("num-uars=8");
     h.bring_up(3, 3);
     assert_eq!(h.alloc_uar(), (QHCA_CMD_OK, 0));
-    for idx in [1u64, 7, 8, 1024, 1 << 32, (1 << 32) | 0, u64::MAX, u64::MAX - 7] {
+    for idx in [
+        1u64,
+        7,
+        8,
+        1024,
+        1 << 32,
+        (1 << 32) | 1,
+        u64::MAX,
+        u64::MAX - 7,
+    ] {
         let st = h.free_uar(idx);
-        assert_eq!(st, QHCA_CMD_BAD_RESOURCE, "FREE_UAR({idx:#x}) -> {}", status_name(st));
+        assert_eq!(
+            st,
+            QHCA_CMD_BAD_RESOURCE,
+            "FREE_UAR({idx:#x}) -> {}",
+            status_name(st)
+        );
         h.alive();
     }
     // 1 << 32 must not alias page 0 by truncation.
@@ -108,26 +143,62 @@ fn query_device_bad_buffers() {
     for len in small {
         h.qt.memset(OUT_RAM, 256, 0xcc);
         let st = h.query_device(OUT_RAM, len);
-        assert_eq!(st, QHCA_CMD_BAD_PARAM, "QUERY_DEVICE out_len {len} -> {}", status_name(st));
-        assert!(h.qt.memread(OUT_RAM, 256).iter().all(|&b| b == 0xcc), "rejected QUERY_DEVICE wrote its buffer");
+        assert_eq!(
+            st,
+            QHCA_CMD_BAD_PARAM,
+            "QUERY_DEVICE out_len {len} -> {}",
+            status_name(st)
+        );
+        assert!(
+            h.qt.memread(OUT_RAM, 256).iter().all(|&b| b == 0xcc),
+            "rejected QUERY_DEVICE wrote its buffer"
+        );
     }
     let st = h.query_device(0, ATTR_SIZE as u32);
-    assert_eq!(st, QHCA_CMD_BAD_PARAM, "QUERY_DEVICE out_addr 0 -> {}", status_name(st));
+    assert_eq!(
+        st,
+        QHCA_CMD_BAD_PARAM,
+        "QUERY_DEVICE out_addr 0 -> {}",
+        status_name(st)
+    );
 
     // Unreachable buffers: DMA_ERROR, and the device carries on.
-    for addr in [BEYOND_RAM, BEYOND_RAM + 3, RAM_SIZE, RAM_SIZE - 64, 0xffff_ffff_ffff_f000] {
+    for addr in [
+        BEYOND_RAM,
+        BEYOND_RAM + 3,
+        RAM_SIZE,
+        RAM_SIZE - 64,
+        0xffff_ffff_ffff_f000,
+    ] {
         let st = h.query_device(addr, ATTR_SIZE as u32);
-        assert_eq!(st, QHCA_CMD_DMA_ERROR, "QUERY_DEVICE out_addr {addr:#x} -> {}", status_name(st));
-        assert_eq!(h.status(), QHCA_STATUS_READY, "DMA_ERROR on an output buffer is not fatal");
+        assert_eq!(
+            st,
+            QHCA_CMD_DMA_ERROR,
+            "QUERY_DEVICE out_addr {addr:#x} -> {}",
+            status_name(st)
+        );
+        assert_eq!(
+            h.status(),
+            QHCA_STATUS_READY,
+            "DMA_ERROR on an output buffer is not fatal"
+        );
         assert_eq!(h.reg(QHCA_REG_FATAL_SYNDROME), 0);
     }
     // A range that wraps around the address space.
     let st = h.query_device(u64::MAX - 63, ATTR_SIZE as u32);
-    assert!(st == QHCA_CMD_DMA_ERROR || st == QHCA_CMD_BAD_PARAM, "QUERY_DEVICE wrapping buffer -> {}", status_name(st));
+    assert!(
+        st == QHCA_CMD_DMA_ERROR || st == QHCA_CMD_BAD_PARAM,
+        "QUERY_DEVICE wrapping buffer -> {}",
+        status_name(st)
+    );
     // A huge out_len is fine: the device writes only the attribute struct.
     h.qt.memset(OUT_RAM, 256, 0xcc);
     assert_eq!(h.query_device(OUT_RAM, u32::MAX), QHCA_CMD_OK);
-    assert!(h.qt.memread(OUT_RAM + ATTR_SIZE as u64, 128).iter().all(|&b| b == 0xcc));
+    assert!(h
+        .qt
+        .memread(OUT_RAM + ATTR_SIZE as u64, 128)
+        .iter()
+        .all(|&b| b == 0xcc));
     h.nop();
 }
 
@@ -135,16 +206,25 @@ fn query_device_bad_buffers() {
 fn producer_index_too_far_is_ignored() {
     let mut h = Hca::start("");
     h.bring_up(2, 3); // 4-entry command ring
-    // A NOP sits in every slot, so if the device took a bad PI it would show as events.
+                      // A NOP sits in every slot, so if the device took a bad PI it would show as events.
     for i in 0..4 {
         let c = h.cmd(QHCA_CMD_NOP);
         h.write_cmd(i, &c);
     }
     for pi in [5u32, 6, 0x100, 0x8000_0000, 0xffff_ffff] {
-        counts_guest_errors(&mut h, 1, &format!("CMDQ_PI {pi:#x} with CI 0 and 4 entries"), |h| h.ring(pi));
+        counts_guest_errors(
+            &mut h,
+            1,
+            &format!("CMDQ_PI {pi:#x} with CI 0 and 4 entries"),
+            |h| h.ring(pi),
+        );
     }
     h.settle();
-    assert_eq!(h.reg(QHCA_REG_CMDQ_CI), 0, "no command consumed after bad PIs");
+    assert_eq!(
+        h.reg(QHCA_REG_CMDQ_CI),
+        0,
+        "no command consumed after bad PIs"
+    );
     assert_eq!(h.eq_pi(), 0, "no event after bad PIs");
 
     // The ring is intact: one good PI runs exactly one command.
@@ -190,14 +270,20 @@ fn writes_to_read_only_registers_are_ignored() {
     for (name, off) in ro {
         let before = h.reg(off);
         for v in [0u32, 0xffff_ffff, before.wrapping_add(1)] {
-            counts_guest_errors(&mut h, 1, &format!("write {v:#x} to RO {name}"), |h| h.set_reg(off, v));
+            counts_guest_errors(&mut h, 1, &format!("write {v:#x} to RO {name}"), |h| {
+                h.set_reg(off, v)
+            });
             assert_eq!(h.reg(off), before, "RO {name} changed by a write of {v:#x}");
         }
     }
     // Writing the counter itself counts one more error, it does not set it.
     let ge = h.guest_errors();
     h.set_reg(QHCA_REG_GUEST_ERRORS, 0);
-    assert_eq!(h.guest_errors(), ge + 1, "a write to GUEST_ERRORS increments it");
+    assert_eq!(
+        h.guest_errors(),
+        ge + 1,
+        "a write to GUEST_ERRORS increments it"
+    );
     assert_eq!(h.status(), QHCA_STATUS_READY);
     h.nop();
 }
@@ -205,13 +291,24 @@ fn writes_to_read_only_registers_are_ignored() {
 #[test]
 fn unknown_offsets_read_zero_and_count() {
     let mut h = Hca::start("");
-    let holes = [0x034u32, 0x038, 0x03c, 0x058, 0x05c, 0x070, 0x074, 0x0fc, 0x100, 0x800, 0xffc];
+    let holes = [
+        0x034u32, 0x038, 0x03c, 0x058, 0x05c, 0x070, 0x074, 0x0fc, 0x100, 0x800, 0xffc,
+    ];
     for off in holes {
         let before = h.guest_errors();
         let v = h.reg(off);
         assert_eq!(v, 0, "read of unknown offset {off:#x}");
-        assert_eq!(h.guest_errors(), before + 1, "read of unknown offset {off:#x} counted");
-        counts_guest_errors(&mut h, 1, &format!("write to unknown offset {off:#x}"), |h| h.set_reg(off, 0xdead_beef));
+        assert_eq!(
+            h.guest_errors(),
+            before + 1,
+            "read of unknown offset {off:#x} counted"
+        );
+        counts_guest_errors(
+            &mut h,
+            1,
+            &format!("write to unknown offset {off:#x}"),
+            |h| h.set_reg(off, 0xdead_beef),
+        );
         assert_eq!(h.reg(off), 0, "unknown offset {off:#x} stored a write");
     }
     // The holes did not alias real registers.
@@ -231,7 +328,11 @@ fn odd_size_and_unaligned_register_accesses_are_ignored() {
     assert_eq!(h.qt.readw(r + 2), 0, "readw MAGIC+2");
     assert_eq!(h.guest_errors(), before + 4, "four 8/16-bit reads counted");
     let before = h.guest_errors();
-    assert_eq!(h.qt.readq(r), 0, "readq MAGIC/ABI_VERSION must not be served as two 32-bit reads");
+    assert_eq!(
+        h.qt.readq(r),
+        0,
+        "readq MAGIC/ABI_VERSION must not be served as two 32-bit reads"
+    );
     assert!(h.guest_errors() > before, "readq counted");
     let before = h.guest_errors();
     assert_eq!(h.qt.readl(r + 2), 0, "unaligned readl at 0x2");
@@ -253,10 +354,26 @@ fn odd_size_and_unaligned_register_accesses_are_ignored() {
     h.qt.writel(r + QHCA_REG_INTR_CTRL as u64 + 1, 0x0100);
     h.qt.writel(r + QHCA_REG_CTRL as u64 + 2, 0x1_0000);
     assert!(h.guest_errors() > before, "unaligned writel counted");
-    assert_eq!(h.reg(QHCA_REG_INTR_CTRL), 0, "INTR_CTRL changed by a non-32-bit write");
-    assert_eq!(h.reg(QHCA_REG_CTRL), 0, "CTRL changed by a non-32-bit write");
-    assert_eq!(h.status(), 0, "the device got enabled by a non-32-bit write");
-    assert_eq!(h.reg(QHCA_REG_CMDQ_LOG_SIZE), 2, "queue registers untouched");
+    assert_eq!(
+        h.reg(QHCA_REG_INTR_CTRL),
+        0,
+        "INTR_CTRL changed by a non-32-bit write"
+    );
+    assert_eq!(
+        h.reg(QHCA_REG_CTRL),
+        0,
+        "CTRL changed by a non-32-bit write"
+    );
+    assert_eq!(
+        h.status(),
+        0,
+        "the device got enabled by a non-32-bit write"
+    );
+    assert_eq!(
+        h.reg(QHCA_REG_CMDQ_LOG_SIZE),
+        2,
+        "queue registers untouched"
+    );
 
     // A proper 32-bit write still works.
     assert_eq!(h.enable(), QHCA_STATUS_READY);
@@ -277,7 +394,9 @@ fn queue_registers_are_locked_while_enabled() {
     ];
     for (name, off, v) in locked {
         let before = h.reg(off);
-        counts_guest_errors(&mut h, 1, &format!("write {name} while enabled"), |h| h.set_reg(off, v));
+        counts_guest_errors(&mut h, 1, &format!("write {name} while enabled"), |h| {
+            h.set_reg(off, v)
+        });
         assert_eq!(h.reg(off), before, "{name} changed while enabled");
     }
     // The rings did not move: commands still come from CMDQ_RAM and land in EQ_RAM.
@@ -309,14 +428,26 @@ fn enable_rejects_bad_queue_configuration() {
         h.reset();
         h.configure_at(cb, cl, eb, el);
         let st = h.enable();
-        assert_eq!(st & (QHCA_STATUS_READY | QHCA_STATUS_CFG_ERROR), QHCA_STATUS_CFG_ERROR, "ENABLE with {what}: STATUS {st:#x}");
+        assert_eq!(
+            st & (QHCA_STATUS_READY | QHCA_STATUS_CFG_ERROR),
+            QHCA_STATUS_CFG_ERROR,
+            "ENABLE with {what}: STATUS {st:#x}"
+        );
         assert_eq!(st & QHCA_STATUS_FATAL, 0, "{what} is not fatal");
         // Not READY: a producer index is ignored and counted.
-        counts_guest_errors(&mut h, 1, &format!("CMDQ_PI after rejected ENABLE ({what})"), |h| h.ring(1));
+        counts_guest_errors(
+            &mut h,
+            1,
+            &format!("CMDQ_PI after rejected ENABLE ({what})"),
+            |h| h.ring(1),
+        );
         // Fix the configuration and enable again, without a reset: READY, CFG_ERROR gone.
         h.configure(2, 2);
         let st = h.enable();
-        assert_eq!(st, QHCA_STATUS_READY, "ENABLE after fixing {what}: STATUS {st:#x}");
+        assert_eq!(
+            st, QHCA_STATUS_READY,
+            "ENABLE after fixing {what}: STATUS {st:#x}"
+        );
         h.cmd_pi = 0;
         h.eq_ci = 0;
         h.nop();
@@ -329,20 +460,47 @@ fn enable_rejects_bad_queue_configuration() {
 #[test]
 fn command_ring_dma_failure_is_fatal_until_reset() {
     let mut h = Hca::start("");
-    for (what, base) in [("beyond RAM", BEYOND_RAM), ("above 4 GiB", 0x1_0000_0000u64), ("at the top of the address space", 0xffff_ffff_ffff_0000)] {
+    for (what, base) in [
+        ("beyond RAM", BEYOND_RAM),
+        ("above 4 GiB", 0x1_0000_0000u64),
+        ("at the top of the address space", 0xffff_ffff_ffff_0000),
+    ] {
         h.reset();
         h.configure_at(base, 2, EQ_RAM, 2);
-        assert_eq!(h.enable(), QHCA_STATUS_READY, "ENABLE only checks alignment, CMDQ {what}");
+        assert_eq!(
+            h.enable(),
+            QHCA_STATUS_READY,
+            "ENABLE only checks alignment, CMDQ {what}"
+        );
         h.ring(1);
-        assert!(h.poll(|h| h.status() & QHCA_STATUS_FATAL != 0), "STATUS.FATAL after CMDQ {what}");
-        assert_eq!(h.status() & QHCA_STATUS_READY, 0, "a FATAL device is not READY");
-        assert_eq!(h.reg(QHCA_REG_FATAL_SYNDROME), QHCA_FATAL_CMDQ_DMA, "syndrome for CMDQ {what}");
-        assert_eq!(h.eq_pi(), 0, "no event for a command that could not be read");
+        assert!(
+            h.poll(|h| h.status() & QHCA_STATUS_FATAL != 0),
+            "STATUS.FATAL after CMDQ {what}"
+        );
+        assert_eq!(
+            h.status() & QHCA_STATUS_READY,
+            0,
+            "a FATAL device is not READY"
+        );
+        assert_eq!(
+            h.reg(QHCA_REG_FATAL_SYNDROME),
+            QHCA_FATAL_CMDQ_DMA,
+            "syndrome for CMDQ {what}"
+        );
+        assert_eq!(
+            h.eq_pi(),
+            0,
+            "no event for a command that could not be read"
+        );
         // Stopped: producer index writes do nothing.
         h.ring(2);
         h.settle();
         assert_eq!(h.eq_pi(), 0);
-        assert_ne!(h.status() & QHCA_STATUS_FATAL, 0, "FATAL sticks until RESET");
+        assert_ne!(
+            h.status() & QHCA_STATUS_FATAL,
+            0,
+            "FATAL sticks until RESET"
+        );
         h.alive();
         // RESET recovers fully.
         h.reset();
@@ -364,7 +522,10 @@ fn command_ring_crossing_the_end_of_ram() {
     h.post(&c);
     h.completion_of(&c);
     h.ring(2);
-    assert!(h.poll(|h| h.status() & QHCA_STATUS_FATAL != 0), "slot 1 beyond RAM must be fatal");
+    assert!(
+        h.poll(|h| h.status() & QHCA_STATUS_FATAL != 0),
+        "slot 1 beyond RAM must be fatal"
+    );
     assert_eq!(h.reg(QHCA_REG_FATAL_SYNDROME), QHCA_FATAL_CMDQ_DMA);
     h.bring_up(2, 2);
     h.nop();
@@ -378,10 +539,17 @@ fn event_ring_dma_failure_is_fatal_until_reset() {
     assert_eq!(h.enable(), QHCA_STATUS_READY);
     let c = h.cmd(QHCA_CMD_NOP);
     h.post(&c);
-    assert!(h.poll(|h| h.status() & QHCA_STATUS_FATAL != 0), "STATUS.FATAL after an EQE write beyond RAM");
+    assert!(
+        h.poll(|h| h.status() & QHCA_STATUS_FATAL != 0),
+        "STATUS.FATAL after an EQE write beyond RAM"
+    );
     assert_eq!(h.reg(QHCA_REG_FATAL_SYNDROME), QHCA_FATAL_EQ_DMA);
     assert_eq!(h.status() & QHCA_STATUS_READY, 0);
-    assert_eq!(h.eq_pi(), 0, "EQ_PI must not advance past an event that was not written");
+    assert_eq!(
+        h.eq_pi(),
+        0,
+        "EQ_PI must not advance past an event that was not written"
+    );
     h.alive();
     h.bring_up(2, 2);
     h.nop();
@@ -394,7 +562,10 @@ fn event_ring_dma_failure_is_fatal_until_reset() {
     h.nop();
     let c = h.cmd(QHCA_CMD_NOP);
     h.post(&c);
-    assert!(h.poll(|h| h.status() & QHCA_STATUS_FATAL != 0), "EQ slot 2 beyond RAM must be fatal");
+    assert!(
+        h.poll(|h| h.status() & QHCA_STATUS_FATAL != 0),
+        "EQ slot 2 beyond RAM must be fatal"
+    );
     assert_eq!(h.reg(QHCA_REG_FATAL_SYNDROME), QHCA_FATAL_EQ_DMA);
     assert_eq!(h.eq_pi(), 2);
     h.bring_up(2, 2);
@@ -408,21 +579,31 @@ fn doorbells_are_dropped_and_counted() {
     let db = qhca_uapi::db::DbWord::new(qhca_uapi::db::DbType::Sq, 1, 1).raw();
     // Unallocated pages (including the padding past num-uars): GUEST_ERRORS.
     for page in 0..8 {
-        counts_guest_errors(&mut h, 1, &format!("doorbell on unallocated page {page}"), |h| h.doorbell(page, db));
+        counts_guest_errors(
+            &mut h,
+            1,
+            &format!("doorbell on unallocated page {page}"),
+            |h| h.doorbell(page, db),
+        );
     }
     assert_eq!(h.reg(QHCA_REG_DB_VIOLATIONS), 0);
 
     // Allocated pages: no queue exists, so the doorbell names a foreign queue: DB_VIOLATIONS.
     assert_eq!(h.alloc_uar(), (QHCA_CMD_OK, 0));
     assert_eq!(h.alloc_uar(), (QHCA_CMD_OK, 1));
-    counts_guest_errors(&mut h, 0, "doorbell on allocated page 0", |h| h.doorbell(0, db));
+    counts_guest_errors(&mut h, 0, "doorbell on allocated page 0", |h| {
+        h.doorbell(0, db)
+    });
     assert_eq!(h.reg(QHCA_REG_DB_VIOLATIONS), 1);
     for v in [0u64, u64::MAX, 0xffff_ffff, db | 0xf000_0000] {
         let c0 = h.counters();
         h.doorbell(1, v);
         let c1 = h.counters();
         let total = (c1.db_violations - c0.db_violations) + (c1.guest_errors - c0.guest_errors);
-        assert_eq!(total, 1, "doorbell {v:#x} on allocated page 1 counted once: {c0:?} -> {c1:?}");
+        assert_eq!(
+            total, 1,
+            "doorbell {v:#x} on allocated page 1 counted once: {c0:?} -> {c1:?}"
+        );
         h.alive();
     }
 
@@ -430,15 +611,29 @@ fn doorbells_are_dropped_and_counted() {
     // errors, never as violations.
     let page1 = h.uar + 0x1000;
     let dbv = h.reg(QHCA_REG_DB_VIOLATIONS);
-    counts_guest_errors(&mut h, 1, "writel at the doorbell offset", |h| h.qt.writel(page1, 1));
-    counts_guest_errors(&mut h, 1, "writew at the doorbell offset", |h| h.qt.writew(page1, 1));
-    counts_guest_errors(&mut h, 1, "writeb at the doorbell offset", |h| h.qt.writeb(page1, 1));
-    counts_guest_errors(&mut h, 1, "writeq at offset 8", |h| h.qt.writeq(page1 + 8, db));
-    counts_guest_errors(&mut h, 1, "writeq at offset 0xff8", |h| h.qt.writeq(page1 + 0xff8, db));
+    counts_guest_errors(&mut h, 1, "writel at the doorbell offset", |h| {
+        h.qt.writel(page1, 1)
+    });
+    counts_guest_errors(&mut h, 1, "writew at the doorbell offset", |h| {
+        h.qt.writew(page1, 1)
+    });
+    counts_guest_errors(&mut h, 1, "writeb at the doorbell offset", |h| {
+        h.qt.writeb(page1, 1)
+    });
+    counts_guest_errors(&mut h, 1, "writeq at offset 8", |h| {
+        h.qt.writeq(page1 + 8, db)
+    });
+    counts_guest_errors(&mut h, 1, "writeq at offset 0xff8", |h| {
+        h.qt.writeq(page1 + 0xff8, db)
+    });
     let before = h.guest_errors();
     h.qt.writeq(page1 + 4, db);
     assert!(h.guest_errors() > before, "unaligned writeq counted");
-    assert_eq!(h.reg(QHCA_REG_DB_VIOLATIONS), dbv, "non-doorbell stores are not violations");
+    assert_eq!(
+        h.reg(QHCA_REG_DB_VIOLATIONS),
+        dbv,
+        "non-doorbell stores are not violations"
+    );
     // Reads of the doorbell BAR return 0.
     assert_eq!(h.qt.readq(h.uar), 0, "doorbell pages read as 0");
     assert_eq!(h.qt.readl(page1 + 0x10), 0);
@@ -507,7 +702,10 @@ fn dma_without_bus_mastering_fails_cleanly() {
     cfg_write16(&mut h.qt, d, PCI_COMMAND, cmd & !PCI_COMMAND_MASTER);
     let c = h.cmd(QHCA_CMD_NOP);
     h.post(&c);
-    assert!(h.poll(|h| h.status() & QHCA_STATUS_FATAL != 0), "command fetch without bus mastering must fail");
+    assert!(
+        h.poll(|h| h.status() & QHCA_STATUS_FATAL != 0),
+        "command fetch without bus mastering must fail"
+    );
     assert_eq!(h.reg(QHCA_REG_FATAL_SYNDROME), QHCA_FATAL_CMDQ_DMA);
     assert_eq!(h.eq_pi(), 0);
     h.alive();
@@ -525,7 +723,11 @@ fn disable_stops_commands_stalled_on_a_full_eq() {
     h.wait_events(2);
     // Two commands are stalled behind the full EQ. Disable, then free EQ space.
     h.set_reg(QHCA_REG_CTRL, 0);
-    assert_eq!(h.status() & QHCA_STATUS_READY, 0, "CTRL.ENABLE cleared: not READY");
+    assert_eq!(
+        h.status() & QHCA_STATUS_READY,
+        0,
+        "CTRL.ENABLE cleared: not READY"
+    );
     h.completion_of(&cmds[0]);
     h.completion_of(&cmds[1]);
     h.settle();
@@ -544,15 +746,57 @@ fn undefined_control_bits_are_rejected() {
     h.configure(2, 2);
     // Valid queues are programmed, so an accepted ENABLE would show as READY.
     for v in [0x4u32, 0x5, 0x8000_0001, 0xffff_fffd] {
-        counts_guest_errors(&mut h, 1, &format!("CTRL {v:#x}"), |h| h.set_reg(QHCA_REG_CTRL, v));
-        assert_eq!(h.status(), 0, "CTRL {v:#x} with undefined bits must be ignored whole");
+        counts_guest_errors(&mut h, 1, &format!("CTRL {v:#x}"), |h| {
+            h.set_reg(QHCA_REG_CTRL, v)
+        });
+        assert_eq!(
+            h.status(),
+            0,
+            "CTRL {v:#x} with undefined bits must be ignored whole"
+        );
         assert_eq!(h.reg(QHCA_REG_CTRL), 0);
     }
-    assert_eq!(h.reg(QHCA_REG_CMDQ_LOG_SIZE), 2, "CTRL 0xfffffffd did not reset");
+    assert_eq!(
+        h.reg(QHCA_REG_CMDQ_LOG_SIZE),
+        2,
+        "CTRL 0xfffffffd did not reset"
+    );
     for v in [0x2u32, 0x3, 0x8000_0000] {
-        counts_guest_errors(&mut h, 1, &format!("INTR_CTRL {v:#x}"), |h| h.set_reg(QHCA_REG_INTR_CTRL, v));
-        assert_eq!(h.reg(QHCA_REG_INTR_CTRL), 0, "INTR_CTRL {v:#x} with undefined bits must be ignored whole");
+        counts_guest_errors(&mut h, 1, &format!("INTR_CTRL {v:#x}"), |h| {
+            h.set_reg(QHCA_REG_INTR_CTRL, v)
+        });
+        assert_eq!(
+            h.reg(QHCA_REG_INTR_CTRL),
+            0,
+            "INTR_CTRL {v:#x} with undefined bits must be ignored whole"
+        );
     }
     assert_eq!(h.enable(), QHCA_STATUS_READY);
     h.nop();
+}
+
+#[test]
+fn eq_ci_outside_the_produced_range_is_ignored() {
+    let mut h = Hca::start("");
+    h.bring_up(3, 2); // 4-entry EQ
+    for _ in 0..3 {
+        let c = h.cmd(QHCA_CMD_NOP);
+        h.post(&c);
+    }
+    h.wait_events(3);
+    // Consume one properly: EQ_CI 1, EQ_PI 3.
+    let e = h.next_eqe();
+    assert_eq!(e.status as u32, QHCA_CMD_OK);
+    for ci in [4u32, 5, 0x100, 0xffff_ffff, 0] {
+        counts_guest_errors(&mut h, 1, &format!("EQ_CI {ci} outside [1, 3]"), |h| {
+            h.set_reg(QHCA_REG_EQ_CI, ci)
+        });
+        assert_eq!(h.reg(QHCA_REG_EQ_CI), 1, "EQ_CI {ci} must be ignored");
+    }
+    // Claiming unproduced events would let the device overwrite unconsumed ones: it did not.
+    h.next_eqe();
+    h.next_eqe();
+    assert_eq!(h.eq_pi(), 3);
+    h.nop();
+    assert_eq!(h.reg(QHCA_REG_EQ_OVERFLOWS), 0);
 }

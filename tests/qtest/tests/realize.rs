@@ -12,15 +12,33 @@ use qhca_qtest::Hca;
 fn refuses(props: &str, needle: &str) {
     let opt = format!("qhca,{props}");
     let r = run_to_exit(&["-device", &opt]).unwrap_or_else(|e| panic!("-device {opt}: {e}"));
-    assert_eq!(r.status.code(), Some(1), "-device {opt}: exit status {} (a signal is a crash); stderr:\n{}", r.status, r.stderr);
+    assert_eq!(
+        r.status.code(),
+        Some(1),
+        "-device {opt}: exit status {} (a signal is a crash); stderr:\n{}",
+        r.status,
+        r.stderr
+    );
     let prefix = format!("{opt}: ");
     let msg = r
         .stderr
         .lines()
         .find_map(|l| l.split_once(&prefix).map(|(_, m)| m.to_string()))
-        .unwrap_or_else(|| panic!("-device {opt}: no error message for the option; stderr:\n{}", r.stderr));
-    assert!(msg.contains(needle), "-device {opt}: message `{msg}` does not name `{needle}`");
-    assert!(!r.stderr.contains("Assertion") && !r.stderr.contains("core dumped"), "{}", r.stderr);
+        .unwrap_or_else(|| {
+            panic!(
+                "-device {opt}: no error message for the option; stderr:\n{}",
+                r.stderr
+            )
+        });
+    assert!(
+        msg.contains(needle),
+        "-device {opt}: message `{msg}` does not name `{needle}`"
+    );
+    assert!(
+        !r.stderr.contains("Assertion") && !r.stderr.contains("core dumped"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
