@@ -158,7 +158,7 @@ impl CmdQueue {
         cmd.0.token = token.to_le();
 
         let slot = st.cmd_pi as usize & (CMDQ_ENTRIES - 1);
-        io_write!(&self.cmd_ring, [try: slot], cmd.0);
+        self.write_cmd(slot, &cmd.0)?;
         st.cmd_pi = st.cmd_pi.wrapping_add(1);
         let pi = st.cmd_pi;
         // `write32` is `writel`, which orders the ring write above before the doorbell reaches
@@ -173,8 +173,17 @@ impl CmdQueue {
                 return self.finish(dev, &mut st, token, &eqe);
             }
             if start.elapsed() > CMD_TIMEOUT {
-                let status = regs::with(bar, |b| b.read32(regs::STATUS)).unwrap_or(0);
-                dev_err!(dev, "command {} timed out (status {:#x})\n", cmd.0.opcode, status);
+                let (status, syndrome) = regs::with(bar, |b| {
+                    (b.read32(regs::STATUS), b.read32(regs::FATAL_SYNDROME))
+                })
+                .unwrap_or((0, 0));
+                dev_err!(
+                    dev,
+                    "command {} timed out (status {:#x}, fatal syndrome {})\n",
+                    u16::from_le(cmd.0.opcode),
+                    status,
+                    syndrome
+                );
                 st.dead = true;
                 return Err(EIO);
             }
@@ -192,6 +201,21 @@ impl CmdQueue {
         }
     }
 
+    /// Writes `cmd` (already little-endian) into command ring slot `slot`.
+    fn write_cmd(&self, slot: usize, cmd: &uapi::qhca_cmd) -> Result {
+        let ring = &self.cmd_ring;
+        io_write!(ring, [try: slot].opcode, cmd.opcode);
+        io_write!(ring, [try: slot].flags, cmd.flags);
+        io_write!(ring, [try: slot].token, cmd.token);
+        io_write!(ring, [try: slot].out_addr, cmd.out_addr);
+        io_write!(ring, [try: slot].out_len, cmd.out_len);
+        io_write!(ring, [try: slot].rsvd0, cmd.rsvd0);
+        for (i, v) in cmd.in_.iter().enumerate() {
+            io_write!(ring, [try: slot].in_[try: i], *v);
+        }
+        Ok(())
+    }
+
     /// Returns the next event if the device has written it, and advances the consumer index.
     fn next_event(&self, st: &mut State) -> Option<uapi::qhca_eqe> {
         let slot = st.eq_ci as usize & (EQ_ENTRIES - 1);
@@ -203,7 +227,15 @@ impl CmdQueue {
         }
         // The owner byte is written last by the device: read the body only after it.
         dma_mb(Read);
-        let eqe: uapi::qhca_eqe = io_read!(&self.eq_ring, [panic: slot]);
+        let ring = &self.eq_ring;
+        let eqe = uapi::qhca_eqe {
+            type_: io_read!(ring, [panic: slot].type_),
+            status: io_read!(ring, [panic: slot].status),
+            token: io_read!(ring, [panic: slot].token),
+            data: [io_read!(ring, [panic: slot].data[build: 0]), io_read!(ring, [panic: slot].data[build: 1])],
+            owner,
+            ..Default::default()
+        };
         st.eq_ci = st.eq_ci.wrapping_add(1);
         Some(eqe)
     }

@@ -16,7 +16,8 @@ use crate::{
 use kernel::{
     device::{Bound, Device},
     dma::{Coherent, CoherentBox},
-    io::{io_read, Io},
+    io::Io,
+    transmute::FromBytes,
     new_mutex, pci,
     prelude::*,
     sync::{aref::ARef, Mutex, SetOnce},
@@ -53,8 +54,9 @@ impl QhcaDevice {
         uar_phys: u64,
     ) -> Result<impl PinInit<Self, Error>> {
         let cmdq = CmdQueue::new(pdev.as_ref())?;
+        let pdev: ARef<pci::Device> = pdev.into();
         Ok(try_pin_init!(Self {
-            pdev: pdev.into(),
+            pdev,
             instance,
             regs,
             cmdq <- cmdq,
@@ -75,12 +77,14 @@ impl QhcaDevice {
 
     /// Runs QUERY_DEVICE and keeps the answer for `attr()`.
     pub(crate) fn query(&self, dev: &Device<Bound>) -> Result<&uapi::qhca_device_attr> {
-        let size = core::mem::size_of::<uapi::qhca_device_attr>();
-        let buf: Coherent<uapi::qhca_device_attr> = CoherentBox::zeroed(dev, GFP_KERNEL)?.into();
+        const SIZE: usize = core::mem::size_of::<uapi::qhca_device_attr>();
+        let buf: Coherent<[u8]> = CoherentBox::<[u8]>::zeroed_slice(dev, SIZE, GFP_KERNEL)?.into();
         self.exec(
-            Cmd::new(uapi::QHCA_CMD_QUERY_DEVICE).output(buf.dma_address(), size as u32),
+            Cmd::new(uapi::QHCA_CMD_QUERY_DEVICE).output(buf.dma_address(), SIZE as u32),
         )?;
-        let le: uapi::qhca_device_attr = io_read!(&buf, );
+        let mut bytes = [0u8; SIZE];
+        (&buf).copy_to_slice(&mut bytes);
+        let le = uapi::qhca_device_attr::from_bytes_copy(&bytes).ok_or(EIO)?;
         let attr = attr_from_le(&le);
         if attr.abi_version != uapi::QHCA_ABI_VERSION {
             dev_err!(
@@ -131,7 +135,7 @@ impl QhcaDevice {
     pub(crate) fn close_context(&self, file: FilePtr, uar: u32) {
         let mut files = self.files.lock();
         if let Some(pos) = files.open.iter().position(|f| *f == file) {
-            files.open.swap_remove(pos);
+            let _ = files.open.remove(pos);
         }
         if files.unbound {
             return;

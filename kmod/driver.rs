@@ -48,7 +48,6 @@ const QHCA_ID: pci::DeviceId = {
 
 kernel::pci_device_table!(
     PCI_TABLE,
-    MODULE_PCI_TABLE,
     <QhcaDriver as pci::Driver>::IdInfo,
     [(QHCA_ID, ())]
 );
@@ -85,6 +84,7 @@ impl Drop for Instance {
 }
 
 /// The event-queue interrupt: wakes whoever waits for a command.
+#[pin_data]
 struct EqIrq {
     dev: Arc<QhcaDevice>,
 }
@@ -149,6 +149,8 @@ impl pci::Driver for QhcaDriver {
             )?;
             let msix = pci::IrqTypes::default().with(pci::IrqType::MsiX);
             let name = NAMES[instance.0 as usize];
+            let irq_dev = dev.clone();
+            let eq_irq = try_pin_init!(EqIrq { dev: irq_dev }? Error);
 
             Ok(try_pin_init!(Qhca {
                 vectors: pdev.alloc_irq_vectors(1, 1, msix)?,
@@ -161,7 +163,7 @@ impl pci::Driver for QhcaDriver {
                         (&*core::ptr::from_ref(vectors)).index(uapi::QHCA_MSIX_VEC_EQ as usize)?.into(),
                         irq::Flags::TRIGGER_NONE,
                         c"qhca-eq",
-                        EqIrq { dev: dev.clone() },
+                        eq_irq,
                     )
                 },
                 _: { start_device(pdev, &dev)?; },
@@ -173,10 +175,21 @@ impl pci::Driver for QhcaDriver {
         })
     }
 
-    fn unbind<'bound>(_pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Qhca<'bound>>) {
+    fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Qhca<'bound>>) {
         this.dev.revoke_files();
+        let (errors, violations) = regs::with(&this.dev.regs, |b| {
+            (b.read32(regs::GUEST_ERRORS), b.read32(regs::DB_VIOLATIONS))
+        })
+        .unwrap_or((0, 0));
         this.dev.reset();
-        dev_info!(this.dev.dev(), "unbound; {} event interrupts served\n", this.dev.cmdq.irq_count());
+        dev_info!(
+            pdev,
+            "qhca{}: unbound; {} event interrupts, {} guest errors and {} doorbell violations seen by the device\n",
+            this.dev.instance,
+            this.dev.cmdq.irq_count(),
+            errors,
+            violations
+        );
     }
 }
 

@@ -6,6 +6,8 @@
 #include <linux/mm.h>
 #include <linux/fs.h>
 
+#include "qhca_shim.h"
+
 /*
  * Map one page of device memory (a doorbell page in BAR2) into a new user vma.
  * The caller has validated the vma's offset, length and flags.  Doorbells are

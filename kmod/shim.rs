@@ -2,8 +2,11 @@
 
 //! Safe wrappers around `qhca_shim.c`: the only place this crate calls into it.
 
-use kernel::{bindings, fs::File, mm::virt::VmaNew, prelude::*};
+use kernel::{bindings, error::to_result, fs::File, mm::virt::VmaNew, prelude::*};
 
+// Declared in `qhca_shim.h`. The pointers are opaque here; `improper_ctypes` only objects to some
+// bindgen structs deep inside them having no fields.
+#[allow(improper_ctypes)]
 extern "C" {
     fn qhca_shim_map_io_page(vma: *mut bindings::vm_area_struct, phys: bindings::phys_addr_t)
         -> c_int;
@@ -61,3 +64,6 @@ impl FilePtr {
 // SAFETY: `FilePtr` is only an identity plus the ability to zap the file's mappings, which any
 // thread may do; `struct file` is thread-safe.
 unsafe impl Send for FilePtr {}
+
+// SAFETY: As for `Send`: shared access only compares the pointer or zaps the file's mappings.
+unsafe impl Sync for FilePtr {}
