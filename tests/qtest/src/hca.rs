@@ -86,7 +86,8 @@ pub struct Hca {
     pub cmd_pi: u32,
     /// Driver's event consumer index (free-running).
     pub eq_ci: u32,
-    next_token: u32,
+    /// The last token handed out.
+    pub next_token: u32,
     /// The functions not selected, by index (`None` at the selected one's index).
     others: Vec<Option<Unit>>,
     selected: usize,
@@ -164,7 +165,13 @@ impl Hca {
             args.extend_from_slice(&["-device", d.as_str()]);
         }
         args.extend_from_slice(extra);
-        let mut qt = Qtest::start(&args);
+        Self::attach(Qtest::start(&args), props.len())
+    }
+
+    /// Takes over a running QEMU with `expected` qhca functions: finds them, assigns their BARs
+    /// (always the same addresses for the same machine), enables decoding and bus mastering.
+    /// Nothing is reset: this is also how the test picks up a device after a migration.
+    pub fn attach(mut qt: Qtest, expected: usize) -> Hca {
         let found = pci::find_all(
             &mut qt,
             QHCA_PCI_VENDOR_ID as u16,
@@ -172,7 +179,7 @@ impl Hca {
         );
         assert_eq!(
             found.len(),
-            props.len(),
+            expected,
             "{:04x}:{:04x} functions on bus 0: {found:?}; stderr:\n{}",
             QHCA_PCI_VENDOR_ID,
             QHCA_PCI_DEVICE_ID,

@@ -8,12 +8,14 @@
 //! - [`pci`]: config space over 0xcf8/0xcfc, BAR sizing and assignment, MSI-X;
 //! - [`wire`]: command/event/attribute structures as bytes;
 //! - [`hca`]: a test-side driver: rings in guest RAM, post a command, consume its event;
+//! - [`qmp`]: a minimal QMP client, for migration;
 //! - [`rng`]: the deterministic generator behind the fuzz-style test.
 //!
 //! The QEMU binary comes from `$QHCA_QEMU`; `scripts/test.sh` sets it after building QEMU.
 
 pub mod hca;
 pub mod pci;
+pub mod qmp;
 pub mod qtest;
 pub mod rng;
 pub mod wire;

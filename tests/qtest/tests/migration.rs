@@ -1,0 +1,344 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! Live state survives migration: a device caught mid-flight (events waiting in the EQ, commands
+//! stalled behind it, a UAR table with a hole, non-zero counters, MSI-X armed) is saved by one
+//! QEMU and loaded by another, which carries on exactly where the first stopped.
+
+use qhca_qtest::abi::*;
+use qhca_qtest::hca::*;
+use qhca_qtest::qmp::{socket_path, Qmp};
+use qhca_qtest::{Hca, Qtest};
+
+fn qmp_arg(path: &std::path::Path) -> String {
+    format!("unix:{},server=on,wait=off", path.display())
+}
+
+/// Every BAR0 register a test can read without side effects.
+fn snapshot(h: &mut Hca) -> Vec<(u32, u32)> {
+    [
+        QHCA_REG_CTRL,
+        QHCA_REG_STATUS,
+        QHCA_REG_CMDQ_BASE_LO,
+        QHCA_REG_CMDQ_BASE_HI,
+        QHCA_REG_CMDQ_LOG_SIZE,
+        QHCA_REG_CMDQ_CI,
+        QHCA_REG_EQ_BASE_LO,
+        QHCA_REG_EQ_BASE_HI,
+        QHCA_REG_EQ_LOG_SIZE,
+        QHCA_REG_EQ_CI,
+        QHCA_REG_EQ_PI,
+        QHCA_REG_INTR_CTRL,
+        QHCA_REG_GUEST_ERRORS,
+        QHCA_REG_DB_VIOLATIONS,
+        QHCA_REG_EQ_OVERFLOWS,
+        QHCA_REG_FATAL_SYNDROME,
+    ]
+    .into_iter()
+    .map(|off| (off, h.reg(off)))
+    .collect()
+}
+
+#[test]
+fn state_survives_migration() {
+    let props = "num-uars=8,node-guid=0xabcdef01";
+    let stream = socket_path("migration-stream");
+    let qmp_a = socket_path("qmp-a");
+    let qmp_b = socket_path("qmp-b");
+
+    // --- source: a device in the middle of things
+    let mut a = Hca::start_with(props, &["-qmp", &qmp_arg(&qmp_a)]);
+    a.bring_up(3, 1); // 2-entry EQ
+    for want in 0..3 {
+        assert_eq!(a.alloc_uar(), (QHCA_CMD_OK, want));
+    }
+    assert_eq!(a.free_uar(1), QHCA_CMD_OK);
+    a.set_reg(QHCA_REG_MAGIC, 0); // GUEST_ERRORS 1
+    a.doorbell(
+        0,
+        qhca_uapi::db::DbWord::new(qhca_uapi::db::DbType::Sq, 2, 9).raw(),
+    ); // DB_VIOLATIONS 1
+    a.setup_msix(false);
+    a.set_reg(QHCA_REG_INTR_CTRL, QHCA_INTR_EQ_ENABLE);
+    let cmds: Vec<_> = (0..4).map(|_| a.cmd(QHCA_CMD_ALLOC_UAR)).collect();
+    a.post_batch(&cmds);
+    a.wait_events(2);
+    a.settle();
+    assert!(a.take_msi());
+    let before = snapshot(&mut a);
+    let ci = a.eq_ci;
+    assert!(
+        before.contains(&(QHCA_REG_EQ_PI, ci + 2)) && before.contains(&(QHCA_REG_CMDQ_CI, ci + 2)),
+        "2 events waiting, 2 commands stalled: {before:x?}"
+    );
+
+    let mut qa = Qmp::connect(&qmp_a);
+    qa.ok(&format!(
+        r#"{{"execute":"migrate","arguments":{{"uri":"file:{}"}}}}"#,
+        stream.display()
+    ));
+    qa.wait_migration();
+
+    // --- destination: same machine, state loaded from the stream
+    let dev = format!("qhca,{props}");
+    let qt = Qtest::start(&[
+        "-device",
+        &dev,
+        "-incoming",
+        "defer",
+        "-qmp",
+        &qmp_arg(&qmp_b),
+    ]);
+    let mut qb = Qmp::connect(&qmp_b);
+    qb.ok(&format!(
+        r#"{{"execute":"migrate-incoming","arguments":{{"uri":"file:{}"}}}}"#,
+        stream.display()
+    ));
+    qb.wait_migration();
+    let mut b = Hca::attach(qt, 1);
+    // The test's driver state moves with it.
+    b.cmdq_base = a.cmdq_base;
+    b.cmdq_log = a.cmdq_log;
+    b.eq_base = a.eq_base;
+    b.eq_log = a.eq_log;
+    b.cmd_pi = a.cmd_pi;
+    b.eq_ci = a.eq_ci;
+    b.next_token = a.next_token;
+    drop(a);
+
+    assert_eq!(snapshot(&mut b), before, "registers after migration");
+    assert!(!b.take_msi(), "no interrupt out of nowhere");
+
+    // The two waiting events are there; consuming them lets the stalled commands run, which
+    // allocate the pages a device that lost its UAR table would not hand out.
+    let mut got = Vec::new();
+    for c in &cmds {
+        let e = b.completion_of(c);
+        assert_eq!(e.status as u32, QHCA_CMD_OK, "{e:?}");
+        got.push(e.data[0]);
+    }
+    // Pages 0 and 2 were taken before the migration, 1 was freed: lowest free first.
+    assert_eq!(
+        got,
+        vec![1, 3, 4, 5],
+        "ALLOC_UARs across the migration see the same UAR table"
+    );
+    assert!(
+        b.poll(|h| h.take_msi()),
+        "MSI-X still armed after migration"
+    );
+    assert_eq!(b.alloc_uar(), (QHCA_CMD_OK, 6));
+    assert_eq!(b.alloc_uar(), (QHCA_CMD_OK, 7));
+    assert_eq!(b.alloc_uar().0, QHCA_CMD_NO_RESOURCES);
+    assert_eq!(b.query_device(OUT_RAM, 128), QHCA_CMD_OK);
+    let attr = qhca_qtest::wire::decode_attr(&b.qt.memread(OUT_RAM, 128));
+    assert_eq!(attr.node_guid, 0xabcd_ef01);
+    assert_eq!(b.status(), QHCA_STATUS_READY);
+}
+
+#[test]
+fn migration_refuses_a_different_num_uars() {
+    let stream = socket_path("migration-stream");
+    let qmp_a = socket_path("qmp-a");
+    let qmp_b = socket_path("qmp-b");
+    let mut a = Hca::start_with("num-uars=8", &["-qmp", &qmp_arg(&qmp_a)]);
+    a.bring_up(2, 2);
+    a.nop();
+    let mut qa = Qmp::connect(&qmp_a);
+    qa.ok(&format!(
+        r#"{{"execute":"migrate","arguments":{{"uri":"file:{}"}}}}"#,
+        stream.display()
+    ));
+    qa.wait_migration();
+    drop(a);
+
+    let qt = Qtest::start(&[
+        "-device",
+        "qhca,num-uars=16",
+        "-incoming",
+        "defer",
+        "-qmp",
+        &qmp_arg(&qmp_b),
+    ]);
+    let mut qb = Qmp::connect(&qmp_b);
+    qb.ok(&format!(
+        r#"{{"execute":"migrate-incoming","arguments":{{"uri":"file:{}"}}}}"#,
+        stream.display()
+    ));
+    // The load fails (num-uars is VMSTATE_UINT32_EQUAL); QEMU reports it and exits, or stays up
+    // with the migration failed. Either way, no crash.
+    let t0 = std::time::Instant::now();
+    let mut qt = qt;
+    loop {
+        if let Some(st) = qt.exited() {
+            assert_eq!(
+                st.code(),
+                Some(1),
+                "destination must exit cleanly, not crash: {st}\n{}",
+                qt.stderr()
+            );
+            break;
+        }
+        let Ok(r) = qb.try_execute(r#"{"execute":"query-migrate"}"#) else {
+            // QEMU is on its way out: the next round sees its exit status.
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            continue;
+        };
+        let r = qhca_qtest::qmp::squash(&r);
+        if r.contains(r#""status":"failed""#) {
+            break;
+        }
+        assert!(
+            !r.contains(r#""status":"completed""#),
+            "a stream for num-uars=8 loaded into num-uars=16"
+        );
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "no verdict: {r}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let err = qt.stderr();
+    assert!(
+        err.contains("num-uars"),
+        "the refusal names num-uars: {err}"
+    );
+}
+
+/// Loads `stream` into a fresh destination and says whether the load completed. A refused
+/// load must end in QEMU exiting with status 1 or in a failed migration, never in a crash.
+fn load(props: &str, stream: &std::path::Path) -> Result<Hca, String> {
+    let qmp = socket_path("qmp-load");
+    let dev = format!("qhca,{props}");
+    let mut qt = Qtest::start(&[
+        "-device",
+        &dev,
+        "-incoming",
+        "defer",
+        "-qmp",
+        &qmp_arg(&qmp),
+    ]);
+    let mut q = Qmp::connect(&qmp);
+    q.ok(&format!(
+        r#"{{"execute":"migrate-incoming","arguments":{{"uri":"file:{}"}}}}"#,
+        stream.display()
+    ));
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(st) = qt.exited() {
+            assert_eq!(
+                st.code(),
+                Some(1),
+                "destination must refuse cleanly, not crash: {st}\n{}",
+                qt.stderr()
+            );
+            return Err(qt.stderr());
+        }
+        if let Ok(r) = q.try_execute(r#"{"execute":"query-migrate"}"#) {
+            let r = qhca_qtest::qmp::squash(&r);
+            if r.contains(r#""status":"completed""#) {
+                return Ok(Hca::attach(qt, 1));
+            }
+            if r.contains(r#""status":"failed""#) {
+                return Err(format!("{r}\n{}", qt.stderr()));
+            }
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "no verdict on the incoming migration"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn tampered_device_state_is_refused() {
+    // The migration stream is as untrusted as a guest: a state the device could never reach
+    // by itself must not load. vmstate fields are big-endian; the command ring's fields
+    // (base, log_size, pi, ci) come right after ctrl, status and intr_ctrl, then the EQ's.
+    let props = "num-uars=4";
+    let stream = socket_path("migration-stream");
+    let qmp_a = socket_path("qmp-a");
+    let mut a = Hca::start_with(props, &["-qmp", &qmp_arg(&qmp_a)]);
+    a.bring_up(3, 2);
+    for _ in 0..5 {
+        a.nop();
+    }
+    let mut qa = Qmp::connect(&qmp_a);
+    qa.ok(&format!(
+        r#"{{"execute":"migrate","arguments":{{"uri":"file:{}"}}}}"#,
+        stream.display()
+    ));
+    qa.wait_migration();
+    drop(a);
+    let good = std::fs::read(&stream).expect("migration stream");
+
+    let mut pattern = Vec::new();
+    pattern.extend_from_slice(&CMDQ_RAM.to_be_bytes());
+    for v in [3u32, 5, 5] {
+        pattern.extend_from_slice(&v.to_be_bytes());
+    }
+    let hits: Vec<usize> = good
+        .windows(pattern.len())
+        .enumerate()
+        .filter(|(_, w)| *w == pattern)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        hits.len(),
+        1,
+        "the command ring's vmstate fields, once in the stream"
+    );
+    let cmdq = hits[0];
+    let (ctrl, status) = (cmdq - 12, cmdq - 8);
+    let eq = cmdq + 20;
+    assert_eq!(
+        &good[eq..eq + 8],
+        &EQ_RAM.to_be_bytes(),
+        "EQ fields follow the command ring's"
+    );
+    assert_eq!(&good[ctrl..ctrl + 4], &QHCA_CTRL_ENABLE.to_be_bytes());
+    assert_eq!(&good[status..status + 4], &QHCA_STATUS_READY.to_be_bytes());
+
+    // The untouched stream loads (the control case for what follows).
+    let path = socket_path("tampered");
+    std::fs::write(&path, &good).unwrap();
+    let mut b = load(props, &path).expect("untampered stream");
+    b.cmdq_base = CMDQ_RAM;
+    b.cmdq_log = 3;
+    b.eq_base = EQ_RAM;
+    b.eq_log = 2;
+    b.cmd_pi = 5;
+    b.eq_ci = 5;
+    b.nop();
+    drop(b);
+
+    let cases: [(&str, usize, u32); 7] = [
+        ("CMDQ log_size 31", cmdq + 8, 31),
+        ("CMDQ log_size 0", cmdq + 8, 0),
+        ("CMDQ pi 100 ahead of ci 5", cmdq + 12, 100),
+        ("EQ pi 100 ahead of ci 5", eq + 12, 100),
+        (
+            "STATUS READY|FATAL",
+            status,
+            QHCA_STATUS_READY | QHCA_STATUS_FATAL,
+        ),
+        ("CTRL 0x80", ctrl, 0x80),
+        ("READY without CTRL.ENABLE", ctrl, 0),
+    ];
+    for (what, off, v) in cases {
+        let mut bad = good.clone();
+        bad[off..off + 4].copy_from_slice(&v.to_be_bytes());
+        std::fs::write(&path, &bad).unwrap();
+        match load(props, &path) {
+            Ok(mut h) => {
+                let st = h.status();
+                panic!("a stream with {what} loaded (STATUS {st:#x})");
+            }
+            // Refused by the qhca section, not by something the tampering broke elsewhere.
+            Err(e) => assert!(
+                e.contains("/qhca"),
+                "{what}: refusal does not name the qhca section: {e}"
+            ),
+        }
+    }
+}
