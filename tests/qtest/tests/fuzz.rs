@@ -3,8 +3,9 @@
 //! Fuzz-style regression: a deterministic pseudo-random storm of register writes, odd-sized
 //! accesses, doorbells, ring garbage, commands, queue reconfigurations, MSI-X and PCI command
 //! register changes, with QEMU's liveness and the device's invariants checked along the way and
-//! a RESET + NOP at the end. The seeds are fixed so a failure reproduces exactly; for longer runs
-//! locally, `QHCA_FUZZ_OPS=100000 QHCA_FUZZ_SEED=7 cargo test -p qhca-qtest --test fuzz`.
+//! a RESET + NOP at the end. The seeds are fixed, so a failure reproduces (the only slack is
+//! whether a bottom half runs before or after the next qtest line, which QEMU's main loop
+//! decides). For longer runs locally, `QHCA_FUZZ_OPS=100000 QHCA_FUZZ_SEED=7 cargo test -p qhca-qtest --test fuzz`.
 //! `QHCA_QTEST_TRACE_FILE=/tmp/t` records the raw command stream of a failing run.
 //!
 //! Crashes found this way are kept below as raw qtest sequences (as QEMU's own
@@ -190,7 +191,9 @@ impl Fuzz {
     }
 
     fn step(&mut self, op: usize) {
-        if op % 16 == 0 && self.h.status() & QHCA_STATUS_READY == 0 && self.rng.chance(1, 2) {
+        // Draw first, so the random stream does not depend on what the device answered.
+        let roll = self.rng.chance(1, 2);
+        if op % 16 == 0 && roll && self.h.status() & QHCA_STATUS_READY == 0 {
             self.recover();
             return;
         }
