@@ -32,7 +32,7 @@ run_stage() {
 BROKEN=0
 
 cd "$QHCA_ROOT"
-run_stage host cargo test --release --workspace
+run_stage host cargo test --release
 cargo_counts host "$logs/host.log"
 
 QHCA_QEMU=$QEMU run_stage qtest cargo test --release -p qhca-qtest
