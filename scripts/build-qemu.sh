@@ -6,6 +6,7 @@
 # everything else goes to stderr.
 #
 # Run the result with Debian's firmware: -L /usr/share/qemu -L /usr/share/seabios
+# QHCA_QEMU_JOBS sets ninja's parallelism (default 2).
 source "$(dirname "$0")/lib.sh"
 
 jobs=${QHCA_QEMU_JOBS:-2}
@@ -16,11 +17,11 @@ src_version() {
 	apt-get source --only-source --print-uris "qemu/$QHCA_QEMU_SUITE" 2>&1 |
 		sed -n "s/^Selected version '\([^']*\)'.*/\1/p"
 }
-ver=$(src_version)
+ver=$(src_version || true)
 if [ -z "$ver" ]; then
 	step "qemu: apt-get update (no deb-src entry served qemu/$QHCA_QEMU_SUITE yet)"
 	as_root apt-get update -q >/dev/null || true
-	ver=$(src_version)
+	ver=$(src_version || true)
 fi
 [ -n "$ver" ] || die "source package qemu/$QHCA_QEMU_SUITE (QEMU 10.0.x) is not served: is deb-src for $QHCA_QEMU_SUITE configured? (scripts/setup-host.sh)"
 case ${ver#*:} in

@@ -4,7 +4,4 @@
 source "$(dirname "$0")/lib.sh"
 source "$QHCA_ROOT/scripts/build-all.sh"
 step "demo: booting the VM (TCG, about 15 s)"
-"$QHCA_ROOT/scripts/vm.sh" --uars 32 -- bash -c "
-	insmod '$KO' && for i in \$(seq 50); do [ -c /dev/qhca0 ] && break; sleep 0.1; done
-	echo '--- dmesg | grep qhca'; dmesg | grep qhca
-	echo '--- qhca-info -v'; '$BIN/qhca-info' -v"
+"$QHCA_ROOT/scripts/vm.sh" --uars 32 -- bash "$QHCA_ROOT/scripts/guest-demo.sh" "$KO" "$BIN/qhca-info"

@@ -27,7 +27,8 @@ command -v udevadm >/dev/null || die "udev is not installed: without it vng lose
 kvm=(--disable-kvm)
 [ "${QHCA_KVM:-0}" = 1 ] && kvm=()
 mkdir -p /tmp/qhca-vm
-# vng joins --exec's words with spaces, so quote each argument for the guest shell.
+# vng hands --exec to the guest's /bin/sh: quote each argument for it. Keep arguments to plain
+# words (paths, numbers); bash's $'...' quoting of control characters means nothing to dash.
 cmd=$(printf '%q ' "$@")
 exec vng --run "$KDIR/arch/x86/boot/bzImage" "${kvm[@]}" --disable-microvm \
 	--qemu "$QEMU" --cpus 2 --memory 2G --rwdir /tmp/qhca-vm \
