@@ -1,0 +1,391 @@
+/*
+ * qhca: an emulated RDMA host channel adapter -- command and event queues
+ *
+ * The driver writes struct qhca_cmd entries into the command ring and stores
+ * the new producer index in CMDQ_PI.  The MMIO handler only validates the
+ * index and schedules a bottom half; the bottom half reads each command,
+ * executes it and completes it with one QHCA_EQE_CMD_DONE event in the event
+ * ring, then raises the event queue's MSI-X vector.
+ *
+ * Who writes what (all indices free-running 32-bit counters):
+ *   CMDQ_PI  driver (register)      CMDQ_CI  device
+ *   EQ_PI    device                 EQ_CI    driver (register)
+ * Command completions are never dropped: when the event ring is full the
+ * command queue stalls until an EQ_CI write frees a slot.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/atomic.h"
+#include "qemu/bswap.h"
+#include "qemu/main-loop.h"
+#include "hw/pci/msix.h"
+#include "qhca.h"
+#include "trace.h"
+
+static uint32_t qhca_ring_entries(const QhcaRing *r)
+{
+    return 1u << r->log_size;
+}
+
+/* Entries the producer has published and the consumer not yet taken. */
+static uint32_t qhca_ring_used(const QhcaRing *r)
+{
+    return r->pi - r->ci;
+}
+
+/*
+ * The DMA address of the slot for index idx.  Only called on rings that
+ * qhca_ring_check() accepted, so base + entries * entry_size does not wrap.
+ */
+static dma_addr_t qhca_ring_slot(const QhcaRing *r, uint32_t idx,
+                                 size_t entry_size)
+{
+    return r->base + (uint64_t)(idx & (qhca_ring_entries(r) - 1)) * entry_size;
+}
+
+/* Returns NULL if the ring registers are usable, else what is wrong. */
+static const char *qhca_ring_check(const QhcaState *s, const QhcaRing *r,
+                                   size_t entry_size)
+{
+    uint64_t bytes;
+
+    if (r->log_size < QHCA_QUEUE_MIN_LOG || r->log_size > s->max_queue_log) {
+        return "log2 size out of range";
+    }
+    if (!r->base) {
+        return "base is zero";
+    }
+    if (r->base & 63) {
+        return "base not 64-byte aligned";
+    }
+    bytes = (uint64_t)entry_size << r->log_size;
+    if (r->base + bytes - 1 < r->base) {
+        return "ring wraps the address space";
+    }
+    return NULL;
+}
+
+/* The invariants of a READY device; checked on migration too. */
+bool qhca_queues_valid(const QhcaState *s)
+{
+    return !qhca_ring_check(s, &s->cmdq, sizeof(struct qhca_cmd)) &&
+           !qhca_ring_check(s, &s->eq, sizeof(struct qhca_eqe)) &&
+           qhca_ring_used(&s->cmdq) <= qhca_ring_entries(&s->cmdq) &&
+           qhca_ring_used(&s->eq) <= qhca_ring_entries(&s->eq);
+}
+
+/* CTRL.ENABLE 0->1.  On failure set CFG_ERROR and stay disabled. */
+bool qhca_queues_start(QhcaState *s)
+{
+    const char *why;
+
+    why = qhca_ring_check(s, &s->cmdq, sizeof(struct qhca_cmd));
+    if (why) {
+        s->status |= QHCA_STATUS_CFG_ERROR;
+        QHCA_GUEST_ERR(s, qhca_err_enable,
+                       "ENABLE rejected: %s %s (base 0x%" PRIx64 " log %u)",
+                       "command queue", why, s->cmdq.base, s->cmdq.log_size);
+        return false;
+    }
+    why = qhca_ring_check(s, &s->eq, sizeof(struct qhca_eqe));
+    if (why) {
+        s->status |= QHCA_STATUS_CFG_ERROR;
+        QHCA_GUEST_ERR(s, qhca_err_enable,
+                       "ENABLE rejected: %s %s (base 0x%" PRIx64 " log %u)",
+                       "event queue", why, s->eq.base, s->eq.log_size);
+        return false;
+    }
+
+    s->cmdq.pi = s->cmdq.ci = 0;
+    s->eq.pi = s->eq.ci = 0;
+    s->status &= ~QHCA_STATUS_CFG_ERROR;
+    s->status |= QHCA_STATUS_READY;
+    trace_qhca_enable(s->cmdq.base, s->cmdq.log_size,
+                      s->eq.base, s->eq.log_size);
+    return true;
+}
+
+/* CTRL.ENABLE 1->0: commands not yet consumed are abandoned. */
+void qhca_queues_stop(QhcaState *s)
+{
+    s->status &= ~QHCA_STATUS_READY;
+    qemu_bh_cancel(s->cmd_bh);
+    trace_qhca_disable(s->cmdq.pi, s->cmdq.ci);
+}
+
+/* Stop everything until CTRL.RESET. */
+static void qhca_fatal(QhcaState *s, uint32_t syndrome, uint64_t addr)
+{
+    s->status &= ~QHCA_STATUS_READY;
+    s->status |= QHCA_STATUS_FATAL;
+    s->fatal_syndrome = syndrome;
+    qemu_bh_cancel(s->cmd_bh);
+    trace_qhca_fatal(syndrome, addr);
+    qemu_log_mask(LOG_GUEST_ERROR,
+                  "qhca: fatal error %u: DMA to/from 0x%" PRIx64 " failed\n",
+                  syndrome, addr);
+}
+
+void qhca_cmdq_write_pi(QhcaState *s, uint32_t pi)
+{
+    QhcaRing *q = &s->cmdq;
+
+    if (!qhca_ready(s)) {
+        QHCA_GUEST_ERR(s, qhca_err_cmdq_pi,
+                       "CMDQ_PI %u ignored (ci %u): %s",
+                       pi, q->ci, "device not ready");
+        return;
+    }
+    if (pi - q->ci > qhca_ring_entries(q)) {
+        QHCA_GUEST_ERR(s, qhca_err_cmdq_pi,
+                       "CMDQ_PI %u ignored (ci %u): %s",
+                       pi, q->ci, "more commands than ring entries");
+        return;
+    }
+    if (pi - q->ci < qhca_ring_used(q)) {
+        QHCA_GUEST_ERR(s, qhca_err_cmdq_pi,
+                       "CMDQ_PI %u ignored (ci %u): %s",
+                       pi, q->ci, "producer index moved backwards");
+        return;
+    }
+
+    trace_qhca_cmdq_pi(pi, q->ci);
+    q->pi = pi;
+    if (q->pi != q->ci) {
+        qemu_bh_schedule(s->cmd_bh);
+    }
+}
+
+void qhca_eq_write_ci(QhcaState *s, uint32_t ci)
+{
+    QhcaRing *eq = &s->eq;
+
+    /* Valid values lie in [ci, pi]: forward, and not past the producer. */
+    if (ci - eq->ci > qhca_ring_used(eq)) {
+        QHCA_GUEST_ERR(s, qhca_err_eq_ci,
+                       "EQ_CI %u ignored: outside [ci %u, pi %u]",
+                       ci, eq->ci, eq->pi);
+        return;
+    }
+
+    trace_qhca_eq_ci(ci, eq->pi);
+    if (ci != eq->ci && qhca_ready(s) && s->cmdq.pi != s->cmdq.ci) {
+        /* Freed slots: resume a command queue stalled on a full EQ. */
+        qemu_bh_schedule(s->cmd_bh);
+    }
+    eq->ci = ci;
+}
+
+void qhca_eq_notify(QhcaState *s)
+{
+    PCIDevice *pdev = PCI_DEVICE(s);
+
+    if ((s->intr_ctrl & QHCA_INTR_EQ_ENABLE) && msix_enabled(pdev)) {
+        trace_qhca_irq(QHCA_MSIX_VEC_EQ);
+        msix_notify(pdev, QHCA_MSIX_VEC_EQ);
+    }
+}
+
+/*
+ * Write one event: bytes 0..30 first, then, after a write barrier, the owner
+ * byte, so that a driver polling the owner bit on another vCPU never sees a
+ * half-written entry.  eqe is little-endian already; owner is filled in here.
+ */
+static bool qhca_eq_post(QhcaState *s, struct qhca_eqe *eqe)
+{
+    PCIDevice *pdev = PCI_DEVICE(s);
+    QhcaRing *eq = &s->eq;
+    dma_addr_t addr = qhca_ring_slot(eq, eq->pi, sizeof(*eqe));
+    const size_t owner_off = offsetof(struct qhca_eqe, owner);
+
+    eqe->owner = ((eq->pi >> eq->log_size) + 1) & QHCA_EQE_OWNER;
+
+    if (pci_dma_write(pdev, addr, eqe, owner_off) != MEMTX_OK) {
+        qhca_fatal(s, QHCA_FATAL_EQ_DMA, addr);
+        return false;
+    }
+    /* The entry body must be visible before the owner byte hands it over. */
+    smp_wmb();
+    if (pci_dma_write(pdev, addr + owner_off, &eqe->owner, 1) != MEMTX_OK) {
+        qhca_fatal(s, QHCA_FATAL_EQ_DMA, addr + owner_off);
+        return false;
+    }
+
+    trace_qhca_eqe(eq->pi, eqe->type, eqe->status, eqe->owner);
+    eq->pi++;
+    return true;
+}
+
+/* Reserved fields must be zero, and so must the ones the opcode ignores. */
+static bool qhca_cmd_unused_zero(const struct qhca_cmd *cmd, bool uses_out,
+                                 unsigned nr_in)
+{
+    unsigned i;
+
+    if (cmd->flags || cmd->rsvd0) {
+        return false;
+    }
+    if (!uses_out && (cmd->out_addr || cmd->out_len)) {
+        return false;
+    }
+    for (i = nr_in; i < ARRAY_SIZE(cmd->in); i++) {
+        if (cmd->in[i]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static uint8_t qhca_cmd_query_device(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    struct qhca_device_attr attr = {
+        .abi_version    = cpu_to_le32(QHCA_ABI_VERSION),
+        .num_uars       = cpu_to_le32(s->num_uars),
+        .caps           = cpu_to_le64(QHCA_CAPS),
+        .node_guid      = cpu_to_le64(s->node_guid),
+        .fw_version     = cpu_to_le64(QHCA_FW_VERSION),
+        .vendor_id      = cpu_to_le32(QHCA_PCI_VENDOR_ID),
+        .vendor_part_id = cpu_to_le32(QHCA_PCI_DEVICE_ID),
+        .hw_ver         = cpu_to_le32(QHCA_HW_VER),
+        .max_pd         = cpu_to_le32(QHCA_LIMIT_MAX_PD),
+        .max_cq         = cpu_to_le32(QHCA_LIMIT_MAX_CQ),
+        .max_cqe        = cpu_to_le32(QHCA_LIMIT_MAX_CQE),
+        .max_qp         = cpu_to_le32(QHCA_LIMIT_MAX_QP),
+        .max_qp_wr      = cpu_to_le32(QHCA_LIMIT_MAX_QP_WR),
+        .max_sge        = cpu_to_le32(QHCA_LIMIT_MAX_SGE),
+        .max_inline     = cpu_to_le32(QHCA_LIMIT_MAX_INLINE),
+        .max_mr         = cpu_to_le32(QHCA_LIMIT_MAX_MR),
+        .max_mr_size    = cpu_to_le64(QHCA_LIMIT_MAX_MR_SIZE),
+        .page_size_cap  = cpu_to_le64(QHCA_LIMIT_PAGE_SIZES),
+    };
+
+    if (!qhca_cmd_unused_zero(cmd, true, 0) || !cmd->out_addr ||
+        cmd->out_len < sizeof(attr) ||
+        cmd->out_addr + sizeof(attr) - 1 < cmd->out_addr) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (pci_dma_write(PCI_DEVICE(s), cmd->out_addr, &attr, sizeof(attr))
+        != MEMTX_OK) {
+        return QHCA_CMD_DMA_ERROR;
+    }
+    return QHCA_CMD_OK;
+}
+
+static uint8_t qhca_cmd_alloc_uar(QhcaState *s, const struct qhca_cmd *cmd,
+                                  uint64_t *data)
+{
+    int index;
+
+    if (!qhca_cmd_unused_zero(cmd, false, 0)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    index = qhca_ctx_alloc(s);
+    if (index < 0) {
+        return QHCA_CMD_NO_RESOURCES;
+    }
+    data[0] = index;
+    return QHCA_CMD_OK;
+}
+
+static uint8_t qhca_cmd_free_uar(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    if (!qhca_cmd_unused_zero(cmd, false, 1)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    return qhca_ctx_free(s, cmd->in[0]) ? QHCA_CMD_OK
+                                         : QHCA_CMD_BAD_RESOURCE;
+}
+
+/* cmd is in host byte order.  Returns the status; fills data[] on success. */
+static uint8_t qhca_cmd_exec(QhcaState *s, const struct qhca_cmd *cmd,
+                             uint64_t *data)
+{
+    switch (cmd->opcode) {
+    case QHCA_CMD_NOP:
+        return qhca_cmd_unused_zero(cmd, false, 0) ? QHCA_CMD_OK
+                                                   : QHCA_CMD_BAD_PARAM;
+    case QHCA_CMD_QUERY_DEVICE:
+        return qhca_cmd_query_device(s, cmd);
+    case QHCA_CMD_ALLOC_UAR:
+        return qhca_cmd_alloc_uar(s, cmd, data);
+    case QHCA_CMD_FREE_UAR:
+        return qhca_cmd_free_uar(s, cmd);
+    default:
+        return QHCA_CMD_BAD_OPCODE;
+    }
+}
+
+static void qhca_cmd_to_cpu(struct qhca_cmd *cmd)
+{
+    unsigned i;
+
+    cmd->opcode = le16_to_cpu(cmd->opcode);
+    cmd->flags = le16_to_cpu(cmd->flags);
+    cmd->token = le32_to_cpu(cmd->token);
+    cmd->out_addr = le64_to_cpu(cmd->out_addr);
+    cmd->out_len = le32_to_cpu(cmd->out_len);
+    cmd->rsvd0 = le32_to_cpu(cmd->rsvd0);
+    for (i = 0; i < ARRAY_SIZE(cmd->in); i++) {
+        cmd->in[i] = le64_to_cpu(cmd->in[i]);
+    }
+}
+
+/*
+ * The command queue bottom half: runs commands in order until the ring is
+ * empty, the event ring is full (an EQ_CI write resumes it), the budget is
+ * spent (it reschedules itself), or a DMA failure makes the device FATAL.
+ */
+void qhca_cmd_bh(void *opaque)
+{
+    QhcaState *s = opaque;
+    PCIDevice *pdev = PCI_DEVICE(s);
+    QhcaRing *q = &s->cmdq;
+    unsigned budget = QHCA_CMD_BUDGET;
+    bool posted = false;
+
+    while (qhca_ready(s) && q->ci != q->pi) {
+        struct qhca_cmd cmd;
+        struct qhca_eqe eqe = { .type = QHCA_EQE_CMD_DONE };
+        uint64_t data[2] = { 0, 0 };
+        dma_addr_t addr;
+        uint8_t status;
+
+        if (qhca_ring_used(&s->eq) == qhca_ring_entries(&s->eq)) {
+            trace_qhca_eq_full(s->eq.pi, s->eq.ci);
+            break;
+        }
+        if (budget-- == 0) {
+            qemu_bh_schedule(s->cmd_bh);
+            break;
+        }
+
+        addr = qhca_ring_slot(q, q->ci, sizeof(cmd));
+        if (pci_dma_read(pdev, addr, &cmd, sizeof(cmd)) != MEMTX_OK) {
+            qhca_fatal(s, QHCA_FATAL_CMDQ_DMA, addr);
+            break;
+        }
+        qhca_cmd_to_cpu(&cmd);
+        trace_qhca_cmd(q->ci, cmd.opcode, cmd.token);
+        /* The slot is the driver's again once the command has been read. */
+        q->ci++;
+
+        status = qhca_cmd_exec(s, &cmd, data);
+        trace_qhca_cmd_done(cmd.token, status, data[0]);
+
+        eqe.status = status;
+        eqe.token = cpu_to_le32(cmd.token);
+        eqe.data[0] = cpu_to_le64(data[0]);
+        eqe.data[1] = cpu_to_le64(data[1]);
+        if (!qhca_eq_post(s, &eqe)) {
+            break;
+        }
+        posted = true;
+    }
+
+    /* One interrupt per batch: the driver drains the ring on each. */
+    if (posted) {
+        qhca_eq_notify(s);
+    }
+}

@@ -1,0 +1,250 @@
+/*
+ * qhca: an emulated RDMA host channel adapter -- PCI and QOM glue
+ *
+ * A PCIe endpoint with three BARs: 0 registers (qhca-regs.c), 1 MSI-X,
+ * 2 doorbell pages (qhca-db.c).  The spec is docs/qhca.rst.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/host-utils.h"
+#include "qemu/main-loop.h"
+#include "qemu/module.h"
+#include "qapi/error.h"
+#include "hw/pci/msix.h"
+#include "hw/pci/pcie.h"
+#include "hw/qdev-properties.h"
+#include "migration/vmstate.h"
+#include "qhca.h"
+#include "trace.h"
+
+/*
+ * The full device reset: CTRL.RESET and the Resettable hold phase.  Registers,
+ * indices, counters, FATAL state and UAR allocations go back to their reset
+ * values; PCI config space and MSI-X belong to the PCI core.
+ */
+void qhca_reset(QhcaState *s)
+{
+    trace_qhca_reset();
+    qemu_bh_cancel(s->cmd_bh);
+
+    s->ctrl = 0;
+    s->status = 0;
+    s->intr_ctrl = 0;
+    s->cmdq = (QhcaRing) { 0 };
+    s->eq = (QhcaRing) { 0 };
+    s->guest_errors = 0;
+    s->db_violations = 0;
+    s->eq_overflows = 0;
+    s->fatal_syndrome = QHCA_FATAL_NONE;
+    qhca_ctx_reset(s);
+}
+
+static void qhca_reset_hold(Object *obj, ResetType type)
+{
+    qhca_reset(QHCA(obj));
+}
+
+static void qhca_realize(PCIDevice *pdev, Error **errp)
+{
+    QhcaState *s = QHCA(pdev);
+    uint64_t uar_bar_size;
+
+    if (s->num_uars < 1 || s->num_uars > QHCA_MAX_NUM_UARS) {
+        error_setg(errp, "num-uars must be between 1 and %u, not %u",
+                   QHCA_MAX_NUM_UARS, s->num_uars);
+        return;
+    }
+    if (s->max_queue_log < QHCA_QUEUE_MIN_LOG ||
+        s->max_queue_log > QHCA_QUEUE_MAX_LOG) {
+        error_setg(errp, "max-queue-log must be between %u and %u,"
+                   " not %u", QHCA_QUEUE_MIN_LOG, QHCA_QUEUE_MAX_LOG,
+                   s->max_queue_log);
+        return;
+    }
+    if (!s->node_guid) {
+        error_setg(errp, "node-guid must not be zero");
+        return;
+    }
+
+    /* No INTx: the event queue interrupt is MSI-X only. */
+    pdev->config[PCI_INTERRUPT_PIN] = 0;
+
+    if (pcie_endpoint_cap_init(pdev, 0x80) < 0) {
+        error_setg(errp, "cannot add the PCI Express capability");
+        return;
+    }
+
+    memory_region_init_io(&s->regs, OBJECT(s), &qhca_regs_ops, s,
+                          "qhca-regs", QHCA_REGS_SIZE);
+    pci_register_bar(pdev, QHCA_BAR_REGS, PCI_BASE_ADDRESS_SPACE_MEMORY,
+                     &s->regs);
+
+    if (msix_init_exclusive_bar(pdev, QHCA_MSIX_VECTORS, QHCA_BAR_MSIX,
+                                errp)) {
+        pcie_cap_exit(pdev);
+        return;
+    }
+    msix_vector_use(pdev, QHCA_MSIX_VEC_EQ);
+
+    uar_bar_size = pow2ceil((uint64_t)s->num_uars << QHCA_UAR_PAGE_SHIFT);
+    memory_region_init_io(&s->uar, OBJECT(s), &qhca_uar_ops, s,
+                          "qhca-uar", uar_bar_size);
+    pci_register_bar(pdev, QHCA_BAR_UAR,
+                     PCI_BASE_ADDRESS_SPACE_MEMORY |
+                     PCI_BASE_ADDRESS_MEM_TYPE_64 |
+                     PCI_BASE_ADDRESS_MEM_PREFETCH, &s->uar);
+
+    s->ctx = g_new0(QhcaContext, s->num_uars);
+    s->cmd_bh = qemu_bh_new_guarded(qhca_cmd_bh, s,
+                                    &DEVICE(pdev)->mem_reentrancy_guard);
+
+    trace_qhca_realize(s->num_uars, s->node_guid, s->max_queue_log);
+}
+
+static void qhca_exit(PCIDevice *pdev)
+{
+    QhcaState *s = QHCA(pdev);
+
+    qemu_bh_delete(s->cmd_bh);
+    s->cmd_bh = NULL;
+    msix_uninit_exclusive_bar(pdev);
+    pcie_cap_exit(pdev);
+    g_free(s->ctx);
+    s->ctx = NULL;
+}
+
+/*
+ * Migration: everything this version has is device registers plus the UAR
+ * allocation table; the rings and command buffers are guest memory.  The
+ * loaded state is as untrusted as a guest write, so post_load checks the
+ * invariants the device relies on before using it.
+ */
+static int qhca_post_load(void *opaque, int version_id)
+{
+    QhcaState *s = opaque;
+
+    if ((s->ctrl & ~QHCA_CTRL_ENABLE) ||
+        (s->status & ~(QHCA_STATUS_READY | QHCA_STATUS_FATAL |
+                       QHCA_STATUS_CFG_ERROR)) ||
+        (s->intr_ctrl & ~QHCA_INTR_EQ_ENABLE)) {
+        return -EINVAL;
+    }
+    if (s->status & QHCA_STATUS_READY) {
+        if (!(s->ctrl & QHCA_CTRL_ENABLE) ||
+            (s->status & QHCA_STATUS_FATAL) || !qhca_queues_valid(s)) {
+            return -EINVAL;
+        }
+        if (s->cmdq.pi != s->cmdq.ci) {
+            qemu_bh_schedule(s->cmd_bh);
+        }
+    }
+    return 0;
+}
+
+static const VMStateDescription qhca_vmstate_ring = {
+    .name = "qhca/ring",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .fields = (const VMStateField[]) {
+        VMSTATE_UINT64(base, QhcaRing),
+        VMSTATE_UINT32(log_size, QhcaRing),
+        VMSTATE_UINT32(pi, QhcaRing),
+        VMSTATE_UINT32(ci, QhcaRing),
+        VMSTATE_END_OF_LIST()
+    },
+};
+
+static const VMStateDescription qhca_vmstate_ctx = {
+    .name = "qhca/ctx",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .fields = (const VMStateField[]) {
+        VMSTATE_BOOL(in_use, QhcaContext),
+        VMSTATE_END_OF_LIST()
+    },
+};
+
+static const VMStateDescription qhca_vmstate = {
+    .name = "qhca",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .post_load = qhca_post_load,
+    .fields = (const VMStateField[]) {
+        VMSTATE_PCI_DEVICE(parent_obj, QhcaState),
+        VMSTATE_MSIX(parent_obj, QhcaState),
+        VMSTATE_UINT32_EQUAL(num_uars, QhcaState, "num-uars differs"),
+        VMSTATE_UINT32_EQUAL(max_queue_log, QhcaState,
+                             "max-queue-log differs"),
+        VMSTATE_UINT32(ctrl, QhcaState),
+        VMSTATE_UINT32(status, QhcaState),
+        VMSTATE_UINT32(intr_ctrl, QhcaState),
+        VMSTATE_STRUCT(cmdq, QhcaState, 1, qhca_vmstate_ring, QhcaRing),
+        VMSTATE_STRUCT(eq, QhcaState, 1, qhca_vmstate_ring, QhcaRing),
+        VMSTATE_UINT32(guest_errors, QhcaState),
+        VMSTATE_UINT32(db_violations, QhcaState),
+        VMSTATE_UINT32(eq_overflows, QhcaState),
+        VMSTATE_UINT32(fatal_syndrome, QhcaState),
+        VMSTATE_STRUCT_VARRAY_POINTER_UINT32(ctx, QhcaState, num_uars,
+                                             qhca_vmstate_ctx, QhcaContext),
+        VMSTATE_END_OF_LIST()
+    },
+};
+
+static const Property qhca_properties[] = {
+    DEFINE_PROP_UINT32("num-uars", QhcaState, num_uars,
+                       QHCA_DEFAULT_NUM_UARS),
+    DEFINE_PROP_UINT64("node-guid", QhcaState, node_guid,
+                       QHCA_DEFAULT_NODE_GUID),
+    DEFINE_PROP_UINT32("max-queue-log", QhcaState, max_queue_log,
+                       QHCA_QUEUE_MAX_LOG),
+};
+
+static void qhca_class_init(ObjectClass *oc, void *data)
+{
+    DeviceClass *dc = DEVICE_CLASS(oc);
+    ResettableClass *rc = RESETTABLE_CLASS(oc);
+    PCIDeviceClass *pc = PCI_DEVICE_CLASS(oc);
+
+    pc->realize = qhca_realize;
+    pc->exit = qhca_exit;
+    pc->vendor_id = QHCA_PCI_VENDOR_ID;
+    pc->device_id = QHCA_PCI_DEVICE_ID;
+    pc->revision = QHCA_PCI_REVISION;
+    pc->class_id = QHCA_PCI_CLASS;
+
+    rc->phases.hold = qhca_reset_hold;
+
+    dc->desc = "qhca emulated RDMA host channel adapter";
+    dc->vmsd = &qhca_vmstate;
+    set_bit(DEVICE_CATEGORY_NETWORK, dc->categories);
+
+    device_class_set_props(dc, qhca_properties);
+    object_class_property_set_description(oc, "num-uars",
+        "Doorbell (UAR) pages in BAR2, one per driver context (1..1024)");
+    object_class_property_set_description(oc, "node-guid",
+        "Node GUID reported by QUERY_DEVICE (non-zero, default"
+        " 0x5148434100000001; give each device its own)");
+    object_class_property_set_description(oc, "max-queue-log",
+        "Largest log2(entries) of the command and event queues,"
+        " reported in CMDQ_MAX_LOG (1..12)");
+}
+
+static const TypeInfo qhca_info = {
+    .name          = TYPE_QHCA,
+    .parent        = TYPE_PCI_DEVICE,
+    .instance_size = sizeof(QhcaState),
+    .class_init    = qhca_class_init,
+    .interfaces    = (InterfaceInfo[]) {
+        { INTERFACE_PCIE_DEVICE },
+        { }
+    },
+};
+
+static void qhca_register_types(void)
+{
+    type_register_static(&qhca_info);
+}
+
+type_init(qhca_register_types)
