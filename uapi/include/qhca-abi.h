@@ -25,6 +25,7 @@
 #elif defined(QHCA_ABI_NO_LINUX_TYPES)
 #include <stdint.h>
 typedef uint8_t __u8;
+typedef int32_t __s32;
 typedef uint16_t __u16;
 typedef uint32_t __u32;
 typedef uint64_t __u64;
@@ -113,6 +114,7 @@ typedef uint64_t __u64;
 
 /* Capability bits (QHCA_REG_CAPS_*, struct qhca_device_attr.caps). */
 #define QHCA_CAP_UAR_ISOLATION  (1ull << 0) /* doorbells checked against the page's owner */
+#define QHCA_CAP_RC             (1ull << 1) /* reliable connected QPs (loopback wire) */
 
 /* Queue sizing limits. */
 #define QHCA_QUEUE_MIN_LOG      1
@@ -129,6 +131,23 @@ enum qhca_cmd_opcode {
 	QHCA_CMD_QUERY_DEVICE = 0x01, /* out: struct qhca_device_attr at out_addr */
 	QHCA_CMD_ALLOC_UAR    = 0x02, /* out: eqe.data[0] = UAR page index */
 	QHCA_CMD_FREE_UAR     = 0x03, /* in[0] = UAR page index */
+	/*
+	 * Verbs objects.  Every object belongs to the context (UAR page) named
+	 * when it is created; destroy and modify name it again and the device
+	 * checks it (QHCA_CMD_BAD_RESOURCE otherwise).  Inputs that do not fit
+	 * in in[] are read from a mailbox at in[...] as documented per opcode.
+	 */
+	QHCA_CMD_ALLOC_PD     = 0x04, /* in[0] = uar; out: data[0] = pdn */
+	QHCA_CMD_DEALLOC_PD   = 0x05, /* in[0] = uar, in[1] = pdn; BAD_STATE while in use */
+	QHCA_CMD_REG_MR       = 0x06, /* in: struct qhca_cmd_reg_mr; out: data[0] = key */
+	QHCA_CMD_DEREG_MR     = 0x07, /* in[0] = uar, in[1] = key */
+	QHCA_CMD_CREATE_CQ    = 0x08, /* in: struct qhca_cmd_create_cq; out: data[0] = cqn */
+	QHCA_CMD_DESTROY_CQ   = 0x09, /* in[0] = uar, in[1] = cqn; BAD_STATE while in use */
+	QHCA_CMD_CREATE_QP    = 0x0a, /* in: struct qhca_cmd_create_qp; out: data[0] = qpn */
+	QHCA_CMD_MODIFY_QP    = 0x0b, /* in[0] = uar, in[1] = qpn, in[2] = mailbox (struct qhca_qp_attr) */
+	QHCA_CMD_QUERY_QP     = 0x0c, /* in[0] = uar, in[1] = qpn; out: struct qhca_qp_attr */
+	QHCA_CMD_DESTROY_QP   = 0x0d, /* in[0] = uar, in[1] = qpn */
+	QHCA_CMD_QUERY_CTX    = 0x0e, /* in[0] = uar; out: struct qhca_ctx_stats */
 	QHCA_CMD_MAX, /* first unassigned opcode */
 };
 
@@ -165,6 +184,9 @@ enum qhca_cmd_status {
 
 enum qhca_eqe_type {
 	QHCA_EQE_CMD_DONE = 0x01,
+	QHCA_EQE_CQ_COMP  = 0x02, /* data[0] = cqn, data[1] = uar: an armed CQ got a CQE */
+	QHCA_EQE_QP_ERR   = 0x03, /* data[0] = qpn, data[1] = uar: QP entered ERR on its own */
+	QHCA_EQE_CQ_ERR   = 0x04, /* data[0] = cqn, data[1] = uar: CQ overrun or bad ring access */
 };
 
 /* 32 bytes. */
@@ -202,6 +224,251 @@ struct qhca_device_attr {
 	__u64 max_mr_size;
 	__u64 page_size_cap;
 	__u64 rsvd1[4];
+};
+
+/* ------------------------------------------------------------------------ */
+/* Verbs objects: protection domains, memory regions, completion queues and  */
+/* reliable-connected queue pairs.                                           */
+/*                                                                          */
+/* Memory the device reaches on behalf of a context (rings and MRs) is given */
+/* to it as a page list: an array of little-endian __u64 DMA addresses, one  */
+/* per 4 KiB page, at a mailbox address in the command.  The device copies   */
+/* the list into its own state at create time; the guest cannot change a     */
+/* translation afterwards except by destroying the object.                   */
+/* ------------------------------------------------------------------------ */
+
+#define QHCA_PAGE_SHIFT         12
+#define QHCA_PAGE_SIZE          (1u << QHCA_PAGE_SHIFT)
+#define QHCA_MAX_PAGE_LIST      (1u << 20) /* pages in one page list */
+
+/* Access rights of a memory region (struct qhca_cmd_reg_mr.access). */
+#define QHCA_ACCESS_LOCAL_WRITE   (1u << 0)
+#define QHCA_ACCESS_REMOTE_WRITE  (1u << 1) /* requires LOCAL_WRITE */
+#define QHCA_ACCESS_REMOTE_READ   (1u << 2)
+#define QHCA_ACCESS_REMOTE_ATOMIC (1u << 3) /* requires LOCAL_WRITE */
+#define QHCA_ACCESS_ALL           0xfu
+
+/*
+ * A memory key is index << 8 | tag.  The device bumps the tag whenever an
+ * index is reused, so a stale key never matches a new region.  L_Key and
+ * R_Key of a region are the same value.
+ */
+#define QHCA_KEY_TAG_BITS       8
+
+/* QHCA_CMD_REG_MR input, overlaying qhca_cmd.in[] (40 bytes). */
+struct qhca_cmd_reg_mr {
+	__u32 uar;
+	__u32 pdn;
+	__u64 iova;       /* first byte of the region (byte granular) */
+	__u64 length;     /* bytes; > 0 */
+	__u32 access;     /* QHCA_ACCESS_* */
+	__u32 npages;     /* pages in the list: covers iova .. iova + length - 1 */
+	__u64 pages_addr; /* DMA address of __le64[npages]; page 0 holds iova */
+};
+
+/*
+ * Completion queue: 2^log_entries CQEs of 32 bytes, then one 64-byte
+ * doorbell record (struct qhca_cq_dbrec) at offset 32 << log_entries, all in
+ * the pages of the list.  The device writes a CQE's owner byte last; the
+ * owner bit of entry i on pass p is (p + 1) & 1, as for the event queue.
+ * The consumer publishes its free-running consumer index in the doorbell
+ * record with a plain store; the device reads it before it would overwrite
+ * an entry and moves the CQ to error (QHCA_EQE_CQ_ERR) on overrun.
+ */
+#define QHCA_CQE_SIZE           32
+#define QHCA_CQ_MIN_LOG         1
+#define QHCA_CQ_MAX_LOG         16
+
+struct qhca_cq_dbrec {
+	__u32 ci;         /* written by the consumer: free-running consumer index */
+	__u32 rsvd[15];
+};
+
+/* QHCA_CMD_CREATE_CQ input, overlaying qhca_cmd.in[]. */
+struct qhca_cmd_create_cq {
+	__u32 uar;
+	__u32 log_entries;
+	__u32 npages;
+	__u32 rsvd0;
+	__u64 pages_addr;
+	__u64 rsvd1[2];
+};
+
+enum qhca_wc_status {
+	QHCA_WC_SUCCESS            = 0x00,
+	QHCA_WC_LOC_LEN_ERR        = 0x01,
+	QHCA_WC_LOC_QP_OP_ERR      = 0x02,
+	QHCA_WC_LOC_PROT_ERR       = 0x04,
+	QHCA_WC_WR_FLUSH_ERR       = 0x05,
+	QHCA_WC_BAD_RESP_ERR       = 0x07,
+	QHCA_WC_LOC_ACCESS_ERR     = 0x08,
+	QHCA_WC_REM_INV_REQ_ERR    = 0x09,
+	QHCA_WC_REM_ACCESS_ERR     = 0x0a,
+	QHCA_WC_REM_OP_ERR         = 0x0b,
+	QHCA_WC_RETRY_EXC_ERR      = 0x0c,
+	QHCA_WC_RNR_RETRY_EXC_ERR  = 0x0d,
+	QHCA_WC_GENERAL_ERR        = 0x15,
+};
+
+/* struct qhca_cqe.opcode */
+enum qhca_wc_opcode {
+	QHCA_WC_SEND               = 0x00,
+	QHCA_WC_RDMA_WRITE         = 0x01,
+	QHCA_WC_RDMA_READ          = 0x02,
+	QHCA_WC_COMP_SWAP          = 0x03,
+	QHCA_WC_FETCH_ADD          = 0x04,
+	QHCA_WC_RECV               = 0x80,
+	QHCA_WC_RECV_RDMA_WITH_IMM = 0x81,
+};
+
+#define QHCA_CQE_WITH_IMM       (1u << 0) /* struct qhca_cqe.flags: imm_data is valid */
+
+/* 32 bytes. */
+struct qhca_cqe {
+	__u64 wr_id;
+	__u32 byte_len;
+	__u32 imm_data;   /* as the sender gave it (network order is the user's business) */
+	__u32 qpn;
+	__u32 src_qp;
+	__u8  opcode;     /* enum qhca_wc_opcode */
+	__u8  status;     /* enum qhca_wc_status */
+	__u8  vendor_err;
+	__u8  flags;      /* QHCA_CQE_* */
+	__u8  rsvd[3];
+	__u8  owner;      /* bit 0: QHCA_CQE_OWNER */
+};
+
+#define QHCA_CQE_OWNER          0x01
+
+/*
+ * Queue pair rings, in one page list: the send queue (2^sq_log slots of
+ * 2^sq_stride_log bytes) then, page aligned, the receive queue (2^rq_log
+ * slots of 2^rq_stride_log bytes).  The device reads a slot only between its
+ * own consumer index and the producer index the owner rang; producer indices
+ * are free-running 16-bit counters carried in the doorbell word.
+ *
+ * A send WQE is a 32-byte control segment, a 16-byte remote-address segment,
+ * a 16-byte atomic segment, then from offset 64 either num_sge data segments
+ * or, with QHCA_WQE_INLINE, inline_len bytes of data.
+ */
+#define QHCA_SQ_MIN_STRIDE_LOG  7  /* 128 B: 64 B of headers + 4 SGEs */
+#define QHCA_SQ_MAX_STRIDE_LOG  11
+#define QHCA_RQ_MIN_STRIDE_LOG  5  /* 32 B: 16 B header + 1 SGE */
+#define QHCA_RQ_MAX_STRIDE_LOG  9
+#define QHCA_WQ_MAX_LOG         15
+#define QHCA_WQE_DATA_OFFSET    64
+
+enum qhca_wr_opcode {
+	QHCA_WR_RDMA_WRITE          = 0x00,
+	QHCA_WR_RDMA_WRITE_WITH_IMM = 0x01,
+	QHCA_WR_SEND                = 0x02,
+	QHCA_WR_SEND_WITH_IMM       = 0x03,
+	QHCA_WR_RDMA_READ           = 0x04,
+	QHCA_WR_ATOMIC_CMP_AND_SWP  = 0x05,
+	QHCA_WR_ATOMIC_FETCH_AND_ADD = 0x06,
+};
+
+/* struct qhca_wqe_ctrl.flags */
+#define QHCA_WQE_SIGNALED       (1u << 0) /* write a CQE on success */
+#define QHCA_WQE_SOLICITED      (1u << 1)
+#define QHCA_WQE_INLINE         (1u << 2) /* data is inline at QHCA_WQE_DATA_OFFSET */
+#define QHCA_WQE_FENCE          (1u << 3)
+
+struct qhca_wqe_ctrl {
+	__u64 wr_id;
+	__u8  opcode;     /* enum qhca_wr_opcode */
+	__u8  flags;      /* QHCA_WQE_* */
+	__u8  num_sge;
+	__u8  rsvd0;
+	__u32 imm_data;
+	__u32 inline_len;
+	__u32 rsvd1[3];
+};
+
+struct qhca_wqe_raddr {
+	__u64 remote_addr;
+	__u32 rkey;
+	__u32 rsvd;
+};
+
+struct qhca_wqe_atomic {
+	__u64 swap_add;   /* swap value (CMP_AND_SWP) or addend (FETCH_AND_ADD) */
+	__u64 compare;
+};
+
+struct qhca_sge {
+	__u64 addr;
+	__u32 length;
+	__u32 lkey;
+};
+
+/* A receive WQE: this header, then num_sge data segments. */
+struct qhca_rwqe {
+	__u64 wr_id;
+	__u32 num_sge;
+	__u32 rsvd;
+};
+
+enum qhca_qp_state {
+	QHCA_QPS_RESET = 0,
+	QHCA_QPS_INIT  = 1,
+	QHCA_QPS_RTR   = 2,
+	QHCA_QPS_RTS   = 3,
+	QHCA_QPS_ERR   = 6,
+};
+
+/* QHCA_CMD_CREATE_QP input, overlaying qhca_cmd.in[]. */
+struct qhca_cmd_create_qp {
+	__u32 uar;
+	__u32 pdn;
+	__u32 send_cqn;
+	__u32 recv_cqn;
+	__u8  sq_log;
+	__u8  sq_stride_log;
+	__u8  rq_log;
+	__u8  rq_stride_log;
+	__u16 max_inline;
+	__u16 max_sge;    /* per send and per receive WQE */
+	__u32 npages;
+	__u32 rsvd0;
+	__u64 pages_addr;
+};
+
+/* struct qhca_qp_attr.mask: which fields MODIFY_QP applies. */
+#define QHCA_QP_ATTR_STATE      (1u << 0)
+#define QHCA_QP_ATTR_ACCESS     (1u << 1) /* access: QHCA_ACCESS_REMOTE_* allowed as responder */
+#define QHCA_QP_ATTR_DEST_QPN   (1u << 2)
+#define QHCA_QP_ATTR_RQ_PSN     (1u << 3)
+#define QHCA_QP_ATTR_SQ_PSN     (1u << 4)
+#define QHCA_QP_ATTR_PATH_MTU   (1u << 5)
+#define QHCA_QP_ATTR_TIMEOUT    (1u << 6)
+#define QHCA_QP_ATTR_RETRY_CNT  (1u << 7)
+#define QHCA_QP_ATTR_RNR_RETRY  (1u << 8)
+#define QHCA_QP_ATTR_MIN_RNR_TIMER (1u << 9)
+#define QHCA_QP_ATTR_ALL        0x3ffu
+
+/* MODIFY_QP mailbox and QUERY_QP output; 64 bytes. */
+struct qhca_qp_attr {
+	__u32 mask;          /* MODIFY_QP: QHCA_QP_ATTR_*; QUERY_QP: all valid */
+	__u8  state;         /* enum qhca_qp_state */
+	__u8  path_mtu;      /* log2(bytes): 8 (256) .. 12 (4096) */
+	__u8  timeout;       /* local ACK timeout: 4.096 us << timeout; 0 = infinite */
+	__u8  retry_cnt;     /* 0..7 */
+	__u8  rnr_retry;     /* 0..7; 7 = infinite */
+	__u8  min_rnr_timer; /* IB encoding, 0..31 */
+	__u16 rsvd0;
+	__u32 access;        /* QHCA_ACCESS_REMOTE_* the QP accepts as responder */
+	__u32 dest_qpn;
+	__u32 rq_psn;        /* 24 bits */
+	__u32 sq_psn;        /* 24 bits */
+	__u32 rsvd1[9];
+};
+
+/* QHCA_CMD_QUERY_CTX output: what the device counted for one context. */
+struct qhca_ctx_stats {
+	__u64 db_accepted;   /* doorbells that named a queue of this context */
+	__u64 db_violations; /* doorbells rung on this context's page naming another's queue */
+	__u64 rsvd[6];
 };
 
 /* ------------------------------------------------------------------------ */
@@ -255,6 +522,104 @@ struct qhca_ioc_query_device {
 
 /* _IOWR(0xCA, 0x00, struct qhca_ioc_query_device): size 0xa0 */
 #define QHCA_IOCTL_QUERY_DEVICE 0xc0a0ca00u
+
+/*
+ * Verbs ioctls.  Handles (pdn, cqn, qpn, keys) are the device's numbers;
+ * the driver accepts only handles this file created.  Memory (ring buffers
+ * and regions) is the caller's: page-aligned for rings, any alignment for
+ * regions; the driver pins it for the object's lifetime.  The ring layout
+ * numbers (logs, strides) are the caller's choice within the device limits;
+ * the driver and the device both check them.
+ */
+#define QHCA_IOC_NR_ALLOC_PD     0x01
+#define QHCA_IOC_NR_DEALLOC_PD   0x02
+#define QHCA_IOC_NR_REG_MR       0x03
+#define QHCA_IOC_NR_DEREG_MR     0x04
+#define QHCA_IOC_NR_CREATE_CQ    0x05
+#define QHCA_IOC_NR_DESTROY_CQ   0x06
+#define QHCA_IOC_NR_CREATE_QP    0x07
+#define QHCA_IOC_NR_MODIFY_QP    0x08
+#define QHCA_IOC_NR_QUERY_QP     0x09
+#define QHCA_IOC_NR_DESTROY_QP   0x0a
+#define QHCA_IOC_NR_QUERY_CTX    0x0b
+
+/* ALLOC_PD (out: handle), DEALLOC_PD, DEREG_MR, DESTROY_CQ, DESTROY_QP (in: handle). */
+struct qhca_ioc_handle {
+	__u32 size;
+	__u32 comp_mask;
+	__u32 handle;
+	__u32 rsvd;
+};
+
+struct qhca_ioc_reg_mr {
+	__u32 size;
+	__u32 comp_mask;
+	__u32 pdn;
+	__u32 access;     /* QHCA_ACCESS_* */
+	__u64 addr;       /* user virtual address: the region's first byte */
+	__u64 length;
+	__u32 lkey;       /* out */
+	__u32 rkey;       /* out */
+	__u64 rsvd;
+};
+
+struct qhca_ioc_create_cq {
+	__u32 size;
+	__u32 comp_mask;
+	__u32 log_entries;
+	__s32 eventfd;    /* signalled on each completion event of the armed CQ; -1: none */
+	__u64 buf_addr;   /* page aligned: the CQEs, then struct qhca_cq_dbrec */
+	__u64 buf_len;
+	__u32 cqn;        /* out */
+	__u32 rsvd;
+};
+
+struct qhca_ioc_create_qp {
+	__u32 size;
+	__u32 comp_mask;
+	__u32 pdn;
+	__u32 send_cqn;
+	__u32 recv_cqn;
+	__u8  sq_log;
+	__u8  sq_stride_log;
+	__u8  rq_log;
+	__u8  rq_stride_log;
+	__u16 max_inline;
+	__u16 max_sge;
+	__u32 rsvd0;
+	__u64 buf_addr;   /* page aligned: the SQ, then the RQ at the next page boundary */
+	__u64 buf_len;
+	__u32 qpn;        /* out */
+	__u32 rsvd1;
+};
+
+/* MODIFY_QP (attr in) and QUERY_QP (attr out). */
+struct qhca_ioc_qp_attr {
+	__u32 size;
+	__u32 comp_mask;
+	__u32 qpn;
+	__u32 rsvd;
+	struct qhca_qp_attr attr;
+};
+
+struct qhca_ioc_query_ctx {
+	__u32 size;
+	__u32 comp_mask;
+	__u64 rsvd;
+	struct qhca_ctx_stats stats; /* out */
+};
+
+#define QHCA_IOCTL_ALLOC_PD     0xc010ca01u
+#define QHCA_IOCTL_DEALLOC_PD   0xc010ca02u
+#define QHCA_IOCTL_REG_MR       0xc030ca03u
+#define QHCA_IOCTL_DEREG_MR     0xc010ca04u
+#define QHCA_IOCTL_CREATE_CQ    0xc028ca05u
+#define QHCA_IOCTL_DESTROY_CQ   0xc010ca06u
+#define QHCA_IOCTL_CREATE_QP    0xc038ca07u
+#define QHCA_IOCTL_MODIFY_QP    0xc050ca08u
+#define QHCA_IOCTL_QUERY_QP     0xc050ca09u
+#define QHCA_IOCTL_DESTROY_QP   0xc010ca0au
+#define QHCA_IOCTL_QUERY_CTX    0xc050ca0bu
 
 /*
  * mmap offsets (bytes; must be page aligned).  The only mapping in this

@@ -49,9 +49,45 @@ pub const QHCA_FATAL_NONE: u32 = 0;
 pub const QHCA_FATAL_CMDQ_DMA: u32 = 1;
 pub const QHCA_FATAL_EQ_DMA: u32 = 2;
 pub const QHCA_CAP_UAR_ISOLATION: u32 = 1;
+pub const QHCA_CAP_RC: u32 = 2;
 pub const QHCA_QUEUE_MIN_LOG: u32 = 1;
 pub const QHCA_QUEUE_MAX_LOG: u32 = 12;
 pub const QHCA_EQE_OWNER: u32 = 1;
+pub const QHCA_PAGE_SHIFT: u32 = 12;
+pub const QHCA_PAGE_SIZE: u32 = 4096;
+pub const QHCA_MAX_PAGE_LIST: u32 = 1048576;
+pub const QHCA_ACCESS_LOCAL_WRITE: u32 = 1;
+pub const QHCA_ACCESS_REMOTE_WRITE: u32 = 2;
+pub const QHCA_ACCESS_REMOTE_READ: u32 = 4;
+pub const QHCA_ACCESS_REMOTE_ATOMIC: u32 = 8;
+pub const QHCA_ACCESS_ALL: u32 = 15;
+pub const QHCA_KEY_TAG_BITS: u32 = 8;
+pub const QHCA_CQE_SIZE: u32 = 32;
+pub const QHCA_CQ_MIN_LOG: u32 = 1;
+pub const QHCA_CQ_MAX_LOG: u32 = 16;
+pub const QHCA_CQE_WITH_IMM: u32 = 1;
+pub const QHCA_CQE_OWNER: u32 = 1;
+pub const QHCA_SQ_MIN_STRIDE_LOG: u32 = 7;
+pub const QHCA_SQ_MAX_STRIDE_LOG: u32 = 11;
+pub const QHCA_RQ_MIN_STRIDE_LOG: u32 = 5;
+pub const QHCA_RQ_MAX_STRIDE_LOG: u32 = 9;
+pub const QHCA_WQ_MAX_LOG: u32 = 15;
+pub const QHCA_WQE_DATA_OFFSET: u32 = 64;
+pub const QHCA_WQE_SIGNALED: u32 = 1;
+pub const QHCA_WQE_SOLICITED: u32 = 2;
+pub const QHCA_WQE_INLINE: u32 = 4;
+pub const QHCA_WQE_FENCE: u32 = 8;
+pub const QHCA_QP_ATTR_STATE: u32 = 1;
+pub const QHCA_QP_ATTR_ACCESS: u32 = 2;
+pub const QHCA_QP_ATTR_DEST_QPN: u32 = 4;
+pub const QHCA_QP_ATTR_RQ_PSN: u32 = 8;
+pub const QHCA_QP_ATTR_SQ_PSN: u32 = 16;
+pub const QHCA_QP_ATTR_PATH_MTU: u32 = 32;
+pub const QHCA_QP_ATTR_TIMEOUT: u32 = 64;
+pub const QHCA_QP_ATTR_RETRY_CNT: u32 = 128;
+pub const QHCA_QP_ATTR_RNR_RETRY: u32 = 256;
+pub const QHCA_QP_ATTR_MIN_RNR_TIMER: u32 = 512;
+pub const QHCA_QP_ATTR_ALL: u32 = 1023;
 pub const QHCA_DB_OFFSET: u32 = 0;
 pub const QHCA_DB_QN_MASK: u32 = 16777215;
 pub const QHCA_DB_TYPE_SHIFT: u32 = 24;
@@ -60,8 +96,31 @@ pub const QHCA_DB_INDEX_SHIFT: u32 = 32;
 pub const QHCA_IOC_MAGIC: u32 = 202;
 pub const QHCA_IOC_NR_QUERY_DEVICE: u32 = 0;
 pub const QHCA_IOCTL_QUERY_DEVICE: u32 = 3231762944;
+pub const QHCA_IOC_NR_ALLOC_PD: u32 = 1;
+pub const QHCA_IOC_NR_DEALLOC_PD: u32 = 2;
+pub const QHCA_IOC_NR_REG_MR: u32 = 3;
+pub const QHCA_IOC_NR_DEREG_MR: u32 = 4;
+pub const QHCA_IOC_NR_CREATE_CQ: u32 = 5;
+pub const QHCA_IOC_NR_DESTROY_CQ: u32 = 6;
+pub const QHCA_IOC_NR_CREATE_QP: u32 = 7;
+pub const QHCA_IOC_NR_MODIFY_QP: u32 = 8;
+pub const QHCA_IOC_NR_QUERY_QP: u32 = 9;
+pub const QHCA_IOC_NR_DESTROY_QP: u32 = 10;
+pub const QHCA_IOC_NR_QUERY_CTX: u32 = 11;
+pub const QHCA_IOCTL_ALLOC_PD: u32 = 3222325761;
+pub const QHCA_IOCTL_DEALLOC_PD: u32 = 3222325762;
+pub const QHCA_IOCTL_REG_MR: u32 = 3224422915;
+pub const QHCA_IOCTL_DEREG_MR: u32 = 3222325764;
+pub const QHCA_IOCTL_CREATE_CQ: u32 = 3223898629;
+pub const QHCA_IOCTL_DESTROY_CQ: u32 = 3222325766;
+pub const QHCA_IOCTL_CREATE_QP: u32 = 3224947207;
+pub const QHCA_IOCTL_MODIFY_QP: u32 = 3226520072;
+pub const QHCA_IOCTL_QUERY_QP: u32 = 3226520073;
+pub const QHCA_IOCTL_DESTROY_QP: u32 = 3222325770;
+pub const QHCA_IOCTL_QUERY_CTX: u32 = 3226520075;
 pub const QHCA_MMAP_UAR: u32 = 0;
 pub type __u8 = u8;
+pub type __s32 = i32;
 pub type __u16 = u16;
 pub type __u32 = u32;
 pub type __u64 = u64;
@@ -69,7 +128,18 @@ pub const QHCA_CMD_NOP: qhca_cmd_opcode = 0;
 pub const QHCA_CMD_QUERY_DEVICE: qhca_cmd_opcode = 1;
 pub const QHCA_CMD_ALLOC_UAR: qhca_cmd_opcode = 2;
 pub const QHCA_CMD_FREE_UAR: qhca_cmd_opcode = 3;
-pub const QHCA_CMD_MAX: qhca_cmd_opcode = 4;
+pub const QHCA_CMD_ALLOC_PD: qhca_cmd_opcode = 4;
+pub const QHCA_CMD_DEALLOC_PD: qhca_cmd_opcode = 5;
+pub const QHCA_CMD_REG_MR: qhca_cmd_opcode = 6;
+pub const QHCA_CMD_DEREG_MR: qhca_cmd_opcode = 7;
+pub const QHCA_CMD_CREATE_CQ: qhca_cmd_opcode = 8;
+pub const QHCA_CMD_DESTROY_CQ: qhca_cmd_opcode = 9;
+pub const QHCA_CMD_CREATE_QP: qhca_cmd_opcode = 10;
+pub const QHCA_CMD_MODIFY_QP: qhca_cmd_opcode = 11;
+pub const QHCA_CMD_QUERY_QP: qhca_cmd_opcode = 12;
+pub const QHCA_CMD_DESTROY_QP: qhca_cmd_opcode = 13;
+pub const QHCA_CMD_QUERY_CTX: qhca_cmd_opcode = 14;
+pub const QHCA_CMD_MAX: qhca_cmd_opcode = 15;
 pub type qhca_cmd_opcode = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -91,6 +161,9 @@ pub const QHCA_CMD_BAD_STATE: qhca_cmd_status = 5;
 pub const QHCA_CMD_DMA_ERROR: qhca_cmd_status = 6;
 pub type qhca_cmd_status = core::ffi::c_uint;
 pub const QHCA_EQE_CMD_DONE: qhca_eqe_type = 1;
+pub const QHCA_EQE_CQ_COMP: qhca_eqe_type = 2;
+pub const QHCA_EQE_QP_ERR: qhca_eqe_type = 3;
+pub const QHCA_EQE_CQ_ERR: qhca_eqe_type = 4;
 pub type qhca_eqe_type = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -127,6 +200,164 @@ pub struct qhca_device_attr {
     pub page_size_cap: __u64,
     pub rsvd1: [__u64; 4usize],
 }
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_cmd_reg_mr {
+    pub uar: __u32,
+    pub pdn: __u32,
+    pub iova: __u64,
+    pub length: __u64,
+    pub access: __u32,
+    pub npages: __u32,
+    pub pages_addr: __u64,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_cq_dbrec {
+    pub ci: __u32,
+    pub rsvd: [__u32; 15usize],
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_cmd_create_cq {
+    pub uar: __u32,
+    pub log_entries: __u32,
+    pub npages: __u32,
+    pub rsvd0: __u32,
+    pub pages_addr: __u64,
+    pub rsvd1: [__u64; 2usize],
+}
+pub const QHCA_WC_SUCCESS: qhca_wc_status = 0;
+pub const QHCA_WC_LOC_LEN_ERR: qhca_wc_status = 1;
+pub const QHCA_WC_LOC_QP_OP_ERR: qhca_wc_status = 2;
+pub const QHCA_WC_LOC_PROT_ERR: qhca_wc_status = 4;
+pub const QHCA_WC_WR_FLUSH_ERR: qhca_wc_status = 5;
+pub const QHCA_WC_BAD_RESP_ERR: qhca_wc_status = 7;
+pub const QHCA_WC_LOC_ACCESS_ERR: qhca_wc_status = 8;
+pub const QHCA_WC_REM_INV_REQ_ERR: qhca_wc_status = 9;
+pub const QHCA_WC_REM_ACCESS_ERR: qhca_wc_status = 10;
+pub const QHCA_WC_REM_OP_ERR: qhca_wc_status = 11;
+pub const QHCA_WC_RETRY_EXC_ERR: qhca_wc_status = 12;
+pub const QHCA_WC_RNR_RETRY_EXC_ERR: qhca_wc_status = 13;
+pub const QHCA_WC_GENERAL_ERR: qhca_wc_status = 21;
+pub type qhca_wc_status = core::ffi::c_uint;
+pub const QHCA_WC_SEND: qhca_wc_opcode = 0;
+pub const QHCA_WC_RDMA_WRITE: qhca_wc_opcode = 1;
+pub const QHCA_WC_RDMA_READ: qhca_wc_opcode = 2;
+pub const QHCA_WC_COMP_SWAP: qhca_wc_opcode = 3;
+pub const QHCA_WC_FETCH_ADD: qhca_wc_opcode = 4;
+pub const QHCA_WC_RECV: qhca_wc_opcode = 128;
+pub const QHCA_WC_RECV_RDMA_WITH_IMM: qhca_wc_opcode = 129;
+pub type qhca_wc_opcode = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_cqe {
+    pub wr_id: __u64,
+    pub byte_len: __u32,
+    pub imm_data: __u32,
+    pub qpn: __u32,
+    pub src_qp: __u32,
+    pub opcode: __u8,
+    pub status: __u8,
+    pub vendor_err: __u8,
+    pub flags: __u8,
+    pub rsvd: [__u8; 3usize],
+    pub owner: __u8,
+}
+pub const QHCA_WR_RDMA_WRITE: qhca_wr_opcode = 0;
+pub const QHCA_WR_RDMA_WRITE_WITH_IMM: qhca_wr_opcode = 1;
+pub const QHCA_WR_SEND: qhca_wr_opcode = 2;
+pub const QHCA_WR_SEND_WITH_IMM: qhca_wr_opcode = 3;
+pub const QHCA_WR_RDMA_READ: qhca_wr_opcode = 4;
+pub const QHCA_WR_ATOMIC_CMP_AND_SWP: qhca_wr_opcode = 5;
+pub const QHCA_WR_ATOMIC_FETCH_AND_ADD: qhca_wr_opcode = 6;
+pub type qhca_wr_opcode = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_wqe_ctrl {
+    pub wr_id: __u64,
+    pub opcode: __u8,
+    pub flags: __u8,
+    pub num_sge: __u8,
+    pub rsvd0: __u8,
+    pub imm_data: __u32,
+    pub inline_len: __u32,
+    pub rsvd1: [__u32; 3usize],
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_wqe_raddr {
+    pub remote_addr: __u64,
+    pub rkey: __u32,
+    pub rsvd: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_wqe_atomic {
+    pub swap_add: __u64,
+    pub compare: __u64,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_sge {
+    pub addr: __u64,
+    pub length: __u32,
+    pub lkey: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_rwqe {
+    pub wr_id: __u64,
+    pub num_sge: __u32,
+    pub rsvd: __u32,
+}
+pub const QHCA_QPS_RESET: qhca_qp_state = 0;
+pub const QHCA_QPS_INIT: qhca_qp_state = 1;
+pub const QHCA_QPS_RTR: qhca_qp_state = 2;
+pub const QHCA_QPS_RTS: qhca_qp_state = 3;
+pub const QHCA_QPS_ERR: qhca_qp_state = 6;
+pub type qhca_qp_state = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_cmd_create_qp {
+    pub uar: __u32,
+    pub pdn: __u32,
+    pub send_cqn: __u32,
+    pub recv_cqn: __u32,
+    pub sq_log: __u8,
+    pub sq_stride_log: __u8,
+    pub rq_log: __u8,
+    pub rq_stride_log: __u8,
+    pub max_inline: __u16,
+    pub max_sge: __u16,
+    pub npages: __u32,
+    pub rsvd0: __u32,
+    pub pages_addr: __u64,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_qp_attr {
+    pub mask: __u32,
+    pub state: __u8,
+    pub path_mtu: __u8,
+    pub timeout: __u8,
+    pub retry_cnt: __u8,
+    pub rnr_retry: __u8,
+    pub min_rnr_timer: __u8,
+    pub rsvd0: __u16,
+    pub access: __u32,
+    pub dest_qpn: __u32,
+    pub rq_psn: __u32,
+    pub sq_psn: __u32,
+    pub rsvd1: [__u32; 9usize],
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ctx_stats {
+    pub db_accepted: __u64,
+    pub db_violations: __u64,
+    pub rsvd: [__u64; 6usize],
+}
 pub const QHCA_DB_SQ: qhca_db_type = 1;
 pub const QHCA_DB_RQ: qhca_db_type = 2;
 pub const QHCA_DB_CQ_ARM: qhca_db_type = 3;
@@ -140,4 +371,74 @@ pub struct qhca_ioc_query_device {
     pub uar_index: __u32,
     pub rsvd_in: [__u64; 2usize],
     pub attr: qhca_device_attr,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ioc_handle {
+    pub size: __u32,
+    pub comp_mask: __u32,
+    pub handle: __u32,
+    pub rsvd: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ioc_reg_mr {
+    pub size: __u32,
+    pub comp_mask: __u32,
+    pub pdn: __u32,
+    pub access: __u32,
+    pub addr: __u64,
+    pub length: __u64,
+    pub lkey: __u32,
+    pub rkey: __u32,
+    pub rsvd: __u64,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ioc_create_cq {
+    pub size: __u32,
+    pub comp_mask: __u32,
+    pub log_entries: __u32,
+    pub eventfd: __s32,
+    pub buf_addr: __u64,
+    pub buf_len: __u64,
+    pub cqn: __u32,
+    pub rsvd: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ioc_create_qp {
+    pub size: __u32,
+    pub comp_mask: __u32,
+    pub pdn: __u32,
+    pub send_cqn: __u32,
+    pub recv_cqn: __u32,
+    pub sq_log: __u8,
+    pub sq_stride_log: __u8,
+    pub rq_log: __u8,
+    pub rq_stride_log: __u8,
+    pub max_inline: __u16,
+    pub max_sge: __u16,
+    pub rsvd0: __u32,
+    pub buf_addr: __u64,
+    pub buf_len: __u64,
+    pub qpn: __u32,
+    pub rsvd1: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ioc_qp_attr {
+    pub size: __u32,
+    pub comp_mask: __u32,
+    pub qpn: __u32,
+    pub rsvd: __u32,
+    pub attr: qhca_qp_attr,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ioc_query_ctx {
+    pub size: __u32,
+    pub comp_mask: __u32,
+    pub rsvd: __u64,
+    pub stats: qhca_ctx_stats,
 }
