@@ -92,6 +92,11 @@ typedef uint64_t __u64;
 #define QHCA_REG_DB_VIOLATIONS  0x064 /* RO: doorbells dropped for naming a foreign queue */
 #define QHCA_REG_EQ_OVERFLOWS   0x068 /* RO: events lost because the EQ was full */
 #define QHCA_REG_FATAL_SYNDROME 0x06c /* RO: QHCA_FATAL_* once STATUS.FATAL is set */
+#define QHCA_REG_NUM_CTX        0x070 /* RO: contexts (allocated UAR pages) alive */
+#define QHCA_REG_NUM_PD         0x074 /* RO: protection domains alive */
+#define QHCA_REG_NUM_MR         0x078 /* RO: memory regions alive */
+#define QHCA_REG_NUM_CQ         0x07c /* RO: completion queues alive */
+#define QHCA_REG_NUM_QP         0x080 /* RO: queue pairs alive */
 
 #define QHCA_MAGIC 0x41434851u /* "QHCA" read as a little-endian u32 */
 
