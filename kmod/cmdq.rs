@@ -10,10 +10,12 @@
 //!   publishes its free-running consumer index in `EQ_CI`. The device never overwrites an entry
 //!   the driver has not consumed.
 //!
-//! Commands are serialised by one mutex: there is one in flight at a time, so the event that
-//! answers it is the next one on the ring. The interrupt handler only wakes the waiter; the waiter
-//! consumes the event itself. Neither side trusts the other's indices: the driver keeps its own,
-//! masks them, and checks the token of every event.
+//! Commands are serialised by one mutex, so at most one CMD_DONE is outstanding; it is matched by
+//! token. The event ring also carries asynchronous events (completion events of armed CQs, QP and
+//! CQ errors). It is drained by the threaded interrupt handler, which wakes the command waiter and
+//! hands the other events to the device's dispatcher; a waiter that is not woken in time drains
+//! it itself. Neither side trusts the other's indices: the driver keeps its own, masks them, and
+//! checks the token of every completion.
 
 use crate::{regs, uapi};
 use kernel::{
@@ -28,6 +30,7 @@ use kernel::{
         CondVar, Mutex,
     },
     time::{msecs_to_jiffies, Delta, Instant, Monotonic},
+    transmute::AsBytes,
 };
 
 /// log2 of the command ring's entries. One command is in flight at a time; a few spare slots let
@@ -63,6 +66,19 @@ impl Cmd {
         self
     }
 
+    /// Lays `args`, one of the `qhca_cmd_*` input structures (already little-endian), over
+    /// `in[]`.
+    pub(crate) fn input_struct<T: AsBytes>(mut self, args: &T) -> Self {
+        let bytes = args.as_bytes();
+        for (i, chunk) in bytes.chunks(8).take(self.0.in_.len()).enumerate() {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            // Raw bytes: the structure's fields are little-endian already.
+            self.0.in_[i] = u64::from_ne_bytes(w);
+        }
+        self
+    }
+
     pub(crate) fn output(mut self, addr: u64, len: u32) -> Self {
         self.0.out_addr = addr.to_le();
         self.0.out_len = len.to_le();
@@ -70,30 +86,52 @@ impl Cmd {
     }
 }
 
-/// Indices the driver owns; only touched with `CmdQueue::state` held.
-struct State {
+/// Command-side state, held while a command is in flight.
+struct CmdState {
     /// Next command ring slot (free-running).
-    cmd_pi: u32,
-    /// Next event ring slot to read (free-running).
-    eq_ci: u32,
+    pi: u32,
     /// Token of the next command.
     token: u32,
-    /// Set once a command timed out or the device reported a fatal error: every later command
+}
+
+/// The answer to the command in flight, once its event has been consumed.
+struct Done {
+    token: u32,
+    status: u32,
+    data: [u64; 2],
+}
+
+/// Event-side state: the consumer index and what it found.
+struct EqState {
+    /// Next event ring slot to read (free-running).
+    ci: u32,
+    /// A CMD_DONE event consumed but not yet picked up by the waiter.
+    done: Option<Done>,
+    /// Set once a command timed out, the device failed, or it sent garbage: every later command
     /// fails with `EIO` at once instead of waiting again.
     dead: bool,
 }
 
-/// The two rings and the lock that serialises commands.
+/// An event that is not a command completion, handed to the device's dispatcher.
+pub(crate) struct AsyncEvent {
+    pub(crate) kind: u32,
+    pub(crate) data: [u64; 2],
+}
+
+/// The two rings. Commands are serialised by `cmd`; the event ring is drained under `eq` by the
+/// threaded interrupt handler and by a command waiter that did not get woken in time.
 #[pin_data]
 pub(crate) struct CmdQueue {
     #[pin]
-    state: Mutex<State>,
-    /// Notified by the event-queue interrupt.
+    cmd: Mutex<CmdState>,
     #[pin]
-    eq_event: CondVar,
+    eq: Mutex<EqState>,
+    /// Notified when a CMD_DONE has been consumed.
+    #[pin]
+    done: CondVar,
     cmd_ring: Coherent<[uapi::qhca_cmd]>,
     eq_ring: Coherent<[uapi::qhca_eqe]>,
-    /// Event-queue interrupts seen (for the log; a command can also complete by polling).
+    /// Event-queue interrupts seen.
     irqs: Atomic<u64>,
 }
 
@@ -105,8 +143,9 @@ impl CmdQueue {
         let eq_ring: Coherent<[uapi::qhca_eqe]> =
             CoherentBox::zeroed_slice(dev, EQ_ENTRIES, GFP_KERNEL)?.into();
         Ok(try_pin_init!(Self {
-            state <- new_mutex!(State { cmd_pi: 0, eq_ci: 0, token: 1, dead: false }),
-            eq_event <- new_condvar!(),
+            cmd <- new_mutex!(CmdState { pi: 0, token: 1 }),
+            eq <- new_mutex!(EqState { ci: 0, done: None, dead: false }),
+            done <- new_condvar!(),
             cmd_ring,
             eq_ring,
             irqs: Atomic::new(0),
@@ -125,14 +164,55 @@ impl CmdQueue {
         bar.write32(EQ_LOG, regs::EQ_LOG_SIZE);
     }
 
-    /// Called from the event-queue interrupt handler: wakes the command waiter.
-    pub(crate) fn notify(&self) {
+    /// Counts an event-queue interrupt (hard-IRQ half).
+    pub(crate) fn count_irq(&self) {
         self.irqs.add(1, Relaxed);
-        self.eq_event.notify_all();
     }
 
     pub(crate) fn irq_count(&self) -> u64 {
         self.irqs.load(Relaxed)
+    }
+
+    /// The threaded half of the event-queue interrupt: consumes every event, hands asynchronous
+    /// ones to `on_event`, and wakes a command waiter whose answer arrived.
+    pub(crate) fn service(&self, dev: &Device, bar: &regs::SharedBar0, on_event: &dyn Fn(AsyncEvent)) {
+        let mut eq = self.eq.lock();
+        self.drain(dev, &mut eq, bar, on_event);
+        if eq.done.is_some() {
+            self.done.notify_all();
+        }
+    }
+
+    /// Consumes every event the device has written and publishes the consumer index.
+    fn drain(
+        &self,
+        dev: &Device,
+        eq: &mut EqState,
+        bar: &regs::SharedBar0,
+        on_event: &dyn Fn(AsyncEvent),
+    ) {
+        let start = eq.ci;
+        while let Some(eqe) = self.next_event(eq) {
+            let kind = u32::from(eqe.type_);
+            let data = [u64::from_le(eqe.data[0]), u64::from_le(eqe.data[1])];
+            if kind == uapi::QHCA_EQE_CMD_DONE {
+                if eq.done.is_some() {
+                    dev_err!(dev, "second command completion in flight; device is broken\n");
+                    eq.dead = true;
+                }
+                eq.done = Some(Done {
+                    token: u32::from_le(eqe.token),
+                    status: u32::from(eqe.status),
+                    data,
+                });
+            } else {
+                on_event(AsyncEvent { kind, data });
+            }
+        }
+        if eq.ci != start {
+            let ci = eq.ci;
+            let _ = regs::with(bar, |b| b.write32(ci, regs::EQ_CI));
+        }
     }
 
     /// Posts `cmd`, waits for its completion event and returns its output.
@@ -147,30 +227,39 @@ impl CmdQueue {
         &self,
         dev: &Device,
         bar: &regs::SharedBar0,
+        on_event: &dyn Fn(AsyncEvent),
         mut cmd: Cmd,
     ) -> Result<CmdOutput> {
-        let mut st = self.state.lock();
-        if st.dead {
+        let mut c = self.cmd.lock();
+        if self.eq.lock().dead {
             return Err(EIO);
         }
-        let token = st.token;
-        st.token = st.token.wrapping_add(1);
+        let token = c.token;
+        c.token = c.token.wrapping_add(1);
         cmd.0.token = token.to_le();
 
-        let slot = st.cmd_pi as usize & (CMDQ_ENTRIES - 1);
+        let slot = c.pi as usize & (CMDQ_ENTRIES - 1);
         self.write_cmd(slot, &cmd.0)?;
-        st.cmd_pi = st.cmd_pi.wrapping_add(1);
-        let pi = st.cmd_pi;
+        c.pi = c.pi.wrapping_add(1);
+        let pi = c.pi;
         // `write32` is `writel`, which orders the ring write above before the doorbell reaches
         // the device.
         regs::with(bar, |b| b.write32(pi, regs::CMDQ_PI))?;
 
         let start = Instant::<Monotonic>::now();
+        let mut eq = self.eq.lock();
         loop {
-            if let Some(eqe) = self.next_event(&mut st) {
-                let ci = st.eq_ci;
-                regs::with(bar, |b| b.write32(ci, regs::EQ_CI))?;
-                return self.finish(dev, &mut st, token, &eqe);
+            if let Some(done) = eq.done.take() {
+                if done.token != token {
+                    dev_err!(dev, "completion for token {} while waiting for {}\n", done.token, token);
+                    eq.dead = true;
+                    return Err(EIO);
+                }
+                status_to_errno(done.status)?;
+                return Ok(CmdOutput { data: done.data });
+            }
+            if eq.dead {
+                return Err(EIO);
             }
             if start.elapsed() > CMD_TIMEOUT {
                 let (status, syndrome) = regs::with(bar, |b| {
@@ -184,20 +273,22 @@ impl CmdQueue {
                     status,
                     syndrome
                 );
-                st.dead = true;
+                eq.dead = true;
                 return Err(EIO);
             }
-            // Sleep until the interrupt or 10 ms, whichever is first: a lost wake-up (the event
-            // landed between the check above and the wait) only costs latency. A pending signal
-            // (e.g. a process being killed while it closes the device) must not turn this into a
-            // busy loop, so sleep a little then.
-            if let kernel::sync::CondVarTimeoutResult::Signal { .. } =
-                self.eq_event.wait_interruptible_timeout(&mut st, msecs_to_jiffies(10))
-            {
-                drop(st);
-                kernel::time::delay::fsleep(Delta::from_micros(200));
-                st = self.state.lock();
+            // Sleep until the interrupt thread has the answer, or 10 ms, then look for ourselves:
+            // a lost wake-up only costs latency. A pending signal (e.g. a process being killed
+            // while it closes the device) must not turn this into a busy loop, so sleep a little.
+            match self.done.wait_interruptible_timeout(&mut eq, msecs_to_jiffies(10)) {
+                kernel::sync::CondVarTimeoutResult::Woken { .. } => continue,
+                kernel::sync::CondVarTimeoutResult::Signal { .. } => {
+                    drop(eq);
+                    kernel::time::delay::fsleep(Delta::from_micros(200));
+                    eq = self.eq.lock();
+                }
+                kernel::sync::CondVarTimeoutResult::Timeout => {}
             }
+            self.drain(dev, &mut eq, bar, on_event);
         }
     }
 
@@ -217,9 +308,9 @@ impl CmdQueue {
     }
 
     /// Returns the next event if the device has written it, and advances the consumer index.
-    fn next_event(&self, st: &mut State) -> Option<uapi::qhca_eqe> {
-        let slot = st.eq_ci as usize & (EQ_ENTRIES - 1);
-        let pass = st.eq_ci >> EQ_LOG;
+    fn next_event(&self, eq: &mut EqState) -> Option<uapi::qhca_eqe> {
+        let slot = eq.ci as usize & (EQ_ENTRIES - 1);
+        let pass = eq.ci >> EQ_LOG;
         let want = ((pass + 1) & 1) as u8;
         let owner: u8 = io_read!(&self.eq_ring, [panic: slot].owner);
         if owner & uapi::QHCA_EQE_OWNER as u8 != want {
@@ -232,37 +323,15 @@ impl CmdQueue {
             type_: io_read!(ring, [panic: slot].type_),
             status: io_read!(ring, [panic: slot].status),
             token: io_read!(ring, [panic: slot].token),
-            data: [io_read!(ring, [panic: slot].data[build: 0]), io_read!(ring, [panic: slot].data[build: 1])],
+            data: [
+                io_read!(ring, [panic: slot].data[build: 0]),
+                io_read!(ring, [panic: slot].data[build: 1]),
+            ],
             owner,
             ..Default::default()
         };
-        st.eq_ci = st.eq_ci.wrapping_add(1);
+        eq.ci = eq.ci.wrapping_add(1);
         Some(eqe)
-    }
-
-    fn finish(
-        &self,
-        dev: &Device,
-        st: &mut State,
-        token: u32,
-        eqe: &uapi::qhca_eqe,
-    ) -> Result<CmdOutput> {
-        let got = u32::from_le(eqe.token);
-        if u32::from(eqe.type_) != uapi::QHCA_EQE_CMD_DONE || got != token {
-            dev_err!(
-                dev,
-                "unexpected event type {} token {} (waiting for {})\n",
-                eqe.type_,
-                got,
-                token
-            );
-            st.dead = true;
-            return Err(EIO);
-        }
-        status_to_errno(u32::from(eqe.status))?;
-        Ok(CmdOutput {
-            data: [u64::from_le(eqe.data[0]), u64::from_le(eqe.data[1])],
-        })
     }
 }
 
@@ -275,6 +344,7 @@ pub(crate) fn status_to_errno(status: u32) -> Result {
             Err(EINVAL)
         }
         uapi::QHCA_CMD_BAD_OPCODE => Err(EOPNOTSUPP),
+        uapi::QHCA_CMD_DMA_ERROR => Err(EFAULT),
         _ => Err(EIO),
     }
 }

@@ -8,9 +8,9 @@
 //! list of open files before their mappings are zapped.
 
 use crate::{
-    cmdq::{Cmd, CmdQueue},
+    cmdq::{AsyncEvent, Cmd, CmdOutput, CmdQueue},
     regs,
-    shim::{self, FilePtr},
+    shim::{self, EventFd, FilePtr},
     uapi,
 };
 use kernel::{
@@ -20,7 +20,7 @@ use kernel::{
     transmute::FromBytes,
     new_mutex, pci,
     prelude::*,
-    sync::{aref::ARef, Mutex, SetOnce},
+    sync::{aref::ARef, Arc, Mutex, SetOnce},
 };
 
 /// Open files and whether the device is still bound, under one lock.
@@ -44,6 +44,13 @@ pub(crate) struct QhcaDevice {
     attr: SetOnce<uapi::qhca_device_attr>,
     #[pin]
     files: Mutex<Files>,
+    /// True while the driver is bound. Held by control paths that need the bound device (DMA
+    /// allocations, pinning); `unbind` clears it first, waiting for them.
+    #[pin]
+    bound: Mutex<bool>,
+    /// Eventfds of CQs that asked for completion events, by CQ number.
+    #[pin]
+    cq_events: Mutex<KVec<(u32, Arc<EventFd>)>>,
 }
 
 impl QhcaDevice {
@@ -63,6 +70,8 @@ impl QhcaDevice {
             uar_phys,
             attr: SetOnce::new(),
             files <- new_mutex!(Files { open: KVec::new(), unbound: false }),
+            bound <- new_mutex!(true),
+            cq_events <- new_mutex!(KVec::new()),
         }? Error))
     }
 
@@ -71,8 +80,46 @@ impl QhcaDevice {
     }
 
     /// Posts a command and waits for its completion.
-    pub(crate) fn exec(&self, cmd: Cmd) -> Result<crate::cmdq::CmdOutput> {
-        self.cmdq.exec(self.dev(), &self.regs, cmd)
+    pub(crate) fn exec(&self, cmd: Cmd) -> Result<CmdOutput> {
+        self.cmdq.exec(self.dev(), &self.regs, &|e| self.on_event(e), cmd)
+    }
+
+    /// The threaded half of the event-queue interrupt.
+    pub(crate) fn service_events(&self) {
+        self.cmdq.service(self.dev(), &self.regs, &|e| self.on_event(e));
+    }
+
+    /// Dispatches an asynchronous event from the event queue.
+    fn on_event(&self, ev: AsyncEvent) {
+        match ev.kind {
+            uapi::QHCA_EQE_CQ_COMP | uapi::QHCA_EQE_CQ_ERR => {
+                let cqn = ev.data[0] as u32;
+                if let Some((_, efd)) = self.cq_events.lock().iter().find(|(n, _)| *n == cqn) {
+                    efd.signal();
+                }
+                if ev.kind == uapi::QHCA_EQE_CQ_ERR {
+                    dev_warn!(self.dev(), "CQ {} (context {}) overran\n", cqn, ev.data[1]);
+                }
+            }
+            uapi::QHCA_EQE_QP_ERR => {
+                dev_dbg!(self.dev(), "QP {} (context {}) entered ERR\n", ev.data[0], ev.data[1]);
+            }
+            kind => dev_warn!(self.dev(), "unknown event type {}\n", kind),
+        }
+    }
+
+    /// Routes completion events of CQ `cqn` to `efd`.
+    pub(crate) fn add_cq_events(&self, cqn: u32, efd: Arc<EventFd>) -> Result {
+        self.cq_events.lock().push((cqn, efd), GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Stops routing completion events of CQ `cqn`.
+    pub(crate) fn remove_cq_events(&self, cqn: u32) {
+        let mut v = self.cq_events.lock();
+        if let Some(pos) = v.iter().position(|(n, _)| *n == cqn) {
+            let _ = v.remove(pos);
+        }
     }
 
     /// Runs QUERY_DEVICE and keeps the answer for `attr()`.
@@ -130,14 +177,35 @@ impl QhcaDevice {
         Ok(uar)
     }
 
-    /// Undoes `open_context`: forgets `file` and frees its doorbell page (unless the device is
-    /// gone, in which case the page went with it).
-    pub(crate) fn close_context(&self, file: FilePtr, uar: u32) {
-        let mut files = self.files.lock();
-        if let Some(pos) = files.open.iter().position(|f| *f == file) {
-            let _ = files.open.remove(pos);
+    /// Runs `f` with the device known to be bound for its whole duration.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` once the device is unbound, or what `f` returns.
+    pub(crate) fn with_bound<R>(&self, f: impl FnOnce(&Device<Bound>) -> Result<R>) -> Result<R> {
+        let bound = self.bound.lock();
+        if !*bound {
+            return Err(ENODEV);
         }
-        if files.unbound {
+        // SAFETY: `unbind` clears `bound` under this lock before the driver lets go of the device,
+        // so while we hold the lock with `bound` set the device stays bound; the reference does
+        // not escape `f`.
+        f(unsafe { self.dev().as_bound() })
+    }
+
+    /// Undoes `open_context` and everything the context created: forgets `file`, destroys its
+    /// objects (in the device too, unless the device is gone, in which case they went with it)
+    /// and frees its doorbell page.
+    pub(crate) fn close_context(&self, file: FilePtr, uar: u32, objs: &mut crate::verbs::Objects) {
+        {
+            let mut files = self.files.lock();
+            if let Some(pos) = files.open.iter().position(|f| *f == file) {
+                let _ = files.open.remove(pos);
+            }
+        }
+        let bound = self.bound.lock();
+        objs.destroy_all(self, uar, *bound);
+        if !*bound {
             return;
         }
         if let Err(e) = self.exec(Cmd::new(uapi::QHCA_CMD_FREE_UAR).input(0, uar.into())) {
@@ -169,6 +237,8 @@ impl QhcaDevice {
     /// Called when the device is being unbound: no file may use the device from now on, and no
     /// process keeps a mapping of its doorbell pages.
     pub(crate) fn revoke_files(&self) {
+        // Wait for control paths that use the bound device, and let no new one start.
+        *self.bound.lock() = false;
         let mut files = self.files.lock();
         files.unbound = true;
         for f in files.open.iter() {

@@ -83,15 +83,20 @@ impl Drop for Instance {
     }
 }
 
-/// The event-queue interrupt: wakes whoever waits for a command.
+/// The event-queue interrupt: the hard half counts it, the thread drains the event queue.
 #[pin_data]
 struct EqIrq {
     dev: Arc<QhcaDevice>,
 }
 
-impl irq::Handler for EqIrq {
-    fn handle(&self) -> IrqReturn {
-        self.dev.cmdq.notify();
+impl irq::ThreadedHandler for EqIrq {
+    fn handle(&self) -> irq::ThreadedIrqReturn {
+        self.dev.cmdq.count_irq();
+        irq::ThreadedIrqReturn::WakeThread
+    }
+
+    fn handle_threaded(&self) -> IrqReturn {
+        self.dev.service_events();
         IrqReturn::Handled
     }
 }
@@ -106,12 +111,13 @@ pub(crate) struct Qhca<'bound> {
     #[pin]
     misc: MiscNode,
     #[pin]
-    irq: irq::Registration<'bound, EqIrq>,
+    irq: irq::ThreadedRegistration<'bound, EqIrq>,
     vectors: pci::IrqVectorRegistration<'bound>,
     /// Claims BAR2; the kernel never touches the doorbell pages, it only maps them to user space.
     _uar_bar: pci::Bar<'bound>,
     dev: Arc<QhcaDevice>,
     _instance: Instance,
+    _debugfs: crate::shim::Debugfs,
 }
 
 pub(crate) struct QhcaDriver;
@@ -159,9 +165,9 @@ impl pci::Driver for QhcaDriver {
                 // inside `Qhca`, and is dropped after `irq` (declaration order), so the reference
                 // outlives the registration that holds it. The registration is never leaked.
                 irq <- unsafe {
-                    irq::Registration::new(
+                    irq::ThreadedRegistration::new(
                         (&*core::ptr::from_ref(vectors)).index(uapi::QHCA_MSIX_VEC_EQ as usize)?.into(),
-                        irq::Flags::TRIGGER_NONE,
+                        irq::Flags::ONESHOT,
                         c"qhca-eq",
                         eq_irq,
                     )
@@ -171,6 +177,7 @@ impl pci::Driver for QhcaDriver {
                 _uar_bar: uar_bar,
                 dev,
                 _instance: instance,
+                _debugfs: crate::shim::Debugfs::get(),
             }))
         })
     }

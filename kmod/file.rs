@@ -6,13 +6,14 @@
 //! the process exits or is killed). Nothing here trusts user space: every ioctl argument is
 //! checked for size, `comp_mask` and reserved fields, and mmap accepts exactly one layout.
 
-use crate::{device::QhcaDevice, shim::FilePtr, uapi};
+use crate::{device::QhcaDevice, shim::FilePtr, uapi, verbs::Objects};
 use kernel::{
     fs::File,
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
     mm::virt::{flags as vmflags, VmaNew},
+    new_mutex,
     prelude::*,
-    sync::Arc,
+    sync::{Arc, Mutex},
     uaccess::{UserPtr, UserSlice},
 };
 
@@ -42,18 +43,22 @@ impl MiscNode {
 }
 
 /// An open file: one context.
+#[pin_data]
 pub(crate) struct QhcaFile {
     dev: Arc<QhcaDevice>,
     /// This context's doorbell page in BAR2.
     uar: u32,
     file: FilePtr,
+    /// The verbs objects this context created.
+    #[pin]
+    objs: Mutex<Objects>,
 }
 
 #[vtable]
 impl MiscDevice for QhcaFile {
-    type Ptr = KBox<Self>;
+    type Ptr = Pin<KBox<Self>>;
 
-    fn open(file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<Self>> {
+    fn open(file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
         // SAFETY: By the invariant of `MiscNode`, `misc` is the `reg` field of a `MiscNode`. That
         // node is alive: `misc_open` calls us under `misc_mtx`, and `misc_deregister`, which runs
         // before the node is freed, takes the same mutex.
@@ -61,26 +66,63 @@ impl MiscDevice for QhcaFile {
         let dev = node.dev.clone();
         let file = FilePtr::new(file);
         let uar = dev.open_context(file)?;
-        let ctx = KBox::new(Self { dev, uar, file }, GFP_KERNEL);
+        let ctx = KBox::pin_init(
+            try_pin_init!(Self {
+                dev,
+                uar,
+                file,
+                objs <- new_mutex!(Objects::default()),
+            }? Error),
+            GFP_KERNEL,
+        );
         if ctx.is_err() {
             // Cannot reach `release`: undo here.
-            node.dev.close_context(file, uar);
+            node.dev.close_context(file, uar, &mut Objects::default());
         }
-        ctx.map_err(Into::into)
+        ctx
     }
 
-    fn release(this: KBox<Self>, _file: &File) {
-        this.dev.close_context(this.file, this.uar);
+    fn release(this: Pin<KBox<Self>>, _file: &File) {
+        let mut objs = this.objs.lock();
+        this.dev.close_context(this.file, this.uar, &mut objs);
     }
 
-    fn ioctl(this: &QhcaFile, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
+    fn ioctl(this: Pin<&QhcaFile>, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
+        let (dev, uar) = (&*this.dev, this.uar);
         match cmd {
-            uapi::QHCA_IOCTL_QUERY_DEVICE => this.query_device(arg),
-            _ => Err(ENOTTY),
+            uapi::QHCA_IOCTL_QUERY_DEVICE => return this.query_device(arg),
+            uapi::QHCA_IOCTL_ALLOC_PD
+            | uapi::QHCA_IOCTL_DEALLOC_PD
+            | uapi::QHCA_IOCTL_REG_MR
+            | uapi::QHCA_IOCTL_DEREG_MR
+            | uapi::QHCA_IOCTL_CREATE_CQ
+            | uapi::QHCA_IOCTL_DESTROY_CQ
+            | uapi::QHCA_IOCTL_CREATE_QP
+            | uapi::QHCA_IOCTL_MODIFY_QP
+            | uapi::QHCA_IOCTL_QUERY_QP
+            | uapi::QHCA_IOCTL_DESTROY_QP
+            | uapi::QHCA_IOCTL_QUERY_CTX => {}
+            _ => return Err(ENOTTY),
         }
+        dev.with_bound(|bound| {
+            let mut objs = this.objs.lock();
+            match cmd {
+                uapi::QHCA_IOCTL_ALLOC_PD => objs.alloc_pd(dev, uar, arg),
+                uapi::QHCA_IOCTL_DEALLOC_PD => objs.dealloc_pd(dev, uar, arg),
+                uapi::QHCA_IOCTL_REG_MR => objs.reg_mr(dev, bound, uar, arg),
+                uapi::QHCA_IOCTL_DEREG_MR => objs.dereg_mr(dev, uar, arg),
+                uapi::QHCA_IOCTL_CREATE_CQ => objs.create_cq(dev, bound, uar, arg),
+                uapi::QHCA_IOCTL_DESTROY_CQ => objs.destroy_cq(dev, uar, arg),
+                uapi::QHCA_IOCTL_CREATE_QP => objs.create_qp(dev, bound, uar, arg),
+                uapi::QHCA_IOCTL_MODIFY_QP => objs.modify_qp(dev, bound, uar, arg),
+                uapi::QHCA_IOCTL_QUERY_QP => objs.query_qp(dev, bound, uar, arg),
+                uapi::QHCA_IOCTL_DESTROY_QP => objs.destroy_qp(dev, uar, arg),
+                _ => objs.query_ctx(dev, bound, uar, arg),
+            }
+        })
     }
 
-    fn mmap(this: &QhcaFile, _file: &File, vma: &VmaNew) -> Result {
+    fn mmap(this: Pin<&QhcaFile>, _file: &File, vma: &VmaNew) -> Result {
         this.dev.check_bound()?;
         if crate::shim::vma_pgoff(vma) != (uapi::QHCA_MMAP_UAR >> uapi::QHCA_UAR_PAGE_SHIFT) as usize
             || vma.end() - vma.start() != uapi::QHCA_UAR_PAGE_SIZE as usize

@@ -35,6 +35,32 @@ unsafe impl kernel::transmute::FromBytes for qhca_ioc_query_device {}
 // SAFETY: See above.
 unsafe impl kernel::transmute::AsBytes for qhca_ioc_query_device {}
 
+/// `FromBytes` + `AsBytes` for more of the ABI's plain structs (same argument as above).
+macro_rules! plain_abi_structs {
+    ($($t:ty),* $(,)?) => {$(
+        // SAFETY: `#[repr(C)]` integers and arrays of them with explicit reserved fields and no
+        // padding (uapi/tests/layout.rs and the C compile check), so every bit pattern is valid
+        // and every byte is initialized.
+        unsafe impl kernel::transmute::FromBytes for $t {}
+        // SAFETY: See above.
+        unsafe impl kernel::transmute::AsBytes for $t {}
+    )*};
+}
+
+plain_abi_structs!(
+    qhca_ioc_handle,
+    qhca_ioc_reg_mr,
+    qhca_ioc_create_cq,
+    qhca_ioc_create_qp,
+    qhca_ioc_qp_attr,
+    qhca_ioc_query_ctx,
+    qhca_qp_attr,
+    qhca_ctx_stats,
+    qhca_cmd_reg_mr,
+    qhca_cmd_create_cq,
+    qhca_cmd_create_qp,
+);
+
 const _: () = {
     assert!(core::mem::size_of::<qhca_cmd>() == 64);
     assert!(core::mem::size_of::<qhca_eqe>() == 32);
