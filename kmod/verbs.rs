@@ -310,7 +310,8 @@ impl Objects {
             || (1u32 << a.sq_log) > attr.max_qp_wr
             || (1u32 << a.rq_log) > attr.max_qp_wr
             || a.buf_addr % u64::from(uapi::QHCA_PAGE_SIZE) != 0
-            || a.buf_len != page_align(sq) + page_align(rq)
+            || a.buf_len < page_align(sq) + rq
+            || a.buf_len > page_align(sq) + page_align(rq)
         {
             return Err(EINVAL);
         }
