@@ -58,6 +58,33 @@ pub enum Error {
         name: String,
     },
 
+    /// A system call other than a device ioctl failed (mmap of a ring, eventfd, poll, TCP).
+    #[error("{op} failed: {source}")]
+    Sys {
+        /// What was being done (e.g. `mmap CQ ring`, `poll eventfd`).
+        op: &'static str,
+        /// Why.
+        source: Errno,
+    },
+
+    /// An argument was refused before anything was asked of the driver (sizes, capabilities).
+    #[error("invalid argument: {what}")]
+    Invalid {
+        /// What was wrong.
+        what: String,
+    },
+
+    /// A work request could not be posted; see [`PostError`].
+    #[error(transparent)]
+    Post(#[from] PostError),
+
+    /// The peer of a connection exchange sent something that is not a connection record.
+    #[error("connection exchange: {what}")]
+    Protocol {
+        /// What was wrong.
+        what: String,
+    },
+
     /// The driver speaks a different ABI version than this provider was built for.
     #[error("ABI mismatch: driver has ABI version {driver}, provider was built for {provider}")]
     AbiMismatch {
@@ -75,10 +102,88 @@ impl Error {
             Error::Open { source, .. }
             | Error::Ioctl { source, .. }
             | Error::Mmap { source, .. }
-            | Error::Discover { source, .. } => Some(*source),
-            Error::NoDevices | Error::NotFound { .. } | Error::AbiMismatch { .. } => None,
+            | Error::Discover { source, .. }
+            | Error::Sys { source, .. } => Some(*source),
+            Error::Invalid { .. } => Some(Errno::EINVAL),
+            Error::Post(p) => Some(p.errno()),
+            Error::NoDevices
+            | Error::NotFound { .. }
+            | Error::AbiMismatch { .. }
+            | Error::Protocol { .. } => None,
         }
     }
+}
+
+/// Why a work request was refused (rdma-core's `bad_wr` plus the reason).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("work request {index} not posted: {reason}")]
+pub struct PostError {
+    /// Index in the caller's slice of the first request not posted; the ones before it were
+    /// posted (and the doorbell rung for them).
+    pub index: usize,
+    /// Why it was refused.
+    pub reason: PostReason,
+}
+
+impl PostError {
+    /// `ENOMEM` for a full queue (as rdma-core's providers return), `EINVAL` otherwise.
+    pub fn errno(&self) -> Errno {
+        match self.reason {
+            PostReason::QueueFull { .. } => Errno::ENOMEM,
+            _ => Errno::EINVAL,
+        }
+    }
+}
+
+/// The reason part of a [`PostError`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostReason {
+    /// Every slot of the queue holds an outstanding work request.
+    #[error("queue full ({outstanding} outstanding of {depth})")]
+    QueueFull {
+        /// Work requests posted and not yet completed.
+        outstanding: u32,
+        /// Slots in the ring.
+        depth: u32,
+    },
+    /// More scatter/gather entries than the QP was created for.
+    #[error("{num_sge} SGEs, the QP allows {max_sge}")]
+    TooManySge {
+        /// Entries in the request.
+        num_sge: usize,
+        /// The QP's `max_sge`.
+        max_sge: u32,
+    },
+    /// More inline data than the QP was created for.
+    #[error("{len} bytes inline, the QP allows {max_inline}")]
+    InlineTooLong {
+        /// Bytes in the request.
+        len: usize,
+        /// The QP's `max_inline`.
+        max_inline: u32,
+    },
+    /// Inline data with an operation that has no local data to send (READ, atomics).
+    #[error("inline data is only for SEND and RDMA WRITE")]
+    InlineNotAllowed,
+    /// Inline data and SGEs in the same request.
+    #[error("inline data and SGEs are exclusive")]
+    InlineAndSge,
+    /// An atomic needs exactly one 8-byte, 8-aligned local SGE and an 8-aligned remote address.
+    #[error("atomic needs one 8-byte 8-aligned SGE and an 8-aligned remote address")]
+    AtomicShape,
+    /// A scatter/gather entry of zero bytes (the ABI's lengths are > 0 and 32 bit).
+    #[error("SGE {sge} has length 0")]
+    EmptySge {
+        /// Which entry.
+        sge: usize,
+    },
+    /// The message is longer than 2^31 bytes (the CQE's byte_len).
+    #[error("message of {len} bytes is too long")]
+    MessageTooLong {
+        /// Total bytes.
+        len: u64,
+    },
 }
 
 /// `Result` with the provider's [`Error`].
@@ -139,5 +244,34 @@ mod tests {
         };
         let src = e.source().expect("has a source");
         assert_eq!(src.to_string(), Errno::EINVAL.to_string());
+    }
+
+    #[test]
+    fn post_errors_name_the_request_and_the_reason() {
+        let e = PostError {
+            index: 3,
+            reason: PostReason::QueueFull {
+                outstanding: 8,
+                depth: 8,
+            },
+        };
+        assert_eq!(
+            e.to_string(),
+            "work request 3 not posted: queue full (8 outstanding of 8)"
+        );
+        assert_eq!(Error::from(e).errno(), Some(Errno::ENOMEM));
+        let e = PostError {
+            index: 0,
+            reason: PostReason::TooManySge {
+                num_sge: 5,
+                max_sge: 4,
+            },
+        };
+        assert!(Error::from(e)
+            .to_string()
+            .contains("5 SGEs, the QP allows 4"));
+        assert_eq!(e.errno(), Errno::EINVAL);
+        let e = Error::Invalid { what: "x".into() };
+        assert_eq!(e.errno(), Some(Errno::EINVAL));
     }
 }

@@ -17,3 +17,147 @@ nix::ioctl_readwrite_bad!(
     QHCA_IOCTL_QUERY_DEVICE,
     qhca_ioc_query_device
 );
+
+use qhca_uapi::{
+    qhca_ioc_create_cq, qhca_ioc_create_qp, qhca_ioc_handle, qhca_ioc_qp_attr, qhca_ioc_query_ctx,
+    qhca_ioc_reg_mr, QHCA_IOCTL_ALLOC_PD, QHCA_IOCTL_CREATE_CQ, QHCA_IOCTL_CREATE_QP,
+    QHCA_IOCTL_DEALLOC_PD, QHCA_IOCTL_DEREG_MR, QHCA_IOCTL_DESTROY_CQ, QHCA_IOCTL_DESTROY_QP,
+    QHCA_IOCTL_MODIFY_QP, QHCA_IOCTL_QUERY_CTX, QHCA_IOCTL_QUERY_QP, QHCA_IOCTL_REG_MR,
+};
+
+// The verbs ioctls. Each `# Safety` is the same: `data` must be valid for reads and writes of
+// one value of the named struct for the duration of the call (the driver copies exactly
+// `_IOC_SIZE` bytes each way, which qhca_uapi checks equals the struct's size).
+macro_rules! verbs_ioctl {
+    ($name:ident, $nr:expr, $ty:ty, $doc:literal) => {
+        nix::ioctl_readwrite_bad!(
+            #[doc = $doc]
+            ///
+            /// # Safety
+            ///
+            /// `data` must be valid for reads and writes of one
+            #[doc = concat!("`", stringify!($ty), "`")]
+            /// for the duration of the call.
+            $name,
+            $nr,
+            $ty
+        );
+    };
+}
+
+verbs_ioctl!(
+    alloc_pd,
+    QHCA_IOCTL_ALLOC_PD,
+    qhca_ioc_handle,
+    "`QHCA_IOCTL_ALLOC_PD`."
+);
+verbs_ioctl!(
+    dealloc_pd,
+    QHCA_IOCTL_DEALLOC_PD,
+    qhca_ioc_handle,
+    "`QHCA_IOCTL_DEALLOC_PD`."
+);
+verbs_ioctl!(
+    reg_mr,
+    QHCA_IOCTL_REG_MR,
+    qhca_ioc_reg_mr,
+    "`QHCA_IOCTL_REG_MR`."
+);
+verbs_ioctl!(
+    dereg_mr,
+    QHCA_IOCTL_DEREG_MR,
+    qhca_ioc_handle,
+    "`QHCA_IOCTL_DEREG_MR`."
+);
+verbs_ioctl!(
+    create_cq,
+    QHCA_IOCTL_CREATE_CQ,
+    qhca_ioc_create_cq,
+    "`QHCA_IOCTL_CREATE_CQ`."
+);
+verbs_ioctl!(
+    destroy_cq,
+    QHCA_IOCTL_DESTROY_CQ,
+    qhca_ioc_handle,
+    "`QHCA_IOCTL_DESTROY_CQ`."
+);
+verbs_ioctl!(
+    create_qp,
+    QHCA_IOCTL_CREATE_QP,
+    qhca_ioc_create_qp,
+    "`QHCA_IOCTL_CREATE_QP`."
+);
+verbs_ioctl!(
+    modify_qp,
+    QHCA_IOCTL_MODIFY_QP,
+    qhca_ioc_qp_attr,
+    "`QHCA_IOCTL_MODIFY_QP`."
+);
+verbs_ioctl!(
+    query_qp,
+    QHCA_IOCTL_QUERY_QP,
+    qhca_ioc_qp_attr,
+    "`QHCA_IOCTL_QUERY_QP`."
+);
+verbs_ioctl!(
+    destroy_qp,
+    QHCA_IOCTL_DESTROY_QP,
+    qhca_ioc_handle,
+    "`QHCA_IOCTL_DESTROY_QP`."
+);
+verbs_ioctl!(
+    query_ctx,
+    QHCA_IOCTL_QUERY_CTX,
+    qhca_ioc_query_ctx,
+    "`QHCA_IOCTL_QUERY_CTX`."
+);
+
+/// A request struct as this ABI version sends it: `size` set, everything else zero.
+pub(crate) trait Request: Default {
+    fn request() -> Self;
+}
+
+macro_rules! request {
+    ($($ty:ty),*) => {$(
+        impl Request for $ty {
+            fn request() -> Self {
+                Self { size: core::mem::size_of::<$ty>() as u32, ..Default::default() }
+            }
+        }
+    )*};
+}
+request!(
+    qhca_ioc_handle,
+    qhca_ioc_reg_mr,
+    qhca_ioc_create_cq,
+    qhca_ioc_create_qp,
+    qhca_ioc_qp_attr,
+    qhca_ioc_query_ctx
+);
+
+// qhca_uapi checks QUERY_DEVICE's number against its struct; the verbs numbers are checked here
+// the same way, so a struct that grows without its number being updated does not compile.
+macro_rules! check_nr {
+    ($($nr:ident, $num:ident, $ty:ty;)*) => {$(
+        const _: () = assert!(
+            $nr == qhca_uapi::ioctl::iowr(
+                qhca_uapi::QHCA_IOC_MAGIC,
+                qhca_uapi::$num,
+                core::mem::size_of::<$ty>()
+            )
+        );
+    )*};
+}
+check_nr! {
+    QHCA_IOCTL_ALLOC_PD, QHCA_IOC_NR_ALLOC_PD, qhca_ioc_handle;
+    QHCA_IOCTL_DEALLOC_PD, QHCA_IOC_NR_DEALLOC_PD, qhca_ioc_handle;
+    QHCA_IOCTL_REG_MR, QHCA_IOC_NR_REG_MR, qhca_ioc_reg_mr;
+    QHCA_IOCTL_DEREG_MR, QHCA_IOC_NR_DEREG_MR, qhca_ioc_handle;
+    QHCA_IOCTL_CREATE_CQ, QHCA_IOC_NR_CREATE_CQ, qhca_ioc_create_cq;
+    QHCA_IOCTL_DESTROY_CQ, QHCA_IOC_NR_DESTROY_CQ, qhca_ioc_handle;
+    QHCA_IOCTL_CREATE_QP, QHCA_IOC_NR_CREATE_QP, qhca_ioc_create_qp;
+    QHCA_IOCTL_MODIFY_QP, QHCA_IOC_NR_MODIFY_QP, qhca_ioc_qp_attr;
+    QHCA_IOCTL_QUERY_QP, QHCA_IOC_NR_QUERY_QP, qhca_ioc_qp_attr;
+    QHCA_IOCTL_DESTROY_QP, QHCA_IOC_NR_DESTROY_QP, qhca_ioc_handle;
+    QHCA_IOCTL_QUERY_CTX, QHCA_IOC_NR_QUERY_CTX, qhca_ioc_query_ctx;
+}

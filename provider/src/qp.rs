@@ -1,0 +1,544 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! Reliable-connected queue pairs: creation, state changes, and posting without a system call.
+//!
+//! Who writes what (the QP buffer: SQ slots, then the RQ at the next page boundary):
+//!
+//! - the provider writes WQEs into free slots only (slots between the device's consumer index
+//!   and the producer index last rung are the device's to read), then rings the doorbell with the
+//!   new producer index, once per post call;
+//! - the device only reads the rings.
+
+use std::sync::Arc;
+
+use qhca_uapi::{
+    qhca_ioc_create_qp, qhca_ioc_handle, qhca_ioc_qp_attr, qhca_qp_attr, QHCA_QPS_ERR,
+    QHCA_QPS_INIT, QHCA_QPS_RESET, QHCA_QPS_RTR, QHCA_QPS_RTS, QHCA_QP_ATTR_ACCESS,
+    QHCA_QP_ATTR_DEST_QPN, QHCA_QP_ATTR_MIN_RNR_TIMER, QHCA_QP_ATTR_PATH_MTU,
+    QHCA_QP_ATTR_RETRY_CNT, QHCA_QP_ATTR_RNR_RETRY, QHCA_QP_ATTR_RQ_PSN, QHCA_QP_ATTR_SQ_PSN,
+    QHCA_QP_ATTR_STATE, QHCA_QP_ATTR_TIMEOUT,
+};
+
+use crate::context::Context;
+use crate::cq::{Cq, CqInner};
+use crate::doorbell::Doorbell;
+use crate::error::{PostError, PostReason, Result};
+use crate::layout::{QpCaps, QpLayout};
+use crate::mem::PageBuf;
+use crate::pd::{Access, Pd, PdInner};
+use crate::sys::{self, Request};
+use crate::wq::WqShared;
+use crate::wqe::{check_recv_wr, check_send_wr, encode_recv_wqe, encode_send_wqe, RecvWr, SendWr};
+use crate::{DbType, DbWord};
+
+/// QP states (`enum qhca_qp_state`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum QpState {
+    /// Just created.
+    #[default]
+    Reset,
+    /// Receives may be posted.
+    Init,
+    /// Ready to receive.
+    Rtr,
+    /// Ready to send.
+    Rts,
+    /// Error: every request completes with WR_FLUSH_ERR.
+    Err,
+    /// A value this ABI version does not define.
+    Unknown(u8),
+}
+
+impl QpState {
+    /// The raw value.
+    pub fn raw(self) -> u8 {
+        (match self {
+            QpState::Reset => QHCA_QPS_RESET,
+            QpState::Init => QHCA_QPS_INIT,
+            QpState::Rtr => QHCA_QPS_RTR,
+            QpState::Rts => QHCA_QPS_RTS,
+            QpState::Err => QHCA_QPS_ERR,
+            QpState::Unknown(v) => u32::from(v),
+        }) as u8
+    }
+
+    /// Decodes a raw value.
+    pub fn from_raw(v: u8) -> Self {
+        match u32::from(v) {
+            QHCA_QPS_RESET => QpState::Reset,
+            QHCA_QPS_INIT => QpState::Init,
+            QHCA_QPS_RTR => QpState::Rtr,
+            QHCA_QPS_RTS => QpState::Rts,
+            QHCA_QPS_ERR => QpState::Err,
+            _ => QpState::Unknown(v),
+        }
+    }
+}
+
+/// What a MODIFY_QP changes: the fields that are `Some`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpAttr {
+    /// New state.
+    pub state: Option<QpState>,
+    /// Remote rights the QP grants as responder.
+    pub access: Option<Access>,
+    /// The peer QP.
+    pub dest_qpn: Option<u32>,
+    /// Expected PSN of the first incoming packet (24 bits).
+    pub rq_psn: Option<u32>,
+    /// PSN of the first outgoing packet (24 bits).
+    pub sq_psn: Option<u32>,
+    /// log2(MTU bytes), 8..=12.
+    pub path_mtu: Option<u8>,
+    /// Local ACK timeout, 4.096 us << timeout (0 = infinite).
+    pub timeout: Option<u8>,
+    /// Transport retries, 0..=7.
+    pub retry_cnt: Option<u8>,
+    /// RNR retries, 0..=7 (7 = infinite).
+    pub rnr_retry: Option<u8>,
+    /// RNR NAK timer, IB encoding 0..=31.
+    pub min_rnr_timer: Option<u8>,
+}
+
+impl QpAttr {
+    /// The ABI struct, with `mask` naming the fields that are set.
+    pub fn to_raw(&self) -> qhca_qp_attr {
+        let mut a = qhca_qp_attr::default();
+        let mut mask = 0;
+        let mut set = |bit: u32, present: bool| {
+            if present {
+                mask |= bit;
+            }
+        };
+        set(QHCA_QP_ATTR_STATE, self.state.is_some());
+        set(QHCA_QP_ATTR_ACCESS, self.access.is_some());
+        set(QHCA_QP_ATTR_DEST_QPN, self.dest_qpn.is_some());
+        set(QHCA_QP_ATTR_RQ_PSN, self.rq_psn.is_some());
+        set(QHCA_QP_ATTR_SQ_PSN, self.sq_psn.is_some());
+        set(QHCA_QP_ATTR_PATH_MTU, self.path_mtu.is_some());
+        set(QHCA_QP_ATTR_TIMEOUT, self.timeout.is_some());
+        set(QHCA_QP_ATTR_RETRY_CNT, self.retry_cnt.is_some());
+        set(QHCA_QP_ATTR_RNR_RETRY, self.rnr_retry.is_some());
+        set(QHCA_QP_ATTR_MIN_RNR_TIMER, self.min_rnr_timer.is_some());
+        a.mask = mask;
+        a.state = self.state.map_or(0, QpState::raw);
+        a.access = self.access.map_or(0, |x| x.0);
+        a.dest_qpn = self.dest_qpn.unwrap_or(0);
+        a.rq_psn = self.rq_psn.unwrap_or(0);
+        a.sq_psn = self.sq_psn.unwrap_or(0);
+        a.path_mtu = self.path_mtu.unwrap_or(0);
+        a.timeout = self.timeout.unwrap_or(0);
+        a.retry_cnt = self.retry_cnt.unwrap_or(0);
+        a.rnr_retry = self.rnr_retry.unwrap_or(0);
+        a.min_rnr_timer = self.min_rnr_timer.unwrap_or(0);
+        a
+    }
+}
+
+/// What QUERY_QP reports: every attribute.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct QpInfo {
+    pub state: QpState,
+    pub access: Access,
+    pub dest_qpn: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub path_mtu: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+}
+
+impl QpInfo {
+    /// From the ABI struct.
+    pub fn from_raw(a: &qhca_qp_attr) -> Self {
+        QpInfo {
+            state: QpState::from_raw(a.state),
+            access: Access(a.access),
+            dest_qpn: a.dest_qpn,
+            rq_psn: a.rq_psn,
+            sq_psn: a.sq_psn,
+            path_mtu: a.path_mtu,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            min_rnr_timer: a.min_rnr_timer,
+        }
+    }
+}
+
+/// A queue pair (RC).
+///
+/// It holds references to its PD and CQs, so they outlive it; it is destroyed on drop, and its
+/// ring memory is freed only after the device object is gone (leaked if the destroy fails).
+///
+/// Posting is safe: every SGE is checked by the device against a registered region (key, PD,
+/// rights, bounds), and regions cannot be freed while registered ([`crate::Mr`] borrows its
+/// buffer, [`crate::MrBuf`] owns it), so no request can make the device touch memory that is
+/// not a live region. Inline data is copied at post time.
+#[derive(Debug)]
+pub struct Qp {
+    qpn: u32,
+    layout: QpLayout,
+    db: Arc<Doorbell>,
+    wq: Arc<WqShared>,
+    // Teardown: `Drop` destroys the QP, then the fields go in this order: the ring memory, then
+    // the references that may destroy the CQs and the PD.
+    buf: Option<PageBuf>,
+    send_cq: Arc<CqInner>,
+    recv_cq: Arc<CqInner>,
+    pd: Arc<PdInner>,
+}
+
+impl Qp {
+    /// Creates a QP in RESET with the ring layout for `caps` ([`QpLayout::new`]).
+    pub fn new(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: &QpCaps) -> Result<Qp> {
+        let layout = QpLayout::new(caps)?;
+        let ctx: &Arc<Context> = &pd.inner.ctx;
+        let db = ctx.doorbell()?;
+        let buf = PageBuf::new(layout.buf_len)?;
+        let mut req = qhca_ioc_create_qp::request();
+        req.pdn = pd.inner.pdn;
+        req.send_cqn = send_cq.cqn();
+        req.recv_cqn = recv_cq.cqn();
+        req.sq_log = layout.sq_log as u8;
+        req.sq_stride_log = layout.sq_stride_log as u8;
+        req.rq_log = layout.rq_log as u8;
+        req.rq_stride_log = layout.rq_stride_log as u8;
+        req.max_inline = layout.max_inline.min(u32::from(u16::MAX)) as u16;
+        req.max_sge = layout.max_sge as u16;
+        req.buf_addr = buf.addr();
+        req.buf_len = buf.len() as u64;
+        ctx.ioctl("CREATE_QP", sys::create_qp, &mut req)?;
+        let wq = Arc::new(WqShared::new(layout.sq_depth(), layout.rq_depth()));
+        for cq in [send_cq, recv_cq] {
+            cq.inner()
+                .qps
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(req.qpn, wq.clone());
+        }
+        Ok(Qp {
+            qpn: req.qpn,
+            layout,
+            db,
+            wq,
+            buf: Some(buf),
+            send_cq: send_cq.inner().clone(),
+            recv_cq: recv_cq.inner().clone(),
+            pd: pd.inner.clone(),
+        })
+    }
+
+    /// The device's QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The ring layout (depths, strides, limits).
+    pub fn layout(&self) -> &QpLayout {
+        &self.layout
+    }
+
+    /// The context it belongs to.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.pd.ctx
+    }
+
+    /// The PD number.
+    pub fn pdn(&self) -> u32 {
+        self.pd.pdn
+    }
+
+    /// Send requests posted and not yet completed.
+    pub fn send_outstanding(&self) -> u32 {
+        self.wq
+            .sq
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .outstanding()
+    }
+
+    /// Receive requests posted and not yet completed.
+    pub fn recv_outstanding(&self) -> u32 {
+        self.wq
+            .rq
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .outstanding()
+    }
+
+    /// `QHCA_IOCTL_MODIFY_QP` with the fields of `attr` that are set.
+    pub fn modify(&self, attr: &QpAttr) -> Result<()> {
+        let mut req = qhca_ioc_qp_attr::request();
+        req.qpn = self.qpn;
+        req.attr = attr.to_raw();
+        self.pd.ctx.ioctl("MODIFY_QP", sys::modify_qp, &mut req)
+    }
+
+    /// `QHCA_IOCTL_QUERY_QP`.
+    pub fn query(&self) -> Result<QpInfo> {
+        let mut req = qhca_ioc_qp_attr::request();
+        req.qpn = self.qpn;
+        self.pd.ctx.ioctl("QUERY_QP", sys::query_qp, &mut req)?;
+        Ok(QpInfo::from_raw(&req.attr))
+    }
+
+    /// RESET → INIT, granting `access` to peers.
+    pub fn to_init(&self, access: Access) -> Result<()> {
+        self.modify(&QpAttr {
+            state: Some(QpState::Init),
+            access: Some(access),
+            ..QpAttr::default()
+        })
+    }
+
+    /// INIT → RTR, connected to `dest_qpn`, expecting `rq_psn` first.
+    pub fn to_rtr(
+        &self,
+        dest_qpn: u32,
+        rq_psn: u32,
+        path_mtu: u8,
+        min_rnr_timer: u8,
+    ) -> Result<()> {
+        self.modify(&QpAttr {
+            state: Some(QpState::Rtr),
+            dest_qpn: Some(dest_qpn),
+            rq_psn: Some(rq_psn),
+            path_mtu: Some(path_mtu),
+            min_rnr_timer: Some(min_rnr_timer),
+            ..QpAttr::default()
+        })
+    }
+
+    /// RTR → RTS, sending from `sq_psn`.
+    pub fn to_rts(&self, sq_psn: u32, timeout: u8, retry_cnt: u8, rnr_retry: u8) -> Result<()> {
+        self.modify(&QpAttr {
+            state: Some(QpState::Rts),
+            sq_psn: Some(sq_psn),
+            timeout: Some(timeout),
+            retry_cnt: Some(retry_cnt),
+            rnr_retry: Some(rnr_retry),
+            ..QpAttr::default()
+        })
+    }
+
+    /// RESET → INIT → RTR → RTS against a peer, as ibv_rc_pingpong does.
+    pub fn connect(
+        &self,
+        local_psn: u32,
+        remote_qpn: u32,
+        remote_psn: u32,
+        opts: &ConnOpts,
+    ) -> Result<()> {
+        self.to_init(opts.access)?;
+        self.to_rtr(remote_qpn, remote_psn, opts.path_mtu, opts.min_rnr_timer)?;
+        self.to_rts(local_psn, opts.timeout, opts.retry_cnt, opts.rnr_retry)
+    }
+
+    /// Start of a ring slot.
+    fn slot(&mut self, rq: bool, index: u32) -> &mut [u8] {
+        let l = &self.layout;
+        let (base, log, stride) = if rq {
+            (l.rq_offset, l.rq_log, l.rq_stride())
+        } else {
+            (0, l.sq_log, l.sq_stride())
+        };
+        let off = base + ((index & ((1 << log) - 1)) as usize) * stride;
+        let buf = self.buf.as_ref().expect("present until drop");
+        debug_assert!(off + stride <= buf.len());
+        // SAFETY:
+        // - in bounds: `off + stride` is at most the ring's end, inside `buf` by the layout;
+        // - exclusive: the slot is free (the caller took it from the tracker), so the device does
+        //   not read it (it reads only slots up to the producer index rung, and this index is not
+        //   rung yet), and `&mut self` excludes any other slice of ours;
+        // - lifetime: the slice borrows `self`, which owns `buf`.
+        unsafe { std::slice::from_raw_parts_mut(buf.as_ptr().add(off), stride) }
+    }
+
+    /// Posts send requests in order: each is checked, written into the next free slot, and after
+    /// the loop the doorbell is rung once with the new producer index. No system call.
+    ///
+    /// On a refused request, the ones before it are posted (and rung) and the error names its
+    /// index and the reason, as rdma-core's `bad_wr`.
+    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        let wq = self.wq.clone();
+        let mut sq = wq.sq.lock().unwrap_or_else(|e| e.into_inner());
+        let mut result = Ok(());
+        let mut posted = 0;
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(reason) = check_send_wr(wr, &self.layout) {
+                result = Err(PostError { index: i, reason });
+                break;
+            }
+            if sq.free() == 0 {
+                let reason = PostReason::QueueFull {
+                    outstanding: sq.outstanding(),
+                    depth: sq.depth(),
+                };
+                result = Err(PostError { index: i, reason });
+                break;
+            }
+            let index = sq.push(wr.wr_id, wr.signaled());
+            encode_send_wqe(self.slot(false, index), wr);
+            posted += 1;
+        }
+        if posted > 0 {
+            self.db
+                .ring(DbWord::new(DbType::Sq, self.qpn, sq.head() & 0xffff).raw());
+        }
+        result
+    }
+
+    /// Posts receive requests, as [`Qp::post_send`] does.
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        let wq = self.wq.clone();
+        let mut rq = wq.rq.lock().unwrap_or_else(|e| e.into_inner());
+        let mut result = Ok(());
+        let mut posted = 0;
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(reason) = check_recv_wr(wr, &self.layout) {
+                result = Err(PostError { index: i, reason });
+                break;
+            }
+            if rq.free() == 0 {
+                let reason = PostReason::QueueFull {
+                    outstanding: rq.outstanding(),
+                    depth: rq.depth(),
+                };
+                result = Err(PostError { index: i, reason });
+                break;
+            }
+            let index = rq.push();
+            encode_recv_wqe(self.slot(true, index), wr);
+            posted += 1;
+        }
+        if posted > 0 {
+            self.db
+                .ring(DbWord::new(DbType::Rq, self.qpn, rq.head() & 0xffff).raw());
+        }
+        result
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        let mut req = qhca_ioc_handle::request();
+        req.handle = self.qpn;
+        let destroyed = self
+            .pd
+            .ctx
+            .ioctl("DESTROY_QP", sys::destroy_qp, &mut req)
+            .is_ok();
+        for cq in [&self.send_cq, &self.recv_cq] {
+            cq.qps
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&self.qpn);
+        }
+        if !destroyed {
+            // The device may still read the rings: never let the addresses be reused.
+            if let Some(b) = self.buf.take() {
+                b.leak();
+            }
+        }
+    }
+}
+
+/// Connection parameters for [`Qp::connect`], with ibv_rc_pingpong's defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnOpts {
+    /// Rights granted to the peer.
+    pub access: Access,
+    /// log2(MTU): 12 = 4096.
+    pub path_mtu: u8,
+    /// Local ACK timeout exponent.
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7 = infinite).
+    pub rnr_retry: u8,
+    /// RNR NAK timer.
+    pub min_rnr_timer: u8,
+}
+
+impl Default for ConnOpts {
+    fn default() -> Self {
+        ConnOpts {
+            access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+            path_mtu: 12,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attr_mask_follows_the_fields_set() {
+        let a = QpAttr::default().to_raw();
+        assert_eq!(a.mask, 0);
+        let a = QpAttr {
+            state: Some(QpState::Rtr),
+            dest_qpn: Some(0x12_3456),
+            rq_psn: Some(0xab_cdef),
+            path_mtu: Some(10),
+            min_rnr_timer: Some(12),
+            ..QpAttr::default()
+        }
+        .to_raw();
+        assert_eq!(
+            a.mask,
+            QHCA_QP_ATTR_STATE
+                | QHCA_QP_ATTR_DEST_QPN
+                | QHCA_QP_ATTR_RQ_PSN
+                | QHCA_QP_ATTR_PATH_MTU
+                | QHCA_QP_ATTR_MIN_RNR_TIMER
+        );
+        assert_eq!(
+            (a.state, a.dest_qpn, a.rq_psn, a.path_mtu, a.min_rnr_timer),
+            (2, 0x12_3456, 0xab_cdef, 10, 12)
+        );
+        assert_eq!((a.rsvd0, a.rsvd1), (0, [0; 9]));
+        let all = QpAttr {
+            state: Some(QpState::Err),
+            access: Some(Access::ALL),
+            dest_qpn: Some(1),
+            rq_psn: Some(1),
+            sq_psn: Some(1),
+            path_mtu: Some(12),
+            timeout: Some(1),
+            retry_cnt: Some(1),
+            rnr_retry: Some(1),
+            min_rnr_timer: Some(1),
+        }
+        .to_raw();
+        assert_eq!(all.mask, qhca_uapi::QHCA_QP_ATTR_ALL);
+        assert_eq!((all.state, all.access), (6, 0xf));
+        let info = QpInfo::from_raw(&all);
+        assert_eq!(info.state, QpState::Err);
+        assert_eq!(info.access, Access::ALL);
+    }
+
+    #[test]
+    fn states_round_trip() {
+        for s in [
+            QpState::Reset,
+            QpState::Init,
+            QpState::Rtr,
+            QpState::Rts,
+            QpState::Err,
+        ] {
+            assert_eq!(QpState::from_raw(s.raw()), s);
+        }
+        assert_eq!(QpState::from_raw(4), QpState::Unknown(4));
+        assert_eq!(QpState::Unknown(5).raw(), 5);
+    }
+}
