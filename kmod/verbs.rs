@@ -84,6 +84,21 @@ fn page_list(dev: &Device<Bound>, mem: &Umem) -> Result<Coherent<[u64]>> {
     Ok(list)
 }
 
+/// Reads a `qhca_ioc_handle` argument naming an existing object.
+fn read_handle(arg: usize) -> Result<u32> {
+    let (a, _) = read_arg::<uapi::qhca_ioc_handle>(arg)?;
+    if a.rsvd != 0 {
+        return Err(EINVAL);
+    }
+    Ok(a.handle)
+}
+
+/// Sends one of the destroy commands (`in[0]` = context, `in[1]` = handle).
+fn destroy_in_device(dev: &QhcaDevice, uar: u32, op: u32, handle: u32) -> Result {
+    dev.exec(Cmd::new(op).input(0, uar.into()).input(1, handle.into()))?;
+    Ok(())
+}
+
 /// Takes a handle from a list, or `ENOENT`.
 fn position<T>(v: &KVec<T>, f: impl Fn(&T) -> bool) -> Result<usize> {
     v.iter().position(f).ok_or(ENOENT)
@@ -121,20 +136,12 @@ impl Objects {
 
     /// `QHCA_IOCTL_DEALLOC_PD`: `EBUSY` while MRs or QPs use the PD.
     pub(crate) fn dealloc_pd(&mut self, dev: &QhcaDevice, uar: u32, arg: usize) -> Result<isize> {
-        let (a, _) = read_arg::<uapi::qhca_ioc_handle>(arg)?;
-        if a.rsvd != 0 {
-            return Err(EINVAL);
-        }
-        let pos = position(&self.pds, |&p| p == a.handle)?;
-        if self.mrs.iter().any(|m| m.pdn == a.handle) || self.qps.iter().any(|q| q.pdn == a.handle)
-        {
+        let pdn = read_handle(arg)?;
+        let pos = position(&self.pds, |&p| p == pdn)?;
+        if self.mrs.iter().any(|m| m.pdn == pdn) || self.qps.iter().any(|q| q.pdn == pdn) {
             return Err(EBUSY);
         }
-        dev.exec(
-            Cmd::new(uapi::QHCA_CMD_DEALLOC_PD)
-                .input(0, uar.into())
-                .input(1, a.handle.into()),
-        )?;
+        destroy_in_device(dev, uar, uapi::QHCA_CMD_DEALLOC_PD, pdn)?;
         let _ = self.pds.remove(pos);
         Ok(0)
     }
@@ -181,16 +188,9 @@ impl Objects {
 
     /// `QHCA_IOCTL_DEREG_MR`: the device forgets the key before the pages are unpinned.
     pub(crate) fn dereg_mr(&mut self, dev: &QhcaDevice, uar: u32, arg: usize) -> Result<isize> {
-        let (a, _) = read_arg::<uapi::qhca_ioc_handle>(arg)?;
-        if a.rsvd != 0 {
-            return Err(EINVAL);
-        }
-        let pos = position(&self.mrs, |m| m.key == a.handle)?;
-        dev.exec(
-            Cmd::new(uapi::QHCA_CMD_DEREG_MR)
-                .input(0, uar.into())
-                .input(1, a.handle.into()),
-        )?;
+        let key = read_handle(arg)?;
+        let pos = position(&self.mrs, |m| m.key == key)?;
+        destroy_in_device(dev, uar, uapi::QHCA_CMD_DEREG_MR, key)?;
         let _ = self.mrs.remove(pos);
         Ok(0)
     }
@@ -234,7 +234,9 @@ impl Objects {
         let events = efd.is_some();
         if let Some(efd) = efd {
             if let Err(e) = dev.add_cq_events(cqn, efd) {
-                self.destroy_cq_in_device(dev, uar, cqn);
+                if let Err(e) = destroy_in_device(dev, uar, uapi::QHCA_CMD_DESTROY_CQ, cqn) {
+                    dev_warn!(dev.dev(), "DESTROY_CQ {} failed: {:?}\n", cqn, e);
+                }
                 return Err(e);
             }
         }
@@ -243,28 +245,14 @@ impl Objects {
         write_arg(slice, &a)
     }
 
-    fn destroy_cq_in_device(&self, dev: &QhcaDevice, uar: u32, cqn: u32) {
-        let r = dev.exec(Cmd::new(uapi::QHCA_CMD_DESTROY_CQ).input(0, uar.into()).input(1, cqn.into()));
-        if let Err(e) = r {
-            dev_warn!(dev.dev(), "DESTROY_CQ {} failed: {:?}\n", cqn, e);
-        }
-    }
-
     /// `QHCA_IOCTL_DESTROY_CQ`: `EBUSY` while a QP uses the CQ.
     pub(crate) fn destroy_cq(&mut self, dev: &QhcaDevice, uar: u32, arg: usize) -> Result<isize> {
-        let (a, _) = read_arg::<uapi::qhca_ioc_handle>(arg)?;
-        if a.rsvd != 0 {
-            return Err(EINVAL);
-        }
-        let pos = position(&self.cqs, |c| c.cqn == a.handle)?;
-        if self.qps.iter().any(|q| q.send_cqn == a.handle || q.recv_cqn == a.handle) {
+        let cqn = read_handle(arg)?;
+        let pos = position(&self.cqs, |c| c.cqn == cqn)?;
+        if self.qps.iter().any(|q| q.send_cqn == cqn || q.recv_cqn == cqn) {
             return Err(EBUSY);
         }
-        dev.exec(
-            Cmd::new(uapi::QHCA_CMD_DESTROY_CQ)
-                .input(0, uar.into())
-                .input(1, a.handle.into()),
-        )?;
+        destroy_in_device(dev, uar, uapi::QHCA_CMD_DESTROY_CQ, cqn)?;
         let cq = self.cqs.remove(pos)?;
         if cq.events {
             dev.remove_cq_events(cq.cqn);
@@ -419,16 +407,9 @@ impl Objects {
 
     /// `QHCA_IOCTL_DESTROY_QP`.
     pub(crate) fn destroy_qp(&mut self, dev: &QhcaDevice, uar: u32, arg: usize) -> Result<isize> {
-        let (a, _) = read_arg::<uapi::qhca_ioc_handle>(arg)?;
-        if a.rsvd != 0 {
-            return Err(EINVAL);
-        }
-        let pos = position(&self.qps, |q| q.qpn == a.handle)?;
-        dev.exec(
-            Cmd::new(uapi::QHCA_CMD_DESTROY_QP)
-                .input(0, uar.into())
-                .input(1, a.handle.into()),
-        )?;
+        let qpn = read_handle(arg)?;
+        let pos = position(&self.qps, |q| q.qpn == qpn)?;
+        destroy_in_device(dev, uar, uapi::QHCA_CMD_DESTROY_QP, qpn)?;
         let _ = self.qps.remove(pos);
         Ok(0)
     }
@@ -460,7 +441,7 @@ impl Objects {
     pub(crate) fn destroy_all(&mut self, dev: &QhcaDevice, uar: u32, device_alive: bool) {
         let exec = |op: u32, h: u32| {
             if device_alive {
-                if let Err(e) = dev.exec(Cmd::new(op).input(0, uar.into()).input(1, h.into())) {
+                if let Err(e) = destroy_in_device(dev, uar, op, h) {
                     dev_warn!(dev.dev(), "cleanup command {} for {} failed: {:?}\n", op, h, e);
                 }
             }
