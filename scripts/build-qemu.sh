@@ -87,7 +87,7 @@ if [ ! -f "$out/build.ninja" ]; then
 fi
 
 # --- 4. build ----------------------------------------------------------------------------------------------
-step "qemu: building qemu-system-x86_64 with $jobs jobs (about 15 min from scratch, seconds after a device change)"
+step "qemu: building qemu-system-x86_64 with $jobs jobs (10-15 min from scratch, seconds after a device change)"
 if ! ninja -C "$out" -j"$jobs" qemu-system-x86_64 >"$out/build.log" 2>&1; then
 	grep -E "error|Error|FAILED" "$out/build.log" | head -40 >&2
 	die "QEMU build failed; full log in $out/build.log"
