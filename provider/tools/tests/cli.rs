@@ -47,3 +47,47 @@ fn usage() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn perf_and_pingpong_usage_and_bad_arguments() {
+    for (exe, word) in [
+        (env!("CARGO_BIN_EXE_qhca-perf"), "write_lat"),
+        (env!("CARGO_BIN_EXE_qhca-pingpong"), "--chk"),
+    ] {
+        let out = Command::new(exe).arg("--help").output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("--loopback") && text.contains(word), "{text}");
+        let out = Command::new(exe).args(["-s", "0"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let out = Command::new(exe).arg("--bogus").output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_qhca-perf"))
+        .arg("nosuchmode")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("need a MODE"));
+}
+
+#[test]
+fn perf_loopback_fails_clearly_without_devices() {
+    if has_devices() {
+        return;
+    }
+    for args in [
+        &["write_lat", "--loopback", "-n", "3"][..],
+        &["--loopback", "-n", "3"][..],
+    ] {
+        let exe = if args[0] == "write_lat" {
+            env!("CARGO_BIN_EXE_qhca-perf")
+        } else {
+            env!("CARGO_BIN_EXE_qhca-pingpong")
+        };
+        let out = Command::new(exe).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no qhca devices found"), "{err}");
+    }
+}

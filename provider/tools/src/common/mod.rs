@@ -1,0 +1,367 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! What qhca-pingpong and qhca-perf share: options, setting up one side of a connection, waiting
+//! for completions, and perftest-style reports.
+
+#![allow(dead_code)] // each tool uses part of it
+
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use qhca::conn::{self, ConnInfo};
+use qhca::{Access, ConnOpts, Context, Cq, DeviceInfo, Error, MrBuf, Pd, Qp, QpCaps, Wc, WcStatus};
+
+/// Options both tools take.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Opts {
+    /// `-d NAME`: the device (default: the first).
+    pub dev: Option<String>,
+    /// `-p PORT`: TCP port (default 18515, as perftest).
+    pub port: u16,
+    /// `-s BYTES`: message size.
+    pub size: usize,
+    /// `-n N`: iterations.
+    pub iters: u64,
+    /// `-m BYTES`: path MTU, 256..4096.
+    pub mtu: u32,
+    /// `-t N`: send queue depth (outstanding requests in bandwidth tests).
+    pub tx_depth: u32,
+    /// `-c`: check the data of every message (pingpong).
+    pub check: bool,
+    /// `--loopback`: both sides in this process, on two QPs.
+    pub loopback: bool,
+    /// Positional words: the mode (perf), then the server to connect to (client side).
+    pub words: Vec<String>,
+    /// `-h`.
+    pub help: bool,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            dev: None,
+            port: 18515,
+            size: 2,
+            iters: 1000,
+            mtu: 4096,
+            tx_depth: 128,
+            check: false,
+            loopback: false,
+            words: Vec::new(),
+            help: false,
+        }
+    }
+}
+
+fn num<T: std::str::FromStr>(opt: &str, v: Option<String>) -> Result<T, String> {
+    let v = v.ok_or_else(|| format!("option {opt} needs a value"))?;
+    let (digits, mult) = match v.strip_suffix(['k', 'K']) {
+        Some(d) => (d, 1024u64),
+        None => match v.strip_suffix(['m', 'M']) {
+            Some(d) => (d, 1024 * 1024),
+            None => (v.as_str(), 1),
+        },
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("option {opt}: {v:?} is not a number"))?;
+    n.checked_mul(mult)
+        .map(|x| x.to_string())
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("option {opt}: {v:?} is out of range"))
+}
+
+/// Parses the command line (without the program name).
+pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
+    let mut o = Opts::default();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        let (name, inline) = match a.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(v.to_owned())),
+            _ => (a.clone(), None),
+        };
+        let mut val = || inline.clone().or_else(|| it.next());
+        match name.as_str() {
+            "-h" | "--help" => o.help = true,
+            "-d" | "--ib-dev" => o.dev = Some(val().ok_or("option -d needs a device name")?),
+            "-p" | "--port" => o.port = num(&name, val())?,
+            "-s" | "--size" => o.size = num(&name, val())?,
+            "-n" | "--iters" => o.iters = num(&name, val())?,
+            "-m" | "--mtu" => o.mtu = num(&name, val())?,
+            "-t" | "--tx-depth" => o.tx_depth = num(&name, val())?,
+            "-c" | "--chk" | "--check" => o.check = true,
+            "--loopback" => o.loopback = true,
+            s if s.starts_with('-') && s.len() > 1 => return Err(format!("unknown option {s}")),
+            _ => o.words.push(a),
+        }
+    }
+    if o.size == 0 {
+        return Err("size must be at least 1 byte".into());
+    }
+    if o.iters == 0 {
+        return Err("iterations must be at least 1".into());
+    }
+    if !(256..=4096).contains(&o.mtu) || !o.mtu.is_power_of_two() {
+        return Err(format!(
+            "MTU {} is not one of 256, 512, 1024, 2048, 4096",
+            o.mtu
+        ));
+    }
+    if o.tx_depth == 0 || o.tx_depth > 1 << 15 {
+        return Err(format!("tx depth {} is not in 1..=32768", o.tx_depth));
+    }
+    Ok(o)
+}
+
+/// A context on `-d NAME`, or on the first device.
+pub fn open_ctx(dev: Option<&str>) -> qhca::Result<Arc<Context>> {
+    let info = match dev {
+        Some(name) => DeviceInfo::find(name)?,
+        None => qhca::devices()?.remove(0),
+    };
+    Ok(Arc::new(info.open()?))
+}
+
+/// Which side of the TCP exchange this is.
+pub enum Role<'a> {
+    /// Accept on this listener.
+    Server(&'a TcpListener),
+    /// Connect to this `host:port`.
+    Client(&'a str),
+}
+
+/// One side of a connection, ready to run: QP in RTS against the peer, a registered buffer of
+/// `2 * slot` bytes (the peer's target at 0, our source at `slot`), one CQ for both queues.
+pub struct Side {
+    // Field order is teardown order; the QP holds the CQ and PD anyway.
+    pub qp: Qp,
+    pub cq: Cq,
+    pub mr: MrBuf,
+    pub pd: Pd,
+    pub ctx: Arc<Context>,
+    pub remote: ConnInfo,
+    pub stream: TcpStream,
+    /// Bytes of each half of the buffer: the message size rounded up to 8 (atomics need 8).
+    pub slot: usize,
+    /// The QP's inline limit.
+    pub max_inline: u32,
+}
+
+/// The largest inline message the tools ask for.
+pub const MAX_INLINE: u32 = 64;
+
+/// Sets up one side: context, PD, buffer, CQ, QP; exchanges connection records; connects.
+pub fn setup(o: &Opts, role: Role<'_>) -> qhca::Result<Side> {
+    let ctx = open_ctx(o.dev.as_deref())?;
+    let pd = Pd::new(&ctx)?;
+    let slot = o.size.next_multiple_of(8).max(8);
+    let mr = pd.reg_mr_buf(2 * slot, Access::ALL)?;
+    let depth = o.tx_depth.max(2);
+    let cq = Cq::new(&ctx, 2 * depth + 2, None)?;
+    let caps = QpCaps {
+        max_send_wr: depth,
+        max_recv_wr: depth,
+        max_sge: 1,
+        max_inline: MAX_INLINE,
+    };
+    let qp = Qp::new(&pd, &cq, &cq, &caps)?;
+    let local = ConnInfo {
+        qpn: qp.qpn(),
+        psn: conn::random_psn(),
+        rkey: mr.rkey(),
+        addr: mr.addr(),
+        len: mr.len() as u64,
+    };
+    let (mut stream, remote) = match role {
+        Role::Server(l) => conn::accept_exchange(l, &local)?,
+        Role::Client(addr) => conn::connect_exchange(addr, &local)?,
+    };
+    let opts = ConnOpts {
+        path_mtu: o.mtu.trailing_zeros() as u8,
+        ..ConnOpts::default()
+    };
+    qp.connect(local.psn, remote.qpn, remote.psn, &opts)?;
+    conn::sync(&mut stream)?;
+    Ok(Side {
+        qp,
+        cq,
+        mr,
+        pd,
+        ctx,
+        remote,
+        stream,
+        slot,
+        max_inline: MAX_INLINE,
+    })
+}
+
+/// How long a tool waits for one completion before giving up.
+pub const COMPLETION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Spins on the CQ until a completion arrives; an error status is an error.
+pub fn wait_wc(cq: &mut Cq) -> qhca::Result<Wc> {
+    let mut wc = [Wc::default(); 1];
+    let start = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        if cq.poll(&mut wc) == 1 {
+            if wc[0].status != WcStatus::Success {
+                return Err(Error::Invalid {
+                    what: format!(
+                        "completion of wr_id {} failed: {:?} (vendor_err {:#x})",
+                        wc[0].wr_id, wc[0].status, wc[0].vendor_err
+                    ),
+                });
+            }
+            return Ok(wc[0]);
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 4096 == 0 && start.elapsed() > COMPLETION_TIMEOUT {
+            return Err(Error::Invalid {
+                what: format!("no completion within {COMPLETION_TIMEOUT:?}"),
+            });
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Spins until `cond` holds (a flag a peer's WRITE sets), or times out.
+pub fn spin_until(mut cond: impl FnMut() -> bool) -> qhca::Result<()> {
+    let start = Instant::now();
+    let mut spins = 0u32;
+    while !cond() {
+        spins = spins.wrapping_add(1);
+        if spins % 4096 == 0 && start.elapsed() > COMPLETION_TIMEOUT {
+            return Err(Error::Invalid {
+                what: format!("peer did not write within {COMPLETION_TIMEOUT:?}"),
+            });
+        }
+        std::hint::spin_loop();
+    }
+    Ok(())
+}
+
+/// One perftest-style result line.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Report {
+    pub bytes: usize,
+    pub iters: u64,
+    pub t_min: f64,
+    pub t_typical: f64,
+    pub t_max: f64,
+    pub bw_mbs: f64,
+    pub mpps: f64,
+}
+
+/// The column header.
+pub const HEADER: &str =
+    " #bytes     #iterations    t_min[usec]    t_typical[usec]    t_max[usec]    BW[MB/s]    MsgRate[Mpps]";
+
+impl Report {
+    /// From per-iteration times (usec) and the whole run's duration: t_typical is the median;
+    /// bandwidth and message rate are over the whole run.
+    pub fn new(bytes: usize, samples: &mut [f64], total: Duration) -> Report {
+        samples.sort_by(f64::total_cmp);
+        let iters = samples.len() as u64;
+        let secs = total.as_secs_f64().max(1e-9);
+        Report {
+            bytes,
+            iters,
+            t_min: samples.first().copied().unwrap_or(0.0),
+            t_typical: samples.get(samples.len() / 2).copied().unwrap_or(0.0),
+            t_max: samples.last().copied().unwrap_or(0.0),
+            bw_mbs: bytes as f64 * iters as f64 / secs / 1e6,
+            mpps: iters as f64 / secs / 1e6,
+        }
+    }
+
+    /// The line under [`HEADER`].
+    pub fn line(&self) -> String {
+        format!(
+            " {:<10} {:<14} {:<14.2} {:<18.2} {:<14.2} {:<11.2} {:.6}",
+            self.bytes, self.iters, self.t_min, self.t_typical, self.t_max, self.bw_mbs, self.mpps
+        )
+    }
+}
+
+/// Runs `server` on a thread against a listener on 127.0.0.1 (any free port) and `client` here,
+/// connected to it: both sides in one process, each with its own context and QP.
+pub fn run_loopback<S, C>(server: S, client: C) -> qhca::Result<()>
+where
+    S: FnOnce(&TcpListener) -> qhca::Result<()> + Send + 'static,
+    C: FnOnce(&str) -> qhca::Result<()>,
+{
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| Error::Sys {
+        op: "bind 127.0.0.1",
+        source: qhca::Errno::from_raw(e.raw_os_error().unwrap_or(qhca::Errno::EIO as i32)),
+    })?;
+    let addr = l
+        .local_addr()
+        .map_err(|_| Error::Invalid {
+            what: "listener without an address".into(),
+        })?
+        .to_string();
+    let t = std::thread::spawn(move || server(&l));
+    let c = client(&addr);
+    if c.is_err() {
+        // The client may have failed before connecting: a connection that closes at once gets
+        // the server out of accept() (its exchange then fails), so the join cannot hang.
+        drop(TcpStream::connect(&addr));
+    }
+    let s = t.join().unwrap_or_else(|_| {
+        Err(Error::Invalid {
+            what: "server thread panicked".into(),
+        })
+    });
+    c.and(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn parses_options() {
+        let o = parse(args(
+            "write_lat -s 4k -n 100 -d qhca1 --port=7000 -m 1024 host",
+        ))
+        .unwrap();
+        assert_eq!(o.size, 4096);
+        assert_eq!(o.iters, 100);
+        assert_eq!(o.dev.as_deref(), Some("qhca1"));
+        assert_eq!(o.port, 7000);
+        assert_eq!(o.mtu, 1024);
+        assert_eq!(o.words, ["write_lat", "host"]);
+        let o = parse(args("--loopback -c -t 16 -s 1M")).unwrap();
+        assert!(o.loopback && o.check);
+        assert_eq!((o.tx_depth, o.size), (16, 1 << 20));
+        assert_eq!(parse(args("")).unwrap(), Opts::default());
+        for bad in [
+            "-s 0", "-n 0", "-m 300", "-m 8192", "-t 0", "-x", "-s", "-s abc", "-p 70000",
+        ] {
+            assert!(parse(args(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn report_columns() {
+        let mut s = [3.0, 1.0, 2.0, 10.0];
+        let r = Report::new(64, &mut s, Duration::from_micros(16));
+        assert_eq!((r.t_min, r.t_typical, r.t_max), (1.0, 3.0, 10.0));
+        assert_eq!(r.iters, 4);
+        assert!((r.bw_mbs - 16.0).abs() < 1e-9, "{}", r.bw_mbs);
+        assert!((r.mpps - 0.25).abs() < 1e-9);
+        let line = r.line();
+        assert!(
+            line.starts_with(" 64         4              1.00"),
+            "{line}"
+        );
+        assert_eq!(HEADER.split_whitespace().count(), 7);
+        assert_eq!(line.split_whitespace().count(), 7);
+    }
+}
