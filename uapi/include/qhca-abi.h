@@ -23,12 +23,16 @@
 #ifdef __KERNEL__
 #include <linux/types.h>
 #elif defined(QHCA_ABI_NO_LINUX_TYPES)
-#include <stdint.h>
-typedef uint8_t __u8;
-typedef int32_t __s32;
-typedef uint16_t __u16;
-typedef uint32_t __u32;
-typedef uint64_t __u64;
+/*
+ * Spelled exactly as <linux/types.h> spells them, so a file that sees both
+ * (QEMU on a Linux host gets it through glibc) has two identical typedefs,
+ * which C11 allows.
+ */
+typedef unsigned char __u8;
+typedef unsigned short __u16;
+typedef int __s32;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
 #else
 #include <linux/types.h>
 #endif
