@@ -11,6 +11,8 @@ ok() { pass=$((pass + 1)); echo "test $1 ... ok"; }
 bad() { fail=$((fail + 1)); echo "test $1 ... FAILED: $2"; }
 
 echo "guest: kernel $(uname -r), $(nproc) CPUs"
+# The driver's pinned-page count lives in debugfs.
+mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 if insmod "$ko"; then
 	ok module_loads
 else
