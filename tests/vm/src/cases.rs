@@ -31,8 +31,29 @@ const MISC_MAJOR: u64 = 10;
 /// How long a node may take to appear after bind/insmod.
 const NODE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Every case, in the default order: the ones that unbind or unload the driver come last.
+/// True if `QHCA_VERBS=1`: the verbs cases ([`crate::verbs`]) run only then, until the device
+/// and the driver implement verbs.
+pub fn verbs_enabled() -> bool {
+    std::env::var_os("QHCA_VERBS").is_some_and(|v| v == "1")
+}
+
+/// Every case, in the default order (the verbs cases only with `QHCA_VERBS=1`).
 pub fn all() -> Vec<Case<Config>> {
+    all_with(verbs_enabled())
+}
+
+/// Every case, with or without the verbs cases: the ones that unbind or unload the driver come
+/// last.
+pub fn all_with(verbs: bool) -> Vec<Case<Config>> {
+    let mut v = base();
+    if verbs {
+        let at = v.len() - 2;
+        v.splice(at..at, crate::verbs::cases());
+    }
+    v
+}
+
+fn base() -> Vec<Case<Config>> {
     vec![
         Case {
             name: "device_node",
@@ -837,6 +858,21 @@ mod tests {
             names[names.len() - 2..],
             ["unbind_while_open", "reload_module"]
         );
+    }
+
+    #[test]
+    fn verbs_cases_go_before_the_destructive_ones() {
+        let without: Vec<_> = all_with(false).iter().map(|c| c.name).collect();
+        let with: Vec<_> = all_with(true).iter().map(|c| c.name).collect();
+        assert_eq!(with.len(), without.len() + crate::verbs::cases().len());
+        assert_eq!(with[..without.len() - 2], without[..without.len() - 2]);
+        assert_eq!(
+            with[with.len() - 2..],
+            ["unbind_while_open", "reload_module"]
+        );
+        assert!(without.iter().all(|n| !n.starts_with("verbs_")));
+        let unique: BTreeSet<_> = with.iter().collect();
+        assert_eq!(unique.len(), with.len());
     }
 
     #[test]

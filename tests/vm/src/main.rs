@@ -17,15 +17,18 @@
 //! and exits 0 only if nothing failed (1 otherwise, 2 on bad usage or configuration).
 //!
 //! Environment: `QHCA_EXPECT_NUM_UARS` (required: the `num-uars` QEMU was started with),
-//! `QHCA_KO` (the built qhca.ko, for the reload case), `QHCA_MODULE_NAME` (default `qhca`).
+//! `QHCA_KO` (the built qhca.ko, for the reload case), `QHCA_MODULE_NAME` (default `qhca`),
+//! `QHCA_VERBS=1` (also the verbs cases; without it one line on stderr says they were skipped).
 //!
 //! `qhca-vmtest __hold DEVICE [--map]` is the helper the cases start to hold contexts in other
-//! processes (see `system::Holder`).
+//! processes (see `system::Holder`); `__verbs_peer`, `__verbs_traffic` and `__verbs_nosys` are
+//! the verbs cases' helpers (see `verbs::helper_main`).
 
 mod cases;
 mod harness;
 mod sys;
 mod system;
+mod verbs;
 
 use std::process::ExitCode;
 
@@ -40,6 +43,7 @@ Environment:
   QHCA_EXPECT_NUM_UARS  required: the num-uars the VM's QEMU was started with
   QHCA_KO               path of the built qhca.ko (needed by reload_module)
   QHCA_MODULE_NAME      module name for rmmod and /sys/module (default qhca)
+  QHCA_VERBS            1: also list and run the verbs cases (PD, MR, CQ, QP)
 ";
 
 fn main() -> ExitCode {
@@ -47,11 +51,17 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("__hold") {
         return ExitCode::from(system::hold_main(&args[1..]) as u8);
     }
+    if let Some(cmd) = args.first().filter(|a| a.starts_with("__verbs_")) {
+        return ExitCode::from(verbs::helper_main(cmd, &args[1..]) as u8);
+    }
     if args.iter().any(|a| a == "-h" || a == "--help") {
         print!("{USAGE}");
         return ExitCode::SUCCESS;
     }
     let all = cases::all();
+    if !cases::verbs_enabled() {
+        eprintln!("qhca-vmtest: verbs cases skipped (set QHCA_VERBS=1 to list and run them)");
+    }
     if args.iter().any(|a| a == "--list") {
         for c in &all {
             println!("{}", c.name);

@@ -9,7 +9,8 @@ fn vmtest(args: &[&str], env: &[(&str, &str)]) -> Output {
     c.args(args)
         .env_remove("QHCA_EXPECT_NUM_UARS")
         .env_remove("QHCA_KO")
-        .env_remove("QHCA_MODULE_NAME");
+        .env_remove("QHCA_MODULE_NAME")
+        .env_remove("QHCA_VERBS");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -88,5 +89,38 @@ fn hold_helper_reports_errno_of_a_failed_open_or_query() {
         text(&out.stdout)
     );
     let out = vmtest(&["__hold"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn verbs_cases_are_listed_only_with_qhca_verbs() {
+    let out = vmtest(&["--list"], &[]);
+    assert!(text(&out.stderr).contains("verbs cases skipped (set QHCA_VERBS=1"));
+    assert!(!text(&out.stdout).contains("verbs_"));
+    let out = vmtest(&["--list"], &[("QHCA_VERBS", "1")]);
+    assert!(out.status.success());
+    assert!(!text(&out.stderr).contains("skipped"));
+    let names: Vec<String> = text(&out.stdout).lines().map(str::to_owned).collect();
+    let verbs = names.iter().filter(|n| n.starts_with("verbs_")).count();
+    assert_eq!(verbs, 23);
+    assert_eq!(names.len(), 10 + verbs);
+    assert_eq!(names.last().map(String::as_str), Some("reload_module"));
+    // Filtering by "verbs" without QHCA_VERBS runs nothing: not a pass.
+    let out = vmtest(&["verbs_send"], &[("QHCA_EXPECT_NUM_UARS", "4")]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn verbs_helpers_fail_cleanly_without_a_device() {
+    let out = vmtest(&["__verbs_nosys", "/nonexistent/qhca0", "10"], &[]);
+    assert_eq!(out.status.code(), Some(10), "setup failure code");
+    let out = vmtest(&["__verbs_peer", "/nonexistent/qhca0"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("No such file"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = vmtest(&["__verbs_traffic"], &[]);
     assert_eq!(out.status.code(), Some(2));
 }
