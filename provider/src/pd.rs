@@ -277,6 +277,14 @@ impl Mr<'_> {
         })
     }
 
+    /// Loads the byte at `offset` with one volatile load, for spinning on a flag a peer's WRITE
+    /// sets (perftest's write_lat does that with the last byte of the message).
+    pub fn load_u8(&self, offset: usize) -> u8 {
+        self.check(offset, 1);
+        // SAFETY: in bounds (checked) of memory alive for 'buf; volatile, so every call loads.
+        unsafe { std::ptr::read_volatile(self.addr.add(offset)) }
+    }
+
     /// Writes `v` little-endian at `offset`.
     pub fn write_u64(&self, offset: usize, v: u64) {
         self.write_at(offset, &v.to_le_bytes());
