@@ -340,6 +340,33 @@ impl Cq {
         })
     }
 
+    /// A CQ over fresh memory that no device knows, for host tests of the data path: the
+    /// test writes CQEs into [`Cq::ring_ptr`] as the device would.
+    #[cfg(test)]
+    pub(crate) fn fake(ctx: &Arc<Context>, cqn: u32, entries: u32) -> Result<Cq> {
+        let layout = CqLayout::new(entries)?;
+        let buf = PageBuf::new(layout.buf_len)?;
+        // SAFETY: a fresh zeroed mapping of the layout's size, owned by `inner`.
+        let ring = unsafe { CqRing::new(buf.as_ptr(), &layout) };
+        Ok(Cq {
+            ring,
+            db: ctx.doorbell()?,
+            inner: Arc::new(CqInner {
+                ctx: ctx.clone(),
+                cqn,
+                buf: Some(buf),
+                eventfd: None,
+                qps: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Start of the ring memory (tests).
+    #[cfg(test)]
+    pub(crate) fn ring_ptr(&self) -> &PageBuf {
+        self.inner.buf.as_ref().expect("present")
+    }
+
     /// The device's CQ number.
     pub fn cqn(&self) -> u32 {
         self.inner.cqn

@@ -45,6 +45,24 @@
 //! may reach it. Ring memory is freed only after the device object is destroyed, and leaked if
 //! the destroy fails.
 //!
+//! What the types cannot enforce, and how it is handled:
+//!
+//! - An SGE is plain numbers ([`Sge`]): nothing ties it to a live [`Mr`]. That is safe because
+//!   the device checks every SGE against a registered region (key, PD, rights, bounds) and a
+//!   region cannot be freed while registered: a stale SGE fails its request
+//!   (`LOC_PROT_ERR`), it never reaches freed memory. So posting is a safe call.
+//! - The device (or a peer's WRITE) may change a region at any moment: [`Mr`] gives copies
+//!   ([`Mr::read_at`], [`Mr::read_u64`]), never references; read what a completion announced.
+//! - Dropping a region while requests using it are outstanding is allowed: they then fail
+//!   with a protection error.
+//! - A failed destroy (the driver refusing it) leaks the ring memory ([`PageBuf::leak`]) rather
+//!   than letting the addresses be reused; a failed deregistration of a borrowed [`Mr`] cannot
+//!   hold the borrow, which is why only an unbound device (`ENODEV`, where the driver has torn
+//!   everything down itself) may fail it.
+//! - The doorbell page and rings are per process: after `fork` the child has no doorbell
+//!   mapping (the driver marks it `VM_DONTCOPY`) and copy-on-write copies of the rings, so
+//!   verbs objects must be used only in the process that created them.
+//!
 //! `unsafe` lives in the ioctl calls ([`Context`]), the doorbell store ([`Doorbell::ring`]), the
 //! ring accesses ([`cq`], [`Qp`]) and region copies ([`Mr`]), each behind a safe API.
 

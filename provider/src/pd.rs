@@ -88,6 +88,17 @@ impl Pd {
         })
     }
 
+    /// A PD no device knows, for host tests.
+    #[cfg(test)]
+    pub(crate) fn fake(ctx: &Arc<Context>, pdn: u32) -> Pd {
+        Pd {
+            inner: Arc::new(PdInner {
+                ctx: ctx.clone(),
+                pdn,
+            }),
+        }
+    }
+
     /// The device's PD number.
     pub fn pdn(&self) -> u32 {
         self.inner.pdn
@@ -101,6 +112,39 @@ impl Pd {
     /// Registers `buf`: the region borrows it mutably until it is dropped (deregistered), so the
     /// buffer can be neither freed nor touched by safe code while the device may reach it. Read
     /// and write it through [`Mr::read_at`] / [`Mr::write_at`].
+    ///
+    /// ```no_run
+    /// # fn f(pd: &qhca::Pd) -> qhca::Result<()> {
+    /// let mut buf = vec![0u8; 64];
+    /// let mr = pd.reg_mr(&mut buf, qhca::Access::LOCAL_WRITE)?;
+    /// mr.write_at(0, b"x");
+    /// drop(mr); // deregistered: the buffer is ours again
+    /// buf[0] = 1;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The buffer cannot be freed while registered:
+    ///
+    /// ```compile_fail,E0597
+    /// # fn f(pd: &qhca::Pd) -> qhca::Result<()> {
+    /// let mr = {
+    ///     let mut buf = vec![0u8; 64];
+    ///     pd.reg_mr(&mut buf, qhca::Access::LOCAL_WRITE)?
+    /// };
+    /// mr.write_at(0, b"x");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// nor touched through its own name:
+    ///
+    /// ```compile_fail,E0503
+    /// # fn f(pd: &qhca::Pd) -> qhca::Result<()> {
+    /// let mut buf = [0u8; 64];
+    /// let mr = pd.reg_mr(&mut buf, qhca::Access::LOCAL_WRITE)?;
+    /// buf[0] = 1;
+    /// mr.write_at(0, b"x");
+    /// # Ok(()) }
+    /// ```
     pub fn reg_mr<'buf>(&self, buf: &'buf mut [u8], access: Access) -> Result<Mr<'buf>> {
         // SAFETY: the borrow `'buf` is held by the returned `Mr` (PhantomData), so the memory
         // stays allocated and unused by safe code until it is deregistered.

@@ -232,6 +232,33 @@ impl Qp {
         })
     }
 
+    /// A QP over fresh memory that no device knows, for host tests of posting: the test reads
+    /// the ring ([`Qp::ring`]) and the doorbell the way the device would.
+    #[cfg(test)]
+    pub(crate) fn fake(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: &QpCaps, qpn: u32) -> Result<Qp> {
+        let layout = QpLayout::new(caps)?;
+        let wq = Arc::new(WqShared::new(layout.sq_depth(), layout.rq_depth()));
+        for cq in [send_cq, recv_cq] {
+            cq.inner().qps.lock().unwrap().insert(qpn, wq.clone());
+        }
+        Ok(Qp {
+            qpn,
+            layout,
+            db: pd.inner.ctx.doorbell()?,
+            wq,
+            buf: Some(PageBuf::new(layout.buf_len)?),
+            send_cq: send_cq.inner().clone(),
+            recv_cq: recv_cq.inner().clone(),
+            pd: pd.inner.clone(),
+        })
+    }
+
+    /// The ring memory (tests).
+    #[cfg(test)]
+    pub(crate) fn ring(&self) -> &PageBuf {
+        self.buf.as_ref().expect("present")
+    }
+
     /// The device's QP number.
     pub fn qpn(&self) -> u32 {
         self.qpn
@@ -525,6 +552,152 @@ mod tests {
         let info = QpInfo::from_raw(&all);
         assert_eq!(info.state, QpState::Err);
         assert_eq!(info.access, Access::ALL);
+    }
+
+    /// A context on an ordinary 4 KiB file: its "doorbell page" is the file, so the test reads
+    /// the last doorbell word back from it; ioctls on it fail (ENOTTY), which only makes the
+    /// objects' drops leak their rings.
+    struct FakeDevice {
+        path: std::path::PathBuf,
+        ctx: Arc<Context>,
+    }
+
+    impl FakeDevice {
+        fn new(tag: &str) -> FakeDevice {
+            let path = std::env::temp_dir().join(format!("qhca-fake-{tag}-{}", std::process::id()));
+            let f = std::fs::File::create(&path).unwrap();
+            f.set_len(4096).unwrap();
+            let ctx = Arc::new(Context::open(&path).unwrap());
+            FakeDevice { path, ctx }
+        }
+
+        fn last_doorbell(&self) -> DbWord {
+            let b = std::fs::read(&self.path).unwrap();
+            DbWord::from_raw(u64::from_le_bytes(b[0..8].try_into().unwrap()))
+        }
+    }
+
+    impl Drop for FakeDevice {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    fn bytes(buf: &PageBuf, off: usize, len: usize) -> Vec<u8> {
+        // SAFETY: inside the test's own mapping, which nothing else writes now.
+        unsafe { std::slice::from_raw_parts(buf.as_ptr().add(off), len) }.to_vec()
+    }
+
+    #[test]
+    fn post_writes_slots_rings_once_and_polling_frees_them() {
+        use crate::cq::tests::{cqe, device_write_cqe};
+        use crate::wqe::{Sge, WrOp};
+        use crate::{RecvWr, SendFlags, SendWr};
+
+        let dev = FakeDevice::new("post");
+        let pd = Pd::fake(&dev.ctx, 3);
+        let mut cq = Cq::fake(&dev.ctx, 9, 8).unwrap();
+        let caps = QpCaps {
+            max_send_wr: 4,
+            max_recv_wr: 2,
+            max_sge: 1,
+            max_inline: 16,
+        };
+        let mut qp = Qp::fake(&pd, &cq, &cq, &caps, 0x42).unwrap();
+        let l = *qp.layout();
+        assert_eq!((l.sq_depth(), l.sq_stride(), l.rq_offset), (4, 128, 4096));
+
+        let sge = [Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 0x77,
+        }];
+        let op = WrOp::Write {
+            raddr: 0x2000,
+            rkey: 0x88,
+        };
+        let wrs = [
+            SendWr::new(10, op, &sge).with_flags(SendFlags::NONE),
+            SendWr::inline(11, WrOp::Send, b"hi"),
+            SendWr::new(12, op, &sge).with_flags(SendFlags::NONE),
+        ];
+        qp.post_send(&wrs).unwrap();
+        // One doorbell for the batch, naming the SQ and producer index 3.
+        assert_eq!(dev.last_doorbell(), DbWord::new(DbType::Sq, 0x42, 3));
+        // Slot 1 holds the inline SEND, byte for byte.
+        let slot1 = bytes(qp.ring(), 128, 66);
+        assert_eq!(slot1[0..8], 11u64.to_le_bytes());
+        assert_eq!(slot1[8..12], [2, 0b101, 0, 0]);
+        assert_eq!(slot1[16..20], 2u32.to_le_bytes());
+        assert_eq!(slot1[64..66], *b"hi");
+        // Slot 2's SGE.
+        assert_eq!(
+            bytes(qp.ring(), 256 + 64, 16)[12..16],
+            0x77u32.to_le_bytes()
+        );
+        assert_eq!(qp.send_outstanding(), 3);
+
+        // Two more fit; the third is refused with its index.
+        let more = [wrs[0], wrs[0], wrs[0]];
+        let e = qp.post_send(&more).unwrap_err();
+        assert_eq!(e.index, 1);
+        assert_eq!(
+            e.reason,
+            PostReason::QueueFull {
+                outstanding: 4,
+                depth: 4
+            }
+        );
+        assert_eq!(dev.last_doorbell(), DbWord::new(DbType::Sq, 0x42, 4));
+
+        // The device completes the signaled SEND (slot 1): slots 0 and 1 are free again.
+        device_write_cqe(cq.ring_ptr(), 3, 0, &cqe(11, 0x00, 0, 0x42, None));
+        let mut wc = [crate::Wc::default(); 4];
+        assert_eq!(cq.poll(&mut wc), 1);
+        assert_eq!((wc[0].wr_id, wc[0].qpn), (11, 0x42));
+        assert_eq!(qp.send_outstanding(), 2);
+        // A flush of slot 2 (unsignaled), then of slot 3.
+        device_write_cqe(cq.ring_ptr(), 3, 1, &cqe(12, 0x01, 5, 0x42, None));
+        device_write_cqe(cq.ring_ptr(), 3, 2, &cqe(10, 0x01, 5, 0x42, None));
+        assert_eq!(cq.poll(&mut wc), 2);
+        assert_eq!(qp.send_outstanding(), 0);
+        // The consumer index was published in the doorbell record.
+        assert_eq!(bytes(cq.ring_ptr(), 32 << 3, 4), 3u32.to_le_bytes());
+
+        // Receives: the RQ at its page, its own doorbell; a receive CQE frees one slot.
+        let rsge = [Sge {
+            addr: 0x3000,
+            length: 64,
+            lkey: 5,
+        }];
+        qp.post_recv(&[
+            RecvWr {
+                wr_id: 20,
+                sges: &rsge,
+            },
+            RecvWr {
+                wr_id: 21,
+                sges: &rsge,
+            },
+        ])
+        .unwrap();
+        assert_eq!(dev.last_doorbell(), DbWord::new(DbType::Rq, 0x42, 2));
+        assert_eq!(bytes(qp.ring(), 4096 + 32, 12)[0..8], 21u64.to_le_bytes());
+        assert!(qp
+            .post_recv(&[RecvWr {
+                wr_id: 22,
+                sges: &rsge
+            }])
+            .is_err());
+        device_write_cqe(cq.ring_ptr(), 3, 3, &cqe(20, 0x80, 0, 0x42, None));
+        assert_eq!(cq.poll(&mut wc), 1);
+        assert!(wc[0].is_recv);
+        assert_eq!(qp.recv_outstanding(), 1);
+
+        // Arm names the CQ and the consumer index.
+        cq.arm();
+        assert_eq!(dev.last_doorbell(), DbWord::new(DbType::CqArm, 9, 4));
+        assert!(cq.wait(None).is_err(), "no eventfd");
     }
 
     #[test]
