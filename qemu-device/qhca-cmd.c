@@ -122,6 +122,7 @@ static void qhca_fatal(QhcaState *s, uint32_t syndrome, uint64_t addr)
     s->status |= QHCA_STATUS_FATAL;
     s->fatal_syndrome = syndrome;
     qemu_bh_cancel(s->cmd_bh);
+    qemu_bh_cancel(s->engine_bh);
     trace_qhca_fatal(syndrome, addr);
     qemu_log_mask(LOG_GUEST_ERROR,
                   "qhca: fatal error %u: DMA to/from 0x%" PRIx64 " failed\n",
@@ -218,6 +219,32 @@ static bool qhca_eq_post(QhcaState *s, struct qhca_eqe *eqe)
     return true;
 }
 
+/*
+ * An asynchronous event (CQ_COMP, QP_ERR, CQ_ERR).  Unlike command
+ * completions these cannot wait: with the event ring full the event is lost
+ * and counted in EQ_OVERFLOWS.
+ */
+void qhca_eq_event(QhcaState *s, uint8_t type, uint64_t data0, uint64_t data1)
+{
+    struct qhca_eqe eqe = {
+        .type = type,
+        .data = { cpu_to_le64(data0), cpu_to_le64(data1) },
+    };
+
+    if (!qhca_ready(s)) {
+        trace_qhca_event_lost(type, data0, "device not ready");
+        return;
+    }
+    if (qhca_ring_used(&s->eq) == qhca_ring_entries(&s->eq)) {
+        qhca_count(&s->eq_overflows);
+        trace_qhca_event_lost(type, data0, "event queue full");
+        return;
+    }
+    if (qhca_eq_post(s, &eqe)) {
+        qhca_eq_notify(s);
+    }
+}
+
 /* Reserved fields must be zero, and so must the ones the opcode ignores. */
 static bool qhca_cmd_unused_zero(const struct qhca_cmd *cmd, bool uses_out,
                                  unsigned nr_in)
@@ -312,6 +339,8 @@ static uint8_t qhca_cmd_exec(QhcaState *s, const struct qhca_cmd *cmd,
         return qhca_cmd_alloc_uar(s, cmd, data);
     case QHCA_CMD_FREE_UAR:
         return qhca_cmd_free_uar(s, cmd);
+    case QHCA_CMD_ALLOC_PD ... QHCA_CMD_QUERY_CTX:
+        return qhca_cmd_obj(s, cmd, data);
     default:
         return QHCA_CMD_BAD_OPCODE;
     }

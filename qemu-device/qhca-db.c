@@ -5,14 +5,16 @@
  * power of two).  ALLOC_UAR hands a page to a context; the page index is the
  * context's id inside the device, so a doorbell's page says which context is
  * ringing.  A doorbell is accepted only if it names a queue that context
- * owns.  No queue exists in this version, so every doorbell is dropped and
- * counted; queue ownership and the dispatch to the engine plug in at
- * qhca_ctx_owns_queue() and qhca_db_ring().
+ * owns: a QP for SQ/RQ doorbells, a CQ for CQ_ARM.  Anything else is
+ * dropped and counted, device-wide (DB_VIOLATIONS) and for the page's owner
+ * (QUERY_CTX).  An accepted doorbell only records the index and schedules
+ * the engine's bottom half (qhca-rc.c).
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
 #include "qemu/osdep.h"
+#include "qemu/main-loop.h"
 #include "qhca.h"
 #include "trace.h"
 
@@ -26,7 +28,8 @@ int qhca_ctx_alloc(QhcaState *s)
 
     for (i = 0; i < s->num_uars; i++) {
         if (!s->ctx[i].in_use) {
-            s->ctx[i].in_use = true;
+            s->ctx[i] = (QhcaContext) { .in_use = true };
+            s->num_ctx++;
             trace_qhca_ctx_alloc(i);
             return i;
         }
@@ -39,8 +42,10 @@ bool qhca_ctx_free(QhcaState *s, uint64_t index)
     if (index >= s->num_uars || !s->ctx[index].in_use) {
         return false;
     }
-    /* Later: refuse while the context still owns queues (BAD_STATE). */
+    /* Everything the context still owns goes with it. */
+    qhca_obj_free_ctx(s, index);
     s->ctx[index].in_use = false;
+    s->num_ctx--;
     trace_qhca_ctx_free(index);
     return true;
 }
@@ -48,6 +53,7 @@ bool qhca_ctx_free(QhcaState *s, uint64_t index)
 void qhca_ctx_reset(QhcaState *s)
 {
     memset(s->ctx, 0, s->num_uars * sizeof(*s->ctx));
+    s->num_ctx = 0;
 }
 
 static QhcaContext *qhca_ctx_lookup(QhcaState *s, uint64_t page)
@@ -58,21 +64,88 @@ static QhcaContext *qhca_ctx_lookup(QhcaState *s, uint64_t page)
     return &s->ctx[page];
 }
 
-/* Does ctx own queue qn of the kind a doorbell of this type rings? */
-static bool qhca_ctx_owns_queue(QhcaContext *ctx, unsigned type, uint32_t qn)
+/* Does context page own queue qn of the kind a doorbell of this type rings? */
+static bool qhca_ctx_owns_queue(QhcaState *s, uint64_t page, unsigned type,
+                                uint32_t qn)
 {
-    /* No QP or CQ exists in this version: nobody owns anything. */
-    return false;
+    if (type == QHCA_DB_CQ_ARM) {
+        QhcaCq *cq = qhca_cq_lookup(s, qn);
+
+        return cq && cq->uar == page;
+    } else {
+        QhcaQp *qp = qhca_qp_lookup(s, qn);
+
+        return qp && qp->uar == page;
+    }
 }
 
 /*
- * An accepted doorbell: the engine will record the index and schedule the
- * queue's bottom half here.  Unreachable while qhca_ctx_owns_queue() says no.
+ * A new producer index for a work queue: free-running 16 bits, forward only,
+ * never more than the ring size ahead of the device's consumer index.
+ */
+static const char *qhca_wq_check_pi(const QhcaWq *wq, uint32_t index)
+{
+    uint16_t ahead = (uint16_t)index - wq->ci;
+
+    if (index > UINT16_MAX) {
+        return "index wider than 16 bits";
+    }
+    if (ahead > (1u << wq->log)) {
+        return "more WQEs than ring slots";
+    }
+    if (ahead < (uint16_t)(wq->pi - wq->ci)) {
+        return "producer index moved backwards";
+    }
+    return NULL;
+}
+
+/*
+ * An accepted doorbell (the page's context owns the queue): validate the
+ * index, record it, schedule the engine.  Never any DMA here.
  */
 static void qhca_db_ring(QhcaState *s, QhcaContext *ctx, unsigned type,
                          uint32_t qn, uint32_t index)
 {
-    trace_qhca_db_accept(ctx - s->ctx, type, qn, index);
+    uint64_t page = ctx - s->ctx;
+    const char *why;
+
+    if (type == QHCA_DB_CQ_ARM) {
+        QhcaCq *cq = qhca_cq_lookup(s, qn);
+
+        /* The consumer index lies in [pi - entries, pi]. */
+        if (cq->pi - index > (1u << cq->log)) {
+            QHCA_GUEST_ERR(s, qhca_err_db_index,
+                           "doorbell on page %" PRIu64 " queue %u type %u"
+                           " index %u: %s", page, qn, type, index,
+                           "CQ consumer index out of range");
+            return;
+        }
+        if (index - cq->ci <= cq->pi - cq->ci) {
+            cq->ci = index;
+        }
+        cq->armed = true;
+        cq->arm_ci = index;
+        if (cq->pi != index && !cq->arm_pending) {
+            cq->arm_pending = true;
+            s->cq_arm_pending++;
+            qemu_bh_schedule(s->engine_bh);
+        }
+    } else {
+        QhcaQp *qp = qhca_qp_lookup(s, qn);
+        QhcaWq *wq = type == QHCA_DB_SQ ? &qp->sq : &qp->rq;
+
+        why = qhca_wq_check_pi(wq, index);
+        if (why) {
+            QHCA_GUEST_ERR(s, qhca_err_db_index,
+                           "doorbell on page %" PRIu64 " queue %u type %u"
+                           " index %u: %s", page, qn, type, index, why);
+            return;
+        }
+        wq->pi = index;
+        qhca_engine_schedule(s, qp);
+    }
+    ctx->db_accepted++;
+    trace_qhca_db_accept(page, type, qn, index);
 }
 
 static uint64_t qhca_uar_read(void *opaque, hwaddr addr, unsigned size)
@@ -122,8 +195,9 @@ static void qhca_uar_write(void *opaque, hwaddr addr, uint64_t val,
         return;
     }
 
-    if (!qhca_ctx_owns_queue(ctx, type, qn)) {
+    if (!qhca_ctx_owns_queue(s, page, type, qn)) {
         qhca_count(&s->db_violations);
+        ctx->db_violations++;
         trace_qhca_db_violation(page, type, qn);
         qemu_log_mask(LOG_GUEST_ERROR,
                       "qhca: doorbell on page %" PRIu64 " names queue %u"

@@ -12,6 +12,7 @@
 #include "qemu/main-loop.h"
 #include "qemu/module.h"
 #include "qapi/error.h"
+#include "qemu/error-report.h"
 #include "hw/pci/msix.h"
 #include "hw/pci/pcie.h"
 #include "hw/qdev-properties.h"
@@ -28,6 +29,7 @@ void qhca_reset(QhcaState *s)
 {
     trace_qhca_reset();
     qemu_bh_cancel(s->cmd_bh);
+    qemu_bh_cancel(s->engine_bh);
 
     s->ctrl = 0;
     s->status = 0;
@@ -38,6 +40,7 @@ void qhca_reset(QhcaState *s)
     s->db_violations = 0;
     s->eq_overflows = 0;
     s->fatal_syndrome = QHCA_FATAL_NONE;
+    qhca_obj_reset(s);
     qhca_ctx_reset(s);
 }
 
@@ -99,6 +102,8 @@ static void qhca_realize(PCIDevice *pdev, Error **errp)
     s->ctx = g_new0(QhcaContext, s->num_uars);
     s->cmd_bh = qemu_bh_new_guarded(qhca_cmd_bh, s,
                                     &DEVICE(pdev)->mem_reentrancy_guard);
+    qhca_obj_init(s);
+    qhca_engine_init(s);
 
     trace_qhca_realize(s->num_uars, s->node_guid, s->max_queue_log);
 }
@@ -107,6 +112,8 @@ static void qhca_exit(PCIDevice *pdev)
 {
     QhcaState *s = QHCA(pdev);
 
+    qhca_obj_fini(s);
+    qhca_engine_fini(s);
     qemu_bh_delete(s->cmd_bh);
     s->cmd_bh = NULL;
     msix_uninit_exclusive_bar(pdev);
@@ -116,14 +123,36 @@ static void qhca_exit(PCIDevice *pdev)
 }
 
 /*
- * Migration: everything this version has is device registers plus the UAR
- * allocation table; the rings and command buffers are guest memory.  The
- * loaded state is as untrusted as a guest write, so post_load checks the
- * invariants the device relies on before using it.
+ * Migration: device registers plus the UAR allocation table; the rings and
+ * command buffers are guest memory.  Verbs objects (PDs, MRs, CQs, QPs) are
+ * not migrated yet: a device that holds any refuses to be saved, rather than
+ * arrive without them.  The loaded state is as untrusted as a guest write,
+ * so post_load checks the invariants the device relies on before using it.
  */
+static int qhca_pre_save(void *opaque)
+{
+    QhcaState *s = opaque;
+
+    if (qhca_objects_exist(s)) {
+        error_report("qhca: cannot migrate a device that holds verbs objects"
+                     " (%u PDs, %u MRs, %u CQs, %u QPs)",
+                     s->num_pd, s->num_mr, s->num_cq, s->num_qp);
+        return -EBUSY;
+    }
+    return 0;
+}
+
 static int qhca_post_load(void *opaque, int version_id)
 {
     QhcaState *s = opaque;
+    uint32_t i;
+
+    s->num_ctx = 0;
+    for (i = 0; i < s->num_uars; i++) {
+        if (s->ctx[i].in_use) {
+            s->num_ctx++;
+        }
+    }
 
     if ((s->ctrl & ~QHCA_CTRL_ENABLE) ||
         (s->status & ~(QHCA_STATUS_READY | QHCA_STATUS_FATAL |
@@ -170,6 +199,7 @@ static const VMStateDescription qhca_vmstate = {
     .name = "qhca",
     .version_id = 1,
     .minimum_version_id = 1,
+    .pre_save = qhca_pre_save,
     .post_load = qhca_post_load,
     .fields = (const VMStateField[]) {
         VMSTATE_PCI_DEVICE(parent_obj, QhcaState),

@@ -64,6 +64,16 @@ static uint32_t qhca_regs_value(QhcaState *s, hwaddr addr, bool *known)
         return s->eq_overflows;
     case QHCA_REG_FATAL_SYNDROME:
         return s->fatal_syndrome;
+    case QHCA_REG_NUM_CTX:
+        return s->num_ctx;
+    case QHCA_REG_NUM_PD:
+        return s->num_pd;
+    case QHCA_REG_NUM_MR:
+        return s->num_mr;
+    case QHCA_REG_NUM_CQ:
+        return s->num_cq;
+    case QHCA_REG_NUM_QP:
+        return s->num_qp;
     default:
         *known = false;
         return 0;
@@ -230,6 +240,11 @@ static void qhca_regs_write(void *opaque, hwaddr addr, uint64_t data,
     case QHCA_REG_DB_VIOLATIONS:
     case QHCA_REG_EQ_OVERFLOWS:
     case QHCA_REG_FATAL_SYNDROME:
+    case QHCA_REG_NUM_CTX:
+    case QHCA_REG_NUM_PD:
+    case QHCA_REG_NUM_MR:
+    case QHCA_REG_NUM_CQ:
+    case QHCA_REG_NUM_QP:
         QHCA_GUEST_ERR(s, qhca_err_reg_ro,
                        "write to read-only register 0x%" PRIx64
                        " (value 0x%x)", (uint64_t)addr, val);

@@ -12,6 +12,8 @@
 
 #include "hw/pci/pci_device.h"
 #include "qemu/log.h"
+#include "qemu/queue.h"
+#include "qemu/timer.h"
 #include "qom/object.h"
 
 /*
@@ -38,6 +40,19 @@ QEMU_BUILD_BUG_ON(offsetof(struct qhca_cmd, in) != 24);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_eqe) != 32);
 QEMU_BUILD_BUG_ON(offsetof(struct qhca_eqe, owner) != 31);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_device_attr) != 128);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_cmd_reg_mr) != 40);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_cmd_create_cq) != 40);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_cmd_create_qp) != 40);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_qp_attr) != 64);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_ctx_stats) != 64);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_cqe) != QHCA_CQE_SIZE);
+QEMU_BUILD_BUG_ON(offsetof(struct qhca_cqe, owner) != 31);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_cq_dbrec) != 64);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_wqe_ctrl) != 32);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_wqe_raddr) != 16);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_wqe_atomic) != 16);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_sge) != 16);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_rwqe) != 16);
 
 #define TYPE_QHCA "qhca"
 OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
@@ -51,8 +66,8 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_CMD_BUDGET         64
 
 /*
- * What QUERY_DEVICE reports besides the properties.  Nothing enforces the
- * limits yet: no object they count exists in this version.
+ * What QUERY_DEVICE reports besides the properties.  The object commands
+ * enforce the limits (QHCA_CMD_NO_RESOURCES / QHCA_CMD_BAD_PARAM).
  */
 #define QHCA_FW_VERSION         ((0ull << 32) | (1ull << 16) | 0) /* 0.1.0 */
 #define QHCA_HW_VER             1
@@ -67,6 +82,17 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_LIMIT_MAX_MR       4096
 #define QHCA_LIMIT_MAX_MR_SIZE  (1ull << 32)
 #define QHCA_LIMIT_PAGE_SIZES   4096ull
+/*
+ * Page-list entries the device holds for all objects together: the page
+ * lists live in host memory, so a guest must not be able to make QEMU
+ * allocate without bound (32 MiB of translations, 16 GiB of guest memory).
+ */
+#define QHCA_LIMIT_TOTAL_PAGES  (1u << 22)
+
+/* Engine: WQEs (or packets of one WQE) one QP may use per bottom-half run. */
+#define QHCA_QP_BUDGET          16
+/* Engine: QP turns per bottom-half run before yielding to the main loop. */
+#define QHCA_ENGINE_BUDGET      64
 
 /*
  * A ring in guest memory: the command queue (the driver produces, the device
@@ -86,11 +112,143 @@ typedef struct QhcaRing {
  * A context: what one driver-side owner (an open /dev/qhcaN) holds in the
  * device.  Contexts are indexed by UAR page: the doorbell page a context was
  * given by ALLOC_UAR *is* its id, so a doorbell's page names the context
- * whose queues it may ring.  Queue ownership will live here.
+ * whose queues it may ring.  Every object records the context it belongs to.
  */
 typedef struct QhcaContext {
     bool in_use;
+    uint64_t db_accepted;
+    uint64_t db_violations;
 } QhcaContext;
+
+/*
+ * Verbs objects.  All of their state lives here, in device memory: the
+ * guest hands over page lists at create time and never gets to change a
+ * translation, a bound or an owner afterwards.  Handles are table indices
+ * (keys: index << 8 | tag).
+ */
+typedef struct QhcaPd {
+    bool in_use;
+    uint32_t uar;
+    uint32_t nr_mr;             /* MRs and QPs that name this PD */
+    uint32_t nr_qp;
+} QhcaPd;
+
+typedef struct QhcaMr {
+    bool in_use;
+    uint8_t tag;                /* bumped on every reuse of the index */
+    uint32_t uar;
+    uint32_t pdn;
+    uint32_t access;            /* QHCA_ACCESS_* */
+    uint64_t iova;
+    uint64_t length;
+    uint32_t npages;
+    uint64_t *pages;            /* page-aligned DMA addresses */
+} QhcaMr;
+
+typedef struct QhcaCq {
+    bool in_use;
+    bool error;                 /* overrun or ring DMA failure: no more CQEs */
+    bool armed;
+    bool arm_pending;           /* armed by a doorbell: check in the BH */
+    uint32_t arm_ci;
+    uint32_t uar;
+    uint32_t log;
+    uint32_t pi;                /* device producer index, free-running */
+    uint32_t ci;                /* consumer index last read from the dbrec */
+    uint32_t nr_qp;             /* QPs that complete into this CQ */
+    uint32_t npages;
+    uint64_t *pages;
+} QhcaCq;
+
+/* One work queue of a QP, inside the QP's page list. */
+typedef struct QhcaWq {
+    uint32_t log;
+    uint32_t stride_log;
+    uint64_t offset;            /* of slot 0 in the QP's buffer */
+    uint16_t pi;                /* producer index the owner rang */
+    uint16_t ci;                /* device consumer index */
+} QhcaWq;
+
+/* A send WQE as the requester keeps it while working on it (host order). */
+typedef struct QhcaSendWqe {
+    uint64_t wr_id;
+    uint8_t opcode;
+    uint8_t flags;
+    uint8_t num_sge;
+    uint32_t imm;
+    uint32_t inline_len;
+    uint64_t raddr;
+    uint32_t rkey;
+    uint64_t swap_add;
+    uint64_t compare;
+    uint64_t length;            /* message length */
+    struct qhca_sge sge[QHCA_LIMIT_MAX_SGE];
+    uint8_t inline_data[QHCA_LIMIT_MAX_INLINE];
+} QhcaSendWqe;
+
+typedef struct QhcaQp QhcaQp;
+
+struct QhcaQp {
+    QhcaState *s;
+    bool in_use;
+    uint32_t uar;
+    uint32_t pdn;
+    uint32_t scqn;
+    uint32_t rcqn;
+    uint16_t max_inline;
+    uint16_t max_sge;
+    QhcaWq sq;
+    QhcaWq rq;
+    uint32_t npages;
+    uint64_t *pages;
+
+    /* qhca_qp_attr, host order */
+    uint8_t state;
+    uint8_t path_mtu;
+    uint8_t timeout;
+    uint8_t retry_cnt;
+    uint8_t rnr_retry;
+    uint8_t min_rnr_timer;
+    uint32_t access;
+    uint32_t dest_qpn;
+    uint32_t rq_psn;            /* responder: next expected PSN */
+    uint32_t sq_psn;            /* requester: next PSN to send */
+
+    /* Requester: one message in flight (stop and wait per WQE). */
+    bool req_active;
+    bool req_sent;              /* every packet sent; waiting for the answer */
+    bool req_wait;              /* paused until the RNR backoff timer fires */
+    bool req_timer_fired;       /* the timer ran: the BH acts on it */
+    QhcaSendWqe wqe;
+    uint32_t req_first_psn;
+    uint32_t req_npkts;
+    uint32_t req_next;          /* next packet (0-based) to send */
+    uint32_t req_resp_next;     /* RDMA READ: next response packet expected */
+    uint8_t req_retry_left;
+    uint8_t req_rnr_left;
+    QEMUTimer *timer;           /* RNR backoff and local ACK timeout */
+
+    /* Responder: the message being received. */
+    uint8_t resp_op;            /* 0: none; else the first packet's class */
+    uint64_t resp_wr_id;
+    uint32_t resp_num_sge;
+    struct qhca_sge resp_sge[QHCA_LIMIT_MAX_SGE];
+    uint64_t resp_off;          /* bytes of the message placed */
+    uint64_t resp_va;           /* RDMA WRITE: next byte */
+    uint32_t resp_rkey;
+    uint64_t resp_left;         /* RDMA WRITE: bytes of the RETH still due */
+    uint64_t resp_total;        /* RDMA WRITE: the RETH's length */
+    bool resp_have_rwqe;
+    /* The last atomic, for a duplicate request. */
+    bool atomic_valid;
+    uint32_t atomic_psn;
+    uint64_t atomic_orig;
+
+    bool queued;                /* on the engine's run list */
+    QTAILQ_ENTRY(QhcaQp) next;
+};
+
+typedef struct QhcaWire QhcaWire;
 
 struct QhcaState {
     PCIDevice parent_obj;
@@ -117,6 +275,24 @@ struct QhcaState {
 
     /* num_uars contexts, indexed by UAR page */
     QhcaContext *ctx;
+
+    /* Verbs objects and what they hold */
+    QhcaPd *pd;
+    QhcaMr *mr;
+    QhcaCq *cq;
+    QhcaQp *qp;
+    uint32_t num_ctx;
+    uint32_t num_pd;
+    uint32_t num_mr;
+    uint32_t num_cq;
+    uint32_t num_qp;
+    uint64_t total_pages;
+
+    /* RC engine (qhca-rc.c) and the wire it talks over (qhca-wire.c) */
+    QEMUBH *engine_bh;
+    QTAILQ_HEAD(, QhcaQp) run_list;
+    uint32_t cq_arm_pending;    /* CQs with arm_pending set */
+    QhcaWire *wire;
 };
 
 /* Counters saturate rather than wrap. */
@@ -164,5 +340,40 @@ extern const MemoryRegionOps qhca_uar_ops;
 int qhca_ctx_alloc(QhcaState *s);
 bool qhca_ctx_free(QhcaState *s, uint64_t index);
 void qhca_ctx_reset(QhcaState *s);
+
+/* qhca-cmd.c */
+void qhca_eq_event(QhcaState *s, uint8_t type, uint64_t data0, uint64_t data1);
+
+/* qhca-obj.c: verbs objects and their commands */
+void qhca_obj_init(QhcaState *s);
+void qhca_obj_fini(QhcaState *s);
+void qhca_obj_reset(QhcaState *s);
+void qhca_obj_free_ctx(QhcaState *s, uint32_t uar);
+uint8_t qhca_cmd_obj(QhcaState *s, const struct qhca_cmd *cmd,
+                     uint64_t *data);
+QhcaQp *qhca_qp_lookup(QhcaState *s, uint32_t qpn);
+QhcaCq *qhca_cq_lookup(QhcaState *s, uint32_t cqn);
+QhcaMr *qhca_mr_lookup(QhcaState *s, uint32_t key);
+bool qhca_objects_exist(const QhcaState *s);
+
+static inline uint32_t qhca_qpn(const QhcaState *s, const QhcaQp *qp)
+{
+    return qp - s->qp;
+}
+
+static inline uint32_t qhca_cqn(const QhcaState *s, const QhcaCq *cq)
+{
+    return cq - s->cq;
+}
+
+/* qhca-rc.c: the RC engine */
+void qhca_engine_init(QhcaState *s);
+void qhca_engine_fini(QhcaState *s);
+void qhca_engine_bh(void *opaque);
+void qhca_engine_schedule(QhcaState *s, QhcaQp *qp);
+void qhca_engine_qp_reset(QhcaState *s, QhcaQp *qp);
+void qhca_engine_qp_destroy(QhcaState *s, QhcaQp *qp);
+void qhca_qp_set_error(QhcaState *s, QhcaQp *qp, bool event);
+void qhca_cq_arm_check(QhcaState *s, QhcaCq *cq);
 
 #endif /* HW_MISC_QHCA_H */

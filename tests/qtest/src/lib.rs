@@ -9,7 +9,8 @@
 //! - [`wire`]: command/event/attribute structures as bytes;
 //! - [`hca`]: a test-side driver: rings in guest RAM, post a command, consume its event;
 //! - [`qmp`]: a minimal QMP client, for migration;
-//! - [`rng`]: the deterministic generator behind the fuzz-style test.
+//! - [`rng`]: the deterministic generator behind the fuzz-style test;
+//! - [`verbs`]: PDs, MRs, CQs, QPs, WQEs and CQEs from the test side.
 //!
 //! The QEMU binary comes from `$QHCA_QEMU`; `scripts/test.sh` sets it after building QEMU.
 
@@ -18,6 +19,7 @@ pub mod pci;
 pub mod qmp;
 pub mod qtest;
 pub mod rng;
+pub mod verbs;
 pub mod wire;
 
 pub use hca::Hca;

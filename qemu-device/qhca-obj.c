@@ -1,0 +1,855 @@
+/*
+ * qhca: an emulated RDMA host channel adapter -- verbs objects
+ *
+ * Protection domains, memory regions, completion queues and RC queue pairs,
+ * and the commands that create, modify, query and destroy them.  Each object
+ * belongs to the context (UAR page) named at create time; every later
+ * command names that context again and is refused (BAD_RESOURCE) if it is
+ * not the owner.  Object state lives only here: page lists are copied from
+ * the command's mailbox, so the guest cannot change a translation, a bound
+ * or an owner behind the device's back.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/bswap.h"
+#include "qhca.h"
+#include "trace.h"
+
+#define QHCA_CQ_LIMIT_LOG 12    /* QHCA_LIMIT_MAX_CQE */
+#define QHCA_WQ_LIMIT_LOG 12    /* QHCA_LIMIT_MAX_QP_WR */
+
+QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_CQE != 1u << QHCA_CQ_LIMIT_LOG);
+QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_QP_WR != 1u << QHCA_WQ_LIMIT_LOG);
+QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_MR > (1u << (32 - QHCA_KEY_TAG_BITS)));
+
+void qhca_obj_init(QhcaState *s)
+{
+    s->pd = g_new0(QhcaPd, QHCA_LIMIT_MAX_PD);
+    s->mr = g_new0(QhcaMr, QHCA_LIMIT_MAX_MR);
+    s->cq = g_new0(QhcaCq, QHCA_LIMIT_MAX_CQ);
+    s->qp = g_new0(QhcaQp, QHCA_LIMIT_MAX_QP);
+}
+
+bool qhca_objects_exist(const QhcaState *s)
+{
+    return s->num_pd || s->num_mr || s->num_cq || s->num_qp;
+}
+
+/* ------------------------------------------------------------------------ */
+/* lookups                                                                  */
+
+static QhcaPd *qhca_pd_lookup(QhcaState *s, uint64_t pdn)
+{
+    return pdn < QHCA_LIMIT_MAX_PD && s->pd[pdn].in_use ? &s->pd[pdn] : NULL;
+}
+
+QhcaMr *qhca_mr_lookup(QhcaState *s, uint32_t key)
+{
+    uint32_t index = key >> QHCA_KEY_TAG_BITS;
+    QhcaMr *mr;
+
+    if (index >= QHCA_LIMIT_MAX_MR) {
+        return NULL;
+    }
+    mr = &s->mr[index];
+    return mr->in_use && mr->tag == (key & 0xff) ? mr : NULL;
+}
+
+QhcaCq *qhca_cq_lookup(QhcaState *s, uint32_t cqn)
+{
+    return cqn < QHCA_LIMIT_MAX_CQ && s->cq[cqn].in_use ? &s->cq[cqn] : NULL;
+}
+
+QhcaQp *qhca_qp_lookup(QhcaState *s, uint32_t qpn)
+{
+    return qpn < QHCA_LIMIT_MAX_QP && s->qp[qpn].in_use ? &s->qp[qpn] : NULL;
+}
+
+static bool qhca_uar_valid(QhcaState *s, uint64_t uar)
+{
+    return uar < s->num_uars && s->ctx[uar].in_use;
+}
+
+/* ------------------------------------------------------------------------ */
+/* page lists                                                               */
+
+/*
+ * Copies npages little-endian page addresses from the mailbox at addr.
+ * Returns a command status; on success *out owns the host-order list.
+ */
+static uint8_t qhca_page_list_read(QhcaState *s, uint64_t addr,
+                                   uint32_t npages, uint64_t **out)
+{
+    uint64_t bytes = (uint64_t)npages * sizeof(uint64_t);
+    uint64_t *pages;
+    uint32_t i;
+
+    if (!npages || npages > QHCA_MAX_PAGE_LIST || !addr ||
+        addr + bytes - 1 < addr) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (npages > QHCA_LIMIT_TOTAL_PAGES - s->total_pages) {
+        return QHCA_CMD_NO_RESOURCES;
+    }
+    pages = g_try_new(uint64_t, npages);
+    if (!pages) {
+        return QHCA_CMD_NO_RESOURCES;
+    }
+    if (pci_dma_read(PCI_DEVICE(s), addr, pages, bytes) != MEMTX_OK) {
+        g_free(pages);
+        return QHCA_CMD_DMA_ERROR;
+    }
+    for (i = 0; i < npages; i++) {
+        pages[i] = le64_to_cpu(pages[i]);
+        if (pages[i] & (QHCA_PAGE_SIZE - 1)) {
+            g_free(pages);
+            return QHCA_CMD_BAD_PARAM;
+        }
+    }
+    s->total_pages += npages;
+    *out = pages;
+    return QHCA_CMD_OK;
+}
+
+static void qhca_page_list_free(QhcaState *s, uint64_t **pages,
+                                uint32_t *npages)
+{
+    s->total_pages -= *npages;
+    g_free(*pages);
+    *pages = NULL;
+    *npages = 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* command helpers                                                          */
+
+/* Reserved command fields zero, and so the in[] words the opcode ignores. */
+static bool qhca_cmd_fields_ok(const struct qhca_cmd *cmd, bool uses_out,
+                               unsigned nr_in)
+{
+    unsigned i;
+
+    if (cmd->flags || cmd->rsvd0) {
+        return false;
+    }
+    if (!uses_out && (cmd->out_addr || cmd->out_len)) {
+        return false;
+    }
+    for (i = nr_in; i < ARRAY_SIZE(cmd->in); i++) {
+        if (cmd->in[i]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The in[] words as the raw little-endian bytes the driver wrote. */
+static void qhca_cmd_in_bytes(const struct qhca_cmd *cmd, void *dst,
+                              size_t len)
+{
+    uint64_t raw[ARRAY_SIZE(cmd->in)];
+    unsigned i;
+
+    for (i = 0; i < ARRAY_SIZE(raw); i++) {
+        raw[i] = cpu_to_le64(cmd->in[i]);
+    }
+    memcpy(dst, raw, MIN(len, sizeof(raw)));
+}
+
+static uint8_t qhca_cmd_out(QhcaState *s, const struct qhca_cmd *cmd,
+                            const void *buf, size_t len)
+{
+    if (!cmd->out_addr || cmd->out_len < len ||
+        cmd->out_addr + len - 1 < cmd->out_addr) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (pci_dma_write(PCI_DEVICE(s), cmd->out_addr, buf, len) != MEMTX_OK) {
+        return QHCA_CMD_DMA_ERROR;
+    }
+    return QHCA_CMD_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* protection domains                                                       */
+
+static uint8_t qhca_cmd_alloc_pd(QhcaState *s, const struct qhca_cmd *cmd,
+                                 uint64_t *data)
+{
+    uint32_t i;
+
+    if (!qhca_cmd_fields_ok(cmd, false, 1)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (!qhca_uar_valid(s, cmd->in[0])) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    for (i = 0; i < QHCA_LIMIT_MAX_PD; i++) {
+        if (!s->pd[i].in_use) {
+            s->pd[i] = (QhcaPd) { .in_use = true, .uar = cmd->in[0] };
+            s->num_pd++;
+            trace_qhca_obj("pd", "alloc", cmd->in[0], i);
+            data[0] = i;
+            return QHCA_CMD_OK;
+        }
+    }
+    return QHCA_CMD_NO_RESOURCES;
+}
+
+static void qhca_pd_free(QhcaState *s, QhcaPd *pd)
+{
+    trace_qhca_obj("pd", "free", pd->uar, pd - s->pd);
+    pd->in_use = false;
+    s->num_pd--;
+}
+
+static uint8_t qhca_cmd_dealloc_pd(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    QhcaPd *pd;
+
+    if (!qhca_cmd_fields_ok(cmd, false, 2)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    pd = qhca_pd_lookup(s, cmd->in[1]);
+    if (!pd || pd->uar != cmd->in[0] || !qhca_uar_valid(s, cmd->in[0])) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    if (pd->nr_mr || pd->nr_qp) {
+        return QHCA_CMD_BAD_STATE;
+    }
+    qhca_pd_free(s, pd);
+    return QHCA_CMD_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* memory regions                                                           */
+
+static uint8_t qhca_cmd_reg_mr(QhcaState *s, const struct qhca_cmd *cmd,
+                               uint64_t *data)
+{
+    struct qhca_cmd_reg_mr in;
+    uint32_t uar, pdn, access, npages, i;
+    uint64_t iova, length, pages_addr, want;
+    QhcaPd *pd;
+    QhcaMr *mr = NULL;
+    uint64_t *pages;
+    uint8_t st;
+
+    if (!qhca_cmd_fields_ok(cmd, false, 5)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    qhca_cmd_in_bytes(cmd, &in, sizeof(in));
+    uar = le32_to_cpu(in.uar);
+    pdn = le32_to_cpu(in.pdn);
+    iova = le64_to_cpu(in.iova);
+    length = le64_to_cpu(in.length);
+    access = le32_to_cpu(in.access);
+    npages = le32_to_cpu(in.npages);
+    pages_addr = le64_to_cpu(in.pages_addr);
+
+    if (!qhca_uar_valid(s, uar)) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    pd = qhca_pd_lookup(s, pdn);
+    if (!pd || pd->uar != uar) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    if (access & ~QHCA_ACCESS_ALL) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if ((access & (QHCA_ACCESS_REMOTE_WRITE | QHCA_ACCESS_REMOTE_ATOMIC)) &&
+        !(access & QHCA_ACCESS_LOCAL_WRITE)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (!length || length > QHCA_LIMIT_MAX_MR_SIZE ||
+        iova + length - 1 < iova) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    want = ((iova & (QHCA_PAGE_SIZE - 1)) + length + QHCA_PAGE_SIZE - 1) >>
+           QHCA_PAGE_SHIFT;
+    if (npages != want) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    for (i = 0; i < QHCA_LIMIT_MAX_MR; i++) {
+        if (!s->mr[i].in_use) {
+            mr = &s->mr[i];
+            break;
+        }
+    }
+    if (!mr) {
+        return QHCA_CMD_NO_RESOURCES;
+    }
+    st = qhca_page_list_read(s, pages_addr, npages, &pages);
+    if (st != QHCA_CMD_OK) {
+        return st;
+    }
+    mr->in_use = true;
+    mr->tag++;
+    mr->uar = uar;
+    mr->pdn = pdn;
+    mr->access = access;
+    mr->iova = iova;
+    mr->length = length;
+    mr->npages = npages;
+    mr->pages = pages;
+    pd->nr_mr++;
+    s->num_mr++;
+    data[0] = (uint32_t)(mr - s->mr) << QHCA_KEY_TAG_BITS | mr->tag;
+    trace_qhca_obj("mr", "reg", uar, data[0]);
+    return QHCA_CMD_OK;
+}
+
+static void qhca_mr_free(QhcaState *s, QhcaMr *mr)
+{
+    trace_qhca_obj("mr", "dereg", mr->uar, mr - s->mr);
+    s->pd[mr->pdn].nr_mr--;
+    qhca_page_list_free(s, &mr->pages, &mr->npages);
+    mr->in_use = false;
+    s->num_mr--;
+}
+
+static uint8_t qhca_cmd_dereg_mr(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    QhcaMr *mr;
+
+    if (!qhca_cmd_fields_ok(cmd, false, 2)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    mr = cmd->in[1] <= UINT32_MAX ? qhca_mr_lookup(s, cmd->in[1]) : NULL;
+    if (!mr || mr->uar != cmd->in[0] || !qhca_uar_valid(s, cmd->in[0])) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    qhca_mr_free(s, mr);
+    return QHCA_CMD_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* completion queues                                                        */
+
+static uint8_t qhca_cmd_create_cq(QhcaState *s, const struct qhca_cmd *cmd,
+                                  uint64_t *data)
+{
+    struct qhca_cmd_create_cq in;
+    uint32_t uar, log, npages, i;
+    uint64_t bytes;
+    QhcaCq *cq = NULL;
+    uint64_t *pages;
+    uint8_t st;
+
+    if (!qhca_cmd_fields_ok(cmd, false, 5)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    qhca_cmd_in_bytes(cmd, &in, sizeof(in));
+    uar = le32_to_cpu(in.uar);
+    log = le32_to_cpu(in.log_entries);
+    npages = le32_to_cpu(in.npages);
+    if (in.rsvd0 || in.rsvd1[0] || in.rsvd1[1]) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (!qhca_uar_valid(s, uar)) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    if (log < QHCA_CQ_MIN_LOG || log > QHCA_CQ_LIMIT_LOG) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    bytes = ((uint64_t)QHCA_CQE_SIZE << log) + sizeof(struct qhca_cq_dbrec);
+    if (npages != DIV_ROUND_UP(bytes, QHCA_PAGE_SIZE)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    for (i = 0; i < QHCA_LIMIT_MAX_CQ; i++) {
+        if (!s->cq[i].in_use) {
+            cq = &s->cq[i];
+            break;
+        }
+    }
+    if (!cq) {
+        return QHCA_CMD_NO_RESOURCES;
+    }
+    st = qhca_page_list_read(s, le64_to_cpu(in.pages_addr), npages, &pages);
+    if (st != QHCA_CMD_OK) {
+        return st;
+    }
+    *cq = (QhcaCq) {
+        .in_use = true,
+        .uar = uar,
+        .log = log,
+        .npages = npages,
+        .pages = pages,
+    };
+    s->num_cq++;
+    data[0] = i;
+    trace_qhca_obj("cq", "create", uar, i);
+    return QHCA_CMD_OK;
+}
+
+static void qhca_cq_free(QhcaState *s, QhcaCq *cq)
+{
+    trace_qhca_obj("cq", "destroy", cq->uar, cq - s->cq);
+    if (cq->arm_pending) {
+        cq->arm_pending = false;
+        s->cq_arm_pending--;
+    }
+    qhca_page_list_free(s, &cq->pages, &cq->npages);
+    cq->in_use = false;
+    s->num_cq--;
+}
+
+static uint8_t qhca_cmd_destroy_cq(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    QhcaCq *cq;
+
+    if (!qhca_cmd_fields_ok(cmd, false, 2)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    cq = cmd->in[1] <= UINT32_MAX ? qhca_cq_lookup(s, cmd->in[1]) : NULL;
+    if (!cq || cq->uar != cmd->in[0] || !qhca_uar_valid(s, cmd->in[0])) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    if (cq->nr_qp) {
+        return QHCA_CMD_BAD_STATE;
+    }
+    qhca_cq_free(s, cq);
+    return QHCA_CMD_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* queue pairs                                                              */
+
+static uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
+                                  uint64_t *data)
+{
+    struct qhca_cmd_create_qp in;
+    uint32_t uar, pdn, scqn, rcqn, npages, i;
+    uint16_t max_inline, max_sge;
+    uint64_t sq_bytes, rq_off, rq_bytes;
+    QhcaPd *pd;
+    QhcaCq *scq, *rcq;
+    QhcaQp *qp = NULL;
+    uint64_t *pages;
+    uint8_t st;
+
+    if (!qhca_cmd_fields_ok(cmd, false, 5)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    qhca_cmd_in_bytes(cmd, &in, sizeof(in));
+    uar = le32_to_cpu(in.uar);
+    pdn = le32_to_cpu(in.pdn);
+    scqn = le32_to_cpu(in.send_cqn);
+    rcqn = le32_to_cpu(in.recv_cqn);
+    max_inline = le16_to_cpu(in.max_inline);
+    max_sge = le16_to_cpu(in.max_sge);
+    npages = le32_to_cpu(in.npages);
+    if (in.rsvd0) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (!qhca_uar_valid(s, uar)) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    pd = qhca_pd_lookup(s, pdn);
+    scq = qhca_cq_lookup(s, scqn);
+    rcq = qhca_cq_lookup(s, rcqn);
+    if (!pd || pd->uar != uar || !scq || scq->uar != uar ||
+        !rcq || rcq->uar != uar) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    if (in.sq_log > QHCA_WQ_LIMIT_LOG || in.rq_log > QHCA_WQ_LIMIT_LOG ||
+        in.sq_stride_log < QHCA_SQ_MIN_STRIDE_LOG ||
+        in.sq_stride_log > QHCA_SQ_MAX_STRIDE_LOG ||
+        in.rq_stride_log < QHCA_RQ_MIN_STRIDE_LOG ||
+        in.rq_stride_log > QHCA_RQ_MAX_STRIDE_LOG ||
+        max_sge > QHCA_LIMIT_MAX_SGE || max_inline > QHCA_LIMIT_MAX_INLINE ||
+        QHCA_WQE_DATA_OFFSET + max_sge * sizeof(struct qhca_sge) >
+            1u << in.sq_stride_log ||
+        QHCA_WQE_DATA_OFFSET + max_inline > 1u << in.sq_stride_log ||
+        sizeof(struct qhca_rwqe) + max_sge * sizeof(struct qhca_sge) >
+            1u << in.rq_stride_log) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    sq_bytes = 1ull << (in.sq_log + in.sq_stride_log);
+    rq_off = ROUND_UP(sq_bytes, QHCA_PAGE_SIZE);
+    rq_bytes = 1ull << (in.rq_log + in.rq_stride_log);
+    if (npages != DIV_ROUND_UP(rq_off + rq_bytes, QHCA_PAGE_SIZE)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    for (i = 0; i < QHCA_LIMIT_MAX_QP; i++) {
+        if (!s->qp[i].in_use) {
+            qp = &s->qp[i];
+            break;
+        }
+    }
+    if (!qp) {
+        return QHCA_CMD_NO_RESOURCES;
+    }
+    st = qhca_page_list_read(s, le64_to_cpu(in.pages_addr), npages, &pages);
+    if (st != QHCA_CMD_OK) {
+        return st;
+    }
+    memset(qp, 0, sizeof(*qp));
+    qp->in_use = true;
+    qp->uar = uar;
+    qp->pdn = pdn;
+    qp->scqn = scqn;
+    qp->rcqn = rcqn;
+    qp->max_inline = max_inline;
+    qp->max_sge = max_sge;
+    qp->sq = (QhcaWq) { .log = in.sq_log, .stride_log = in.sq_stride_log };
+    qp->rq = (QhcaWq) {
+        .log = in.rq_log, .stride_log = in.rq_stride_log, .offset = rq_off,
+    };
+    qp->npages = npages;
+    qp->pages = pages;
+    qp->state = QHCA_QPS_RESET;
+    qp->path_mtu = 10;
+    qp->timeout = 14;
+    qp->retry_cnt = 7;
+    qp->rnr_retry = 7;
+    qhca_engine_qp_reset(s, qp);
+    pd->nr_qp++;
+    scq->nr_qp++;
+    rcq->nr_qp++;
+    s->num_qp++;
+    data[0] = i;
+    trace_qhca_obj("qp", "create", uar, i);
+    return QHCA_CMD_OK;
+}
+
+static void qhca_qp_free(QhcaState *s, QhcaQp *qp)
+{
+    trace_qhca_obj("qp", "destroy", qp->uar, qp - s->qp);
+    qhca_engine_qp_destroy(s, qp);
+    s->pd[qp->pdn].nr_qp--;
+    s->cq[qp->scqn].nr_qp--;
+    s->cq[qp->rcqn].nr_qp--;
+    qhca_page_list_free(s, &qp->pages, &qp->npages);
+    qp->in_use = false;
+    s->num_qp--;
+}
+
+static QhcaQp *qhca_cmd_qp(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    QhcaQp *qp = cmd->in[1] <= UINT32_MAX ? qhca_qp_lookup(s, cmd->in[1])
+                                          : NULL;
+
+    if (!qp || qp->uar != cmd->in[0] || !qhca_uar_valid(s, cmd->in[0])) {
+        return NULL;
+    }
+    return qp;
+}
+
+static uint8_t qhca_cmd_destroy_qp(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    QhcaQp *qp;
+
+    if (!qhca_cmd_fields_ok(cmd, false, 2)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    qp = qhca_cmd_qp(s, cmd);
+    if (!qp) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    qhca_qp_free(s, qp);
+    return QHCA_CMD_OK;
+}
+
+/*
+ * The QP state machine: for each (current, next) transition, the attributes
+ * it requires and the ones it also accepts (IBA 11.2.4.2, reduced to what
+ * qhca_qp_attr carries).  Without QHCA_QP_ATTR_STATE a modify is the
+ * transition from the current state to itself.
+ */
+typedef struct QhcaQpTrans {
+    uint32_t required;
+    uint32_t optional;
+} QhcaQpTrans;
+
+#define QHCA_QPS_NR (QHCA_QPS_ERR + 1)
+
+static const QhcaQpTrans *qhca_qp_trans(uint8_t cur, uint8_t next)
+{
+    static const QhcaQpTrans any_to_reset_or_err = { 0, 0 };
+    static const QhcaQpTrans table[QHCA_QPS_NR][QHCA_QPS_NR] = {
+        [QHCA_QPS_RESET][QHCA_QPS_INIT] = {
+            .optional = QHCA_QP_ATTR_ACCESS,
+        },
+        [QHCA_QPS_INIT][QHCA_QPS_INIT] = {
+            .optional = QHCA_QP_ATTR_ACCESS,
+        },
+        [QHCA_QPS_INIT][QHCA_QPS_RTR] = {
+            .required = QHCA_QP_ATTR_DEST_QPN | QHCA_QP_ATTR_RQ_PSN |
+                        QHCA_QP_ATTR_PATH_MTU,
+            .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER,
+        },
+        [QHCA_QPS_RTR][QHCA_QPS_RTR] = {
+            .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER,
+        },
+        [QHCA_QPS_RTR][QHCA_QPS_RTS] = {
+            .required = QHCA_QP_ATTR_SQ_PSN | QHCA_QP_ATTR_TIMEOUT |
+                        QHCA_QP_ATTR_RETRY_CNT | QHCA_QP_ATTR_RNR_RETRY,
+            .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER,
+        },
+        [QHCA_QPS_RTS][QHCA_QPS_RTS] = {
+            .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER,
+        },
+    };
+    const QhcaQpTrans *t;
+
+    if (next == QHCA_QPS_RESET || next == QHCA_QPS_ERR) {
+        return &any_to_reset_or_err;
+    }
+    if (cur >= QHCA_QPS_NR || next >= QHCA_QPS_NR) {
+        return NULL;
+    }
+    t = &table[cur][next];
+    /* An all-zero entry is only valid for RESET->INIT (listed above). */
+    if (!t->required && !t->optional) {
+        return NULL;
+    }
+    return t;
+}
+
+static bool qhca_qp_state_valid(uint8_t st)
+{
+    return st == QHCA_QPS_RESET || st == QHCA_QPS_INIT ||
+           st == QHCA_QPS_RTR || st == QHCA_QPS_RTS || st == QHCA_QPS_ERR;
+}
+
+static uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    struct qhca_qp_attr a;
+    const QhcaQpTrans *t;
+    uint32_t mask, access, dest_qpn, rq_psn, sq_psn;
+    uint8_t next;
+    QhcaQp *qp;
+    unsigned i;
+
+    if (!qhca_cmd_fields_ok(cmd, false, 3)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    qp = qhca_cmd_qp(s, cmd);
+    if (!qp) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    if (!cmd->in[2] || cmd->in[2] + sizeof(a) - 1 < cmd->in[2]) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (pci_dma_read(PCI_DEVICE(s), cmd->in[2], &a, sizeof(a)) != MEMTX_OK) {
+        return QHCA_CMD_DMA_ERROR;
+    }
+    mask = le32_to_cpu(a.mask);
+    access = le32_to_cpu(a.access);
+    dest_qpn = le32_to_cpu(a.dest_qpn);
+    rq_psn = le32_to_cpu(a.rq_psn);
+    sq_psn = le32_to_cpu(a.sq_psn);
+    if (!mask || (mask & ~QHCA_QP_ATTR_ALL) || a.rsvd0) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    for (i = 0; i < ARRAY_SIZE(a.rsvd1); i++) {
+        if (a.rsvd1[i]) {
+            return QHCA_CMD_BAD_PARAM;
+        }
+    }
+    /* Fields the mask does not name must be zero, like reserved ones. */
+    if ((!(mask & QHCA_QP_ATTR_STATE) && a.state) ||
+        (!(mask & QHCA_QP_ATTR_PATH_MTU) && a.path_mtu) ||
+        (!(mask & QHCA_QP_ATTR_TIMEOUT) && a.timeout) ||
+        (!(mask & QHCA_QP_ATTR_RETRY_CNT) && a.retry_cnt) ||
+        (!(mask & QHCA_QP_ATTR_RNR_RETRY) && a.rnr_retry) ||
+        (!(mask & QHCA_QP_ATTR_MIN_RNR_TIMER) && a.min_rnr_timer) ||
+        (!(mask & QHCA_QP_ATTR_ACCESS) && access) ||
+        (!(mask & QHCA_QP_ATTR_DEST_QPN) && dest_qpn) ||
+        (!(mask & QHCA_QP_ATTR_RQ_PSN) && rq_psn) ||
+        (!(mask & QHCA_QP_ATTR_SQ_PSN) && sq_psn)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    /* Values. */
+    if ((mask & QHCA_QP_ATTR_STATE) && !qhca_qp_state_valid(a.state)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (a.path_mtu && (a.path_mtu < 8 || a.path_mtu > 12)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if ((mask & QHCA_QP_ATTR_PATH_MTU) && !a.path_mtu) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (a.timeout > 31 || a.retry_cnt > 7 || a.rnr_retry > 7 ||
+        a.min_rnr_timer > 31 ||
+        (access & ~(QHCA_ACCESS_REMOTE_WRITE | QHCA_ACCESS_REMOTE_READ |
+                    QHCA_ACCESS_REMOTE_ATOMIC)) ||
+        dest_qpn > QHCA_DB_QN_MASK || rq_psn > 0xffffff ||
+        sq_psn > 0xffffff) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+
+    next = (mask & QHCA_QP_ATTR_STATE) ? a.state : qp->state;
+    t = qhca_qp_trans(qp->state, next);
+    if (!t) {
+        return QHCA_CMD_BAD_STATE;
+    }
+    if ((mask & t->required) != t->required ||
+        (mask & ~(t->required | t->optional | QHCA_QP_ATTR_STATE))) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+
+    trace_qhca_qp_modify(qhca_qpn(s, qp), qp->state, next, mask);
+    if (mask & QHCA_QP_ATTR_ACCESS) {
+        qp->access = access;
+    }
+    if (mask & QHCA_QP_ATTR_DEST_QPN) {
+        qp->dest_qpn = dest_qpn;
+    }
+    if (mask & QHCA_QP_ATTR_RQ_PSN) {
+        qp->rq_psn = rq_psn;
+    }
+    if (mask & QHCA_QP_ATTR_SQ_PSN) {
+        qp->sq_psn = sq_psn;
+    }
+    if (mask & QHCA_QP_ATTR_PATH_MTU) {
+        qp->path_mtu = a.path_mtu;
+    }
+    if (mask & QHCA_QP_ATTR_TIMEOUT) {
+        qp->timeout = a.timeout;
+    }
+    if (mask & QHCA_QP_ATTR_RETRY_CNT) {
+        qp->retry_cnt = a.retry_cnt;
+    }
+    if (mask & QHCA_QP_ATTR_RNR_RETRY) {
+        qp->rnr_retry = a.rnr_retry;
+    }
+    if (mask & QHCA_QP_ATTR_MIN_RNR_TIMER) {
+        qp->min_rnr_timer = a.min_rnr_timer;
+    }
+
+    if (next == QHCA_QPS_RESET) {
+        qp->state = QHCA_QPS_RESET;
+        qhca_engine_qp_reset(s, qp);
+    } else if (next == QHCA_QPS_ERR) {
+        /* Asked for: no QP_ERR event, but outstanding work is flushed. */
+        qhca_qp_set_error(s, qp, false);
+    } else {
+        qp->state = next;
+        qhca_engine_schedule(s, qp);
+    }
+    return QHCA_CMD_OK;
+}
+
+static uint8_t qhca_cmd_query_qp(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    struct qhca_qp_attr a = { 0 };
+    QhcaQp *qp;
+
+    if (!qhca_cmd_fields_ok(cmd, true, 2)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    qp = qhca_cmd_qp(s, cmd);
+    if (!qp) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    a.mask = cpu_to_le32(QHCA_QP_ATTR_ALL);
+    a.state = qp->state;
+    a.path_mtu = qp->path_mtu;
+    a.timeout = qp->timeout;
+    a.retry_cnt = qp->retry_cnt;
+    a.rnr_retry = qp->rnr_retry;
+    a.min_rnr_timer = qp->min_rnr_timer;
+    a.access = cpu_to_le32(qp->access);
+    a.dest_qpn = cpu_to_le32(qp->dest_qpn);
+    a.rq_psn = cpu_to_le32(qp->rq_psn);
+    a.sq_psn = cpu_to_le32(qp->sq_psn);
+    return qhca_cmd_out(s, cmd, &a, sizeof(a));
+}
+
+static uint8_t qhca_cmd_query_ctx(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    struct qhca_ctx_stats st = { 0 };
+    QhcaContext *ctx;
+
+    if (!qhca_cmd_fields_ok(cmd, true, 1)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (!qhca_uar_valid(s, cmd->in[0])) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    ctx = &s->ctx[cmd->in[0]];
+    st.db_accepted = cpu_to_le64(ctx->db_accepted);
+    st.db_violations = cpu_to_le64(ctx->db_violations);
+    return qhca_cmd_out(s, cmd, &st, sizeof(st));
+}
+
+uint8_t qhca_cmd_obj(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data)
+{
+    switch (cmd->opcode) {
+    case QHCA_CMD_ALLOC_PD:
+        return qhca_cmd_alloc_pd(s, cmd, data);
+    case QHCA_CMD_DEALLOC_PD:
+        return qhca_cmd_dealloc_pd(s, cmd);
+    case QHCA_CMD_REG_MR:
+        return qhca_cmd_reg_mr(s, cmd, data);
+    case QHCA_CMD_DEREG_MR:
+        return qhca_cmd_dereg_mr(s, cmd);
+    case QHCA_CMD_CREATE_CQ:
+        return qhca_cmd_create_cq(s, cmd, data);
+    case QHCA_CMD_DESTROY_CQ:
+        return qhca_cmd_destroy_cq(s, cmd);
+    case QHCA_CMD_CREATE_QP:
+        return qhca_cmd_create_qp(s, cmd, data);
+    case QHCA_CMD_MODIFY_QP:
+        return qhca_cmd_modify_qp(s, cmd);
+    case QHCA_CMD_QUERY_QP:
+        return qhca_cmd_query_qp(s, cmd);
+    case QHCA_CMD_DESTROY_QP:
+        return qhca_cmd_destroy_qp(s, cmd);
+    case QHCA_CMD_QUERY_CTX:
+        return qhca_cmd_query_ctx(s, cmd);
+    default:
+        return QHCA_CMD_BAD_OPCODE;
+    }
+}
+
+/* FREE_UAR: everything the context owns goes, users before what they use. */
+void qhca_obj_free_ctx(QhcaState *s, uint32_t uar)
+{
+    uint32_t i;
+
+    for (i = 0; i < QHCA_LIMIT_MAX_QP; i++) {
+        if (s->qp[i].in_use && s->qp[i].uar == uar) {
+            qhca_qp_free(s, &s->qp[i]);
+        }
+    }
+    for (i = 0; i < QHCA_LIMIT_MAX_MR; i++) {
+        if (s->mr[i].in_use && s->mr[i].uar == uar) {
+            qhca_mr_free(s, &s->mr[i]);
+        }
+    }
+    for (i = 0; i < QHCA_LIMIT_MAX_CQ; i++) {
+        if (s->cq[i].in_use && s->cq[i].uar == uar) {
+            qhca_cq_free(s, &s->cq[i]);
+        }
+    }
+    for (i = 0; i < QHCA_LIMIT_MAX_PD; i++) {
+        if (s->pd[i].in_use && s->pd[i].uar == uar) {
+            qhca_pd_free(s, &s->pd[i]);
+        }
+    }
+}
+
+/* Device reset: every object goes; MR tags survive so old keys stay stale. */
+void qhca_obj_reset(QhcaState *s)
+{
+    uint32_t i;
+
+    for (i = 0; i < s->num_uars; i++) {
+        if (s->ctx[i].in_use) {
+            qhca_obj_free_ctx(s, i);
+        }
+    }
+}
+
+void qhca_obj_fini(QhcaState *s)
+{
+    qhca_obj_reset(s);
+    g_free(s->pd);
+    g_free(s->mr);
+    g_free(s->cq);
+    g_free(s->qp);
+}

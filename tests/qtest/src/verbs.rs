@@ -1,0 +1,710 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! Verbs objects from the test side: PDs, MRs, CQs and RC QPs created with real commands,
+//! their rings and page lists in guest RAM, WQEs written and doorbells rung the way the provider
+//! does, CQEs polled by owner bit. All memory comes from a bump allocator over
+//! [`VERBS_RAM`]..[`RAM_SIZE`], physically contiguous, so that a page list is just consecutive
+//! pages and an MR's iova is its guest-physical address.
+
+use qhca_uapi::db::{DbType, DbWord};
+use qhca_uapi::*;
+
+use crate::hca::{Hca, RAM_SIZE};
+
+/// Where the verbs tests' memory starts (above everything `hca.rs` uses).
+pub const VERBS_RAM: u64 = 0x40_0000;
+pub const PAGE: u64 = QHCA_PAGE_SIZE as u64;
+
+/// A bump allocator of guest RAM.
+pub struct Mem {
+    next: u64,
+}
+
+impl Default for Mem {
+    fn default() -> Self {
+        Mem { next: VERBS_RAM }
+    }
+}
+
+impl Mem {
+    /// `len` bytes, page aligned, zeroed.
+    pub fn alloc(&mut self, h: &mut Hca, len: u64) -> u64 {
+        let a = self.next;
+        let len = len.max(1).div_ceil(PAGE) * PAGE;
+        assert!(a + len <= RAM_SIZE, "test RAM exhausted");
+        self.next += len;
+        h.qt.memset(a, len as usize, 0);
+        a
+    }
+
+    /// A page list for the contiguous buffer at `addr` (page aligned down), `npages` long.
+    pub fn page_list(&mut self, h: &mut Hca, addr: u64, npages: u64) -> u64 {
+        let list = self.alloc(h, npages * 8);
+        let first = addr & !(PAGE - 1);
+        let bytes: Vec<u8> = (0..npages)
+            .flat_map(|i| (first + i * PAGE).to_le_bytes())
+            .collect();
+        h.qt.memwrite(list, &bytes);
+        list
+    }
+}
+
+/// Raw bytes as the `in[]` words of a command.
+pub fn in_words(b: &[u8]) -> [u64; 5] {
+    assert!(b.len() <= 40);
+    let mut buf = [0u8; 40];
+    buf[..b.len()].copy_from_slice(b);
+    let mut w = [0u64; 5];
+    for (i, x) in w.iter_mut().enumerate() {
+        *x = u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap());
+    }
+    w
+}
+
+fn put32(b: &mut [u8], o: usize, v: u32) {
+    b[o..o + 4].copy_from_slice(&v.to_le_bytes());
+}
+fn put64(b: &mut [u8], o: usize, v: u64) {
+    b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+}
+fn get32(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+}
+fn get64(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
+}
+
+/// Executes an object command: (status, data[0]).
+pub fn obj_cmd(h: &mut Hca, opcode: u32, in_: [u64; 5]) -> (u32, u64) {
+    let mut c = h.cmd(opcode);
+    c.in_ = in_;
+    let e = h.exec(&c);
+    (e.status as u32, e.data[0])
+}
+
+/// As [`obj_cmd`], with an output buffer.
+pub fn obj_cmd_out(h: &mut Hca, opcode: u32, in_: [u64; 5], out: u64, out_len: u32) -> u32 {
+    let mut c = h.cmd(opcode);
+    c.in_ = in_;
+    c.out_addr = out;
+    c.out_len = out_len;
+    h.exec(&c).status as u32
+}
+
+pub fn alloc_pd(h: &mut Hca, uar: u32) -> (u32, u32) {
+    let (st, d) = obj_cmd(h, QHCA_CMD_ALLOC_PD, [uar as u64, 0, 0, 0, 0]);
+    (st, d as u32)
+}
+
+pub fn destroy(h: &mut Hca, opcode: u32, uar: u32, handle: u32) -> u32 {
+    obj_cmd(h, opcode, [uar as u64, handle as u64, 0, 0, 0]).0
+}
+
+/// `struct qhca_cmd_reg_mr` as bytes.
+pub fn reg_mr_bytes(
+    uar: u32,
+    pdn: u32,
+    iova: u64,
+    length: u64,
+    access: u32,
+    npages: u32,
+    pages_addr: u64,
+) -> [u8; 40] {
+    let mut b = [0u8; 40];
+    put32(&mut b, 0, uar);
+    put32(&mut b, 4, pdn);
+    put64(&mut b, 8, iova);
+    put64(&mut b, 16, length);
+    put32(&mut b, 24, access);
+    put32(&mut b, 28, npages);
+    put64(&mut b, 32, pages_addr);
+    b
+}
+
+/// Pages an MR over [addr, addr + len) needs.
+pub fn mr_npages(addr: u64, len: u64) -> u64 {
+    ((addr & (PAGE - 1)) + len).div_ceil(PAGE)
+}
+
+/// REG_MR over guest-physical [addr, addr + len): (status, key).
+pub fn reg_mr(
+    h: &mut Hca,
+    m: &mut Mem,
+    uar: u32,
+    pdn: u32,
+    addr: u64,
+    len: u64,
+    access: u32,
+) -> (u32, u32) {
+    let n = mr_npages(addr, len);
+    let list = m.page_list(h, addr, n);
+    let b = reg_mr_bytes(uar, pdn, addr, len, access, n as u32, list);
+    let (st, d) = obj_cmd(h, QHCA_CMD_REG_MR, in_words(&b));
+    (st, d as u32)
+}
+
+/// A CQ as the test sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Cq {
+    pub cqn: u32,
+    pub uar: u32,
+    pub base: u64,
+    pub log: u32,
+    /// Consumer index (free-running).
+    pub ci: u32,
+}
+
+pub fn cq_bytes(log: u32) -> u64 {
+    (32u64 << log) + 64
+}
+
+pub fn create_cq_bytes(uar: u32, log: u32, npages: u32, pages_addr: u64) -> [u8; 40] {
+    let mut b = [0u8; 40];
+    put32(&mut b, 0, uar);
+    put32(&mut b, 4, log);
+    put32(&mut b, 8, npages);
+    put64(&mut b, 16, pages_addr);
+    b
+}
+
+pub fn create_cq(h: &mut Hca, m: &mut Mem, uar: u32, log: u32) -> (u32, Cq) {
+    let bytes = cq_bytes(log);
+    let base = m.alloc(h, bytes);
+    let n = bytes.div_ceil(PAGE);
+    let list = m.page_list(h, base, n);
+    let b = create_cq_bytes(uar, log, n as u32, list);
+    let (st, d) = obj_cmd(h, QHCA_CMD_CREATE_CQ, in_words(&b));
+    (
+        st,
+        Cq {
+            cqn: d as u32,
+            uar,
+            base,
+            log,
+            ci: 0,
+        },
+    )
+}
+
+/// A CQE, decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cqe {
+    pub wr_id: u64,
+    pub byte_len: u32,
+    pub imm: u32,
+    pub qpn: u32,
+    pub src_qp: u32,
+    pub opcode: u8,
+    pub status: u8,
+    pub flags: u8,
+}
+
+impl Cq {
+    /// The next CQE if its owner bit says it is there; consumes it and publishes the consumer
+    /// index in the doorbell record.
+    pub fn poll(&mut self, h: &mut Hca) -> Option<Cqe> {
+        let slot = (self.ci & ((1 << self.log) - 1)) as u64;
+        let b = h.qt.memread(self.base + slot * 32, 32);
+        let want = (((self.ci >> self.log) + 1) & 1) as u8;
+        if b[31] & 1 != want {
+            return None;
+        }
+        assert_eq!(b[31] & !1, 0, "CQE owner byte reserved bits: {b:?}");
+        assert_eq!(&b[25..31], &[0u8; 6][..], "CQE reserved bytes: {b:?}");
+        self.ci = self.ci.wrapping_add(1);
+        h.qt.writel(self.base + (32u64 << self.log), self.ci);
+        Some(Cqe {
+            wr_id: get64(&b, 0),
+            byte_len: get32(&b, 8),
+            imm: get32(&b, 12),
+            qpn: get32(&b, 16),
+            src_qp: get32(&b, 20),
+            opcode: b[24],
+            status: b[25],
+            flags: b[27],
+        })
+    }
+
+    /// Waits (virtual time) for the next CQE.
+    pub fn wait(&mut self, h: &mut Hca) -> Cqe {
+        let mut got = None;
+        let ok = h.poll(|h| {
+            got = self.poll(h);
+            got.is_some()
+        });
+        assert!(ok, "no CQE on CQ {} (ci {})", self.cqn, self.ci);
+        got.unwrap()
+    }
+
+    /// Asserts that no CQE arrives within a settle period.
+    pub fn expect_empty(&mut self, h: &mut Hca) {
+        h.settle();
+        let c = self.poll(h);
+        assert!(c.is_none(), "unexpected CQE on CQ {}: {c:?}", self.cqn);
+    }
+
+    pub fn arm(&mut self, h: &mut Hca) {
+        let w = DbWord::new(DbType::CqArm, self.cqn, self.ci).raw();
+        h.doorbell(self.uar, w);
+    }
+}
+
+/// A QP as the test sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Qp {
+    pub qpn: u32,
+    pub uar: u32,
+    pub base: u64,
+    pub sq_log: u8,
+    pub sq_stride_log: u8,
+    pub rq_log: u8,
+    pub rq_stride_log: u8,
+    pub rq_off: u64,
+    pub sq_pi: u16,
+    pub rq_pi: u16,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct QpCaps {
+    pub sq_log: u8,
+    pub sq_stride_log: u8,
+    pub rq_log: u8,
+    pub rq_stride_log: u8,
+    pub max_inline: u16,
+    pub max_sge: u16,
+}
+
+impl Default for QpCaps {
+    fn default() -> Self {
+        QpCaps {
+            sq_log: 4,
+            sq_stride_log: 8,
+            rq_log: 4,
+            rq_stride_log: 6,
+            max_inline: 128,
+            max_sge: 3,
+        }
+    }
+}
+
+pub fn qp_layout(c: &QpCaps) -> (u64, u64) {
+    let sq = 1u64 << (c.sq_log + c.sq_stride_log);
+    let rq_off = sq.div_ceil(PAGE) * PAGE;
+    let total = rq_off + (1u64 << (c.rq_log + c.rq_stride_log));
+    (rq_off, total.div_ceil(PAGE))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn create_qp_bytes(
+    uar: u32,
+    pdn: u32,
+    scqn: u32,
+    rcqn: u32,
+    c: &QpCaps,
+    npages: u32,
+    pages_addr: u64,
+) -> [u8; 40] {
+    let mut b = [0u8; 40];
+    put32(&mut b, 0, uar);
+    put32(&mut b, 4, pdn);
+    put32(&mut b, 8, scqn);
+    put32(&mut b, 12, rcqn);
+    b[16] = c.sq_log;
+    b[17] = c.sq_stride_log;
+    b[18] = c.rq_log;
+    b[19] = c.rq_stride_log;
+    b[20..22].copy_from_slice(&c.max_inline.to_le_bytes());
+    b[22..24].copy_from_slice(&c.max_sge.to_le_bytes());
+    put32(&mut b, 24, npages);
+    put64(&mut b, 32, pages_addr);
+    b
+}
+
+pub fn create_qp(
+    h: &mut Hca,
+    m: &mut Mem,
+    uar: u32,
+    pdn: u32,
+    scqn: u32,
+    rcqn: u32,
+    c: &QpCaps,
+) -> (u32, Qp) {
+    let (rq_off, n) = qp_layout(c);
+    let base = m.alloc(h, n * PAGE);
+    let list = m.page_list(h, base, n);
+    let b = create_qp_bytes(uar, pdn, scqn, rcqn, c, n as u32, list);
+    let (st, d) = obj_cmd(h, QHCA_CMD_CREATE_QP, in_words(&b));
+    (
+        st,
+        Qp {
+            qpn: d as u32,
+            uar,
+            base,
+            sq_log: c.sq_log,
+            sq_stride_log: c.sq_stride_log,
+            rq_log: c.rq_log,
+            rq_stride_log: c.rq_stride_log,
+            rq_off,
+            sq_pi: 0,
+            rq_pi: 0,
+        },
+    )
+}
+
+/// `struct qhca_qp_attr`, host side.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpAttr {
+    pub mask: u32,
+    pub state: u8,
+    pub path_mtu: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub access: u32,
+    pub dest_qpn: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+}
+
+impl QpAttr {
+    pub fn encode(&self) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        put32(&mut b, 0, self.mask);
+        b[4] = self.state;
+        b[5] = self.path_mtu;
+        b[6] = self.timeout;
+        b[7] = self.retry_cnt;
+        b[8] = self.rnr_retry;
+        b[9] = self.min_rnr_timer;
+        put32(&mut b, 12, self.access);
+        put32(&mut b, 16, self.dest_qpn);
+        put32(&mut b, 20, self.rq_psn);
+        put32(&mut b, 24, self.sq_psn);
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> QpAttr {
+        QpAttr {
+            mask: get32(b, 0),
+            state: b[4],
+            path_mtu: b[5],
+            timeout: b[6],
+            retry_cnt: b[7],
+            rnr_retry: b[8],
+            min_rnr_timer: b[9],
+            access: get32(b, 12),
+            dest_qpn: get32(b, 16),
+            rq_psn: get32(b, 20),
+            sq_psn: get32(b, 24),
+        }
+    }
+}
+
+/// A mailbox for MODIFY_QP / QUERY outputs.
+pub const MAILBOX: u64 = 0x3f_0000;
+
+pub fn modify_qp_raw(h: &mut Hca, uar: u32, qpn: u32, attr: &[u8; 64]) -> u32 {
+    h.qt.memwrite(MAILBOX, attr);
+    obj_cmd(
+        h,
+        QHCA_CMD_MODIFY_QP,
+        [uar as u64, qpn as u64, MAILBOX, 0, 0],
+    )
+    .0
+}
+
+pub fn modify_qp(h: &mut Hca, uar: u32, qpn: u32, a: &QpAttr) -> u32 {
+    modify_qp_raw(h, uar, qpn, &a.encode())
+}
+
+pub fn query_qp(h: &mut Hca, uar: u32, qpn: u32) -> (u32, QpAttr) {
+    let out = MAILBOX + 0x1000;
+    h.qt.memset(out, 64, 0xee);
+    let st = obj_cmd_out(
+        h,
+        QHCA_CMD_QUERY_QP,
+        [uar as u64, qpn as u64, 0, 0, 0],
+        out,
+        64,
+    );
+    (st, QpAttr::decode(&h.qt.memread(out, 64)))
+}
+
+/// QUERY_CTX: (status, db_accepted, db_violations).
+pub fn query_ctx(h: &mut Hca, uar: u32) -> (u32, u64, u64) {
+    let out = MAILBOX + 0x2000;
+    h.qt.memset(out, 64, 0xee);
+    let st = obj_cmd_out(h, QHCA_CMD_QUERY_CTX, [uar as u64, 0, 0, 0, 0], out, 64);
+    let b = h.qt.memread(out, 64);
+    if st == QHCA_CMD_OK {
+        assert!(b[16..].iter().all(|&x| x == 0), "QUERY_CTX rsvd: {b:?}");
+    }
+    (st, get64(&b, 0), get64(&b, 8))
+}
+
+/// Connection parameters used by [`connect`].
+#[derive(Clone, Copy, Debug)]
+pub struct ConnParams {
+    pub access: u32,
+    pub path_mtu: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+}
+
+impl Default for ConnParams {
+    fn default() -> Self {
+        ConnParams {
+            access: QHCA_ACCESS_REMOTE_WRITE | QHCA_ACCESS_REMOTE_READ | QHCA_ACCESS_REMOTE_ATOMIC,
+            path_mtu: 8,
+            timeout: 8,
+            retry_cnt: 3,
+            rnr_retry: 3,
+            min_rnr_timer: 1,
+        }
+    }
+}
+
+/// RESET -> INIT -> RTR -> RTS towards `dest`, PSNs starting at `psn`.
+pub fn bring_to_rts(h: &mut Hca, qp: &Qp, dest: u32, psn: u32, p: &ConnParams) {
+    let st = modify_qp(
+        h,
+        qp.uar,
+        qp.qpn,
+        &QpAttr {
+            mask: QHCA_QP_ATTR_STATE | QHCA_QP_ATTR_ACCESS,
+            state: QHCA_QPS_INIT as u8,
+            access: p.access,
+            ..Default::default()
+        },
+    );
+    assert_eq!(st, QHCA_CMD_OK, "QP {} RESET->INIT", qp.qpn);
+    let st = modify_qp(
+        h,
+        qp.uar,
+        qp.qpn,
+        &QpAttr {
+            mask: QHCA_QP_ATTR_STATE
+                | QHCA_QP_ATTR_DEST_QPN
+                | QHCA_QP_ATTR_RQ_PSN
+                | QHCA_QP_ATTR_PATH_MTU
+                | QHCA_QP_ATTR_MIN_RNR_TIMER,
+            state: QHCA_QPS_RTR as u8,
+            dest_qpn: dest,
+            rq_psn: psn,
+            path_mtu: p.path_mtu,
+            min_rnr_timer: p.min_rnr_timer,
+            ..Default::default()
+        },
+    );
+    assert_eq!(st, QHCA_CMD_OK, "QP {} INIT->RTR", qp.qpn);
+    let st = modify_qp(
+        h,
+        qp.uar,
+        qp.qpn,
+        &QpAttr {
+            mask: QHCA_QP_ATTR_STATE
+                | QHCA_QP_ATTR_SQ_PSN
+                | QHCA_QP_ATTR_TIMEOUT
+                | QHCA_QP_ATTR_RETRY_CNT
+                | QHCA_QP_ATTR_RNR_RETRY,
+            state: QHCA_QPS_RTS as u8,
+            sq_psn: psn,
+            timeout: p.timeout,
+            retry_cnt: p.retry_cnt,
+            rnr_retry: p.rnr_retry,
+            ..Default::default()
+        },
+    );
+    assert_eq!(st, QHCA_CMD_OK, "QP {} RTR->RTS", qp.qpn);
+}
+
+/// A send WQE, host side.
+#[derive(Clone, Debug, Default)]
+pub struct SendWr {
+    pub wr_id: u64,
+    pub opcode: u32,
+    pub flags: u32,
+    pub imm: u32,
+    pub remote_addr: u64,
+    pub rkey: u32,
+    pub swap_add: u64,
+    pub compare: u64,
+    /// (addr, length, lkey)
+    pub sges: Vec<(u64, u32, u32)>,
+    pub inline: Option<Vec<u8>>,
+}
+
+impl SendWr {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; 64];
+        put64(&mut b, 0, self.wr_id);
+        b[8] = self.opcode as u8;
+        let mut flags = self.flags;
+        if self.inline.is_some() {
+            flags |= QHCA_WQE_INLINE;
+        }
+        b[9] = flags as u8;
+        b[10] = self.sges.len() as u8;
+        put32(&mut b, 12, self.imm);
+        put32(
+            &mut b,
+            16,
+            self.inline.as_ref().map_or(0, |d| d.len() as u32),
+        );
+        put64(&mut b, 32, self.remote_addr);
+        put32(&mut b, 40, self.rkey);
+        put64(&mut b, 48, self.swap_add);
+        put64(&mut b, 56, self.compare);
+        if let Some(d) = &self.inline {
+            b.extend_from_slice(d);
+        } else {
+            for &(a, l, k) in &self.sges {
+                let mut s = [0u8; 16];
+                put64(&mut s, 0, a);
+                put32(&mut s, 8, l);
+                put32(&mut s, 12, k);
+                b.extend_from_slice(&s);
+            }
+        }
+        b
+    }
+}
+
+impl Qp {
+    pub fn sq_slot(&self, idx: u16) -> u64 {
+        self.base + (((idx as u64) & ((1 << self.sq_log) - 1)) << self.sq_stride_log)
+    }
+
+    pub fn rq_slot(&self, idx: u16) -> u64 {
+        self.base + self.rq_off + (((idx as u64) & ((1 << self.rq_log) - 1)) << self.rq_stride_log)
+    }
+
+    /// Writes raw WQE bytes at the SQ producer index without ringing.
+    pub fn write_send_raw(&mut self, h: &mut Hca, bytes: &[u8]) {
+        let a = self.sq_slot(self.sq_pi);
+        h.qt.memwrite(a, bytes);
+        self.sq_pi = self.sq_pi.wrapping_add(1);
+    }
+
+    pub fn ring_sq(&self, h: &mut Hca) {
+        let w = DbWord::new(DbType::Sq, self.qpn, self.sq_pi as u32).raw();
+        h.doorbell(self.uar, w);
+    }
+
+    pub fn ring_rq(&self, h: &mut Hca) {
+        let w = DbWord::new(DbType::Rq, self.qpn, self.rq_pi as u32).raw();
+        h.doorbell(self.uar, w);
+    }
+
+    pub fn post_send(&mut self, h: &mut Hca, wr: &SendWr) {
+        let b = wr.encode();
+        self.write_send_raw(h, &b);
+        self.ring_sq(h);
+    }
+
+    pub fn post_recv(&mut self, h: &mut Hca, wr_id: u64, sges: &[(u64, u32, u32)]) {
+        let mut b = vec![0u8; 16];
+        put64(&mut b, 0, wr_id);
+        put32(&mut b, 8, sges.len() as u32);
+        for &(a, l, k) in sges {
+            let mut s = [0u8; 16];
+            put64(&mut s, 0, a);
+            put32(&mut s, 8, l);
+            put32(&mut s, 12, k);
+            b.extend_from_slice(&s);
+        }
+        let a = self.rq_slot(self.rq_pi);
+        h.qt.memwrite(a, &b);
+        self.rq_pi = self.rq_pi.wrapping_add(1);
+        self.ring_rq(h);
+    }
+}
+
+/// The verbs world most tests start from: one context with a PD, two CQs and two QPs
+/// connected to each other (QP a sends on `scq`, QP b receives on `rcq`).
+pub struct Pair {
+    pub m: Mem,
+    pub uar: u32,
+    pub pdn: u32,
+    pub scq: Cq,
+    pub rcq: Cq,
+    pub a: Qp,
+    pub b: Qp,
+}
+
+impl Pair {
+    pub fn new(h: &mut Hca, p: &ConnParams) -> Pair {
+        Self::with_caps(h, p, &QpCaps::default())
+    }
+
+    pub fn with_caps(h: &mut Hca, p: &ConnParams, caps: &QpCaps) -> Pair {
+        let mut m = Mem::default();
+        let (st, uar) = h.alloc_uar();
+        assert_eq!(st, QHCA_CMD_OK);
+        let uar = uar as u32;
+        let (st, pdn) = alloc_pd(h, uar);
+        assert_eq!(st, QHCA_CMD_OK);
+        let (st, scq) = create_cq(h, &mut m, uar, 6);
+        assert_eq!(st, QHCA_CMD_OK);
+        let (st, rcq) = create_cq(h, &mut m, uar, 6);
+        assert_eq!(st, QHCA_CMD_OK);
+        let (st, a) = create_qp(h, &mut m, uar, pdn, scq.cqn, scq.cqn, caps);
+        assert_eq!(st, QHCA_CMD_OK);
+        let (st, b) = create_qp(h, &mut m, uar, pdn, rcq.cqn, rcq.cqn, caps);
+        assert_eq!(st, QHCA_CMD_OK);
+        bring_to_rts(h, &a, b.qpn, 0x100, p);
+        bring_to_rts(h, &b, a.qpn, 0x100, p);
+        Pair {
+            m,
+            uar,
+            pdn,
+            scq,
+            rcq,
+            a,
+            b,
+        }
+    }
+
+    /// A buffer of `len` bytes filled with `fill`, registered with `access`: (addr, key).
+    pub fn buf(&mut self, h: &mut Hca, len: u64, fill: u8, access: u32) -> (u64, u32) {
+        let a = self.m.alloc(h, len);
+        h.qt.memset(a, len as usize, fill);
+        let (st, key) = reg_mr(h, &mut self.m, self.uar, self.pdn, a, len, access);
+        assert_eq!(st, QHCA_CMD_OK, "REG_MR");
+        (a, key)
+    }
+
+    /// Both QPs back to RTS after an error, with fresh PSNs and empty queues.
+    pub fn reconnect(&mut self, h: &mut Hca, p: &ConnParams, psn: u32) {
+        for q in [&mut self.a, &mut self.b] {
+            let st = modify_qp(
+                h,
+                q.uar,
+                q.qpn,
+                &QpAttr {
+                    mask: QHCA_QP_ATTR_STATE,
+                    state: QHCA_QPS_RESET as u8,
+                    ..Default::default()
+                },
+            );
+            assert_eq!(st, QHCA_CMD_OK);
+            q.sq_pi = 0;
+            q.rq_pi = 0;
+        }
+        // Drain whatever the flush left in the CQs.
+        while self.scq.poll(h).is_some() {}
+        while self.rcq.poll(h).is_some() {}
+        bring_to_rts(h, &self.a, self.b.qpn, psn, p);
+        bring_to_rts(h, &self.b, self.a.qpn, psn, p);
+    }
+}
+
+/// Deterministic test pattern.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect()
+}
