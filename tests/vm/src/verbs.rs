@@ -903,8 +903,8 @@ fn verbs_out_of_bounds_by_one(t: &mut T, cfg: &Config) -> CaseResult {
         "memory around the region untouched"
     );
 
-    // Local: an SGE one byte longer than its region.
-    let mut p = pair(cfg, &PairOpts::default())?;
+    // Local: an SGE one byte longer than its region (a fresh pair: `p.a` is in ERR now).
+    let mut p = pair_in(&p.ctx, &p.pd, &PairOpts::default())?;
     let small = p.pd.reg_mr_buf(4096, Access::NONE)?;
     let bad = Sge {
         addr: small.addr() + 4000,
