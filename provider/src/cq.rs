@@ -37,6 +37,19 @@ const CQE_SIZE: usize = QHCA_CQE_SIZE as usize;
 /// Offset of the owner byte in a CQE.
 const OWNER_OFFSET: usize = 31;
 
+/// Orders the load of a CQE's owner byte before the loads of its body: the body may be read
+/// only after the owner bit said the device finished writing it. rdma-core calls this
+/// `udma_from_device_barrier()`; an acquire fence is a compiler barrier on x86-64 and a
+/// `dmb ishld` on arm64.
+#[inline(always)]
+fn udma_from_device_barrier() {
+    fence(Ordering::Acquire);
+}
+
+/// Orders every load of CQEs in a batch before the store of the consumer index that lets the
+/// device overwrite them (a release store to the doorbell record).
+const CI_PUBLISH: Ordering = Ordering::Release;
+
 /// Completion status (`enum qhca_wc_status`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[allow(missing_docs)]
@@ -237,9 +250,8 @@ impl CqRing {
             if owner & QHCA_CQE_OWNER as u8 != Self::owner_for(self.ci, self.log) {
                 break;
             }
-            // Owner bit → barrier → body: the body may be read only after the owner bit said the
-            // device finished writing it (rdma-core's udma_from_device_barrier).
-            fence(Ordering::Acquire);
+            // Owner bit → barrier → body.
+            udma_from_device_barrier();
             // SAFETY: 32 bytes in bounds (above); the device does not write this entry again
             // until we publish a consumer index past it, so the copy is stable; volatile because
             // the device, not Rust, wrote it.
@@ -250,7 +262,7 @@ impl CqRing {
         }
         if n > 0 {
             // Everything read above happens before the device may reuse the entries.
-            self.dbrec_ci().store(self.ci, Ordering::Release);
+            self.dbrec_ci().store(self.ci, CI_PUBLISH);
         }
         n
     }
