@@ -298,11 +298,19 @@ impl Qp {
     }
 
     /// `QHCA_IOCTL_MODIFY_QP` with the fields of `attr` that are set.
+    ///
+    /// A move to RESET also empties the provider's view of both queues: the device forgets
+    /// every posted request and starts its indices again at 0, and so do we.
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
         let mut req = qhca_ioc_qp_attr::request();
         req.qpn = self.qpn;
         req.attr = attr.to_raw();
-        self.pd.ctx.ioctl("MODIFY_QP", sys::modify_qp, &mut req)
+        self.pd.ctx.ioctl("MODIFY_QP", sys::modify_qp, &mut req)?;
+        if attr.state == Some(QpState::Reset) {
+            self.wq.sq.lock().unwrap_or_else(|e| e.into_inner()).reset();
+            self.wq.rq.lock().unwrap_or_else(|e| e.into_inner()).reset();
+        }
+        Ok(())
     }
 
     /// `QHCA_IOCTL_QUERY_QP`.

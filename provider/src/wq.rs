@@ -17,6 +17,10 @@
 //! - any other error CQE is for the first slot at or after `tail` with its wr_id (the failing
 //!   request may be unsignaled, with silent successes before it); if no slot has that wr_id,
 //!   the one at `tail`.
+//!
+//! The wr_id rule is ambiguous only when an unsignaled request that succeeded silently has the
+//! same wr_id as the failing one after it; the tracker then frees too few slots. The QP is in
+//! ERR by then and has to be reset (which resets the tracker) or destroyed anyway.
 
 use crate::cq::WcStatus;
 
@@ -83,6 +87,13 @@ impl SendTracker {
         self.slots[(index & mask) as usize] = Slot { wr_id, signaled };
         self.head = self.head.wrapping_add(1);
         index
+    }
+
+    /// Forgets every outstanding request and starts again at index 0 (the QP went to RESET,
+    /// where the device starts its indices again at 0).
+    pub fn reset(&mut self) {
+        self.head = 0;
+        self.tail = 0;
     }
 
     /// Accounts for one send CQE; returns how many slots it freed (0 for a CQE no outstanding
@@ -153,6 +164,12 @@ impl RecvTracker {
         let index = self.head;
         self.head = self.head.wrapping_add(1);
         index
+    }
+
+    /// Forgets every outstanding request and starts again at index 0.
+    pub fn reset(&mut self) {
+        self.head = 0;
+        self.tail = 0;
     }
 
     /// Accounts for one receive CQE; returns the slots freed (0 if none was outstanding).
@@ -231,6 +248,19 @@ mod tests {
         t.push(0, true);
         t.push(0, true);
         t.push(0, true);
+    }
+
+    #[test]
+    fn reset_starts_again_at_zero() {
+        let mut t = SendTracker::new(4);
+        t.push(1, false);
+        t.push(2, false);
+        t.reset();
+        assert_eq!((t.head(), t.tail(), t.free()), (0, 0, 4));
+        let mut r = RecvTracker::new(2);
+        r.push();
+        r.reset();
+        assert_eq!((r.head(), r.free()), (0, 2));
     }
 
     #[test]
