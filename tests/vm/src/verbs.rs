@@ -747,7 +747,7 @@ fn verbs_bad_rkey_flushes(t: &mut T, cfg: &Config) -> CaseResult {
     let dst = guarded(&p.pd, 256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let op = WrOp::Write {
         raddr: dst.addr() + GUARD as u64,
-        rkey: dst.rkey() ^ 0x100,
+        rkey: dst.rkey() ^ 0x5a, // same index, another tag: a stale key
     };
     write_fails_and_flushes(
         t,
