@@ -41,6 +41,11 @@
 
 #define QHCA_MAX_MSG_SIZE       (1ull << 31)
 
+/* QhcaQp.resp_op: the multi-packet message the responder is in. */
+#define QHCA_RESP_NONE          0
+#define QHCA_RESP_SEND          1
+#define QHCA_RESP_WRITE         2
+
 static uint32_t psn_add(uint32_t psn, uint32_t n)
 {
     return (psn + n) & QHCA_PSN_MASK;
@@ -345,7 +350,7 @@ static void qhca_req_clear(QhcaQp *qp)
 
 static void qhca_resp_clear(QhcaQp *qp)
 {
-    qp->resp_op = 0;
+    qp->resp_op = QHCA_RESP_NONE;
     qp->resp_have_rwqe = false;
     qp->resp_off = 0;
     qp->resp_left = 0;
@@ -1074,7 +1079,7 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
             if (!qhca_resp_take_rwqe(s, qp, pkt->psn)) {
                 return;
             }
-            qp->resp_op = QHCA_OP_SEND_FIRST;
+            qp->resp_op = QHCA_RESP_SEND;
         }
         st = qhca_sge_copy(s, qp->pdn, qp->resp_sge, qp->resp_num_sge,
                            qp->resp_off, (void *)pkt->payload, pkt->len, true);
@@ -1109,7 +1114,7 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
                     return;
                 }
             }
-            qp->resp_op = QHCA_OP_WRITE_FIRST;
+            qp->resp_op = QHCA_RESP_WRITE;
             qp->resp_va = pkt->va;
             qp->resp_rkey = pkt->rkey;
             qp->resp_left = pkt->dma_len;
@@ -1196,9 +1201,9 @@ static void qhca_resp_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
 
     /* The expected PSN: does the opcode continue what is in progress? */
     if (qp->resp_op) {
-        bool ok = (qp->resp_op == QHCA_OP_SEND_FIRST && qhca_op_is_send(op) &&
+        bool ok = (qp->resp_op == QHCA_RESP_SEND && qhca_op_is_send(op) &&
                    !qhca_op_starts(op)) ||
-                  (qp->resp_op == QHCA_OP_WRITE_FIRST &&
+                  (qp->resp_op == QHCA_RESP_WRITE &&
                    qhca_op_is_write(op) && !qhca_op_starts(op));
         if (!ok) {
             qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_INV_REQ,

@@ -71,7 +71,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
  */
 #define QHCA_FW_VERSION         ((0ull << 32) | (1ull << 16) | 0) /* 0.1.0 */
 #define QHCA_HW_VER             1
-#define QHCA_CAPS               QHCA_CAP_UAR_ISOLATION
+#define QHCA_CAPS               (QHCA_CAP_UAR_ISOLATION | QHCA_CAP_RC)
 #define QHCA_LIMIT_MAX_PD       1024
 #define QHCA_LIMIT_MAX_CQ       1024
 #define QHCA_LIMIT_MAX_CQE      4096
@@ -229,7 +229,7 @@ struct QhcaQp {
     QEMUTimer *timer;           /* RNR backoff and local ACK timeout */
 
     /* Responder: the message being received. */
-    uint8_t resp_op;            /* 0: none; else the first packet's class */
+    uint8_t resp_op;            /* QHCA_RESP_*: the message in progress */
     uint64_t resp_wr_id;
     uint32_t resp_num_sge;
     struct qhca_sge resp_sge[QHCA_LIMIT_MAX_SGE];

@@ -210,7 +210,8 @@ impl Cq {
             return None;
         }
         assert_eq!(b[31] & !1, 0, "CQE owner byte reserved bits: {b:?}");
-        assert_eq!(&b[25..31], &[0u8; 6][..], "CQE reserved bytes: {b:?}");
+        assert_eq!(b[26], 0, "CQE vendor_err: {b:?}");
+        assert_eq!(&b[28..31], &[0u8; 3][..], "CQE reserved bytes: {b:?}");
         self.ci = self.ci.wrapping_add(1);
         h.qt.writel(self.base + (32u64 << self.log), self.ci);
         Some(Cqe {
@@ -679,6 +680,8 @@ impl Pair {
 
     /// Both QPs back to RTS after an error, with fresh PSNs and empty queues.
     pub fn reconnect(&mut self, h: &mut Hca, p: &ConnParams, psn: u32) {
+        // The QP_ERR events first, so that they do not meet the commands' completions.
+        take_events(h);
         for q in [&mut self.a, &mut self.b] {
             let st = modify_qp(
                 h,
@@ -706,5 +709,19 @@ impl Pair {
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect()
+}
+
+/// Every event the device has posted so far (after letting it settle), consumed.
+pub fn take_events(h: &mut Hca) -> Vec<qhca_eqe> {
+    h.settle();
+    let n = h.eq_pi().wrapping_sub(h.eq_ci);
+    (0..n).map(|_| h.next_eqe()).collect()
+}
+
+/// `(type, data[0], data[1])` of events, for comparisons.
+pub fn event_keys(ev: &[qhca_eqe]) -> Vec<(u32, u64, u64)> {
+    ev.iter()
+        .map(|e| (e.type_ as u32, e.data[0], e.data[1]))
         .collect()
 }

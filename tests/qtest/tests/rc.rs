@@ -1,0 +1,802 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! The RC engine end to end over the loopback wire: two QPs of one device, WQEs and page lists
+//! in guest RAM written by the test, doorbells rung, data checked byte for byte, CQEs checked
+//! field by field. Then the failures: keys, rights, bounds, PDs, RNR, lost packets, CQ overrun,
+//! and what the QP and the rest of its queue do afterwards.
+
+use qhca_qtest::abi::*;
+use qhca_qtest::verbs::*;
+use qhca_qtest::Hca;
+
+const RW: u32 = QHCA_ACCESS_LOCAL_WRITE | QHCA_ACCESS_REMOTE_WRITE | QHCA_ACCESS_REMOTE_READ;
+
+fn setup(p: &ConnParams) -> (Hca, Pair) {
+    let mut h = Hca::start("num-uars=8");
+    h.bring_up(5, 6);
+    let pair = Pair::new(&mut h, p);
+    (h, pair)
+}
+
+fn expect_cqe(c: &Cqe, wr_id: u64, opcode: u32, status: u32) {
+    assert_eq!(
+        (c.wr_id, c.opcode as u32, c.status as u32),
+        (wr_id, opcode, status),
+        "CQE {c:?}"
+    );
+}
+
+#[test]
+fn write_send_read_atomic_between_two_qps() {
+    let (mut h, mut p) = setup(&ConnParams::default());
+    let caps = h.reg(QHCA_REG_CAPS_LO) as u64;
+    assert_ne!(caps & QHCA_CAP_RC as u64, 0, "QHCA_CAP_RC advertised");
+    let mtu = 256usize;
+
+    // RDMA WRITE of 1000 bytes (4 packets at MTU 256) into the middle of a 2-page target.
+    let data = pattern(1000, 7);
+    let (src, lkey) = p.buf(&mut h, 4096, 0, QHCA_ACCESS_LOCAL_WRITE);
+    h.qt.memwrite(src + 3, &data);
+    let (dst, rkey) = p.buf(&mut h, 8192, 0xee, RW);
+    p.a.post_send(
+        &mut h,
+        &SendWr {
+            wr_id: 0x1111,
+            opcode: QHCA_WR_RDMA_WRITE,
+            flags: QHCA_WQE_SIGNALED,
+            remote_addr: dst + 4000,
+            rkey,
+            sges: vec![(src + 3, 1000, lkey)],
+            ..Default::default()
+        },
+    );
+    let c = p.scq.wait(&mut h);
+    expect_cqe(&c, 0x1111, QHCA_WC_RDMA_WRITE, QHCA_WC_SUCCESS);
+    assert_eq!(c.qpn, p.a.qpn);
+    let got = h.qt.memread(dst, 8192);
+    assert_eq!(&got[4000..5000], &data[..], "written bytes");
+    assert!(
+        got[..4000].iter().all(|&b| b == 0xee),
+        "before the target untouched"
+    );
+    assert!(
+        got[5000..].iter().all(|&b| b == 0xee),
+        "after the target untouched"
+    );
+    p.rcq.expect_empty(&mut h);
+
+    // SEND of 700 bytes from two SGEs into a receive of three SGEs (100 + 300 + 1000).
+    let (rbuf, rlkey) = p.buf(&mut h, 4096, 0x55, QHCA_ACCESS_LOCAL_WRITE);
+    p.b.post_recv(
+        &mut h,
+        0x2222,
+        &[
+            (rbuf, 100, rlkey),
+            (rbuf + 1000, 300, rlkey),
+            (rbuf + 2000, 1000, rlkey),
+        ],
+    );
+    let sdata = pattern(700, 9);
+    h.qt.memwrite(src + 1024, &sdata[..200]);
+    h.qt.memwrite(src + 2048, &sdata[200..]);
+    p.a.post_send(
+        &mut h,
+        &SendWr {
+            wr_id: 0x3333,
+            opcode: QHCA_WR_SEND,
+            flags: QHCA_WQE_SIGNALED,
+            sges: vec![(src + 1024, 200, lkey), (src + 2048, 500, lkey)],
+            ..Default::default()
+        },
+    );
+    expect_cqe(&p.scq.wait(&mut h), 0x3333, QHCA_WC_SEND, QHCA_WC_SUCCESS);
+    let r = p.rcq.wait(&mut h);
+    expect_cqe(&r, 0x2222, QHCA_WC_RECV, QHCA_WC_SUCCESS);
+    assert_eq!(
+        (r.byte_len, r.qpn, r.src_qp, r.flags),
+        (700, p.b.qpn, p.a.qpn, 0)
+    );
+    let got = h.qt.memread(rbuf, 4096);
+    assert_eq!(&got[..100], &sdata[..100]);
+    assert_eq!(&got[1000..1300], &sdata[100..400]);
+    assert_eq!(&got[2000..2300], &sdata[400..700]);
+    assert!(got[100..1000].iter().all(|&b| b == 0x55));
+    assert!(got[1300..2000].iter().all(|&b| b == 0x55));
+    assert!(
+        got[2300..].iter().all(|&b| b == 0x55),
+        "beyond the message untouched"
+    );
+
+    // SEND_WITH_IMM, inline, unsignaled: the receiver sees the immediate, the sender no CQE.
+    p.b.post_recv(&mut h, 0x4444, &[(rbuf, 64, rlkey)]);
+    let idata = pattern(50, 3);
+    p.a.post_send(
+        &mut h,
+        &SendWr {
+            wr_id: 0x5555,
+            opcode: QHCA_WR_SEND_WITH_IMM,
+            imm: 0xdead_beef,
+            inline: Some(idata.clone()),
+            ..Default::default()
+        },
+    );
+    let r = p.rcq.wait(&mut h);
+    expect_cqe(&r, 0x4444, QHCA_WC_RECV, QHCA_WC_SUCCESS);
+    assert_eq!(
+        (r.byte_len, r.imm, r.flags as u32),
+        (50, 0xdead_beef, QHCA_CQE_WITH_IMM)
+    );
+    assert_eq!(h.qt.memread(rbuf, 50), idata);
+    p.scq.expect_empty(&mut h);
+
+    // RDMA WRITE_WITH_IMM: data in place, a receive consumed without data, its byte_len the
+    // message length.
+    p.b.post_recv(&mut h, 0x6666, &[]);
+    p.a.post_send(
+        &mut h,
+        &SendWr {
+            wr_id: 0x7777,
+            opcode: QHCA_WR_RDMA_WRITE_WITH_IMM,
+            flags: QHCA_WQE_SIGNALED,
+            imm: 0x0102_0304,
+            remote_addr: dst,
+            rkey,
+            sges: vec![(src + 3, 300, lkey)],
+            ..Default::default()
+        },
+    );
+    expect_cqe(
+        &p.scq.wait(&mut h),
+        0x7777,
+        QHCA_WC_RDMA_WRITE,
+        QHCA_WC_SUCCESS,
+    );
+    let r = p.rcq.wait(&mut h);
+    expect_cqe(&r, 0x6666, QHCA_WC_RECV_RDMA_WITH_IMM, QHCA_WC_SUCCESS);
+    assert_eq!((r.byte_len, r.imm), (300, 0x0102_0304));
+    assert_eq!(h.qt.memread(dst, 300), data[..300].to_vec());
+
+    // RDMA READ of 600 bytes (3 response packets) into a local buffer.
+    let rdata = pattern(600, 11);
+    h.qt.memwrite(dst + 6000, &rdata);
+    let (lbuf, llkey) = p.buf(&mut h, 4096, 0x33, QHCA_ACCESS_LOCAL_WRITE);
+    p.a.post_send(
+        &mut h,
+        &SendWr {
+            wr_id: 0x8888,
+            opcode: QHCA_WR_RDMA_READ,
+            flags: QHCA_WQE_SIGNALED,
+            remote_addr: dst + 6000,
+            rkey,
+            sges: vec![(lbuf + 10, 600, llkey)],
+            ..Default::default()
+        },
+    );
+    let c = p.scq.wait(&mut h);
+    expect_cqe(&c, 0x8888, QHCA_WC_RDMA_READ, QHCA_WC_SUCCESS);
+    assert_eq!(c.byte_len, 600);
+    let got = h.qt.memread(lbuf, 4096);
+    assert_eq!(&got[10..610], &rdata[..]);
+    assert!(got[..10].iter().all(|&b| b == 0x33) && got[610..].iter().all(|&b| b == 0x33));
+    assert!(600 > 2 * mtu);
+
+    // Atomics on an 8-byte-aligned target.
+    let (tgt, tkey) = p.buf(
+        &mut h,
+        64,
+        0,
+        QHCA_ACCESS_LOCAL_WRITE | QHCA_ACCESS_REMOTE_ATOMIC,
+    );
+    h.qt.writeq(tgt + 8, 100);
+    p.a.post_send(
+        &mut h,
+        &SendWr {
+            wr_id: 0x9999,
+            opcode: QHCA_WR_ATOMIC_FETCH_AND_ADD,
+            flags: QHCA_WQE_SIGNALED,
+            remote_addr: tgt + 8,
+            rkey: tkey,
+            swap_add: 23,
+            sges: vec![(lbuf + 1000, 8, llkey)],
+            ..Default::default()
+        },
+    );
+    let c = p.scq.wait(&mut h);
+    expect_cqe(&c, 0x9999, QHCA_WC_FETCH_ADD, QHCA_WC_SUCCESS);
+    assert_eq!(c.byte_len, 8);
+    assert_eq!(
+        h.qt.readq(lbuf + 1000),
+        100,
+        "fetch-add returns the old value"
+    );
+    assert_eq!(h.qt.readq(tgt + 8), 123);
+    for (compare, swap, want_old, want_new) in [(999, 5, 123, 123), (123, 5, 123, 5)] {
+        p.a.post_send(
+            &mut h,
+            &SendWr {
+                wr_id: 0xaaaa,
+                opcode: QHCA_WR_ATOMIC_CMP_AND_SWP,
+                flags: QHCA_WQE_SIGNALED,
+                remote_addr: tgt + 8,
+                rkey: tkey,
+                swap_add: swap,
+                compare,
+                sges: vec![(lbuf + 1008, 8, llkey)],
+                ..Default::default()
+            },
+        );
+        expect_cqe(
+            &p.scq.wait(&mut h),
+            0xaaaa,
+            QHCA_WC_COMP_SWAP,
+            QHCA_WC_SUCCESS,
+        );
+        assert_eq!(h.qt.readq(lbuf + 1008), want_old);
+        assert_eq!(h.qt.readq(tgt + 8), want_new);
+    }
+    assert_eq!(h.qt.readq(tgt), 0, "neighbouring word untouched");
+    assert_eq!(h.qt.readq(tgt + 16), 0, "neighbouring word untouched");
+
+    // A batch: several WQEs, one doorbell, only the signaled ones complete.
+    for i in 0..5u64 {
+        let b = SendWr {
+            wr_id: 0xb000 + i,
+            opcode: QHCA_WR_RDMA_WRITE,
+            flags: if i % 2 == 0 { QHCA_WQE_SIGNALED } else { 0 },
+            remote_addr: dst + 100 * i,
+            rkey,
+            inline: Some(vec![i as u8 + 1; 100]),
+            ..Default::default()
+        }
+        .encode();
+        p.a.write_send_raw(&mut h, &b);
+    }
+    p.a.ring_sq(&mut h);
+    for i in [0u64, 2, 4] {
+        expect_cqe(
+            &p.scq.wait(&mut h),
+            0xb000 + i,
+            QHCA_WC_RDMA_WRITE,
+            QHCA_WC_SUCCESS,
+        );
+    }
+    p.scq.expect_empty(&mut h);
+    let got = h.qt.memread(dst, 500);
+    for i in 0..5usize {
+        assert!(got[i * 100..i * 100 + 100]
+            .iter()
+            .all(|&b| b == i as u8 + 1));
+    }
+    assert!(
+        take_events(&mut h).is_empty(),
+        "no async events on the happy path"
+    );
+    let (_, a) = query_qp(&mut h, p.uar, p.a.qpn);
+    assert_eq!(a.state, QHCA_QPS_RTS as u8);
+    assert_eq!(h.counters().guest_errors, 0);
+}
+
+/// Posts one WQE on QP a and returns its CQE; then checks QP a went to ERR with a QP_ERR
+/// event, and reconnects the pair.
+fn failing(h: &mut Hca, p: &mut Pair, wr: SendWr, status: u32, psn: u32) -> Cqe {
+    p.a.post_send(h, &wr);
+    let c = p.scq.wait(h);
+    assert_eq!(
+        (c.wr_id, c.status as u32),
+        (wr.wr_id, status),
+        "expected status {status:#x} for {wr:?}: {c:?}"
+    );
+    // The next WQE is flushed.
+    p.a.post_send(
+        h,
+        &SendWr {
+            wr_id: 0xf1,
+            opcode: QHCA_WR_SEND,
+            ..Default::default()
+        },
+    );
+    let f = p.scq.wait(h);
+    expect_cqe(&f, 0xf1, QHCA_WC_SEND, QHCA_WC_WR_FLUSH_ERR);
+    let ev = take_events(h);
+    assert_eq!(query_qp(h, p.uar, p.a.qpn).1.state, QHCA_QPS_ERR as u8);
+    assert!(
+        event_keys(&ev).contains(&(QHCA_EQE_QP_ERR, p.a.qpn as u64, p.uar as u64)),
+        "QP_ERR event for QP {}: {ev:?}",
+        p.a.qpn
+    );
+    p.reconnect(h, &ConnParams::default(), psn);
+    c
+}
+
+#[test]
+fn protection_failures_leave_memory_alone() {
+    let (mut h, mut p) = setup(&ConnParams::default());
+    let (src, lkey) = p.buf(&mut h, 4096, 0xaa, QHCA_ACCESS_LOCAL_WRITE);
+    // The target: 100 bytes inside a page of 0xee.
+    let page = p.m.alloc(&mut h, 4096);
+    h.qt.memset(page, 4096, 0xee);
+    let (st, rkey) = reg_mr(&mut h, &mut p.m, p.uar, p.pdn, page + 1000, 100, RW);
+    assert_eq!(st, QHCA_CMD_OK);
+    let (st, ro_key) = reg_mr(
+        &mut h,
+        &mut p.m,
+        p.uar,
+        p.pdn,
+        page + 1000,
+        100,
+        QHCA_ACCESS_REMOTE_READ,
+    );
+    assert_eq!(st, QHCA_CMD_OK);
+    let (_, pd2) = alloc_pd(&mut h, p.uar);
+    let (st, other_pd_key) = reg_mr(&mut h, &mut p.m, p.uar, pd2, page + 1000, 100, RW);
+    assert_eq!(st, QHCA_CMD_OK);
+    let (st, stale) = reg_mr(&mut h, &mut p.m, p.uar, p.pdn, page + 1000, 100, RW);
+    assert_eq!(st, QHCA_CMD_OK);
+    assert_eq!(
+        destroy(&mut h, QHCA_CMD_DEREG_MR, p.uar, stale),
+        QHCA_CMD_OK
+    );
+
+    let write = |addr: u64, len: u32, key: u32| SendWr {
+        wr_id: 0xe0,
+        opcode: QHCA_WR_RDMA_WRITE,
+        flags: QHCA_WQE_SIGNALED,
+        remote_addr: addr,
+        rkey: key,
+        sges: vec![(src, len, lkey)],
+        ..Default::default()
+    };
+    let cases: Vec<(&str, SendWr, u32)> = vec![
+        (
+            "stale R_Key",
+            write(page + 1000, 100, stale),
+            QHCA_WC_REM_ACCESS_ERR,
+        ),
+        (
+            "R_Key never issued",
+            write(page + 1000, 100, 0xfff_fff00),
+            QHCA_WC_REM_ACCESS_ERR,
+        ),
+        (
+            "MR without REMOTE_WRITE",
+            write(page + 1000, 100, ro_key),
+            QHCA_WC_REM_ACCESS_ERR,
+        ),
+        (
+            "MR of another PD",
+            write(page + 1000, 100, other_pd_key),
+            QHCA_WC_REM_ACCESS_ERR,
+        ),
+        (
+            "one byte past the end",
+            write(page + 1000, 101, rkey),
+            QHCA_WC_REM_ACCESS_ERR,
+        ),
+        (
+            "one byte before the start",
+            write(page + 999, 100, rkey),
+            QHCA_WC_REM_ACCESS_ERR,
+        ),
+        (
+            "last byte plus one",
+            write(page + 1100, 1, rkey),
+            QHCA_WC_REM_ACCESS_ERR,
+        ),
+        (
+            "bad local L_Key",
+            write(page + 1000, 100, rkey ^ 0x100),
+            QHCA_WC_SUCCESS,
+        ),
+    ];
+    let mut psn = 0x1000;
+    for (what, mut wr, want) in cases {
+        if want == QHCA_WC_SUCCESS {
+            // Local key failure instead: the remote side is fine.
+            wr.sges = vec![(src, 100, lkey ^ 0x100)];
+            let c = failing(&mut h, &mut p, wr, QHCA_WC_LOC_PROT_ERR, psn);
+            assert_eq!(c.opcode as u32, QHCA_WC_RDMA_WRITE, "{what}");
+        } else {
+            failing(&mut h, &mut p, wr, want, psn);
+        }
+        psn += 0x100;
+        let got = h.qt.memread(page, 4096);
+        assert!(
+            got.iter().all(|&b| b == 0xee),
+            "{what}: target page changed"
+        );
+    }
+
+    // The exact bounds work: all 100 bytes, first byte, last byte.
+    for (addr, len) in [(page + 1000, 100u32), (page + 1000, 1), (page + 1099, 1)] {
+        p.a.post_send(&mut h, &write(addr, len, rkey));
+        expect_cqe(
+            &p.scq.wait(&mut h),
+            0xe0,
+            QHCA_WC_RDMA_WRITE,
+            QHCA_WC_SUCCESS,
+        );
+    }
+    let got = h.qt.memread(page, 4096);
+    assert!(got[..1000].iter().all(|&b| b == 0xee) && got[1100..].iter().all(|&b| b == 0xee));
+    assert!(got[1000..1100].iter().all(|&b| b == 0xaa));
+
+    // The QP's own rights: a responder without REMOTE_WRITE refuses even a good key.
+    let st = modify_qp(
+        &mut h,
+        p.uar,
+        p.b.qpn,
+        &QpAttr {
+            mask: QHCA_QP_ATTR_ACCESS,
+            access: QHCA_ACCESS_REMOTE_READ,
+            ..Default::default()
+        },
+    );
+    assert_eq!(st, QHCA_CMD_OK);
+    h.qt.memset(page, 4096, 0xee);
+    failing(
+        &mut h,
+        &mut p,
+        write(page + 1000, 100, rkey),
+        QHCA_WC_REM_ACCESS_ERR,
+        psn,
+    );
+    assert!(h.qt.memread(page, 4096).iter().all(|&b| b == 0xee));
+    psn += 0x100;
+
+    // RDMA READ into a local MR without LOCAL_WRITE: a local protection error.
+    let (ro_local, ro_lkey) = p.buf(&mut h, 4096, 0x77, 0);
+    let rd = SendWr {
+        wr_id: 0xe1,
+        opcode: QHCA_WR_RDMA_READ,
+        flags: QHCA_WQE_SIGNALED,
+        remote_addr: page + 1000,
+        rkey,
+        sges: vec![(ro_local, 100, ro_lkey)],
+        ..Default::default()
+    };
+    failing(&mut h, &mut p, rd, QHCA_WC_LOC_PROT_ERR, psn);
+    assert!(h.qt.memread(ro_local, 4096).iter().all(|&b| b == 0x77));
+    psn += 0x100;
+
+    // A READ past the end of the remote MR.
+    let (lbuf, llkey) = p.buf(&mut h, 4096, 0x66, QHCA_ACCESS_LOCAL_WRITE);
+    let rd = SendWr {
+        wr_id: 0xe2,
+        opcode: QHCA_WR_RDMA_READ,
+        flags: QHCA_WQE_SIGNALED,
+        remote_addr: page + 1001,
+        rkey,
+        sges: vec![(lbuf, 100, llkey)],
+        ..Default::default()
+    };
+    failing(&mut h, &mut p, rd, QHCA_WC_REM_ACCESS_ERR, psn);
+    assert!(h.qt.memread(lbuf, 4096).iter().all(|&b| b == 0x66));
+    psn += 0x100;
+
+    // Atomics: misaligned is an invalid request, a key without REMOTE_ATOMIC an access error.
+    let at = |addr: u64, key: u32| SendWr {
+        wr_id: 0xe3,
+        opcode: QHCA_WR_ATOMIC_FETCH_AND_ADD,
+        flags: QHCA_WQE_SIGNALED,
+        remote_addr: addr,
+        rkey: key,
+        swap_add: 1,
+        sges: vec![(lbuf, 8, llkey)],
+        ..Default::default()
+    };
+    let (abuf, akey) = p.buf(
+        &mut h,
+        64,
+        0x11,
+        QHCA_ACCESS_LOCAL_WRITE | QHCA_ACCESS_REMOTE_ATOMIC,
+    );
+    failing(
+        &mut h,
+        &mut p,
+        at(abuf + 4, akey),
+        QHCA_WC_REM_INV_REQ_ERR,
+        psn,
+    );
+    psn += 0x100;
+    failing(
+        &mut h,
+        &mut p,
+        at(page + 1000, rkey),
+        QHCA_WC_REM_ACCESS_ERR,
+        psn,
+    );
+    assert!(h.qt.memread(abuf, 64).iter().all(|&b| b == 0x11));
+    assert!(h.qt.memread(lbuf, 4096).iter().all(|&b| b == 0x66));
+
+    // A SEND longer than the receive buffer: the receiver completes with LOC_LEN_ERR, the
+    // sender with REM_INV_REQ_ERR, nothing written past the receive buffer.
+    let (rbuf, rlkey) = p.buf(&mut h, 4096, 0x44, QHCA_ACCESS_LOCAL_WRITE);
+    p.b.post_recv(&mut h, 0xd0, &[(rbuf, 50, rlkey)]);
+    let send = SendWr {
+        wr_id: 0xe4,
+        opcode: QHCA_WR_SEND,
+        flags: QHCA_WQE_SIGNALED,
+        sges: vec![(src, 51, lkey)],
+        ..Default::default()
+    };
+    p.a.post_send(&mut h, &send);
+    expect_cqe(
+        &p.scq.wait(&mut h),
+        0xe4,
+        QHCA_WC_SEND,
+        QHCA_WC_REM_INV_REQ_ERR,
+    );
+    expect_cqe(&p.rcq.wait(&mut h), 0xd0, QHCA_WC_RECV, QHCA_WC_LOC_LEN_ERR);
+    assert!(h
+        .qt
+        .memread(rbuf + 50, 4096 - 50)
+        .iter()
+        .all(|&b| b == 0x44));
+    let ev = event_keys(&take_events(&mut h));
+    assert!(
+        ev.contains(&(QHCA_EQE_QP_ERR, p.a.qpn as u64, p.uar as u64)),
+        "{ev:?}"
+    );
+    assert!(
+        ev.contains(&(QHCA_EQE_QP_ERR, p.b.qpn as u64, p.uar as u64)),
+        "{ev:?}"
+    );
+    assert_eq!(h.status(), QHCA_STATUS_READY);
+}
+
+#[test]
+fn rnr_without_retries_fails_with_retries_waits() {
+    let p0 = ConnParams {
+        rnr_retry: 0,
+        ..Default::default()
+    };
+    let (mut h, mut p) = setup(&p0);
+    let (src, lkey) = p.buf(&mut h, 4096, 0x5a, QHCA_ACCESS_LOCAL_WRITE);
+    let send = SendWr {
+        wr_id: 0xc0,
+        opcode: QHCA_WR_SEND,
+        flags: QHCA_WQE_SIGNALED,
+        sges: vec![(src, 64, lkey)],
+        ..Default::default()
+    };
+    // No receive posted, no RNR retries: RNR_RETRY_EXC_ERR at once.
+    p.a.post_send(&mut h, &send);
+    expect_cqe(
+        &p.scq.wait(&mut h),
+        0xc0,
+        QHCA_WC_SEND,
+        QHCA_WC_RNR_RETRY_EXC_ERR,
+    );
+
+    // Two retries with the shortest timer: three RNR NAKs, then the error.
+    let p2 = ConnParams {
+        rnr_retry: 2,
+        min_rnr_timer: 1,
+        ..Default::default()
+    };
+    p.reconnect(&mut h, &p2, 0x200);
+    p.a.post_send(&mut h, &send);
+    expect_cqe(
+        &p.scq.wait(&mut h),
+        0xc0,
+        QHCA_WC_SEND,
+        QHCA_WC_RNR_RETRY_EXC_ERR,
+    );
+
+    // rnr_retry 7 retries for ever: the send waits (and the QP stays in RTS) until a receive
+    // is posted, then completes; the receiver gets the data once.
+    let p7 = ConnParams {
+        rnr_retry: 7,
+        min_rnr_timer: 14, // 1.28 ms
+        ..Default::default()
+    };
+    p.reconnect(&mut h, &p7, 0x300);
+    p.a.post_send(&mut h, &send);
+    for _ in 0..5 {
+        h.settle(); // 3 ms of virtual time each
+    }
+    assert!(
+        p.scq.poll(&mut h).is_none(),
+        "send completed without a receive"
+    );
+    assert_eq!(query_qp(&mut h, p.uar, p.a.qpn).1.state, QHCA_QPS_RTS as u8);
+    let (rbuf, rlkey) = p.buf(&mut h, 4096, 0, QHCA_ACCESS_LOCAL_WRITE);
+    p.b.post_recv(&mut h, 0xd1, &[(rbuf, 4096, rlkey)]);
+    expect_cqe(&p.scq.wait(&mut h), 0xc0, QHCA_WC_SEND, QHCA_WC_SUCCESS);
+    let r = p.rcq.wait(&mut h);
+    expect_cqe(&r, 0xd1, QHCA_WC_RECV, QHCA_WC_SUCCESS);
+    assert_eq!(r.byte_len, 64);
+    assert!(h.qt.memread(rbuf, 64).iter().all(|&b| b == 0x5a));
+    p.rcq.expect_empty(&mut h);
+    assert!(take_events(&mut h).is_empty());
+}
+
+#[test]
+fn a_qp_blocked_in_rnr_does_not_stop_the_others() {
+    let p7 = ConnParams {
+        rnr_retry: 7,
+        min_rnr_timer: 0, // 655 ms: blocked for the whole test
+        ..Default::default()
+    };
+    let (mut h, mut p) = setup(&p7);
+    // A second pair in the same context.
+    let (_, c) = create_cq(&mut h, &mut p.m, p.uar, 4);
+    let caps = QpCaps::default();
+    let (_, mut x) = create_qp(&mut h, &mut p.m, p.uar, p.pdn, c.cqn, c.cqn, &caps);
+    let (_, y) = create_qp(&mut h, &mut p.m, p.uar, p.pdn, c.cqn, c.cqn, &caps);
+    bring_to_rts(&mut h, &x, y.qpn, 0, &ConnParams::default());
+    bring_to_rts(&mut h, &y, x.qpn, 0, &ConnParams::default());
+    let mut c = c;
+    let (src, lkey) = p.buf(&mut h, 4096, 1, QHCA_ACCESS_LOCAL_WRITE);
+    let (dst, rkey) = p.buf(&mut h, 4096, 0, RW);
+    // QP a: a SEND nobody will receive, then more work behind it.
+    for i in 0..3 {
+        p.a.post_send(
+            &mut h,
+            &SendWr {
+                wr_id: i,
+                opcode: QHCA_WR_SEND,
+                flags: QHCA_WQE_SIGNALED,
+                sges: vec![(src, 8, lkey)],
+                ..Default::default()
+            },
+        );
+    }
+    // QP x: 20 writes, all complete.
+    for i in 0..12u64 {
+        x.post_send(
+            &mut h,
+            &SendWr {
+                wr_id: 0x100 + i,
+                opcode: QHCA_WR_RDMA_WRITE,
+                flags: QHCA_WQE_SIGNALED,
+                remote_addr: dst + i * 64,
+                rkey,
+                sges: vec![(src, 64, lkey)],
+                ..Default::default()
+            },
+        );
+    }
+    for i in 0..12u64 {
+        expect_cqe(
+            &c.wait(&mut h),
+            0x100 + i,
+            QHCA_WC_RDMA_WRITE,
+            QHCA_WC_SUCCESS,
+        );
+    }
+    assert!(h.qt.memread(dst, 12 * 64).iter().all(|&b| b == 1));
+    assert!(p.scq.poll(&mut h).is_none());
+    // Moving the blocked QP to ERR flushes all three.
+    let st = modify_qp(
+        &mut h,
+        p.uar,
+        p.a.qpn,
+        &QpAttr {
+            mask: QHCA_QP_ATTR_STATE,
+            state: QHCA_QPS_ERR as u8,
+            ..Default::default()
+        },
+    );
+    assert_eq!(st, QHCA_CMD_OK);
+    for i in 0..3 {
+        expect_cqe(&p.scq.wait(&mut h), i, QHCA_WC_SEND, QHCA_WC_WR_FLUSH_ERR);
+    }
+    assert!(
+        take_events(&mut h).is_empty(),
+        "a requested ERR posts no event"
+    );
+}
+
+#[test]
+fn lost_packets_exhaust_retry_cnt() {
+    let (mut h, mut p) = setup(&ConnParams::default());
+    // QP a talks to a QP that does not exist: every packet is dropped, the ACK timer fires.
+    let st = modify_qp(
+        &mut h,
+        p.uar,
+        p.a.qpn,
+        &QpAttr {
+            mask: QHCA_QP_ATTR_STATE,
+            state: QHCA_QPS_RESET as u8,
+            ..Default::default()
+        },
+    );
+    assert_eq!(st, QHCA_CMD_OK);
+    p.a.sq_pi = 0;
+    bring_to_rts(
+        &mut h,
+        &p.a,
+        0x7777,
+        0,
+        &ConnParams {
+            timeout: 4, // 65 us
+            retry_cnt: 2,
+            ..Default::default()
+        },
+    );
+    let (src, lkey) = p.buf(&mut h, 4096, 1, QHCA_ACCESS_LOCAL_WRITE);
+    p.a.post_send(
+        &mut h,
+        &SendWr {
+            wr_id: 0x10,
+            opcode: QHCA_WR_SEND,
+            sges: vec![(src, 8, lkey)],
+            ..Default::default()
+        },
+    );
+    expect_cqe(
+        &p.scq.wait(&mut h),
+        0x10,
+        QHCA_WC_SEND,
+        QHCA_WC_RETRY_EXC_ERR,
+    );
+    let ev = event_keys(&take_events(&mut h));
+    assert_eq!(ev, vec![(QHCA_EQE_QP_ERR, p.a.qpn as u64, p.uar as u64)]);
+}
+
+#[test]
+fn cq_arm_event_and_overrun() {
+    let (mut h, mut p) = setup(&ConnParams::default());
+    let (src, lkey) = p.buf(&mut h, 4096, 1, QHCA_ACCESS_LOCAL_WRITE);
+    let (dst, rkey) = p.buf(&mut h, 4096, 0, RW);
+    let w = SendWr {
+        wr_id: 0x20,
+        opcode: QHCA_WR_RDMA_WRITE,
+        flags: QHCA_WQE_SIGNALED,
+        remote_addr: dst,
+        rkey,
+        sges: vec![(src, 8, lkey)],
+        ..Default::default()
+    };
+    // Armed: the next CQE posts CQ_COMP {cqn, uar} once.
+    p.scq.arm(&mut h);
+    p.a.post_send(&mut h, &w);
+    p.scq.wait(&mut h);
+    let ev = event_keys(&take_events(&mut h));
+    assert_eq!(ev, vec![(QHCA_EQE_CQ_COMP, p.scq.cqn as u64, p.uar as u64)]);
+    p.a.post_send(&mut h, &w);
+    p.scq.wait(&mut h);
+    assert!(take_events(&mut h).is_empty(), "disarmed after one event");
+    // Arming behind CQEs already there fires at once.
+    p.a.post_send(&mut h, &w);
+    h.settle();
+    p.scq.arm(&mut h);
+    let ev = event_keys(&take_events(&mut h));
+    assert_eq!(ev, vec![(QHCA_EQE_CQ_COMP, p.scq.cqn as u64, p.uar as u64)]);
+    p.scq.wait(&mut h);
+
+    // A 2-entry CQ that nobody consumes: the third CQE overruns it.
+    let (_, mut small) = create_cq(&mut h, &mut p.m, p.uar, 1);
+    let caps = QpCaps::default();
+    let (_, mut x) = create_qp(&mut h, &mut p.m, p.uar, p.pdn, small.cqn, small.cqn, &caps);
+    let (_, y) = create_qp(&mut h, &mut p.m, p.uar, p.pdn, small.cqn, small.cqn, &caps);
+    bring_to_rts(&mut h, &x, y.qpn, 0, &ConnParams::default());
+    bring_to_rts(&mut h, &y, x.qpn, 0, &ConnParams::default());
+    for _ in 0..2 {
+        x.post_send(&mut h, &w);
+    }
+    h.settle();
+    assert!(take_events(&mut h).is_empty());
+    x.post_send(&mut h, &w);
+    let ev = event_keys(&take_events(&mut h));
+    assert!(
+        ev.contains(&(QHCA_EQE_CQ_ERR, small.cqn as u64, p.uar as u64)),
+        "CQ_ERR on overrun: {ev:?}"
+    );
+    // The two CQEs that fit are intact.
+    expect_cqe(
+        &small.poll(&mut h).unwrap(),
+        0x20,
+        QHCA_WC_RDMA_WRITE,
+        QHCA_WC_SUCCESS,
+    );
+    expect_cqe(
+        &small.poll(&mut h).unwrap(),
+        0x20,
+        QHCA_WC_RDMA_WRITE,
+        QHCA_WC_SUCCESS,
+    );
+    assert!(small.poll(&mut h).is_none());
+    assert_eq!(h.status(), QHCA_STATUS_READY);
+}
