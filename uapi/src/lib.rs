@@ -47,9 +47,11 @@ pub const MMAP_UAR_OFFSET: u64 = QHCA_MMAP_UAR as u64;
 
 /// [`QHCA_CAP_UAR_ISOLATION`] as a bit of the 64-bit `caps` field.
 pub const CAP_UAR_ISOLATION: u64 = QHCA_CAP_UAR_ISOLATION as u64;
+/// [`QHCA_CAP_RC`] as a bit of the 64-bit `caps` field.
+pub const CAP_RC: u64 = QHCA_CAP_RC as u64;
 
 /// Every capability bit this ABI version defines, with its name (the `QHCA_CAP_` suffix).
-pub const CAP_NAMES: &[(u64, &str)] = &[(CAP_UAR_ISOLATION, "UAR_ISOLATION")];
+pub const CAP_NAMES: &[(u64, &str)] = &[(CAP_UAR_ISOLATION, "UAR_ISOLATION"), (CAP_RC, "RC")];
 
 /// The capability bits this ABI version knows about.
 pub const CAP_KNOWN_MASK: u64 = {

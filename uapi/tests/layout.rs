@@ -130,6 +130,7 @@ fn constants_the_other_layers_rely_on() {
     assert_eq!(QHCA_DB_OFFSET, 0);
     assert_eq!(QHCA_MAGIC.to_le_bytes(), *b"QHCA");
     assert_eq!(CAP_UAR_ISOLATION, 1);
-    assert_eq!(CAP_KNOWN_MASK, CAP_UAR_ISOLATION);
+    assert_eq!(CAP_RC, 2);
+    assert_eq!(CAP_KNOWN_MASK, CAP_UAR_ISOLATION | CAP_RC);
     assert_eq!(QHCA_EQE_OWNER, 1);
 }
