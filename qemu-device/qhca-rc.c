@@ -1253,13 +1253,24 @@ void qhca_rc_recv(QhcaState *s, const QhcaPkt *pkt)
 /* ------------------------------------------------------------------------ */
 /* the bottom half                                                          */
 
+/* A flushed WQE whose ring cannot be read still completes, with wr_id 0. */
+static void qhca_flush_read(QhcaState *s, QhcaQp *qp, QhcaWq *wq, void *buf,
+                            size_t len)
+{
+    if (!qhca_wq_read(s, qp, wq, wq->ci, 0, buf, len)) {
+        memset(buf, 0, len);
+        QHCA_GUEST_ERR(s, qhca_err_wqe, "QP %u WQE %u: %s", qhca_qpn(s, qp),
+                       wq->ci, "ring unreachable while flushing");
+    }
+}
+
 /* ERR: every outstanding WQE completes with WR_FLUSH_ERR. */
 static bool qhca_qp_flush(QhcaState *s, QhcaQp *qp, unsigned *budget)
 {
     while (*budget && qp->sq.ci != qp->sq.pi) {
-        struct qhca_wqe_ctrl ctrl = { 0 };
+        struct qhca_wqe_ctrl ctrl;
 
-        qhca_wq_read(s, qp, &qp->sq, qp->sq.ci, 0, &ctrl, sizeof(ctrl));
+        qhca_flush_read(s, qp, &qp->sq, &ctrl, sizeof(ctrl));
         qp->sq.ci++;
         qhca_complete(s, qp, qp->scqn, le64_to_cpu(ctrl.wr_id),
                       qhca_wc_opcode(ctrl.opcode), QHCA_WC_WR_FLUSH_ERR, 0,
@@ -1267,9 +1278,9 @@ static bool qhca_qp_flush(QhcaState *s, QhcaQp *qp, unsigned *budget)
         (*budget)--;
     }
     while (*budget && qp->rq.ci != qp->rq.pi) {
-        struct qhca_rwqe rwqe = { 0 };
+        struct qhca_rwqe rwqe;
 
-        qhca_wq_read(s, qp, &qp->rq, qp->rq.ci, 0, &rwqe, sizeof(rwqe));
+        qhca_flush_read(s, qp, &qp->rq, &rwqe, sizeof(rwqe));
         qp->rq.ci++;
         qhca_complete(s, qp, qp->rcqn, le64_to_cpu(rwqe.wr_id), QHCA_WC_RECV,
                       QHCA_WC_WR_FLUSH_ERR, 0, false, 0);

@@ -223,6 +223,21 @@ impl Qtest {
         String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
     }
 
+    /// QEMU's stderr after it exited: the reader thread may still be draining the pipe, so
+    /// wait (at most 1 s) until the text stops growing.
+    pub fn final_stderr(&self) -> String {
+        let t0 = Instant::now();
+        let mut last = usize::MAX;
+        loop {
+            let n = self.stderr.lock().unwrap().len();
+            if (n == last && n > 0) || t0.elapsed() > Duration::from_secs(1) {
+                return self.stderr();
+            }
+            last = n;
+            thread::sleep(Duration::from_millis(30));
+        }
+    }
+
     /// Fails the test with everything known about QEMU's state.
     fn die(&mut self, what: &str) -> ! {
         // Give a dying QEMU a moment to finish exiting and writing its last words.

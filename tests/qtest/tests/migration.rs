@@ -197,7 +197,7 @@ fn migration_refuses_a_different_num_uars() {
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let err = qt.stderr();
+    let err = qt.final_stderr();
     assert!(
         err.contains("num-uars"),
         "the refusal names num-uars: {err}"
@@ -229,9 +229,9 @@ fn load(props: &str, stream: &std::path::Path) -> Result<Hca, String> {
                 st.code(),
                 Some(1),
                 "destination must refuse cleanly, not crash: {st}\n{}",
-                qt.stderr()
+                qt.final_stderr()
             );
-            return Err(qt.stderr());
+            return Err(qt.final_stderr());
         }
         if let Ok(r) = q.try_execute(r#"{"execute":"query-migrate"}"#) {
             let r = qhca_qtest::qmp::squash(&r);
@@ -239,7 +239,7 @@ fn load(props: &str, stream: &std::path::Path) -> Result<Hca, String> {
                 return Ok(Hca::attach(qt, 1));
             }
             if r.contains(r#""status":"failed""#) {
-                return Err(format!("{r}\n{}", qt.stderr()));
+                return Err(format!("{r}\n{}", qt.final_stderr()));
             }
         }
         assert!(
