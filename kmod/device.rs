@@ -196,7 +196,14 @@ impl QhcaDevice {
     /// Undoes `open_context` and everything the context created: forgets `file`, destroys its
     /// objects (in the device too, unless the device is gone, in which case they went with it)
     /// and frees its doorbell page.
-    pub(crate) fn close_context(&self, file: FilePtr, uar: u32, objs: &mut crate::verbs::Objects) {
+    ///
+    /// Lock order, here and in every ioctl: `bound`, then the file's objects.
+    pub(crate) fn close_context(
+        &self,
+        file: FilePtr,
+        uar: u32,
+        objs: Option<&Mutex<crate::verbs::Objects>>,
+    ) {
         {
             let mut files = self.files.lock();
             if let Some(pos) = files.open.iter().position(|f| *f == file) {
@@ -204,7 +211,9 @@ impl QhcaDevice {
             }
         }
         let bound = self.bound.lock();
-        objs.destroy_all(self, uar, *bound);
+        if let Some(objs) = objs {
+            objs.lock().destroy_all(self, uar, *bound);
+        }
         if !*bound {
             return;
         }

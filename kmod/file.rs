@@ -75,16 +75,18 @@ impl MiscDevice for QhcaFile {
             }? Error),
             GFP_KERNEL,
         );
-        if ctx.is_err() {
-            // Cannot reach `release`: undo here.
-            node.dev.close_context(file, uar, &mut Objects::default());
+        match ctx {
+            Ok(ctx) => Ok(ctx),
+            Err(e) => {
+                // Cannot reach `release`: undo here. Nothing was created yet.
+                node.dev.close_context(file, uar, None);
+                Err(e)
+            }
         }
-        ctx
     }
 
     fn release(this: Pin<KBox<Self>>, _file: &File) {
-        let mut objs = this.objs.lock();
-        this.dev.close_context(this.file, this.uar, &mut objs);
+        this.dev.close_context(this.file, this.uar, Some(&this.objs));
     }
 
     fn ioctl(this: Pin<&QhcaFile>, _file: &File, cmd: u32, arg: usize) -> Result<isize> {

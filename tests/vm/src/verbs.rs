@@ -554,7 +554,8 @@ fn verbs_multi_sge(t: &mut T, cfg: &Config) -> CaseResult {
     check_guarded(t, &d1, &data[..300], "first scatter entry");
     check_guarded(t, &d2, &data[300..], "second scatter entry");
 
-    let dst = guarded(&p.pd, 600, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    // The last two pieces, 500 + 400 bytes, gathered into one 900-byte target.
+    let dst = guarded(&p.pd, 900, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let op = WrOp::Write {
         raddr: dst.addr() + GUARD as u64,
         rkey: dst.rkey(),
@@ -1461,9 +1462,34 @@ fn verbs_doorbell_isolation(t: &mut T, cfg: &Config) -> CaseResult {
     Ok(())
 }
 
-/// Files under `/sys/module/<module>/` that count live verbs objects, checked to read 0 once
-/// every context is gone. The driver exposes none yet: add their paths here when it does.
-const OBJECT_COUNTER_FILES: &[&str] = &[];
+/// The driver's count of pinned user pages, over every context (debugfs).
+const PINNED_PAGES: &str = "/sys/kernel/debug/qhca/pinned_pages";
+
+/// The device's live-object registers, QHCA_REG_NUM_CTX .. QHCA_REG_NUM_QP, read from BAR0
+/// through sysfs (`resource0`, mapped read-only; the registers are read-only and reading them has
+/// no side effect).
+fn device_object_counts(cfg: &Config) -> Result<[(&'static str, u32); 5], Fail> {
+    let bdf = match system::pci_bdf(cfg) {
+        Ok(bdf) => bdf,
+        Err(e) => bail!("PCI address of the device: {e}"),
+    };
+    let f = std::fs::File::open(format!("/sys/bus/pci/devices/{bdf}/resource0"))?;
+    let map = memmap2::MmapOptions::new()
+        .len(qhca_uapi::QHCA_REGS_SIZE as usize)
+        .map_raw_read_only(&f)?;
+    let reg = |off: u32| {
+        // SAFETY: `off` is a 4-byte aligned offset inside the 4 KiB mapping of BAR0, which lives
+        // as long as `map`; a volatile load of a device register creates no reference.
+        unsafe { core::ptr::read_volatile(map.as_ptr().add(off as usize).cast::<u32>()) }
+    };
+    Ok([
+        ("contexts", reg(qhca_uapi::QHCA_REG_NUM_CTX)),
+        ("PDs", reg(qhca_uapi::QHCA_REG_NUM_PD)),
+        ("MRs", reg(qhca_uapi::QHCA_REG_NUM_MR)),
+        ("CQs", reg(qhca_uapi::QHCA_REG_NUM_CQ)),
+        ("QPs", reg(qhca_uapi::QHCA_REG_NUM_QP)),
+    ])
+}
 
 /// kill -9 in the middle of traffic: afterwards every object can be created again up to the
 /// device's limits, and the doorbell page is free.
@@ -1482,11 +1508,13 @@ fn verbs_kill9_frees_everything(t: &mut T, cfg: &Config) -> CaseResult {
     );
     drop(h);
 
-    for f in OBJECT_COUNTER_FILES {
-        let p = cfg.module_dir().join(f);
-        let v = std::fs::read_to_string(&p)?;
-        check_eq!(t, v.trim(), "0", "{}", p.display());
+    // Nothing else in this process holds a context now: the device and the driver must be back
+    // to zero objects and zero pinned pages.
+    for (what, n) in device_object_counts(cfg)? {
+        check_eq!(t, n, 0, "device {what} alive after kill -9");
     }
+    let pinned = std::fs::read_to_string(PINNED_PAGES)?;
+    check_eq!(t, pinned.trim(), "0", "{PINNED_PAGES} after kill -9");
 
     let ctx = Arc::new(Context::open(&cfg.dev)?);
     let a = ctx.query()?;
