@@ -21,7 +21,8 @@
  * atomics answered from the saved result), the opcode sequence, the R_Key
  * (exists, same PD as the QP, rights of the MR and of the QP, byte bounds)
  * and executes: receive WQE for SEND and WRITE_WITH_IMM (none posted: RNR
- * NAK), memory for WRITE/READ/atomics.
+ * NAK), memory for WRITE/READ/atomics.  READ responses go out from the
+ * responder QP's own turns in the BH, a budget of packets at a time.
  *
  * Everything runs in the engine bottom half (guarded against DMA into the
  * device's own BARs), round-robin over the QPs that have work, with a budget
@@ -355,6 +356,7 @@ static void qhca_resp_clear(QhcaQp *qp)
     qp->resp_off = 0;
     qp->resp_left = 0;
     qp->resp_total = 0;
+    qp->rd_active = false;
 }
 
 /* Creation and the transition to RESET: empty queues, nothing in flight. */
@@ -834,6 +836,8 @@ static void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
             return;
         }
         qp->req_resp_next++;
+        /* Progress: the ACK timer starts again. */
+        qhca_req_arm_ack_timer(qp);
         if (last) {
             qhca_req_complete(s, qp, QHCA_WC_SUCCESS);
         }
@@ -950,19 +954,21 @@ static bool qhca_op_imm(uint8_t op)
            op == QHCA_OP_WRITE_LAST_IMM || op == QHCA_OP_WRITE_ONLY_IMM;
 }
 
-/* RDMA READ request at psn (new or duplicate): answer with the data. */
+/*
+ * RDMA READ request (new or duplicate): check it, then answer from the
+ * engine BH, a budget of response packets per turn (qhca_resp_read_step), so
+ * that a large READ does not hold up the other QPs.  A new request replaces
+ * one still being answered (the requester asked again).
+ */
 static void qhca_resp_read(QhcaState *s, QhcaQp *qp, const QhcaPkt *req,
                            bool dup)
 {
-    uint32_t mtu = qhca_mtu(qp);
-    uint32_t n = MAX(1, DIV_ROUND_UP(req->dma_len, mtu));
-    QhcaMr *mr = NULL;
-    QhcaPkt *pkt;
-    uint32_t i;
+    uint32_t n = MAX(1, DIV_ROUND_UP(req->dma_len, qhca_mtu(qp)));
 
     if (req->dma_len) {
-        mr = qhca_mr_check(s, req->rkey, qp->pdn, req->va, req->dma_len,
-                           QHCA_ACCESS_REMOTE_READ);
+        QhcaMr *mr = qhca_mr_check(s, req->rkey, qp->pdn, req->va,
+                                   req->dma_len, QHCA_ACCESS_REMOTE_READ);
+
         if (!mr || !(qp->access & QHCA_ACCESS_REMOTE_READ)) {
             qhca_resp_fail(s, qp, req->psn, QHCA_NAK_REM_ACCESS,
                            "R_Key refused for RDMA READ");
@@ -972,33 +978,60 @@ static void qhca_resp_read(QhcaState *s, QhcaQp *qp, const QhcaPkt *req,
     if (!dup) {
         qp->rq_psn = psn_add(req->psn, n);
     }
-    pkt = g_new0(QhcaPkt, 1);
-    for (i = 0; i < n; i++) {
+    qp->rd_active = true;
+    qp->rd_va = req->va;
+    qp->rd_rkey = req->rkey;
+    qp->rd_len = req->dma_len;
+    qp->rd_psn = req->psn;
+    qp->rd_n = n;
+    qp->rd_next = 0;
+    qhca_engine_schedule(s, qp);
+}
+
+static void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget)
+{
+    uint32_t mtu = qhca_mtu(qp);
+    QhcaPkt *pkt = g_new(QhcaPkt, 1);
+
+    while (*budget && qp->rd_active) {
+        uint32_t i = qp->rd_next;
         uint64_t off = (uint64_t)i * mtu;
+        QhcaMr *mr;
 
         memset(pkt, 0, offsetof(QhcaPkt, payload));
-        if (n == 1) {
+        if (qp->rd_n == 1) {
             pkt->opcode = QHCA_OP_READ_RESP_ONLY;
         } else if (i == 0) {
             pkt->opcode = QHCA_OP_READ_RESP_FIRST;
-        } else if (i == n - 1) {
+        } else if (i == qp->rd_n - 1) {
             pkt->opcode = QHCA_OP_READ_RESP_LAST;
         } else {
             pkt->opcode = QHCA_OP_READ_RESP_MIDDLE;
         }
-        pkt->psn = psn_add(req->psn, i);
+        pkt->psn = psn_add(qp->rd_psn, i);
         pkt->syndrome = QHCA_AETH_ACK;
-        pkt->len = MIN(req->dma_len - off, mtu);
-        if (pkt->len && !qhca_mr_rw(s, mr, req->va + off, pkt->payload,
-                                    pkt->len, false)) {
-            qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_OP,
-                           "RDMA READ source unreachable");
-            break;
+        pkt->len = MIN(qp->rd_len - off, mtu);
+        if (pkt->len) {
+            /* Again per packet: the MR may have gone since the request. */
+            mr = qhca_mr_check(s, qp->rd_rkey, qp->pdn, qp->rd_va + off,
+                               pkt->len, QHCA_ACCESS_REMOTE_READ);
+            if (!mr) {
+                qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_ACCESS,
+                               "R_Key refused for RDMA READ");
+                break;
+            }
+            if (!qhca_mr_rw(s, mr, qp->rd_va + off, pkt->payload, pkt->len,
+                            false)) {
+                qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_OP,
+                               "RDMA READ source unreachable");
+                break;
+            }
         }
+        if (++qp->rd_next == qp->rd_n) {
+            qp->rd_active = false;
+        }
+        (*budget)--;
         qhca_resp_send(s, qp, pkt);
-        if (qp->state == QHCA_QPS_ERR) {
-            break;
-        }
     }
     g_free(pkt);
 }
@@ -1302,6 +1335,13 @@ static bool qhca_qp_run(QhcaState *s, QhcaQp *qp)
     }
     if (qp->state == QHCA_QPS_ERR) {
         return qhca_qp_flush(s, qp, &budget);
+    }
+    if (qp->rd_active &&
+        (qp->state == QHCA_QPS_RTR || qp->state == QHCA_QPS_RTS)) {
+        qhca_resp_read_step(s, qp, &budget);
+        if (qp->rd_active) {
+            return true;
+        }
     }
     if (qp->state != QHCA_QPS_RTS) {
         return false;

@@ -239,6 +239,14 @@ struct QhcaQp {
     uint64_t resp_left;         /* RDMA WRITE: bytes of the RETH still due */
     uint64_t resp_total;        /* RDMA WRITE: the RETH's length */
     bool resp_have_rwqe;
+    /* Responder: the RDMA READ being answered, a budget of packets a turn. */
+    bool rd_active;
+    uint64_t rd_va;
+    uint32_t rd_rkey;
+    uint32_t rd_len;
+    uint32_t rd_psn;            /* PSN of the first response packet */
+    uint32_t rd_n;              /* response packets in all */
+    uint32_t rd_next;           /* next one to send */
     /* The last atomic, for a duplicate request. */
     bool atomic_valid;
     uint32_t atomic_psn;

@@ -863,3 +863,88 @@ fn throughput() {
     }
     assert_eq!(h.qt.readb(dst + len - 1), 0x42);
 }
+
+#[test]
+fn large_read_and_write_across_many_turns() {
+    // 192 KiB at MTU 256: 768 packets each way, far more than one QP turn; the responder
+    // answers the READ a budget at a time, and a second pair keeps completing meanwhile.
+    let (mut h, mut p) = setup(&ConnParams::default());
+    let len = 192usize << 10;
+    let data = pattern(len, 42);
+    let (remote, rkey) = p.buf(&mut h, len as u64, 0, RW);
+    h.qt.memwrite(remote, &data);
+    let (local, lkey) = p.buf(&mut h, len as u64 + 8, 0x99, QHCA_ACCESS_LOCAL_WRITE);
+    let (_, c) = create_cq(&mut h, &mut p.m, p.uar, 5);
+    let mut c = c;
+    let caps = QpCaps::default();
+    let (_, mut x) = create_qp(&mut h, &mut p.m, p.uar, p.pdn, c.cqn, c.cqn, &caps);
+    let (_, y) = create_qp(&mut h, &mut p.m, p.uar, p.pdn, c.cqn, c.cqn, &caps);
+    bring_to_rts(&mut h, &x, y.qpn, 0, &ConnParams::default());
+    bring_to_rts(&mut h, &y, x.qpn, 0, &ConnParams::default());
+    let (small, skey) = p.buf(&mut h, 64, 7, RW);
+
+    p.a.post_send(
+        &mut h,
+        &SendWr {
+            wr_id: 0x1,
+            opcode: QHCA_WR_RDMA_READ,
+            flags: QHCA_WQE_SIGNALED,
+            remote_addr: remote,
+            rkey,
+            sges: vec![(local + 4, len as u32, lkey)],
+            ..Default::default()
+        },
+    );
+    for i in 0..8u64 {
+        x.post_send(
+            &mut h,
+            &SendWr {
+                wr_id: 0x100 + i,
+                opcode: QHCA_WR_RDMA_WRITE,
+                flags: QHCA_WQE_SIGNALED,
+                remote_addr: small + i,
+                rkey: skey,
+                inline: Some(vec![i as u8]),
+                ..Default::default()
+            },
+        );
+    }
+    for i in 0..8u64 {
+        expect_cqe(
+            &c.wait(&mut h),
+            0x100 + i,
+            QHCA_WC_RDMA_WRITE,
+            QHCA_WC_SUCCESS,
+        );
+    }
+    let r = p.scq.wait(&mut h);
+    expect_cqe(&r, 0x1, QHCA_WC_RDMA_READ, QHCA_WC_SUCCESS);
+    assert_eq!(r.byte_len as usize, len);
+    let got = h.qt.memread(local, len + 8);
+    assert_eq!(&got[..4], &[0x99; 4]);
+    assert!(got[4..4 + len] == data[..], "READ data differs");
+    assert_eq!(&got[4 + len..], &[0x99; 4]);
+
+    // And back with one WRITE.
+    h.qt.memset(remote, len, 0);
+    p.a.post_send(
+        &mut h,
+        &SendWr {
+            wr_id: 0x2,
+            opcode: QHCA_WR_RDMA_WRITE,
+            flags: QHCA_WQE_SIGNALED,
+            remote_addr: remote,
+            rkey,
+            sges: vec![(local + 4, len as u32, lkey)],
+            ..Default::default()
+        },
+    );
+    expect_cqe(
+        &p.scq.wait(&mut h),
+        0x2,
+        QHCA_WC_RDMA_WRITE,
+        QHCA_WC_SUCCESS,
+    );
+    assert!(h.qt.memread(remote, len) == data, "WRITE data differs");
+    assert!(take_events(&mut h).is_empty());
+}
