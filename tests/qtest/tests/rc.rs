@@ -948,3 +948,64 @@ fn large_read_and_write_across_many_turns() {
     assert!(h.qt.memread(remote, len) == data, "WRITE data differs");
     assert!(take_events(&mut h).is_empty());
 }
+
+#[test]
+fn mismatched_psns_are_retried_then_fail() {
+    // The requester starts behind the responder (its packets are duplicates, re-ACKed with a
+    // PSN outside its message) or ahead (NAKed as a PSN sequence error): either way nothing
+    // it can use comes back, the ACK timer resends retry_cnt times, then RETRY_EXC_ERR. The
+    // responder executes nothing.
+    let (mut h, mut p) = setup(&ConnParams::default());
+    let (src, lkey) = p.buf(&mut h, 4096, 0x21, QHCA_ACCESS_LOCAL_WRITE);
+    let (dst, rkey) = p.buf(&mut h, 4096, 0, RW);
+    let quick = ConnParams {
+        timeout: 4,
+        retry_cnt: 2,
+        ..Default::default()
+    };
+    for (sq_psn, rq_psn) in [(0x100u32, 0x200u32), (0x300, 0x100)] {
+        for q in [&mut p.a, &mut p.b] {
+            let st = modify_qp(
+                &mut h,
+                q.uar,
+                q.qpn,
+                &QpAttr {
+                    mask: QHCA_QP_ATTR_STATE,
+                    state: QHCA_QPS_RESET as u8,
+                    ..Default::default()
+                },
+            );
+            assert_eq!(st, QHCA_CMD_OK);
+            q.sq_pi = 0;
+            q.rq_pi = 0;
+        }
+        bring_to_rts(&mut h, &p.a, p.b.qpn, sq_psn, &quick);
+        bring_to_rts(&mut h, &p.b, p.a.qpn, rq_psn, &quick);
+        p.a.post_send(
+            &mut h,
+            &SendWr {
+                wr_id: sq_psn as u64,
+                opcode: QHCA_WR_RDMA_WRITE,
+                flags: QHCA_WQE_SIGNALED,
+                remote_addr: dst,
+                rkey,
+                sges: vec![(src, 600, lkey)],
+                ..Default::default()
+            },
+        );
+        let c = p.scq.wait(&mut h);
+        expect_cqe(&c, sq_psn as u64, QHCA_WC_RDMA_WRITE, QHCA_WC_RETRY_EXC_ERR);
+        assert!(
+            h.qt.memread(dst, 4096).iter().all(|&b| b == 0),
+            "nothing written"
+        );
+        let ev = event_keys(&take_events(&mut h));
+        assert_eq!(ev, vec![(QHCA_EQE_QP_ERR, p.a.qpn as u64, p.uar as u64)]);
+        let (_, b) = query_qp(&mut h, p.uar, p.b.qpn);
+        assert_eq!(
+            (b.state, b.rq_psn),
+            (QHCA_QPS_RTS as u8, rq_psn),
+            "responder unmoved"
+        );
+    }
+}
