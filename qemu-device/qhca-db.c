@@ -146,6 +146,7 @@ static void qhca_db_ring(QhcaState *s, QhcaContext *ctx, unsigned type,
     }
     ctx->db_accepted++;
     trace_qhca_db_accept(page, type, qn, index);
+    qhca_engine_kick(s);
 }
 
 static uint64_t qhca_uar_read(void *opaque, hwaddr addr, unsigned size)

@@ -1368,10 +1368,9 @@ static bool qhca_qp_run(QhcaState *s, QhcaQp *qp)
            qp->sq.ci != qp->sq.pi;
 }
 
-void qhca_engine_bh(void *opaque)
+/* Up to @turns QP turns, round-robin; the bottom half takes what is left. */
+static void qhca_engine_run(QhcaState *s, unsigned turns)
 {
-    QhcaState *s = opaque;
-    unsigned turns = QHCA_ENGINE_BUDGET;
     QhcaQp *qp;
     uint32_t i;
 
@@ -1394,6 +1393,23 @@ void qhca_engine_bh(void *opaque)
     if (!QTAILQ_EMPTY(&s->run_list)) {
         qemu_bh_schedule(s->engine_bh);
     }
+}
+
+void qhca_engine_bh(void *opaque)
+{
+    qhca_engine_run(opaque, QHCA_ENGINE_BUDGET);
+}
+
+/*
+ * The doorbell fast path: one turn (at most QHCA_QP_BUDGET packets, each at
+ * most one MTU) in the thread of the vCPU that rang, as e1000 transmits on
+ * its TDT write.  A small message then completes before the store returns
+ * instead of after the main loop next gets a host CPU, which under TCG on a
+ * busy host is milliseconds away.  Anything longer stays on the bottom half.
+ */
+void qhca_engine_kick(QhcaState *s)
+{
+    qhca_engine_run(s, QHCA_INLINE_TURNS);
 }
 
 void qhca_engine_init(QhcaState *s)

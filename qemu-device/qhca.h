@@ -93,6 +93,8 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_QP_BUDGET          16
 /* Engine: QP turns per bottom-half run before yielding to the main loop. */
 #define QHCA_ENGINE_BUDGET      64
+/* QP turns run inline by a doorbell (see qhca_engine_kick). */
+#define QHCA_INLINE_TURNS       1
 
 /*
  * A ring in guest memory: the command queue (the driver produces, the device
@@ -378,6 +380,7 @@ static inline uint32_t qhca_cqn(const QhcaState *s, const QhcaCq *cq)
 void qhca_engine_init(QhcaState *s);
 void qhca_engine_fini(QhcaState *s);
 void qhca_engine_bh(void *opaque);
+void qhca_engine_kick(QhcaState *s);
 void qhca_engine_schedule(QhcaState *s, QhcaQp *qp);
 void qhca_engine_qp_reset(QhcaState *s, QhcaQp *qp);
 void qhca_engine_qp_destroy(QhcaState *s, QhcaQp *qp);
