@@ -32,6 +32,23 @@ else
 	bad vmtest_ran "qhca-vmtest printed no closing line (exit code $rc)"
 fi
 
+# The tools, end to end on the device (the module is loaded again by the reload case).
+bin=$(dirname "$vmtest")
+tool() { # NAME PATTERN COMMAND...: passes if COMMAND exits 0 and prints a line matching PATTERN
+	local name=$1 pat=$2 out
+	shift 2
+	if out=$("$@" 2>&1) && grep -Eq -e "$pat" <<<"$out"; then
+		ok "$name"
+	else
+		bad "$name" "$*: $(tail -n 5 <<<"$out")"
+	fi
+	sed 's/^/    /' <<<"$out"
+}
+tool tool_qhca_info '^hca_id: +qhca0' "$bin/qhca-info"
+tool tool_pingpong '^200 iters in .* usec/iter' "$bin/qhca-pingpong" --loopback -s 4096 -n 200
+tool tool_perf_write_lat '^ +8 +200 ' "$bin/qhca-perf" write_lat --loopback -s 8 -n 200
+tool tool_perf_write_bw '^ +65536 +200 ' "$bin/qhca-perf" write_bw --loopback -s 65536 -n 200
+
 # Leave the driver as the tests found it, then check that unloading is clean.
 if lsmod | grep -q '^qhca '; then
 	if rmmod qhca; then ok module_unloads; else bad module_unloads "rmmod qhca failed"; fi
