@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# Runs INSIDE the bench VM (scripts/bench.sh boots it): the same workloads on qhca (qhca-perf
+# --loopback: both QPs in one process) and on Soft-RoCE (rdma_rxe bound to lo, perftest server and
+# client in this guest over 127.0.0.1), then the two tables, the qhca/rxe ratios and the system
+# calls per post on each side (strace -c -f over a fixed number of posts).
+#
+#   guest-bench.sh QHCA_KO BIN [quick]
+#
+# "quick" divides the iteration counts by 10 (a smoke run of the script itself).
+set -u
+ko=$1 bin=$2 quick=${3:-}
+perf=$bin/qhca-perf
+out=/tmp/qhca-vm/bench
+mkdir -p "$out"
+rm -f "$out"/*
+
+# Workloads: name  qhca-perf mode  perftest binary  bytes  iterations
+# Iterations are sized so that the whole run fits in about ten minutes under TCG.
+workloads=(
+	"write_lat write_lat ib_write_lat 8 1000"
+	"write_lat write_lat ib_write_lat 64 1000"
+	"send_lat send_lat ib_send_lat 8 1000"
+	"read_lat read_lat ib_read_lat 8 1000"
+	"write_bw write_bw ib_write_bw 64 5000"
+	"write_bw write_bw ib_write_bw 65536 1000"
+	"write_bw write_bw ib_write_bw 1048576 200"
+)
+depth=128          # write_bw outstanding requests, both sides
+sc_mode=write_bw   # the system-call count: this mode, this size, sc_small and sc_big posts
+sc_bytes=64
+sc_small=1000
+sc_big=3000
+if [ "$quick" = quick ]; then
+	for i in "${!workloads[@]}"; do
+		set -- ${workloads[$i]}
+		workloads[$i]="$1 $2 $3 $4 $(($5 / 10 > 10 ? $5 / 10 : 10))"
+	done
+	sc_small=200 sc_big=600
+fi
+
+t0=$(date +%s)
+el() { echo "$(($(date +%s) - t0))s"; }
+log() { echo "--- [$(el)] $*"; }
+
+echo "guest: kernel $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ {print $2 / 1024 " MiB"}' /proc/meminfo)"
+ip link set lo up
+
+# ---- qhca ----
+insmod "$ko" || { echo "bench: insmod $ko failed"; exit 1; }
+for _ in $(seq 50); do [ -c /dev/qhca0 ] && break; sleep 0.1; done
+[ -c /dev/qhca0 ] || { echo "bench: /dev/qhca0 did not appear"; exit 1; }
+
+# result_line FILE: the first numeric line after the "#bytes" header, with the header's column
+# names made single words so that columns can be found by name.
+# col FILE NAME: that column's value in the result line.
+col() {
+	awk -v want="$2" '
+		/#bytes/ {
+			h = $0
+			gsub(/BW peak/, "BW_peak", h); gsub(/BW average/, "BW_average", h)
+			gsub(/% percentile/, "%_percentile", h)
+			n = split(h, names, " "); hdr = 1; next
+		}
+		hdr && $1 ~ /^[0-9]+$/ {
+			for (i = 1; i <= n; i++) if (names[i] == want) { print $i; exit }
+			exit
+		}' "$1"
+}
+
+# Ports for perftest: a fresh one per run, so TIME_WAIT never gets in the way.
+port=18600
+
+log "qhca: qhca-perf --loopback (server and client QPs in one process)"
+i=0
+for w in "${workloads[@]}"; do
+	set -- $w
+	f=$out/qhca.$i
+	log "qhca-perf $2 -s $4 -n $5 --loopback"
+	args=("$2" -s "$4" -n "$5" --loopback)
+	[ "$2" = write_bw ] && args+=(-t "$depth")
+	timeout 300 "$perf" "${args[@]}" >"$f" 2>&1
+	rc=$?
+	sed 's/^/    /' "$f"
+	[ $rc = 0 ] || echo "    (exit code $rc)"
+	i=$((i + 1))
+done
+
+# ---- rxe ----
+log "rxe: modprobe rdma_rxe; rdma link add rxe0 type rxe netdev lo"
+modprobe rdma_rxe || echo "bench: modprobe rdma_rxe failed"
+rdma link add rxe0 type rxe netdev lo || echo "bench: rdma link add failed"
+for _ in $(seq 50); do ibv_devices 2>/dev/null | grep -q rxe0 && break; sleep 0.1; done
+rdma link show
+ibv_devinfo -d rxe0 | grep -E 'hca_id|state|active_mtu|transport' | sed 's/^/    /'
+
+# perftest W BIN BYTES ITERS OUT [CLIENT-PREFIX...]: a server in the background, then the client
+# (under CLIENT-PREFIX, e.g. strace) writing its output to OUT.
+perftest() {
+	local b=$1 s=$2 n=$3 f=$4
+	shift 4
+	local p=$port
+	local a=(-d rxe0 -x 1 -s "$s" -n "$n" -p "$p")
+	case $b in *_bw) a+=(-t "$depth") ;; esac
+	port=$((port + 1))
+	timeout 300 "$b" "${a[@]}" >"$f.server" 2>&1 &
+	local spid=$!
+	# The client gives up at once if nobody is listening yet.
+	for _ in $(seq 100); do
+		ss -ltn 2>/dev/null | grep -q ":$p " && break
+		sleep 0.1
+	done
+	timeout 300 "$@" "$b" "${a[@]}" 127.0.0.1 >"$f" 2>&1
+	local rc=$?
+	wait "$spid"
+	return $rc
+}
+
+i=0
+for w in "${workloads[@]}"; do
+	set -- $w
+	f=$out/rxe.$i
+	log "$3 -d rxe0 -x 1 -s $4 -n $5$([ "$1" = write_bw ] && echo " -t $depth") (server &, then client to 127.0.0.1)"
+	perftest "$3" "$4" "$5" "$f"
+	rc=$?
+	grep -E '#bytes|^ *[0-9]+ +[0-9]+ ' "$f" | sed 's/^/    /'
+	[ $rc = 0 ] || { echo "    (exit code $rc)"; sed 's/^/    client: /' "$f" | tail -5; sed 's/^/    server: /' "$f.server" | tail -5; }
+	i=$((i + 1))
+done
+
+# ---- system calls per post ----
+# calls FILE: the total of an strace -c summary.
+calls() { awk '$NF == "total" { print $4 }' "$1"; }
+declare -A sc
+for n in $sc_small $sc_big; do
+	log "strace -c -f: qhca-perf $sc_mode -s $sc_bytes -n $n -t $depth --loopback"
+	timeout 300 strace -c -f -o "$out/strace.qhca.$n" "$perf" "$sc_mode" -s "$sc_bytes" -n "$n" -t "$depth" --loopback >"$out/strace.qhca.$n.out" 2>&1 ||
+		{ echo "    failed:"; tail -5 "$out/strace.qhca.$n.out"; }
+	sc[qhca.$n]=$(calls "$out/strace.qhca.$n")
+	echo "    $(grep -E '^ *[0-9]+ +[0-9]+ ' "$out/strace.qhca.$n.out")"
+	echo "    syscalls: ${sc[qhca.$n]:-?}; top:"
+	sed -n '3,7p' "$out/strace.qhca.$n" | sed 's/^/      /'
+	log "strace -c -f: ib_$sc_mode -s $sc_bytes -n $n -t $depth (client side)"
+	perftest "ib_$sc_mode" "$sc_bytes" "$n" "$out/strace.rxe.$n.out" strace -c -f -o "$out/strace.rxe.$n" ||
+		{ echo "    failed:"; tail -5 "$out/strace.rxe.$n.out"; }
+	sc[rxe.$n]=$(calls "$out/strace.rxe.$n")
+	echo "    syscalls: ${sc[rxe.$n]:-?}; top:"
+	sed -n '3,7p' "$out/strace.rxe.$n" | sed 's/^/      /'
+done
+
+rdma link delete rxe0 2>/dev/null
+rmmod qhca 2>/dev/null
+
+# ---- tables ----
+num() { [ -n "$1" ] && [ "$1" != "?" ]; }
+# div A B: A / B with two decimals, or "-".
+div() { if num "$1" && num "$2"; then awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; else echo -; fi; }
+div3() { if num "$1" && num "$2"; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; else echo -; fi; }
+# perftest's MB/sec is 2^20 bytes per second; qhca-perf's MB/s is 10^6. Tables use 10^6.
+mib2mb() { if num "$1"; then awk -v a="$1" 'BEGIN { printf "%.2f", a * 1.048576 }'; else echo "?"; fi; }
+v() { local x; x=$(col "$1" "$2"); echo "${x:-?}"; }
+fmt='%-10s %8s %6s %13s %13s %13s %12s %14s\n'
+
+declare -A typ bw
+echo
+echo "=================================================================================================="
+echo "qhca: qhca-perf --loopback (server and client QPs in one process, one context each)"
+printf "$fmt" workload bytes iters 't_min[us]' 't_typical[us]' 't_max[us]' 'BW[MB/s]' 'MsgRate[Mpps]'
+i=0
+for w in "${workloads[@]}"; do
+	set -- $w
+	f=$out/qhca.$i
+	typ[qhca.$i]=$(v "$f" 't_typical[usec]')
+	bw[qhca.$i]=$(v "$f" 'BW[MB/s]')
+	printf "$fmt" "$1" "$4" "$(v "$f" '#iterations')" "$(v "$f" 't_min[usec]')" "${typ[qhca.$i]}" \
+		"$(v "$f" 't_max[usec]')" "${bw[qhca.$i]}" "$(v "$f" 'MsgRate[Mpps]')"
+	i=$((i + 1))
+done
+echo
+echo "rxe: perftest on rdma_rxe bound to lo (server and client processes in this guest, 127.0.0.1, -x 1)"
+printf "$fmt" workload bytes iters 't_min[us]' 't_typical[us]' 't_max[us]' 'BW[MB/s]' 'MsgRate[Mpps]'
+i=0
+for w in "${workloads[@]}"; do
+	set -- $w
+	f=$out/rxe.$i
+	if [ "$1" = write_bw ]; then
+		typ[rxe.$i]=-
+		bw[rxe.$i]=$(mib2mb "$(v "$f" 'BW_average[MB/sec]')")
+		printf "$fmt" "$1" "$4" "$(v "$f" '#iterations')" - - - "${bw[rxe.$i]}" "$(v "$f" 'MsgRate[Mpps]')"
+	else
+		typ[rxe.$i]=$(v "$f" 't_typical[usec]')
+		bw[rxe.$i]=-
+		printf "$fmt" "$1" "$4" "$(v "$f" '#iterations')" "$(v "$f" 't_min[usec]')" "${typ[rxe.$i]}" \
+			"$(v "$f" 't_max[usec]')" - -
+	fi
+	i=$((i + 1))
+done
+echo "(rxe BW is perftest's BW average converted from MiB/s to MB/s = 10^6 B/s, like qhca-perf's;"
+echo " perftest's latency tests print no bandwidth; qhca-perf's BW for them is bytes/round trip.)"
+echo
+echo "qhca / rxe   (latency: t_typical ratio, lower is better for qhca; bandwidth: BW ratio, higher is better)"
+rfmt='%-10s %8s %12s %12s %10s\n'
+printf "$rfmt" workload bytes qhca rxe qhca/rxe
+i=0
+for w in "${workloads[@]}"; do
+	set -- $w
+	if [ "$1" = write_bw ]; then a=${bw[qhca.$i]} b=${bw[rxe.$i]} u=MB/s; else a=${typ[qhca.$i]} b=${typ[rxe.$i]} u=us; fi
+	printf "$rfmt" "$1" "$4" "$a $u" "$b $u" "$(div "$a" "$b")"
+	i=$((i + 1))
+done
+echo
+echo "system calls per post: $sc_mode $sc_bytes B, -t $depth, strace -c -f (qhca: the whole --loopback process; rxe: the client)"
+sfmt='%-6s %14s %14s %14s %14s %24s\n'
+printf "$sfmt" side "calls@n=$sc_small" "calls@n=$sc_big" "total/$sc_small" "total/$sc_big" "marginal ($sc_big-$sc_small)"
+for s in qhca rxe; do
+	a=${sc[$s.$sc_small]:-?} b=${sc[$s.$sc_big]:-?}
+	if num "$a" && num "$b"; then m=$(awk -v a="$a" -v b="$b" -v n=$((sc_big - sc_small)) 'BEGIN { printf "%.3f", (b - a) / n }'); else m=-; fi
+	printf "$sfmt" "$s" "$a" "$b" "$(div3 "$a" "$sc_small")" "$(div3 "$b" "$sc_big")" "$m"
+done
+echo "(total/N counts setup too: open, mmap, verbs commands, the TCP exchange; marginal = the extra"
+echo " calls per extra post, i.e. what the data path costs)"
+echo "=================================================================================================="
+
+# Any splat in the kernel log is worth knowing about.
+if dmesg | grep -Eq 'WARNING:|BUG:|Oops|Call Trace:'; then
+	echo "bench: the guest kernel log has a splat:"
+	dmesg | grep -E -B5 -A20 'WARNING:|BUG:|Oops|Call Trace:' | head -80
+fi
+echo "guest-bench: done in $(el)"
