@@ -246,8 +246,8 @@ void qhca_eq_event(QhcaState *s, uint8_t type, uint64_t data0, uint64_t data1)
 }
 
 /* Reserved fields must be zero, and so must the ones the opcode ignores. */
-static bool qhca_cmd_unused_zero(const struct qhca_cmd *cmd, bool uses_out,
-                                 unsigned nr_in)
+bool qhca_cmd_unused_zero(const struct qhca_cmd *cmd, bool uses_out,
+                          unsigned nr_in)
 {
     unsigned i;
 

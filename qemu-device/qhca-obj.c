@@ -125,26 +125,6 @@ static void qhca_page_list_free(QhcaState *s, uint64_t **pages,
 /* ------------------------------------------------------------------------ */
 /* command helpers                                                          */
 
-/* Reserved command fields zero, and so the in[] words the opcode ignores. */
-static bool qhca_cmd_fields_ok(const struct qhca_cmd *cmd, bool uses_out,
-                               unsigned nr_in)
-{
-    unsigned i;
-
-    if (cmd->flags || cmd->rsvd0) {
-        return false;
-    }
-    if (!uses_out && (cmd->out_addr || cmd->out_len)) {
-        return false;
-    }
-    for (i = nr_in; i < ARRAY_SIZE(cmd->in); i++) {
-        if (cmd->in[i]) {
-            return false;
-        }
-    }
-    return true;
-}
-
 /* The in[] words as the raw little-endian bytes the driver wrote. */
 static void qhca_cmd_in_bytes(const struct qhca_cmd *cmd, void *dst,
                               size_t len)
@@ -179,7 +159,7 @@ static uint8_t qhca_cmd_alloc_pd(QhcaState *s, const struct qhca_cmd *cmd,
 {
     uint32_t i;
 
-    if (!qhca_cmd_fields_ok(cmd, false, 1)) {
+    if (!qhca_cmd_unused_zero(cmd, false, 1)) {
         return QHCA_CMD_BAD_PARAM;
     }
     if (!qhca_uar_valid(s, cmd->in[0])) {
@@ -208,7 +188,7 @@ static uint8_t qhca_cmd_dealloc_pd(QhcaState *s, const struct qhca_cmd *cmd)
 {
     QhcaPd *pd;
 
-    if (!qhca_cmd_fields_ok(cmd, false, 2)) {
+    if (!qhca_cmd_unused_zero(cmd, false, 2)) {
         return QHCA_CMD_BAD_PARAM;
     }
     pd = qhca_pd_lookup(s, cmd->in[1]);
@@ -236,7 +216,7 @@ static uint8_t qhca_cmd_reg_mr(QhcaState *s, const struct qhca_cmd *cmd,
     uint64_t *pages;
     uint8_t st;
 
-    if (!qhca_cmd_fields_ok(cmd, false, 5)) {
+    if (!qhca_cmd_unused_zero(cmd, false, 5)) {
         return QHCA_CMD_BAD_PARAM;
     }
     qhca_cmd_in_bytes(cmd, &in, sizeof(in));
@@ -313,7 +293,7 @@ static uint8_t qhca_cmd_dereg_mr(QhcaState *s, const struct qhca_cmd *cmd)
 {
     QhcaMr *mr;
 
-    if (!qhca_cmd_fields_ok(cmd, false, 2)) {
+    if (!qhca_cmd_unused_zero(cmd, false, 2)) {
         return QHCA_CMD_BAD_PARAM;
     }
     mr = cmd->in[1] <= UINT32_MAX ? qhca_mr_lookup(s, cmd->in[1]) : NULL;
@@ -337,7 +317,7 @@ static uint8_t qhca_cmd_create_cq(QhcaState *s, const struct qhca_cmd *cmd,
     uint64_t *pages;
     uint8_t st;
 
-    if (!qhca_cmd_fields_ok(cmd, false, 5)) {
+    if (!qhca_cmd_unused_zero(cmd, false, 5)) {
         return QHCA_CMD_BAD_PARAM;
     }
     qhca_cmd_in_bytes(cmd, &in, sizeof(in));
@@ -399,7 +379,7 @@ static uint8_t qhca_cmd_destroy_cq(QhcaState *s, const struct qhca_cmd *cmd)
 {
     QhcaCq *cq;
 
-    if (!qhca_cmd_fields_ok(cmd, false, 2)) {
+    if (!qhca_cmd_unused_zero(cmd, false, 2)) {
         return QHCA_CMD_BAD_PARAM;
     }
     cq = cmd->in[1] <= UINT32_MAX ? qhca_cq_lookup(s, cmd->in[1]) : NULL;
@@ -429,7 +409,7 @@ static uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     uint64_t *pages;
     uint8_t st;
 
-    if (!qhca_cmd_fields_ok(cmd, false, 5)) {
+    if (!qhca_cmd_unused_zero(cmd, false, 5)) {
         return QHCA_CMD_BAD_PARAM;
     }
     qhca_cmd_in_bytes(cmd, &in, sizeof(in));
@@ -541,7 +521,7 @@ static uint8_t qhca_cmd_destroy_qp(QhcaState *s, const struct qhca_cmd *cmd)
 {
     QhcaQp *qp;
 
-    if (!qhca_cmd_fields_ok(cmd, false, 2)) {
+    if (!qhca_cmd_unused_zero(cmd, false, 2)) {
         return QHCA_CMD_BAD_PARAM;
     }
     qp = qhca_cmd_qp(s, cmd);
@@ -623,7 +603,7 @@ static uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
     QhcaQp *qp;
     unsigned i;
 
-    if (!qhca_cmd_fields_ok(cmd, false, 3)) {
+    if (!qhca_cmd_unused_zero(cmd, false, 3)) {
         return QHCA_CMD_BAD_PARAM;
     }
     qp = qhca_cmd_qp(s, cmd);
@@ -738,7 +718,7 @@ static uint8_t qhca_cmd_query_qp(QhcaState *s, const struct qhca_cmd *cmd)
     struct qhca_qp_attr a = { 0 };
     QhcaQp *qp;
 
-    if (!qhca_cmd_fields_ok(cmd, true, 2)) {
+    if (!qhca_cmd_unused_zero(cmd, true, 2)) {
         return QHCA_CMD_BAD_PARAM;
     }
     qp = qhca_cmd_qp(s, cmd);
@@ -764,7 +744,7 @@ static uint8_t qhca_cmd_query_ctx(QhcaState *s, const struct qhca_cmd *cmd)
     struct qhca_ctx_stats st = { 0 };
     QhcaContext *ctx;
 
-    if (!qhca_cmd_fields_ok(cmd, true, 1)) {
+    if (!qhca_cmd_unused_zero(cmd, true, 1)) {
         return QHCA_CMD_BAD_PARAM;
     }
     if (!qhca_uar_valid(s, cmd->in[0])) {

@@ -381,6 +381,10 @@ void qhca_engine_init(QhcaState *s);
 void qhca_engine_fini(QhcaState *s);
 void qhca_engine_bh(void *opaque);
 void qhca_engine_kick(QhcaState *s);
+
+/* qhca-cmd.c: flags, rsvd0, out_* (unless used) and in[nr_in..] are zero. */
+bool qhca_cmd_unused_zero(const struct qhca_cmd *cmd, bool uses_out,
+                          unsigned nr_in);
 void qhca_engine_schedule(QhcaState *s, QhcaQp *qp);
 void qhca_engine_qp_reset(QhcaState *s, QhcaQp *qp);
 void qhca_engine_qp_destroy(QhcaState *s, QhcaQp *qp);
