@@ -43,7 +43,7 @@ for opt in CONFIG_RUST CONFIG_PCI_MSI CONFIG_INTEL_IOMMU CONFIG_9P_FS CONFIG_MOD
 	}
 done
 
-step "kernel: building bzImage and modules with $(nproc) jobs (about 8-10 min from scratch)"
+step "kernel: building bzImage and modules with $(nproc) jobs (about 17 min from scratch on 2 idle cores)"
 if ! "${KMAKE[@]}" bzImage modules >"$out/build.log" 2>&1; then
 	grep -E "error|Error" "$out/build.log" | head -30 >&2
 	die "kernel build failed; full log in $out/build.log"
