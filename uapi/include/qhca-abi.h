@@ -38,7 +38,12 @@ typedef unsigned long long __u64;
 #endif
 
 /* Bumped on any incompatible change to anything in this file. */
-#define QHCA_ABI_VERSION 1
+/*
+ * 2: packets carry their source; CQEs carry the WQE index; QPNs carry a
+ *    generation; page lists are two-level; keys are never reused;
+ *    asynchronous events reach user space.
+ */
+#define QHCA_ABI_VERSION 2
 
 /* ------------------------------------------------------------------------ */
 /* PCI identity                                                             */
@@ -240,15 +245,23 @@ struct qhca_device_attr {
 /* reliable-connected queue pairs.                                           */
 /*                                                                          */
 /* Memory the device reaches on behalf of a context (rings and MRs) is given */
-/* to it as a page list: an array of little-endian __u64 DMA addresses, one  */
-/* per 4 KiB page, at a mailbox address in the command.  The device copies   */
-/* the list into its own state at create time; the guest cannot change a     */
-/* translation afterwards except by destroying the object.                   */
+/* to it as a two-level page list.  The command's pages_addr is the DMA     */
+/* address of a directory: DIV_ROUND_UP(npages, QHCA_PL_PAGE_ENTRIES)        */
+/* little-endian __u64 addresses, 8-byte aligned, each of a 4 KiB-aligned    */
+/* page-list page.  A page-list page holds up to QHCA_PL_PAGE_ENTRIES        */
+/* little-endian __u64 DMA addresses, one per 4 KiB page of the object, in   */
+/* order; the last one holds the remainder.  So no list needs more than      */
+/* 16 KiB of contiguous memory.  The device copies the list into its own     */
+/* state at create time (a budget of pages per command-queue turn, resuming  */
+/* a long list on the next turn); the guest cannot change a translation      */
+/* afterwards except by destroying the object.                               */
 /* ------------------------------------------------------------------------ */
 
 #define QHCA_PAGE_SHIFT         12
 #define QHCA_PAGE_SIZE          (1u << QHCA_PAGE_SHIFT)
 #define QHCA_MAX_PAGE_LIST      (1u << 20) /* pages in one page list */
+#define QHCA_PL_PAGE_ENTRIES    (QHCA_PAGE_SIZE / 8) /* addresses in a page-list page */
+#define QHCA_PL_MAX_DIR         (QHCA_MAX_PAGE_LIST / QHCA_PL_PAGE_ENTRIES)
 
 /* Access rights of a memory region (struct qhca_cmd_reg_mr.access). */
 #define QHCA_ACCESS_LOCAL_WRITE   (1u << 0)
@@ -259,8 +272,10 @@ struct qhca_device_attr {
 
 /*
  * A memory key is index << 8 | tag.  The device bumps the tag whenever an
- * index is reused, so a stale key never matches a new region.  L_Key and
- * R_Key of a region are the same value.
+ * index is reused, hands out indices round-robin, and retires an index for
+ * good once its tags are used up, so a key, once deregistered, never names
+ * a region again (REG_MR fails with NO_RESOURCES when every index is
+ * retired).  L_Key and R_Key of a region are the same value.
  */
 #define QHCA_KEY_TAG_BITS       8
 
@@ -338,12 +353,19 @@ struct qhca_cqe {
 	__u32 byte_len;
 	__u32 imm_data;   /* as the sender gave it (network order is the user's business) */
 	__u32 qpn;
-	__u32 src_qp;
+	__u32 src_qp;     /* receive CQEs: the QPN of the QP that sent the message */
 	__u8  opcode;     /* enum qhca_wc_opcode */
 	__u8  status;     /* enum qhca_wc_status */
 	__u8  vendor_err;
 	__u8  flags;      /* QHCA_CQE_* */
-	__u8  rsvd[3];
+	/*
+	 * The free-running 16-bit index of the WQE this CQE completes: an SQ
+	 * index for send-side opcodes (every earlier WQE of that SQ, signalled
+	 * or not, is then complete too), an RQ index for receive opcodes.
+	 * Flush CQEs carry it as well.
+	 */
+	__u16 wqe_index;
+	__u8  rsvd;
 	__u8  owner;      /* bit 0: QHCA_CQE_OWNER */
 };
 
@@ -425,6 +447,14 @@ enum qhca_qp_state {
 	QHCA_QPS_RTS   = 3,
 	QHCA_QPS_ERR   = 6,
 };
+
+/*
+ * A QPN is generation << QHCA_QPN_INDEX_BITS | index.  The device bumps the
+ * generation whenever an index is reused, so a destroyed QP's number names
+ * no QP until 2^(24 - QHCA_QPN_INDEX_BITS) later creations of that index,
+ * and a doorbell, packet or command naming a stale QPN is refused.
+ */
+#define QHCA_QPN_INDEX_BITS     10
 
 /* QHCA_CMD_CREATE_QP input, overlaying qhca_cmd.in[]. */
 struct qhca_cmd_create_qp {
@@ -551,6 +581,7 @@ struct qhca_ioc_query_device {
 #define QHCA_IOC_NR_QUERY_QP     0x09
 #define QHCA_IOC_NR_DESTROY_QP   0x0a
 #define QHCA_IOC_NR_QUERY_CTX    0x0b
+#define QHCA_IOC_NR_GET_ASYNC_EVENT 0x0c
 
 /* ALLOC_PD (out: handle), DEALLOC_PD, DEREG_MR, DESTROY_CQ, DESTROY_QP (in: handle). */
 struct qhca_ioc_handle {
@@ -629,6 +660,33 @@ struct qhca_ioc_query_ctx {
 #define QHCA_IOCTL_QUERY_QP     0xc050ca09u
 #define QHCA_IOCTL_DESTROY_QP   0xc010ca0au
 #define QHCA_IOCTL_QUERY_CTX    0xc050ca0bu
+#define QHCA_IOCTL_GET_ASYNC_EVENT 0xc020ca0cu
+
+/*
+ * Asynchronous events of a context, as ibv_get_async_event() reports them.
+ * The driver queues them per file; poll(2) on the file reports EPOLLIN while
+ * one is queued.  GET_ASYNC_EVENT takes the oldest (EAGAIN when none).
+ *
+ * QHCA_ASYNC_DEVICE_FATAL is queued once when the device is unbound, removed
+ * or stops (a command timed out): the context is then disassociated.  Its
+ * doorbell page is replaced by a harmless page (stores are dropped, nothing
+ * faults), every CQ's eventfd is signalled so that waiters wake, every
+ * other ioctl fails with ENODEV (EIO after a device failure), and poll(2)
+ * also reports EPOLLERR.  The program cleans up and exits on its own.
+ */
+enum qhca_async_event_type {
+	QHCA_ASYNC_QP_FATAL     = 0x01, /* element = qpn: the QP entered ERR on its own */
+	QHCA_ASYNC_CQ_ERR       = 0x02, /* element = cqn: overrun or bad ring access */
+	QHCA_ASYNC_DEVICE_FATAL = 0x03, /* element = 0: the context is disassociated */
+};
+
+struct qhca_ioc_async_event {
+	__u32 size;
+	__u32 comp_mask;
+	__u32 type;       /* out: enum qhca_async_event_type */
+	__u32 element;    /* out: qpn or cqn */
+	__u64 rsvd[2];
+};
 
 /*
  * mmap offsets (bytes; must be page aligned).  The only mapping in this
