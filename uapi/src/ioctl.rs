@@ -8,7 +8,15 @@
 //! updated fails to compile in every crate that includes this file.
 
 use super::bindings::{
-    qhca_ioc_query_device, QHCA_IOCTL_QUERY_DEVICE, QHCA_IOC_MAGIC, QHCA_IOC_NR_QUERY_DEVICE,
+    qhca_ioc_async_event, qhca_ioc_create_cq, qhca_ioc_create_qp, qhca_ioc_handle,
+    qhca_ioc_qp_attr, qhca_ioc_query_ctx, qhca_ioc_query_device, qhca_ioc_reg_mr,
+    QHCA_IOCTL_ALLOC_PD, QHCA_IOCTL_CREATE_CQ, QHCA_IOCTL_CREATE_QP, QHCA_IOCTL_DEALLOC_PD,
+    QHCA_IOCTL_DEREG_MR, QHCA_IOCTL_DESTROY_CQ, QHCA_IOCTL_DESTROY_QP, QHCA_IOCTL_GET_ASYNC_EVENT,
+    QHCA_IOCTL_MODIFY_QP, QHCA_IOCTL_QUERY_CTX, QHCA_IOCTL_QUERY_DEVICE, QHCA_IOCTL_QUERY_QP,
+    QHCA_IOCTL_REG_MR, QHCA_IOC_MAGIC, QHCA_IOC_NR_ALLOC_PD, QHCA_IOC_NR_CREATE_CQ,
+    QHCA_IOC_NR_CREATE_QP, QHCA_IOC_NR_DEALLOC_PD, QHCA_IOC_NR_DEREG_MR, QHCA_IOC_NR_DESTROY_CQ,
+    QHCA_IOC_NR_DESTROY_QP, QHCA_IOC_NR_GET_ASYNC_EVENT, QHCA_IOC_NR_MODIFY_QP,
+    QHCA_IOC_NR_QUERY_CTX, QHCA_IOC_NR_QUERY_DEVICE, QHCA_IOC_NR_QUERY_QP, QHCA_IOC_NR_REG_MR,
 };
 
 /// Bits of the command number.
@@ -74,11 +82,25 @@ pub const fn ioc_size(cmd: u32) -> u32 {
     (cmd >> IOC_SIZESHIFT) & ((1 << IOC_SIZEBITS) - 1)
 }
 
-const _: () = assert!(
-    QHCA_IOCTL_QUERY_DEVICE
-        == iowr(
-            QHCA_IOC_MAGIC,
-            QHCA_IOC_NR_QUERY_DEVICE,
-            core::mem::size_of::<qhca_ioc_query_device>()
-        )
-);
+/// Asserts at compile time that each ioctl number is `_IOWR` of its argument struct.
+macro_rules! check_iowr {
+    ($($cmd:ident = $nr:ident, $ty:ty;)*) => {
+        $(const _: () = assert!($cmd == iowr(QHCA_IOC_MAGIC, $nr, core::mem::size_of::<$ty>()));)*
+    };
+}
+
+check_iowr! {
+    QHCA_IOCTL_QUERY_DEVICE = QHCA_IOC_NR_QUERY_DEVICE, qhca_ioc_query_device;
+    QHCA_IOCTL_ALLOC_PD = QHCA_IOC_NR_ALLOC_PD, qhca_ioc_handle;
+    QHCA_IOCTL_DEALLOC_PD = QHCA_IOC_NR_DEALLOC_PD, qhca_ioc_handle;
+    QHCA_IOCTL_REG_MR = QHCA_IOC_NR_REG_MR, qhca_ioc_reg_mr;
+    QHCA_IOCTL_DEREG_MR = QHCA_IOC_NR_DEREG_MR, qhca_ioc_handle;
+    QHCA_IOCTL_CREATE_CQ = QHCA_IOC_NR_CREATE_CQ, qhca_ioc_create_cq;
+    QHCA_IOCTL_DESTROY_CQ = QHCA_IOC_NR_DESTROY_CQ, qhca_ioc_handle;
+    QHCA_IOCTL_CREATE_QP = QHCA_IOC_NR_CREATE_QP, qhca_ioc_create_qp;
+    QHCA_IOCTL_MODIFY_QP = QHCA_IOC_NR_MODIFY_QP, qhca_ioc_qp_attr;
+    QHCA_IOCTL_QUERY_QP = QHCA_IOC_NR_QUERY_QP, qhca_ioc_qp_attr;
+    QHCA_IOCTL_DESTROY_QP = QHCA_IOC_NR_DESTROY_QP, qhca_ioc_handle;
+    QHCA_IOCTL_QUERY_CTX = QHCA_IOC_NR_QUERY_CTX, qhca_ioc_query_ctx;
+    QHCA_IOCTL_GET_ASYNC_EVENT = QHCA_IOC_NR_GET_ASYNC_EVENT, qhca_ioc_async_event;
+}

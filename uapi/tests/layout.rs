@@ -23,8 +23,10 @@ macro_rules! check_layout {
     }};
 }
 
+/// Every struct of the header: its size, its alignment and the offset of every field, as the C
+/// compiler lays them out (uapi/tests/c/abi_check.c checks the same numbers on the C side).
 #[test]
-fn qhca_cmd_layout() {
+fn every_struct_and_field() {
     check_layout!(qhca_cmd, size 64, align 8, {
         opcode @ 0,
         flags @ 2,
@@ -34,11 +36,6 @@ fn qhca_cmd_layout() {
         rsvd0 @ 20,
         in_ @ 24,
     });
-    assert_eq!(size_of::<[u64; 5]>(), 40);
-}
-
-#[test]
-fn qhca_eqe_layout() {
     check_layout!(qhca_eqe, size 32, align 8, {
         type_ @ 0,
         status @ 1,
@@ -48,10 +45,6 @@ fn qhca_eqe_layout() {
         rsvd1 @ 24,
         owner @ 31,
     });
-}
-
-#[test]
-fn qhca_device_attr_layout() {
     check_layout!(qhca_device_attr, size 128, align 8, {
         abi_version @ 0,
         num_uars @ 4,
@@ -74,10 +67,105 @@ fn qhca_device_attr_layout() {
         page_size_cap @ 88,
         rsvd1 @ 96,
     });
-}
-
-#[test]
-fn qhca_ioc_query_device_layout() {
+    check_layout!(qhca_cmd_reg_mr, size 40, align 8, {
+        uar @ 0,
+        pdn @ 4,
+        iova @ 8,
+        length @ 16,
+        access @ 24,
+        npages @ 28,
+        pages_addr @ 32,
+    });
+    check_layout!(qhca_cq_dbrec, size 64, align 4, {
+        ci @ 0,
+        rsvd @ 4,
+    });
+    check_layout!(qhca_cmd_create_cq, size 40, align 8, {
+        uar @ 0,
+        log_entries @ 4,
+        npages @ 8,
+        rsvd0 @ 12,
+        pages_addr @ 16,
+        rsvd1 @ 24,
+    });
+    check_layout!(qhca_cqe, size 32, align 8, {
+        wr_id @ 0,
+        byte_len @ 8,
+        imm_data @ 12,
+        qpn @ 16,
+        src_qp @ 20,
+        opcode @ 24,
+        status @ 25,
+        vendor_err @ 26,
+        flags @ 27,
+        wqe_index @ 28,
+        rsvd @ 30,
+        owner @ 31,
+    });
+    check_layout!(qhca_wqe_ctrl, size 32, align 8, {
+        wr_id @ 0,
+        opcode @ 8,
+        flags @ 9,
+        num_sge @ 10,
+        rsvd0 @ 11,
+        imm_data @ 12,
+        inline_len @ 16,
+        rsvd1 @ 20,
+    });
+    check_layout!(qhca_wqe_raddr, size 16, align 8, {
+        remote_addr @ 0,
+        rkey @ 8,
+        rsvd @ 12,
+    });
+    check_layout!(qhca_wqe_atomic, size 16, align 8, {
+        swap_add @ 0,
+        compare @ 8,
+    });
+    check_layout!(qhca_sge, size 16, align 8, {
+        addr @ 0,
+        length @ 8,
+        lkey @ 12,
+    });
+    check_layout!(qhca_rwqe, size 16, align 8, {
+        wr_id @ 0,
+        num_sge @ 8,
+        rsvd @ 12,
+    });
+    check_layout!(qhca_cmd_create_qp, size 40, align 8, {
+        uar @ 0,
+        pdn @ 4,
+        send_cqn @ 8,
+        recv_cqn @ 12,
+        sq_log @ 16,
+        sq_stride_log @ 17,
+        rq_log @ 18,
+        rq_stride_log @ 19,
+        max_inline @ 20,
+        max_sge @ 22,
+        npages @ 24,
+        rsvd0 @ 28,
+        pages_addr @ 32,
+    });
+    check_layout!(qhca_qp_attr, size 64, align 4, {
+        mask @ 0,
+        state @ 4,
+        path_mtu @ 5,
+        timeout @ 6,
+        retry_cnt @ 7,
+        rnr_retry @ 8,
+        min_rnr_timer @ 9,
+        rsvd0 @ 10,
+        access @ 12,
+        dest_qpn @ 16,
+        rq_psn @ 20,
+        sq_psn @ 24,
+        rsvd1 @ 28,
+    });
+    check_layout!(qhca_ctx_stats, size 64, align 8, {
+        db_accepted @ 0,
+        db_violations @ 8,
+        rsvd @ 16,
+    });
     check_layout!(qhca_ioc_query_device, size 160, align 8, {
         size @ 0,
         comp_mask @ 4,
@@ -85,6 +173,71 @@ fn qhca_ioc_query_device_layout() {
         uar_index @ 12,
         rsvd_in @ 16,
         attr @ 32,
+    });
+    check_layout!(qhca_ioc_handle, size 16, align 4, {
+        size @ 0,
+        comp_mask @ 4,
+        handle @ 8,
+        rsvd @ 12,
+    });
+    check_layout!(qhca_ioc_reg_mr, size 48, align 8, {
+        size @ 0,
+        comp_mask @ 4,
+        pdn @ 8,
+        access @ 12,
+        addr @ 16,
+        length @ 24,
+        lkey @ 32,
+        rkey @ 36,
+        rsvd @ 40,
+    });
+    check_layout!(qhca_ioc_create_cq, size 40, align 8, {
+        size @ 0,
+        comp_mask @ 4,
+        log_entries @ 8,
+        eventfd @ 12,
+        buf_addr @ 16,
+        buf_len @ 24,
+        cqn @ 32,
+        rsvd @ 36,
+    });
+    check_layout!(qhca_ioc_create_qp, size 56, align 8, {
+        size @ 0,
+        comp_mask @ 4,
+        pdn @ 8,
+        send_cqn @ 12,
+        recv_cqn @ 16,
+        sq_log @ 20,
+        sq_stride_log @ 21,
+        rq_log @ 22,
+        rq_stride_log @ 23,
+        max_inline @ 24,
+        max_sge @ 26,
+        rsvd0 @ 28,
+        buf_addr @ 32,
+        buf_len @ 40,
+        qpn @ 48,
+        rsvd1 @ 52,
+    });
+    check_layout!(qhca_ioc_qp_attr, size 80, align 4, {
+        size @ 0,
+        comp_mask @ 4,
+        qpn @ 8,
+        rsvd @ 12,
+        attr @ 16,
+    });
+    check_layout!(qhca_ioc_query_ctx, size 80, align 8, {
+        size @ 0,
+        comp_mask @ 4,
+        rsvd @ 8,
+        stats @ 16,
+    });
+    check_layout!(qhca_ioc_async_event, size 32, align 8, {
+        size @ 0,
+        comp_mask @ 4,
+        type_ @ 8,
+        element @ 12,
+        rsvd @ 16,
     });
 }
 
@@ -121,7 +274,7 @@ fn defaults_are_all_zero() {
 
 #[test]
 fn constants_the_other_layers_rely_on() {
-    assert_eq!(QHCA_ABI_VERSION, 1);
+    assert_eq!(QHCA_ABI_VERSION, 2);
     assert_eq!(QHCA_PCI_VENDOR_ID, 0x1234);
     assert_eq!(QHCA_PCI_DEVICE_ID, 0x4843);
     assert_eq!(QHCA_UAR_PAGE_SIZE, 4096);

@@ -12,10 +12,23 @@
 #define CHECK_SIZE(type, n) _Static_assert(sizeof(type) == (n), "sizeof " #type)
 #define CHECK_OFF(type, field, n) \
 	_Static_assert(offsetof(type, field) == (n), "offsetof " #type "." #field)
+#define CHECK_IOCTL(name, type) \
+	_Static_assert(QHCA_IOCTL_##name == _IOWR(QHCA_IOC_MAGIC, QHCA_IOC_NR_##name, type), \
+		       "QHCA_IOCTL_" #name " is not _IOWR of " #type)
 
-_Static_assert(QHCA_IOCTL_QUERY_DEVICE ==
-		       _IOWR(QHCA_IOC_MAGIC, QHCA_IOC_NR_QUERY_DEVICE, struct qhca_ioc_query_device),
-	       "QHCA_IOCTL_QUERY_DEVICE is not _IOWR of its struct");
+CHECK_IOCTL(QUERY_DEVICE, struct qhca_ioc_query_device);
+CHECK_IOCTL(ALLOC_PD, struct qhca_ioc_handle);
+CHECK_IOCTL(DEALLOC_PD, struct qhca_ioc_handle);
+CHECK_IOCTL(REG_MR, struct qhca_ioc_reg_mr);
+CHECK_IOCTL(DEREG_MR, struct qhca_ioc_handle);
+CHECK_IOCTL(CREATE_CQ, struct qhca_ioc_create_cq);
+CHECK_IOCTL(DESTROY_CQ, struct qhca_ioc_handle);
+CHECK_IOCTL(CREATE_QP, struct qhca_ioc_create_qp);
+CHECK_IOCTL(MODIFY_QP, struct qhca_ioc_qp_attr);
+CHECK_IOCTL(QUERY_QP, struct qhca_ioc_qp_attr);
+CHECK_IOCTL(DESTROY_QP, struct qhca_ioc_handle);
+CHECK_IOCTL(QUERY_CTX, struct qhca_ioc_query_ctx);
+CHECK_IOCTL(GET_ASYNC_EVENT, struct qhca_ioc_async_event);
 _Static_assert(_IOC_SIZE(QHCA_IOCTL_QUERY_DEVICE) == 160, "ioctl size");
 _Static_assert(_IOC_TYPE(QHCA_IOCTL_QUERY_DEVICE) == QHCA_IOC_MAGIC, "ioctl magic");
 
@@ -59,6 +72,105 @@ CHECK_OFF(struct qhca_device_attr, max_mr_size, 80);
 CHECK_OFF(struct qhca_device_attr, page_size_cap, 88);
 CHECK_OFF(struct qhca_device_attr, rsvd1, 96);
 
+CHECK_SIZE(struct qhca_cmd_reg_mr, 40);
+CHECK_OFF(struct qhca_cmd_reg_mr, uar, 0);
+CHECK_OFF(struct qhca_cmd_reg_mr, pdn, 4);
+CHECK_OFF(struct qhca_cmd_reg_mr, iova, 8);
+CHECK_OFF(struct qhca_cmd_reg_mr, length, 16);
+CHECK_OFF(struct qhca_cmd_reg_mr, access, 24);
+CHECK_OFF(struct qhca_cmd_reg_mr, npages, 28);
+CHECK_OFF(struct qhca_cmd_reg_mr, pages_addr, 32);
+
+CHECK_SIZE(struct qhca_cq_dbrec, 64);
+CHECK_OFF(struct qhca_cq_dbrec, ci, 0);
+CHECK_OFF(struct qhca_cq_dbrec, rsvd, 4);
+
+CHECK_SIZE(struct qhca_cmd_create_cq, 40);
+CHECK_OFF(struct qhca_cmd_create_cq, uar, 0);
+CHECK_OFF(struct qhca_cmd_create_cq, log_entries, 4);
+CHECK_OFF(struct qhca_cmd_create_cq, npages, 8);
+CHECK_OFF(struct qhca_cmd_create_cq, rsvd0, 12);
+CHECK_OFF(struct qhca_cmd_create_cq, pages_addr, 16);
+CHECK_OFF(struct qhca_cmd_create_cq, rsvd1, 24);
+
+CHECK_SIZE(struct qhca_cqe, 32);
+CHECK_OFF(struct qhca_cqe, wr_id, 0);
+CHECK_OFF(struct qhca_cqe, byte_len, 8);
+CHECK_OFF(struct qhca_cqe, imm_data, 12);
+CHECK_OFF(struct qhca_cqe, qpn, 16);
+CHECK_OFF(struct qhca_cqe, src_qp, 20);
+CHECK_OFF(struct qhca_cqe, opcode, 24);
+CHECK_OFF(struct qhca_cqe, status, 25);
+CHECK_OFF(struct qhca_cqe, vendor_err, 26);
+CHECK_OFF(struct qhca_cqe, flags, 27);
+CHECK_OFF(struct qhca_cqe, wqe_index, 28);
+CHECK_OFF(struct qhca_cqe, rsvd, 30);
+CHECK_OFF(struct qhca_cqe, owner, 31);
+
+CHECK_SIZE(struct qhca_wqe_ctrl, 32);
+CHECK_OFF(struct qhca_wqe_ctrl, wr_id, 0);
+CHECK_OFF(struct qhca_wqe_ctrl, opcode, 8);
+CHECK_OFF(struct qhca_wqe_ctrl, flags, 9);
+CHECK_OFF(struct qhca_wqe_ctrl, num_sge, 10);
+CHECK_OFF(struct qhca_wqe_ctrl, rsvd0, 11);
+CHECK_OFF(struct qhca_wqe_ctrl, imm_data, 12);
+CHECK_OFF(struct qhca_wqe_ctrl, inline_len, 16);
+CHECK_OFF(struct qhca_wqe_ctrl, rsvd1, 20);
+
+CHECK_SIZE(struct qhca_wqe_raddr, 16);
+CHECK_OFF(struct qhca_wqe_raddr, remote_addr, 0);
+CHECK_OFF(struct qhca_wqe_raddr, rkey, 8);
+CHECK_OFF(struct qhca_wqe_raddr, rsvd, 12);
+
+CHECK_SIZE(struct qhca_wqe_atomic, 16);
+CHECK_OFF(struct qhca_wqe_atomic, swap_add, 0);
+CHECK_OFF(struct qhca_wqe_atomic, compare, 8);
+
+CHECK_SIZE(struct qhca_sge, 16);
+CHECK_OFF(struct qhca_sge, addr, 0);
+CHECK_OFF(struct qhca_sge, length, 8);
+CHECK_OFF(struct qhca_sge, lkey, 12);
+
+CHECK_SIZE(struct qhca_rwqe, 16);
+CHECK_OFF(struct qhca_rwqe, wr_id, 0);
+CHECK_OFF(struct qhca_rwqe, num_sge, 8);
+CHECK_OFF(struct qhca_rwqe, rsvd, 12);
+
+CHECK_SIZE(struct qhca_cmd_create_qp, 40);
+CHECK_OFF(struct qhca_cmd_create_qp, uar, 0);
+CHECK_OFF(struct qhca_cmd_create_qp, pdn, 4);
+CHECK_OFF(struct qhca_cmd_create_qp, send_cqn, 8);
+CHECK_OFF(struct qhca_cmd_create_qp, recv_cqn, 12);
+CHECK_OFF(struct qhca_cmd_create_qp, sq_log, 16);
+CHECK_OFF(struct qhca_cmd_create_qp, sq_stride_log, 17);
+CHECK_OFF(struct qhca_cmd_create_qp, rq_log, 18);
+CHECK_OFF(struct qhca_cmd_create_qp, rq_stride_log, 19);
+CHECK_OFF(struct qhca_cmd_create_qp, max_inline, 20);
+CHECK_OFF(struct qhca_cmd_create_qp, max_sge, 22);
+CHECK_OFF(struct qhca_cmd_create_qp, npages, 24);
+CHECK_OFF(struct qhca_cmd_create_qp, rsvd0, 28);
+CHECK_OFF(struct qhca_cmd_create_qp, pages_addr, 32);
+
+CHECK_SIZE(struct qhca_qp_attr, 64);
+CHECK_OFF(struct qhca_qp_attr, mask, 0);
+CHECK_OFF(struct qhca_qp_attr, state, 4);
+CHECK_OFF(struct qhca_qp_attr, path_mtu, 5);
+CHECK_OFF(struct qhca_qp_attr, timeout, 6);
+CHECK_OFF(struct qhca_qp_attr, retry_cnt, 7);
+CHECK_OFF(struct qhca_qp_attr, rnr_retry, 8);
+CHECK_OFF(struct qhca_qp_attr, min_rnr_timer, 9);
+CHECK_OFF(struct qhca_qp_attr, rsvd0, 10);
+CHECK_OFF(struct qhca_qp_attr, access, 12);
+CHECK_OFF(struct qhca_qp_attr, dest_qpn, 16);
+CHECK_OFF(struct qhca_qp_attr, rq_psn, 20);
+CHECK_OFF(struct qhca_qp_attr, sq_psn, 24);
+CHECK_OFF(struct qhca_qp_attr, rsvd1, 28);
+
+CHECK_SIZE(struct qhca_ctx_stats, 64);
+CHECK_OFF(struct qhca_ctx_stats, db_accepted, 0);
+CHECK_OFF(struct qhca_ctx_stats, db_violations, 8);
+CHECK_OFF(struct qhca_ctx_stats, rsvd, 16);
+
 CHECK_SIZE(struct qhca_ioc_query_device, 160);
 CHECK_OFF(struct qhca_ioc_query_device, size, 0);
 CHECK_OFF(struct qhca_ioc_query_device, comp_mask, 4);
@@ -66,6 +178,71 @@ CHECK_OFF(struct qhca_ioc_query_device, abi_version, 8);
 CHECK_OFF(struct qhca_ioc_query_device, uar_index, 12);
 CHECK_OFF(struct qhca_ioc_query_device, rsvd_in, 16);
 CHECK_OFF(struct qhca_ioc_query_device, attr, 32);
+
+CHECK_SIZE(struct qhca_ioc_handle, 16);
+CHECK_OFF(struct qhca_ioc_handle, size, 0);
+CHECK_OFF(struct qhca_ioc_handle, comp_mask, 4);
+CHECK_OFF(struct qhca_ioc_handle, handle, 8);
+CHECK_OFF(struct qhca_ioc_handle, rsvd, 12);
+
+CHECK_SIZE(struct qhca_ioc_reg_mr, 48);
+CHECK_OFF(struct qhca_ioc_reg_mr, size, 0);
+CHECK_OFF(struct qhca_ioc_reg_mr, comp_mask, 4);
+CHECK_OFF(struct qhca_ioc_reg_mr, pdn, 8);
+CHECK_OFF(struct qhca_ioc_reg_mr, access, 12);
+CHECK_OFF(struct qhca_ioc_reg_mr, addr, 16);
+CHECK_OFF(struct qhca_ioc_reg_mr, length, 24);
+CHECK_OFF(struct qhca_ioc_reg_mr, lkey, 32);
+CHECK_OFF(struct qhca_ioc_reg_mr, rkey, 36);
+CHECK_OFF(struct qhca_ioc_reg_mr, rsvd, 40);
+
+CHECK_SIZE(struct qhca_ioc_create_cq, 40);
+CHECK_OFF(struct qhca_ioc_create_cq, size, 0);
+CHECK_OFF(struct qhca_ioc_create_cq, comp_mask, 4);
+CHECK_OFF(struct qhca_ioc_create_cq, log_entries, 8);
+CHECK_OFF(struct qhca_ioc_create_cq, eventfd, 12);
+CHECK_OFF(struct qhca_ioc_create_cq, buf_addr, 16);
+CHECK_OFF(struct qhca_ioc_create_cq, buf_len, 24);
+CHECK_OFF(struct qhca_ioc_create_cq, cqn, 32);
+CHECK_OFF(struct qhca_ioc_create_cq, rsvd, 36);
+
+CHECK_SIZE(struct qhca_ioc_create_qp, 56);
+CHECK_OFF(struct qhca_ioc_create_qp, size, 0);
+CHECK_OFF(struct qhca_ioc_create_qp, comp_mask, 4);
+CHECK_OFF(struct qhca_ioc_create_qp, pdn, 8);
+CHECK_OFF(struct qhca_ioc_create_qp, send_cqn, 12);
+CHECK_OFF(struct qhca_ioc_create_qp, recv_cqn, 16);
+CHECK_OFF(struct qhca_ioc_create_qp, sq_log, 20);
+CHECK_OFF(struct qhca_ioc_create_qp, sq_stride_log, 21);
+CHECK_OFF(struct qhca_ioc_create_qp, rq_log, 22);
+CHECK_OFF(struct qhca_ioc_create_qp, rq_stride_log, 23);
+CHECK_OFF(struct qhca_ioc_create_qp, max_inline, 24);
+CHECK_OFF(struct qhca_ioc_create_qp, max_sge, 26);
+CHECK_OFF(struct qhca_ioc_create_qp, rsvd0, 28);
+CHECK_OFF(struct qhca_ioc_create_qp, buf_addr, 32);
+CHECK_OFF(struct qhca_ioc_create_qp, buf_len, 40);
+CHECK_OFF(struct qhca_ioc_create_qp, qpn, 48);
+CHECK_OFF(struct qhca_ioc_create_qp, rsvd1, 52);
+
+CHECK_SIZE(struct qhca_ioc_qp_attr, 80);
+CHECK_OFF(struct qhca_ioc_qp_attr, size, 0);
+CHECK_OFF(struct qhca_ioc_qp_attr, comp_mask, 4);
+CHECK_OFF(struct qhca_ioc_qp_attr, qpn, 8);
+CHECK_OFF(struct qhca_ioc_qp_attr, rsvd, 12);
+CHECK_OFF(struct qhca_ioc_qp_attr, attr, 16);
+
+CHECK_SIZE(struct qhca_ioc_query_ctx, 80);
+CHECK_OFF(struct qhca_ioc_query_ctx, size, 0);
+CHECK_OFF(struct qhca_ioc_query_ctx, comp_mask, 4);
+CHECK_OFF(struct qhca_ioc_query_ctx, rsvd, 8);
+CHECK_OFF(struct qhca_ioc_query_ctx, stats, 16);
+
+CHECK_SIZE(struct qhca_ioc_async_event, 32);
+CHECK_OFF(struct qhca_ioc_async_event, size, 0);
+CHECK_OFF(struct qhca_ioc_async_event, comp_mask, 4);
+CHECK_OFF(struct qhca_ioc_async_event, type, 8);
+CHECK_OFF(struct qhca_ioc_async_event, element, 12);
+CHECK_OFF(struct qhca_ioc_async_event, rsvd, 16);
 
 _Static_assert(QHCA_UAR_PAGE_SIZE == 4096, "doorbell page size");
 _Static_assert(QHCA_DB_INDEX_SHIFT == 32 && QHCA_DB_TYPE_SHIFT == 24, "doorbell layout");
