@@ -33,4 +33,4 @@ cmd=$(printf '%q ' "$@")
 exec vng --run "$KDIR/arch/x86/boot/bzImage" "${kvm[@]}" --disable-microvm \
 	--qemu "$QEMU" --cpus 2 --memory 2G --rwdir /tmp/qhca-vm \
 	--qemu-opts="-L /usr/share/qemu -L /usr/share/seabios -device qhca,num-uars=$uars" \
-	--exec "QHCA_EXPECT_NUM_UARS=$uars QHCA_VERBS=${QHCA_VERBS:-1} $cmd"
+	--exec "QHCA_EXPECT_NUM_UARS=$uars $cmd"

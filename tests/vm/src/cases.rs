@@ -31,25 +31,12 @@ const MISC_MAJOR: u64 = 10;
 /// How long a node may take to appear after bind/insmod.
 const NODE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// True if `QHCA_VERBS=1`: the verbs cases ([`crate::verbs`]) run only then, until the device
-/// and the driver implement verbs.
-pub fn verbs_enabled() -> bool {
-    std::env::var_os("QHCA_VERBS").is_some_and(|v| v == "1")
-}
-
-/// Every case, in the default order (the verbs cases only with `QHCA_VERBS=1`).
+/// Every case, in the default order: the verbs cases ([`crate::verbs`]) run always (there is no
+/// switch that skips them by accident); the ones that unbind or unload the driver come last.
 pub fn all() -> Vec<Case<Config>> {
-    all_with(verbs_enabled())
-}
-
-/// Every case, with or without the verbs cases: the ones that unbind or unload the driver come
-/// last.
-pub fn all_with(verbs: bool) -> Vec<Case<Config>> {
     let mut v = base();
-    if verbs {
-        let at = v.len() - 2;
-        v.splice(at..at, crate::verbs::cases());
-    }
+    let at = v.len() - 2;
+    v.splice(at..at, crate::verbs::cases());
     v
 }
 
@@ -862,17 +849,13 @@ mod tests {
 
     #[test]
     fn verbs_cases_go_before_the_destructive_ones() {
-        let without: Vec<_> = all_with(false).iter().map(|c| c.name).collect();
-        let with: Vec<_> = all_with(true).iter().map(|c| c.name).collect();
-        assert_eq!(with.len(), without.len() + crate::verbs::cases().len());
-        assert_eq!(with[..without.len() - 2], without[..without.len() - 2]);
-        assert_eq!(
-            with[with.len() - 2..],
-            ["unbind_while_open", "reload_module"]
-        );
-        assert!(without.iter().all(|n| !n.starts_with("verbs_")));
-        let unique: BTreeSet<_> = with.iter().collect();
-        assert_eq!(unique.len(), with.len());
+        let all: Vec<_> = all().iter().map(|c| c.name).collect();
+        let verbs: Vec<_> = crate::verbs::cases().iter().map(|c| c.name).collect();
+        assert!(!verbs.is_empty());
+        assert!(verbs.iter().all(|v| all.contains(v)));
+        assert_eq!(all[all.len() - 2..], ["unbind_while_open", "reload_module"]);
+        let unique: BTreeSet<_> = all.iter().collect();
+        assert_eq!(unique.len(), all.len());
     }
 
     #[test]

@@ -18,7 +18,7 @@
 //!
 //! Environment: `QHCA_EXPECT_NUM_UARS` (required: the `num-uars` QEMU was started with),
 //! `QHCA_KO` (the built qhca.ko, for the reload case), `QHCA_MODULE_NAME` (default `qhca`),
-//! `QHCA_VERBS=1` (also the verbs cases; without it one line on stderr says they were skipped).
+//! The verbs cases always run (the old `QHCA_VERBS` switch is gone: it could skip them by accident).
 //!
 //! `qhca-vmtest __hold DEVICE [--map]` is the helper the cases start to hold contexts in other
 //! processes (see `system::Holder`); `__verbs_peer`, `__verbs_traffic` and `__verbs_nosys` are
@@ -43,7 +43,6 @@ Environment:
   QHCA_EXPECT_NUM_UARS  required: the num-uars the VM's QEMU was started with
   QHCA_KO               path of the built qhca.ko (needed by reload_module)
   QHCA_MODULE_NAME      module name for rmmod and /sys/module (default qhca)
-  QHCA_VERBS            1: also list and run the verbs cases (PD, MR, CQ, QP)
 ";
 
 fn main() -> ExitCode {
@@ -59,9 +58,6 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let all = cases::all();
-    if !cases::verbs_enabled() {
-        eprintln!("qhca-vmtest: verbs cases skipped (set QHCA_VERBS=1 to list and run them)");
-    }
     if args.iter().any(|a| a == "--list") {
         for c in &all {
             println!("{}", c.name);
