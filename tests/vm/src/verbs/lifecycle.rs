@@ -1,0 +1,351 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! Objects, posting, CQ events, the QP state machine and destroy order.
+
+use super::*;
+
+
+/// Every object can be made and dropped; a new QP is in RESET; unknown handles are ENOENT.
+pub(super) fn verbs_objects(t: &mut T, cfg: &Config) -> CaseResult {
+    let ctx = Arc::new(Context::open(&cfg.dev)?);
+    let attr = ctx.query()?;
+    check!(
+        t,
+        attr.has_cap(qhca_uapi::QHCA_CAP_RC as u64),
+        "caps {:#x}",
+        attr.caps
+    );
+    let pd = Pd::new(&ctx)?;
+    let mr = pd.reg_mr_buf(4096, Access::ALL)?;
+    check_eq!(
+        t,
+        mr.lkey(),
+        mr.rkey(),
+        "L_Key and R_Key are the same value"
+    );
+    let mut buf = [0u8; 100];
+    let borrowed = pd.reg_mr(&mut buf[3..], Access::LOCAL_WRITE)?;
+    check_eq!(t, borrowed.len(), 97);
+    check!(t, borrowed.lkey() != mr.lkey(), "two regions, two keys");
+    drop(borrowed);
+    let cq = Cq::new(&ctx, 16, Some(qhca::eventfd()?))?;
+    let qp = Qp::new(&pd, &cq, &cq, &QpCaps::default())?;
+    let info = qp.query()?;
+    check_eq!(t, info.state, QpState::Reset);
+    check_eq!(t, ctx.query_ctx()?.db_violations, 0);
+
+    for (kind, h) in [
+        (ObjKind::Pd, 0xff_fff0),
+        (ObjKind::Mr, 0xdead_be00),
+        (ObjKind::Cq, 0xff_fff0),
+        (ObjKind::Qp, 0xff_fff0),
+    ] {
+        check_errno!(
+            t,
+            ctx.destroy_raw(kind, h),
+            Errno::ENOENT,
+            "{kind:?} {h:#x}"
+        );
+    }
+    // Another context cannot name our objects either.
+    let other = Context::open(&cfg.dev)?;
+    check_errno!(t, other.destroy_raw(ObjKind::Qp, qp.qpn()), Errno::ENOENT);
+    check_errno!(t, other.destroy_raw(ObjKind::Mr, mr.lkey()), Errno::ENOENT);
+    check_eq!(t, qp.query()?.state, QpState::Reset, "still there");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Posting, events, state machine, destroy order
+// ---------------------------------------------------------------------------------------------
+
+/// A full queue is refused with the index of the first request not posted; unsignaled requests
+/// are freed by the signaled completion after them.
+pub(super) fn verbs_post_errors_and_unsignaled(t: &mut T, cfg: &Config) -> CaseResult {
+    let mut o = PairOpts::default();
+    o.caps.max_send_wr = 8;
+    o.caps.max_recv_wr = 4;
+    let mut p = pair(cfg, &o)?;
+    let depth = p.a.layout().sq_depth() as usize;
+    check_eq!(t, depth, 8);
+    let dst =
+        p.pd.reg_mr_buf(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = p.pd.reg_mr_buf(4096, Access::NONE)?;
+    src.write_at(0, &pattern(12, 4096));
+    let sges: Vec<[Sge; 1]> = (0..depth + 2).map(|i| [src.sge(i * 8, 8)]).collect();
+    // depth - 1 unsignaled writes, one signaled, then two that do not fit.
+    let wrs: Vec<SendWr<'_>> = (0..depth + 2)
+        .map(|i| {
+            let op = WrOp::Write {
+                raddr: dst.addr() + (i * 8) as u64,
+                rkey: dst.rkey(),
+            };
+            let flags = if i == depth - 1 {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::NONE
+            };
+            SendWr::new(i as u64, op, &sges[i]).with_flags(flags)
+        })
+        .collect();
+    let r = p.a.post_send(&wrs);
+    check!(
+        t,
+        matches!(r, Err(e) if e.index == depth && matches!(e.reason, PostReason::QueueFull { outstanding: 8, depth: 8 })),
+        "{r:?}"
+    );
+    check_eq!(t, p.a.send_outstanding(), depth as u32);
+    let wc = wait_wc(&mut p.cq_a)?;
+    check_wc(
+        t,
+        &wc,
+        depth as u64 - 1,
+        WcStatus::Success,
+        WcOpcode::RdmaWrite,
+        "the signaled one",
+    );
+    check_eq!(
+        t,
+        p.a.send_outstanding(),
+        0,
+        "its completion frees the unsignaled ones before it"
+    );
+    check_eq!(
+        t,
+        dst.to_vec(0, depth * 8),
+        pattern(12, depth * 8),
+        "all of them were executed"
+    );
+    check_eq!(
+        t,
+        quiet(&mut p.cq_a),
+        Vec::<Wc>::new(),
+        "unsignaled requests write no CQE"
+    );
+    // Now the two that did not fit go in.
+    p.a.post_send(
+        &wrs[depth..]
+            .iter()
+            .map(|w| w.with_flags(SendFlags::SIGNALED))
+            .collect::<Vec<_>>(),
+    )?;
+    for id in [depth as u64, depth as u64 + 1] {
+        check_eq!(t, wait_wc(&mut p.cq_a)?.wr_id, id);
+    }
+    // Receive side and SGE limits.
+    let max_sge = p.b.layout().max_sge as usize;
+    let many = vec![dst.sge(0, 8); max_sge + 1];
+    let r = p.b.post_recv(&[
+        RecvWr {
+            wr_id: 0,
+            sges: &many[..1],
+        },
+        RecvWr {
+            wr_id: 1,
+            sges: &many,
+        },
+    ]);
+    check!(
+        t,
+        matches!(r, Err(e) if e.index == 1 && matches!(e.reason, PostReason::TooManySge { .. })),
+        "{r:?}"
+    );
+    let recvs = vec![
+        RecvWr {
+            wr_id: 0,
+            sges: &many[..1]
+        };
+        4
+    ];
+    let r = p.b.post_recv(&recvs);
+    check!(
+        t,
+        matches!(r, Err(e) if e.index == 3 && matches!(e.reason, PostReason::QueueFull { .. })),
+        "{r:?}"
+    );
+    Ok(())
+}
+
+/// An armed CQ signals its eventfd on a completion; an unarmed one does not.
+pub(super) fn verbs_cq_event(t: &mut T, cfg: &Config) -> CaseResult {
+    let ctx = Arc::new(Context::open(&cfg.dev)?);
+    let pd = Pd::new(&ctx)?;
+    let mut cq = Cq::new(&ctx, 16, Some(qhca::eventfd()?))?;
+    let peer_cq = Cq::new(&ctx, 16, None)?;
+    let mut qp = Qp::new(&pd, &cq, &cq, &QpCaps::default())?;
+    let peer = Qp::new(&pd, &peer_cq, &peer_cq, &QpCaps::default())?;
+    qp.connect(1, peer.qpn(), 2, &ConnOpts::default())?;
+    peer.connect(2, qp.qpn(), 1, &ConnOpts::default())?;
+    let mr = pd.reg_mr_buf(64, Access::ALL)?;
+    check!(t, cq.event_fd().is_some());
+
+    // Not armed: a completion, no event.
+    let op = WrOp::Write {
+        raddr: mr.addr() + 32,
+        rkey: mr.rkey(),
+    };
+    qp.post_send(&[SendWr::new(1, op, &[mr.sge(0, 8)])])?;
+    wait_wc(&mut cq)?;
+    check_eq!(t, cq.wait(Some(QUIET))?, false, "no event without arm");
+    // Armed: the next completion signals.
+    cq.arm();
+    qp.post_send(&[SendWr::new(2, op, &[mr.sge(0, 8)])])?;
+    check_eq!(t, cq.wait(Some(WC_TIMEOUT))?, true, "event after arm");
+    check_eq!(t, wait_wc(&mut cq)?.wr_id, 2);
+    // One arm, one event.
+    qp.post_send(&[SendWr::new(3, op, &[mr.sge(0, 8)])])?;
+    wait_wc(&mut cq)?;
+    check_eq!(t, cq.wait(Some(QUIET))?, false, "the arm was used up");
+    let no_fd = Cq::new(&ctx, 2, None)?;
+    check_errno!(t, no_fd.wait(Some(QUIET)), Errno::EINVAL);
+    Ok(())
+}
+
+/// Transitions the IB state machine forbids are EINVAL and leave the state as it was.
+pub(super) fn verbs_invalid_transitions(t: &mut T, cfg: &Config) -> CaseResult {
+    let ctx = Arc::new(Context::open(&cfg.dev)?);
+    let pd = Pd::new(&ctx)?;
+    let cq = Cq::new(&ctx, 8, None)?;
+    let qp = Qp::new(&pd, &cq, &cq, &QpCaps::default())?;
+    let o = ConnOpts::default();
+    let to = |s| QpAttr {
+        state: Some(s),
+        ..QpAttr::default()
+    };
+    check_errno!(
+        t,
+        qp.to_rtr(qp.qpn(), 0, o.path_mtu, o.min_rnr_timer),
+        Errno::EINVAL,
+        "RESET -> RTR"
+    );
+    check_errno!(
+        t,
+        qp.to_rts(0, o.timeout, o.retry_cnt, o.rnr_retry),
+        Errno::EINVAL,
+        "RESET -> RTS"
+    );
+    check_errno!(
+        t,
+        qp.modify(&to(QpState::Unknown(4))),
+        Errno::EINVAL,
+        "state 4 (undefined)"
+    );
+    check_errno!(
+        t,
+        qp.modify(&to(QpState::Unknown(0xff))),
+        Errno::EINVAL,
+        "state 0xff"
+    );
+    check_eq!(t, qp.query()?.state, QpState::Reset);
+    qp.to_init(o.access)?;
+    check_errno!(
+        t,
+        qp.to_rts(0, o.timeout, o.retry_cnt, o.rnr_retry),
+        Errno::EINVAL,
+        "INIT -> RTS"
+    );
+    check_errno!(
+        t,
+        qp.modify(&QpAttr {
+            state: Some(QpState::Rtr),
+            ..QpAttr::default()
+        }),
+        Errno::EINVAL,
+        "INIT -> RTR without dest_qpn"
+    );
+    check_errno!(
+        t,
+        qp.to_rtr(qp.qpn(), 0, 7, o.min_rnr_timer),
+        Errno::EINVAL,
+        "path_mtu 7"
+    );
+    check_errno!(
+        t,
+        qp.to_rtr(qp.qpn(), 1 << 24, o.path_mtu, o.min_rnr_timer),
+        Errno::EINVAL,
+        "rq_psn of 25 bits"
+    );
+    check_eq!(t, qp.query()?.state, QpState::Init);
+    qp.to_rtr(qp.qpn(), 0x12, o.path_mtu, o.min_rnr_timer)?;
+    check_errno!(
+        t,
+        qp.modify(&to(QpState::Init)),
+        Errno::EINVAL,
+        "RTR -> INIT"
+    );
+    qp.to_rts(0x34, o.timeout, o.retry_cnt, o.rnr_retry)?;
+    let info = qp.query()?;
+    check_eq!(
+        t,
+        (info.state, info.dest_qpn, info.rq_psn, info.sq_psn),
+        (QpState::Rts, qp.qpn(), 0x12, 0x34)
+    );
+    check_eq!(
+        t,
+        (info.path_mtu, info.rnr_retry, info.access),
+        (o.path_mtu, o.rnr_retry, o.access)
+    );
+    check_errno!(t, qp.modify(&to(QpState::Rtr)), Errno::EINVAL, "RTS -> RTR");
+    qp.modify(&to(QpState::Err))?;
+    check_errno!(t, qp.modify(&to(QpState::Rts)), Errno::EINVAL, "ERR -> RTS");
+    qp.modify(&to(QpState::Reset))?;
+    check_eq!(t, qp.query()?.state, QpState::Reset, "any state -> RESET");
+    Ok(())
+}
+
+/// A CQ or PD in use cannot be destroyed (EBUSY); once the QP is gone, they can.
+pub(super) fn verbs_destroy_in_use(t: &mut T, cfg: &Config) -> CaseResult {
+    let ctx = Arc::new(Context::open(&cfg.dev)?);
+    let pd = Pd::new(&ctx)?;
+    let cq = Cq::new(&ctx, 8, None)?;
+    let qp = Qp::new(&pd, &cq, &cq, &QpCaps::default())?;
+    check_errno!(
+        t,
+        ctx.destroy_raw(ObjKind::Cq, cq.cqn()),
+        Errno::EBUSY,
+        "CQ of a QP"
+    );
+    check_errno!(
+        t,
+        ctx.destroy_raw(ObjKind::Pd, pd.pdn()),
+        Errno::EBUSY,
+        "PD of a QP"
+    );
+    let (qpn, cqn, pdn) = (qp.qpn(), cq.cqn(), pd.pdn());
+    drop(qp);
+    let mr = pd.reg_mr_buf(64, Access::NONE)?;
+    check_errno!(
+        t,
+        ctx.destroy_raw(ObjKind::Pd, pdn),
+        Errno::EBUSY,
+        "PD of an MR"
+    );
+    let key = mr.lkey();
+    drop(mr);
+    check_errno!(
+        t,
+        ctx.destroy_raw(ObjKind::Mr, key),
+        Errno::ENOENT,
+        "the MR is gone"
+    );
+    check_errno!(
+        t,
+        ctx.destroy_raw(ObjKind::Qp, qpn),
+        Errno::ENOENT,
+        "the QP is gone"
+    );
+    check_eq!(
+        t,
+        ctx.destroy_raw(ObjKind::Cq, cqn).map_err(|e| e.errno()),
+        Ok(()),
+        "CQ without users"
+    );
+    check_eq!(
+        t,
+        ctx.destroy_raw(ObjKind::Pd, pdn).map_err(|e| e.errno()),
+        Ok(()),
+        "PD without users"
+    );
+    Ok(())
+}
+
