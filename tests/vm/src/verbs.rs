@@ -226,4 +226,3 @@ fn check_wc(t: &mut T, wc: &Wc, wr_id: u64, status: WcStatus, opcode: WcOpcode, 
         check_eq!(t, wc.opcode, opcode, "{what}: opcode");
     }
 }
-

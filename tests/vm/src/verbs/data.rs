@@ -4,7 +4,6 @@
 
 use super::*;
 
-
 /// SEND into a posted receive; both completions; memory around the receive buffer untouched.
 pub(super) fn verbs_send(t: &mut T, cfg: &Config) -> CaseResult {
     let mut p = pair(cfg, &PairOpts::default())?;
@@ -410,4 +409,3 @@ pub(super) fn verbs_larger_than_mtu(t: &mut T, cfg: &Config) -> CaseResult {
     check_guarded(t, &back, &data, "read of 4 packets");
     Ok(())
 }
-

@@ -4,7 +4,6 @@
 
 use super::*;
 
-
 /// Every object can be made and dropped; a new QP is in RESET; unknown handles are ENOENT.
 pub(super) fn verbs_objects(t: &mut T, cfg: &Config) -> CaseResult {
     let ctx = Arc::new(Context::open(&cfg.dev)?);
@@ -348,4 +347,3 @@ pub(super) fn verbs_destroy_in_use(t: &mut T, cfg: &Config) -> CaseResult {
     );
     Ok(())
 }
-

@@ -5,7 +5,6 @@
 
 use super::*;
 
-
 /// A helper process of this binary speaking lines on stdin/stdout.
 struct Helper {
     child: Child,
@@ -599,4 +598,3 @@ mod tests {
         );
     }
 }
-

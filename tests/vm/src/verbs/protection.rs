@@ -4,7 +4,6 @@
 
 use super::*;
 
-
 /// Posts one WRITE of `len` bytes to `raddr`/`rkey` followed by two more requests; expects the
 /// first to fail with `status`, the QP to go to ERR and the other two to be flushed.
 fn write_fails_and_flushes(
@@ -355,4 +354,3 @@ pub(super) fn verbs_rnr_retry_zero(t: &mut T, cfg: &Config) -> CaseResult {
     );
     Ok(())
 }
-
