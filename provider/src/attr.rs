@@ -179,8 +179,8 @@ mod tests {
         assert_eq!(
             a,
             DeviceAttr {
-                abi_version: 1,
-                device_abi_version: 1,
+                abi_version: 2,
+                device_abi_version: 2,
                 uar_index: 3,
                 num_uars: 16,
                 caps: 1,

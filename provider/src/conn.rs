@@ -5,9 +5,16 @@
 //! their QPs to RTS.
 //!
 //! The record is 32 bytes, little-endian: magic `"QHCI"`, qpn, psn, rkey, addr (u64), len (u64).
+//! Each side passes its own record and the peer's to [`crate::Qp::connect`].
+//!
+//! Every helper waits at most the timeout it is given (or that [`set_timeouts`] put on the
+//! stream), and reports a peer that closed the connection as [`Error::PeerClosed`], not as an
+//! I/O error.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
 
 use crate::error::{errno_of, Error, Result};
 
@@ -21,7 +28,8 @@ pub const CONN_MAGIC: [u8; 4] = *b"QHCI";
 pub struct ConnInfo {
     /// The sender's QP number.
     pub qpn: u32,
-    /// The sender's first send PSN (24 bits).
+    /// The PSN of the sender's first outgoing packet (24 bits): its `sq_psn`, and the
+    /// receiver's `rq_psn`.
     pub psn: u32,
     /// The R_Key of the region the peer may access.
     pub rkey: u32,
@@ -32,6 +40,16 @@ pub struct ConnInfo {
 }
 
 impl ConnInfo {
+    /// The same record lending the peer the region `mr` (its R_Key, address and length).
+    pub fn with_region(self, mr: &crate::Mr<'_>) -> ConnInfo {
+        ConnInfo {
+            rkey: mr.rkey(),
+            addr: mr.addr(),
+            len: mr.len() as u64,
+            ..self
+        }
+    }
+
     /// The wire record.
     pub fn encode(&self) -> [u8; CONN_INFO_LEN] {
         let mut b = [0u8; CONN_INFO_LEN];
@@ -69,49 +87,133 @@ impl ConnInfo {
     }
 }
 
-fn net_err(op: &'static str) -> impl Fn(std::io::Error) -> Error {
-    move |e| Error::Sys {
-        op,
-        source: errno_of(&e),
+/// How long the helpers wait for the peer unless told otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Maps an I/O error of `op` to ours: a timeout is [`Error::Timeout`], a peer that closed the
+/// connection [`Error::PeerClosed`], anything else [`Error::Sys`].
+fn net_err(op: &'static str, timeout: Duration) -> impl Fn(std::io::Error) -> Error {
+    use std::io::ErrorKind::*;
+    move |e| match e.kind() {
+        WouldBlock | TimedOut => Error::Timeout {
+            what: op,
+            after: timeout,
+        },
+        UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionAborted => {
+            Error::PeerClosed { during: op }
+        }
+        _ => Error::Sys {
+            op,
+            source: errno_of(&e),
+        },
     }
 }
 
-/// Sends `local` and receives the peer's record on an established stream.
+/// Gives every later read and write on `stream` a limit of `timeout`, and turns Nagle off
+/// (records are small and each waits for an answer).
+pub fn set_timeouts(stream: &TcpStream, timeout: Duration) -> Result<()> {
+    let sys = |op| {
+        move |e: std::io::Error| Error::Sys {
+            op,
+            source: errno_of(&e),
+        }
+    };
+    let t = Some(timeout.max(Duration::from_millis(1)));
+    stream.set_read_timeout(t).map_err(sys("set SO_RCVTIMEO"))?;
+    stream
+        .set_write_timeout(t)
+        .map_err(sys("set SO_SNDTIMEO"))?;
+    stream.set_nodelay(true).map_err(sys("set TCP_NODELAY"))
+}
+
+/// The timeout set on `stream` ([`set_timeouts`]), for error messages.
+fn stream_timeout(stream: &TcpStream) -> Duration {
+    stream
+        .read_timeout()
+        .ok()
+        .flatten()
+        .unwrap_or(Duration::ZERO)
+}
+
+/// Sends `local` and receives the peer's record on an established stream, each within the
+/// stream's timeouts ([`set_timeouts`]; none set: it may block for ever).
+///
+/// Fails with [`Error::Timeout`], [`Error::PeerClosed`], [`Error::Protocol`] (not a record) or
+/// [`Error::Sys`].
 pub fn exchange(stream: &mut TcpStream, local: &ConnInfo) -> Result<ConnInfo> {
+    let t = stream_timeout(stream);
     stream
         .write_all(&local.encode())
-        .map_err(net_err("send connection record"))?;
+        .map_err(net_err("send connection record", t))?;
     let mut b = [0u8; CONN_INFO_LEN];
     stream
         .read_exact(&mut b)
-        .map_err(net_err("receive connection record"))?;
+        .map_err(net_err("receive connection record", t))?;
     ConnInfo::decode(&b)
 }
 
-/// Server side: accepts one connection on `listener` and exchanges records.
-pub fn accept_exchange(listener: &TcpListener, local: &ConnInfo) -> Result<(TcpStream, ConnInfo)> {
-    let (mut s, _) = listener.accept().map_err(net_err("accept"))?;
-    s.set_nodelay(true).map_err(net_err("set TCP_NODELAY"))?;
+/// Server side: waits up to `timeout` for one connection on `listener`, then exchanges
+/// records with the same timeout, which stays set on the returned stream (for [`sync`]).
+pub fn accept_exchange(
+    listener: &TcpListener,
+    local: &ConnInfo,
+    timeout: Duration,
+) -> Result<(TcpStream, ConnInfo)> {
+    let mut pfd = [libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    if crate::context::poll_fds(&mut pfd, Some(timeout), "poll listener")? == 0 {
+        return Err(Error::Timeout {
+            what: "accept a connection",
+            after: timeout,
+        });
+    }
+    let (mut s, _) = listener.accept().map_err(net_err("accept", timeout))?;
+    // The accepted socket inherits no O_NONBLOCK from a blocking listener; the timeouts bound
+    // every later read and write.
+    set_timeouts(&s, timeout)?;
     let remote = exchange(&mut s, local)?;
     Ok((s, remote))
 }
 
-/// Client side: connects to `addr` and exchanges records.
+/// Client side: connects to `addr` within `timeout` and exchanges records with the same
+/// timeout, which stays set on the returned stream (for [`sync`]).
 pub fn connect_exchange(
     addr: impl ToSocketAddrs,
     local: &ConnInfo,
+    timeout: Duration,
 ) -> Result<(TcpStream, ConnInfo)> {
-    let mut s = TcpStream::connect(addr).map_err(net_err("connect"))?;
-    s.set_nodelay(true).map_err(net_err("set TCP_NODELAY"))?;
-    let remote = exchange(&mut s, local)?;
-    Ok((s, remote))
+    let addrs: Vec<_> = addr
+        .to_socket_addrs()
+        .map_err(net_err("resolve the peer's address", timeout))?
+        .collect();
+    let mut last = Error::Invalid {
+        what: "the peer's address resolves to nothing".into(),
+    };
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, timeout) {
+            Ok(mut s) => {
+                set_timeouts(&s, timeout)?;
+                let remote = exchange(&mut s, local)?;
+                return Ok((s, remote));
+            }
+            Err(e) => last = net_err("connect", timeout)(e),
+        }
+    }
+    Err(last)
 }
 
-/// A barrier over the stream: both sides send one byte and wait for the other's.
+/// A barrier over the stream: both sides send one byte and wait for the other's, within the
+/// stream's timeouts. A peer that exited is [`Error::PeerClosed`].
 pub fn sync(stream: &mut TcpStream) -> Result<()> {
-    stream.write_all(b"S").map_err(net_err("send sync"))?;
+    let t = stream_timeout(stream);
+    stream.write_all(b"S").map_err(net_err("send sync", t))?;
     let mut b = [0u8; 1];
-    stream.read_exact(&mut b).map_err(net_err("receive sync"))?;
+    stream
+        .read_exact(&mut b)
+        .map_err(net_err("receive sync", t))?;
     if b != *b"S" {
         return Err(Error::Protocol {
             what: format!("sync byte {:#04x}", b[0]),
@@ -174,13 +276,57 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let server_info = ConnInfo { qpn: 7, ..INFO };
         let t = std::thread::spawn(move || {
-            let (mut s, remote) = accept_exchange(&l, &server_info).unwrap();
+            let (mut s, remote) = accept_exchange(&l, &server_info, DEFAULT_TIMEOUT).unwrap();
             sync(&mut s).unwrap();
             remote
         });
-        let (mut s, remote) = connect_exchange(addr, &INFO).unwrap();
+        let (mut s, remote) = connect_exchange(addr, &INFO, DEFAULT_TIMEOUT).unwrap();
         sync(&mut s).unwrap();
         assert_eq!(remote, server_info);
         assert_eq!(t.join().unwrap(), INFO);
+    }
+
+    /// The helpers blocked for ever, and reported a closed peer as an I/O error (EIO).
+    #[test]
+    fn a_silent_peer_times_out_and_a_closed_one_is_named() {
+        let t = Duration::from_millis(200);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        // Nobody connects.
+        let start = std::time::Instant::now();
+        assert!(matches!(
+            accept_exchange(&l, &INFO, t),
+            Err(Error::Timeout {
+                what: "accept a connection",
+                ..
+            })
+        ));
+        assert!(start.elapsed() < Duration::from_secs(5));
+        // A peer that connects and says nothing.
+        let silent = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            std::thread::sleep(Duration::from_millis(600));
+            drop(s);
+            l
+        });
+        let e = connect_exchange(addr, &INFO, t).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Timeout {
+                    what: "receive connection record",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(e.errno(), Some(crate::Errno::ETIMEDOUT));
+        let l = silent.join().unwrap();
+        // A peer that closes at once.
+        let closer = std::thread::spawn(move || drop(l.accept().unwrap()));
+        let e = connect_exchange(addr, &INFO, Duration::from_secs(5)).unwrap_err();
+        closer.join().unwrap();
+        assert!(matches!(e, Error::PeerClosed { .. }), "{e}");
+        assert!(e.to_string().contains("peer closed"), "{e}");
     }
 }

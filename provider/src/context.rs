@@ -1,16 +1,22 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! A context: one open `/dev/qhcaN`, which owns one doorbell page of the device.
+//! A context: one open `/dev/qhcaN`, which owns one doorbell page of the device, and its
+//! asynchronous events.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
-use qhca_uapi::{qhca_ioc_handle, qhca_ioc_query_ctx, qhca_ioc_query_device};
+use qhca_uapi::{
+    qhca_ioc_async_event, qhca_ioc_query_ctx, qhca_ioc_query_device, QHCA_ASYNC_CQ_ERR,
+    QHCA_ASYNC_DEVICE_FATAL, QHCA_ASYNC_QP_FATAL,
+};
 
 use crate::attr::DeviceAttr;
 use crate::doorbell::Doorbell;
-use crate::error::{errno_of, Error, Result};
+use crate::error::{errno_of, Errno, Error, Result};
 use crate::sys::{self, Request};
 
 /// A raw verbs ioctl as nix declares it.
@@ -25,37 +31,96 @@ pub struct CtxStats {
     pub db_violations: u64,
 }
 
-/// The kinds of object [`Context::destroy_raw`] can name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ObjKind {
-    /// A protection domain (`DEALLOC_PD`).
-    Pd,
-    /// A memory region, named by its key (`DEREG_MR`).
-    Mr,
-    /// A completion queue (`DESTROY_CQ`).
-    Cq,
-    /// A queue pair (`DESTROY_QP`).
-    Qp,
+/// An asynchronous event of a context (`enum qhca_async_event_type`), as
+/// `ibv_get_async_event()` reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AsyncEvent {
+    /// The QP entered ERR on its own (a remote or local error, not a MODIFY_QP): its
+    /// outstanding requests complete with `WR_FLUSH_ERR`.
+    QpFatal {
+        /// The QP.
+        qpn: u32,
+    },
+    /// The CQ overran or the device could not write it: it gets no more completions.
+    CqErr {
+        /// The CQ.
+        cqn: u32,
+    },
+    /// The device was unbound, removed or failed: the context is disassociated
+    /// ([`Error::Disassociated`] from now on). Clean up and exit, or reopen.
+    DeviceFatal,
+    /// A type this ABI version does not define.
+    Unknown {
+        /// The raw type.
+        kind: u32,
+        /// The raw element.
+        element: u32,
+    },
+}
+
+impl AsyncEvent {
+    /// Decodes the ioctl's answer.
+    pub fn from_raw(kind: u32, element: u32) -> AsyncEvent {
+        match kind {
+            QHCA_ASYNC_QP_FATAL => AsyncEvent::QpFatal { qpn: element },
+            QHCA_ASYNC_CQ_ERR => AsyncEvent::CqErr { cqn: element },
+            QHCA_ASYNC_DEVICE_FATAL => AsyncEvent::DeviceFatal,
+            _ => AsyncEvent::Unknown { kind, element },
+        }
+    }
 }
 
 /// An open device. The driver allocates the context's doorbell page when the file is opened and
 /// frees it when the last reference to the file goes away (this fd and any [`Doorbell`]
 /// mapping, which keeps the file open on its own).
+///
+/// A context is *disassociated* when its device goes away under it (unbind, surprise removal,
+/// a device that stopped answering): the driver queues [`AsyncEvent::DeviceFatal`], replaces
+/// the doorbell page by a harmless one (doorbell stores are dropped, nothing faults), signals
+/// every CQ's eventfd, fails every ioctl with `ENODEV` (`EIO` after a device failure) and
+/// reports `EPOLLERR` on the file. The provider notices it without a system call on the data
+/// path: from then on posts fail with [`crate::PostReason::Disassociated`], and
+/// [`crate::Cq::wait`], [`crate::Cq::poll_wait`], [`Context::check`] and
+/// [`Context::wait_async_event`] return [`Error::Disassociated`], so no wait lasts for ever.
 #[derive(Debug)]
 pub struct Context {
     // Dropped first: the mapping holds its own reference to the file anyway.
     db: OnceLock<Arc<Doorbell>>,
     fd: OwnedFd,
     path: PathBuf,
+    attr: DeviceAttr,
+    dead: AtomicBool,
 }
 
 impl Context {
-    /// Opens `path` (`/dev/qhcaN`) read-write, close-on-exec.
+    /// Opens `path` (`/dev/qhcaN`) read-write, close-on-exec, and checks that the driver speaks
+    /// this provider's ABI version ([`qhca_uapi::QHCA_ABI_VERSION`]).
+    ///
+    /// Each open context takes one of the device's doorbell pages until it is closed (and its
+    /// doorbell mapping gone): the device has `num-uars` of them (a QEMU property, 64 unless the
+    /// VM was started with another value; [`DeviceAttr::num_uars`] says how many), so at most
+    /// that many contexts can be open on one device at a time, over every process.
     ///
     /// Fails with [`Error::Open`]: `ENOENT` (no such node), `EACCES`, `ENOSPC` (every doorbell
-    /// page of the device is taken), `ENODEV` (the device is going away).
+    /// page of the device is taken), `ENODEV` (the device is going away); with [`Error::Ioctl`]
+    /// (`QUERY_DEVICE`: not a qhca device) or [`Error::AbiMismatch`].
     pub fn open(path: impl AsRef<Path>) -> Result<Context> {
-        let path = path.as_ref();
+        let ctx = Self::open_file(path.as_ref())?;
+        let mut req = query_device_request();
+        ctx.query_raw(&mut req)?;
+        let attr = DeviceAttr::from_ioctl(&req)?;
+        Ok(Context { attr, ..ctx })
+    }
+
+    /// Opens without asking the driver anything: for host tests on ordinary files, whose
+    /// shared mapping stands in for the doorbell page. Only with the `test-util` feature (and
+    /// in this crate's own tests); programs use [`Context::open`].
+    #[cfg(any(test, feature = "test-util"))]
+    pub fn open_unchecked(path: &Path) -> Result<Context> {
+        Self::open_file(path)
+    }
+
+    fn open_file(path: &Path) -> Result<Context> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -68,6 +133,8 @@ impl Context {
             db: OnceLock::new(),
             fd: file.into(),
             path: path.to_owned(),
+            attr: DeviceAttr::default(),
+            dead: AtomicBool::new(false),
         })
     }
 
@@ -76,9 +143,25 @@ impl Context {
         &self.path
     }
 
-    /// The file descriptor, for tests that issue raw system calls on it.
-    pub fn raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+    /// What `QUERY_DEVICE` said when the context was opened.
+    pub fn attr(&self) -> &DeviceAttr {
+        &self.attr
+    }
+
+    fn query_raw(&self, req: &mut qhca_ioc_query_device) -> Result<()> {
+        // SAFETY:
+        // - `req` is a live, exclusively borrowed `qhca_ioc_query_device`, so the pointer is
+        //   valid for reads and writes of the whole struct for the duration of the call (the
+        //   size field tells the driver exactly that size);
+        // - the fd is open: `self.fd` is an `OwnedFd` that outlives the call.
+        unsafe { sys::query_device(self.fd.as_raw_fd(), req) }.map_err(|source| {
+            self.note_errno(source);
+            Error::Ioctl {
+                op: "QUERY_DEVICE",
+                source,
+            }
+        })?;
+        Ok(())
     }
 
     /// `QHCA_IOCTL_QUERY_DEVICE`: what the device is and which doorbell page this context owns.
@@ -87,17 +170,7 @@ impl Context {
     /// a driver that does not know this request) or [`Error::AbiMismatch`].
     pub fn query(&self) -> Result<DeviceAttr> {
         let mut req = query_device_request();
-        // SAFETY:
-        // - `req` is a live, exclusively borrowed `qhca_ioc_query_device` on our stack, so the
-        //   pointer is valid for reads and writes of the whole struct for the duration of the
-        //   call (the size field tells the driver exactly that size);
-        // - the fd is open: `self.fd` is an `OwnedFd` that outlives the call.
-        unsafe { sys::query_device(self.fd.as_raw_fd(), &mut req) }.map_err(|source| {
-            Error::Ioctl {
-                op: "QUERY_DEVICE",
-                source,
-            }
-        })?;
+        self.query_raw(&mut req)?;
         DeviceAttr::from_ioctl(&req)
     }
 
@@ -108,9 +181,7 @@ impl Context {
     pub fn map_doorbell(&self) -> Result<Doorbell> {
         Doorbell::map(self.fd.as_fd())
     }
-}
 
-impl Context {
     /// The doorbell page shared by every queue of this context, mapped on first use.
     ///
     /// Fails with [`Error::Mmap`].
@@ -123,6 +194,117 @@ impl Context {
         Ok(self.db.get_or_init(|| db).clone())
     }
 
+    /// True once the provider knows the context is disassociated. One relaxed atomic load: no
+    /// system call. It learns it from an ioctl failing with `ENODEV` or `EIO`, from
+    /// [`AsyncEvent::DeviceFatal`], and from the `EPOLLERR` that [`Context::check`],
+    /// [`crate::Cq::wait`] and [`crate::Cq::poll_wait`] look for.
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Relaxed)
+    }
+
+    fn mark_dead(&self) {
+        self.dead.store(true, Ordering::Relaxed);
+    }
+
+    /// Records what an ioctl's errno says about the context.
+    fn note_errno(&self, e: Errno) {
+        if e == Errno::ENODEV || e == Errno::EIO {
+            self.mark_dead();
+        }
+    }
+
+    /// Asks the driver, with one `poll(2)` of timeout 0 on the file, whether the context is
+    /// disassociated (`EPOLLERR`). For spin loops that poll a CQ without system calls: call it
+    /// every few milliseconds of finding nothing, as [`crate::Cq::poll_wait`] does.
+    ///
+    /// Fails with [`Error::Disassociated`], or [`Error::Sys`] if `poll(2)` itself fails.
+    pub fn check(&self) -> Result<()> {
+        if self.is_dead() {
+            return Err(Error::Disassociated { op: "check" });
+        }
+        let revents = self.poll_fd(0, Some(Duration::ZERO))?;
+        self.dead_if_err(revents, "check")
+    }
+
+    /// Marks the context dead and fails if `revents` has `POLLERR`, `POLLHUP` or `POLLNVAL`.
+    pub(crate) fn dead_if_err(&self, revents: i16, op: &'static str) -> Result<()> {
+        if revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+            self.mark_dead();
+            return Err(Error::Disassociated { op });
+        }
+        Ok(())
+    }
+
+    /// `poll(2)` on the file for `events` (errors are always reported); returns `revents`, 0 on
+    /// timeout.
+    fn poll_fd(&self, events: i16, timeout: Option<Duration>) -> Result<i16> {
+        let mut pfd = [libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events,
+            revents: 0,
+        }];
+        poll_fds(&mut pfd, timeout, "poll context")?;
+        Ok(pfd[0].revents)
+    }
+
+    /// `QHCA_IOCTL_GET_ASYNC_EVENT`: takes the oldest queued asynchronous event, `None` if there
+    /// is none. Never blocks; [`Context::wait_async_event`] waits for one, and the file is
+    /// pollable (`POLLIN` while an event is queued) for an event loop.
+    ///
+    /// [`AsyncEvent::DeviceFatal`] marks the context disassociated. Fails with
+    /// [`Error::Ioctl`].
+    pub fn get_async_event(&self) -> Result<Option<AsyncEvent>> {
+        let mut req = qhca_ioc_async_event::request();
+        match self.ioctl("GET_ASYNC_EVENT", sys::get_async_event, &mut req) {
+            Ok(()) => {}
+            Err(Error::Ioctl {
+                source: Errno::EAGAIN,
+                ..
+            }) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let ev = AsyncEvent::from_raw(req.type_, req.element);
+        if ev == AsyncEvent::DeviceFatal {
+            self.mark_dead();
+        }
+        Ok(Some(ev))
+    }
+
+    /// Waits up to `timeout` (`None`: for ever) for an asynchronous event and takes it;
+    /// `Ok(None)` when the time is up.
+    ///
+    /// On a disassociated context it returns the queued [`AsyncEvent::DeviceFatal`] first,
+    /// then fails with [`Error::Disassociated`] at once: it never waits for ever on a dead
+    /// device.
+    pub fn wait_async_event(&self, timeout: Option<Duration>) -> Result<Option<AsyncEvent>> {
+        let end = timeout.map(|t| Instant::now() + t);
+        loop {
+            if let Some(ev) = self.get_async_event()? {
+                return Ok(Some(ev));
+            }
+            if self.is_dead() {
+                return Err(Error::Disassociated {
+                    op: "wait for an asynchronous event",
+                });
+            }
+            let left = end.map(|e| e.saturating_duration_since(Instant::now()));
+            let revents = self.poll_fd(libc::POLLIN, left)?;
+            if revents & libc::POLLIN != 0 {
+                continue;
+            }
+            if revents != 0 {
+                // An error and no event left to read: disassociated.
+                if let Some(ev) = self.get_async_event()? {
+                    return Ok(Some(ev));
+                }
+                self.dead_if_err(revents, "wait for an asynchronous event")?;
+            }
+            if left.is_some_and(|l| l.is_zero()) {
+                return Ok(None);
+            }
+        }
+    }
+
     /// Issues one verbs ioctl on `req`.
     pub(crate) fn ioctl<T>(&self, op: &'static str, f: RawIoctl<T>, req: &mut T) -> Result<()> {
         // SAFETY:
@@ -132,7 +314,10 @@ impl Context {
         // - the fd is open: `self.fd` outlives the call.
         unsafe { f(self.fd.as_raw_fd(), req) }
             .map(drop)
-            .map_err(|source| Error::Ioctl { op, source })
+            .map_err(|source| {
+                self.note_errno(source);
+                Error::Ioctl { op, source }
+            })
     }
 
     /// `QHCA_IOCTL_QUERY_CTX`: the device's doorbell counters for this context.
@@ -144,23 +329,32 @@ impl Context {
             db_violations: req.stats.db_violations,
         })
     }
+}
 
-    /// Destroys an object by its handle, bypassing the typed wrappers: for tests of the
-    /// driver's own checks (`EBUSY` for a PD or CQ in use, `ENOENT` for an unknown handle).
-    ///
-    /// This is safe for memory: a destroyed object's rings and regions are no longer reached by
-    /// the device, and the wrapper that still owns them frees them only after its own destroy
-    /// call (which then fails with `ENOENT` and is ignored).
-    pub fn destroy_raw(&self, kind: ObjKind, handle: u32) -> Result<()> {
-        let mut req = qhca_ioc_handle::request();
-        req.handle = handle;
-        let (op, f): (&'static str, RawIoctl<qhca_ioc_handle>) = match kind {
-            ObjKind::Pd => ("DEALLOC_PD", sys::dealloc_pd),
-            ObjKind::Mr => ("DEREG_MR", sys::dereg_mr),
-            ObjKind::Cq => ("DESTROY_CQ", sys::destroy_cq),
-            ObjKind::Qp => ("DESTROY_QP", sys::destroy_qp),
-        };
-        self.ioctl(op, f, &mut req)
+/// `poll(2)` on `fds` for up to `timeout` (`None`: for ever), restarted on `EINTR` with the time
+/// left; returns how many have events (0: timed out).
+pub(crate) fn poll_fds(
+    fds: &mut [libc::pollfd],
+    timeout: Option<Duration>,
+    op: &'static str,
+) -> Result<usize> {
+    let end = timeout.map(|t| Instant::now() + t);
+    loop {
+        let ms = end.map_or(-1, |e| {
+            let left = e.saturating_duration_since(Instant::now());
+            // Round up, so that a wait of 0.5 ms does not spin with timeout 0.
+            left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+        });
+        // SAFETY: `fds` is an exclusively borrowed slice of valid `pollfd`s, and its length is
+        // passed with it, so the kernel reads and writes only those entries.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = Errno::last();
+        if e != Errno::EINTR {
+            return Err(Error::Sys { op, source: e });
+        }
     }
 }
 
@@ -218,12 +412,25 @@ mod tests {
         }
     }
 
+    /// The ABI check happens at open: a file that is not a qhca device (or a driver of another
+    /// ABI version) is refused there, not at the first query.
+    #[test]
+    fn open_checks_the_device_and_its_abi_version() {
+        match Context::open("/dev/null") {
+            Err(Error::Ioctl {
+                op: "QUERY_DEVICE",
+                source,
+            }) => assert_eq!(source, Errno::ENOTTY),
+            other => panic!("expected QUERY_DEVICE to fail at open, got {other:?}"),
+        }
+    }
+
     #[test]
     fn query_on_a_non_qhca_file_is_an_ioctl_error() {
         // /dev/null knows no ioctls: ENOTTY, reported as a typed error.
-        let ctx = Context::open("/dev/null").unwrap();
+        let ctx = Context::open_unchecked(Path::new("/dev/null")).unwrap();
         assert_eq!(ctx.path(), Path::new("/dev/null"));
-        assert!(ctx.raw_fd() >= 0);
+        assert!(ctx.as_raw_fd() >= 0);
         match ctx.query() {
             Err(Error::Ioctl {
                 op: "QUERY_DEVICE",
@@ -231,11 +438,12 @@ mod tests {
             }) => assert_eq!(source, Errno::ENOTTY),
             other => panic!("expected ENOTTY, got {other:?}"),
         }
+        assert!(!ctx.is_dead(), "ENOTTY says nothing about the device");
     }
 
     #[test]
     fn verbs_ioctls_on_a_non_qhca_file_are_typed_errors() {
-        let ctx = Context::open("/dev/null").unwrap();
+        let ctx = Context::open_unchecked(Path::new("/dev/null")).unwrap();
         match ctx.query_ctx() {
             Err(Error::Ioctl {
                 op: "QUERY_CTX",
@@ -243,20 +451,70 @@ mod tests {
             }) => assert_eq!(source, Errno::ENOTTY),
             other => panic!("expected ENOTTY, got {other:?}"),
         }
-        match ctx.destroy_raw(ObjKind::Cq, 1) {
+        match ctx.get_async_event() {
             Err(Error::Ioctl {
-                op: "DESTROY_CQ",
+                op: "GET_ASYNC_EVENT",
                 source,
             }) => assert_eq!(source, Errno::ENOTTY),
             other => panic!("expected ENOTTY, got {other:?}"),
         }
         assert!(ctx.doorbell().is_err());
+        // /dev/null polls readable and without error: alive.
+        ctx.check().unwrap();
+    }
+
+    #[test]
+    fn enodev_or_eio_from_an_ioctl_marks_the_context_dead() {
+        let ctx = Context::open_unchecked(Path::new("/dev/null")).unwrap();
+        ctx.note_errno(Errno::ENOTTY);
+        ctx.note_errno(Errno::EINVAL);
+        assert!(!ctx.is_dead());
+        ctx.note_errno(Errno::ENODEV);
+        assert!(ctx.is_dead());
+        assert!(matches!(ctx.check(), Err(Error::Disassociated { .. })));
+        assert_eq!(
+            ctx.wait_async_event(None).unwrap_err().errno(),
+            Some(Errno::ENOTTY),
+            "the ioctl itself fails on /dev/null"
+        );
+        let ctx = Context::open_unchecked(Path::new("/dev/null")).unwrap();
+        ctx.note_errno(Errno::EIO);
+        assert!(ctx.is_dead());
+    }
+
+    #[test]
+    fn pollerr_marks_the_context_dead() {
+        let ctx = Context::open_unchecked(Path::new("/dev/null")).unwrap();
+        ctx.dead_if_err(libc::POLLIN, "x").unwrap();
+        assert!(!ctx.is_dead());
+        assert!(matches!(
+            ctx.dead_if_err(libc::POLLIN | libc::POLLERR, "x"),
+            Err(Error::Disassociated { op: "x" })
+        ));
+        assert!(ctx.is_dead());
+    }
+
+    #[test]
+    fn async_events_decode() {
+        assert_eq!(
+            AsyncEvent::from_raw(1, 0x401),
+            AsyncEvent::QpFatal { qpn: 0x401 }
+        );
+        assert_eq!(AsyncEvent::from_raw(2, 3), AsyncEvent::CqErr { cqn: 3 });
+        assert_eq!(AsyncEvent::from_raw(3, 0), AsyncEvent::DeviceFatal);
+        assert_eq!(
+            AsyncEvent::from_raw(9, 7),
+            AsyncEvent::Unknown {
+                kind: 9,
+                element: 7
+            }
+        );
     }
 
     #[test]
     fn map_doorbell_on_a_non_qhca_file_is_an_mmap_error() {
         // /dev/null cannot be mapped shared: ENODEV.
-        let ctx = Context::open("/dev/null").unwrap();
+        let ctx = Context::open_unchecked(Path::new("/dev/null")).unwrap();
         match ctx.map_doorbell() {
             Err(Error::Mmap {
                 what: "doorbell page",

@@ -7,24 +7,30 @@
 //! - the device writes CQEs, each one's owner byte last; the owner bit of entry i on pass p
 //!   (p = index >> log) is `(p + 1) & 1`: the ring starts zeroed and the first pass writes 1;
 //! - the consumer (us) writes only `dbrec.ci`, its free-running consumer index, with a release
-//!   store once per poll batch; the device reads it before it would overwrite an entry.
+//!   store once per poll batch; the device reads it before it would overwrite an entry;
+//! - when a QP moves to RESET or is destroyed, the consumer also rewrites the bodies of the
+//!   entries it has not consumed yet (between its index and the device's), to drop that QP's
+//!   (as rdma-core's mlx5 `__mlx5_cq_clean`); the device does not touch those entries until
+//!   the consumer index passes them.
 
 use std::collections::HashMap;
+use std::mem::offset_of;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use qhca_uapi::{
-    qhca_ioc_create_cq, qhca_ioc_handle, QHCA_CQE_OWNER, QHCA_CQE_SIZE, QHCA_CQE_WITH_IMM,
-    QHCA_WC_BAD_RESP_ERR, QHCA_WC_COMP_SWAP, QHCA_WC_FETCH_ADD, QHCA_WC_GENERAL_ERR,
-    QHCA_WC_LOC_ACCESS_ERR, QHCA_WC_LOC_LEN_ERR, QHCA_WC_LOC_PROT_ERR, QHCA_WC_LOC_QP_OP_ERR,
-    QHCA_WC_RDMA_READ, QHCA_WC_RDMA_WRITE, QHCA_WC_RECV, QHCA_WC_RECV_RDMA_WITH_IMM,
-    QHCA_WC_REM_ACCESS_ERR, QHCA_WC_REM_INV_REQ_ERR, QHCA_WC_REM_OP_ERR, QHCA_WC_RETRY_EXC_ERR,
-    QHCA_WC_RNR_RETRY_EXC_ERR, QHCA_WC_SEND, QHCA_WC_SUCCESS, QHCA_WC_WR_FLUSH_ERR,
+    qhca_cqe, qhca_ioc_create_cq, qhca_ioc_handle, QHCA_CQE_OWNER, QHCA_CQE_SIZE,
+    QHCA_CQE_WITH_IMM, QHCA_WC_BAD_RESP_ERR, QHCA_WC_COMP_SWAP, QHCA_WC_FETCH_ADD,
+    QHCA_WC_GENERAL_ERR, QHCA_WC_LOC_ACCESS_ERR, QHCA_WC_LOC_LEN_ERR, QHCA_WC_LOC_PROT_ERR,
+    QHCA_WC_LOC_QP_OP_ERR, QHCA_WC_RDMA_READ, QHCA_WC_RDMA_WRITE, QHCA_WC_RECV,
+    QHCA_WC_RECV_RDMA_WITH_IMM, QHCA_WC_REM_ACCESS_ERR, QHCA_WC_REM_INV_REQ_ERR,
+    QHCA_WC_REM_OP_ERR, QHCA_WC_RETRY_EXC_ERR, QHCA_WC_RNR_RETRY_EXC_ERR, QHCA_WC_SEND,
+    QHCA_WC_SUCCESS, QHCA_WC_WR_FLUSH_ERR,
 };
 
-use crate::context::Context;
+use crate::context::{poll_fds, Context};
 use crate::doorbell::Doorbell;
 use crate::error::{Errno, Error, Result};
 use crate::layout::CqLayout;
@@ -34,8 +40,22 @@ use crate::wq::WqShared;
 use crate::{DbType, DbWord};
 
 const CQE_SIZE: usize = QHCA_CQE_SIZE as usize;
-/// Offset of the owner byte in a CQE.
-const OWNER_OFFSET: usize = 31;
+const _: () = assert!(core::mem::size_of::<qhca_cqe>() == CQE_SIZE);
+
+// Where each field of `struct qhca_cqe` is, from the bindings.
+const WR_ID: usize = offset_of!(qhca_cqe, wr_id);
+const BYTE_LEN: usize = offset_of!(qhca_cqe, byte_len);
+const IMM_DATA: usize = offset_of!(qhca_cqe, imm_data);
+const QPN: usize = offset_of!(qhca_cqe, qpn);
+const SRC_QP: usize = offset_of!(qhca_cqe, src_qp);
+const OPCODE: usize = offset_of!(qhca_cqe, opcode);
+const STATUS: usize = offset_of!(qhca_cqe, status);
+const VENDOR_ERR: usize = offset_of!(qhca_cqe, vendor_err);
+const FLAGS: usize = offset_of!(qhca_cqe, flags);
+const WQE_INDEX: usize = offset_of!(qhca_cqe, wqe_index);
+/// Offset of the owner byte, written last by the device.
+const OWNER_OFFSET: usize = offset_of!(qhca_cqe, owner);
+const _: () = assert!(OWNER_OFFSET == CQE_SIZE - 1);
 
 /// Orders the load of a CQE's owner byte before the loads of its body: the body may be read
 /// only after the owner bit said the device finished writing it. rdma-core calls this
@@ -50,23 +70,44 @@ fn udma_from_device_barrier() {
 /// device overwrite them (a release store to the doorbell record).
 const CI_PUBLISH: Ordering = Ordering::Release;
 
-/// Completion status (`enum qhca_wc_status`).
+/// How a work request ended (`enum qhca_wc_status`, as `ibv_wc_status`).
+///
+/// After any error other than [`WcStatus::WrFlushErr`] the QP is in ERR: every other
+/// outstanding request of both its queues then completes with [`WcStatus::WrFlushErr`], and
+/// the QP has to be moved to RESET (and connected again) or destroyed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
 pub enum WcStatus {
+    /// It completed: the data is where the request said.
     #[default]
     Success,
+    /// Local length error: a received message was longer than the receive request's SGEs (on
+    /// the receive side), or the request's own lengths are inconsistent.
     LocLenErr,
+    /// Local QP operation error: the send WQE was malformed (opcode, flags, SGE count, inline
+    /// length, an atomic's shape).
     LocQpOpErr,
+    /// Local protection error: a local SGE names no region of the QP's PD, lies outside its
+    /// region, or needs LOCAL_WRITE the region lacks.
     LocProtErr,
+    /// Flushed: the QP was in ERR when the request came up; it was not executed.
     WrFlushErr,
+    /// The peer answered with something that does not fit the request.
     BadRespErr,
+    /// Local access error (the receive side could not write where its SGEs point).
     LocAccessErr,
+    /// The peer refused the request as invalid (e.g. a SEND longer than its receive buffer, a
+    /// misaligned atomic).
     RemInvReqErr,
+    /// The peer refused access: bad R_Key, range outside its region, or a right the region or
+    /// the peer QP does not grant.
     RemAccessErr,
+    /// The peer could not carry out the operation.
     RemOpErr,
+    /// No acknowledgement after `retry_cnt` retries (no peer, or a PSN mismatch).
     RetryExcErr,
+    /// The peer had no receive posted (RNR) `rnr_retry` times in a row.
     RnrRetryExcErr,
+    /// Anything else.
     GeneralErr,
     /// A value this ABI version does not define.
     Unknown(u8),
@@ -100,17 +141,30 @@ impl WcStatus {
     }
 }
 
-/// What completed (`enum qhca_wc_opcode`).
+/// What completed (`enum qhca_wc_opcode`, as `ibv_wc_opcode`). Error and flush completions
+/// carry the opcode too (so [`Wc::is_recv`] tells the queue), but only a successful
+/// completion's other fields are meaningful.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
 pub enum WcOpcode {
+    /// A SEND or SEND_WITH_IMM of ours (send side). `byte_len` 0.
     #[default]
     Send,
+    /// An RDMA WRITE or WRITE_WITH_IMM of ours (send side). `byte_len` 0.
     RdmaWrite,
+    /// An RDMA READ of ours: the remote bytes are in our SGEs. `byte_len` is the length read.
     RdmaRead,
+    /// A compare-and-swap of ours: the old remote value is in our SGE. `byte_len` 8.
     CompSwap,
+    /// A fetch-and-add of ours: the old remote value is in our SGE. `byte_len` 8.
     FetchAdd,
+    /// A receive request consumed by the peer's SEND (or SEND_WITH_IMM, then `imm` is set):
+    /// `byte_len` bytes landed in its SGEs; `src_qp` is the sending QP.
     Recv,
+    /// A receive request consumed by the peer's RDMA WRITE_WITH_IMM. The data went where the
+    /// WRITE said (the R_Key's region), not into the receive's SGEs, so the receive may have
+    /// zero SGEs (`RecvWr { sges: &[] }`) and nothing of it is written. `byte_len` is the
+    /// length of the WRITE (0 for a zero-length WRITE_WITH_IMM), `imm` is `Some`, `src_qp`
+    /// the sending QP.
     RecvRdmaWithImm,
     /// A value this ABI version does not define.
     Unknown(u8),
@@ -149,35 +203,40 @@ pub struct Wc {
     pub status: WcStatus,
     /// What it was.
     pub opcode: WcOpcode,
-    /// Bytes received (receive completions) or transferred.
+    /// Bytes received or read; see [`WcOpcode`] for each opcode.
     pub byte_len: u32,
-    /// Immediate data, when the CQE carries it.
+    /// Immediate data, when the CQE carries it (SEND_WITH_IMM, WRITE_WITH_IMM).
     pub imm: Option<u32>,
     /// The local QP.
     pub qpn: u32,
-    /// The remote QP (receive completions).
+    /// The remote QP (receive completions; 0 for send completions).
     pub src_qp: u32,
     /// Device-specific detail of an error.
     pub vendor_err: u8,
     /// True if this completion is of a receive request.
     pub is_recv: bool,
+    /// The free-running 16-bit index of the completed WQE in its queue (SQ or RQ); for a send
+    /// completion every earlier WQE of that SQ is complete too.
+    pub wqe_index: u16,
 }
 
 impl Wc {
     /// Decodes a CQE (`struct qhca_cqe`, little-endian).
     pub fn decode(b: &[u8; CQE_SIZE]) -> Wc {
+        let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-        let flags = b[27];
+        let flags = u32::from(b[FLAGS]);
         Wc {
-            wr_id: u64::from_le_bytes(b[0..8].try_into().expect("8 bytes")),
-            byte_len: u32_at(8),
-            imm: (u32::from(flags) & QHCA_CQE_WITH_IMM != 0).then(|| u32_at(12)),
-            qpn: u32_at(16),
-            src_qp: u32_at(20),
-            opcode: WcOpcode::from_raw(b[24]),
-            status: WcStatus::from_raw(b[25]),
-            vendor_err: b[26],
-            is_recv: WcOpcode::is_recv_raw(b[24]),
+            wr_id: u64::from_le_bytes(b[WR_ID..WR_ID + 8].try_into().expect("8 bytes")),
+            byte_len: u32_at(BYTE_LEN),
+            imm: (flags & QHCA_CQE_WITH_IMM != 0).then(|| u32_at(IMM_DATA)),
+            qpn: u32_at(QPN),
+            src_qp: u32_at(SRC_QP),
+            opcode: WcOpcode::from_raw(b[OPCODE]),
+            status: WcStatus::from_raw(b[STATUS]),
+            vendor_err: b[VENDOR_ERR],
+            is_recv: WcOpcode::is_recv_raw(b[OPCODE]),
+            wqe_index: u16_at(WQE_INDEX),
         }
     }
 }
@@ -188,15 +247,17 @@ impl Wc {
 ///
 /// `base` points to `CQE_SIZE << log` bytes of CQEs followed by the 64-byte doorbell record, in
 /// memory that stays mapped while `self` lives, 64-byte aligned; only the device writes the CQEs
-/// and only this value writes the doorbell record.
+/// (and this value, in [`CqRing::clean`], the bodies of entries between `ci` and the device's
+/// producer index), and only this value writes the doorbell record.
 #[derive(Debug)]
-pub struct CqRing {
+pub(crate) struct CqRing {
     base: *mut u8,
     log: u32,
     ci: u32,
 }
 
-// SAFETY: the ring is plain memory; the value holds only its address and its own index.
+// SAFETY: the ring is plain memory; the value holds only its address and its own index, and
+// nothing about it is tied to the thread that made it.
 unsafe impl Send for CqRing {}
 
 impl CqRing {
@@ -207,7 +268,7 @@ impl CqRing {
     /// `base` must point to at least `layout.dbrec_offset + 64` bytes, 64-byte aligned, zeroed
     /// or written only as the device writes CQEs, that stay mapped and are read and written by
     /// no one else (but the device) for the life of the returned value.
-    pub unsafe fn new(base: *mut u8, layout: &CqLayout) -> CqRing {
+    pub(crate) unsafe fn new(base: *mut u8, layout: &CqLayout) -> CqRing {
         debug_assert_eq!(base as usize % 64, 0);
         // INVARIANT: the caller's promise.
         CqRing {
@@ -218,13 +279,23 @@ impl CqRing {
     }
 
     /// The free-running consumer index.
-    pub fn ci(&self) -> u32 {
+    pub(crate) fn ci(&self) -> u32 {
         self.ci
     }
 
     /// The owner bit a valid entry at free-running index `index` carries.
-    pub fn owner_for(index: u32, log: u32) -> u8 {
+    pub(crate) fn owner_for(index: u32, log: u32) -> u8 {
         (((index >> log) + 1) & 1) as u8
+    }
+
+    fn mask(&self) -> u32 {
+        (1u32 << self.log) - 1
+    }
+
+    fn entry(&self, index: u32) -> *mut u8 {
+        // SAFETY: `(index & mask) * 32 + 32 <= 32 << log`, inside the mapping by the type
+        // invariant, so the offset stays in the same allocation.
+        unsafe { self.base.add(((index & self.mask()) as usize) * CQE_SIZE) }
     }
 
     fn dbrec_ci(&self) -> &AtomicU32 {
@@ -234,38 +305,98 @@ impl CqRing {
         unsafe { AtomicU32::from_ptr(self.base.add(CQE_SIZE << self.log).cast::<u32>()) }
     }
 
+    /// True if the device has written the entry at free-running `index` on its current pass.
+    fn owned(&self, index: u32) -> bool {
+        // SAFETY: the owner byte is in bounds (`entry`) and a byte is always aligned; the device
+        // writes it with a single store, so an atomic load sees either the old or new value.
+        let owner = unsafe { AtomicU8::from_ptr(self.entry(index).add(OWNER_OFFSET)) }
+            .load(Ordering::Relaxed);
+        owner & QHCA_CQE_OWNER as u8 == Self::owner_for(index, self.log)
+    }
+
+    /// The 32 bytes of the entry at `index`, which [`CqRing::owned`] said is complete.
+    fn read(&self, index: u32) -> [u8; CQE_SIZE] {
+        // SAFETY: 32 bytes in bounds (`entry`); the device does not write this entry again
+        // until we publish a consumer index past it, so the copy is stable; volatile because
+        // the device, not Rust, wrote it.
+        unsafe { std::ptr::read_volatile(self.entry(index).cast::<[u8; CQE_SIZE]>()) }
+    }
+
+    fn publish(&self) {
+        // Everything read (or moved) above happens before the device may reuse the entries.
+        self.dbrec_ci().store(self.ci, CI_PUBLISH);
+    }
+
     /// Moves up to `out.len()` completions into `out`; returns how many. The consumer index is
     /// published once, after the batch.
-    pub fn poll(&mut self, out: &mut [Wc]) -> usize {
-        let mask = (1u32 << self.log) - 1;
+    pub(crate) fn poll(&mut self, out: &mut [Wc]) -> usize {
         let mut n = 0;
         while n < out.len() {
-            // SAFETY: `(ci & mask) * 32 + 32 <= 32 << log`, inside the mapping by the type
-            // invariant.
-            let cqe = unsafe { self.base.add(((self.ci & mask) as usize) * CQE_SIZE) };
-            // SAFETY: the owner byte is in bounds (above) and a byte is always aligned; the device
-            // writes it with a single store, so an atomic load sees either the old or new value.
-            let owner =
-                unsafe { AtomicU8::from_ptr(cqe.add(OWNER_OFFSET)) }.load(Ordering::Relaxed);
-            if owner & QHCA_CQE_OWNER as u8 != Self::owner_for(self.ci, self.log) {
+            if !self.owned(self.ci) {
                 break;
             }
             // Owner bit → barrier → body.
             udma_from_device_barrier();
-            // SAFETY: 32 bytes in bounds (above); the device does not write this entry again
-            // until we publish a consumer index past it, so the copy is stable; volatile because
-            // the device, not Rust, wrote it.
-            let bytes = unsafe { std::ptr::read_volatile(cqe.cast::<[u8; CQE_SIZE]>()) };
-            out[n] = Wc::decode(&bytes);
+            out[n] = Wc::decode(&self.read(self.ci));
             n += 1;
             self.ci = self.ci.wrapping_add(1);
         }
         if n > 0 {
-            // Everything read above happens before the device may reuse the entries.
-            self.dbrec_ci().store(self.ci, CI_PUBLISH);
+            self.publish();
         }
         n
     }
+
+    /// Drops every unconsumed CQE of `qpn`, keeping the others in order (rdma-core's
+    /// `__mlx5_cq_clean`): from the newest complete entry back to the consumer index, each
+    /// kept entry moves up by the number dropped so far (keeping its slot's owner bit), then
+    /// the consumer index moves past the dropped ones. Returns how many were dropped.
+    ///
+    /// Call it only when the device writes no more CQEs for `qpn` (after the QP went to RESET
+    /// or was destroyed); CQEs of other QPs may keep arriving meanwhile.
+    pub(crate) fn clean(&mut self, qpn: u32) -> u32 {
+        let entries = 1u32 << self.log;
+        let mut pi = self.ci;
+        while pi.wrapping_sub(self.ci) < entries && self.owned(pi) {
+            pi = pi.wrapping_add(1);
+        }
+        udma_from_device_barrier();
+        let qpn_of =
+            |b: &[u8; CQE_SIZE]| u32::from_le_bytes(b[QPN..QPN + 4].try_into().expect("4"));
+        let mut dropped = 0u32;
+        let mut i = pi;
+        while i != self.ci {
+            i = i.wrapping_sub(1);
+            let cqe = self.read(i);
+            if qpn_of(&cqe) == qpn {
+                dropped += 1;
+            } else if dropped > 0 {
+                let dest = self.entry(i.wrapping_add(dropped));
+                // SAFETY: `dest` is the entry at `i + dropped`, in `[ci, pi)`: complete and not
+                // yet consumed, so the device does not write it (it writes only at `pi` and
+                // later, and only once the consumer index has passed an entry); its 31 body
+                // bytes are in bounds (`entry`); no reference to the ring exists. Its owner byte
+                // is left as it is: the slot's owner bit for this pass.
+                unsafe { std::ptr::copy_nonoverlapping(cqe.as_ptr(), dest, OWNER_OFFSET) };
+            }
+        }
+        if dropped > 0 {
+            self.ci = self.ci.wrapping_add(dropped);
+            self.publish();
+        }
+        dropped
+    }
+}
+
+/// The consumer state of a CQ, shared by its handle (which polls) and its QPs (which clean it
+/// when they are reset or destroyed).
+#[derive(Debug)]
+pub(crate) struct CqState {
+    ring: CqRing,
+    /// The work queues of the QPs that complete here, by qpn.
+    qps: HashMap<u32, Arc<WqShared>>,
+    /// CQEs that named no outstanding WQE of a known QP.
+    stray: u64,
 }
 
 /// The part of a CQ that outlives its handle while QPs use it: the device object, its ring
@@ -274,10 +405,31 @@ impl CqRing {
 pub(crate) struct CqInner {
     pub(crate) ctx: Arc<Context>,
     pub(crate) cqn: u32,
+    state: Mutex<CqState>,
+    // Dropped after the destroy in `Drop` (and leaked if it failed).
     buf: Option<PageBuf>,
     eventfd: Option<OwnedFd>,
-    /// The work queues of the QPs that complete here, by qpn.
-    pub(crate) qps: Mutex<HashMap<u32, Arc<WqShared>>>,
+}
+
+impl CqInner {
+    fn state(&self) -> MutexGuard<'_, CqState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts crediting completions of `qpn` to `wq`.
+    pub(crate) fn attach(&self, qpn: u32, wq: Arc<WqShared>) {
+        self.state().qps.insert(qpn, wq);
+    }
+
+    /// Stops crediting completions of `qpn`.
+    pub(crate) fn detach(&self, qpn: u32) {
+        self.state().qps.remove(&qpn);
+    }
+
+    /// Drops the unpolled CQEs of `qpn` (its QP went to RESET or was destroyed).
+    pub(crate) fn clean(&self, qpn: u32) -> u32 {
+        self.state().ring.clean(qpn)
+    }
 }
 
 impl Drop for CqInner {
@@ -301,9 +453,12 @@ impl Drop for CqInner {
 ///
 /// The device object is destroyed when the handle and every [`crate::Qp`] using it are gone
 /// (QPs hold a reference), so a CQ can never be destroyed under a QP through this API.
+///
+/// Polling ([`Cq::poll`]) makes no system call. A QP that moves to RESET or is destroyed first
+/// removes its unpolled CQEs from its CQs, so a completion never names a QP that is not there,
+/// and never frees slots of a QP that was reset.
 #[derive(Debug)]
 pub struct Cq {
-    ring: CqRing,
     db: Arc<Doorbell>,
     // Last: the ring memory lives in here.
     inner: Arc<CqInner>,
@@ -323,9 +478,12 @@ pub fn eventfd() -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// How often [`Cq::poll_wait`] asks the driver whether the context is still associated.
+pub const LIVENESS_INTERVAL: Duration = Duration::from_millis(2);
+
 impl Cq {
     /// Creates a CQ of at least `entries` CQEs; `eventfd` (see [`eventfd`]) is signalled on each
-    /// completion event of the armed CQ.
+    /// completion event of the armed CQ (see [`Cq::arm`]).
     pub fn new(ctx: &Arc<Context>, entries: u32, eventfd: Option<OwnedFd>) -> Result<Cq> {
         let layout = CqLayout::new(entries)?;
         let db = ctx.doorbell()?;
@@ -336,20 +494,35 @@ impl Cq {
         req.buf_addr = buf.addr();
         req.buf_len = buf.len() as u64;
         ctx.ioctl("CREATE_CQ", sys::create_cq, &mut req)?;
-        // SAFETY: `buf` is a fresh zeroed page-aligned mapping of `layout.buf_len` bytes, owned by
-        // `inner` (which the returned `Cq` keeps alive) and written by no one but the device.
-        let ring = unsafe { CqRing::new(buf.as_ptr(), &layout) };
-        Ok(Cq {
-            ring,
+        Ok(Self::with_buf(ctx, db, req.cqn, &layout, buf, eventfd))
+    }
+
+    fn with_buf(
+        ctx: &Arc<Context>,
+        db: Arc<Doorbell>,
+        cqn: u32,
+        layout: &CqLayout,
+        buf: PageBuf,
+        eventfd: Option<OwnedFd>,
+    ) -> Cq {
+        // SAFETY: `buf` is a fresh zeroed page-aligned mapping of `layout.buf_len` bytes, owned
+        // by the `CqInner` built here next to the ring (which drops it only after the ring), and
+        // written by no one but the device and this ring.
+        let ring = unsafe { CqRing::new(buf.as_ptr(), layout) };
+        Cq {
             db,
             inner: Arc::new(CqInner {
                 ctx: ctx.clone(),
-                cqn: req.cqn,
+                cqn,
+                state: Mutex::new(CqState {
+                    ring,
+                    qps: HashMap::new(),
+                    stray: 0,
+                }),
                 buf: Some(buf),
                 eventfd,
-                qps: Mutex::new(HashMap::new()),
             }),
-        })
+        }
     }
 
     /// A CQ over fresh memory that no device knows, for host tests of the data path: the
@@ -358,19 +531,14 @@ impl Cq {
     pub(crate) fn fake(ctx: &Arc<Context>, cqn: u32, entries: u32) -> Result<Cq> {
         let layout = CqLayout::new(entries)?;
         let buf = PageBuf::new(layout.buf_len)?;
-        // SAFETY: a fresh zeroed mapping of the layout's size, owned by `inner`.
-        let ring = unsafe { CqRing::new(buf.as_ptr(), &layout) };
-        Ok(Cq {
-            ring,
-            db: ctx.doorbell()?,
-            inner: Arc::new(CqInner {
-                ctx: ctx.clone(),
-                cqn,
-                buf: Some(buf),
-                eventfd: None,
-                qps: Mutex::new(HashMap::new()),
-            }),
-        })
+        Ok(Self::with_buf(
+            ctx,
+            ctx.doorbell()?,
+            cqn,
+            &layout,
+            buf,
+            None,
+        ))
     }
 
     /// Start of the ring memory (tests).
@@ -393,32 +561,75 @@ impl Cq {
         &self.inner
     }
 
-    /// Polls up to `wcs.len()` completions straight from the ring; no system call. Send and
-    /// receive completions also free their slots in the QP they belong to.
+    /// Polls up to `wcs.len()` completions straight from the ring; no system call (the lock
+    /// it takes is uncontended unless a QP of this CQ is being reset on another thread). Send
+    /// and receive completions also free their slots in the QP they belong to.
+    ///
+    /// It does not notice a disassociated context (that would take a system call): a spin loop
+    /// calls [`Cq::poll_wait`], or [`crate::Context::check`] every few milliseconds of finding
+    /// nothing.
     pub fn poll(&mut self, wcs: &mut [Wc]) -> usize {
-        let n = self.ring.poll(wcs);
-        if n > 0 {
-            // Uncontended unless a post on another thread is in flight: no system call.
-            let qps = self.inner.qps.lock().unwrap_or_else(|e| e.into_inner());
-            for wc in &wcs[..n] {
-                if let Some(wq) = qps.get(&wc.qpn) {
-                    wq.complete(wc);
-                }
+        let mut st = self.inner.state();
+        let n = st.ring.poll(wcs);
+        let mut stray = 0;
+        for wc in &wcs[..n] {
+            if !st.qps.get(&wc.qpn).is_some_and(|wq| wq.complete(wc)) {
+                stray += 1;
             }
         }
+        st.stray += stray;
         n
     }
 
-    /// Asks for an event on the next completion (doorbell `CQ_ARM` naming the current consumer
-    /// index). Arm, then poll once more, then [`Cq::wait`]: a completion that arrived before the
-    /// arm is found by that poll.
+    /// Spins on [`Cq::poll`] until at least one completion arrives or `timeout` passes
+    /// (`None`: no limit); returns how many were polled, 0 on timeout. Every
+    /// [`LIVENESS_INTERVAL`] of finding nothing it asks the driver whether the context is still
+    /// associated (one `poll(2)`), so it fails with [`Error::Disassociated`] instead of spinning
+    /// for ever when the device goes away. A completion found at once costs no system call.
+    pub fn poll_wait(&mut self, wcs: &mut [Wc], timeout: Option<Duration>) -> Result<usize> {
+        let start = Instant::now();
+        let mut next_check = LIVENESS_INTERVAL;
+        let mut spins = 0u32;
+        loop {
+            let n = self.poll(wcs);
+            if n > 0 {
+                return Ok(n);
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 256 == 0 {
+                let t = start.elapsed();
+                if timeout.is_some_and(|to| t >= to) {
+                    return Ok(0);
+                }
+                if t >= next_check {
+                    self.inner.ctx.check()?;
+                    next_check = t + LIVENESS_INTERVAL;
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Asks for one event on the next completion: a doorbell `CQ_ARM` naming the current
+    /// consumer index. The arm is one-shot, as `ibv_req_notify_cq`: it signals the eventfd
+    /// once, at the first CQE written past that index (at once if one is already there), and
+    /// must be renewed after each event.
+    ///
+    /// The race-free sequence is: arm, poll once more (a completion that arrived before the
+    /// arm is found here), then [`Cq::wait`], then poll until empty, then arm again.
     pub fn arm(&self) {
+        let ci = self.inner.state().ring.ci();
         self.db
-            .ring(DbWord::new(DbType::CqArm, self.inner.cqn, self.ring.ci()).raw());
+            .ring(DbWord::new(DbType::CqArm, self.inner.cqn, ci).raw());
     }
 
     /// Blocks (in poll(2), not spinning) until the eventfd is signalled or `timeout` passes
-    /// (`None`: forever); returns whether it was signalled, and resets it.
+    /// (`None`: for ever); returns whether it was signalled, and resets it.
+    ///
+    /// `true` means an armed CQ got a CQE since the arm: a completion was written, not that
+    /// one is still there (another thread may have polled it); poll to find out. `false` is a
+    /// timeout. A wait never outlasts the device: the driver signals every eventfd when it
+    /// disassociates a context, and this then fails with [`Error::Disassociated`].
     ///
     /// Fails with [`Error::Invalid`] if the CQ has no eventfd.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
@@ -427,30 +638,27 @@ impl Cq {
                 what: "wait on a CQ created without an eventfd".into(),
             });
         };
-        let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
-        let mut pfd = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        loop {
-            // SAFETY: one valid `pollfd` on our stack, exclusively borrowed for the call.
-            let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-            if r < 0 {
-                let e = Errno::last();
-                if e == Errno::EINTR {
-                    continue;
-                }
-                return Err(Error::Sys {
-                    op: "poll CQ eventfd",
-                    source: e,
-                });
-            }
-            if r == 0 {
-                return Ok(false);
-            }
-            break;
+        let ctx = &self.inner.ctx;
+        if ctx.is_dead() {
+            return Err(Error::Disassociated { op: "wait on a CQ" });
         }
+        let mut pfd = [
+            libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                // Errors only: POLLERR once the context is disassociated.
+                fd: ctx.as_raw_fd(),
+                events: 0,
+                revents: 0,
+            },
+        ];
+        if poll_fds(&mut pfd, timeout, "poll CQ eventfd")? == 0 {
+            return Ok(false);
+        }
+        ctx.dead_if_err(pfd[1].revents, "wait on a CQ")?;
         let mut v = [0u8; 8];
         // SAFETY: reads at most 8 bytes into our 8-byte buffer; the fd is non-blocking, so a
         // concurrent reader that emptied it gives EAGAIN, which is fine (it was signalled).
@@ -465,7 +673,13 @@ impl Cq {
 
     /// The consumer index published so far.
     pub fn ci(&self) -> u32 {
-        self.ring.ci()
+        self.inner.state().ring.ci()
+    }
+
+    /// Completions polled so far that named no outstanding work request of a QP of this CQ
+    /// (a device bug: the provider never trusts the index a CQE carries).
+    pub fn stray_cqes(&self) -> u64 {
+        self.inner.state().stray
     }
 }
 
@@ -485,6 +699,8 @@ pub(crate) mod tests {
         }
     }
 
+    /// A CQE as the header lays it out, spelled out by hand (the decoder takes its offsets from
+    /// the bindings: this checks them); `wqe_index` is `wr_id`'s low 16 bits.
     pub(crate) fn cqe(wr_id: u64, opcode: u8, status: u8, qpn: u32, imm: Option<u32>) -> [u8; 32] {
         let mut b = [0u8; 32];
         b[0..8].copy_from_slice(&wr_id.to_le_bytes());
@@ -496,6 +712,7 @@ pub(crate) mod tests {
         b[25] = status;
         b[26] = 0x7e;
         b[27] = u8::from(imm.is_some());
+        b[28..30].copy_from_slice(&(wr_id as u16).to_le_bytes());
         b
     }
 
@@ -530,6 +747,7 @@ pub(crate) mod tests {
                 src_qp: 0x43,
                 vendor_err: 0x7e,
                 is_recv: true,
+                wqe_index: 0x0708,
             }
         );
         let wc = Wc::decode(&cqe(1, 0x03, 0, 7, None));
@@ -576,5 +794,71 @@ pub(crate) mod tests {
         // (pass 2) expects owner 1.
         assert_eq!(ring.poll(&mut wcs), 0);
         assert_eq!(dbrec_ci(&buf, &l), 9, "an empty poll publishes nothing new");
+    }
+
+    /// [`cqe`] completing the WQE at `wqe_index`.
+    pub(crate) fn cqe_at(wr_id: u64, opcode: u8, status: u8, qpn: u32, wqe_index: u16) -> [u8; 32] {
+        let mut b = cqe(wr_id, opcode, status, qpn, None);
+        b[WQE_INDEX..WQE_INDEX + 2].copy_from_slice(&wqe_index.to_le_bytes());
+        b
+    }
+
+    /// Polls the ring of `cq` until empty; returns (qpn, wr_id) of each completion.
+    fn drain(ring: &mut CqRing) -> Vec<(u32, u64)> {
+        let mut wcs = [Wc::default(); 64];
+        let n = ring.poll(&mut wcs);
+        wcs[..n].iter().map(|w| (w.qpn, w.wr_id)).collect()
+    }
+
+    /// A QP reset or destroyed with CQEs still in its CQ: they are dropped, the other QPs'
+    /// stay, in order, across the ring's wrap, and entries the device writes afterwards are
+    /// still found. The old provider had no clean: the stale CQEs were polled and credited
+    /// to whatever QP had that number then.
+    #[test]
+    fn clean_drops_one_qps_cqes_and_keeps_the_rest_in_order() {
+        let l = CqLayout::new(8).unwrap();
+        let buf = PageBuf::new(l.buf_len).unwrap();
+        // SAFETY: our own zeroed mapping of the layout's size, written only by `device_write_cqe`
+        // and the ring.
+        let mut ring = unsafe { CqRing::new(buf.as_ptr(), &l) };
+        // Start at index 5 so that the entries wrap (8 entries).
+        for i in 0..5 {
+            device_write_cqe(&buf, l.log, i, &cqe(u64::from(i), 0, 0, 9, None));
+        }
+        assert_eq!(drain(&mut ring).len(), 5);
+        let qpns = [1, 2, 1, 1, 2, 3, 1];
+        for (k, &q) in qpns.iter().enumerate() {
+            let i = 5 + k as u32;
+            device_write_cqe(&buf, l.log, i, &cqe(100 + k as u64, 0, 0, q, None));
+        }
+        assert_eq!(ring.clean(1), 4);
+        assert_eq!((ring.ci(), dbrec_ci(&buf, &l)), (9, 9), "published");
+        assert_eq!(ring.clean(1), 0, "nothing left of QP 1");
+        // The device goes on writing after the clean.
+        device_write_cqe(&buf, l.log, 12, &cqe(200, 0, 0, 1, None));
+        assert_eq!(
+            drain(&mut ring),
+            [(2, 101), (2, 104), (3, 105), (1, 200)],
+            "the others in order, then the new one"
+        );
+        assert_eq!(ring.ci(), 13);
+        // A clean of an empty ring, and of a full one (every entry of the pass).
+        assert_eq!(ring.clean(2), 0);
+        for i in 13..21 {
+            device_write_cqe(&buf, l.log, i, &cqe(u64::from(i), 0, 0, i % 2, None));
+        }
+        assert_eq!(ring.clean(0), 4);
+        let left = drain(&mut ring);
+        assert_eq!(left, [(1, 13), (1, 15), (1, 17), (1, 19)]);
+        assert_eq!(ring.ci(), 21);
+    }
+
+    #[test]
+    fn offsets_come_from_the_bindings() {
+        assert_eq!((WR_ID, BYTE_LEN, IMM_DATA, QPN, SRC_QP), (0, 8, 12, 16, 20));
+        assert_eq!(
+            (OPCODE, STATUS, VENDOR_ERR, FLAGS, WQE_INDEX, OWNER_OFFSET),
+            (24, 25, 26, 27, 28, 31)
+        );
     }
 }

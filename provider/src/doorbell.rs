@@ -40,8 +40,9 @@ fn udma_to_device_barrier() {
 /// The mapping holds its own reference to the device file, so it may outlive the [`Context`]
 /// it came from; the driver frees the page only when both are gone.
 ///
-/// If the device is unbound from its driver, the driver zaps the mapping: a later
-/// [`Doorbell::ring`] then gets `SIGBUS`, which kills the process (no memory is corrupted).
+/// If the device is unbound or removed, the driver disassociates the context: the mapping then
+/// points to a harmless page, so a later [`Doorbell::ring`] stores into nothing and returns
+/// (nothing faults); the context reports the loss (see [`Context`]).
 ///
 /// [`Context`]: crate::Context
 #[derive(Debug)]
@@ -79,8 +80,8 @@ impl Doorbell {
         // - aliasing: no Rust reference to the page exists (`MmapRaw` only hands out raw
         //   pointers), and the store is volatile, so it is neither elided, merged nor split;
         //   concurrent rings from several threads are separate whole-word stores to device memory;
-        // - if the driver zapped the mapping (device unbound) the store raises SIGBUS instead of
-        //   touching any memory.
+        // - after the device is gone the driver backs the mapping with a harmless page, which
+        //   belongs to no Rust object.
         unsafe {
             let db = self.map.as_mut_ptr().add(DB_OFFSET).cast::<u64>();
             core::ptr::write_volatile(db, word.to_le());
@@ -97,8 +98,9 @@ impl Doorbell {
         self.map.len() == 0
     }
 
-    /// Start of the mapping, for tests.
-    pub fn as_ptr(&self) -> *const u8 {
+    /// Start of the mapping (tests).
+    #[cfg(test)]
+    fn as_ptr(&self) -> *const u8 {
         self.map.as_ptr()
     }
 }

@@ -3,6 +3,7 @@
 //! The provider's error type: every variant says what was being done and carries the errno.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub use nix::errno::Errno;
 
@@ -85,6 +86,32 @@ pub enum Error {
         what: String,
     },
 
+    /// The context is disassociated from its device: the device was unbound, removed or failed
+    /// (the driver queued `QHCA_ASYNC_DEVICE_FATAL`, reports `EPOLLERR` on the file, or an
+    /// ioctl failed with `ENODEV` or `EIO`). Nothing on it works any more: clean up and exit,
+    /// or open a new context once a device is back.
+    #[error("{op}: the device is gone (context disassociated)")]
+    Disassociated {
+        /// What found out (e.g. `poll CQ`, `post_send`, `MODIFY_QP`).
+        op: &'static str,
+    },
+
+    /// A wait ended without what was waited for.
+    #[error("{what}: timed out after {after:?}")]
+    Timeout {
+        /// What was waited for (e.g. `receive connection record`, `completion`).
+        what: &'static str,
+        /// The timeout.
+        after: Duration,
+    },
+
+    /// The peer of a connection exchange closed the connection.
+    #[error("{during}: the peer closed the connection")]
+    PeerClosed {
+        /// What was being done (e.g. `receive connection record`).
+        during: &'static str,
+    },
+
     /// The driver speaks a different ABI version than this provider was built for.
     #[error("ABI mismatch: driver has ABI version {driver}, provider was built for {provider}")]
     AbiMismatch {
@@ -105,6 +132,9 @@ impl Error {
             | Error::Discover { source, .. }
             | Error::Sys { source, .. } => Some(*source),
             Error::Invalid { .. } => Some(Errno::EINVAL),
+            Error::Disassociated { .. } => Some(Errno::ENODEV),
+            Error::Timeout { .. } => Some(Errno::ETIMEDOUT),
+            Error::PeerClosed { .. } => Some(Errno::ECONNRESET),
             Error::Post(p) => Some(p.errno()),
             Error::NoDevices
             | Error::NotFound { .. }
@@ -126,10 +156,12 @@ pub struct PostError {
 }
 
 impl PostError {
-    /// `ENOMEM` for a full queue (as rdma-core's providers return), `EINVAL` otherwise.
+    /// `ENOMEM` for a full queue (as rdma-core's providers return), `ENODEV` on a disassociated
+    /// context, `EINVAL` otherwise.
     pub fn errno(&self) -> Errno {
         match self.reason {
             PostReason::QueueFull { .. } => Errno::ENOMEM,
+            PostReason::Disassociated => Errno::ENODEV,
             _ => Errno::EINVAL,
         }
     }
@@ -178,6 +210,10 @@ pub enum PostReason {
         /// Which entry.
         sge: usize,
     },
+    /// The context is disassociated from its device (see [`Error::Disassociated`]): nothing
+    /// was written to the queue.
+    #[error("the device is gone (context disassociated)")]
+    Disassociated,
     /// The message is longer than 2^31 bytes (the CQE's byte_len).
     #[error("message of {len} bytes is too long")]
     MessageTooLong {

@@ -64,6 +64,7 @@ impl CqLayout {
     }
 
     /// Number of CQEs.
+    #[cfg(test)]
     pub fn entries(&self) -> u32 {
         1 << self.log
     }

@@ -22,49 +22,108 @@
 //! ```no_run
 //! # fn main() -> qhca::Result<()> {
 //! use std::sync::Arc;
+//! use std::time::Duration;
 //! use qhca::{Access, Cq, Pd, Qp, QpCaps, ConnOpts, SendWr, WrOp, Wc};
 //! let ctx = Arc::new(qhca::devices()?[0].open()?);
 //! let pd = Pd::new(&ctx)?;
-//! let mr = pd.reg_mr_buf(4096, Access::ALL)?;
+//! let mut mr = pd.reg_mr_buf(4096, Access::ALL)?;
 //! let mut cq = Cq::new(&ctx, 64, None)?;
 //! let mut qp = Qp::new(&pd, &cq, &cq, &QpCaps::default())?;
-//! qp.connect(0, qp.qpn(), 0, &ConnOpts::default())?; // loopback to itself
+//! let me = qp.conn_info(0);
+//! qp.connect(&me, &me, &ConnOpts::default())?; // loopback to itself
 //! mr.write_at(0, b"hello");
 //! let write = WrOp::Write { raddr: mr.addr() + 2048, rkey: mr.rkey() };
 //! qp.post_send(&[SendWr::new(1, write, &[mr.sge(0, 5)])])?;
 //! let mut wc = [Wc::default(); 1];
-//! while cq.poll(&mut wc) == 0 {}
+//! if cq.poll_wait(&mut wc, Some(Duration::from_secs(5)))? == 0 {
+//!     panic!("no completion");
+//! }
 //! assert_eq!(mr.to_vec(2048, 5), b"hello");
 //! # Ok(())
 //! # }
 //! ```
 //!
+//! `provider/examples/rc_write_imm.rs` is a complete two-process program: an RC connection
+//! over [`conn`]'s TCP exchange, a WRITE_WITH_IMM, then a READ back.
+//!
 //! Lifetimes: [`Pd`], [`Mr`], [`Cq`] and [`Qp`] hold an `Arc` of their [`Context`]; a [`Qp`]
-//! holds its PD and CQs, a [`Mr`] its PD, so nothing is destroyed under a user. A [`Mr`] borrows
-//! its buffer (or, as [`MrBuf`], owns it), so registered memory cannot be freed while the device
-//! may reach it. Ring memory is freed only after the device object is destroyed, and leaked if
-//! the destroy fails.
+//! holds its PD and CQs, a [`Mr`] its PD, so nothing is destroyed under a user. Registered
+//! memory is owned by the region ([`MrBuf`]: [`Pd::reg_mr_buf`], [`Pd::reg_mr_box`]) and freed
+//! only after a successful deregistration, or borrowed through the `unsafe` [`Pd::reg_mr`],
+//! whose caller promises the same. Ring memory is freed only after the device object is
+//! destroyed, and leaked if the destroy fails. Everything safe here stays sound under
+//! `mem::forget` (which only leaks).
 //!
 //! What the types cannot enforce, and how it is handled:
 //!
 //! - An SGE is plain numbers ([`Sge`]): nothing ties it to a live [`Mr`]. That is safe because
 //!   the device checks every SGE against a registered region (key, PD, rights, bounds) and a
 //!   region cannot be freed while registered: a stale SGE fails its request
-//!   (`LOC_PROT_ERR`), it never reaches freed memory. So posting is a safe call.
+//!   (`LOC_PROT_ERR`), it never reaches freed memory; and keys are never reused. So posting
+//!   is a safe call.
 //! - The device (or a peer's WRITE) may change a region at any moment: [`Mr`] gives copies
 //!   ([`Mr::read_at`], [`Mr::read_u64`]), never references; read what a completion announced.
+//!   Writes through [`Mr::write_at`] take `&mut`, so threads never race on a region.
 //! - Dropping a region while requests using it are outstanding is allowed: they then fail
 //!   with a protection error.
-//! - A failed destroy (the driver refusing it) leaks the ring memory ([`PageBuf::leak`]) rather
-//!   than letting the addresses be reused; a failed deregistration of a borrowed [`Mr`] cannot
-//!   hold the borrow, which is why only an unbound device (`ENODEV`, where the driver has torn
-//!   everything down itself) may fail it.
+//! - A completion names its WQE by index, which is checked against what is outstanding; a QP
+//!   that is reset or destroyed first removes its unpolled CQEs from its CQs, and QP numbers
+//!   carry a generation: no completion is ever credited to the wrong requests.
+//! - The device may go away under a context (see [`Context`]): posts and waits then fail with
+//!   [`PostReason::Disassociated`] / [`Error::Disassociated`] instead of hanging or faulting.
 //! - The doorbell page and rings are per process: after `fork` the child has no doorbell
 //!   mapping (the driver marks it `VM_DONTCOPY`) and copy-on-write copies of the rings, so
 //!   verbs objects must be used only in the process that created them.
 //!
 //! `unsafe` lives in the ioctl calls ([`Context`]), the doorbell store ([`Doorbell::ring`]), the
-//! ring accesses ([`cq`], [`Qp`]) and region copies ([`Mr`]), each behind a safe API.
+//! ring accesses ([`Cq`], [`Qp`]) and region copies ([`Mr`]), each behind a safe API.
+//!
+//! # Internals stay inside
+//!
+//! The slot trackers, WQE builders, the CQ ring and raw object destruction are not part of the
+//! API (they were public once; these must not compile):
+//!
+//! ```compile_fail,E0603
+//! let t = qhca::wq::SendTracker::new(4);
+//! ```
+//!
+//! ```compile_fail,E0603
+//! let mut slot = [0u8; 64];
+//! qhca::wqe::set_ctrl_seg(&mut slot, 0, 0, 0, 0, 0, 0);
+//! ```
+//!
+//! ```compile_fail,E0603
+//! let _ = qhca::cq::CqRing::owner_for(0, 1);
+//! ```
+//!
+//! ```compile_fail,E0599
+//! # fn f(ctx: &qhca::Context) {
+//! let _ = ctx.raw_fd();
+//! # }
+//! ```
+//!
+//! ```compile_fail,E0599
+//! # fn f(ctx: &qhca::Context) {
+//! let _ = ctx.destroy_raw(Default::default(), 1);
+//! # }
+//! ```
+//!
+//! ```compile_fail,E0599
+//! # fn f(db: &qhca::Doorbell) {
+//! let _ = db.as_ptr();
+//! # }
+//! ```
+//!
+//! A region is written only through `&mut`, so sharing it between threads cannot race:
+//!
+//! ```compile_fail,E0596
+//! # fn f(mr: &qhca::MrBuf) {
+//! std::thread::scope(|s| {
+//!     s.spawn(|| mr.write_at(0, b"a"));
+//!     s.spawn(|| mr.write_at(0, b"b"));
+//! });
+//! # }
+//! ```
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -72,29 +131,29 @@
 mod attr;
 pub mod conn;
 mod context;
-pub mod cq;
+mod cq;
 mod device;
 mod doorbell;
 mod error;
-pub mod layout;
+mod layout;
 mod mem;
 mod pd;
 mod qp;
 mod sys;
-pub mod wq;
-pub mod wqe;
+mod wq;
+mod wqe;
 
 pub use attr::{cap_names, fw_version_string, guid_string, DeviceAttr};
 pub use conn::ConnInfo;
-pub use context::{Context, CtxStats, ObjKind};
-pub use cq::{eventfd, Cq, Wc, WcOpcode, WcStatus};
+pub use context::{AsyncEvent, Context, CtxStats};
+pub use cq::{eventfd, Cq, Wc, WcOpcode, WcStatus, LIVENESS_INTERVAL};
 pub use device::{
     devices, devices_in, is_pci_addr, parse_device_name, DeviceInfo, DEV_DIR, SYSFS_MISC_DIR,
 };
 pub use doorbell::Doorbell;
 pub use error::{Errno, Error, PostError, PostReason, Result};
 pub use layout::{QpCaps, QpLayout};
-pub use mem::{PageBuf, PAGE_SIZE};
+pub use mem::PAGE_SIZE;
 pub use pd::{Access, Mr, MrBuf, Pd};
 pub use qhca_uapi::db::{DbType, DbWord};
 pub use qhca_uapi::QHCA_ABI_VERSION;

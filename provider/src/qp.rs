@@ -19,10 +19,11 @@ use qhca_uapi::{
     QHCA_QP_ATTR_STATE, QHCA_QP_ATTR_TIMEOUT,
 };
 
+use crate::conn::ConnInfo;
 use crate::context::Context;
 use crate::cq::{Cq, CqInner};
 use crate::doorbell::Doorbell;
-use crate::error::{PostError, PostReason, Result};
+use crate::error::{Error, PostError, PostReason, Result};
 use crate::layout::{QpCaps, QpLayout};
 use crate::mem::PageBuf;
 use crate::pd::{Access, Pd, PdInner};
@@ -214,11 +215,7 @@ impl Qp {
         ctx.ioctl("CREATE_QP", sys::create_qp, &mut req)?;
         let wq = Arc::new(WqShared::new(layout.sq_depth(), layout.rq_depth()));
         for cq in [send_cq, recv_cq] {
-            cq.inner()
-                .qps
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(req.qpn, wq.clone());
+            cq.inner().attach(req.qpn, wq.clone());
         }
         Ok(Qp {
             qpn: req.qpn,
@@ -239,7 +236,7 @@ impl Qp {
         let layout = QpLayout::new(caps)?;
         let wq = Arc::new(WqShared::new(layout.sq_depth(), layout.rq_depth()));
         for cq in [send_cq, recv_cq] {
-            cq.inner().qps.lock().unwrap().insert(qpn, wq.clone());
+            cq.inner().attach(qpn, wq.clone());
         }
         Ok(Qp {
             qpn,
@@ -300,17 +297,27 @@ impl Qp {
     /// `QHCA_IOCTL_MODIFY_QP` with the fields of `attr` that are set.
     ///
     /// A move to RESET also empties the provider's view of both queues: the device forgets
-    /// every posted request and starts its indices again at 0, and so do we.
+    /// every posted request and starts its indices again at 0, and so do we; and the QP's
+    /// unpolled CQEs are removed from its CQs (as rdma-core's mlx5 does), so none of them is
+    /// polled, or credited to the QP's new requests, afterwards.
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
         let mut req = qhca_ioc_qp_attr::request();
         req.qpn = self.qpn;
         req.attr = attr.to_raw();
         self.pd.ctx.ioctl("MODIFY_QP", sys::modify_qp, &mut req)?;
         if attr.state == Some(QpState::Reset) {
-            self.wq.sq.lock().unwrap_or_else(|e| e.into_inner()).reset();
-            self.wq.rq.lock().unwrap_or_else(|e| e.into_inner()).reset();
+            self.clean_cqs();
+            self.wq.reset();
         }
         Ok(())
+    }
+
+    /// Drops this QP's unpolled CQEs from its CQs (the device writes none any more).
+    fn clean_cqs(&self) {
+        self.send_cq.clean(self.qpn);
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.recv_cq.clean(self.qpn);
+        }
     }
 
     /// `QHCA_IOCTL_QUERY_QP`.
@@ -360,17 +367,47 @@ impl Qp {
         })
     }
 
-    /// RESET → INIT → RTR → RTS against a peer, as ibv_rc_pingpong does.
-    pub fn connect(
-        &self,
-        local_psn: u32,
-        remote_qpn: u32,
-        remote_psn: u32,
-        opts: &ConnOpts,
-    ) -> Result<()> {
+    /// This QP's connection record with first send PSN `psn` (24 bits), and no region: set
+    /// `rkey`, `addr` and `len` to lend the peer one (see [`ConnInfo::with_region`]).
+    pub fn conn_info(&self, psn: u32) -> ConnInfo {
+        ConnInfo {
+            qpn: self.qpn,
+            psn,
+            ..ConnInfo::default()
+        }
+    }
+
+    /// RESET → INIT → RTR → RTS against a peer, as ibv_rc_pingpong does, from the two
+    /// connection records the sides exchanged ([`crate::conn`]):
+    ///
+    /// - `local` is ours: `local.qpn` must be this QP, and `local.psn` is the PSN of our first
+    ///   outgoing packet (the requester's `sq_psn`);
+    /// - `remote` is the peer's: `remote.qpn` becomes our `dest_qpn`, and `remote.psn`, the
+    ///   PSN of the peer's first outgoing packet, is the PSN our responder expects first
+    ///   (`rq_psn`).
+    ///
+    /// So each side passes its own record as `local` and the other's as `remote`; the regions
+    /// in the records play no part here. To connect a QP to itself, pass the same record twice.
+    ///
+    /// Fails with [`Error::Invalid`] if `local.qpn` is not this QP or a PSN is wider than 24
+    /// bits, and with the MODIFY_QP errors.
+    pub fn connect(&self, local: &ConnInfo, remote: &ConnInfo, opts: &ConnOpts) -> Result<()> {
+        if local.qpn != self.qpn {
+            return Err(Error::Invalid {
+                what: format!(
+                    "connect QP {:#x} with the local record of QP {:#x}",
+                    self.qpn, local.qpn
+                ),
+            });
+        }
+        if local.psn > 0xff_ffff || remote.psn > 0xff_ffff {
+            return Err(Error::Invalid {
+                what: format!("PSNs {:#x} / {:#x}: 24 bits", local.psn, remote.psn),
+            });
+        }
         self.to_init(opts.access)?;
-        self.to_rtr(remote_qpn, remote_psn, opts.path_mtu, opts.min_rnr_timer)?;
-        self.to_rts(local_psn, opts.timeout, opts.retry_cnt, opts.rnr_retry)
+        self.to_rtr(remote.qpn, remote.psn, opts.path_mtu, opts.min_rnr_timer)?;
+        self.to_rts(local.psn, opts.timeout, opts.retry_cnt, opts.rnr_retry)
     }
 
     /// Start of a ring slot.
@@ -398,7 +435,11 @@ impl Qp {
     ///
     /// On a refused request, the ones before it are posted (and rung) and the error names its
     /// index and the reason, as rdma-core's `bad_wr`.
+    ///
+    /// On a disassociated context ([`Context::is_dead`], one atomic load) nothing is posted:
+    /// [`PostReason::Disassociated`].
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        self.check_alive()?;
         let wq = self.wq.clone();
         let mut sq = wq.sq.lock().unwrap_or_else(|e| e.into_inner());
         let mut result = Ok(());
@@ -416,7 +457,7 @@ impl Qp {
                 result = Err(PostError { index: i, reason });
                 break;
             }
-            let index = sq.push(wr.wr_id, wr.signaled());
+            let index = sq.push();
             encode_send_wqe(self.slot(false, index), wr);
             posted += 1;
         }
@@ -427,8 +468,22 @@ impl Qp {
         result
     }
 
+    fn check_alive(&self) -> Result<(), PostError> {
+        if self.pd.ctx.is_dead() {
+            return Err(PostError {
+                index: 0,
+                reason: PostReason::Disassociated,
+            });
+        }
+        Ok(())
+    }
+
     /// Posts receive requests, as [`Qp::post_send`] does.
+    ///
+    /// A receive that only a WRITE_WITH_IMM will consume needs no buffer: `sges` may be empty
+    /// (see [`crate::WcOpcode::RecvRdmaWithImm`]).
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        self.check_alive()?;
         let wq = self.wq.clone();
         let mut rq = wq.rq.lock().unwrap_or_else(|e| e.into_inner());
         let mut result = Ok(());
@@ -468,12 +523,12 @@ impl Drop for Qp {
             .ioctl("DESTROY_QP", sys::destroy_qp, &mut req)
             .is_ok();
         for cq in [&self.send_cq, &self.recv_cq] {
-            cq.qps
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&self.qpn);
+            cq.detach(self.qpn);
         }
-        if !destroyed {
+        if destroyed {
+            // Its unpolled CQEs must not be polled later, when the QPN may name another QP.
+            self.clean_cqs();
+        } else {
             // The device may still read the rings: never let the addresses be reused.
             if let Some(b) = self.buf.take() {
                 b.leak();
@@ -482,20 +537,27 @@ impl Drop for Qp {
     }
 }
 
-/// Connection parameters for [`Qp::connect`], with ibv_rc_pingpong's defaults.
+/// Connection parameters for [`Qp::connect`].
+///
+/// The defaults are ibv_rc_pingpong's, except that RNR retries are finite, as perftest's: a
+/// SEND or WRITE_WITH_IMM that finds no receive posted at the peer is retried 6 times, each
+/// after the peer's RNR timer (12: 0.64 ms at least), and then fails with
+/// [`crate::WcStatus::RnrRetryExcErr`] (the QP goes to ERR). A forgotten receive is an error
+/// within milliseconds, not a silent hang. Set `rnr_retry` to 7 to retry for ever.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnOpts {
-    /// Rights granted to the peer.
+    /// Remote rights the QP grants its peer as responder (REMOTE_WRITE, REMOTE_READ,
+    /// REMOTE_ATOMIC); each region must grant them too.
     pub access: Access,
-    /// log2(MTU): 12 = 4096.
+    /// log2(path MTU): 8 = 256 .. 12 = 4096.
     pub path_mtu: u8,
-    /// Local ACK timeout exponent.
+    /// Local ACK timeout: 4.096 us << timeout (0: none). 14 is about 67 ms.
     pub timeout: u8,
-    /// Transport retries.
+    /// Transport retries after an ACK timeout or a PSN-sequence NAK, 0..=7.
     pub retry_cnt: u8,
-    /// RNR retries (7 = infinite).
+    /// RNR retries, 0..=6, or 7 for ever.
     pub rnr_retry: u8,
-    /// RNR NAK timer.
+    /// The RNR timer this QP asks its peer to wait as responder (IB encoding: 12 = 0.64 ms).
     pub min_rnr_timer: u8,
 }
 
@@ -506,7 +568,7 @@ impl Default for ConnOpts {
             path_mtu: 12,
             timeout: 14,
             retry_cnt: 7,
-            rnr_retry: 7,
+            rnr_retry: 6,
             min_rnr_timer: 12,
         }
     }
@@ -575,7 +637,7 @@ mod tests {
             let path = std::env::temp_dir().join(format!("qhca-fake-{tag}-{}", std::process::id()));
             let f = std::fs::File::create(&path).unwrap();
             f.set_len(4096).unwrap();
-            let ctx = Arc::new(Context::open(&path).unwrap());
+            let ctx = Arc::new(Context::open_unchecked(&path).unwrap());
             FakeDevice { path, ctx }
         }
 
@@ -598,7 +660,7 @@ mod tests {
 
     #[test]
     fn post_writes_slots_rings_once_and_polling_frees_them() {
-        use crate::cq::tests::{cqe, device_write_cqe};
+        use crate::cq::tests::{cqe_at, device_write_cqe};
         use crate::wqe::{Sge, WrOp};
         use crate::{RecvWr, SendFlags, SendWr};
 
@@ -659,14 +721,14 @@ mod tests {
         assert_eq!(dev.last_doorbell(), DbWord::new(DbType::Sq, 0x42, 4));
 
         // The device completes the signaled SEND (slot 1): slots 0 and 1 are free again.
-        device_write_cqe(cq.ring_ptr(), 3, 0, &cqe(11, 0x00, 0, 0x42, None));
+        device_write_cqe(cq.ring_ptr(), 3, 0, &cqe_at(11, 0x00, 0, 0x42, 1));
         let mut wc = [crate::Wc::default(); 4];
         assert_eq!(cq.poll(&mut wc), 1);
         assert_eq!((wc[0].wr_id, wc[0].qpn), (11, 0x42));
         assert_eq!(qp.send_outstanding(), 2);
         // A flush of slot 2 (unsignaled), then of slot 3.
-        device_write_cqe(cq.ring_ptr(), 3, 1, &cqe(12, 0x01, 5, 0x42, None));
-        device_write_cqe(cq.ring_ptr(), 3, 2, &cqe(10, 0x01, 5, 0x42, None));
+        device_write_cqe(cq.ring_ptr(), 3, 1, &cqe_at(12, 0x01, 5, 0x42, 2));
+        device_write_cqe(cq.ring_ptr(), 3, 2, &cqe_at(10, 0x01, 5, 0x42, 3));
         assert_eq!(cq.poll(&mut wc), 2);
         assert_eq!(qp.send_outstanding(), 0);
         // The consumer index was published in the doorbell record.
@@ -697,7 +759,7 @@ mod tests {
                 sges: &rsge
             }])
             .is_err());
-        device_write_cqe(cq.ring_ptr(), 3, 3, &cqe(20, 0x80, 0, 0x42, None));
+        device_write_cqe(cq.ring_ptr(), 3, 3, &cqe_at(20, 0x80, 0, 0x42, 0));
         assert_eq!(cq.poll(&mut wc), 1);
         assert!(wc[0].is_recv);
         assert_eq!(qp.recv_outstanding(), 1);
@@ -721,5 +783,117 @@ mod tests {
         }
         assert_eq!(QpState::from_raw(4), QpState::Unknown(4));
         assert_eq!(QpState::Unknown(5).raw(), 5);
+    }
+
+    /// What a move to RESET does after the driver accepted it (the fake device refuses every
+    /// ioctl, so the test does those steps itself): the QP's unpolled CQEs are gone from a CQ
+    /// it shares with another QP, the other QP's stay, and a stale CQE cannot free a slot of the
+    /// requests posted after the reset.
+    #[test]
+    fn reset_cleans_the_cq_and_stale_cqes_free_nothing() {
+        use crate::cq::tests::{cqe_at, device_write_cqe};
+        use crate::{SendWr, WrOp};
+
+        let dev = FakeDevice::new("reset");
+        let pd = Pd::fake(&dev.ctx, 3);
+        let mut cq = Cq::fake(&dev.ctx, 9, 8).unwrap();
+        let caps = QpCaps {
+            max_send_wr: 4,
+            max_recv_wr: 2,
+            max_sge: 1,
+            max_inline: 16,
+        };
+        let mut qp = Qp::fake(&pd, &cq, &cq, &caps, 0x42).unwrap();
+        let mut other = Qp::fake(&pd, &cq, &cq, &caps, 0x43).unwrap();
+        let send = |id| SendWr::inline(id, WrOp::Send, b"x");
+        qp.post_send(&[send(1), send(2), send(3)]).unwrap();
+        other.post_send(&[send(7)]).unwrap();
+        device_write_cqe(cq.ring_ptr(), 3, 0, &cqe_at(1, 0, 0, 0x42, 0));
+        device_write_cqe(cq.ring_ptr(), 3, 1, &cqe_at(7, 0, 0, 0x43, 0));
+        device_write_cqe(cq.ring_ptr(), 3, 2, &cqe_at(3, 0, 0, 0x42, 2));
+        // RESET.
+        qp.clean_cqs();
+        qp.wq.reset();
+        assert_eq!(qp.send_outstanding(), 0);
+        qp.post_send(&[send(10), send(11)]).unwrap();
+        let mut wc = [crate::Wc::default(); 8];
+        assert_eq!(cq.poll(&mut wc), 1, "only the other QP's CQE is left");
+        assert_eq!((wc[0].qpn, wc[0].wr_id), (0x43, 7));
+        assert_eq!(other.send_outstanding(), 0);
+        assert_eq!(qp.send_outstanding(), 2, "nothing stale was credited");
+        // A CQE for an index not outstanding (a stale or forged one) frees nothing.
+        device_write_cqe(cq.ring_ptr(), 3, 3, &cqe_at(99, 0, 0, 0x42, 5));
+        assert_eq!(cq.poll(&mut wc), 1);
+        assert_eq!(qp.send_outstanding(), 2);
+        assert_eq!(cq.stray_cqes(), 1);
+        device_write_cqe(cq.ring_ptr(), 3, 4, &cqe_at(11, 0, 0, 0x42, 1));
+        assert_eq!(cq.poll(&mut wc), 1);
+        assert_eq!(qp.send_outstanding(), 0);
+        assert_eq!(cq.stray_cqes(), 1);
+    }
+
+    #[test]
+    fn connect_takes_the_records_and_checks_them() {
+        let dev = FakeDevice::new("connect");
+        let pd = Pd::fake(&dev.ctx, 3);
+        let cq = Cq::fake(&dev.ctx, 9, 8).unwrap();
+        let qp = Qp::fake(&pd, &cq, &cq, &QpCaps::default(), 0x42).unwrap();
+        let me = qp.conn_info(0x1234);
+        assert_eq!((me.qpn, me.psn, me.rkey), (0x42, 0x1234, 0));
+        let peer = ConnInfo {
+            qpn: 0x43,
+            psn: 5,
+            ..ConnInfo::default()
+        };
+        let o = ConnOpts::default();
+        // The records the wrong way round: refused before the driver is asked.
+        let e = qp.connect(&peer, &me, &o).unwrap_err();
+        assert!(e.to_string().contains("local record of QP 0x43"), "{e}");
+        let wide = ConnInfo {
+            psn: 1 << 24,
+            ..peer
+        };
+        assert!(matches!(
+            qp.connect(&me, &wide, &o),
+            Err(Error::Invalid { .. })
+        ));
+        // The right way round reaches the driver (which the fake device is not).
+        assert!(matches!(
+            qp.connect(&me, &peer, &o),
+            Err(Error::Ioctl {
+                op: "MODIFY_QP",
+                ..
+            })
+        ));
+    }
+
+    /// rnr_retry 7 retries for ever: a forgotten receive hung the requester silently.
+    #[test]
+    fn default_rnr_retry_is_finite() {
+        let o = ConnOpts::default();
+        assert!(o.rnr_retry < 7, "{o:?}");
+        assert!(o.retry_cnt <= 7 && o.path_mtu == 12);
+    }
+
+    #[test]
+    fn posting_on_a_dead_context_writes_nothing() {
+        let dev = FakeDevice::new("dead");
+        let pd = Pd::fake(&dev.ctx, 3);
+        let cq = Cq::fake(&dev.ctx, 9, 8).unwrap();
+        let mut qp = Qp::fake(&pd, &cq, &cq, &QpCaps::default(), 0x42).unwrap();
+        dev.ctx.dead_if_err(libc::POLLERR, "test").unwrap_err();
+        let e = qp
+            .post_send(&[crate::SendWr::inline(1, crate::WrOp::Send, b"x")])
+            .unwrap_err();
+        assert_eq!((e.index, e.reason), (0, PostReason::Disassociated));
+        assert_eq!(e.errno(), crate::Errno::ENODEV);
+        assert!(qp
+            .post_recv(&[crate::RecvWr {
+                wr_id: 1,
+                sges: &[]
+            }])
+            .is_err());
+        assert_eq!((qp.send_outstanding(), qp.recv_outstanding()), (0, 0));
+        assert_eq!(dev.last_doorbell().raw(), 0, "no doorbell rung");
     }
 }

@@ -3,135 +3,32 @@
 //! Free-slot accounting of a work queue. Pure.
 //!
 //! The poster owns the producer index (`head`), the poller advances the consumer index (`tail`)
-//! as completions arrive. Both are free-running `u32`; the device sees the low 16 bits of `head`
-//! (queues have at most 2^15 slots, so 16-bit indices never alias).
+//! as completions arrive. Both are free-running `u32`; the device sees the low 16 bits (queues
+//! have at most 2^15 slots, so 16-bit indices never alias).
 //!
-//! Send queues complete unsignaled requests silently, so the standard rule applies: a CQE for
-//! slot n means every earlier slot of that SQ is done too. The CQE carries no slot index, only
-//! the wr_id, so the tracker remembers per slot its wr_id and whether it was signaled:
+//! Every CQE carries the free-running 16-bit index of the WQE it completes (`wqe_index`), as
+//! mlx5's `wqe_counter`:
 //!
-//! - a successful CQE completes up to and including the first signaled slot at or after `tail`
-//!   (the device completes in order and writes CQEs only for signaled successes);
-//! - a flush CQE (`WR_FLUSH_ERR`) is for exactly the slot at `tail` (after an error every
-//!   request completes, signaled or not);
-//! - any other error CQE is for the first slot at or after `tail` with its wr_id (the failing
-//!   request may be unsignaled, with silent successes before it); if no slot has that wr_id,
-//!   the one at `tail`.
+//! - a send CQE completes that WQE and every earlier one of the SQ, signaled or not (the device
+//!   executes in order and writes CQEs only for signaled successes, errors and flushes);
+//! - a receive CQE completes that RQ slot (and, in order, any before it).
 //!
-//! The wr_id rule is ambiguous only when an unsignaled request that succeeded silently has the
-//! same wr_id as the failing one after it; the tracker then frees too few slots. The QP is in
-//! ERR by then and has to be reset (which resets the tracker) or destroyed anyway.
+//! The index is not trusted: a CQE naming a slot that is not outstanding (a stale CQE of a QP
+//! that was reset, a device bug) frees nothing and is counted as stray by the CQ.
 
-use crate::cq::WcStatus;
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Slot {
-    wr_id: u64,
-    signaled: bool,
-}
-
-/// Free-slot accounting of a send queue.
+/// Free-slot accounting of one ring (send or receive).
 #[derive(Debug)]
-pub struct SendTracker {
-    slots: Box<[Slot]>,
-    head: u32,
-    tail: u32,
-}
-
-impl SendTracker {
-    /// A tracker for `depth` (a power of two) slots.
-    pub fn new(depth: u32) -> Self {
-        debug_assert!(depth.is_power_of_two());
-        SendTracker {
-            slots: vec![Slot::default(); depth as usize].into_boxed_slice(),
-            head: 0,
-            tail: 0,
-        }
-    }
-
-    /// Slots in the ring.
-    pub fn depth(&self) -> u32 {
-        self.slots.len() as u32
-    }
-
-    /// Requests posted and not yet known to be complete.
-    pub fn outstanding(&self) -> u32 {
-        self.head.wrapping_sub(self.tail)
-    }
-
-    /// Slots free for posting.
-    pub fn free(&self) -> u32 {
-        self.depth() - self.outstanding()
-    }
-
-    /// The producer index (free-running).
-    pub fn head(&self) -> u32 {
-        self.head
-    }
-
-    /// The consumer index (free-running).
-    pub fn tail(&self) -> u32 {
-        self.tail
-    }
-
-    fn slot(&self, index: u32) -> &Slot {
-        &self.slots[(index & (self.depth() - 1)) as usize]
-    }
-
-    /// Takes the next slot for a request; returns its free-running index. The caller checked
-    /// [`SendTracker::free`].
-    pub fn push(&mut self, wr_id: u64, signaled: bool) -> u32 {
-        assert!(self.free() > 0, "push on a full send queue");
-        let index = self.head;
-        let mask = self.depth() - 1;
-        self.slots[(index & mask) as usize] = Slot { wr_id, signaled };
-        self.head = self.head.wrapping_add(1);
-        index
-    }
-
-    /// Forgets every outstanding request and starts again at index 0 (the QP went to RESET,
-    /// where the device starts its indices again at 0).
-    pub fn reset(&mut self) {
-        self.head = 0;
-        self.tail = 0;
-    }
-
-    /// Accounts for one send CQE; returns how many slots it freed (0 for a CQE no outstanding
-    /// slot can match, which a correct device never writes).
-    pub fn complete(&mut self, status: WcStatus, wr_id: u64) -> u32 {
-        let n = self.outstanding();
-        if n == 0 {
-            return 0;
-        }
-        let pick = |want: &dyn Fn(&Slot) -> bool| {
-            (0..n).find(|&k| want(self.slot(self.tail.wrapping_add(k))))
-        };
-        let k = match status {
-            WcStatus::Success => match pick(&|s| s.signaled) {
-                Some(k) => k,
-                None => return 0,
-            },
-            WcStatus::WrFlushErr => 0,
-            _ => pick(&|s| s.wr_id == wr_id).unwrap_or(0),
-        };
-        self.tail = self.tail.wrapping_add(k + 1);
-        k + 1
-    }
-}
-
-/// Free-slot accounting of a receive queue: every receive request completes with a CQE, in
-/// order, so each CQE frees exactly one slot.
-#[derive(Debug)]
-pub struct RecvTracker {
+pub(crate) struct Tracker {
     depth: u32,
     head: u32,
     tail: u32,
 }
 
-impl RecvTracker {
-    /// A tracker for `depth` (a power of two) slots.
-    pub fn new(depth: u32) -> Self {
-        RecvTracker {
+impl Tracker {
+    /// A tracker for `depth` (a power of two, at most 2^15) slots.
+    pub(crate) fn new(depth: u32) -> Self {
+        debug_assert!(depth.is_power_of_two() && depth <= 1 << 15);
+        Tracker {
             depth,
             head: 0,
             tail: 0,
@@ -139,46 +36,91 @@ impl RecvTracker {
     }
 
     /// Slots in the ring.
-    pub fn depth(&self) -> u32 {
+    pub(crate) fn depth(&self) -> u32 {
         self.depth
     }
 
-    /// Requests posted and not yet completed.
-    pub fn outstanding(&self) -> u32 {
+    /// Requests posted and not yet known to be complete.
+    pub(crate) fn outstanding(&self) -> u32 {
         self.head.wrapping_sub(self.tail)
     }
 
     /// Slots free for posting.
-    pub fn free(&self) -> u32 {
+    pub(crate) fn free(&self) -> u32 {
         self.depth - self.outstanding()
     }
 
     /// The producer index (free-running).
-    pub fn head(&self) -> u32 {
+    pub(crate) fn head(&self) -> u32 {
         self.head
     }
 
-    /// Takes the next slot; returns its free-running index.
-    pub fn push(&mut self) -> u32 {
-        assert!(self.free() > 0, "push on a full receive queue");
+    /// The consumer index (free-running).
+    #[cfg(test)]
+    pub(crate) fn tail(&self) -> u32 {
+        self.tail
+    }
+
+    /// Takes the next slot; returns its free-running index. The caller checked
+    /// [`Tracker::free`].
+    pub(crate) fn push(&mut self) -> u32 {
+        assert!(self.free() > 0, "push on a full work queue");
         let index = self.head;
         self.head = self.head.wrapping_add(1);
         index
     }
 
-    /// Forgets every outstanding request and starts again at index 0.
-    pub fn reset(&mut self) {
+    /// Forgets every outstanding request and starts again at index 0 (the QP went to RESET,
+    /// where the device starts its indices again at 0).
+    pub(crate) fn reset(&mut self) {
         self.head = 0;
         self.tail = 0;
     }
 
-    /// Accounts for one receive CQE; returns the slots freed (0 if none was outstanding).
-    pub fn complete(&mut self) -> u32 {
-        if self.outstanding() == 0 {
+    /// Accounts for a CQE naming the WQE at 16-bit index `wqe_index`: it and every earlier
+    /// outstanding slot are done. Returns the slots freed; 0 if `wqe_index` names no
+    /// outstanding slot (the CQE is stray).
+    pub(crate) fn complete(&mut self, wqe_index: u16) -> u32 {
+        // Distance from the oldest outstanding slot, modulo 2^16: unambiguous because fewer
+        // than 2^15 slots are ever outstanding.
+        let k = u32::from(wqe_index.wrapping_sub(self.tail as u16));
+        if k >= self.outstanding() {
             return 0;
         }
-        self.tail = self.tail.wrapping_add(1);
-        1
+        self.tail = self.tail.wrapping_add(k + 1);
+        k + 1
+    }
+}
+
+/// The accounting of one QP's two queues, shared between the QP (which posts) and the CQs its
+/// completions land in (which free slots as they poll).
+#[derive(Debug)]
+pub(crate) struct WqShared {
+    pub(crate) sq: std::sync::Mutex<Tracker>,
+    pub(crate) rq: std::sync::Mutex<Tracker>,
+}
+
+impl WqShared {
+    pub(crate) fn new(sq_depth: u32, rq_depth: u32) -> Self {
+        WqShared {
+            sq: std::sync::Mutex::new(Tracker::new(sq_depth)),
+            rq: std::sync::Mutex::new(Tracker::new(rq_depth)),
+        }
+    }
+
+    /// Frees the slots a polled completion accounts for; false if it names none (stray).
+    pub(crate) fn complete(&self, wc: &crate::cq::Wc) -> bool {
+        let q = if wc.is_recv { &self.rq } else { &self.sq };
+        q.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .complete(wc.wqe_index)
+            > 0
+    }
+
+    /// Forgets both queues (RESET).
+    pub(crate) fn reset(&self) {
+        self.sq.lock().unwrap_or_else(|e| e.into_inner()).reset();
+        self.rq.lock().unwrap_or_else(|e| e.into_inner()).reset();
     }
 }
 
@@ -187,123 +129,77 @@ mod tests {
     use super::*;
 
     #[test]
-    fn signaled_completion_frees_the_unsignaled_before_it() {
-        let mut t = SendTracker::new(4);
+    fn a_cqe_frees_its_wqe_and_every_earlier_one() {
+        let mut t = Tracker::new(4);
         assert_eq!((t.free(), t.outstanding()), (4, 0));
-        t.push(1, false);
-        t.push(2, false);
-        t.push(3, true);
-        t.push(4, false);
+        for i in 0..4 {
+            assert_eq!(t.push(), i);
+        }
         assert_eq!(t.free(), 0);
-        assert_eq!(t.complete(WcStatus::Success, 3), 3);
+        // The signaled one at index 2: 0 and 1 (unsignaled) are done too.
+        assert_eq!(t.complete(2), 3);
         assert_eq!((t.free(), t.tail(), t.head()), (3, 3, 4));
-        // Slot 4 is unsignaled: nothing can complete it until a later signaled one.
-        assert_eq!(
-            t.complete(WcStatus::Success, 99),
-            0,
-            "no signaled slot outstanding"
-        );
-        t.push(5, true);
-        assert_eq!(t.complete(WcStatus::Success, 5), 2);
+        // Index 3, then nothing is outstanding.
+        assert_eq!(t.complete(3), 1);
         assert_eq!(t.outstanding(), 0);
-        assert_eq!(t.complete(WcStatus::Success, 5), 0, "nothing outstanding");
     }
 
+    /// The old tracker guessed slots from wr_id and signaled flags: a CQE whose wr_id matched
+    /// an outstanding request freed slots the device had not read. Now only the index counts,
+    /// and an index outside the outstanding window frees nothing.
     #[test]
-    fn error_then_flushes() {
-        let mut t = SendTracker::new(8);
-        t.push(10, false); // succeeds silently
-        t.push(11, false); // fails: its error CQE is written although unsignaled
-        t.push(12, true); // flushed
-        t.push(13, false); // flushed
-        assert_eq!(t.complete(WcStatus::RemAccessErr, 11), 2);
-        assert_eq!(t.complete(WcStatus::WrFlushErr, 12), 1);
-        assert_eq!(t.complete(WcStatus::WrFlushErr, 13), 1);
-        assert_eq!(t.outstanding(), 0);
-        // An error naming no outstanding wr_id: the slot at the tail.
-        t.push(20, true);
-        t.push(21, true);
-        assert_eq!(t.complete(WcStatus::LocProtErr, 999), 1);
-        assert_eq!(t.outstanding(), 1);
+    fn a_cqe_naming_no_outstanding_slot_frees_nothing() {
+        let mut t = Tracker::new(8);
+        t.push();
+        t.push();
+        assert_eq!(t.complete(2), 0, "not posted yet");
+        assert_eq!(t.complete(0xffff), 0, "before the tail");
+        assert_eq!(t.complete(7), 0);
+        assert_eq!(t.outstanding(), 2);
+        assert_eq!(t.complete(0), 1);
+        assert_eq!(t.complete(0), 0, "already completed");
+        assert_eq!(t.complete(1), 1);
     }
 
     #[test]
     fn indices_run_past_16_bits() {
-        let mut t = SendTracker::new(2);
-        for i in 0..70_000u64 {
-            let idx = t.push(i, i % 2 == 1);
-            assert_eq!(u64::from(idx), i);
+        let mut t = Tracker::new(2);
+        for i in 0..70_000u32 {
+            assert_eq!(t.push(), i);
             if i % 2 == 1 {
-                assert_eq!(t.complete(WcStatus::Success, i), 2);
+                assert_eq!(t.complete(i as u16), 2, "index {i}");
             }
         }
         assert_eq!(t.head(), 70_000);
-        assert_eq!(t.head() & 0xffff, 70_000 - 65_536);
+        // Near the 16-bit wrap, in a deep queue.
+        let mut t = Tracker::new(1 << 15);
+        for _ in 0..65_530 {
+            t.push();
+            t.complete(t.head().wrapping_sub(1) as u16);
+        }
+        for _ in 0..20 {
+            t.push();
+        }
+        assert_eq!(t.complete(3), 10, "65530..=65539 wraps to 65530..=3");
+        assert_eq!(t.outstanding(), 10);
     }
 
     #[test]
-    #[should_panic(expected = "full send queue")]
+    #[should_panic(expected = "full work queue")]
     fn push_on_full_panics() {
-        let mut t = SendTracker::new(2);
-        t.push(0, true);
-        t.push(0, true);
-        t.push(0, true);
+        let mut t = Tracker::new(2);
+        t.push();
+        t.push();
+        t.push();
     }
 
     #[test]
     fn reset_starts_again_at_zero() {
-        let mut t = SendTracker::new(4);
-        t.push(1, false);
-        t.push(2, false);
+        let mut t = Tracker::new(4);
+        t.push();
+        t.push();
         t.reset();
-        assert_eq!((t.head(), t.tail(), t.free()), (0, 0, 4));
-        let mut r = RecvTracker::new(2);
-        r.push();
-        r.reset();
-        assert_eq!((r.head(), r.free()), (0, 2));
-    }
-
-    #[test]
-    fn recv_tracker() {
-        let mut r = RecvTracker::new(2);
-        assert_eq!(r.push(), 0);
-        assert_eq!(r.push(), 1);
-        assert_eq!(r.free(), 0);
-        assert_eq!(r.complete(), 1);
-        assert_eq!(
-            (r.free(), r.outstanding(), r.head(), r.depth()),
-            (1, 1, 2, 2)
-        );
-        assert_eq!(r.complete(), 1);
-        assert_eq!(r.complete(), 0);
-    }
-}
-
-/// The accounting of one QP's two queues, shared between the QP (which posts) and the CQs its
-/// completions land in (which free slots as they poll).
-#[derive(Debug)]
-pub(crate) struct WqShared {
-    pub(crate) sq: std::sync::Mutex<SendTracker>,
-    pub(crate) rq: std::sync::Mutex<RecvTracker>,
-}
-
-impl WqShared {
-    pub(crate) fn new(sq_depth: u32, rq_depth: u32) -> Self {
-        WqShared {
-            sq: std::sync::Mutex::new(SendTracker::new(sq_depth)),
-            rq: std::sync::Mutex::new(RecvTracker::new(rq_depth)),
-        }
-    }
-
-    /// Frees the slots a polled completion accounts for.
-    pub(crate) fn complete(&self, wc: &crate::cq::Wc) {
-        if wc.is_recv {
-            self.rq.lock().unwrap_or_else(|e| e.into_inner()).complete();
-        } else {
-            self.sq
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .complete(wc.status, wc.wr_id);
-        }
+        assert_eq!((t.head(), t.tail(), t.free(), t.depth()), (0, 0, 4, 4));
+        assert_eq!(t.complete(1), 0, "a stale CQE of before the reset");
     }
 }

@@ -17,7 +17,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use qhca::{
-    Access, ConnOpts, Context, Cq, DbType, DbWord, MrBuf, ObjKind, Pd, PostReason, Qp, QpAttr,
+    Access, ConnInfo, ConnOpts, Context, Cq, DbType, DbWord, MrBuf, Pd, PostReason, Qp, QpAttr,
     QpCaps, QpState, RecvWr, SendFlags, SendWr, Sge, Wc, WcOpcode, WcStatus, WrOp,
 };
 
@@ -133,8 +133,8 @@ fn pair_in(ctx: &Arc<Context>, pd: &Pd, o: &PairOpts) -> Result<Pair, Fail> {
     let cq_b = Cq::new(ctx, 256, None)?;
     let a = Qp::new(pd, &cq_a, &cq_a, &o.caps)?;
     let b = Qp::new(pd, &cq_b, &cq_b, &o.caps)?;
-    a.connect(PSN_A, b.qpn(), PSN_B, &o.conn)?;
-    b.connect(PSN_B, a.qpn(), PSN_A, &o.conn)?;
+    connect(&a, PSN_A, b.qpn(), PSN_B, &o.conn)?;
+    connect(&b, PSN_B, a.qpn(), PSN_A, &o.conn)?;
     Ok(Pair {
         a,
         b,
@@ -143,6 +143,50 @@ fn pair_in(ctx: &Arc<Context>, pd: &Pd, o: &PairOpts) -> Result<Pair, Fail> {
         pd: pd.clone(),
         ctx: ctx.clone(),
     })
+}
+
+/// Connects `qp` (first PSN `psn`) to the QP `peer` (first PSN `peer_psn`).
+fn connect(qp: &Qp, psn: u32, peer: u32, peer_psn: u32, o: &ConnOpts) -> qhca::Result<()> {
+    let remote = ConnInfo {
+        qpn: peer,
+        psn: peer_psn,
+        ..ConnInfo::default()
+    };
+    qp.connect(&qp.conn_info(psn), &remote, o)
+}
+
+/// The kinds of object [`destroy_raw`] can name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ObjKind {
+    Pd,
+    Mr,
+    Cq,
+    Qp,
+}
+
+/// Destroys an object by its handle with the raw ioctl, bypassing the provider (which has no
+/// such call): for tests of the driver's own checks (`EBUSY` for a PD or CQ in use, `ENOENT`
+/// for an unknown handle or another context's object). The provider's wrapper that still owns
+/// the object then fails its own destroy and leaks the memory the device might reach.
+fn destroy_raw(ctx: &Context, kind: ObjKind, handle: u32) -> Result<(), Errno> {
+    use qhca_uapi::{
+        qhca_ioc_handle, QHCA_IOCTL_DEALLOC_PD, QHCA_IOCTL_DEREG_MR, QHCA_IOCTL_DESTROY_CQ,
+        QHCA_IOCTL_DESTROY_QP,
+    };
+    use std::os::fd::AsRawFd;
+    let req = match kind {
+        ObjKind::Pd => QHCA_IOCTL_DEALLOC_PD,
+        ObjKind::Mr => QHCA_IOCTL_DEREG_MR,
+        ObjKind::Cq => QHCA_IOCTL_DESTROY_CQ,
+        ObjKind::Qp => QHCA_IOCTL_DESTROY_QP,
+    };
+    // struct qhca_ioc_handle: size, comp_mask, handle, rsvd.
+    let mut buf = crate::sys::IoctlBuf::new();
+    let size = std::mem::size_of::<qhca_ioc_handle>() as u32;
+    buf.0[0..4].copy_from_slice(&size.to_ne_bytes());
+    let at = std::mem::offset_of!(qhca_ioc_handle, handle);
+    buf.0[at..at + 4].copy_from_slice(&handle.to_ne_bytes());
+    crate::sys::ioctl_buf(ctx.as_raw_fd(), req, &mut buf).map(drop)
 }
 
 /// Waits for one completion.
@@ -190,7 +234,7 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
 /// at [`GUARD`].
 #[track_caller]
 fn guarded(pd: &Pd, len: usize, access: Access) -> Result<MrBuf, Fail> {
-    let mr = pd.reg_mr_buf(len + 2 * GUARD, access)?;
+    let mut mr = pd.reg_mr_buf(len + 2 * GUARD, access)?;
     mr.fill(0, mr.len(), GUARD_BYTE);
     Ok(mr)
 }

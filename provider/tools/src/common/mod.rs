@@ -166,22 +166,16 @@ pub fn setup(o: &Opts, role: Role<'_>) -> qhca::Result<Side> {
         max_inline: MAX_INLINE,
     };
     let qp = Qp::new(&pd, &cq, &cq, &caps)?;
-    let local = ConnInfo {
-        qpn: qp.qpn(),
-        psn: conn::random_psn(),
-        rkey: mr.rkey(),
-        addr: mr.addr(),
-        len: mr.len() as u64,
-    };
+    let local: ConnInfo = qp.conn_info(conn::random_psn()).with_region(&mr);
     let (mut stream, remote) = match role {
-        Role::Server(l) => conn::accept_exchange(l, &local)?,
-        Role::Client(addr) => conn::connect_exchange(addr, &local)?,
+        Role::Server(l) => conn::accept_exchange(l, &local, EXCHANGE_TIMEOUT)?,
+        Role::Client(addr) => conn::connect_exchange(addr, &local, EXCHANGE_TIMEOUT)?,
     };
     let opts = ConnOpts {
         path_mtu: o.mtu.trailing_zeros() as u8,
         ..ConnOpts::default()
     };
-    qp.connect(local.psn, remote.qpn, remote.psn, &opts)?;
+    qp.connect(&local, &remote, &opts)?;
     conn::sync(&mut stream)?;
     Ok(Side {
         qp,
@@ -198,45 +192,81 @@ pub fn setup(o: &Opts, role: Role<'_>) -> qhca::Result<Side> {
 
 /// How long a tool waits for one completion before giving up.
 pub const COMPLETION_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a tool waits for its peer in the TCP exchange and the barriers.
+pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Spins on the CQ until a completion arrives; an error status is an error.
+/// Spins on the CQ until a completion arrives; an error status is an error. A device that
+/// goes away ends the wait with [`Error::Disassociated`] within a few milliseconds
+/// ([`Cq::poll_wait`]).
 pub fn wait_wc(cq: &mut Cq) -> qhca::Result<Wc> {
     let mut wc = [Wc::default(); 1];
-    let start = Instant::now();
-    let mut spins = 0u32;
-    loop {
-        if cq.poll(&mut wc) == 1 {
-            if wc[0].status != WcStatus::Success {
-                return Err(Error::Invalid {
-                    what: format!(
-                        "completion of wr_id {} failed: {:?} (vendor_err {:#x})",
-                        wc[0].wr_id, wc[0].status, wc[0].vendor_err
-                    ),
-                });
-            }
-            return Ok(wc[0]);
+    if cq.poll_wait(&mut wc, Some(COMPLETION_TIMEOUT))? == 0 {
+        return Err(Error::Timeout {
+            what: "completion",
+            after: COMPLETION_TIMEOUT,
+        });
+    }
+    if wc[0].status != WcStatus::Success {
+        return Err(Error::Invalid {
+            what: format!(
+                "completion of wr_id {} failed: {:?} (vendor_err {:#x})",
+                wc[0].wr_id, wc[0].status, wc[0].vendor_err
+            ),
+        });
+    }
+    Ok(wc[0])
+}
+
+/// Calls `f` every [`qhca::LIVENESS_INTERVAL`] of a spin loop: `spins` is the loop's counter,
+/// `next` when to call next. No system call but the clock's (vDSO) in between.
+pub struct Every {
+    start: Instant,
+    next: Duration,
+    spins: u32,
+}
+
+impl Every {
+    pub fn new() -> Self {
+        Every {
+            start: Instant::now(),
+            next: qhca::LIVENESS_INTERVAL,
+            spins: 0,
         }
-        spins = spins.wrapping_add(1);
-        if spins % 4096 == 0 && start.elapsed() > COMPLETION_TIMEOUT {
-            return Err(Error::Invalid {
-                what: format!("no completion within {COMPLETION_TIMEOUT:?}"),
+    }
+
+    /// One empty turn of the loop: checks `ctx` every few milliseconds, and fails after
+    /// `timeout` with `what`.
+    pub fn tick(
+        &mut self,
+        ctx: &Context,
+        timeout: Duration,
+        what: &'static str,
+    ) -> qhca::Result<()> {
+        self.spins = self.spins.wrapping_add(1);
+        if self.spins % 256 != 0 {
+            return Ok(());
+        }
+        let t = self.start.elapsed();
+        if t > timeout {
+            return Err(Error::Timeout {
+                what,
+                after: timeout,
             });
         }
-        std::hint::spin_loop();
+        if t >= self.next {
+            ctx.check()?;
+            self.next = t + qhca::LIVENESS_INTERVAL;
+        }
+        Ok(())
     }
 }
 
-/// Spins until `cond` holds (a flag a peer's WRITE sets), or times out.
-pub fn spin_until(mut cond: impl FnMut() -> bool) -> qhca::Result<()> {
-    let start = Instant::now();
-    let mut spins = 0u32;
+/// Spins until `cond` holds (a flag a peer's WRITE sets), or times out, or the device goes
+/// away.
+pub fn spin_until(ctx: &Context, mut cond: impl FnMut() -> bool) -> qhca::Result<()> {
+    let mut every = Every::new();
     while !cond() {
-        spins = spins.wrapping_add(1);
-        if spins % 4096 == 0 && start.elapsed() > COMPLETION_TIMEOUT {
-            return Err(Error::Invalid {
-                what: format!("peer did not write within {COMPLETION_TIMEOUT:?}"),
-            });
-        }
+        every.tick(ctx, COMPLETION_TIMEOUT, "the peer's write")?;
         std::hint::spin_loop();
     }
     Ok(())

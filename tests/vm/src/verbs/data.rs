@@ -8,7 +8,7 @@ use super::*;
 pub(super) fn verbs_send(t: &mut T, cfg: &Config) -> CaseResult {
     let mut p = pair(cfg, &PairOpts::default())?;
     let len = 777;
-    let src = guarded(&p.pd, len, Access::NONE)?;
+    let mut src = guarded(&p.pd, len, Access::NONE)?;
     let dst = guarded(&p.pd, len, Access::LOCAL_WRITE)?;
     let data = pattern(1, len);
     src.write_at(GUARD, &data);
@@ -34,7 +34,7 @@ pub(super) fn verbs_send(t: &mut T, cfg: &Config) -> CaseResult {
 /// SEND_WITH_IMM: the immediate arrives in the receive completion.
 pub(super) fn verbs_send_imm(t: &mut T, cfg: &Config) -> CaseResult {
     let mut p = pair(cfg, &PairOpts::default())?;
-    let src = guarded(&p.pd, 64, Access::NONE)?;
+    let mut src = guarded(&p.pd, 64, Access::NONE)?;
     let dst = guarded(&p.pd, 64, Access::LOCAL_WRITE)?;
     let data = pattern(2, 64);
     src.write_at(GUARD, &data);
@@ -67,7 +67,7 @@ pub(super) fn verbs_send_imm(t: &mut T, cfg: &Config) -> CaseResult {
 pub(super) fn verbs_rdma_write(t: &mut T, cfg: &Config) -> CaseResult {
     let mut p = pair(cfg, &PairOpts::default())?;
     let len = 3000;
-    let src = guarded(&p.pd, len, Access::NONE)?;
+    let mut src = guarded(&p.pd, len, Access::NONE)?;
     let dst = guarded(&p.pd, len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let data = pattern(3, len);
     src.write_at(GUARD, &data);
@@ -98,7 +98,7 @@ pub(super) fn verbs_rdma_write(t: &mut T, cfg: &Config) -> CaseResult {
 pub(super) fn verbs_write_imm(t: &mut T, cfg: &Config) -> CaseResult {
     let mut p = pair(cfg, &PairOpts::default())?;
     let len = 200;
-    let src = guarded(&p.pd, len, Access::NONE)?;
+    let mut src = guarded(&p.pd, len, Access::NONE)?;
     let dst = guarded(&p.pd, len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let data = pattern(4, len);
     src.write_at(GUARD, &data);
@@ -151,7 +151,7 @@ pub(super) fn verbs_write_imm(t: &mut T, cfg: &Config) -> CaseResult {
 pub(super) fn verbs_rdma_read(t: &mut T, cfg: &Config) -> CaseResult {
     let mut p = pair(cfg, &PairOpts::default())?;
     let len = 2500;
-    let remote = guarded(&p.pd, len, Access::REMOTE_READ)?;
+    let mut remote = guarded(&p.pd, len, Access::REMOTE_READ)?;
     let local = guarded(&p.pd, len, Access::LOCAL_WRITE)?;
     let data = pattern(5, len);
     remote.write_at(GUARD, &data);
@@ -171,22 +171,24 @@ pub(super) fn verbs_rdma_read(t: &mut T, cfg: &Config) -> CaseResult {
 /// Compare-and-swap (hit and miss) and fetch-and-add, with the old values returned.
 pub(super) fn verbs_atomics(t: &mut T, cfg: &Config) -> CaseResult {
     let mut p = pair(cfg, &PairOpts::default())?;
-    let target = guarded(&p.pd, 8, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)?;
-    let old = guarded(&p.pd, 8, Access::LOCAL_WRITE)?;
+    let mut target = guarded(&p.pd, 8, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)?;
+    let mut old = guarded(&p.pd, 8, Access::LOCAL_WRITE)?;
     let (raddr, rkey) = (target.addr() + GUARD as u64, target.rkey());
     target.write_u64(GUARD, 0x1111_2222_3333_4444);
 
-    let op = |t: &mut T, p: &mut Pair, wr_id: u64, op: WrOp, opcode| -> CaseResult {
-        old.write_u64(GUARD, 0);
-        p.a.post_send(&[SendWr::new(wr_id, op, &[old.sge(GUARD, 8)])])?;
-        let wc = wait_wc(&mut p.cq_a)?;
-        check_wc(t, &wc, wr_id, WcStatus::Success, opcode, "atomic");
-        Ok(())
-    };
+    let op =
+        |t: &mut T, p: &mut Pair, old: &mut MrBuf, wr_id: u64, op: WrOp, opcode| -> CaseResult {
+            old.write_u64(GUARD, 0);
+            p.a.post_send(&[SendWr::new(wr_id, op, &[old.sge(GUARD, 8)])])?;
+            let wc = wait_wc(&mut p.cq_a)?;
+            check_wc(t, &wc, wr_id, WcStatus::Success, opcode, "atomic");
+            Ok(())
+        };
     // Miss: compare differs, nothing swapped, the old value comes back.
     op(
         t,
         &mut p,
+        &mut old,
         1,
         WrOp::CmpSwp {
             raddr,
@@ -215,7 +217,7 @@ pub(super) fn verbs_atomics(t: &mut T, cfg: &Config) -> CaseResult {
         compare: 0x1111_2222_3333_4444,
         swap: 0xaaaa_bbbb_cccc_dddd,
     };
-    op(t, &mut p, 2, cas, WcOpcode::CompSwap)?;
+    op(t, &mut p, &mut old, 2, cas, WcOpcode::CompSwap)?;
     check_eq!(
         t,
         old.read_u64(GUARD),
@@ -234,7 +236,7 @@ pub(super) fn verbs_atomics(t: &mut T, cfg: &Config) -> CaseResult {
         rkey,
         add: 0x5555_4444_3333_2223,
     };
-    op(t, &mut p, 3, fa, WcOpcode::FetchAdd)?;
+    op(t, &mut p, &mut old, 3, fa, WcOpcode::FetchAdd)?;
     check_eq!(
         t,
         old.read_u64(GUARD),
@@ -254,7 +256,7 @@ pub(super) fn verbs_atomics(t: &mut T, cfg: &Config) -> CaseResult {
 /// Gather from three SGEs, scatter into two; a WRITE gathered from two.
 pub(super) fn verbs_multi_sge(t: &mut T, cfg: &Config) -> CaseResult {
     let mut p = pair(cfg, &PairOpts::default())?;
-    let src = p.pd.reg_mr_buf(4096, Access::NONE)?;
+    let mut src = p.pd.reg_mr_buf(4096, Access::NONE)?;
     let data = pattern(6, 1000);
     // Pieces of 100, 500 and 400 bytes at scattered offsets.
     src.write_at(10, &data[..100]);
@@ -355,10 +357,10 @@ pub(super) fn verbs_inline(t: &mut T, cfg: &Config) -> CaseResult {
 pub(super) fn verbs_larger_than_mtu(t: &mut T, cfg: &Config) -> CaseResult {
     let mut p = pair(cfg, &PairOpts::default())?;
     let len = 3 * 1024 + 123;
-    let src = guarded(&p.pd, len, Access::REMOTE_READ)?;
+    let mut src = guarded(&p.pd, len, Access::REMOTE_READ)?;
     let data = pattern(8, len);
     src.write_at(GUARD, &data);
-    let dst = guarded(&p.pd, len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let mut dst = guarded(&p.pd, len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     p.b.post_recv(&[RecvWr {
         wr_id: 1,
         sges: &[dst.sge(GUARD, len as u32)],

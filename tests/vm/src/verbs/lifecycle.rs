@@ -22,11 +22,21 @@ pub(super) fn verbs_objects(t: &mut T, cfg: &Config) -> CaseResult {
         mr.rkey(),
         "L_Key and R_Key are the same value"
     );
-    let mut buf = [0u8; 100];
-    let borrowed = pd.reg_mr(&mut buf[3..], Access::LOCAL_WRITE)?;
+    let mut buf = vec![0u8; 100];
+    // SAFETY: the region is deregistered with `dereg` just below, and the buffer leaked if
+    // that fails.
+    let borrowed = unsafe { pd.reg_mr(&mut buf[3..], Access::LOCAL_WRITE)? };
     check_eq!(t, borrowed.len(), 97);
     check!(t, borrowed.lkey() != mr.lkey(), "two regions, two keys");
-    drop(borrowed);
+    if let Err(e) = borrowed.dereg() {
+        std::mem::forget(buf);
+        bail!("deregistration failed: {e}");
+    }
+    // An owned buffer comes back after deregistration.
+    let mut boxed = pd.reg_mr_box(vec![7u8; 33], Access::LOCAL_WRITE)?;
+    boxed.write_at(32, b"x");
+    let back = boxed.into_box()?;
+    check_eq!(t, (back.len(), back[0], back[32]), (33, 7, b'x'));
     let cq = Cq::new(&ctx, 16, Some(qhca::eventfd()?))?;
     let qp = Qp::new(&pd, &cq, &cq, &QpCaps::default())?;
     let info = qp.query()?;
@@ -41,15 +51,19 @@ pub(super) fn verbs_objects(t: &mut T, cfg: &Config) -> CaseResult {
     ] {
         check_errno!(
             t,
-            ctx.destroy_raw(kind, h),
+            destroy_raw(&ctx, kind, h),
             Errno::ENOENT,
             "{kind:?} {h:#x}"
         );
     }
     // Another context cannot name our objects either.
     let other = Context::open(&cfg.dev)?;
-    check_errno!(t, other.destroy_raw(ObjKind::Qp, qp.qpn()), Errno::ENOENT);
-    check_errno!(t, other.destroy_raw(ObjKind::Mr, mr.lkey()), Errno::ENOENT);
+    check_errno!(t, destroy_raw(&other, ObjKind::Qp, qp.qpn()), Errno::ENOENT);
+    check_errno!(
+        t,
+        destroy_raw(&other, ObjKind::Mr, mr.lkey()),
+        Errno::ENOENT
+    );
     check_eq!(t, qp.query()?.state, QpState::Reset, "still there");
     Ok(())
 }
@@ -69,7 +83,7 @@ pub(super) fn verbs_post_errors_and_unsignaled(t: &mut T, cfg: &Config) -> CaseR
     check_eq!(t, depth, 8);
     let dst =
         p.pd.reg_mr_buf(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-    let src = p.pd.reg_mr_buf(4096, Access::NONE)?;
+    let mut src = p.pd.reg_mr_buf(4096, Access::NONE)?;
     src.write_at(0, &pattern(12, 4096));
     let sges: Vec<[Sge; 1]> = (0..depth + 2).map(|i| [src.sge(i * 8, 8)]).collect();
     // depth - 1 unsignaled writes, one signaled, then two that do not fit.
@@ -173,8 +187,8 @@ pub(super) fn verbs_cq_event(t: &mut T, cfg: &Config) -> CaseResult {
     let peer_cq = Cq::new(&ctx, 16, None)?;
     let mut qp = Qp::new(&pd, &cq, &cq, &QpCaps::default())?;
     let peer = Qp::new(&pd, &peer_cq, &peer_cq, &QpCaps::default())?;
-    qp.connect(1, peer.qpn(), 2, &ConnOpts::default())?;
-    peer.connect(2, qp.qpn(), 1, &ConnOpts::default())?;
+    connect(&qp, 1, peer.qpn(), 2, &ConnOpts::default())?;
+    connect(&peer, 2, qp.qpn(), 1, &ConnOpts::default())?;
     let mr = pd.reg_mr_buf(64, Access::ALL)?;
     check!(t, cq.event_fd().is_some());
 
@@ -300,13 +314,13 @@ pub(super) fn verbs_destroy_in_use(t: &mut T, cfg: &Config) -> CaseResult {
     let qp = Qp::new(&pd, &cq, &cq, &QpCaps::default())?;
     check_errno!(
         t,
-        ctx.destroy_raw(ObjKind::Cq, cq.cqn()),
+        destroy_raw(&ctx, ObjKind::Cq, cq.cqn()),
         Errno::EBUSY,
         "CQ of a QP"
     );
     check_errno!(
         t,
-        ctx.destroy_raw(ObjKind::Pd, pd.pdn()),
+        destroy_raw(&ctx, ObjKind::Pd, pd.pdn()),
         Errno::EBUSY,
         "PD of a QP"
     );
@@ -315,7 +329,7 @@ pub(super) fn verbs_destroy_in_use(t: &mut T, cfg: &Config) -> CaseResult {
     let mr = pd.reg_mr_buf(64, Access::NONE)?;
     check_errno!(
         t,
-        ctx.destroy_raw(ObjKind::Pd, pdn),
+        destroy_raw(&ctx, ObjKind::Pd, pdn),
         Errno::EBUSY,
         "PD of an MR"
     );
@@ -323,25 +337,25 @@ pub(super) fn verbs_destroy_in_use(t: &mut T, cfg: &Config) -> CaseResult {
     drop(mr);
     check_errno!(
         t,
-        ctx.destroy_raw(ObjKind::Mr, key),
+        destroy_raw(&ctx, ObjKind::Mr, key),
         Errno::ENOENT,
         "the MR is gone"
     );
     check_errno!(
         t,
-        ctx.destroy_raw(ObjKind::Qp, qpn),
+        destroy_raw(&ctx, ObjKind::Qp, qpn),
         Errno::ENOENT,
         "the QP is gone"
     );
     check_eq!(
         t,
-        ctx.destroy_raw(ObjKind::Cq, cqn).map_err(|e| e.errno()),
+        destroy_raw(&ctx, ObjKind::Cq, cqn),
         Ok(()),
         "CQ without users"
     );
     check_eq!(
         t,
-        ctx.destroy_raw(ObjKind::Pd, pdn).map_err(|e| e.errno()),
+        destroy_raw(&ctx, ObjKind::Pd, pdn),
         Ok(()),
         "PD without users"
     );

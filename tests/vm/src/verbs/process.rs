@@ -427,8 +427,8 @@ fn peer_main(dev: &Path) -> qhca::Result<()> {
     let peer_cq = Cq::new(&ctx, 16, None)?;
     let qp = Qp::new(&pd, &cq, &cq, &QpCaps::default())?;
     let peer = Qp::new(&pd, &peer_cq, &peer_cq, &QpCaps::default())?;
-    qp.connect(7, peer.qpn(), 8, &ConnOpts::default())?;
-    peer.connect(8, qp.qpn(), 7, &ConnOpts::default())?;
+    connect(&qp, 7, peer.qpn(), 8, &ConnOpts::default())?;
+    connect(&peer, 8, qp.qpn(), 7, &ConnOpts::default())?;
     say(&format!("qpn {}", qp.qpn()));
     let mut cqes = 0;
     let mut wc = [Wc::default(); 16];
@@ -457,8 +457,8 @@ fn traffic_main(dev: &Path) -> qhca::Result<()> {
     let cq_b = Cq::new(&ctx, 256, None)?;
     let mut a = Qp::new(&pd, &cq_a, &cq_a, &o.caps)?;
     let b = Qp::new(&pd, &cq_b, &cq_b, &o.caps)?;
-    a.connect(PSN_A, b.qpn(), PSN_B, &o.conn)?;
-    b.connect(PSN_B, a.qpn(), PSN_A, &o.conn)?;
+    connect(&a, PSN_A, b.qpn(), PSN_B, &o.conn)?;
+    connect(&b, PSN_B, a.qpn(), PSN_A, &o.conn)?;
     let mr = pd.reg_mr_buf(1 << 16, Access::ALL)?;
     let op = WrOp::Write {
         raddr: mr.addr() + (1 << 15),
@@ -488,8 +488,8 @@ fn nosys_main(dev: &Path, ops: u32, seccomp: bool) -> i32 {
         let peer_cq = Cq::new(&ctx, 16, None)?;
         let qp = Qp::new(&pd, &cq, &cq, &o.caps)?;
         let peer = Qp::new(&pd, &peer_cq, &peer_cq, &o.caps)?;
-        qp.connect(PSN_A, peer.qpn(), PSN_B, &o.conn)?;
-        peer.connect(PSN_B, qp.qpn(), PSN_A, &o.conn)?;
+        connect(&qp, PSN_A, peer.qpn(), PSN_B, &o.conn)?;
+        connect(&peer, PSN_B, qp.qpn(), PSN_A, &o.conn)?;
         let mr = pd.reg_mr_buf(4096, Access::ALL)?;
         Ok((ctx, pd, cq, peer_cq, qp, peer, mr))
     };

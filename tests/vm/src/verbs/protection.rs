@@ -61,7 +61,7 @@ fn write_fails_and_flushes(
 /// A wrong R_Key: REM_ACCESS_ERR, QP in ERR, later requests flushed, memory untouched.
 pub(super) fn verbs_bad_rkey_flushes(t: &mut T, cfg: &Config) -> CaseResult {
     let mut p = pair(cfg, &PairOpts::default())?;
-    let src = p.pd.reg_mr_buf(256, Access::NONE)?;
+    let mut src = p.pd.reg_mr_buf(256, Access::NONE)?;
     src.write_at(0, &pattern(9, 256));
     let dst = guarded(&p.pd, 256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let op = WrOp::Write {
@@ -161,16 +161,20 @@ pub(super) fn verbs_wrong_rights(t: &mut T, cfg: &Config) -> CaseResult {
 /// region: fine.
 pub(super) fn verbs_out_of_bounds_by_one(t: &mut T, cfg: &Config) -> CaseResult {
     let mut p = pair(cfg, &PairOpts::default())?;
-    let outer = p.pd.reg_mr_buf(4096, Access::ALL)?;
+    let mut outer = p.pd.reg_mr_buf(4096, Access::ALL)?;
     outer.fill(0, 4096, GUARD_BYTE);
     // A region of 100 bytes borrowed from the middle of a Vec: the bytes around it are ordinary
     // memory of ours that no key covers.
     let mut backing = vec![GUARD_BYTE; 100 + 2 * GUARD];
-    let region = p.pd.reg_mr(
-        &mut backing[GUARD..GUARD + 100],
-        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-    )?;
-    let src = p.pd.reg_mr_buf(256, Access::NONE)?;
+    // SAFETY: `region` is deregistered with `dereg` below before `backing` is read, and
+    // `backing` is leaked if that fails; it is never forgotten.
+    let mut region = unsafe {
+        p.pd.reg_mr(
+            &mut backing[GUARD..GUARD + 100],
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        )?
+    };
+    let mut src = p.pd.reg_mr_buf(256, Access::NONE)?;
     src.write_at(0, &pattern(10, 256));
     let ok = WrOp::Write {
         raddr: region.addr(),
@@ -212,7 +216,10 @@ pub(super) fn verbs_out_of_bounds_by_one(t: &mut T, cfg: &Config) -> CaseResult 
         vec![0; 100],
         "nothing of the refused write landed"
     );
-    drop(region);
+    if let Err(e) = region.dereg() {
+        std::mem::forget(backing);
+        bail!("deregistration failed: {e}");
+    }
     check!(
         t,
         backing[..GUARD]
@@ -301,7 +308,7 @@ pub(super) fn verbs_mr_of_another_pd(t: &mut T, cfg: &Config) -> CaseResult {
 /// rnr_retry = 7 (infinite): a SEND without a receive waits, and completes once one is posted.
 pub(super) fn verbs_rnr_retry_infinite(t: &mut T, cfg: &Config) -> CaseResult {
     let mut p = pair(cfg, &PairOpts::default())?;
-    let src = p.pd.reg_mr_buf(64, Access::NONE)?;
+    let mut src = p.pd.reg_mr_buf(64, Access::NONE)?;
     let data = pattern(11, 64);
     src.write_at(0, &data);
     p.a.post_send(&[SendWr::new(1, WrOp::Send, &[src.sge(0, 64)])])?;
