@@ -507,7 +507,9 @@ struct qhca_qp_attr {
 struct qhca_ctx_stats {
 	__u64 db_accepted;   /* doorbells that named a queue of this context */
 	__u64 db_violations; /* doorbells rung on this context's page naming another's queue */
-	__u64 rsvd[6];
+	__u64 pkt_foreign;   /* packets for this context's QPs dropped: not from the QP's peer */
+	__u64 rnr_retries;   /* RNR NAKs this context's requesters waited out */
+	__u64 rsvd[4];
 };
 
 /* ------------------------------------------------------------------------ */

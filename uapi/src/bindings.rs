@@ -367,7 +367,9 @@ pub struct qhca_qp_attr {
 pub struct qhca_ctx_stats {
     pub db_accepted: __u64,
     pub db_violations: __u64,
-    pub rsvd: [__u64; 6usize],
+    pub pkt_foreign: __u64,
+    pub rnr_retries: __u64,
+    pub rsvd: [__u64; 4usize],
 }
 pub const QHCA_DB_SQ: qhca_db_type = 1;
 pub const QHCA_DB_RQ: qhca_db_type = 2;
