@@ -164,7 +164,9 @@ fn every_struct_and_field() {
     check_layout!(qhca_ctx_stats, size 64, align 8, {
         db_accepted @ 0,
         db_violations @ 8,
-        rsvd @ 16,
+        pkt_foreign @ 16,
+        rnr_retries @ 24,
+        rsvd @ 32,
     });
     check_layout!(qhca_ioc_query_device, size 160, align 8, {
         size @ 0,

@@ -169,7 +169,9 @@ CHECK_OFF(struct qhca_qp_attr, rsvd1, 28);
 CHECK_SIZE(struct qhca_ctx_stats, 64);
 CHECK_OFF(struct qhca_ctx_stats, db_accepted, 0);
 CHECK_OFF(struct qhca_ctx_stats, db_violations, 8);
-CHECK_OFF(struct qhca_ctx_stats, rsvd, 16);
+CHECK_OFF(struct qhca_ctx_stats, pkt_foreign, 16);
+CHECK_OFF(struct qhca_ctx_stats, rnr_retries, 24);
+CHECK_OFF(struct qhca_ctx_stats, rsvd, 32);
 
 CHECK_SIZE(struct qhca_ioc_query_device, 160);
 CHECK_OFF(struct qhca_ioc_query_device, size, 0);
