@@ -8,6 +8,6 @@ KDIR=$("$QHCA_ROOT/scripts/build-kernel.sh" | tail -n1)
 QEMU=$("$QHCA_ROOT/scripts/build-qemu.sh" | tail -n1)
 KO=$("$QHCA_ROOT/scripts/build-kmod.sh" "$KDIR" | tail -n1)
 step "cargo: building the provider, tools and guest test binaries"
-(cd "$QHCA_ROOT" && cargo build -q --release --workspace --bins) || die "cargo build failed"
+(cd "$QHCA_ROOT" && cargo build -q --release --workspace --bins --examples) || die "cargo build failed"
 BIN=$QHCA_ROOT/target/release
 export KDIR QEMU KO BIN
