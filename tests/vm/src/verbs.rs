@@ -17,8 +17,8 @@ use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use qhca::{
-    Access, ConnInfo, ConnOpts, Context, Cq, DbType, DbWord, MrBuf, Pd, PostReason, Qp, QpAttr,
-    QpCaps, QpState, RecvWr, SendFlags, SendWr, Sge, Wc, WcOpcode, WcStatus, WrOp,
+    Access, AsyncEvent, ConnInfo, ConnOpts, Context, Cq, DbType, DbWord, MrBuf, Pd, PostReason, Qp,
+    QpAttr, QpCaps, QpState, RecvWr, SendFlags, SendWr, Sge, Wc, WcOpcode, WcStatus, WrOp,
 };
 
 mod data;
@@ -68,9 +68,13 @@ pub fn cases() -> Vec<Case<Config>> {
         lifecycle::verbs_cq_event,
         lifecycle::verbs_invalid_transitions,
         lifecycle::verbs_destroy_in_use,
+        lifecycle::verbs_stale_cqes_cleaned,
+        lifecycle::verbs_async_qp_fatal,
+        lifecycle::verbs_default_rnr_is_finite,
         process::verbs_doorbell_isolation,
         process::verbs_zero_syscalls,
         process::verbs_kill9_frees_everything,
+        process::verbs_example_two_process,
     ]
 }
 

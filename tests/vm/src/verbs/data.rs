@@ -144,6 +144,34 @@ pub(super) fn verbs_write_imm(t: &mut T, cfg: &Config) -> CaseResult {
         &[GUARD_BYTE; 16],
         "the receive buffer is not written",
     );
+    check_eq!(t, r.src_qp, p.a.qpn(), "src_qp is the sender");
+    // A receive without SGEs serves a WRITE_WITH_IMM just as well.
+    p.b.post_recv(&[RecvWr {
+        wr_id: 0x78,
+        sges: &[],
+    }])?;
+    let op = WrOp::WriteImm {
+        raddr: dst.addr() + GUARD as u64,
+        rkey: dst.rkey(),
+        imm: 0x0bad_cafe,
+    };
+    p.a.post_send(&[SendWr::new(5, op, &[src.sge(GUARD, 10)])])?;
+    check_eq!(t, wait_wc(&mut p.cq_a)?.status, WcStatus::Success);
+    let r = wait_wc(&mut p.cq_b)?;
+    check_wc(
+        t,
+        &r,
+        0x78,
+        WcStatus::Success,
+        WcOpcode::RecvRdmaWithImm,
+        "recv without SGEs",
+    );
+    check_eq!(
+        t,
+        (r.imm, r.byte_len, r.src_qp),
+        (Some(0x0bad_cafe), 10, p.a.qpn()),
+        "zero-SGE receive"
+    );
     Ok(())
 }
 

@@ -361,3 +361,183 @@ pub(super) fn verbs_destroy_in_use(t: &mut T, cfg: &Config) -> CaseResult {
     );
     Ok(())
 }
+
+/// Waits until the byte at `off` of `mr` is `v` (a WRITE landed), or fails.
+fn landed(mr: &MrBuf, off: usize, v: u8) -> Result<(), Fail> {
+    let end = Instant::now() + WC_TIMEOUT;
+    while mr.load_u8(off) != v {
+        if Instant::now() > end {
+            bail!("the write to offset {off} did not land within {WC_TIMEOUT:?}");
+        }
+        std::thread::yield_now();
+    }
+    // The requester's CQE follows the ACK, shortly after the data.
+    std::thread::sleep(QUIET);
+    Ok(())
+}
+
+/// Two QPs share a CQ. One is moved to RESET, and later the other destroyed, each with
+/// unpolled CQEs in that CQ: the provider removes exactly that QP's CQEs (as mlx5's
+/// `__mlx5_cq_clean`), keeps the other's, and the reset QP's accounting starts clean. The old
+/// provider polled the stale CQEs afterwards and credited them to whatever QP had the number.
+pub(super) fn verbs_stale_cqes_cleaned(t: &mut T, cfg: &Config) -> CaseResult {
+    let ctx = Arc::new(Context::open(&cfg.dev)?);
+    let pd = Pd::new(&ctx)?;
+    let o = PairOpts::default();
+    let mut shared = Cq::new(&ctx, 64, None)?;
+    let peer_cq = Cq::new(&ctx, 64, None)?;
+    let mut a = Qp::new(&pd, &shared, &shared, &o.caps)?;
+    let mut c = Qp::new(&pd, &shared, &shared, &o.caps)?;
+    let b = Qp::new(&pd, &peer_cq, &peer_cq, &o.caps)?;
+    let d = Qp::new(&pd, &peer_cq, &peer_cq, &o.caps)?;
+    connect(&a, 1, b.qpn(), 2, &o.conn)?;
+    connect(&b, 2, a.qpn(), 1, &o.conn)?;
+    connect(&c, 3, d.qpn(), 4, &o.conn)?;
+    connect(&d, 4, c.qpn(), 3, &o.conn)?;
+    let dst = pd.reg_mr_buf(4096, Access::ALL)?;
+    let write = |off: usize, v: u8| -> (WrOp, Vec<u8>) {
+        let op = WrOp::Write {
+            raddr: dst.addr() + off as u64,
+            rkey: dst.rkey(),
+        };
+        (op, vec![v])
+    };
+    for (id, off) in [(1u64, 0usize), (2, 1), (3, 2)] {
+        let (op, data) = write(off, id as u8);
+        a.post_send(&[SendWr::inline(id, op, &data)])?;
+    }
+    let (op, data) = write(100, 100);
+    c.post_send(&[SendWr::inline(100, op, &data)])?;
+    landed(&dst, 2, 3)?;
+    landed(&dst, 100, 100)?;
+    check_eq!(t, a.send_outstanding(), 3, "not polled yet");
+
+    a.modify(&QpAttr {
+        state: Some(QpState::Reset),
+        ..QpAttr::default()
+    })?;
+    check_eq!(t, a.send_outstanding(), 0, "RESET empties the queue");
+    let got = quiet(&mut shared);
+    check_eq!(
+        t,
+        got.iter().map(|w| (w.qpn, w.wr_id)).collect::<Vec<_>>(),
+        vec![(c.qpn(), 100)],
+        "only the other QP's CQE is left after the reset: {got:?}"
+    );
+    check_eq!(t, c.send_outstanding(), 0);
+
+    // Reconnected, the reset QP counts exactly its new requests.
+    b.modify(&QpAttr {
+        state: Some(QpState::Reset),
+        ..QpAttr::default()
+    })?;
+    connect(&a, 5, b.qpn(), 6, &o.conn)?;
+    connect(&b, 6, a.qpn(), 5, &o.conn)?;
+    let (op, data) = write(200, 7);
+    a.post_send(&[SendWr::inline(7, op, &data)])?;
+    let wc = wait_wc(&mut shared)?;
+    check_eq!(
+        t,
+        (wc.qpn, wc.wr_id, wc.status),
+        (a.qpn(), 7, WcStatus::Success)
+    );
+    check_eq!(t, a.send_outstanding(), 0);
+    check_eq!(
+        t,
+        shared.stray_cqes(),
+        0,
+        "no CQE named a slot not outstanding"
+    );
+
+    // Destroyed with CQEs pending: they go with it.
+    for (id, off) in [(101u64, 101usize), (102, 102)] {
+        let (op, data) = write(off, id as u8);
+        c.post_send(&[SendWr::inline(id, op, &data)])?;
+    }
+    landed(&dst, 102, 102)?;
+    let old_qpn = c.qpn();
+    drop(c);
+    drop(d);
+    let e = Qp::new(&pd, &shared, &shared, &o.caps)?;
+    check!(
+        t,
+        e.qpn() != old_qpn,
+        "a new QP does not reuse a QPN at once ({:#x})",
+        e.qpn()
+    );
+    check_eq!(
+        t,
+        quiet(&mut shared),
+        Vec::<Wc>::new(),
+        "the destroyed QP's CQEs are gone"
+    );
+    Ok(())
+}
+
+/// A QP that enters ERR on its own queues `QHCA_ASYNC_QP_FATAL` for its context; a MODIFY to
+/// ERR does not; a healthy context has no event.
+pub(super) fn verbs_async_qp_fatal(t: &mut T, cfg: &Config) -> CaseResult {
+    let mut p = pair(cfg, &PairOpts::default())?;
+    check_eq!(
+        t,
+        p.ctx.get_async_event()?,
+        None,
+        "no event on a new context"
+    );
+    check_eq!(t, p.ctx.wait_async_event(Some(QUIET))?, None);
+    let src = p.pd.reg_mr_buf(64, Access::NONE)?;
+    let dst =
+        p.pd.reg_mr_buf(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let bad = WrOp::Write {
+        raddr: dst.addr(),
+        rkey: dst.rkey() ^ 0x100, // another index: no region
+    };
+    p.a.post_send(&[SendWr::new(1, bad, &[src.sge(0, 8)])])?;
+    let wc = wait_wc(&mut p.cq_a)?;
+    check_eq!(t, wc.status, WcStatus::RemAccessErr);
+    let mut fatal = Vec::new();
+    while let Some(ev) = p.ctx.wait_async_event(Some(QUIET))? {
+        fatal.push(ev);
+    }
+    for (who, qpn) in [("responder", p.b.qpn()), ("requester", p.a.qpn())] {
+        check!(
+            t,
+            fatal.contains(&AsyncEvent::QpFatal { qpn }),
+            "{who} QP {qpn:#x} in ERR: events {fatal:?}"
+        );
+    }
+    check!(
+        t,
+        !p.ctx.is_dead(),
+        "a QP error does not disassociate the context"
+    );
+    // Asked for: no event.
+    let cq = Cq::new(&p.ctx, 4, None)?;
+    let q = Qp::new(&p.pd, &cq, &cq, &QpCaps::default())?;
+    q.modify(&QpAttr {
+        state: Some(QpState::Err),
+        ..QpAttr::default()
+    })?;
+    check_eq!(
+        t,
+        p.ctx.wait_async_event(Some(QUIET))?,
+        None,
+        "MODIFY_QP to ERR queues no event"
+    );
+    Ok(())
+}
+
+/// `ConnOpts::default()` retries RNR a finite number of times: a SEND without a receive at the
+/// peer fails with RNR_RETRY_EXC_ERR instead of retrying for ever.
+pub(super) fn verbs_default_rnr_is_finite(t: &mut T, cfg: &Config) -> CaseResult {
+    let o = PairOpts {
+        conn: ConnOpts::default(),
+        ..PairOpts::default()
+    };
+    let mut p = pair(cfg, &o)?;
+    p.a.post_send(&[SendWr::inline(9, WrOp::Send, b"nobody listens")])?;
+    let wc = wait_wc(&mut p.cq_a)?;
+    check_eq!(t, (wc.wr_id, wc.status), (9, WcStatus::RnrRetryExcErr));
+    check_eq!(t, p.a.query()?.state, QpState::Err);
+    Ok(())
+}

@@ -534,6 +534,106 @@ fn nosys_main(dev: &Path, ops: u32, seccomp: bool) -> i32 {
     crate::sys::exit_now(nosys_exit::OK)
 }
 
+/// Where `cargo build --release --examples` put the provider's example `name`: next to this
+/// binary, in `examples/`.
+fn example(name: &str) -> Result<std::path::PathBuf, Fail> {
+    let exe = std::env::current_exe()?;
+    let dir = exe
+        .parent()
+        .ok_or_else(|| Fail::new(file!(), line!(), "the suite's binary has no directory"))?;
+    let path = dir.join("examples").join(name);
+    if !path.is_file() {
+        bail!(
+            "{} is not built (scripts/build-all.sh builds it: cargo build --release --examples)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Waits up to `limit` for `child` to exit, killing it after that; returns its status and
+/// whether it had to be killed.
+fn wait_or_kill(child: &mut Child, limit: Duration) -> Result<(ExitStatus, bool), Fail> {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait()? {
+            return Ok((st, false));
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            return Ok((child.wait()?, true));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The provider's two-process example (`provider/examples/rc_write_imm.rs`) runs end to end
+/// in the guest: the server reports the client's WRITE_WITH_IMM (its bytes, immediate and
+/// source QP), the client reads back the server's answer, and both exit 0.
+pub(super) fn verbs_example_two_process(t: &mut T, cfg: &Config) -> CaseResult {
+    let exe = example("rc_write_imm")?;
+    let dev = cfg
+        .dev
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let port = (20000 + std::process::id() % 20000).to_string();
+    let mut server = Command::new(&exe)
+        .args(["server", "-p", &port, "-d", &dev])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut out = BufReader::new(
+        server
+            .stdout
+            .take()
+            .ok_or_else(|| Fail::new(file!(), line!(), "no stdout"))?,
+    );
+    let mut first = String::new();
+    out.read_line(&mut first)?;
+    if first.trim() != format!("listening on port {port}") {
+        let _ = server.kill();
+        let _ = server.wait();
+        bail!("server said {first:?}");
+    }
+    let client = Command::new(&exe)
+        .args(["client", "127.0.0.1", "-p", &port, "-d", &dev])
+        .stdin(Stdio::null())
+        .output()?;
+    let (st, killed) = wait_or_kill(&mut server, WC_TIMEOUT)?;
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest)?;
+    let mut err = String::new();
+    if let Some(mut e) = server.stderr.take() {
+        std::io::Read::read_to_string(&mut e, &mut err)?;
+    }
+    let ctext = String::from_utf8_lossy(&client.stdout);
+    check!(
+        t,
+        client.status.success(),
+        "client: {}",
+        system::describe(&client)
+    );
+    check!(t, !killed && st.success(), "server: {st}; {rest}{err}");
+    check!(
+        t,
+        rest.contains("server: 44 bytes with imm 0x1234abcd from QP")
+            && rest.contains("hello over qhca, written with immediate data"),
+        "server output: {rest}"
+    );
+    check!(
+        t,
+        ctext.contains("client: read back: HELLO OVER QHCA, WRITTEN WITH IMMEDIATE DATA"),
+        "client output: {ctext}"
+    );
+    check!(
+        t,
+        ctext.contains("client: done") && rest.contains("server: done")
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
