@@ -10,23 +10,25 @@ use qhca_uapi::{
     QHCA_WR_RDMA_WRITE, QHCA_WR_RDMA_WRITE_WITH_IMM, QHCA_WR_SEND, QHCA_WR_SEND_WITH_IMM,
 };
 
+use core::mem::{offset_of, size_of};
+
+use qhca_uapi::{qhca_rwqe, qhca_sge, qhca_wqe_atomic, qhca_wqe_ctrl, qhca_wqe_raddr};
+
 use crate::error::PostReason;
 use crate::layout::{QpLayout, RWQE_HDR_SIZE, SGE_SIZE};
 
-/// Offset of the control segment in a send WQE.
+/// Offset of the control segment (`struct qhca_wqe_ctrl`) in a send WQE.
 pub const CTRL_OFFSET: usize = 0;
-/// Offset of the remote-address segment.
-pub const RADDR_OFFSET: usize = 32;
-/// Offset of the atomic segment.
-pub const ATOMIC_OFFSET: usize = 48;
+/// Offset of the remote-address segment (`struct qhca_wqe_raddr`): after the control segment.
+pub const RADDR_OFFSET: usize = CTRL_OFFSET + size_of::<qhca_wqe_ctrl>();
+/// Offset of the atomic segment (`struct qhca_wqe_atomic`).
+pub const ATOMIC_OFFSET: usize = RADDR_OFFSET + size_of::<qhca_wqe_raddr>();
 /// Offset of the data (SGEs or inline bytes).
 pub const DATA_OFFSET: usize = QHCA_WQE_DATA_OFFSET as usize;
 
-const _: () = assert!(core::mem::size_of::<qhca_uapi::qhca_wqe_ctrl>() == RADDR_OFFSET);
-const _: () =
-    assert!(RADDR_OFFSET + core::mem::size_of::<qhca_uapi::qhca_wqe_raddr>() == ATOMIC_OFFSET);
-const _: () =
-    assert!(ATOMIC_OFFSET + core::mem::size_of::<qhca_uapi::qhca_wqe_atomic>() == DATA_OFFSET);
+const _: () = assert!(ATOMIC_OFFSET + size_of::<qhca_wqe_atomic>() == DATA_OFFSET);
+const _: () = assert!(size_of::<qhca_rwqe>() == RWQE_HDR_SIZE);
+const _: () = assert!(size_of::<qhca_sge>() == SGE_SIZE);
 
 /// A scatter/gather entry: `length` bytes at `addr`, inside the region with local key `lkey`.
 ///
@@ -243,7 +245,8 @@ fn put_u64(b: &mut [u8], off: usize, v: u64) {
     b[off..off + 8].copy_from_slice(&v.to_le_bytes());
 }
 
-/// The control segment (`struct qhca_wqe_ctrl`, 32 bytes) at `wqe[0..32]`; reserved bytes zero.
+/// The control segment (`struct qhca_wqe_ctrl`) at [`CTRL_OFFSET`]; reserved bytes zero. Every
+/// field offset comes from the bindings.
 pub fn set_ctrl_seg(
     wqe: &mut [u8],
     wr_id: u64,
@@ -253,38 +256,37 @@ pub fn set_ctrl_seg(
     imm: u32,
     inline_len: u32,
 ) {
-    let seg = &mut wqe[CTRL_OFFSET..CTRL_OFFSET + 32];
-    put_u64(seg, 0, wr_id);
-    put_u8(seg, 8, opcode);
-    put_u8(seg, 9, flags);
-    put_u8(seg, 10, num_sge);
-    put_u8(seg, 11, 0);
-    put_u32(seg, 12, imm);
-    put_u32(seg, 16, inline_len);
-    seg[20..32].fill(0);
+    let seg = &mut wqe[CTRL_OFFSET..CTRL_OFFSET + size_of::<qhca_wqe_ctrl>()];
+    seg.fill(0);
+    put_u64(seg, offset_of!(qhca_wqe_ctrl, wr_id), wr_id);
+    put_u8(seg, offset_of!(qhca_wqe_ctrl, opcode), opcode);
+    put_u8(seg, offset_of!(qhca_wqe_ctrl, flags), flags);
+    put_u8(seg, offset_of!(qhca_wqe_ctrl, num_sge), num_sge);
+    put_u32(seg, offset_of!(qhca_wqe_ctrl, imm_data), imm);
+    put_u32(seg, offset_of!(qhca_wqe_ctrl, inline_len), inline_len);
 }
 
-/// The remote-address segment (`struct qhca_wqe_raddr`, 16 bytes) at `wqe[32..48]`.
+/// The remote-address segment (`struct qhca_wqe_raddr`) at [`RADDR_OFFSET`].
 pub fn set_raddr_seg(wqe: &mut [u8], raddr: u64, rkey: u32) {
-    let seg = &mut wqe[RADDR_OFFSET..RADDR_OFFSET + 16];
-    put_u64(seg, 0, raddr);
-    put_u32(seg, 8, rkey);
-    put_u32(seg, 12, 0);
+    let seg = &mut wqe[RADDR_OFFSET..RADDR_OFFSET + size_of::<qhca_wqe_raddr>()];
+    seg.fill(0);
+    put_u64(seg, offset_of!(qhca_wqe_raddr, remote_addr), raddr);
+    put_u32(seg, offset_of!(qhca_wqe_raddr, rkey), rkey);
 }
 
-/// The atomic segment (`struct qhca_wqe_atomic`, 16 bytes) at `wqe[48..64]`.
+/// The atomic segment (`struct qhca_wqe_atomic`) at [`ATOMIC_OFFSET`].
 pub fn set_atomic_seg(wqe: &mut [u8], swap_add: u64, compare: u64) {
-    let seg = &mut wqe[ATOMIC_OFFSET..ATOMIC_OFFSET + 16];
-    put_u64(seg, 0, swap_add);
-    put_u64(seg, 8, compare);
+    let seg = &mut wqe[ATOMIC_OFFSET..ATOMIC_OFFSET + size_of::<qhca_wqe_atomic>()];
+    put_u64(seg, offset_of!(qhca_wqe_atomic, swap_add), swap_add);
+    put_u64(seg, offset_of!(qhca_wqe_atomic, compare), compare);
 }
 
-/// One data segment (`struct qhca_sge`, 16 bytes) at `off`.
+/// One data segment (`struct qhca_sge`) at `off`.
 pub fn set_data_seg(wqe: &mut [u8], off: usize, sge: &Sge) {
-    let seg = &mut wqe[off..off + SGE_SIZE];
-    put_u64(seg, 0, sge.addr);
-    put_u32(seg, 8, sge.length);
-    put_u32(seg, 12, sge.lkey);
+    let seg = &mut wqe[off..off + size_of::<qhca_sge>()];
+    put_u64(seg, offset_of!(qhca_sge, addr), sge.addr);
+    put_u32(seg, offset_of!(qhca_sge, length), sge.length);
+    put_u32(seg, offset_of!(qhca_sge, lkey), sge.lkey);
 }
 
 /// Inline data at [`DATA_OFFSET`].
@@ -292,11 +294,12 @@ pub fn set_inline_data(wqe: &mut [u8], data: &[u8]) {
     wqe[DATA_OFFSET..DATA_OFFSET + data.len()].copy_from_slice(data);
 }
 
-/// The receive WQE header (`struct qhca_rwqe`, 16 bytes) at `rwqe[0..16]`.
+/// The receive WQE header (`struct qhca_rwqe`) at the start of `rwqe`; reserved bytes zero.
 pub fn set_rwqe_hdr(rwqe: &mut [u8], wr_id: u64, num_sge: u32) {
-    put_u64(rwqe, 0, wr_id);
-    put_u32(rwqe, 8, num_sge);
-    put_u32(rwqe, 12, 0);
+    let hdr = &mut rwqe[..size_of::<qhca_rwqe>()];
+    hdr.fill(0);
+    put_u64(hdr, offset_of!(qhca_rwqe, wr_id), wr_id);
+    put_u32(hdr, offset_of!(qhca_rwqe, num_sge), num_sge);
 }
 
 /// Checks a send request against the QP's limits (what the encoder needs to stay in its slot,
