@@ -102,9 +102,9 @@
 //! # }
 //! ```
 //!
-//! ```compile_fail,E0599
+//! ```compile_fail
 //! # fn f(ctx: &qhca::Context) {
-//! let _ = ctx.destroy_raw(Default::default(), 1);
+//! let _ = ctx.destroy_raw(qhca::ObjKind::Qp, 1);
 //! # }
 //! ```
 //!
