@@ -93,17 +93,20 @@ pub struct Context {
 }
 
 impl Context {
-    /// Opens `path` (`/dev/qhcaN`) read-write, close-on-exec, and checks that the driver speaks
-    /// this provider's ABI version ([`qhca_uapi::QHCA_ABI_VERSION`]).
+    /// Opens `path` (`/dev/qhcaN`) read-write, close-on-exec, and asks the driver
+    /// (`QUERY_DEVICE`) what the device is, checking that it speaks this provider's ABI version
+    /// ([`qhca_uapi::QHCA_ABI_VERSION`]). [`Context::attr`] keeps the answer.
     ///
-    /// Each open context takes one of the device's doorbell pages until it is closed (and its
-    /// doorbell mapping gone): the device has `num-uars` of them (a QEMU property, 64 unless the
-    /// VM was started with another value; [`DeviceAttr::num_uars`] says how many), so at most
-    /// that many contexts can be open on one device at a time, over every process.
+    /// Each open context takes one of the device's doorbell pages until it is closed and its
+    /// doorbell mapping gone (the driver assigns the page at the file's first ioctl, which is
+    /// this query). The device has `num-uars` pages, a QEMU property: 64 unless the VM was
+    /// started with another value ([`DeviceAttr::num_uars`] says how many). So at most that
+    /// many contexts can be open on one device at a time, over every process; the next open
+    /// fails with `ENOSPC`.
     ///
-    /// Fails with [`Error::Open`]: `ENOENT` (no such node), `EACCES`, `ENOSPC` (every doorbell
-    /// page of the device is taken), `ENODEV` (the device is going away); with [`Error::Ioctl`]
-    /// (`QUERY_DEVICE`: not a qhca device) or [`Error::AbiMismatch`].
+    /// Fails with [`Error::Open`] (`ENOENT`: no such node, `EACCES`, `ENODEV`: the device is
+    /// going away), with [`Error::Ioctl`] from `QUERY_DEVICE` (`ENOSPC`: every doorbell page is
+    /// taken; `ENOTTY`: not a qhca device; `ENODEV`), or with [`Error::AbiMismatch`].
     pub fn open(path: impl AsRef<Path>) -> Result<Context> {
         let ctx = Self::open_file(path.as_ref())?;
         let mut req = query_device_request();

@@ -11,8 +11,9 @@ pub use nix::errno::Errno;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// Opening a device node failed (`ENOENT`, `EACCES`, `ENOSPC` when the device has no free
-    /// doorbell page, `ENODEV` when the device is gone, ...).
+    /// Opening a device node failed (`ENOENT`, `EACCES`, `ENODEV` when the device is gone,
+    /// ...). A device without a free doorbell page fails the first ioctl instead
+    /// ([`Error::Ioctl`] with `ENOSPC`).
     #[error("cannot open {}: {source}", path.display())]
     Open {
         /// The node that was opened.
