@@ -75,6 +75,7 @@ pub fn cases() -> Vec<Case<Config>> {
         process::verbs_zero_syscalls,
         process::verbs_kill9_frees_everything,
         process::verbs_example_two_process,
+        process::verbs_disassociated_context_fails_fast,
     ]
 }
 

@@ -634,6 +634,113 @@ pub(super) fn verbs_example_two_process(t: &mut T, cfg: &Config) -> CaseResult {
     Ok(())
 }
 
+/// How long a provider call may take to notice that its device went away.
+const NOTICE: Duration = Duration::from_secs(10);
+
+/// The device is unbound under a context in use: a thread blocked in `Cq::wait(None)` wakes
+/// with `Disassociated` (it used to return "signalled" and then block for ever), the context
+/// gets `DeviceFatal` and then fails waits at once, posts fail without touching the queue,
+/// `poll_wait` stops spinning within milliseconds, ioctls fail with ENODEV, everything drops
+/// cleanly, and a new context works once the device is bound again.
+pub(super) fn verbs_disassociated_context_fails_fast(t: &mut T, cfg: &Config) -> CaseResult {
+    let bdf = match system::pci_bdf(cfg) {
+        Ok(bdf) => bdf,
+        Err(e) => bail!("PCI address of the device: {e}"),
+    };
+    let ctx = Arc::new(Context::open(&cfg.dev)?);
+    let pd = Pd::new(&ctx)?;
+    let o = PairOpts::default();
+    let waited = Cq::new(&ctx, 16, Some(qhca::eventfd()?))?;
+    let mut cq = Cq::new(&ctx, 16, None)?;
+    let peer_cq = Cq::new(&ctx, 16, None)?;
+    let mut a = Qp::new(&pd, &cq, &cq, &o.caps)?;
+    let b = Qp::new(&pd, &peer_cq, &peer_cq, &o.caps)?;
+    connect(&a, PSN_A, b.qpn(), PSN_B, &o.conn)?;
+    connect(&b, PSN_B, a.qpn(), PSN_A, &o.conn)?;
+    let mr = pd.reg_mr_buf(4096, Access::ALL)?;
+    waited.arm();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Wake-ups without an error (a signalled eventfd) are allowed; only an error ends it.
+        let mut wakeups = 0u32;
+        let r = loop {
+            match waited.wait(None) {
+                Ok(_) => wakeups += 1,
+                Err(e) => break e,
+            }
+        };
+        let _ = tx.send((r.to_string(), r.errno(), wakeups));
+        drop(waited);
+    });
+    std::thread::sleep(QUIET);
+
+    let unbound = system::Unbound::unbind(cfg, &bdf)?;
+    match rx.recv_timeout(NOTICE) {
+        Ok((text, errno, wakeups)) => {
+            check_eq!(
+                t,
+                errno,
+                Some(Errno::ENODEV),
+                "Cq::wait after unbind: {text} (after {wakeups} wake-ups)"
+            );
+            check!(t, text.contains("disassociated"), "{text}");
+        }
+        Err(_) => {
+            fail!(t, "Cq::wait(None) still blocked {NOTICE:?} after unbind");
+        }
+    }
+    let ev = ctx.wait_async_event(Some(NOTICE));
+    check!(
+        t,
+        matches!(ev, Ok(Some(AsyncEvent::DeviceFatal))),
+        "first async event: {ev:?}"
+    );
+    check!(t, ctx.is_dead());
+    let start = Instant::now();
+    let again = ctx.wait_async_event(None);
+    check!(
+        t,
+        matches!(again, Err(qhca::Error::Disassociated { .. })) && start.elapsed() < NOTICE,
+        "a second wait: {again:?} after {:?}",
+        start.elapsed()
+    );
+    let r = a.post_send(&[SendWr::inline(1, WrOp::Send, b"x")]);
+    check!(
+        t,
+        matches!(r, Err(e) if e.reason == PostReason::Disassociated),
+        "post after unbind: {r:?}"
+    );
+    check_eq!(t, a.send_outstanding(), 0, "nothing was queued");
+    let mut wc = [Wc::default(); 4];
+    let start = Instant::now();
+    let r = cq.poll_wait(&mut wc, None);
+    check!(
+        t,
+        matches!(r, Err(qhca::Error::Disassociated { .. })) && start.elapsed() < NOTICE,
+        "poll_wait without a timeout: {r:?} after {:?}",
+        start.elapsed()
+    );
+    check_errno!(t, a.query(), Errno::ENODEV, "ioctl after unbind");
+    check!(t, mr.to_vec(0, 4).len() == 4, "our memory is still ours");
+    drop((a, b, cq, peer_cq, mr, pd, ctx));
+
+    unbound.rebind()?;
+    check!(
+        t,
+        system::wait_for(NOTICE, || Context::open(&cfg.dev).is_ok()),
+        "no context opens after rebind"
+    );
+    let ctx = Context::open(&cfg.dev)?;
+    check!(t, !ctx.is_dead());
+    check_eq!(
+        t,
+        ctx.get_async_event()?,
+        None,
+        "a new context starts clean"
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
