@@ -29,6 +29,11 @@ pub struct CtxStats {
     pub db_accepted: u64,
     /// Doorbells rung on this context's page that named another context's queue (dropped).
     pub db_violations: u64,
+    /// Packets for this context's QPs that were dropped because they did not come from the
+    /// QP's connected peer.
+    pub pkt_foreign: u64,
+    /// RNR NAKs this context's requesters waited out and retried.
+    pub rnr_retries: u64,
 }
 
 /// An asynchronous event of a context (`enum qhca_async_event_type`), as
@@ -330,6 +335,8 @@ impl Context {
         Ok(CtxStats {
             db_accepted: req.stats.db_accepted,
             db_violations: req.stats.db_violations,
+            pkt_foreign: req.stats.pkt_foreign,
+            rnr_retries: req.stats.rnr_retries,
         })
     }
 }
