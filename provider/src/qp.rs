@@ -172,13 +172,18 @@ impl QpInfo {
 
 /// A queue pair (RC).
 ///
-/// It holds references to its PD and CQs, so they outlive it; it is destroyed on drop, and its
-/// ring memory is freed only after the device object is gone (leaked if the destroy fails).
+/// It holds references to its PD and CQs, so they outlive it; it is destroyed on drop (its
+/// unpolled CQEs are then removed from its CQs), and its ring memory is freed only after the
+/// device object is gone (leaked if the destroy fails).
 ///
 /// Posting is safe: every SGE is checked by the device against a registered region (key, PD,
-/// rights, bounds), and regions cannot be freed while registered ([`crate::Mr`] borrows its
-/// buffer, [`crate::MrBuf`] owns it), so no request can make the device touch memory that is
-/// not a live region. Inline data is copied at post time.
+/// rights, bounds), and regions are not freed while registered ([`crate::MrBuf`] owns its
+/// memory and frees it only after a successful deregistration; the `unsafe`
+/// [`crate::Pd::reg_mr`] makes its caller promise the same), so no request can make the device
+/// touch memory that is not a live region. Inline data is copied at post time.
+///
+/// Slots are freed as completions are polled: a send CQE frees its WQE and every earlier one
+/// (signaled or not), by the WQE index the CQE carries, checked against what is outstanding.
 #[derive(Debug)]
 pub struct Qp {
     qpn: u32,
