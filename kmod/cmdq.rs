@@ -16,6 +16,10 @@
 //! hands the other events to the device's dispatcher; a waiter that is not woken in time drains
 //! it itself. Neither side trusts the other's indices: the driver keeps its own, masks them, and
 //! checks the token of every completion.
+//!
+//! A queue that fails (a command times out, or the device answers out of turn) is dead for good,
+//! and the device is stopped (reset, bus mastering off, [`EqHost::stop`]) before the failing
+//! command returns: its caller, and every later one, may then free what the device was given.
 
 use crate::{regs, uapi};
 use kernel::{
@@ -44,6 +48,23 @@ const EQ_ENTRIES: usize = 1 << EQ_LOG;
 
 /// How long a command may take before the device is declared dead.
 const CMD_TIMEOUT: Delta = Delta::from_millis(5000);
+/// How long a command whose doorbell fault injection suppressed waits (see [`EqHost::inject`]).
+const INJECTED_TIMEOUT: Delta = Delta::from_millis(100);
+
+/// What the queue needs from the device that owns it.
+pub(crate) trait EqHost {
+    fn dev(&self) -> &Device;
+    fn bar(&self) -> &regs::SharedBar0;
+    /// Dispatches an event that is not a command completion. Runs under the event-queue lock: it
+    /// must not post a command.
+    fn on_event(&self, ev: AsyncEvent);
+    /// Stops the device for good: it does no more DMA once this returns. Called once, when the
+    /// queue dies, before the failing command returns.
+    fn stop(&self);
+    /// Fault injection: true if the next command's doorbell is to be left unrung, so that it
+    /// times out.
+    fn inject(&self) -> bool;
+}
 
 /// What a completed command returned.
 pub(crate) struct CmdOutput {
@@ -56,7 +77,7 @@ pub(crate) struct Cmd(uapi::qhca_cmd);
 impl Cmd {
     pub(crate) fn new(opcode: u32) -> Self {
         Self(uapi::qhca_cmd {
-            opcode: opcode as u16,
+            opcode: (opcode as u16).to_le(),
             ..Default::default()
         })
     }
@@ -133,6 +154,8 @@ pub(crate) struct CmdQueue {
     eq_ring: Coherent<[uapi::qhca_eqe]>,
     /// Event-queue interrupts seen.
     irqs: Atomic<u64>,
+    /// Set when the queue dies, cleared by the one [`CmdQueue::take_death`] that reports it.
+    died: Atomic<bool>,
 }
 
 impl CmdQueue {
@@ -149,6 +172,7 @@ impl CmdQueue {
             cmd_ring,
             eq_ring,
             irqs: Atomic::new(0),
+            died: Atomic::new(false),
         }? Error))
     }
 
@@ -175,30 +199,27 @@ impl CmdQueue {
 
     /// The threaded half of the event-queue interrupt: consumes every event, hands asynchronous
     /// ones to `on_event`, and wakes a command waiter whose answer arrived.
-    pub(crate) fn service(&self, dev: &Device, bar: &regs::SharedBar0, on_event: &dyn Fn(AsyncEvent)) {
+    pub(crate) fn service(&self, host: &dyn EqHost) {
         let mut eq = self.eq.lock();
-        self.drain(dev, &mut eq, bar, on_event);
+        self.drain(host, &mut eq);
         if eq.done.is_some() {
             self.done.notify_all();
         }
     }
 
     /// Consumes every event the device has written and publishes the consumer index.
-    fn drain(
-        &self,
-        dev: &Device,
-        eq: &mut EqState,
-        bar: &regs::SharedBar0,
-        on_event: &dyn Fn(AsyncEvent),
-    ) {
+    fn drain(&self, host: &dyn EqHost, eq: &mut EqState) {
         let start = eq.ci;
         while let Some(eqe) = self.next_event(eq) {
             let kind = u32::from(eqe.type_);
             let data = [u64::from_le(eqe.data[0]), u64::from_le(eqe.data[1])];
             if kind == uapi::QHCA_EQE_CMD_DONE {
                 if eq.done.is_some() {
-                    dev_err!(dev, "second command completion in flight; device is broken\n");
-                    eq.dead = true;
+                    dev_err!(
+                        host.dev(),
+                        "second command completion in flight; device is broken\n"
+                    );
+                    self.die(host, eq);
                 }
                 eq.done = Some(Done {
                     token: u32::from_le(eqe.token),
@@ -206,13 +227,32 @@ impl CmdQueue {
                     data,
                 });
             } else {
-                on_event(AsyncEvent { kind, data });
+                host.on_event(AsyncEvent { kind, data });
             }
         }
         if eq.ci != start {
             let ci = eq.ci;
-            let _ = regs::with(bar, |b| b.write32(ci, regs::EQ_CI));
+            let _ = regs::with(host.bar(), |b| b.write32(ci, regs::EQ_CI));
         }
+    }
+
+    /// Declares the queue dead and stops the device, once.
+    fn die(&self, host: &dyn EqHost, eq: &mut EqState) {
+        if !eq.dead {
+            eq.dead = true;
+            host.stop();
+            self.died.store(true, Relaxed);
+        }
+    }
+
+    /// True once, after the queue died: the caller then tells the device's users.
+    pub(crate) fn take_death(&self) -> bool {
+        self.died.xchg(false, Relaxed)
+    }
+
+    /// True if the queue is dead (and the device stopped).
+    pub(crate) fn is_dead(&self) -> bool {
+        self.eq.lock().dead
     }
 
     /// Posts `cmd`, waits for its completion event and returns its output.
@@ -223,13 +263,8 @@ impl CmdQueue {
     /// - `EIO`: the device did not answer within [`CMD_TIMEOUT`], reported a fatal error, or
     ///   answered with a malformed event. The queue is then dead for good.
     /// - The errno matching the command's status (see [`status_to_errno`]).
-    pub(crate) fn exec(
-        &self,
-        dev: &Device,
-        bar: &regs::SharedBar0,
-        on_event: &dyn Fn(AsyncEvent),
-        mut cmd: Cmd,
-    ) -> Result<CmdOutput> {
+    pub(crate) fn exec(&self, host: &dyn EqHost, mut cmd: Cmd) -> Result<CmdOutput> {
+        let (dev, bar) = (host.dev(), host.bar());
         let mut c = self.cmd.lock();
         if self.eq.lock().dead {
             return Err(EIO);
@@ -242,17 +277,27 @@ impl CmdQueue {
         self.write_cmd(slot, &cmd.0)?;
         c.pi = c.pi.wrapping_add(1);
         let pi = c.pi;
-        // `write32` is `writel`, which orders the ring write above before the doorbell reaches
-        // the device.
-        regs::with(bar, |b| b.write32(pi, regs::CMDQ_PI))?;
+        let timeout = if host.inject() {
+            INJECTED_TIMEOUT
+        } else {
+            // `write32` is `writel`, which orders the ring write above before the doorbell
+            // reaches the device.
+            regs::with(bar, |b| b.write32(pi, regs::CMDQ_PI))?;
+            CMD_TIMEOUT
+        };
 
         let start = Instant::<Monotonic>::now();
         let mut eq = self.eq.lock();
         loop {
             if let Some(done) = eq.done.take() {
                 if done.token != token {
-                    dev_err!(dev, "completion for token {} while waiting for {}\n", done.token, token);
-                    eq.dead = true;
+                    dev_err!(
+                        dev,
+                        "completion for token {} while waiting for {}\n",
+                        done.token,
+                        token
+                    );
+                    self.die(host, &mut eq);
                     return Err(EIO);
                 }
                 status_to_errno(done.status)?;
@@ -261,7 +306,7 @@ impl CmdQueue {
             if eq.dead {
                 return Err(EIO);
             }
-            if start.elapsed() > CMD_TIMEOUT {
+            if start.elapsed() > timeout {
                 let (status, syndrome) = regs::with(bar, |b| {
                     (b.read32(regs::STATUS), b.read32(regs::FATAL_SYNDROME))
                 })
@@ -273,13 +318,16 @@ impl CmdQueue {
                     status,
                     syndrome
                 );
-                eq.dead = true;
+                self.die(host, &mut eq);
                 return Err(EIO);
             }
             // Sleep until the interrupt thread has the answer, or 10 ms, then look for ourselves:
             // a lost wake-up only costs latency. A pending signal (e.g. a process being killed
             // while it closes the device) must not turn this into a busy loop, so sleep a little.
-            match self.done.wait_interruptible_timeout(&mut eq, msecs_to_jiffies(10)) {
+            match self
+                .done
+                .wait_interruptible_timeout(&mut eq, msecs_to_jiffies(10))
+            {
                 kernel::sync::CondVarTimeoutResult::Woken { .. } => continue,
                 kernel::sync::CondVarTimeoutResult::Signal { .. } => {
                     drop(eq);
@@ -288,7 +336,7 @@ impl CmdQueue {
                 }
                 kernel::sync::CondVarTimeoutResult::Timeout => {}
             }
-            self.drain(dev, &mut eq, bar, on_event);
+            self.drain(host, &mut eq);
         }
     }
 

@@ -3,30 +3,69 @@
 //! State shared by a device's PCI binding and every file open on it.
 //!
 //! An open file can outlive the binding (unbind with the file still open), so what files need
-//! lives in an `Arc<QhcaDevice>` whose hardware access is revocable: BAR0 through `Devres` and the
-//! doorbell pages through the `unbound` flag, which is set under the same lock that guards the
-//! list of open files before their mappings are zapped.
+//! lives in an `Arc<QhcaDevice>` whose hardware access is revocable: BAR0 through `Devres`, and
+//! the doorbell pages through each context's [`Ctx`], which the device disassociates when it is
+//! unbound or fails.
+//!
+//! Lock order: a file's `uar`, then `bound`, then the file's objects, then the command queue's
+//! locks, then `files`, then a context's state. Nothing that touches user memory (copies, pinning)
+//! runs under `bound` or any lock after it.
 
 use crate::{
-    cmdq::{AsyncEvent, Cmd, CmdOutput, CmdQueue},
-    regs,
-    shim::{self, EventFd, FilePtr},
-    uapi,
+    cmdq::{AsyncEvent, Cmd, CmdOutput, CmdQueue, EqHost},
+    context::Ctx,
+    regs, shim, uapi,
 };
 use kernel::{
     device::{Bound, Device},
     dma::{Coherent, CoherentBox},
     io::Io,
-    transmute::FromBytes,
     new_mutex, pci,
     prelude::*,
-    sync::{aref::ARef, Arc, Mutex, SetOnce},
+    sync::{
+        aref::ARef,
+        atomic::{Atomic, Relaxed},
+        Arc, Mutex, SetOnce,
+    },
+    time::{Instant, Monotonic},
+    transmute::FromBytes,
 };
 
-/// Open files and whether the device is still bound, under one lock.
+/// Open contexts, and why the device is gone once it is.
 struct Files {
-    open: KVec<FilePtr>,
-    unbound: bool,
+    open: KVec<Arc<Ctx>>,
+    /// `ENODEV` once unbound, `EIO` once the device failed.
+    gone: Option<Error>,
+}
+
+/// Lets through at most `BURST` messages every `INTERVAL_MS` (for messages user space can
+/// trigger at will).
+pub(crate) struct RateLimit {
+    epoch: Instant<Monotonic>,
+    window: Atomic<u64>,
+    count: Atomic<u32>,
+}
+
+impl RateLimit {
+    const INTERVAL_MS: u64 = 5000;
+    const BURST: u32 = 10;
+
+    fn new() -> Self {
+        Self {
+            epoch: Instant::now(),
+            window: Atomic::new(0),
+            count: Atomic::new(0),
+        }
+    }
+
+    /// True if a message may go out now. Races only move the count by a message or two.
+    pub(crate) fn allow(&self) -> bool {
+        let now = self.epoch.elapsed().as_millis() as u64 / Self::INTERVAL_MS;
+        if self.window.xchg(now, Relaxed) != now {
+            self.count.store(0, Relaxed);
+        }
+        self.count.fetch_add(1, Relaxed) < Self::BURST
+    }
 }
 
 /// One qhca device, as seen by its open files.
@@ -45,12 +84,13 @@ pub(crate) struct QhcaDevice {
     #[pin]
     files: Mutex<Files>,
     /// True while the driver is bound. Held by control paths that need the bound device (DMA
-    /// allocations, pinning); `unbind` clears it first, waiting for them.
+    /// mappings, commands); `shutdown` stops the device and clears it, waiting for them.
     #[pin]
     bound: Mutex<bool>,
-    /// Eventfds of CQs that asked for completion events, by CQ number.
-    #[pin]
-    cq_events: Mutex<KVec<(u32, Arc<EventFd>)>>,
+    /// `EQ_OVERFLOWS` as last read.
+    eq_overflows: Atomic<u32>,
+    /// For warnings that user space can trigger.
+    pub(crate) warn: RateLimit,
 }
 
 impl QhcaDevice {
@@ -69,9 +109,10 @@ impl QhcaDevice {
             cmdq <- cmdq,
             uar_phys,
             attr: SetOnce::new(),
-            files <- new_mutex!(Files { open: KVec::new(), unbound: false }),
+            files <- new_mutex!(Files { open: KVec::new(), gone: None }),
             bound <- new_mutex!(true),
-            cq_events <- new_mutex!(KVec::new()),
+            eq_overflows: Atomic::new(0),
+            warn: RateLimit::new(),
         }? Error))
     }
 
@@ -79,46 +120,77 @@ impl QhcaDevice {
         self.pdev.as_ref()
     }
 
-    /// Posts a command and waits for its completion.
+    /// Posts a command and waits for its completion. If the command queue dies on the way, the
+    /// device has been stopped before this returns, and every context is disassociated.
     pub(crate) fn exec(&self, cmd: Cmd) -> Result<CmdOutput> {
-        self.cmdq.exec(self.dev(), &self.regs, &|e| self.on_event(e), cmd)
+        let res = self.cmdq.exec(self, cmd);
+        self.check_death();
+        res
     }
 
     /// The threaded half of the event-queue interrupt.
     pub(crate) fn service_events(&self) {
-        self.cmdq.service(self.dev(), &self.regs, &|e| self.on_event(e));
+        self.cmdq.service(self);
+        let lost = regs::with(&self.regs, |b| b.read32(regs::EQ_OVERFLOWS)).unwrap_or(0);
+        let before = self.eq_overflows.xchg(lost, Relaxed);
+        if lost != before {
+            // Completion events may be among the lost ones: wake every CQ waiter, which polls its
+            // CQ and finds what is there.
+            if self.warn.allow() {
+                dev_warn!(
+                    self.dev(),
+                    "qhca{}: event queue overflowed, {} events lost in all\n",
+                    self.instance,
+                    lost
+                );
+            }
+            for ctx in self.files.lock().open.iter() {
+                ctx.signal_all_cqs();
+            }
+        }
+        self.check_death();
     }
 
-    /// Dispatches an asynchronous event from the event queue.
-    fn on_event(&self, ev: AsyncEvent) {
-        match ev.kind {
-            uapi::QHCA_EQE_CQ_COMP | uapi::QHCA_EQE_CQ_ERR => {
-                let cqn = ev.data[0] as u32;
-                if let Some((_, efd)) = self.cq_events.lock().iter().find(|(n, _)| *n == cqn) {
-                    efd.signal();
-                }
-                if ev.kind == uapi::QHCA_EQE_CQ_ERR {
-                    dev_warn!(self.dev(), "CQ {} (context {}) overran\n", cqn, ev.data[1]);
-                }
-            }
-            uapi::QHCA_EQE_QP_ERR => {
-                dev_dbg!(self.dev(), "QP {} (context {}) entered ERR\n", ev.data[0], ev.data[1]);
-            }
-            kind => dev_warn!(self.dev(), "unknown event type {}\n", kind),
+    /// Tells every context once the command queue has died.
+    fn check_death(&self) {
+        if self.cmdq.take_death() {
+            let n = self.files.lock().open.len();
+            dev_err!(
+                self.dev(),
+                "qhca{}: command queue dead: device reset and bus mastering off; {} context(s) disassociated\n",
+                self.instance,
+                n
+            );
+            self.disassociate_all(EIO);
         }
     }
 
-    /// Routes completion events of CQ `cqn` to `efd`.
-    pub(crate) fn add_cq_events(&self, cqn: u32, efd: Arc<EventFd>) -> Result {
-        self.cq_events.lock().push((cqn, efd), GFP_KERNEL)?;
-        Ok(())
+    /// Marks the device gone for `reason` (the first reason stays) and disassociates every
+    /// context.
+    fn disassociate_all(&self, reason: Error) {
+        let mut files = self.files.lock();
+        if files.gone.is_none() {
+            files.gone = Some(reason);
+        }
+        let reason = files.gone.unwrap_or(reason);
+        for ctx in files.open.iter() {
+            ctx.disassociate(reason);
+        }
     }
 
-    /// Stops routing completion events of CQ `cqn`.
-    pub(crate) fn remove_cq_events(&self, cqn: u32) {
-        let mut v = self.cq_events.lock();
-        if let Some(pos) = v.iter().position(|(n, _)| *n == cqn) {
-            let _ = v.remove(pos);
+    /// Routes an asynchronous event to the context the device names, if it owns the object.
+    fn route(&self, ev: &AsyncEvent) -> bool {
+        let (Ok(obj), Ok(uar)) = (u32::try_from(ev.data[0]), u32::try_from(ev.data[1])) else {
+            return false;
+        };
+        let files = self.files.lock();
+        let Some(ctx) = files.open.iter().find(|c| c.uar() == Some(uar)) else {
+            return false;
+        };
+        match ev.kind {
+            uapi::QHCA_EQE_CQ_COMP => ctx.cq_event(obj, false),
+            uapi::QHCA_EQE_CQ_ERR => ctx.cq_event(obj, true),
+            _ => ctx.qp_event(obj),
         }
     }
 
@@ -126,13 +198,11 @@ impl QhcaDevice {
     pub(crate) fn query(&self, dev: &Device<Bound>) -> Result<&uapi::qhca_device_attr> {
         const SIZE: usize = core::mem::size_of::<uapi::qhca_device_attr>();
         let buf: Coherent<[u8]> = CoherentBox::<[u8]>::zeroed_slice(dev, SIZE, GFP_KERNEL)?.into();
-        self.exec(
-            Cmd::new(uapi::QHCA_CMD_QUERY_DEVICE).output(buf.dma_address(), SIZE as u32),
-        )?;
+        self.exec(Cmd::new(uapi::QHCA_CMD_QUERY_DEVICE).output(buf.dma_address(), SIZE as u32))?;
         let mut bytes = [0u8; SIZE];
         (&buf).copy_to_slice(&mut bytes);
         let le = uapi::qhca_device_attr::from_bytes_copy(&bytes).ok_or(EIO)?;
-        let attr = attr_from_le(&le);
+        let mut attr = attr_from_le(&le);
         if attr.abi_version != uapi::QHCA_ABI_VERSION {
             dev_err!(
                 dev,
@@ -141,6 +211,10 @@ impl QhcaDevice {
                 uapi::QHCA_ABI_VERSION
             );
             return Err(ENODEV);
+        }
+        let fake = crate::debugfs::FAKE_NUM_UARS.load(Relaxed);
+        if fake != 0 {
+            attr.num_uars = fake;
         }
         self.attr.populate(attr);
         self.attr.as_ref().ok_or(EIO)
@@ -151,30 +225,46 @@ impl QhcaDevice {
         self.attr.as_ref().ok_or(ENODEV)
     }
 
-    /// Gives `file` a doorbell page of its own.
+    /// Adds a context (at open). Nothing is asked of the device: its doorbell page comes with
+    /// its first use ([`QhcaDevice::alloc_uar`]).
     ///
     /// # Errors
     ///
-    /// `ENODEV` after unbind, `ENOSPC` when every doorbell page is taken, `EIO` if the device is
-    /// dead.
-    pub(crate) fn open_context(&self, file: FilePtr) -> Result<u32> {
+    /// `ENODEV` after unbind, `EIO` after the device failed.
+    pub(crate) fn open_context(&self, ctx: Arc<Ctx>) -> Result {
         let mut files = self.files.lock();
-        if files.unbound {
-            return Err(ENODEV);
+        if let Some(e) = files.gone {
+            return Err(e);
         }
-        files.open.reserve(1, GFP_KERNEL)?;
+        files.open.push(ctx, GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Allocates a doorbell page.
+    ///
+    /// # Errors
+    ///
+    /// `ENOSPC` when every page is taken, `EIO` if the device is dead or names a page that does
+    /// not exist.
+    pub(crate) fn alloc_uar(&self) -> Result<u32> {
         let out = self.exec(Cmd::new(uapi::QHCA_CMD_ALLOC_UAR))?;
         let num_uars = self.attr()?.num_uars;
-        let uar = match u32::try_from(out.data[0]) {
-            Ok(uar) if uar < num_uars => uar,
+        match u32::try_from(out.data[0]) {
+            Ok(uar) if uar < num_uars => Ok(uar),
             _ => {
-                dev_err!(self.dev(), "device returned bad doorbell page {}\n", out.data[0]);
-                return Err(EIO);
+                dev_err!(
+                    self.dev(),
+                    "device returned bad doorbell page {}\n",
+                    out.data[0]
+                );
+                Err(EIO)
             }
-        };
-        // Cannot fail: capacity was reserved above.
-        files.open.push(file, GFP_KERNEL)?;
-        Ok(uar)
+        }
+    }
+
+    /// Bus address of doorbell page `uar` (checked against BAR2 at probe).
+    pub(crate) fn uar_phys(&self, uar: u32) -> u64 {
+        self.uar_phys + (u64::from(uar) << uapi::QHCA_UAR_PAGE_SHIFT)
     }
 
     /// Runs `f` with the device known to be bound for its whole duration.
@@ -187,80 +277,116 @@ impl QhcaDevice {
         if !*bound {
             return Err(ENODEV);
         }
-        // SAFETY: `unbind` clears `bound` under this lock before the driver lets go of the device,
-        // so while we hold the lock with `bound` set the device stays bound; the reference does
-        // not escape `f`.
+        // SAFETY: `shutdown` clears `bound` under this lock before the driver lets go of the
+        // device, so while we hold the lock with `bound` set the device stays bound; the
+        // reference does not escape `f`.
         f(unsafe { self.dev().as_bound() })
     }
 
-    /// Undoes `open_context` and everything the context created: forgets `file`, destroys its
-    /// objects (in the device too, unless the device is gone, in which case they went with it)
-    /// and frees its doorbell page.
-    ///
-    /// Lock order, here and in every ioctl: `bound`, then the file's objects.
+    /// Undoes `open_context` and everything the context created: forgets `ctx`, destroys its
+    /// objects and frees its doorbell page. While the device is alive, that is done by commands;
+    /// once it is stopped (unbound or failed) it forgot everything, and only host resources are
+    /// freed.
     pub(crate) fn close_context(
         &self,
-        file: FilePtr,
-        uar: u32,
-        objs: Option<&Mutex<crate::verbs::Objects>>,
+        ctx: &Arc<Ctx>,
+        uar: Option<u32>,
+        objs: &Mutex<crate::verbs::Objects>,
     ) {
         {
             let mut files = self.files.lock();
-            if let Some(pos) = files.open.iter().position(|f| *f == file) {
+            if let Some(pos) = files.open.iter().position(|c| Arc::ptr_eq(c, ctx)) {
                 let _ = files.open.remove(pos);
             }
         }
         let bound = self.bound.lock();
-        if let Some(objs) = objs {
-            objs.lock().destroy_all(self, uar, *bound);
-        }
-        if !*bound {
+        let alive = *bound && !self.cmdq.is_dead();
+        objs.lock().destroy_all(self, ctx, uar, alive);
+        let Some(uar) = uar.filter(|_| alive) else {
             return;
-        }
+        };
         if let Err(e) = self.exec(Cmd::new(uapi::QHCA_CMD_FREE_UAR).input(0, uar.into())) {
             dev_warn!(self.dev(), "FREE_UAR {} failed: {:?}\n", uar, e);
         }
     }
 
-    /// Checks that the device is still bound; later steps of an ioctl or mmap rely on it.
-    pub(crate) fn check_bound(&self) -> Result {
-        if self.files.lock().unbound {
-            Err(ENODEV)
-        } else {
-            Ok(())
+    /// Unbind: stops the device, then disassociates every context. Waits for control paths that
+    /// use the bound device, and lets no new one start.
+    pub(crate) fn shutdown(&self) {
+        {
+            let mut bound = self.bound.lock();
+            self.stop();
+            *bound = false;
+        }
+        let n = self.files.lock().open.len();
+        if n != 0 {
+            dev_info!(self.dev(), "unbound with {} open context(s)\n", n);
+        }
+        self.disassociate_all(ENODEV);
+    }
+}
+
+impl EqHost for QhcaDevice {
+    fn dev(&self) -> &Device {
+        self.pdev.as_ref()
+    }
+
+    fn bar(&self) -> &regs::SharedBar0 {
+        &self.regs
+    }
+
+    fn on_event(&self, ev: AsyncEvent) {
+        match ev.kind {
+            uapi::QHCA_EQE_CQ_COMP => {
+                self.route(&ev);
+            }
+            uapi::QHCA_EQE_QP_ERR => {
+                let routed = self.route(&ev);
+                dev_dbg!(
+                    self.dev(),
+                    "QP {:#x} of context {} entered ERR (routed: {})\n",
+                    ev.data[0],
+                    ev.data[1],
+                    routed
+                );
+            }
+            uapi::QHCA_EQE_CQ_ERR => {
+                // User space can overrun its CQs at will: rate-limited.
+                let routed = self.route(&ev);
+                if self.warn.allow() {
+                    dev_warn!(
+                        self.dev(),
+                        "CQ {:#x} of context {} overran or failed{}\n",
+                        ev.data[0],
+                        ev.data[1],
+                        if routed { "" } else { " (no such CQ)" }
+                    );
+                }
+            }
+            kind => {
+                if self.warn.allow() {
+                    dev_warn!(self.dev(), "unknown event type {}\n", kind);
+                }
+            }
         }
     }
 
-    /// Maps doorbell page `uar` into `vma`, unless the device is unbound.
-    pub(crate) fn map_uar(&self, vma: &kernel::mm::virt::VmaNew, uar: u32) -> Result {
-        // Held across the mapping so `unbind` either sees this vma to zap or runs first and makes
-        // this fail.
-        let files = self.files.lock();
-        if files.unbound {
-            return Err(ENODEV);
-        }
-        let phys = self.uar_phys + (u64::from(uar) << uapi::QHCA_UAR_PAGE_SHIFT);
-        shim::map_io_page(vma, phys)
-    }
-
-    /// Called when the device is being unbound: no file may use the device from now on, and no
-    /// process keeps a mapping of its doorbell pages.
-    pub(crate) fn revoke_files(&self) {
-        // Wait for control paths that use the bound device, and let no new one start.
-        *self.bound.lock() = false;
-        let mut files = self.files.lock();
-        files.unbound = true;
-        for f in files.open.iter() {
-            shim::zap_file_mappings(*f);
-        }
-        if !files.open.is_empty() {
-            dev_info!(self.dev(), "unbound with {} open file(s)\n", files.open.len());
-        }
-    }
-
-    /// Stops the device: it forgets every context and does no more DMA.
-    pub(crate) fn reset(&self) {
+    /// Resets the device and turns bus mastering off: no more DMA, whatever state it was in.
+    fn stop(&self) {
         let _ = regs::with(&self.regs, |b| b.write32(uapi::QHCA_CTRL_RESET, regs::CTRL));
+        shim::clear_master(&*self.pdev);
+    }
+
+    fn inject(&self) -> bool {
+        let knob = &crate::debugfs::FAIL_CMDS;
+        let mut n = knob.load(Relaxed);
+        while n != 0 {
+            match knob.cmpxchg(n, n - 1, Relaxed) {
+                Ok(_) => return true,
+                Err(now) => n = now,
+            }
+        }
+        false
     }
 }
 

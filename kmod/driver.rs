@@ -2,11 +2,11 @@
 
 //! PCI binding: probe brings the device up, unbind takes it away from every open file.
 
-use crate::{device::QhcaDevice, file::MiscNode, regs, uapi};
+use crate::{cmdq::EqHost, device::QhcaDevice, file::MiscNode, regs, uapi};
 use kernel::{
     bindings,
     device::{Bound, Core},
-    dma::{DmaMask, Device as _},
+    dma::{Device as _, DmaMask},
     io::Io,
     irq::{self, IrqReturn},
     pci,
@@ -20,8 +20,9 @@ use kernel::{
 
 /// How many qhca devices one system may have (`/dev/qhca0` .. `/dev/qhca7`).
 const MAX_DEVICES: usize = 8;
-const NAMES: [&CStr; MAX_DEVICES] =
-    [c"qhca0", c"qhca1", c"qhca2", c"qhca3", c"qhca4", c"qhca5", c"qhca6", c"qhca7"];
+const NAMES: [&CStr; MAX_DEVICES] = [
+    c"qhca0", c"qhca1", c"qhca2", c"qhca3", c"qhca4", c"qhca5", c"qhca6", c"qhca7",
+];
 
 /// How long the device may take to become ready after ENABLE.
 const ENABLE_TIMEOUT: Delta = Delta::from_millis(1000);
@@ -101,15 +102,37 @@ impl irq::ThreadedHandler for EqIrq {
     }
 }
 
+/// The device, started: stops it (reset, bus mastering off) when dropped, so that nothing the
+/// device was given is freed while it runs, on the probe error path as after unbind.
+struct Running(Arc<QhcaDevice>);
+
+impl Running {
+    /// Starts the device; on failure stops it again before anything is freed.
+    fn start(pdev: &pci::Device<Bound>, dev: &Arc<QhcaDevice>) -> Result<Self> {
+        let running = Self(dev.clone());
+        start_device(pdev, dev)?;
+        Ok(running)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
 /// What one bound device owns.
 ///
 /// Fields are dropped in declaration order, which is the teardown order: first no new opens
-/// (`misc`), then no interrupt (`irq`), then the vectors and BARs. The device itself was reset in
-/// `unbind`, so it does no more DMA into `dev`'s rings, which live until the last file closes.
+/// (`misc`), then the device stops (`running`; `unbind` stopped it already), then no interrupt
+/// (`irq`), then the vectors and BARs. `dev`'s rings live until the last file closes, and the
+/// device does no more DMA into them. On the probe error path the fields initialised so far are
+/// dropped, `running` among them, so the device is stopped there too.
 #[pin_data]
 pub(crate) struct Qhca<'bound> {
     #[pin]
     misc: MiscNode,
+    running: Running,
     #[pin]
     irq: irq::ThreadedRegistration<'bound, EqIrq>,
     vectors: pci::IrqVectorRegistration<'bound>,
@@ -117,7 +140,6 @@ pub(crate) struct Qhca<'bound> {
     _uar_bar: pci::Bar<'bound>,
     dev: Arc<QhcaDevice>,
     _instance: Instance,
-    _debugfs: crate::shim::Debugfs,
 }
 
 pub(crate) struct QhcaDriver;
@@ -134,18 +156,26 @@ impl pci::Driver for QhcaDriver {
     ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
         pin_init::pin_init_scope(move || {
             pdev.enable_device_mem()?;
-            pdev.set_master();
             // SAFETY: Nothing allocates or maps DMA memory for this device before this call.
             unsafe { pdev.dma_set_mask_and_coherent(DmaMask::new::<64>())? };
 
-            let bar0 = pdev.iomap_region_sized::<{ regs::SIZE }>(uapi::QHCA_BAR_REGS, c"qhca/regs")?;
+            let bar0 =
+                pdev.iomap_region_sized::<{ regs::SIZE }>(uapi::QHCA_BAR_REGS, c"qhca/regs")?;
             let magic = bar0.read32(regs::MAGIC);
             let abi = bar0.read32(regs::ABI_VERSION);
             if magic != uapi::QHCA_MAGIC || abi != uapi::QHCA_ABI_VERSION {
-                dev_err!(pdev, "not a qhca ABI {} device (magic {:#x}, ABI {})\n",
-                    uapi::QHCA_ABI_VERSION, magic, abi);
+                dev_err!(
+                    pdev,
+                    "refusing device: driver speaks qhca ABI {}, device has magic {:#x}, ABI {}\n",
+                    uapi::QHCA_ABI_VERSION,
+                    magic,
+                    abi
+                );
                 return Err(ENODEV);
             }
+            // Reset before bus mastering goes on: whatever a previous driver left running stops.
+            bar0.write32(uapi::QHCA_CTRL_RESET, regs::CTRL);
+            pdev.set_master();
             let uar_bar = pdev.iomap_region(uapi::QHCA_BAR_UAR, c"qhca/uar")?;
             let uar_phys = pdev.resource_start(uapi::QHCA_BAR_UAR)?;
             let instance = Instance::take()?;
@@ -160,48 +190,54 @@ impl pci::Driver for QhcaDriver {
 
             Ok(try_pin_init!(Qhca {
                 vectors: pdev.alloc_irq_vectors(1, 1, msix)?,
-                // SAFETY (both blocks): `vectors` is initialized before this expression runs
+                // SAFETY: `vectors` is initialized before this expression runs
                 // (fields are initialized in initializer order), lives at a pinned, stable address
                 // inside `Qhca`, and is dropped after `irq` (declaration order), so the reference
                 // outlives the registration that holds it. The registration is never leaked.
                 irq <- unsafe {
                     irq::ThreadedRegistration::new(
-                        (&*core::ptr::from_ref(vectors)).index(uapi::QHCA_MSIX_VEC_EQ as usize)?.into(),
+                        (&*core::ptr::from_ref(vectors))
+                            .index(uapi::QHCA_MSIX_VEC_EQ as usize)?
+                            .into(),
                         irq::Flags::ONESHOT,
                         c"qhca-eq",
                         eq_irq,
                     )
                 },
-                _: { start_device(pdev, &dev)?; },
+                running: Running::start(pdev, &dev)?,
                 misc <- MiscNode::new(name, dev.clone()),
                 _uar_bar: uar_bar,
                 dev,
                 _instance: instance,
-                _debugfs: crate::shim::Debugfs::get(),
             }))
         })
     }
 
     fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Qhca<'bound>>) {
-        this.dev.revoke_files();
-        let (errors, violations) = regs::with(&this.dev.regs, |b| {
-            (b.read32(regs::GUEST_ERRORS), b.read32(regs::DB_VIOLATIONS))
+        let (errors, violations, lost) = regs::with(&this.dev.regs, |b| {
+            (
+                b.read32(regs::GUEST_ERRORS),
+                b.read32(regs::DB_VIOLATIONS),
+                b.read32(regs::EQ_OVERFLOWS),
+            )
         })
-        .unwrap_or((0, 0));
-        this.dev.reset();
+        .unwrap_or((0, 0, 0));
+        this.dev.shutdown();
         dev_info!(
             pdev,
-            "qhca{}: unbound; {} event interrupts, {} guest errors and {} doorbell violations seen by the device\n",
+            "qhca{}: unbound; {} event interrupts; the device saw {} guest errors and {} doorbell violations, and lost {} events\n",
             this.dev.instance,
             this.dev.cmdq.irq_count(),
             errors,
-            violations
+            violations,
+            lost
         );
     }
 }
 
-/// Resets the device, hands it the rings, enables it and logs what it can do.
+/// Resets the device, hands it the rings, enables it and checks what it says it can do.
 fn start_device(pdev: &pci::Device<Bound>, dev: &QhcaDevice) -> Result {
+    let fault = crate::debugfs::FAIL_PROBE.xchg(0, Relaxed);
     regs::with(&dev.regs, |b| {
         b.write32(uapi::QHCA_CTRL_RESET, regs::CTRL);
         dev.cmdq.program(b);
@@ -211,11 +247,12 @@ fn start_device(pdev: &pci::Device<Bound>, dev: &QhcaDevice) -> Result {
     let start = Instant::<Monotonic>::now();
     loop {
         let status = regs::with(&dev.regs, |b| b.read32(regs::STATUS))?;
-        if status & uapi::QHCA_STATUS_READY != 0 {
+        if status & uapi::QHCA_STATUS_READY != 0 && fault != 1 {
             break;
         }
         if status & (uapi::QHCA_STATUS_CFG_ERROR | uapi::QHCA_STATUS_FATAL) != 0
             || start.elapsed() > ENABLE_TIMEOUT
+            || fault == 1
         {
             dev_err!(pdev, "device did not become ready (status {:#x})\n", status);
             return Err(EIO);
@@ -223,7 +260,20 @@ fn start_device(pdev: &pci::Device<Bound>, dev: &QhcaDevice) -> Result {
         kernel::time::delay::fsleep(Delta::from_micros(100));
     }
 
+    if fault == 2 {
+        crate::debugfs::FAIL_CMDS.store(1, Relaxed);
+    }
     let attr = dev.query(pdev.as_ref())?;
+    let bar2 = pdev.resource_len(uapi::QHCA_BAR_UAR)?;
+    if attr.num_uars == 0 || u64::from(attr.num_uars) << uapi::QHCA_UAR_PAGE_SHIFT > bar2 {
+        dev_err!(
+            pdev,
+            "device claims {} doorbell pages but BAR2 holds {} bytes\n",
+            attr.num_uars,
+            bar2
+        );
+        return Err(ENODEV);
+    }
     dev_info!(
         pdev,
         "qhca{}: ABI {}, fw {}.{}.{}, node GUID {:016x}, {} doorbell pages, caps {:#x}\n",

@@ -2,18 +2,23 @@
 
 //! `/dev/qhcaN`: one context per open file.
 //!
-//! A context owns one doorbell page, allocated at open and freed at close (which also runs when
+//! Opening asks nothing of the device (it runs under the misc core's global mutex): a context's
+//! doorbell page is allocated by its first ioctl or mmap, and freed at close (which also runs when
 //! the process exits or is killed). Nothing here trusts user space: every ioctl argument is
-//! checked for size, `comp_mask` and reserved fields, and mmap accepts exactly one layout.
+//! checked for size, `comp_mask` and reserved fields, and mmap accepts exactly one layout. User
+//! memory is read, written and pinned outside the device-wide lock.
 
-use crate::{device::QhcaDevice, shim::FilePtr, uapi, verbs::Objects};
+use crate::{context::Ctx, device::QhcaDevice, shim, uapi, verbs::Objects};
 use kernel::{
+    bindings,
     fs::File,
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
     mm::virt::{flags as vmflags, VmaNew},
     new_mutex,
     prelude::*,
-    sync::{Arc, Mutex},
+    seq_file::SeqFile,
+    sync::{poll::PollTable, Arc, Mutex},
+    types::ForeignOwnable,
     uaccess::{UserPtr, UserSlice},
 };
 
@@ -46,9 +51,12 @@ impl MiscNode {
 #[pin_data]
 pub(crate) struct QhcaFile {
     dev: Arc<QhcaDevice>,
-    /// This context's doorbell page in BAR2.
-    uar: u32,
-    file: FilePtr,
+    /// What the device reaches: doorbell mapping, event routes and queue. Outlives every mapping
+    /// of the file (each holds a reference to the file, and this is dropped with it).
+    ctx: Arc<Ctx>,
+    /// This context's doorbell page in BAR2, once allocated. Held while allocating it.
+    #[pin]
+    uar: Mutex<Option<u32>>,
     /// The verbs objects this context created.
     #[pin]
     objs: Mutex<Objects>,
@@ -64,34 +72,32 @@ impl MiscDevice for QhcaFile {
         // before the node is freed, takes the same mutex.
         let node = unsafe { &*kernel::container_of!(core::ptr::from_ref(misc), MiscNode, reg) };
         let dev = node.dev.clone();
-        let file = FilePtr::new(file);
-        let uar = dev.open_context(file)?;
-        let ctx = KBox::pin_init(
+        let ctx = Ctx::new(file)?;
+        let shared = ctx.clone();
+        let this = KBox::pin_init(
             try_pin_init!(Self {
                 dev,
-                uar,
-                file,
+                ctx: shared,
+                uar <- new_mutex!(None),
                 objs <- new_mutex!(Objects::default()),
             }? Error),
             GFP_KERNEL,
-        );
-        match ctx {
-            Ok(ctx) => Ok(ctx),
-            Err(e) => {
-                // Cannot reach `release`: undo here. Nothing was created yet.
-                node.dev.close_context(file, uar, None);
-                Err(e)
-            }
-        }
+        )?;
+        node.dev.open_context(ctx)?;
+        // SAFETY: We are in our misc device's `open` of `file`.
+        unsafe { shim::file_add_poll(file) };
+        Ok(this)
     }
 
     fn release(this: Pin<KBox<Self>>, _file: &File) {
-        this.dev.close_context(this.file, this.uar, Some(&this.objs));
+        let uar = *this.uar.lock();
+        this.dev.close_context(&this.ctx, uar, &this.objs);
     }
 
     fn ioctl(this: Pin<&QhcaFile>, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
-        let (dev, uar) = (&*this.dev, this.uar);
+        let this = this.get_ref();
         match cmd {
+            uapi::QHCA_IOCTL_GET_ASYNC_EVENT => return this.get_async_event(arg),
             uapi::QHCA_IOCTL_QUERY_DEVICE => return this.query_device(arg),
             uapi::QHCA_IOCTL_ALLOC_PD
             | uapi::QHCA_IOCTL_DEALLOC_PD
@@ -106,56 +112,108 @@ impl MiscDevice for QhcaFile {
             | uapi::QHCA_IOCTL_QUERY_CTX => {}
             _ => return Err(ENOTTY),
         }
-        dev.with_bound(|bound| {
-            let mut objs = this.objs.lock();
-            match cmd {
-                uapi::QHCA_IOCTL_ALLOC_PD => objs.alloc_pd(dev, uar, arg),
-                uapi::QHCA_IOCTL_DEALLOC_PD => objs.dealloc_pd(dev, uar, arg),
-                uapi::QHCA_IOCTL_REG_MR => objs.reg_mr(dev, bound, uar, arg),
-                uapi::QHCA_IOCTL_DEREG_MR => objs.dereg_mr(dev, uar, arg),
-                uapi::QHCA_IOCTL_CREATE_CQ => objs.create_cq(dev, bound, uar, arg),
-                uapi::QHCA_IOCTL_DESTROY_CQ => objs.destroy_cq(dev, uar, arg),
-                uapi::QHCA_IOCTL_CREATE_QP => objs.create_qp(dev, bound, uar, arg),
-                uapi::QHCA_IOCTL_MODIFY_QP => objs.modify_qp(dev, bound, uar, arg),
-                uapi::QHCA_IOCTL_QUERY_QP => objs.query_qp(dev, bound, uar, arg),
-                uapi::QHCA_IOCTL_DESTROY_QP => objs.destroy_qp(dev, uar, arg),
-                _ => objs.query_ctx(dev, bound, uar, arg),
-            }
-        })
+        this.ctx.check()?;
+        crate::verbs::ioctl(&this.dev, &this.ctx, &this.objs, || this.uar(), cmd, arg)
     }
 
     fn mmap(this: Pin<&QhcaFile>, _file: &File, vma: &VmaNew) -> Result {
-        this.dev.check_bound()?;
-        if crate::shim::vma_pgoff(vma) != (uapi::QHCA_MMAP_UAR >> uapi::QHCA_UAR_PAGE_SHIFT) as usize
+        if shim::vma_pgoff(vma) != (uapi::QHCA_MMAP_UAR >> uapi::QHCA_UAR_PAGE_SHIFT) as usize
             || vma.end() - vma.start() != uapi::QHCA_UAR_PAGE_SIZE as usize
             || vma.flags() & vmflags::SHARED == 0
             || vma.executable()
         {
             return Err(EINVAL);
         }
+        this.ctx.check()?;
+        this.uar()?;
         // A doorbell page is write-only for the device's purposes but reading it is harmless
         // (the device returns 0); forbid turning on exec later.
         vma.try_clear_mayexec()?;
-        vma.set_dontcopy();
-        vma.set_dontexpand();
-        this.dev.map_uar(vma, this.uar)
+        // SAFETY: `ctx` belongs to the file being mapped and is dropped only with it, after its
+        // release, which runs only once every vma of the file is gone.
+        unsafe { this.ctx.umap.mmap(vma) };
+        Ok(())
+    }
+
+    fn show_fdinfo(this: Pin<&QhcaFile>, m: &SeqFile, _file: &File) {
+        this.ctx.show(m);
     }
 }
 
 impl QhcaFile {
+    /// This context's doorbell page, allocated on first use.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` after unbind, `EIO` after a device failure, `ENOSPC` when every page is taken.
+    fn uar(&self) -> Result<u32> {
+        let mut uar = self.uar.lock();
+        if let Some(u) = *uar {
+            return Ok(u);
+        }
+        self.ctx.check()?;
+        let u = self.dev.with_bound(|_| self.dev.alloc_uar())?;
+        self.ctx.umap.set_phys(self.dev.uar_phys(u));
+        self.ctx.set_uar(u);
+        *uar = Some(u);
+        Ok(u)
+    }
+
     /// `QHCA_IOCTL_QUERY_DEVICE`.
     fn query_device(&self, arg: usize) -> Result<isize> {
-        self.dev.check_bound()?;
         let size = core::mem::size_of::<uapi::qhca_ioc_query_device>();
-        let (mut reader, mut writer) = UserSlice::new(UserPtr::from_addr(arg), size).reader_writer();
+        let (mut reader, mut writer) =
+            UserSlice::new(UserPtr::from_addr(arg), size).reader_writer();
         let mut req: uapi::qhca_ioc_query_device = reader.read()?;
         if req.size as usize != size || req.comp_mask != 0 || req.rsvd_in.iter().any(|&r| r != 0) {
             return Err(EINVAL);
         }
+        self.ctx.check()?;
         req.abi_version = uapi::QHCA_ABI_VERSION;
-        req.uar_index = self.uar;
+        req.uar_index = self.uar()?;
         req.attr = *self.dev.attr()?;
         writer.write(&req)?;
         Ok(0)
     }
+
+    /// `QHCA_IOCTL_GET_ASYNC_EVENT`: works after disassociation too (that is how the fatal event
+    /// is read).
+    fn get_async_event(&self, arg: usize) -> Result<isize> {
+        let size = core::mem::size_of::<uapi::qhca_ioc_async_event>();
+        let (mut reader, mut writer) =
+            UserSlice::new(UserPtr::from_addr(arg), size).reader_writer();
+        let mut req: uapi::qhca_ioc_async_event = reader.read()?;
+        if req.size as usize != size
+            || req.comp_mask != 0
+            || req.type_ != 0
+            || req.element != 0
+            || req.rsvd.iter().any(|&r| r != 0)
+        {
+            return Err(EINVAL);
+        }
+        (req.type_, req.element) = self.ctx.next_event()?;
+        writer.write(&req)?;
+        Ok(0)
+    }
+}
+
+/// `poll` of our files (installed by `shim::file_add_poll`).
+///
+/// # Safety
+///
+/// `file` must be an open file of our misc device, with `wait` null or a valid poll table, for
+/// the duration of the call (the VFS's `->poll` contract).
+#[no_mangle]
+unsafe extern "C" fn qhca_rust_poll(
+    file: *mut bindings::file,
+    wait: *mut bindings::poll_table_struct,
+) -> c_uint {
+    // SAFETY: `file` is open (caller's promise), so its private data is the `Pin<KBox<QhcaFile>>`
+    // the misc device's `open` stored, which `release` takes back only after the last `poll`.
+    let this = unsafe { <Pin<KBox<QhcaFile>> as ForeignOwnable>::borrow((*file).private_data) };
+    // SAFETY: `file` is valid for the call, and `poll` runs outside any `fdget_pos` region.
+    let f = unsafe { File::from_raw_file(file) };
+    // SAFETY: `wait` is null or valid for the duration of the call (caller's promise).
+    let table = unsafe { PollTable::from_raw(wait) };
+    this.ctx.poll(f, table)
 }

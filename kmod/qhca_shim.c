@@ -3,31 +3,115 @@
  * qhca: the few kernel interfaces the Rust crate cannot reach safely yet.
  * Each function is wrapped exactly once, in shim.rs, behind a safe API.
  */
-#include <linux/debugfs.h>
 #include <linux/dma-mapping.h>
 #include <linux/eventfd.h>
 #include <linux/fs.h>
 #include <linux/mm.h>
+#include <linux/mutex.h>
+#include <linux/pci.h>
+#include <linux/poll.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
 #include <linux/scatterlist.h>
-#include <linux/seq_file.h>
 #include <linux/slab.h>
 
 #include "qhca_shim.h"
 
+/* ------------------------------------------------------------------------ */
+/* Doorbell mappings, inserted on fault (as vfio-pci does for BARs).        */
+/* ------------------------------------------------------------------------ */
+
 /*
- * Map one page of device memory (a doorbell page in BAR2) into a new user vma.
- * The caller has validated the vma's offset, length and flags.  Doorbells are
- * posted writes that must reach the device in order and must not be merged
- * with stores to another page, so the mapping is uncached (UC-), like mlx5's
- * non-BlueFlame UAR pages.
+ * One context's doorbell page as user space maps it.  ->mmap only sets the
+ * vma up; the PTE is inserted by the first fault, under @lock, after the
+ * kernel has linked the vma into the file's reverse map.  So revoking is:
+ * set @revoked under @lock, then unmap_mapping_range(): a fault either ran
+ * before (its PTE is zapped) or sees @revoked and maps @dummy, a zeroed page
+ * of this context alone, so that a disassociated process's doorbell stores
+ * land somewhere harmless instead of raising SIGBUS (rdma_umap_fault() in
+ * drivers/infiniband/core/uverbs_main.c does the same).
+ *
+ * Every vma of the page holds a reference to the file, and the file holds
+ * the umap, so the umap outlives its vmas.
  */
-int qhca_shim_map_io_page(struct vm_area_struct *vma, phys_addr_t phys)
+struct qhca_umap {
+	struct mutex lock;
+	unsigned long pfn;	/* the doorbell page; valid once mapped */
+	bool revoked;
+	struct page *dummy;	/* allocated by the first fault after revoke */
+};
+
+struct qhca_umap *qhca_shim_umap_new(void)
+{
+	struct qhca_umap *m = kzalloc(sizeof(*m), GFP_KERNEL);
+
+	if (m)
+		mutex_init(&m->lock);
+	return m;
+}
+
+void qhca_shim_umap_free(struct qhca_umap *m)
+{
+	if (m->dummy)
+		__free_page(m->dummy);
+	mutex_destroy(&m->lock);
+	kfree(m);
+}
+
+void qhca_shim_umap_set_phys(struct qhca_umap *m, phys_addr_t phys)
+{
+	mutex_lock(&m->lock);
+	m->pfn = PHYS_PFN(phys);
+	mutex_unlock(&m->lock);
+}
+
+void qhca_shim_umap_revoke(struct qhca_umap *m)
+{
+	mutex_lock(&m->lock);
+	m->revoked = true;
+	mutex_unlock(&m->lock);
+}
+
+static vm_fault_t qhca_umap_fault(struct vm_fault *vmf)
+{
+	struct vm_area_struct *vma = vmf->vma;
+	struct qhca_umap *m = vma->vm_private_data;
+	vm_fault_t ret;
+
+	mutex_lock(&m->lock);
+	if (!m->revoked) {
+		/* vm_page_prot is the uncached protection ->mmap set. */
+		ret = vmf_insert_pfn(vma, vmf->address, m->pfn);
+	} else {
+		if (!m->dummy)
+			m->dummy = alloc_page(GFP_KERNEL | __GFP_ZERO);
+		ret = m->dummy ?
+			vmf_insert_pfn_prot(vma, vmf->address,
+					    page_to_pfn(m->dummy),
+					    vm_get_page_prot(vma->vm_flags)) :
+			VM_FAULT_OOM;
+	}
+	mutex_unlock(&m->lock);
+	return ret;
+}
+
+static const struct vm_operations_struct qhca_umap_ops = {
+	.fault = qhca_umap_fault,
+};
+
+/*
+ * Sets up a new vma for the doorbell page: uncached (doorbells are posted
+ * writes that must reach the device in order, like mlx5's non-BlueFlame UAR
+ * pages), VM_IO | VM_PFNMAP, never copied on fork, grown or dumped.  The
+ * caller has validated the offset, length and flags, and the vma is not yet
+ * visible to anyone.
+ */
+void qhca_shim_umap_mmap(struct qhca_umap *m, struct vm_area_struct *vma)
 {
 	vma->vm_page_prot = pgprot_noncached(vma->vm_page_prot);
 	vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP);
-	return vm_iomap_memory(vma, phys, PAGE_SIZE);
+	vma->vm_private_data = m;
+	vma->vm_ops = &qhca_umap_ops;
 }
 
 /* The vma's offset into the file, in pages. */
@@ -37,23 +121,80 @@ unsigned long qhca_shim_vma_pgoff(const struct vm_area_struct *vma)
 }
 
 /*
- * Remove every user mapping of the file's address space.  For a character
- * device that is the inode's mapping, shared by every file opened through the
- * same inode, which is what unbind wants: no process may keep a doorbell of a
- * device that is gone.  Later faults on the zapped VM_PFNMAP vma get SIGBUS.
+ * A reference to an open file's inode, to zap the user mappings of the
+ * file's address space (for a character device, the inode's).
  */
-void qhca_shim_zap_file(struct file *filp)
+struct inode *qhca_shim_inode_get(struct file *filp)
 {
-	unmap_mapping_range(filp->f_mapping, 0, 0, 1);
+	struct inode *inode = file_inode(filp);
+
+	ihold(inode);
+	return inode;
+}
+
+void qhca_shim_inode_put(struct inode *inode)
+{
+	iput(inode);
+}
+
+void qhca_shim_inode_zap(struct inode *inode)
+{
+	unmap_mapping_range(inode->i_mapping, 0, 0, 1);
+}
+
+/* ------------------------------------------------------------------------ */
+/* poll(2): the Rust miscdevice abstraction has no ->poll yet.              */
+/* ------------------------------------------------------------------------ */
+
+static struct file_operations qhca_fops_with_poll;
+static DEFINE_MUTEX(qhca_fops_lock);
+
+static __poll_t qhca_shim_poll(struct file *filp, struct poll_table_struct *wait)
+{
+	return qhca_rust_poll(filp, wait);
 }
 
 /*
- * Pinned user memory: pages pinned FOLL_LONGTERM for the life of a verbs
- * object (a ring or a memory region), accounted to the owning mm's
- * pinned_vm against RLIMIT_MEMLOCK, and DMA-mapped for the device.
+ * Called from the Rust open: the file's operations become a copy of the Rust
+ * miscdevice's with ->poll added.  Same owner, so the module reference that
+ * misc_open took stays right (misc_open itself swaps f_op the same way).
+ */
+void qhca_shim_file_add_poll(struct file *filp)
+{
+	mutex_lock(&qhca_fops_lock);
+	if (!qhca_fops_with_poll.poll) {
+		qhca_fops_with_poll = *filp->f_op;
+		qhca_fops_with_poll.poll = qhca_shim_poll;
+	}
+	mutex_unlock(&qhca_fops_lock);
+	if (WARN_ON_ONCE(qhca_fops_with_poll.owner != filp->f_op->owner ||
+			 qhca_fops_with_poll.unlocked_ioctl != filp->f_op->unlocked_ioctl))
+		return;
+	filp->f_op = &qhca_fops_with_poll;
+}
+
+/* ------------------------------------------------------------------------ */
+/* PCI                                                                      */
+/* ------------------------------------------------------------------------ */
+
+void qhca_shim_clear_master(struct pci_dev *pdev)
+{
+	pci_clear_master(pdev);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pinned user memory                                                       */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Pages pinned FOLL_LONGTERM for the life of a verbs object (a ring or a
+ * memory region), accounted to the owning mm's pinned_vm against
+ * RLIMIT_MEMLOCK.  Pinning (which may fault user memory in, and so may take
+ * as long as user space wants) is separate from DMA-mapping them for the
+ * device, which the driver does under its bound-device lock.
  */
 struct qhca_umem {
-	struct device *dev;
+	struct device *dev;	/* get_device'd once mapped */
 	struct mm_struct *mm;	/* mmgrab'ed: accounting outlives the process */
 	struct page **pages;
 	unsigned long npages;
@@ -64,14 +205,24 @@ struct qhca_umem {
 
 static atomic_long_t qhca_pinned_pages = ATOMIC_LONG_INIT(0);
 
+long qhca_shim_pinned_pages(void)
+{
+	return atomic_long_read(&qhca_pinned_pages);
+}
+
 static void qhca_umem_unpin(struct qhca_umem *u, unsigned long pinned)
 {
 	unpin_user_pages_dirty_lock(u->pages, pinned, u->writable);
 	atomic_long_sub(pinned, &qhca_pinned_pages);
 }
 
-struct qhca_umem *qhca_shim_umem_get(struct device *dev, u64 addr, u64 len,
-				     bool writable, int *err)
+/*
+ * Pins [addr, addr + len) of the current process.  Everything that can be
+ * checked without touching memory is checked first: the range, the caller's
+ * right to lock memory and RLIMIT_MEMLOCK (charged before the page array is
+ * allocated), then the pages are pinned.
+ */
+struct qhca_umem *qhca_shim_umem_pin(u64 addr, u64 len, bool writable, int *err)
 {
 	unsigned int gup_flags = FOLL_LONGTERM | (writable ? FOLL_WRITE : 0);
 	unsigned long first, last, npages, pinned = 0, limit;
@@ -94,10 +245,6 @@ struct qhca_umem *qhca_shim_umem_get(struct device *dev, u64 addr, u64 len,
 	u = kzalloc(sizeof(*u), GFP_KERNEL);
 	if (!u)
 		return NULL;
-	u->pages = kvcalloc(npages, sizeof(*u->pages), GFP_KERNEL);
-	if (!u->pages)
-		goto free_u;
-	u->dev = dev;
 	u->npages = npages;
 	u->writable = writable;
 	u->mm = current->mm;
@@ -109,6 +256,10 @@ struct qhca_umem *qhca_shim_umem_get(struct device *dev, u64 addr, u64 len,
 		ret = -ENOMEM;
 		goto unaccount;
 	}
+	ret = -ENOMEM;
+	u->pages = kvcalloc(npages, sizeof(*u->pages), GFP_KERNEL);
+	if (!u->pages)
+		goto unaccount;
 
 	while (pinned < npages) {
 		long n = pin_user_pages_fast((first + pinned) << PAGE_SHIFT,
@@ -122,30 +273,39 @@ struct qhca_umem *qhca_shim_umem_get(struct device *dev, u64 addr, u64 len,
 		atomic_long_add(n, &qhca_pinned_pages);
 		cond_resched();
 	}
-
-	ret = sg_alloc_table_from_pages(&u->sgt, u->pages, npages, 0,
-					npages << PAGE_SHIFT, GFP_KERNEL);
-	if (ret)
-		goto unpin;
-	ret = dma_map_sgtable(dev, &u->sgt, DMA_BIDIRECTIONAL, 0);
-	if (ret)
-		goto free_sgt;
-	u->mapped = true;
 	*err = 0;
 	return u;
 
-free_sgt:
-	sg_free_table(&u->sgt);
 unpin:
 	qhca_umem_unpin(u, pinned);
+	kvfree(u->pages);
 unaccount:
 	atomic64_sub(npages, &u->mm->pinned_vm);
 	mmdrop(u->mm);
-	kvfree(u->pages);
-free_u:
 	kfree(u);
 	*err = ret;
 	return NULL;
+}
+
+/* DMA-maps the pinned pages for @dev, a bound device.  Once only. */
+int qhca_shim_umem_map(struct qhca_umem *u, struct device *dev)
+{
+	int ret;
+
+	if (u->mapped)
+		return -EINVAL;
+	ret = sg_alloc_table_from_pages(&u->sgt, u->pages, u->npages, 0,
+					u->npages << PAGE_SHIFT, GFP_KERNEL);
+	if (ret)
+		return ret;
+	ret = dma_map_sgtable(dev, &u->sgt, DMA_BIDIRECTIONAL, 0);
+	if (ret) {
+		sg_free_table(&u->sgt);
+		return ret;
+	}
+	u->dev = get_device(dev);
+	u->mapped = true;
+	return 0;
 }
 
 unsigned long qhca_shim_umem_npages(const struct qhca_umem *u)
@@ -154,32 +314,41 @@ unsigned long qhca_shim_umem_npages(const struct qhca_umem *u)
 }
 
 /*
- * Writes the DMA address of every 4 KiB page of the region, in order, as
- * little-endian u64, into out[0..n).  Returns the number written.
+ * Writes the DMA address of every 4 KiB page of a mapped region, in order,
+ * as little-endian u64: entry k goes to pl[k / per][k % per].  @pl holds
+ * @npl arrays, each of @per entries except the last, which holds the
+ * remainder (the caller sized them from npages).  Returns the number
+ * written.
  */
-unsigned long qhca_shim_umem_page_list(const struct qhca_umem *u, __le64 *out,
-				       unsigned long n)
+unsigned long qhca_shim_umem_fill(const struct qhca_umem *u, __le64 *const *pl,
+				  unsigned long npl, unsigned long per)
 {
+	unsigned long k = 0, cap = npl * per;
 	struct scatterlist *sg;
-	unsigned long k = 0;
 	unsigned int i;
 
 	BUILD_BUG_ON(PAGE_SIZE != 4096);
+	if (!u->mapped || !per)
+		return 0;
+	if (cap > u->npages)
+		cap = u->npages;
 	for_each_sgtable_dma_sg(&u->sgt, sg, i) {
 		dma_addr_t a = sg_dma_address(sg);
 		unsigned int off;
 
-		for (off = 0; off < sg_dma_len(sg) && k < n; off += PAGE_SIZE)
-			out[k++] = cpu_to_le64(a + off);
+		for (off = 0; off < sg_dma_len(sg) && k < cap; off += PAGE_SIZE, k++)
+			pl[k / per][k % per] = cpu_to_le64(a + off);
 	}
 	return k;
 }
 
 void qhca_shim_umem_release(struct qhca_umem *u)
 {
-	if (u->mapped)
+	if (u->mapped) {
 		dma_unmap_sgtable(u->dev, &u->sgt, DMA_BIDIRECTIONAL, 0);
-	sg_free_table(&u->sgt);
+		sg_free_table(&u->sgt);
+		put_device(u->dev);
+	}
 	qhca_umem_unpin(u, u->npages);
 	atomic64_sub(u->npages, &u->mm->pinned_vm);
 	mmdrop(u->mm);
@@ -187,7 +356,10 @@ void qhca_shim_umem_release(struct qhca_umem *u)
 	kfree(u);
 }
 
-/* eventfds given by user space for completion notification. */
+/* ------------------------------------------------------------------------ */
+/* eventfds given by user space for completion notification.               */
+/* ------------------------------------------------------------------------ */
+
 struct eventfd_ctx *qhca_shim_eventfd_get(int fd, int *err)
 {
 	struct eventfd_ctx *ctx = eventfd_ctx_fdget(fd);
@@ -208,41 +380,4 @@ void qhca_shim_eventfd_signal(struct eventfd_ctx *ctx)
 void qhca_shim_eventfd_put(struct eventfd_ctx *ctx)
 {
 	eventfd_ctx_put(ctx);
-}
-
-/*
- * debugfs: /sys/kernel/debug/qhca/pinned_pages, the pages pinned by all qhca
- * contexts right now.  Created with the first bound device, removed with the
- * last.
- */
-static struct dentry *qhca_debugfs;
-static unsigned int qhca_debugfs_users;
-static DEFINE_MUTEX(qhca_debugfs_lock);
-
-static int qhca_pinned_show(struct seq_file *m, void *v)
-{
-	seq_printf(m, "%ld\n", atomic_long_read(&qhca_pinned_pages));
-	return 0;
-}
-DEFINE_SHOW_ATTRIBUTE(qhca_pinned);
-
-void qhca_shim_debugfs_get(void)
-{
-	mutex_lock(&qhca_debugfs_lock);
-	if (!qhca_debugfs_users++) {
-		qhca_debugfs = debugfs_create_dir("qhca", NULL);
-		debugfs_create_file("pinned_pages", 0444, qhca_debugfs, NULL,
-				    &qhca_pinned_fops);
-	}
-	mutex_unlock(&qhca_debugfs_lock);
-}
-
-void qhca_shim_debugfs_put(void)
-{
-	mutex_lock(&qhca_debugfs_lock);
-	if (!--qhca_debugfs_users) {
-		debugfs_remove_recursive(qhca_debugfs);
-		qhca_debugfs = NULL;
-	}
-	mutex_unlock(&qhca_debugfs_lock);
 }

@@ -5,24 +5,39 @@
 
 #include <linux/types.h>
 
-struct vm_area_struct;
-struct file;
-
-int qhca_shim_map_io_page(struct vm_area_struct *vma, phys_addr_t phys);
-unsigned long qhca_shim_vma_pgoff(const struct vm_area_struct *vma);
-void qhca_shim_zap_file(struct file *filp);
-
 struct device;
-struct qhca_umem;
 struct eventfd_ctx;
+struct file;
+struct inode;
+struct pci_dev;
+struct poll_table_struct;
+struct qhca_umap;
+struct qhca_umem;
+struct vm_area_struct;
 
-void qhca_shim_debugfs_get(void);
-void qhca_shim_debugfs_put(void);
-struct qhca_umem *qhca_shim_umem_get(struct device *dev, u64 addr, u64 len,
-				     bool writable, int *err);
+struct qhca_umap *qhca_shim_umap_new(void);
+void qhca_shim_umap_free(struct qhca_umap *m);
+void qhca_shim_umap_set_phys(struct qhca_umap *m, phys_addr_t phys);
+void qhca_shim_umap_revoke(struct qhca_umap *m);
+void qhca_shim_umap_mmap(struct qhca_umap *m, struct vm_area_struct *vma);
+unsigned long qhca_shim_vma_pgoff(const struct vm_area_struct *vma);
+
+struct inode *qhca_shim_inode_get(struct file *filp);
+void qhca_shim_inode_put(struct inode *inode);
+void qhca_shim_inode_zap(struct inode *inode);
+
+/* Implemented in Rust (file.rs). */
+__poll_t qhca_rust_poll(struct file *filp, struct poll_table_struct *wait);
+void qhca_shim_file_add_poll(struct file *filp);
+
+void qhca_shim_clear_master(struct pci_dev *pdev);
+
+long qhca_shim_pinned_pages(void);
+struct qhca_umem *qhca_shim_umem_pin(u64 addr, u64 len, bool writable, int *err);
+int qhca_shim_umem_map(struct qhca_umem *u, struct device *dev);
 unsigned long qhca_shim_umem_npages(const struct qhca_umem *u);
-unsigned long qhca_shim_umem_page_list(const struct qhca_umem *u, __le64 *out,
-				       unsigned long n);
+unsigned long qhca_shim_umem_fill(const struct qhca_umem *u, __le64 *const *pl,
+				  unsigned long npl, unsigned long per);
 void qhca_shim_umem_release(struct qhca_umem *u);
 
 struct eventfd_ctx *qhca_shim_eventfd_get(int fd, int *err);

@@ -41,6 +41,7 @@ regs! {
     INTR_CTRL = uapi::QHCA_REG_INTR_CTRL;
     GUEST_ERRORS = uapi::QHCA_REG_GUEST_ERRORS;
     DB_VIOLATIONS = uapi::QHCA_REG_DB_VIOLATIONS;
+    EQ_OVERFLOWS = uapi::QHCA_REG_EQ_OVERFLOWS;
     FATAL_SYNDROME = uapi::QHCA_REG_FATAL_SYNDROME;
 }
 
@@ -54,7 +55,10 @@ pub(crate) type SharedBar0 = pci::DevresBar<SIZE>;
 /// # Errors
 ///
 /// `ENODEV` once the device is unbound.
-pub(crate) fn with<R>(bar: &SharedBar0, f: impl FnOnce(&Bar0<'_>) -> R) -> kernel::error::Result<R> {
+pub(crate) fn with<R>(
+    bar: &SharedBar0,
+    f: impl FnOnce(&Bar0<'_>) -> R,
+) -> kernel::error::Result<R> {
     let guard = bar.try_access().ok_or(kernel::error::code::ENODEV)?;
     Ok(f(&guard))
 }

@@ -54,6 +54,7 @@ plain_abi_structs!(
     qhca_ioc_create_qp,
     qhca_ioc_qp_attr,
     qhca_ioc_query_ctx,
+    qhca_ioc_async_event,
     qhca_qp_attr,
     qhca_ctx_stats,
     qhca_cmd_reg_mr,

@@ -4,13 +4,21 @@
 //! pairs, created and destroyed by ioctl.
 //!
 //! The device holds the objects' state; the driver keeps, per context, what it must undo when the
-//! file goes away (the handles, the pinned memory, the eventfds) and enforces the destroy order:
-//! a PD with MRs or QPs, or a CQ with QPs, is busy. Every ioctl argument is checked here before
-//! the device checks it again; the device's word is final.
+//! file goes away (the handles, the pinned memory, the event routes) and enforces the destroy
+//! order: a PD with MRs or QPs, or a CQ with QPs, is busy. Handles are the device's numbers (a QPN
+//! carries a generation above its index), looked up only among the handles this file created.
+//! Every ioctl argument is checked here before the device checks it again; the device's word is
+//! final.
+//!
+//! Each ioctl runs in three steps: read and check the argument and pin user memory, with no lock
+//! held; then, under the bound-device lock and the file's objects, map, build the page list and
+//! run the command; then write the answer back, again with no lock held.
 
 use crate::{
     cmdq::Cmd,
+    context::Ctx,
     device::QhcaDevice,
+    pagelist::{span_pages, PageList},
     shim::{EventFd, Umem},
     uapi,
 };
@@ -19,7 +27,7 @@ use kernel::{
     dma::{Coherent, CoherentBox},
     io::Io,
     prelude::*,
-    sync::Arc,
+    sync::{Arc, Mutex},
     transmute::{AsBytes, FromBytes},
     uaccess::{UserPtr, UserSlice, UserSliceWriter},
 };
@@ -32,7 +40,6 @@ struct Mr {
 
 struct Cq {
     cqn: u32,
-    events: bool,
     _mem: Umem,
 }
 
@@ -76,14 +83,6 @@ fn write_arg<T: AsBytes>(mut writer: UserSliceWriter, v: &T) -> Result<isize> {
     Ok(0)
 }
 
-/// A DMA page list for the device: one little-endian address per page of `mem`.
-fn page_list(dev: &Device<Bound>, mem: &Umem) -> Result<Coherent<[u64]>> {
-    let list: Coherent<[u64]> =
-        CoherentBox::<[u64]>::zeroed_slice(dev, mem.npages(), GFP_KERNEL)?.into();
-    mem.write_page_list(&list)?;
-    Ok(list)
-}
-
 /// Reads a `qhca_ioc_handle` argument naming an existing object.
 fn read_handle(arg: usize) -> Result<u32> {
     let (a, _) = read_arg::<uapi::qhca_ioc_handle>(arg)?;
@@ -99,16 +98,28 @@ fn destroy_in_device(dev: &QhcaDevice, uar: u32, op: u32, handle: u32) -> Result
     Ok(())
 }
 
+/// A handle the device returned: a 24-bit number (what doorbells, CQEs and events can carry),
+/// else the device is broken.
+fn device_handle(dev: &QhcaDevice, what: &str, raw: u64) -> Result<u32> {
+    match u32::try_from(raw) {
+        Ok(h) if h <= uapi::QHCA_DB_QN_MASK || what == "key" => Ok(h),
+        _ => {
+            dev_err!(dev.dev(), "device returned bad {} {:#x}\n", what, raw);
+            Err(EIO)
+        }
+    }
+}
+
 /// Takes a handle from a list, or `ENOENT`.
 fn position<T>(v: &KVec<T>, f: impl Fn(&T) -> bool) -> Result<usize> {
     v.iter().position(f).ok_or(ENOENT)
 }
 
-/// Index `log` entries of `stride_log` bytes: the ring's size, or `EINVAL` if out of the ABI's
+/// `2^log` entries of `2^stride_log` bytes: the ring's size, or `EINVAL` if out of the ABI's
 /// limits.
-fn ring_bytes(log: u8, min_log: u32, stride_log: u8, min_stride: u32, max_stride: u32) -> Result<u64> {
+fn ring_bytes(log: u8, stride_log: u8, min_stride: u32, max_stride: u32) -> Result<u64> {
     let (log, stride_log) = (u32::from(log), u32::from(stride_log));
-    if !(min_log..=uapi::QHCA_WQ_MAX_LOG).contains(&log)
+    if !(1..=uapi::QHCA_WQ_MAX_LOG).contains(&log)
         || !(min_stride..=max_stride).contains(&stride_log)
     {
         return Err(EINVAL);
@@ -120,41 +131,126 @@ fn page_align(x: u64) -> u64 {
     (x + u64::from(uapi::QHCA_PAGE_SIZE) - 1) & !(u64::from(uapi::QHCA_PAGE_SIZE) - 1)
 }
 
-impl Objects {
+/// Runs one verbs ioctl of the context `ctx` (see the module documentation). `uar` gives the
+/// context's doorbell page, allocating it on first use.
+pub(crate) fn ioctl(
+    dev: &QhcaDevice,
+    ctx: &Arc<Ctx>,
+    objs: &Mutex<Objects>,
+    uar: impl Fn() -> Result<u32>,
+    cmd: u32,
+    arg: usize,
+) -> Result<isize> {
+    let uar = uar()?;
+    let v = Verbs {
+        dev,
+        ctx,
+        objs,
+        uar,
+    };
+    match cmd {
+        uapi::QHCA_IOCTL_ALLOC_PD => v.alloc_pd(arg),
+        uapi::QHCA_IOCTL_DEALLOC_PD => v.destroy(arg, uapi::QHCA_CMD_DEALLOC_PD),
+        uapi::QHCA_IOCTL_REG_MR => v.reg_mr(arg),
+        uapi::QHCA_IOCTL_DEREG_MR => v.destroy(arg, uapi::QHCA_CMD_DEREG_MR),
+        uapi::QHCA_IOCTL_CREATE_CQ => v.create_cq(arg),
+        uapi::QHCA_IOCTL_DESTROY_CQ => v.destroy(arg, uapi::QHCA_CMD_DESTROY_CQ),
+        uapi::QHCA_IOCTL_CREATE_QP => v.create_qp(arg),
+        uapi::QHCA_IOCTL_MODIFY_QP => v.modify_qp(arg),
+        uapi::QHCA_IOCTL_QUERY_QP => v.query_qp(arg),
+        uapi::QHCA_IOCTL_DESTROY_QP => v.destroy(arg, uapi::QHCA_CMD_DESTROY_QP),
+        uapi::QHCA_IOCTL_QUERY_CTX => v.query_ctx(arg),
+        _ => Err(ENOTTY),
+    }
+}
+
+/// One ioctl's view of its context.
+struct Verbs<'a> {
+    dev: &'a QhcaDevice,
+    ctx: &'a Arc<Ctx>,
+    objs: &'a Mutex<Objects>,
+    uar: u32,
+}
+
+impl Verbs<'_> {
+    /// Runs `f` under the bound-device lock and the file's objects.
+    fn locked<R>(&self, f: impl FnOnce(&Device<Bound>, &mut Objects) -> Result<R>) -> Result<R> {
+        self.dev.with_bound(|bound| f(bound, &mut self.objs.lock()))
+    }
+
+    /// Runs a create command, then checks and keeps what the device returned. If the answer is
+    /// unusable the object is destroyed again.
+    fn create(&self, cmd: Cmd, what: &str, destroy: u32) -> Result<u32> {
+        let raw = self.dev.exec(cmd)?.data[0];
+        device_handle(self.dev, what, raw).inspect_err(|_| {
+            if let Ok(h) = u32::try_from(raw) {
+                let _ = destroy_in_device(self.dev, self.uar, destroy, h);
+            }
+        })
+    }
+
     /// `QHCA_IOCTL_ALLOC_PD`.
-    pub(crate) fn alloc_pd(&mut self, dev: &QhcaDevice, uar: u32, arg: usize) -> Result<isize> {
-        let (mut a, slice) = read_arg::<uapi::qhca_ioc_handle>(arg)?;
+    fn alloc_pd(&self, arg: usize) -> Result<isize> {
+        let (mut a, out) = read_arg::<uapi::qhca_ioc_handle>(arg)?;
         if a.handle != 0 || a.rsvd != 0 {
             return Err(EINVAL);
         }
-        self.pds.reserve(1, GFP_KERNEL)?;
-        let pdn = dev.exec(Cmd::new(uapi::QHCA_CMD_ALLOC_PD).input(0, uar.into()))?.data[0] as u32;
-        self.pds.push(pdn, GFP_KERNEL)?;
-        a.handle = pdn;
-        write_arg(slice, &a)
+        a.handle = self.locked(|_, objs| {
+            objs.pds.reserve(1, GFP_KERNEL)?;
+            let cmd = Cmd::new(uapi::QHCA_CMD_ALLOC_PD).input(0, self.uar.into());
+            let pdn = self.create(cmd, "pdn", uapi::QHCA_CMD_DEALLOC_PD)?;
+            objs.pds.push(pdn, GFP_KERNEL)?;
+            Ok(pdn)
+        })?;
+        write_arg(out, &a)
     }
 
-    /// `QHCA_IOCTL_DEALLOC_PD`: `EBUSY` while MRs or QPs use the PD.
-    pub(crate) fn dealloc_pd(&mut self, dev: &QhcaDevice, uar: u32, arg: usize) -> Result<isize> {
-        let pdn = read_handle(arg)?;
-        let pos = position(&self.pds, |&p| p == pdn)?;
-        if self.mrs.iter().any(|m| m.pdn == pdn) || self.qps.iter().any(|q| q.pdn == pdn) {
-            return Err(EBUSY);
-        }
-        destroy_in_device(dev, uar, uapi::QHCA_CMD_DEALLOC_PD, pdn)?;
-        let _ = self.pds.remove(pos);
-        Ok(0)
+    /// The destroy ioctls: `EBUSY` while something uses the object; the device forgets it
+    /// before its memory is unpinned.
+    fn destroy(&self, arg: usize, op: u32) -> Result<isize> {
+        let h = read_handle(arg)?;
+        self.locked(|_, objs| {
+            let busy = match op {
+                uapi::QHCA_CMD_DEALLOC_PD => {
+                    position(&objs.pds, |&p| p == h)?;
+                    objs.mrs.iter().any(|m| m.pdn == h) || objs.qps.iter().any(|q| q.pdn == h)
+                }
+                uapi::QHCA_CMD_DEREG_MR => {
+                    position(&objs.mrs, |m| m.key == h)?;
+                    false
+                }
+                uapi::QHCA_CMD_DESTROY_CQ => {
+                    position(&objs.cqs, |c| c.cqn == h)?;
+                    objs.qps.iter().any(|q| q.send_cqn == h || q.recv_cqn == h)
+                }
+                _ => {
+                    position(&objs.qps, |q| q.qpn == h)?;
+                    false
+                }
+            };
+            if busy {
+                return Err(EBUSY);
+            }
+            destroy_in_device(self.dev, self.uar, op, h)?;
+            match op {
+                uapi::QHCA_CMD_DEALLOC_PD => objs.pds.retain(|p| *p != h),
+                uapi::QHCA_CMD_DEREG_MR => objs.mrs.retain(|m| m.key != h),
+                uapi::QHCA_CMD_DESTROY_CQ => {
+                    self.ctx.remove_cq(h);
+                    objs.cqs.retain(|c| c.cqn != h);
+                }
+                _ => {
+                    self.ctx.remove_qp(h);
+                    objs.qps.retain(|q| q.qpn != h);
+                }
+            }
+            Ok(0)
+        })
     }
 
     /// `QHCA_IOCTL_REG_MR`: pins the region and hands the device its translation.
-    pub(crate) fn reg_mr(
-        &mut self,
-        dev: &QhcaDevice,
-        bound: &Device<Bound>,
-        uar: u32,
-        arg: usize,
-    ) -> Result<isize> {
-        let (mut a, slice) = read_arg::<uapi::qhca_ioc_reg_mr>(arg)?;
+    fn reg_mr(&self, arg: usize) -> Result<isize> {
+        let (mut a, out) = read_arg::<uapi::qhca_ioc_reg_mr>(arg)?;
         let writes = uapi::QHCA_ACCESS_REMOTE_WRITE | uapi::QHCA_ACCESS_REMOTE_ATOMIC;
         if a.rsvd != 0
             || a.lkey != 0
@@ -162,127 +258,104 @@ impl Objects {
             || a.access & !uapi::QHCA_ACCESS_ALL != 0
             || (a.access & writes != 0 && a.access & uapi::QHCA_ACCESS_LOCAL_WRITE == 0)
             || a.length == 0
-            || a.length > dev.attr()?.max_mr_size
+            || a.length > self.dev.attr()?.max_mr_size
         {
             return Err(EINVAL);
         }
-        position(&self.pds, |&p| p == a.pdn)?;
-        self.mrs.reserve(1, GFP_KERNEL)?;
-        let mem = Umem::pin(bound, a.addr, a.length, a.access & uapi::QHCA_ACCESS_LOCAL_WRITE != 0)?;
-        let list = page_list(bound, &mem)?;
-        let args = uapi::qhca_cmd_reg_mr {
-            uar: uar.to_le(),
-            pdn: a.pdn.to_le(),
-            iova: a.addr.to_le(),
-            length: a.length.to_le(),
-            access: a.access.to_le(),
-            npages: (mem.npages() as u32).to_le(),
-            pages_addr: list.dma_address().to_le(),
-        };
-        let key = dev.exec(Cmd::new(uapi::QHCA_CMD_REG_MR).input_struct(&args))?.data[0] as u32;
-        self.mrs.push(Mr { key, pdn: a.pdn, _mem: mem }, GFP_KERNEL)?;
+        // Limits before anything is allocated or pinned.
+        span_pages(a.addr, a.length)?;
+        position(&self.objs.lock().pds, |&p| p == a.pdn)?;
+        let writable = a.access & uapi::QHCA_ACCESS_LOCAL_WRITE != 0;
+        let mut mem = Umem::pin(a.addr, a.length, writable)?;
+        let key = self.locked(|bound, objs| {
+            position(&objs.pds, |&p| p == a.pdn)?;
+            objs.mrs.reserve(1, GFP_KERNEL)?;
+            mem.map(bound)?;
+            let list = PageList::new(bound, &mem)?;
+            let args = uapi::qhca_cmd_reg_mr {
+                uar: self.uar.to_le(),
+                pdn: a.pdn.to_le(),
+                iova: a.addr.to_le(),
+                length: a.length.to_le(),
+                access: a.access.to_le(),
+                npages: list.npages().to_le(),
+                pages_addr: list.dma_address().to_le(),
+            };
+            let cmd = Cmd::new(uapi::QHCA_CMD_REG_MR).input_struct(&args);
+            let key = self.create(cmd, "key", uapi::QHCA_CMD_DEREG_MR)?;
+            objs.mrs.push(
+                Mr {
+                    key,
+                    pdn: a.pdn,
+                    _mem: mem,
+                },
+                GFP_KERNEL,
+            )?;
+            Ok(key)
+        })?;
         a.lkey = key;
         a.rkey = key;
-        write_arg(slice, &a)
-    }
-
-    /// `QHCA_IOCTL_DEREG_MR`: the device forgets the key before the pages are unpinned.
-    pub(crate) fn dereg_mr(&mut self, dev: &QhcaDevice, uar: u32, arg: usize) -> Result<isize> {
-        let key = read_handle(arg)?;
-        let pos = position(&self.mrs, |m| m.key == key)?;
-        destroy_in_device(dev, uar, uapi::QHCA_CMD_DEREG_MR, key)?;
-        let _ = self.mrs.remove(pos);
-        Ok(0)
+        write_arg(out, &a)
     }
 
     /// `QHCA_IOCTL_CREATE_CQ`.
-    pub(crate) fn create_cq(
-        &mut self,
-        dev: &QhcaDevice,
-        bound: &Device<Bound>,
-        uar: u32,
-        arg: usize,
-    ) -> Result<isize> {
-        let (mut a, slice) = read_arg::<uapi::qhca_ioc_create_cq>(arg)?;
+    fn create_cq(&self, arg: usize) -> Result<isize> {
+        let (mut a, out) = read_arg::<uapi::qhca_ioc_create_cq>(arg)?;
         let log = a.log_entries;
+        let bytes = page_align((u64::from(uapi::QHCA_CQE_SIZE) << log.min(31)) + 64);
         if a.rsvd != 0
             || a.cqn != 0
             || !(uapi::QHCA_CQ_MIN_LOG..=uapi::QHCA_CQ_MAX_LOG).contains(&log)
-            || (1u32 << log) > dev.attr()?.max_cqe.max(2)
+            || (1u32 << log) > self.dev.attr()?.max_cqe.max(2)
             || a.buf_addr % u64::from(uapi::QHCA_PAGE_SIZE) != 0
-            || a.buf_len < page_align((u64::from(uapi::QHCA_CQE_SIZE) << log) + 64)
-            || a.buf_len > page_align((u64::from(uapi::QHCA_CQE_SIZE) << log) + 64)
+            || a.buf_len != bytes
             || a.eventfd < -1
         {
             return Err(EINVAL);
         }
+        span_pages(a.buf_addr, a.buf_len)?;
         let efd = match a.eventfd {
             -1 => None,
             fd => Some(Arc::new(EventFd::get(fd)?, GFP_KERNEL)?),
         };
-        self.cqs.reserve(1, GFP_KERNEL)?;
-        let mem = Umem::pin(bound, a.buf_addr, a.buf_len, true)?;
-        let list = page_list(bound, &mem)?;
-        let args = uapi::qhca_cmd_create_cq {
-            uar: uar.to_le(),
-            log_entries: log.to_le(),
-            npages: (mem.npages() as u32).to_le(),
-            pages_addr: list.dma_address().to_le(),
-            ..Default::default()
-        };
-        let cqn = dev.exec(Cmd::new(uapi::QHCA_CMD_CREATE_CQ).input_struct(&args))?.data[0] as u32;
-        let events = efd.is_some();
-        if let Some(efd) = efd {
-            if let Err(e) = dev.add_cq_events(cqn, efd) {
-                if let Err(e) = destroy_in_device(dev, uar, uapi::QHCA_CMD_DESTROY_CQ, cqn) {
-                    dev_warn!(dev.dev(), "DESTROY_CQ {} failed: {:?}\n", cqn, e);
-                }
-                return Err(e);
-            }
-        }
-        self.cqs.push(Cq { cqn, events, _mem: mem }, GFP_KERNEL)?;
-        a.cqn = cqn;
-        write_arg(slice, &a)
-    }
-
-    /// `QHCA_IOCTL_DESTROY_CQ`: `EBUSY` while a QP uses the CQ.
-    pub(crate) fn destroy_cq(&mut self, dev: &QhcaDevice, uar: u32, arg: usize) -> Result<isize> {
-        let cqn = read_handle(arg)?;
-        let pos = position(&self.cqs, |c| c.cqn == cqn)?;
-        if self.qps.iter().any(|q| q.send_cqn == cqn || q.recv_cqn == cqn) {
-            return Err(EBUSY);
-        }
-        destroy_in_device(dev, uar, uapi::QHCA_CMD_DESTROY_CQ, cqn)?;
-        let cq = self.cqs.remove(pos)?;
-        if cq.events {
-            dev.remove_cq_events(cq.cqn);
-        }
-        Ok(0)
+        let mut mem = Umem::pin(a.buf_addr, a.buf_len, true)?;
+        a.cqn = self.locked(|bound, objs| {
+            objs.cqs.reserve(1, GFP_KERNEL)?;
+            self.ctx.reserve()?;
+            mem.map(bound)?;
+            let list = PageList::new(bound, &mem)?;
+            let args = uapi::qhca_cmd_create_cq {
+                uar: self.uar.to_le(),
+                log_entries: log.to_le(),
+                npages: list.npages().to_le(),
+                pages_addr: list.dma_address().to_le(),
+                ..Default::default()
+            };
+            let cmd = Cmd::new(uapi::QHCA_CMD_CREATE_CQ).input_struct(&args);
+            let cqn = self.create(cmd, "cqn", uapi::QHCA_CMD_DESTROY_CQ)?;
+            // Neither can fail: room was reserved above.
+            self.ctx.add_cq(cqn, efd)?;
+            objs.cqs.push(Cq { cqn, _mem: mem }, GFP_KERNEL)?;
+            Ok(cqn)
+        })?;
+        write_arg(out, &a)
     }
 
     /// `QHCA_IOCTL_CREATE_QP`.
-    pub(crate) fn create_qp(
-        &mut self,
-        dev: &QhcaDevice,
-        bound: &Device<Bound>,
-        uar: u32,
-        arg: usize,
-    ) -> Result<isize> {
-        let (mut a, slice) = read_arg::<uapi::qhca_ioc_create_qp>(arg)?;
-        let attr = dev.attr()?;
+    fn create_qp(&self, arg: usize) -> Result<isize> {
+        let (mut a, out) = read_arg::<uapi::qhca_ioc_create_qp>(arg)?;
+        let attr = self.dev.attr()?;
         if a.rsvd0 != 0 || a.rsvd1 != 0 || a.qpn != 0 {
             return Err(EINVAL);
         }
         let sq = ring_bytes(
             a.sq_log,
-            1,
             a.sq_stride_log,
             uapi::QHCA_SQ_MIN_STRIDE_LOG,
             uapi::QHCA_SQ_MAX_STRIDE_LOG,
         )?;
         let rq = ring_bytes(
             a.rq_log,
-            1,
             a.rq_stride_log,
             uapi::QHCA_RQ_MIN_STRIDE_LOG,
             uapi::QHCA_RQ_MAX_STRIDE_LOG,
@@ -303,44 +376,56 @@ impl Objects {
         {
             return Err(EINVAL);
         }
-        position(&self.pds, |&p| p == a.pdn)?;
-        position(&self.cqs, |c| c.cqn == a.send_cqn)?;
-        position(&self.cqs, |c| c.cqn == a.recv_cqn)?;
-        self.qps.reserve(1, GFP_KERNEL)?;
-        let mem = Umem::pin(bound, a.buf_addr, a.buf_len, true)?;
-        let list = page_list(bound, &mem)?;
-        let args = uapi::qhca_cmd_create_qp {
-            uar: uar.to_le(),
-            pdn: a.pdn.to_le(),
-            send_cqn: a.send_cqn.to_le(),
-            recv_cqn: a.recv_cqn.to_le(),
-            sq_log: a.sq_log,
-            sq_stride_log: a.sq_stride_log,
-            rq_log: a.rq_log,
-            rq_stride_log: a.rq_stride_log,
-            max_inline: a.max_inline.to_le(),
-            max_sge: a.max_sge.to_le(),
-            npages: (mem.npages() as u32).to_le(),
-            rsvd0: 0,
-            pages_addr: list.dma_address().to_le(),
-        };
-        let qpn = dev.exec(Cmd::new(uapi::QHCA_CMD_CREATE_QP).input_struct(&args))?.data[0] as u32;
-        self.qps.push(
-            Qp { qpn, pdn: a.pdn, send_cqn: a.send_cqn, recv_cqn: a.recv_cqn, _mem: mem },
-            GFP_KERNEL,
-        )?;
-        a.qpn = qpn;
-        write_arg(slice, &a)
+        span_pages(a.buf_addr, a.buf_len)?;
+        {
+            let objs = self.objs.lock();
+            position(&objs.pds, |&p| p == a.pdn)?;
+            position(&objs.cqs, |c| c.cqn == a.send_cqn)?;
+            position(&objs.cqs, |c| c.cqn == a.recv_cqn)?;
+        }
+        let mut mem = Umem::pin(a.buf_addr, a.buf_len, true)?;
+        a.qpn = self.locked(|bound, objs| {
+            position(&objs.pds, |&p| p == a.pdn)?;
+            position(&objs.cqs, |c| c.cqn == a.send_cqn)?;
+            position(&objs.cqs, |c| c.cqn == a.recv_cqn)?;
+            objs.qps.reserve(1, GFP_KERNEL)?;
+            self.ctx.reserve()?;
+            mem.map(bound)?;
+            let list = PageList::new(bound, &mem)?;
+            let args = uapi::qhca_cmd_create_qp {
+                uar: self.uar.to_le(),
+                pdn: a.pdn.to_le(),
+                send_cqn: a.send_cqn.to_le(),
+                recv_cqn: a.recv_cqn.to_le(),
+                sq_log: a.sq_log,
+                sq_stride_log: a.sq_stride_log,
+                rq_log: a.rq_log,
+                rq_stride_log: a.rq_stride_log,
+                max_inline: a.max_inline.to_le(),
+                max_sge: a.max_sge.to_le(),
+                npages: list.npages().to_le(),
+                rsvd0: 0,
+                pages_addr: list.dma_address().to_le(),
+            };
+            let cmd = Cmd::new(uapi::QHCA_CMD_CREATE_QP).input_struct(&args);
+            let qpn = self.create(cmd, "qpn", uapi::QHCA_CMD_DESTROY_QP)?;
+            // Neither can fail: room was reserved above.
+            self.ctx.add_qp(qpn)?;
+            let qp = Qp {
+                qpn,
+                pdn: a.pdn,
+                send_cqn: a.send_cqn,
+                recv_cqn: a.recv_cqn,
+                _mem: mem,
+            };
+            objs.qps.push(qp, GFP_KERNEL)?;
+            Ok(qpn)
+        })?;
+        write_arg(out, &a)
     }
 
     /// `QHCA_IOCTL_MODIFY_QP`: the device checks the transition (`EINVAL` if invalid).
-    pub(crate) fn modify_qp(
-        &mut self,
-        dev: &QhcaDevice,
-        bound: &Device<Bound>,
-        uar: u32,
-        arg: usize,
-    ) -> Result<isize> {
+    fn modify_qp(&self, arg: usize) -> Result<isize> {
         let (a, _) = read_arg::<uapi::qhca_ioc_qp_attr>(arg)?;
         let q = &a.attr;
         if a.rsvd != 0
@@ -351,48 +436,50 @@ impl Objects {
         {
             return Err(EINVAL);
         }
-        position(&self.qps, |x| x.qpn == a.qpn)?;
         let mut le = *q;
         le.mask = q.mask.to_le();
         le.access = q.access.to_le();
         le.dest_qpn = q.dest_qpn.to_le();
         le.rq_psn = q.rq_psn.to_le();
         le.sq_psn = q.sq_psn.to_le();
-        let mailbox: Coherent<[u8]> =
-            CoherentBox::<[u8]>::zeroed_slice(bound, core::mem::size_of_val(q), GFP_KERNEL)?.into();
-        (&mailbox).copy_from_slice(le.as_bytes());
-        dev.exec(
-            Cmd::new(uapi::QHCA_CMD_MODIFY_QP)
-                .input(0, uar.into())
-                .input(1, a.qpn.into())
-                .input(2, mailbox.dma_address()),
-        )?;
-        Ok(0)
+        self.locked(|bound, objs| {
+            position(&objs.qps, |x| x.qpn == a.qpn)?;
+            let mailbox: Coherent<[u8]> =
+                CoherentBox::<[u8]>::from_slice(bound, le.as_bytes(), GFP_KERNEL)?.into();
+            self.dev.exec(
+                Cmd::new(uapi::QHCA_CMD_MODIFY_QP)
+                    .input(0, self.uar.into())
+                    .input(1, a.qpn.into())
+                    .input(2, mailbox.dma_address()),
+            )?;
+            Ok(0)
+        })
+    }
+
+    /// Runs a query command into a fresh buffer of `SIZE` bytes and returns what the device wrote.
+    fn query<const SIZE: usize>(&self, bound: &Device<Bound>, cmd: Cmd) -> Result<[u8; SIZE]> {
+        let out: Coherent<[u8]> =
+            CoherentBox::<[u8]>::zeroed_slice(bound, SIZE, GFP_KERNEL)?.into();
+        self.dev.exec(cmd.output(out.dma_address(), SIZE as u32))?;
+        let mut bytes = [0u8; SIZE];
+        (&out).copy_to_slice(&mut bytes);
+        Ok(bytes)
     }
 
     /// `QHCA_IOCTL_QUERY_QP`.
-    pub(crate) fn query_qp(
-        &mut self,
-        dev: &QhcaDevice,
-        bound: &Device<Bound>,
-        uar: u32,
-        arg: usize,
-    ) -> Result<isize> {
-        let (mut a, slice) = read_arg::<uapi::qhca_ioc_qp_attr>(arg)?;
+    fn query_qp(&self, arg: usize) -> Result<isize> {
+        const SIZE: usize = core::mem::size_of::<uapi::qhca_qp_attr>();
+        let (mut a, out) = read_arg::<uapi::qhca_ioc_qp_attr>(arg)?;
         if a.rsvd != 0 || a.attr.as_bytes().iter().any(|&b| b != 0) {
             return Err(EINVAL);
         }
-        position(&self.qps, |x| x.qpn == a.qpn)?;
-        const SIZE: usize = core::mem::size_of::<uapi::qhca_qp_attr>();
-        let out: Coherent<[u8]> = CoherentBox::<[u8]>::zeroed_slice(bound, SIZE, GFP_KERNEL)?.into();
-        dev.exec(
-            Cmd::new(uapi::QHCA_CMD_QUERY_QP)
-                .input(0, uar.into())
-                .input(1, a.qpn.into())
-                .output(out.dma_address(), SIZE as u32),
-        )?;
-        let mut bytes = [0u8; SIZE];
-        (&out).copy_to_slice(&mut bytes);
+        let bytes = self.locked(|bound, objs| {
+            position(&objs.qps, |x| x.qpn == a.qpn)?;
+            let cmd = Cmd::new(uapi::QHCA_CMD_QUERY_QP)
+                .input(0, self.uar.into())
+                .input(1, a.qpn.into());
+            self.query::<SIZE>(bound, cmd)
+        })?;
         let le = uapi::qhca_qp_attr::from_bytes_copy(&bytes).ok_or(EIO)?;
         a.attr = uapi::qhca_qp_attr {
             mask: u32::from_le(le.mask),
@@ -402,64 +489,85 @@ impl Objects {
             sq_psn: u32::from_le(le.sq_psn),
             ..le
         };
-        write_arg(slice, &a)
-    }
-
-    /// `QHCA_IOCTL_DESTROY_QP`.
-    pub(crate) fn destroy_qp(&mut self, dev: &QhcaDevice, uar: u32, arg: usize) -> Result<isize> {
-        let qpn = read_handle(arg)?;
-        let pos = position(&self.qps, |q| q.qpn == qpn)?;
-        destroy_in_device(dev, uar, uapi::QHCA_CMD_DESTROY_QP, qpn)?;
-        let _ = self.qps.remove(pos);
-        Ok(0)
+        write_arg(out, &a)
     }
 
     /// `QHCA_IOCTL_QUERY_CTX`: what the device counted for this context.
-    pub(crate) fn query_ctx(&self, dev: &QhcaDevice, bound: &Device<Bound>, uar: u32, arg: usize) -> Result<isize> {
-        let (mut a, slice) = read_arg::<uapi::qhca_ioc_query_ctx>(arg)?;
+    fn query_ctx(&self, arg: usize) -> Result<isize> {
+        const SIZE: usize = core::mem::size_of::<uapi::qhca_ctx_stats>();
+        let (mut a, out) = read_arg::<uapi::qhca_ioc_query_ctx>(arg)?;
         if a.rsvd != 0 {
             return Err(EINVAL);
         }
-        const SIZE: usize = core::mem::size_of::<uapi::qhca_ctx_stats>();
-        let out: Coherent<[u8]> = CoherentBox::<[u8]>::zeroed_slice(bound, SIZE, GFP_KERNEL)?.into();
-        dev.exec(
-            Cmd::new(uapi::QHCA_CMD_QUERY_CTX)
-                .input(0, uar.into())
-                .output(out.dma_address(), SIZE as u32),
-        )?;
-        let mut bytes = [0u8; SIZE];
-        (&out).copy_to_slice(&mut bytes);
-        let le = uapi::qhca_ctx_stats::from_bytes_copy(&bytes).ok_or(EIO)?;
-        a.stats.db_accepted = u64::from_le(le.db_accepted);
-        a.stats.db_violations = u64::from_le(le.db_violations);
-        write_arg(slice, &a)
+        let bytes = self.locked(|bound, _| {
+            let cmd = Cmd::new(uapi::QHCA_CMD_QUERY_CTX).input(0, self.uar.into());
+            self.query::<SIZE>(bound, cmd)
+        })?;
+        // Every field is a little-endian u64 counter.
+        let mut cpu = [0u8; SIZE];
+        for (o, i) in cpu.chunks_exact_mut(8).zip(bytes.chunks_exact(8)) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(i);
+            o.copy_from_slice(&u64::from_le_bytes(w).to_ne_bytes());
+        }
+        a.stats = uapi::qhca_ctx_stats::from_bytes_copy(&cpu).ok_or(EIO)?;
+        write_arg(out, &a)
     }
+}
 
+impl Objects {
     /// Destroys everything, in dependency order (QPs, CQs, MRs, PDs). Called when the file is
-    /// released; a device that is gone (unbound) forgets the objects with the context, so only
-    /// the host resources (pinned pages, eventfds) are dropped then.
-    pub(crate) fn destroy_all(&mut self, dev: &QhcaDevice, uar: u32, device_alive: bool) {
-        let exec = |op: u32, h: u32| {
-            if device_alive {
-                if let Err(e) = destroy_in_device(dev, uar, op, h) {
-                    dev_warn!(dev.dev(), "cleanup command {} for {} failed: {:?}\n", op, h, e);
+    /// released. With `device_alive` false the device is stopped (unbound or failed) and forgot
+    /// the objects, so only the host resources are freed. A destroy the live device refuses
+    /// leaves an object the device may still use: its memory is leaked, pinned, rather than
+    /// freed under the device.
+    pub(crate) fn destroy_all(
+        &mut self,
+        dev: &QhcaDevice,
+        ctx: &Ctx,
+        uar: Option<u32>,
+        device_alive: bool,
+    ) {
+        // True if the object is gone from the device (or the device is stopped).
+        let gone = |op: u32, h: u32| -> bool {
+            let Some(uar) = uar.filter(|_| device_alive) else {
+                return true;
+            };
+            match destroy_in_device(dev, uar, op, h) {
+                Ok(()) => true,
+                // The queue died on the way: the device is stopped now.
+                Err(_) if dev.cmdq.is_dead() => true,
+                Err(e) => {
+                    dev_err!(
+                        dev.dev(),
+                        "cleanup command {} for {:#x} failed ({:?}); leaking its memory\n",
+                        op,
+                        h,
+                        e
+                    );
+                    false
                 }
             }
         };
         while let Some(qp) = self.qps.pop() {
-            exec(uapi::QHCA_CMD_DESTROY_QP, qp.qpn);
+            ctx.remove_qp(qp.qpn);
+            if !gone(uapi::QHCA_CMD_DESTROY_QP, qp.qpn) {
+                core::mem::forget(qp);
+            }
         }
         while let Some(cq) = self.cqs.pop() {
-            exec(uapi::QHCA_CMD_DESTROY_CQ, cq.cqn);
-            if cq.events {
-                dev.remove_cq_events(cq.cqn);
+            ctx.remove_cq(cq.cqn);
+            if !gone(uapi::QHCA_CMD_DESTROY_CQ, cq.cqn) {
+                core::mem::forget(cq);
             }
         }
         while let Some(mr) = self.mrs.pop() {
-            exec(uapi::QHCA_CMD_DEREG_MR, mr.key);
+            if !gone(uapi::QHCA_CMD_DEREG_MR, mr.key) {
+                core::mem::forget(mr);
+            }
         }
         while let Some(pd) = self.pds.pop() {
-            exec(uapi::QHCA_CMD_DEALLOC_PD, pd);
+            gone(uapi::QHCA_CMD_DEALLOC_PD, pd);
         }
     }
 }

@@ -1,0 +1,263 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The part of a context (an open file) that the device reaches: its doorbell mapping, the
+//! routes of its completion and error events, its queue of asynchronous events, and whether it is
+//! disassociated.
+//!
+//! A context is disassociated once, when the device is unbound or fails ("disassociate" in the
+//! RDMA core): it gets `QHCA_ASYNC_DEVICE_FATAL`, every CQ eventfd is signalled so that waiters
+//! wake, the doorbell page is replaced by a harmless page of its own, and every ioctl but
+//! `GET_ASYNC_EVENT` fails with the reason (`ENODEV` after unbind, `EIO` after a device failure).
+
+use crate::{
+    shim::{EventFd, InodeMapping, Umap},
+    uapi,
+};
+use kernel::{
+    fs::File,
+    new_mutex, new_poll_condvar,
+    prelude::*,
+    seq_file::{seq_print, SeqFile},
+    sync::{
+        poll::{PollCondVar, PollTable},
+        Arc, Mutex,
+    },
+};
+
+/// Asynchronous events a context queues before it loses some; the driver allocates the queue at
+/// open so that queueing never allocates.
+const MAX_EVENTS: usize = 64;
+
+/// `poll(2)` bits (`uapi/linux/eventpoll.h`).
+const EPOLLIN: u32 = 0x0001;
+const EPOLLERR: u32 = 0x0008;
+const EPOLLRDNORM: u32 = 0x0040;
+
+/// `QHCA_ASYNC_DEVICE_FATAL`'s progress: queued once, then taken once.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fatal {
+    No,
+    Queued,
+    Taken,
+}
+
+struct State {
+    /// The context's doorbell page, once allocated (on first use, not at open).
+    uar: Option<u32>,
+    /// Why the context is disassociated, once it is.
+    gone: Option<Error>,
+    fatal: Fatal,
+    /// `(type, element)`, oldest first; at most `MAX_EVENTS`.
+    events: KVec<(u32, u32)>,
+    /// Events dropped because the queue was full.
+    lost: u32,
+    /// CQs of this context and their eventfds.
+    cqs: KVec<(u32, Option<Arc<EventFd>>)>,
+    /// QPs of this context.
+    qps: KVec<u32>,
+}
+
+/// See the module documentation.
+#[pin_data]
+pub(crate) struct Ctx {
+    pub(crate) umap: Umap,
+    mapping: InodeMapping,
+    #[pin]
+    state: Mutex<State>,
+    #[pin]
+    poll: PollCondVar,
+}
+
+impl Ctx {
+    pub(crate) fn new(file: &File) -> Result<Arc<Self>> {
+        let events = KVec::with_capacity(MAX_EVENTS, GFP_KERNEL)?;
+        Arc::pin_init(
+            try_pin_init!(Self {
+                umap: Umap::new()?,
+                mapping: InodeMapping::new(file)?,
+                state <- new_mutex!(State {
+                    uar: None,
+                    gone: None,
+                    fatal: Fatal::No,
+                    events,
+                    lost: 0,
+                    cqs: KVec::new(),
+                    qps: KVec::new(),
+                }),
+                poll <- new_poll_condvar!(),
+            }? Error),
+            GFP_KERNEL,
+        )
+    }
+
+    /// `Ok` while the context is associated; else the reason it is not.
+    pub(crate) fn check(&self) -> Result {
+        self.state.lock().gone.map_or(Ok(()), Err)
+    }
+
+    pub(crate) fn uar(&self) -> Option<u32> {
+        self.state.lock().uar
+    }
+
+    pub(crate) fn set_uar(&self, uar: u32) {
+        self.state.lock().uar = Some(uar);
+    }
+
+    /// Routes CQ `cqn`'s completion events to `efd`. Call with capacity reserved
+    /// ([`Ctx::reserve`]) so that it cannot fail.
+    pub(crate) fn add_cq(&self, cqn: u32, efd: Option<Arc<EventFd>>) -> Result {
+        self.state.lock().cqs.push((cqn, efd), GFP_KERNEL)?;
+        Ok(())
+    }
+
+    pub(crate) fn add_qp(&self, qpn: u32) -> Result {
+        self.state.lock().qps.push(qpn, GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Makes room for one more CQ and QP route, so that adding one after the device created the
+    /// object cannot fail.
+    pub(crate) fn reserve(&self) -> Result {
+        let mut st = self.state.lock();
+        st.cqs.reserve(1, GFP_KERNEL)?;
+        st.qps.reserve(1, GFP_KERNEL)?;
+        Ok(())
+    }
+
+    pub(crate) fn remove_cq(&self, cqn: u32) {
+        let mut st = self.state.lock();
+        if let Some(pos) = st.cqs.iter().position(|(n, _)| *n == cqn) {
+            let _ = st.cqs.remove(pos);
+        }
+    }
+
+    pub(crate) fn remove_qp(&self, qpn: u32) {
+        let mut st = self.state.lock();
+        if let Some(pos) = st.qps.iter().position(|n| *n == qpn) {
+            let _ = st.qps.remove(pos);
+        }
+    }
+
+    /// Queues an event; drops it (and counts the loss) when the queue is full.
+    fn push(&self, st: &mut State, kind: u32, element: u32) {
+        if st.events.len() < MAX_EVENTS {
+            // Cannot allocate: the capacity was reserved at open.
+            let _ = st.events.push((kind, element), GFP_ATOMIC);
+        } else {
+            st.lost = st.lost.saturating_add(1);
+        }
+        self.poll.notify_all();
+    }
+
+    /// A completion (`err` false) or error event of CQ `cqn`, which the device says belongs to
+    /// this context. Returns false if the context has no such CQ (a stale event of a destroyed
+    /// CQ, or a device that names the wrong owner).
+    pub(crate) fn cq_event(&self, cqn: u32, err: bool) -> bool {
+        let mut st = self.state.lock();
+        let Some((_, efd)) = st.cqs.iter().find(|(n, _)| *n == cqn) else {
+            return false;
+        };
+        if let Some(efd) = efd {
+            efd.signal();
+        }
+        if err {
+            self.push(&mut st, uapi::QHCA_ASYNC_CQ_ERR, cqn);
+        }
+        true
+    }
+
+    /// QP `qpn` entered ERR on its own. Returns false if the context has no such QP.
+    pub(crate) fn qp_event(&self, qpn: u32) -> bool {
+        let mut st = self.state.lock();
+        if !st.qps.contains(&qpn) {
+            return false;
+        }
+        self.push(&mut st, uapi::QHCA_ASYNC_QP_FATAL, qpn);
+        true
+    }
+
+    /// Wakes every CQ waiter (events may have been lost: they poll again and find out).
+    pub(crate) fn signal_all_cqs(&self) {
+        for (_, efd) in self.state.lock().cqs.iter() {
+            if let Some(efd) = efd {
+                efd.signal();
+            }
+        }
+    }
+
+    /// Disassociates the context (once; the first reason stays): see the module documentation.
+    pub(crate) fn disassociate(&self, reason: Error) {
+        {
+            let mut st = self.state.lock();
+            if st.gone.is_some() {
+                return;
+            }
+            st.gone = Some(reason);
+            st.fatal = Fatal::Queued;
+            for (_, efd) in st.cqs.iter() {
+                if let Some(efd) = efd {
+                    efd.signal();
+                }
+            }
+        }
+        // Faults from now on map the harmless page; then the PTEs of the doorbell page go.
+        self.umap.revoke();
+        self.mapping.zap();
+        self.poll.notify_all();
+    }
+
+    /// `QHCA_IOCTL_GET_ASYNC_EVENT`: the oldest event, `DEVICE_FATAL` last.
+    ///
+    /// # Errors
+    ///
+    /// `EAGAIN` when there is none.
+    pub(crate) fn next_event(&self) -> Result<(u32, u32)> {
+        let mut st = self.state.lock();
+        if !st.events.is_empty() {
+            return Ok(st.events.remove(0)?);
+        }
+        if st.fatal == Fatal::Queued {
+            st.fatal = Fatal::Taken;
+            return Ok((uapi::QHCA_ASYNC_DEVICE_FATAL, 0));
+        }
+        Err(EAGAIN)
+    }
+
+    /// For `/proc/PID/fdinfo`: the doorbell page, events queued and lost, and the state.
+    pub(crate) fn show(&self, m: &SeqFile) {
+        let st = self.state.lock();
+        match st.uar {
+            Some(uar) => seq_print!(m, "qhca-uar:\t{}\n", uar),
+            None => seq_print!(m, "qhca-uar:\tnone\n"),
+        }
+        seq_print!(
+            m,
+            "qhca-async-events:\t{} queued, {} lost\n",
+            st.events.len(),
+            st.lost
+        );
+        seq_print!(
+            m,
+            "qhca-state:\t{}\n",
+            if st.gone.is_some() {
+                "disassociated"
+            } else {
+                "live"
+            }
+        );
+    }
+
+    /// `poll(2)`: readable while an event is queued, in error once disassociated.
+    pub(crate) fn poll(&self, file: &File, table: PollTable<'_>) -> u32 {
+        table.register_wait(file, &self.poll);
+        let st = self.state.lock();
+        let mut mask = 0;
+        if !st.events.is_empty() || st.fatal == Fatal::Queued {
+            mask |= EPOLLIN | EPOLLRDNORM;
+        }
+        if st.gone.is_some() {
+            mask |= EPOLLERR;
+        }
+        mask
+    }
+}
