@@ -25,6 +25,7 @@
 //! the verbs cases' helpers (see `verbs::helper_main`).
 
 mod cases;
+mod disassociate;
 mod harness;
 mod sys;
 mod system;
@@ -49,6 +50,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("__hold") {
         return ExitCode::from(system::hold_main(&args[1..]) as u8);
+    }
+    if args.first().map(String::as_str) == Some("__disassoc") {
+        return ExitCode::from(disassociate::helper_main(&args[1..]) as u8);
     }
     if let Some(cmd) = args.first().filter(|a| a.starts_with("__verbs_")) {
         return ExitCode::from(verbs::helper_main(cmd, &args[1..]) as u8);
