@@ -5,7 +5,10 @@
  * the new producer index in CMDQ_PI.  The MMIO handler only validates the
  * index and schedules a bottom half; the bottom half reads each command,
  * executes it and completes it with one QHCA_EQE_CMD_DONE event in the event
- * ring, then raises the event queue's MSI-X vector.
+ * ring, then raises the event queue's MSI-X vector once, at the end of the
+ * run.  A run does a budget of work counted in page-list entries read
+ * (QHCA_CMD_BUDGET): a command whose page list is longer than what is left
+ * stays at the head of the queue, its list read on the following runs.
  *
  * Who writes what (all indices free-running 32-bit counters):
  *   CMDQ_PI  driver (register)      CMDQ_CI  device
@@ -107,11 +110,16 @@ bool qhca_queues_start(QhcaState *s)
     return true;
 }
 
-/* CTRL.ENABLE 1->0: commands not yet consumed are abandoned. */
+/*
+ * CTRL.ENABLE 1->0: commands not yet consumed are abandoned, and so is one
+ * whose page list is being read (it gets no completion).
+ */
 void qhca_queues_stop(QhcaState *s)
 {
     s->status &= ~QHCA_STATUS_READY;
     qemu_bh_cancel(s->cmd_bh);
+    s->cmd_active = false;
+    qhca_pl_release(s, &s->pl);
     trace_qhca_disable(s->cmdq.pi, s->cmdq.ci);
 }
 
@@ -122,6 +130,8 @@ static void qhca_fatal(QhcaState *s, uint32_t syndrome, uint64_t addr)
     s->status |= QHCA_STATUS_FATAL;
     s->fatal_syndrome = syndrome;
     qemu_bh_cancel(s->cmd_bh);
+    s->cmd_active = false;
+    qhca_pl_release(s, &s->pl);
     qemu_bh_cancel(s->engine_bh);
     trace_qhca_fatal(syndrome, addr);
     qemu_log_mask(LOG_GUEST_ERROR,
@@ -172,17 +182,27 @@ void qhca_eq_write_ci(QhcaState *s, uint32_t ci)
     }
 
     trace_qhca_eq_ci(ci, eq->pi);
-    if (ci != eq->ci && qhca_ready(s) && s->cmdq.pi != s->cmdq.ci) {
+    if (ci != eq->ci && qhca_ready(s) &&
+        (s->cmdq.pi != s->cmdq.ci || s->cmd_active)) {
         /* Freed slots: resume a command queue stalled on a full EQ. */
         qemu_bh_schedule(s->cmd_bh);
     }
     eq->ci = ci;
 }
 
+/*
+ * Raise the event queue's vector; while busy, only note it: the MSI-X
+ * message is a DMA that may come back into the device, so it goes out when
+ * the busy section ends (qhca_busy_exit), one per run.
+ */
 void qhca_eq_notify(QhcaState *s)
 {
     PCIDevice *pdev = PCI_DEVICE(s);
 
+    if (s->busy) {
+        s->irq_pending = true;
+        return;
+    }
     if ((s->intr_ctrl & QHCA_INTR_EQ_ENABLE) && msix_enabled(pdev)) {
         trace_qhca_irq(QHCA_MSIX_VEC_EQ);
         msix_notify(pdev, QHCA_MSIX_VEC_EQ);
@@ -196,20 +216,19 @@ void qhca_eq_notify(QhcaState *s)
  */
 static bool qhca_eq_post(QhcaState *s, struct qhca_eqe *eqe)
 {
-    PCIDevice *pdev = PCI_DEVICE(s);
     QhcaRing *eq = &s->eq;
     dma_addr_t addr = qhca_ring_slot(eq, eq->pi, sizeof(*eqe));
     const size_t owner_off = offsetof(struct qhca_eqe, owner);
 
     eqe->owner = ((eq->pi >> eq->log_size) + 1) & QHCA_EQE_OWNER;
 
-    if (pci_dma_write(pdev, addr, eqe, owner_off) != MEMTX_OK) {
+    if (qhca_dma_write(s, addr, eqe, owner_off) != MEMTX_OK) {
         qhca_fatal(s, QHCA_FATAL_EQ_DMA, addr);
         return false;
     }
     /* The entry body must be visible before the owner byte hands it over. */
     smp_wmb();
-    if (pci_dma_write(pdev, addr + owner_off, &eqe->owner, 1) != MEMTX_OK) {
+    if (qhca_dma_write(s, addr + owner_off, &eqe->owner, 1) != MEMTX_OK) {
         qhca_fatal(s, QHCA_FATAL_EQ_DMA, addr + owner_off);
         return false;
     }
@@ -283,7 +302,7 @@ static uint8_t qhca_cmd_query_device(QhcaState *s, const struct qhca_cmd *cmd)
         .max_qp_wr      = cpu_to_le32(QHCA_LIMIT_MAX_QP_WR),
         .max_sge        = cpu_to_le32(QHCA_LIMIT_MAX_SGE),
         .max_inline     = cpu_to_le32(QHCA_LIMIT_MAX_INLINE),
-        .max_mr         = cpu_to_le32(QHCA_LIMIT_MAX_MR),
+        .max_mr         = cpu_to_le32(s->max_mr),
         .max_mr_size    = cpu_to_le64(QHCA_LIMIT_MAX_MR_SIZE),
         .page_size_cap  = cpu_to_le64(QHCA_LIMIT_PAGE_SIZES),
     };
@@ -293,8 +312,7 @@ static uint8_t qhca_cmd_query_device(QhcaState *s, const struct qhca_cmd *cmd)
         cmd->out_addr + sizeof(attr) - 1 < cmd->out_addr) {
         return QHCA_CMD_BAD_PARAM;
     }
-    if (pci_dma_write(PCI_DEVICE(s), cmd->out_addr, &attr, sizeof(attr))
-        != MEMTX_OK) {
+    if (qhca_dma_write(s, cmd->out_addr, &attr, sizeof(attr)) != MEMTX_OK) {
         return QHCA_CMD_DMA_ERROR;
     }
     return QHCA_CMD_OK;
@@ -325,9 +343,13 @@ static uint8_t qhca_cmd_free_uar(QhcaState *s, const struct qhca_cmd *cmd)
                                          : QHCA_CMD_BAD_RESOURCE;
 }
 
-/* cmd is in host byte order.  Returns the status; fills data[] on success. */
+/*
+ * cmd is in host byte order.  Returns the status; fills data[] on success.
+ * QHCA_CMD_PENDING: the command asked for its page list in pl; once that is
+ * read it runs again, with pl holding the list.
+ */
 static uint8_t qhca_cmd_exec(QhcaState *s, const struct qhca_cmd *cmd,
-                             uint64_t *data)
+                             uint64_t *data, QhcaPageList *pl)
 {
     switch (cmd->opcode) {
     case QHCA_CMD_NOP:
@@ -340,7 +362,7 @@ static uint8_t qhca_cmd_exec(QhcaState *s, const struct qhca_cmd *cmd,
     case QHCA_CMD_FREE_UAR:
         return qhca_cmd_free_uar(s, cmd);
     case QHCA_CMD_ALLOC_PD ... QHCA_CMD_QUERY_CTX:
-        return qhca_cmd_obj(s, cmd, data);
+        return qhca_cmd_obj(s, cmd, data, pl);
     default:
         return QHCA_CMD_BAD_OPCODE;
     }
@@ -365,56 +387,81 @@ static void qhca_cmd_to_cpu(struct qhca_cmd *cmd)
  * The command queue bottom half: runs commands in order until the ring is
  * empty, the event ring is full (an EQ_CI write resumes it), the budget is
  * spent (it reschedules itself), or a DMA failure makes the device FATAL.
+ * The command at the head may be one whose page list is being read
+ * (s->cmd_active); it completes before the next is read.
  */
 void qhca_cmd_bh(void *opaque)
 {
     QhcaState *s = opaque;
-    PCIDevice *pdev = PCI_DEVICE(s);
     QhcaRing *q = &s->cmdq;
-    unsigned budget = QHCA_CMD_BUDGET;
-    bool posted = false;
+    int64_t budget = QHCA_CMD_BUDGET;
 
-    while (qhca_ready(s) && q->ci != q->pi) {
-        struct qhca_cmd cmd;
+    if (s->busy) {
+        /* Reached from inside our own DMA (a nested aio_poll): later. */
+        s->cmd_deferred = true;
+        return;
+    }
+    qhca_busy_enter(s);
+    while (qhca_ready(s) && (s->cmd_active || q->ci != q->pi)) {
         struct qhca_eqe eqe = { .type = QHCA_EQE_CMD_DONE };
+        struct qhca_cmd *cmd = &s->cmd_cur;
         uint64_t data[2] = { 0, 0 };
-        dma_addr_t addr;
         uint8_t status;
 
         if (qhca_ring_used(&s->eq) == qhca_ring_entries(&s->eq)) {
             trace_qhca_eq_full(s->eq.pi, s->eq.ci);
             break;
         }
-        if (budget-- == 0) {
+        if (budget <= 0) {
             qemu_bh_schedule(s->cmd_bh);
             break;
         }
 
-        addr = qhca_ring_slot(q, q->ci, sizeof(cmd));
-        if (pci_dma_read(pdev, addr, &cmd, sizeof(cmd)) != MEMTX_OK) {
-            qhca_fatal(s, QHCA_FATAL_CMDQ_DMA, addr);
+        if (!s->cmd_active) {
+            dma_addr_t addr = qhca_ring_slot(q, q->ci, sizeof(*cmd));
+
+            if (qhca_dma_read(s, addr, cmd, sizeof(*cmd)) != MEMTX_OK) {
+                if (!s->reset_pending) {
+                    qhca_fatal(s, QHCA_FATAL_CMDQ_DMA, addr);
+                }
+                break;
+            }
+            qhca_cmd_to_cpu(cmd);
+            trace_qhca_cmd(q->ci, cmd->opcode, cmd->token);
+            /* The slot is the driver's again once the command is read. */
+            q->ci++;
+            s->cmd_active = true;
+            budget -= QHCA_CMD_COST;
+            status = qhca_cmd_exec(s, cmd, data, &s->pl);
+        } else {
+            status = qhca_pl_load(s, &s->pl, &budget);
+            if (status == QHCA_CMD_OK) {
+                status = qhca_cmd_exec(s, cmd, data, &s->pl);
+                /* Ran with its list: it cannot ask again. */
+                assert(status != QHCA_CMD_PENDING);
+            }
+        }
+        if (status == QHCA_CMD_PENDING) {
+            continue;
+        }
+        /* Whatever the command did not take (an error) goes now. */
+        qhca_pl_release(s, &s->pl);
+        s->cmd_active = false;
+        if (!qhca_ready(s)) {
+            /* It reached a reset, or a failed DMA made the device FATAL. */
             break;
         }
-        qhca_cmd_to_cpu(&cmd);
-        trace_qhca_cmd(q->ci, cmd.opcode, cmd.token);
-        /* The slot is the driver's again once the command has been read. */
-        q->ci++;
-
-        status = qhca_cmd_exec(s, &cmd, data);
-        trace_qhca_cmd_done(cmd.token, status, data[0]);
+        trace_qhca_cmd_done(cmd->token, status, data[0]);
 
         eqe.status = status;
-        eqe.token = cpu_to_le32(cmd.token);
+        eqe.token = cpu_to_le32(cmd->token);
         eqe.data[0] = cpu_to_le64(data[0]);
         eqe.data[1] = cpu_to_le64(data[1]);
         if (!qhca_eq_post(s, &eqe)) {
             break;
         }
-        posted = true;
-    }
-
-    /* One interrupt per batch: the driver drains the ring on each. */
-    if (posted) {
+        /* One interrupt per run: the driver drains the ring on each. */
         qhca_eq_notify(s);
     }
+    qhca_busy_exit(s);
 }

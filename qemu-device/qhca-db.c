@@ -7,8 +7,11 @@
  * ringing.  A doorbell is accepted only if it names a queue that context
  * owns: a QP for SQ/RQ doorbells, a CQ for CQ_ARM.  Anything else is
  * dropped and counted, device-wide (DB_VIOLATIONS) and for the page's owner
- * (QUERY_CTX).  An accepted doorbell only records the index and schedules
- * the engine's bottom half (qhca-rc.c).
+ * (QUERY_CTX).  An accepted doorbell records the index, queues the QP on the
+ * engine's run list, and runs one bounded engine turn inline
+ * (qhca_engine_kick: at most QHCA_QP_BUDGET packets, as e1000 transmits on
+ * its TDT write), so that a small message completes before the store
+ * returns; the rest stays on the engine's bottom half (qhca-rc.c).
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -101,7 +104,7 @@ static const char *qhca_wq_check_pi(const QhcaWq *wq, uint32_t index)
 
 /*
  * An accepted doorbell (the page's context owns the queue): validate the
- * index, record it, schedule the engine.  Never any DMA here.
+ * index, record it, schedule the engine and run its inline turn.
  */
 static void qhca_db_ring(QhcaState *s, QhcaContext *ctx, unsigned type,
                          uint32_t qn, uint32_t index)

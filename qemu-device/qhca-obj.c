@@ -6,8 +6,18 @@
  * belongs to the context (UAR page) named at create time; every later
  * command names that context again and is refused (BAD_RESOURCE) if it is
  * not the owner.  Object state lives only here: page lists are copied from
- * the command's mailbox, so the guest cannot change a translation, a bound
- * or an owner behind the device's back.
+ * guest memory at create time, so the guest cannot change a translation, a
+ * bound or an owner behind the device's back.
+ *
+ * A command that needs a page list runs twice: first it validates everything
+ * and asks for the list (QHCA_CMD_PENDING); the command queue then reads the
+ * list a budget of entries per run (qhca_pl_load); then the command runs
+ * again, validates again and creates the object, which takes the list.  An
+ * error at any point leaves nothing behind.
+ *
+ * Names are never reused soon: MR key indices are handed out round-robin,
+ * the tag bumped on each use and the index retired once its tags are used
+ * up; a QPN carries a generation bumped on each use of its index.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -23,6 +33,8 @@
 QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_CQE != 1u << QHCA_CQ_LIMIT_LOG);
 QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_QP_WR != 1u << QHCA_WQ_LIMIT_LOG);
 QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_MR > (1u << (32 - QHCA_KEY_TAG_BITS)));
+QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_QP != 1u << QHCA_QPN_INDEX_BITS);
+QEMU_BUILD_BUG_ON(QHCA_PL_PAGE_ENTRIES * sizeof(uint64_t) != QHCA_PAGE_SIZE);
 
 void qhca_obj_init(QhcaState *s)
 {
@@ -50,11 +62,11 @@ QhcaMr *qhca_mr_lookup(QhcaState *s, uint32_t key)
     uint32_t index = key >> QHCA_KEY_TAG_BITS;
     QhcaMr *mr;
 
-    if (index >= QHCA_LIMIT_MAX_MR) {
+    if (index >= s->max_mr) {
         return NULL;
     }
     mr = &s->mr[index];
-    return mr->in_use && mr->tag == (key & 0xff) ? mr : NULL;
+    return mr->in_use && mr->tag == (key & QHCA_MR_TAG_LAST) ? mr : NULL;
 }
 
 QhcaCq *qhca_cq_lookup(QhcaState *s, uint32_t cqn)
@@ -62,9 +74,12 @@ QhcaCq *qhca_cq_lookup(QhcaState *s, uint32_t cqn)
     return cqn < QHCA_LIMIT_MAX_CQ && s->cq[cqn].in_use ? &s->cq[cqn] : NULL;
 }
 
+/* The whole QPN, generation included: a stale QPN names no QP. */
 QhcaQp *qhca_qp_lookup(QhcaState *s, uint32_t qpn)
 {
-    return qpn < QHCA_LIMIT_MAX_QP && s->qp[qpn].in_use ? &s->qp[qpn] : NULL;
+    QhcaQp *qp = &s->qp[qpn & (QHCA_LIMIT_MAX_QP - 1)];
+
+    return qp->in_use && qp->qpn == qpn ? qp : NULL;
 }
 
 static bool qhca_uar_valid(QhcaState *s, uint64_t uar)
@@ -76,18 +91,22 @@ static bool qhca_uar_valid(QhcaState *s, uint64_t uar)
 /* page lists                                                               */
 
 /*
- * Copies npages little-endian page addresses from the mailbox at addr.
- * Returns a command status; on success *out owns the host-order list.
+ * A command asks for its two-level page list: the directory at dir holds
+ * DIV_ROUND_UP(npages, QHCA_PL_PAGE_ENTRIES) little-endian addresses of
+ * page-list pages.  Only checks and an allocation here, no DMA; the list
+ * counts against QHCA_LIMIT_TOTAL_PAGES from now on.
  */
-static uint8_t qhca_page_list_read(QhcaState *s, uint64_t addr,
-                                   uint32_t npages, uint64_t **out)
+static uint8_t qhca_pl_request(QhcaState *s, QhcaPageList *pl, uint64_t dir,
+                               uint32_t npages)
 {
-    uint64_t bytes = (uint64_t)npages * sizeof(uint64_t);
+    uint64_t dir_bytes;
     uint64_t *pages;
-    uint32_t i;
 
-    if (!npages || npages > QHCA_MAX_PAGE_LIST || !addr ||
-        addr + bytes - 1 < addr) {
+    if (!npages || npages > QHCA_MAX_PAGE_LIST) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    dir_bytes = DIV_ROUND_UP(npages, QHCA_PL_PAGE_ENTRIES) * sizeof(uint64_t);
+    if (!dir || (dir & 7) || dir + dir_bytes - 1 < dir) {
         return QHCA_CMD_BAD_PARAM;
     }
     if (npages > QHCA_LIMIT_TOTAL_PAGES - s->total_pages) {
@@ -97,20 +116,78 @@ static uint8_t qhca_page_list_read(QhcaState *s, uint64_t addr,
     if (!pages) {
         return QHCA_CMD_NO_RESOURCES;
     }
-    if (pci_dma_read(PCI_DEVICE(s), addr, pages, bytes) != MEMTX_OK) {
-        g_free(pages);
-        return QHCA_CMD_DMA_ERROR;
-    }
-    for (i = 0; i < npages; i++) {
-        pages[i] = le64_to_cpu(pages[i]);
-        if (pages[i] & (QHCA_PAGE_SIZE - 1)) {
-            g_free(pages);
-            return QHCA_CMD_BAD_PARAM;
-        }
-    }
+    assert(!pl->pages);
+    *pl = (QhcaPageList) { .dir = dir, .npages = npages, .pages = pages };
     s->total_pages += npages;
-    *out = pages;
+    return QHCA_CMD_PENDING;
+}
+
+/*
+ * Reads more of the list, *budget entries at most (a directory entry counts
+ * as one).  Returns QHCA_CMD_PENDING while entries remain, QHCA_CMD_OK once
+ * the list is complete, or the command's error status.
+ */
+uint8_t qhca_pl_load(QhcaState *s, QhcaPageList *pl, int64_t *budget)
+{
+    while (pl->done < pl->npages) {
+        uint32_t in = pl->done % QHCA_PL_PAGE_ENTRIES;
+        uint64_t *dst = &pl->pages[pl->done];
+        uint32_t n, i;
+
+        if (*budget <= 0) {
+            return QHCA_CMD_PENDING;
+        }
+        if (!in) {
+            uint64_t e;
+
+            if (qhca_dma_read(s, pl->dir + (uint64_t)(pl->done /
+                              QHCA_PL_PAGE_ENTRIES) * sizeof(e), &e,
+                              sizeof(e)) != MEMTX_OK) {
+                return QHCA_CMD_DMA_ERROR;
+            }
+            pl->cur = le64_to_cpu(e);
+            if (pl->cur & (QHCA_PAGE_SIZE - 1)) {
+                return QHCA_CMD_BAD_PARAM;
+            }
+            (*budget)--;
+        }
+        n = MIN(QHCA_PL_PAGE_ENTRIES - in, pl->npages - pl->done);
+        n = MIN(n, MAX(*budget, 1));
+        /* cur is page aligned and in + n <= 512: no wrap. */
+        if (qhca_dma_read(s, pl->cur + (uint64_t)in * sizeof(*dst), dst,
+                          (dma_addr_t)n * sizeof(*dst)) != MEMTX_OK) {
+            return QHCA_CMD_DMA_ERROR;
+        }
+        for (i = 0; i < n; i++) {
+            dst[i] = le64_to_cpu(dst[i]);
+            if (dst[i] & (QHCA_PAGE_SIZE - 1)) {
+                return QHCA_CMD_BAD_PARAM;
+            }
+        }
+        pl->done += n;
+        *budget -= n;
+    }
     return QHCA_CMD_OK;
+}
+
+/* Drops a list no object took (an error, a reset, the queue disabled). */
+void qhca_pl_release(QhcaState *s, QhcaPageList *pl)
+{
+    if (pl->pages) {
+        s->total_pages -= pl->npages;
+        g_free(pl->pages);
+    }
+    *pl = (QhcaPageList) { 0 };
+}
+
+/* The object created takes the list that was read for it. */
+static uint64_t *qhca_pl_take(QhcaPageList *pl)
+{
+    uint64_t *pages = pl->pages;
+
+    assert(pages && pl->done == pl->npages);
+    *pl = (QhcaPageList) { 0 };
+    return pages;
 }
 
 static void qhca_page_list_free(QhcaState *s, uint64_t **pages,
@@ -145,7 +222,7 @@ static uint8_t qhca_cmd_out(QhcaState *s, const struct qhca_cmd *cmd,
         cmd->out_addr + len - 1 < cmd->out_addr) {
         return QHCA_CMD_BAD_PARAM;
     }
-    if (pci_dma_write(PCI_DEVICE(s), cmd->out_addr, buf, len) != MEMTX_OK) {
+    if (qhca_dma_write(s, cmd->out_addr, buf, len) != MEMTX_OK) {
         return QHCA_CMD_DMA_ERROR;
     }
     return QHCA_CMD_OK;
@@ -205,16 +282,32 @@ static uint8_t qhca_cmd_dealloc_pd(QhcaState *s, const struct qhca_cmd *cmd)
 /* ------------------------------------------------------------------------ */
 /* memory regions                                                           */
 
+/*
+ * The next usable key index, round-robin from mr_next: not in use, and its
+ * tags not used up.  NULL when every index is live or retired.
+ */
+static QhcaMr *qhca_mr_next_free(QhcaState *s)
+{
+    uint32_t n;
+
+    for (n = 0; n < s->max_mr; n++) {
+        QhcaMr *mr = &s->mr[(s->mr_next + n) % s->max_mr];
+
+        if (!mr->in_use && mr->tag != QHCA_MR_TAG_LAST) {
+            return mr;
+        }
+    }
+    return NULL;
+}
+
 static uint8_t qhca_cmd_reg_mr(QhcaState *s, const struct qhca_cmd *cmd,
-                               uint64_t *data)
+                               uint64_t *data, QhcaPageList *pl)
 {
     struct qhca_cmd_reg_mr in;
-    uint32_t uar, pdn, access, npages, i;
+    uint32_t uar, pdn, access, npages;
     uint64_t iova, length, pages_addr, want;
     QhcaPd *pd;
-    QhcaMr *mr = NULL;
-    uint64_t *pages;
-    uint8_t st;
+    QhcaMr *mr;
 
     if (!qhca_cmd_unused_zero(cmd, false, 5)) {
         return QHCA_CMD_BAD_PARAM;
@@ -251,18 +344,12 @@ static uint8_t qhca_cmd_reg_mr(QhcaState *s, const struct qhca_cmd *cmd,
     if (npages != want) {
         return QHCA_CMD_BAD_PARAM;
     }
-    for (i = 0; i < QHCA_LIMIT_MAX_MR; i++) {
-        if (!s->mr[i].in_use) {
-            mr = &s->mr[i];
-            break;
-        }
-    }
+    mr = qhca_mr_next_free(s);
     if (!mr) {
         return QHCA_CMD_NO_RESOURCES;
     }
-    st = qhca_page_list_read(s, pages_addr, npages, &pages);
-    if (st != QHCA_CMD_OK) {
-        return st;
+    if (!pl->pages) {
+        return qhca_pl_request(s, pl, pages_addr, npages);
     }
     mr->in_use = true;
     mr->tag++;
@@ -272,9 +359,10 @@ static uint8_t qhca_cmd_reg_mr(QhcaState *s, const struct qhca_cmd *cmd,
     mr->iova = iova;
     mr->length = length;
     mr->npages = npages;
-    mr->pages = pages;
+    mr->pages = qhca_pl_take(pl);
     pd->nr_mr++;
     s->num_mr++;
+    s->mr_next = (mr - s->mr + 1) % s->max_mr;
     data[0] = (uint32_t)(mr - s->mr) << QHCA_KEY_TAG_BITS | mr->tag;
     trace_qhca_obj("mr", "reg", uar, data[0]);
     return QHCA_CMD_OK;
@@ -282,7 +370,8 @@ static uint8_t qhca_cmd_reg_mr(QhcaState *s, const struct qhca_cmd *cmd,
 
 static void qhca_mr_free(QhcaState *s, QhcaMr *mr)
 {
-    trace_qhca_obj("mr", "dereg", mr->uar, mr - s->mr);
+    trace_qhca_obj("mr", "dereg", mr->uar,
+                   (uint32_t)(mr - s->mr) << QHCA_KEY_TAG_BITS | mr->tag);
     s->pd[mr->pdn].nr_mr--;
     qhca_page_list_free(s, &mr->pages, &mr->npages);
     mr->in_use = false;
@@ -308,14 +397,12 @@ static uint8_t qhca_cmd_dereg_mr(QhcaState *s, const struct qhca_cmd *cmd)
 /* completion queues                                                        */
 
 static uint8_t qhca_cmd_create_cq(QhcaState *s, const struct qhca_cmd *cmd,
-                                  uint64_t *data)
+                                  uint64_t *data, QhcaPageList *pl)
 {
     struct qhca_cmd_create_cq in;
     uint32_t uar, log, npages, i;
     uint64_t bytes;
     QhcaCq *cq = NULL;
-    uint64_t *pages;
-    uint8_t st;
 
     if (!qhca_cmd_unused_zero(cmd, false, 5)) {
         return QHCA_CMD_BAD_PARAM;
@@ -346,16 +433,15 @@ static uint8_t qhca_cmd_create_cq(QhcaState *s, const struct qhca_cmd *cmd,
     if (!cq) {
         return QHCA_CMD_NO_RESOURCES;
     }
-    st = qhca_page_list_read(s, le64_to_cpu(in.pages_addr), npages, &pages);
-    if (st != QHCA_CMD_OK) {
-        return st;
+    if (!pl->pages) {
+        return qhca_pl_request(s, pl, le64_to_cpu(in.pages_addr), npages);
     }
     *cq = (QhcaCq) {
         .in_use = true,
         .uar = uar,
         .log = log,
         .npages = npages,
-        .pages = pages,
+        .pages = qhca_pl_take(pl),
     };
     s->num_cq++;
     data[0] = i;
@@ -397,17 +483,15 @@ static uint8_t qhca_cmd_destroy_cq(QhcaState *s, const struct qhca_cmd *cmd)
 /* queue pairs                                                              */
 
 static uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
-                                  uint64_t *data)
+                                  uint64_t *data, QhcaPageList *pl)
 {
     struct qhca_cmd_create_qp in;
-    uint32_t uar, pdn, scqn, rcqn, npages, i;
+    uint32_t uar, pdn, scqn, rcqn, npages, n, gen;
     uint16_t max_inline, max_sge;
     uint64_t sq_bytes, rq_off, rq_bytes;
     QhcaPd *pd;
     QhcaCq *scq, *rcq;
     QhcaQp *qp = NULL;
-    uint64_t *pages;
-    uint8_t st;
 
     if (!qhca_cmd_unused_zero(cmd, false, 5)) {
         return QHCA_CMD_BAD_PARAM;
@@ -452,21 +536,26 @@ static uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     if (npages != DIV_ROUND_UP(rq_off + rq_bytes, QHCA_PAGE_SIZE)) {
         return QHCA_CMD_BAD_PARAM;
     }
-    for (i = 0; i < QHCA_LIMIT_MAX_QP; i++) {
-        if (!s->qp[i].in_use) {
-            qp = &s->qp[i];
+    /* Round-robin, so that a QPN's index comes back as late as possible. */
+    for (n = 0; n < QHCA_LIMIT_MAX_QP; n++) {
+        if (!s->qp[(s->qp_next + n) % QHCA_LIMIT_MAX_QP].in_use) {
+            qp = &s->qp[(s->qp_next + n) % QHCA_LIMIT_MAX_QP];
             break;
         }
     }
     if (!qp) {
         return QHCA_CMD_NO_RESOURCES;
     }
-    st = qhca_page_list_read(s, le64_to_cpu(in.pages_addr), npages, &pages);
-    if (st != QHCA_CMD_OK) {
-        return st;
+    if (!pl->pages) {
+        return qhca_pl_request(s, pl, le64_to_cpu(in.pages_addr), npages);
     }
+    /* The next generation of this index; 0 is skipped, so no QPN is 0. */
+    gen = ((qp->qpn >> QHCA_QPN_INDEX_BITS) + 1) & QHCA_QPN_GEN_MASK;
     memset(qp, 0, sizeof(*qp));
     qp->in_use = true;
+    qp->qpn = MAX(gen, 1) << QHCA_QPN_INDEX_BITS |
+              (uint32_t)(qp - s->qp);
+    s->qp_next = (qp - s->qp + 1) % QHCA_LIMIT_MAX_QP;
     qp->uar = uar;
     qp->pdn = pdn;
     qp->scqn = scqn;
@@ -478,7 +567,7 @@ static uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
         .log = in.rq_log, .stride_log = in.rq_stride_log, .offset = rq_off,
     };
     qp->npages = npages;
-    qp->pages = pages;
+    qp->pages = qhca_pl_take(pl);
     qp->state = QHCA_QPS_RESET;
     qp->path_mtu = 10;
     qp->timeout = 14;
@@ -489,14 +578,14 @@ static uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     scq->nr_qp++;
     rcq->nr_qp++;
     s->num_qp++;
-    data[0] = i;
-    trace_qhca_obj("qp", "create", uar, i);
+    data[0] = qp->qpn;
+    trace_qhca_obj("qp", "create", uar, qp->qpn);
     return QHCA_CMD_OK;
 }
 
 static void qhca_qp_free(QhcaState *s, QhcaQp *qp)
 {
-    trace_qhca_obj("qp", "destroy", qp->uar, qp - s->qp);
+    trace_qhca_obj("qp", "destroy", qp->uar, qp->qpn);
     qhca_engine_qp_destroy(s, qp);
     s->pd[qp->pdn].nr_qp--;
     s->cq[qp->scqn].nr_qp--;
@@ -613,7 +702,7 @@ static uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
     if (!cmd->in[2] || cmd->in[2] + sizeof(a) - 1 < cmd->in[2]) {
         return QHCA_CMD_BAD_PARAM;
     }
-    if (pci_dma_read(PCI_DEVICE(s), cmd->in[2], &a, sizeof(a)) != MEMTX_OK) {
+    if (qhca_dma_read(s, cmd->in[2], &a, sizeof(a)) != MEMTX_OK) {
         return QHCA_CMD_DMA_ERROR;
     }
     mask = le32_to_cpu(a.mask);
@@ -753,10 +842,13 @@ static uint8_t qhca_cmd_query_ctx(QhcaState *s, const struct qhca_cmd *cmd)
     ctx = &s->ctx[cmd->in[0]];
     st.db_accepted = cpu_to_le64(ctx->db_accepted);
     st.db_violations = cpu_to_le64(ctx->db_violations);
+    st.pkt_foreign = cpu_to_le64(ctx->pkt_foreign);
+    st.rnr_retries = cpu_to_le64(ctx->rnr_retries);
     return qhca_cmd_out(s, cmd, &st, sizeof(st));
 }
 
-uint8_t qhca_cmd_obj(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data)
+uint8_t qhca_cmd_obj(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data,
+                     QhcaPageList *pl)
 {
     switch (cmd->opcode) {
     case QHCA_CMD_ALLOC_PD:
@@ -764,15 +856,15 @@ uint8_t qhca_cmd_obj(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data)
     case QHCA_CMD_DEALLOC_PD:
         return qhca_cmd_dealloc_pd(s, cmd);
     case QHCA_CMD_REG_MR:
-        return qhca_cmd_reg_mr(s, cmd, data);
+        return qhca_cmd_reg_mr(s, cmd, data, pl);
     case QHCA_CMD_DEREG_MR:
         return qhca_cmd_dereg_mr(s, cmd);
     case QHCA_CMD_CREATE_CQ:
-        return qhca_cmd_create_cq(s, cmd, data);
+        return qhca_cmd_create_cq(s, cmd, data, pl);
     case QHCA_CMD_DESTROY_CQ:
         return qhca_cmd_destroy_cq(s, cmd);
     case QHCA_CMD_CREATE_QP:
-        return qhca_cmd_create_qp(s, cmd, data);
+        return qhca_cmd_create_qp(s, cmd, data, pl);
     case QHCA_CMD_MODIFY_QP:
         return qhca_cmd_modify_qp(s, cmd);
     case QHCA_CMD_QUERY_QP:
@@ -813,7 +905,10 @@ void qhca_obj_free_ctx(QhcaState *s, uint32_t uar)
     }
 }
 
-/* Device reset: every object goes; MR tags survive so old keys stay stale. */
+/*
+ * Device reset: every object goes; MR tags and QPN generations survive, so
+ * that old keys and QPNs stay stale.
+ */
 void qhca_obj_reset(QhcaState *s)
 {
     uint32_t i;

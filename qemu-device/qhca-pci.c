@@ -17,19 +17,32 @@
 #include "hw/pci/pcie.h"
 #include "hw/qdev-properties.h"
 #include "migration/vmstate.h"
-#include "qhca.h"
+#include "qhca-wire.h"
 #include "trace.h"
 
 /*
  * The full device reset: CTRL.RESET and the Resettable hold phase.  Registers,
  * indices, counters, FATAL state and UAR allocations go back to their reset
  * values; PCI config space and MSI-X belong to the PCI core.
+ *
+ * A reset that arrives while the device is busy (from inside one of its own
+ * DMAs or interrupts, e.g. a bus reset by a bridge whose control register
+ * the guest aimed a DMA at) is deferred to the end of the busy section: until
+ * then the device does no DMA, sends nothing and raises nothing, and nothing
+ * it holds is freed underneath the code that holds it.
  */
-void qhca_reset(QhcaState *s)
+static void qhca_reset_now(QhcaState *s)
 {
     trace_qhca_reset();
+    s->reset_pending = false;
+    s->cmd_deferred = false;
+    s->engine_deferred = false;
+    s->irq_pending = false;
     qemu_bh_cancel(s->cmd_bh);
     qemu_bh_cancel(s->engine_bh);
+    s->cmd_active = false;
+    qhca_pl_release(s, &s->pl);
+    s->wire->ops->reset(s->wire);
 
     s->ctrl = 0;
     s->status = 0;
@@ -42,6 +55,76 @@ void qhca_reset(QhcaState *s)
     s->fatal_syndrome = QHCA_FATAL_NONE;
     qhca_obj_reset(s);
     qhca_ctx_reset(s);
+}
+
+void qhca_reset(QhcaState *s)
+{
+    if (s->busy) {
+        trace_qhca_reset_deferred(s->busy);
+        s->reset_pending = true;
+        return;
+    }
+    qhca_reset_now(s);
+}
+
+/*
+ * Around everything that holds object pointers across a DMA or an MSI-X
+ * message: the command-queue and engine bottom halves, and a doorbell's
+ * inline engine turn.  Sections nest; the outermost exit runs what arrived
+ * meanwhile: a reset first (it makes everything else moot), then the bottom
+ * halves that were reached re-entrantly, then one interrupt for the events
+ * posted.  msix_notify() runs with nothing held, so whatever it reaches may
+ * act at once.
+ */
+void qhca_busy_enter(QhcaState *s)
+{
+    s->busy++;
+}
+
+void qhca_busy_exit(QhcaState *s)
+{
+    assert(s->busy);
+    if (--s->busy) {
+        return;
+    }
+    if (s->reset_pending) {
+        qhca_reset_now(s);
+        return;
+    }
+    if (s->cmd_deferred) {
+        s->cmd_deferred = false;
+        qemu_bh_schedule(s->cmd_bh);
+    }
+    if (s->engine_deferred) {
+        s->engine_deferred = false;
+        qemu_bh_schedule(s->engine_bh);
+    }
+    if (s->irq_pending) {
+        s->irq_pending = false;
+        qhca_eq_notify(s);
+    }
+}
+
+/*
+ * Every DMA of the device goes through these: none once a reset is pending
+ * (the reset is what the device is doing, conceptually, from then on).
+ */
+MemTxResult qhca_dma_read(QhcaState *s, dma_addr_t addr, void *buf,
+                          dma_addr_t len)
+{
+    if (s->reset_pending) {
+        return MEMTX_ERROR;
+    }
+    return pci_dma_read(PCI_DEVICE(s), addr, buf, len);
+}
+
+MemTxResult qhca_dma_write(QhcaState *s, dma_addr_t addr, const void *buf,
+                           dma_addr_t len)
+{
+    if (s->reset_pending) {
+        return MEMTX_ERROR;
+    }
+    return pci_dma_write(PCI_DEVICE(s), addr, buf, len);
 }
 
 static void qhca_reset_hold(Object *obj, ResetType type)
@@ -64,6 +147,11 @@ static void qhca_realize(PCIDevice *pdev, Error **errp)
         error_setg(errp, "max-queue-log must be between %u and %u,"
                    " not %u", QHCA_QUEUE_MIN_LOG, QHCA_QUEUE_MAX_LOG,
                    s->max_queue_log);
+        return;
+    }
+    if (s->max_mr < 1 || s->max_mr > QHCA_LIMIT_MAX_MR) {
+        error_setg(errp, "max-mr must be between 1 and %u, not %u",
+                   QHCA_LIMIT_MAX_MR, s->max_mr);
         return;
     }
     if (!s->node_guid) {
@@ -112,6 +200,7 @@ static void qhca_exit(PCIDevice *pdev)
 {
     QhcaState *s = QHCA(pdev);
 
+    qhca_pl_release(s, &s->pl);
     qhca_obj_fini(s);
     qhca_engine_fini(s);
     qemu_bh_delete(s->cmd_bh);
@@ -137,6 +226,12 @@ static int qhca_pre_save(void *opaque)
         error_report("qhca: cannot migrate a device that holds verbs objects"
                      " (%u PDs, %u MRs, %u CQs, %u QPs)",
                      s->num_pd, s->num_mr, s->num_cq, s->num_qp);
+        return -EBUSY;
+    }
+    if (s->cmd_active) {
+        /* Not in the stream: a command whose page list is being read. */
+        error_report("qhca: cannot migrate while a command reads its page"
+                     " list; try again");
         return -EBUSY;
     }
     return 0;
@@ -225,6 +320,8 @@ static const VMStateDescription qhca_vmstate = {
 static const Property qhca_properties[] = {
     DEFINE_PROP_UINT32("num-uars", QhcaState, num_uars,
                        QHCA_DEFAULT_NUM_UARS),
+    DEFINE_PROP_UINT32("max-mr", QhcaState, max_mr, QHCA_LIMIT_MAX_MR),
+    DEFINE_PROP_BOOL("x-wire-queued", QhcaState, wire_queued, false),
     DEFINE_PROP_UINT64("node-guid", QhcaState, node_guid,
                        QHCA_DEFAULT_NODE_GUID),
     DEFINE_PROP_UINT32("max-queue-log", QhcaState, max_queue_log,
@@ -253,6 +350,12 @@ static void qhca_class_init(ObjectClass *oc, void *data)
     device_class_set_props(dc, qhca_properties);
     object_class_property_set_description(oc, "num-uars",
         "Doorbell (UAR) pages in BAR2, one per driver context (1..1024)");
+    object_class_property_set_description(oc, "max-mr",
+        "Memory-region key indices (1..4096); each index serves 255"
+        " registrations, then is retired");
+    object_class_property_set_description(oc, "x-wire-queued",
+        "Loopback packets wait for the engine's bottom half instead of"
+        " arriving at once (a fabric with latency; for tests)");
     object_class_property_set_description(oc, "node-guid",
         "Node GUID reported by QUERY_DEVICE (non-zero, default"
         " 0x5148434100000001; give each device its own)");

@@ -13,22 +13,34 @@
  * one asking for an ACK.  An RNR NAK pauses the QP on a QEMU timer
  * (the responder's min_rnr_timer) and retransmits from the NAKed PSN; a
  * PSN-sequence NAK or a local ACK timeout retransmits as well, both counted
- * against retry_cnt; rnr_retry 7 retries for ever.  Any other NAK, a local
- * error or exhausted retries complete the WQE with an error status, move the
- * QP to ERR (QHCA_EQE_QP_ERR) and flush the rest with WR_FLUSH_ERR.
+ * against retry_cnt; rnr_retry 7 retries for ever, backing off exponentially
+ * (QHCA_RNR_FLOOR_NS .. QHCA_RNR_MAX_NS).  Any other NAK, a local error or
+ * exhausted retries complete the WQE with an error status, move the QP to
+ * ERR (QHCA_EQE_QP_ERR) and flush the rest with WR_FLUSH_ERR.  Every CQE
+ * carries the index of the WQE it completes.
+ *
+ * Every packet carries its source port and QP; a QP takes requests and
+ * responses only from the peer it is connected to (dest_qpn, on this port),
+ * and drops, counts (QUERY_CTX pkt_foreign) and traces anything else.
  *
  * Responder: checks the PSN (duplicates are re-ACKed, RDMA READs re-read,
  * atomics answered from the saved result), the opcode sequence, the R_Key
- * (exists, same PD as the QP, rights of the MR and of the QP, byte bounds)
- * and executes: receive WQE for SEND and WRITE_WITH_IMM (none posted: RNR
- * NAK), memory for WRITE/READ/atomics.  READ responses go out from the
- * responder QP's own turns in the BH, a budget of packets at a time.
+ * (exists, same PD as the QP, rights of the MR and of the QP, byte bounds;
+ * the rights and the key again on every packet, so that a MODIFY_QP or a
+ * DEREG_MR takes effect at the next packet) and executes: receive WQE for
+ * SEND and WRITE_WITH_IMM (none posted: RNR NAK), memory for
+ * WRITE/READ/atomics.  READ responses go out from the responder QP's own
+ * turns in the BH, a budget of packets at a time.
  *
- * Everything runs in the engine bottom half (guarded against DMA into the
- * device's own BARs), round-robin over the QPs that have work, with a budget
- * per QP and per run, so that one QP cannot starve the others and a paused
- * QP does not hold anyone up.  Timers only mark the QP and schedule the BH.
- * Atomics are atomic with respect to the device, not to the guest's CPUs.
+ * The engine runs in its bottom half (guarded against DMA into the device's
+ * own BARs), round-robin over the QPs that have work, with a budget per QP
+ * and per run, so that one QP cannot starve the others and a paused QP does
+ * not hold anyone up; a doorbell also runs one turn inline (qhca_engine_kick)
+ * so that a small message completes before the doorbell store returns.
+ * Timers only mark the QP and schedule the BH.  A run is a busy section
+ * (qhca_busy_enter()): a reset or bottom half reached from inside one of its
+ * DMAs waits for the run's end, and so does its interrupt.  Atomics are
+ * atomic with respect to the device, not to the guest's CPUs.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -82,7 +94,6 @@ static int64_t qhca_rnr_ns(uint8_t timer)
 static bool qhca_pl_rw(QhcaState *s, const uint64_t *pages, uint32_t npages,
                        uint64_t off, void *buf, uint64_t len, bool write)
 {
-    PCIDevice *pdev = PCI_DEVICE(s);
     uint8_t *p = buf;
 
     while (len) {
@@ -94,8 +105,8 @@ static bool qhca_pl_rw(QhcaState *s, const uint64_t *pages, uint32_t npages,
         if (pg >= npages) {
             return false;
         }
-        r = write ? pci_dma_write(pdev, pages[pg] + in, p, n)
-                  : pci_dma_read(pdev, pages[pg] + in, p, n);
+        r = write ? qhca_dma_write(s, pages[pg] + in, p, n)
+                  : qhca_dma_read(s, pages[pg] + in, p, n);
         if (r != MEMTX_OK) {
             return false;
         }
@@ -271,9 +282,11 @@ static bool qhca_cq_post(QhcaState *s, QhcaCq *cq, struct qhca_cqe *cqe)
     return true;
 }
 
+/* wqe_index: the SQ or RQ index of the WQE this CQE completes. */
 static void qhca_complete(QhcaState *s, QhcaQp *qp, uint32_t cqn,
-                          uint64_t wr_id, uint8_t opcode, uint8_t status,
-                          uint32_t byte_len, bool with_imm, uint32_t imm)
+                          uint16_t wqe_index, uint64_t wr_id, uint8_t opcode,
+                          uint8_t status, uint32_t byte_len, bool with_imm,
+                          uint32_t imm)
 {
     struct qhca_cqe cqe = {
         .wr_id = cpu_to_le64(wr_id),
@@ -284,6 +297,7 @@ static void qhca_complete(QhcaState *s, QhcaQp *qp, uint32_t cqn,
         .opcode = opcode,
         .status = status,
         .flags = with_imm ? QHCA_CQE_WITH_IMM : 0,
+        .wqe_index = cpu_to_le16(wqe_index),
     };
 
     if (!qhca_cq_post(s, &s->cq[cqn], &cqe) && qp->state != QHCA_QPS_ERR) {
@@ -372,6 +386,7 @@ void qhca_engine_qp_reset(QhcaState *s, QhcaQp *qp)
     qp->sq.pi = qp->sq.ci = 0;
     qp->rq.pi = qp->rq.ci = 0;
     qp->atomic_valid = false;
+    qp->resp_nak_sent = false;
 }
 
 void qhca_engine_qp_destroy(QhcaState *s, QhcaQp *qp)
@@ -420,6 +435,32 @@ static uint8_t qhca_wc_opcode(uint8_t wr_opcode)
 }
 
 /* ------------------------------------------------------------------------ */
+/* the wire                                                                 */
+
+/* Sends pkt from qp to its peer, stamped with its source. */
+static void qhca_rc_send(QhcaState *s, QhcaQp *qp, QhcaPkt *pkt)
+{
+    if (s->reset_pending) {
+        /* The device is being reset: nothing leaves it any more. */
+        return;
+    }
+    pkt->src_guid = s->node_guid;
+    pkt->src_qpn = qhca_qpn(s, qp);
+    pkt->dest_qpn = qp->dest_qpn;
+    qhca_wire_send(s->wire, pkt);
+}
+
+/*
+ * The port a QP's peer sits behind.  The loopback wire reaches only this
+ * device, so that is every QP's peer port; a wire to other devices will
+ * take it from the QP's address vector.
+ */
+static uint64_t qhca_qp_peer_guid(QhcaState *s, const QhcaQp *qp)
+{
+    return s->node_guid;
+}
+
+/* ------------------------------------------------------------------------ */
 /* requester                                                                */
 
 /* The current WQE is done: its CQE (if signaled or failed), then the next. */
@@ -437,8 +478,8 @@ static void qhca_req_complete(QhcaState *s, QhcaQp *qp, uint8_t status)
     qhca_req_clear(qp);
     qp->sq.ci++;
     if (status != QHCA_WC_SUCCESS || (w->flags & QHCA_WQE_SIGNALED)) {
-        qhca_complete(s, qp, qp->scqn, w->wr_id, qhca_wc_opcode(w->opcode),
-                      status, len, false, 0);
+        qhca_complete(s, qp, qp->scqn, qp->sq.ci - 1, w->wr_id,
+                      qhca_wc_opcode(w->opcode), status, len, false, 0);
     }
     if (status != QHCA_WC_SUCCESS) {
         qhca_qp_set_error(s, qp, true);
@@ -564,6 +605,7 @@ static bool qhca_req_start(QhcaState *s, QhcaQp *qp)
     qp->req_resp_next = 0;
     qp->req_retry_left = qp->retry_cnt;
     qp->req_rnr_left = qp->rnr_retry;
+    qp->req_rnr_naks = 0;
     qp->sq_psn = psn_add(qp->sq_psn, qp->req_npkts);
     trace_qhca_req_start(qhca_qpn(s, qp), qp->sq.ci, w->opcode, w->length,
                          qp->req_first_psn, qp->req_npkts);
@@ -614,7 +656,6 @@ static void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
     uint32_t i = qp->req_next;
     uint8_t st;
 
-    pkt->dest_qpn = qp->dest_qpn;
     switch (w->opcode) {
     case QHCA_WR_RDMA_READ: {
         uint64_t off = (uint64_t)qp->req_resp_next * mtu;
@@ -675,7 +716,7 @@ static void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
         qhca_req_arm_ack_timer(qp);
     }
     trace_qhca_req_send(qhca_qpn(s, qp), pkt->opcode, pkt->psn, pkt->len);
-    qhca_wire_send(s->wire, pkt);
+    qhca_rc_send(s, qp, pkt);
     g_free(pkt);
 }
 
@@ -689,6 +730,8 @@ static void qhca_req_rewind(QhcaQp *qp, uint32_t k)
         qp->req_next = MIN(k, qp->req_npkts - 1);
     }
     qp->req_sent = false;
+    /* Whatever the QP was waiting for, it now resends at once. */
+    qp->req_wait = false;
     timer_del(qp->timer);
 }
 
@@ -723,6 +766,8 @@ static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt,
     uint8_t code = pkt->syndrome & ~QHCA_AETH_KIND_MASK;
 
     if (kind == QHCA_AETH_RNR_NAK) {
+        int64_t ns = qhca_rnr_ns(code);
+
         trace_qhca_req_retry(qhca_qpn(s, qp), "RNR NAK", qp->req_rnr_left);
         if (!qp->req_rnr_left) {
             qhca_req_complete(s, qp, QHCA_WC_RNR_RETRY_EXC_ERR);
@@ -730,14 +775,38 @@ static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt,
         }
         if (qp->rnr_retry != 7) {
             qp->req_rnr_left--;
+        } else {
+            /*
+             * For ever: back off exponentially, so that QPs facing empty
+             * receive queues cannot keep the main loop busy.
+             */
+            ns = MAX(ns, QHCA_RNR_FLOOR_NS) << MIN(qp->req_rnr_naks, 20);
+            ns = MIN(ns, QHCA_RNR_MAX_NS);
         }
+        if (qp->req_rnr_naks != UINT8_MAX) {
+            qp->req_rnr_naks++;
+        }
+        s->ctx[qp->uar].rnr_retries++;
+        trace_qhca_req_rnr_wait(qhca_qpn(s, qp), qp->req_rnr_naks, ns);
         qhca_req_rewind(qp, k);
         qp->req_wait = true;
-        qhca_timer_arm(qp, qhca_rnr_ns(code));
+        qhca_timer_arm(qp, ns);
         return;
     }
     switch (code) {
     case QHCA_NAK_PSN_SEQ:
+        if (qp->req_wait &&
+            k >= (int32_t)(qp->wqe.opcode == QHCA_WR_RDMA_READ ?
+                           qp->req_resp_next : qp->req_next)) {
+            /*
+             * The responder asks for a packet at or after the one the RNR
+             * back-off resends from: an answer to the rest of a burst sent
+             * before the RNR NAK.  Nothing new; the back-off goes on.
+             */
+            trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
+                                "PSN NAK during RNR back-off, redundant");
+            return;
+        }
         trace_qhca_req_retry(qhca_qpn(s, qp), "PSN sequence NAK",
                              qp->req_retry_left);
         if (!qp->req_retry_left) {
@@ -853,10 +922,9 @@ static void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
 
 static void qhca_resp_send(QhcaState *s, QhcaQp *qp, QhcaPkt *pkt)
 {
-    pkt->dest_qpn = qp->dest_qpn;
     trace_qhca_resp_send(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
                          pkt->syndrome);
-    qhca_wire_send(s->wire, pkt);
+    qhca_rc_send(s, qp, pkt);
 }
 
 static void qhca_resp_ack(QhcaState *s, QhcaQp *qp, uint32_t psn,
@@ -885,8 +953,8 @@ static void qhca_resp_recv_fail(QhcaState *s, QhcaQp *qp, uint32_t psn,
                                 uint8_t wc_status, uint8_t nak,
                                 const char *why)
 {
-    qhca_complete(s, qp, qp->rcqn, qp->resp_wr_id, QHCA_WC_RECV, wc_status,
-                  qp->resp_off, false, 0);
+    qhca_complete(s, qp, qp->rcqn, qp->rq.ci, qp->resp_wr_id, QHCA_WC_RECV,
+                  wc_status, qp->resp_off, false, 0);
     qp->rq.ci++;
     qhca_resp_fail(s, qp, psn, nak, why);
 }
@@ -1012,10 +1080,13 @@ static void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget)
         pkt->syndrome = QHCA_AETH_ACK;
         pkt->len = MIN(qp->rd_len - off, mtu);
         if (pkt->len) {
-            /* Again per packet: the MR may have gone since the request. */
+            /*
+             * Again per packet: the MR may have gone since the request, or
+             * MODIFY_QP taken the QP's right away.
+             */
             mr = qhca_mr_check(s, qp->rd_rkey, qp->pdn, qp->rd_va + off,
                                pkt->len, QHCA_ACCESS_REMOTE_READ);
-            if (!mr) {
+            if (!mr || !(qp->access & QHCA_ACCESS_REMOTE_READ)) {
                 qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_ACCESS,
                                "R_Key refused for RDMA READ");
                 break;
@@ -1129,8 +1200,9 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
         qp->resp_off += pkt->len;
         qp->rq_psn = psn_add(pkt->psn, 1);
         if (ends) {
-            qhca_complete(s, qp, qp->rcqn, qp->resp_wr_id, QHCA_WC_RECV,
-                          QHCA_WC_SUCCESS, qp->resp_off, imm, pkt->imm);
+            qhca_complete(s, qp, qp->rcqn, qp->rq.ci, qp->resp_wr_id,
+                          QHCA_WC_RECV, QHCA_WC_SUCCESS, qp->resp_off, imm,
+                          pkt->imm);
             qp->rq.ci++;
             qhca_resp_clear(qp);
         }
@@ -1159,10 +1231,13 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
             return;
         }
         if (pkt->len) {
-            /* Again per packet: the MR may have gone since the first. */
+            /*
+             * Again per packet: the MR may have gone since the first, or
+             * MODIFY_QP taken the QP's right away.
+             */
             mr = qhca_mr_check(s, qp->resp_rkey, qp->pdn, qp->resp_va,
                                pkt->len, QHCA_ACCESS_REMOTE_WRITE);
-            if (!mr) {
+            if (!mr || !(qp->access & QHCA_ACCESS_REMOTE_WRITE)) {
                 qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_ACCESS,
                                "R_Key refused for RDMA WRITE");
                 return;
@@ -1180,7 +1255,7 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
             if (!qhca_resp_take_rwqe(s, qp, pkt->psn)) {
                 return;
             }
-            qhca_complete(s, qp, qp->rcqn, qp->resp_wr_id,
+            qhca_complete(s, qp, qp->rcqn, qp->rq.ci, qp->resp_wr_id,
                           QHCA_WC_RECV_RDMA_WITH_IMM, QHCA_WC_SUCCESS,
                           qp->resp_total, true, pkt->imm);
             qp->rq.ci++;
@@ -1207,7 +1282,17 @@ static void qhca_resp_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
     }
     d = psn_diff(pkt->psn, qp->rq_psn);
     if (d > 0) {
+        /*
+         * A gap: NAK it once (IBA 9.7.5.2.2); the rest of the burst behind
+         * it is dropped quietly until the expected PSN arrives.
+         */
+        if (qp->resp_nak_sent) {
+            trace_qhca_pkt_drop(qhca_qpn(s, qp), op, pkt->psn,
+                                "PSN ahead, already NAKed");
+            return;
+        }
         trace_qhca_pkt_drop(qhca_qpn(s, qp), op, pkt->psn, "PSN ahead: NAK");
+        qp->resp_nak_sent = true;
         qhca_resp_ack(s, qp, qp->rq_psn, QHCA_AETH_NAK | QHCA_NAK_PSN_SEQ);
         return;
     }
@@ -1233,6 +1318,7 @@ static void qhca_resp_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
     }
 
     /* The expected PSN: does the opcode continue what is in progress? */
+    qp->resp_nak_sent = false;
     if (qp->resp_op) {
         bool ok = (qp->resp_op == QHCA_RESP_SEND && qhca_op_is_send(op) &&
                    !qhca_op_starts(op)) ||
@@ -1272,6 +1358,23 @@ void qhca_rc_recv(QhcaState *s, const QhcaPkt *pkt)
                             "no such QP");
         return;
     }
+    /*
+     * RC: requests and responses alike come only from the connected peer.
+     * Anything else (another QP that names this one as its destination, a
+     * stale generation of the peer's index) could fail the responder, forge
+     * ACKs, READ responses or data: dropped, counted for the QP's owner.
+     */
+    if (pkt->src_qpn != qp->dest_qpn ||
+        pkt->src_guid != qhca_qp_peer_guid(s, qp)) {
+        s->ctx[qp->uar].pkt_foreign++;
+        trace_qhca_pkt_foreign(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
+                               pkt->src_guid, pkt->src_qpn, qp->dest_qpn);
+        qemu_log_mask(LOG_GUEST_ERROR, "qhca: QP 0x%x: packet from port 0x%"
+                      PRIx64 " QP 0x%x dropped: its peer is QP 0x%x\n",
+                      qhca_qpn(s, qp), pkt->src_guid, pkt->src_qpn,
+                      qp->dest_qpn);
+        return;
+    }
     if (pkt->opcode >= QHCA_OP_READ_RESP_FIRST &&
         pkt->opcode <= QHCA_OP_ATOMIC_ACK) {
         qhca_req_recv(s, qp, pkt);
@@ -1305,7 +1408,7 @@ static bool qhca_qp_flush(QhcaState *s, QhcaQp *qp, unsigned *budget)
 
         qhca_flush_read(s, qp, &qp->sq, &ctrl, sizeof(ctrl));
         qp->sq.ci++;
-        qhca_complete(s, qp, qp->scqn, le64_to_cpu(ctrl.wr_id),
+        qhca_complete(s, qp, qp->scqn, qp->sq.ci - 1, le64_to_cpu(ctrl.wr_id),
                       qhca_wc_opcode(ctrl.opcode), QHCA_WC_WR_FLUSH_ERR, 0,
                       false, 0);
         (*budget)--;
@@ -1315,8 +1418,8 @@ static bool qhca_qp_flush(QhcaState *s, QhcaQp *qp, unsigned *budget)
 
         qhca_flush_read(s, qp, &qp->rq, &rwqe, sizeof(rwqe));
         qp->rq.ci++;
-        qhca_complete(s, qp, qp->rcqn, le64_to_cpu(rwqe.wr_id), QHCA_WC_RECV,
-                      QHCA_WC_WR_FLUSH_ERR, 0, false, 0);
+        qhca_complete(s, qp, qp->rcqn, qp->rq.ci - 1, le64_to_cpu(rwqe.wr_id),
+                      QHCA_WC_RECV, QHCA_WC_WR_FLUSH_ERR, 0, false, 0);
         (*budget)--;
     }
     return qp->sq.ci != qp->sq.pi || qp->rq.ci != qp->rq.pi;
@@ -1368,8 +1471,11 @@ static bool qhca_qp_run(QhcaState *s, QhcaQp *qp)
            qp->sq.ci != qp->sq.pi;
 }
 
-/* Up to @turns QP turns, round-robin; the bottom half takes what is left. */
-static void qhca_engine_run(QhcaState *s, unsigned turns)
+/*
+ * Up to @turns QP turns, round-robin; the bottom half takes what is left.
+ * A busy section: see qhca_busy_enter().
+ */
+static void qhca_engine_run(QhcaState *s, unsigned turns, bool poll_wire)
 {
     QhcaQp *qp;
     uint32_t i;
@@ -1377,12 +1483,23 @@ static void qhca_engine_run(QhcaState *s, unsigned turns)
     if (s->status & QHCA_STATUS_FATAL) {
         return;
     }
+    if (s->busy) {
+        /* Reached from inside one of our own DMAs: after this run. */
+        s->engine_deferred = true;
+        return;
+    }
+    qhca_busy_enter(s);
+    if (poll_wire && s->wire->ops->poll) {
+        unsigned budget = QHCA_WIRE_BUDGET;
+
+        s->wire->ops->poll(s->wire, &budget);
+    }
     for (i = 0; s->cq_arm_pending && i < QHCA_LIMIT_MAX_CQ; i++) {
         if (s->cq[i].in_use) {
             qhca_cq_arm_check(s, &s->cq[i]);
         }
     }
-    while (turns && (qp = QTAILQ_FIRST(&s->run_list))) {
+    while (turns && !s->reset_pending && (qp = QTAILQ_FIRST(&s->run_list))) {
         turns--;
         QTAILQ_REMOVE(&s->run_list, qp, next);
         qp->queued = false;
@@ -1390,14 +1507,16 @@ static void qhca_engine_run(QhcaState *s, unsigned turns)
             qhca_engine_schedule(s, qp);
         }
     }
-    if (!QTAILQ_EMPTY(&s->run_list)) {
+    if (!QTAILQ_EMPTY(&s->run_list) ||
+        (s->wire->ops->pending && s->wire->ops->pending(s->wire))) {
         qemu_bh_schedule(s->engine_bh);
     }
+    qhca_busy_exit(s);
 }
 
 void qhca_engine_bh(void *opaque)
 {
-    qhca_engine_run(opaque, QHCA_ENGINE_BUDGET);
+    qhca_engine_run(opaque, QHCA_ENGINE_BUDGET, true);
 }
 
 /*
@@ -1409,7 +1528,7 @@ void qhca_engine_bh(void *opaque)
  */
 void qhca_engine_kick(QhcaState *s)
 {
-    qhca_engine_run(s, QHCA_INLINE_TURNS);
+    qhca_engine_run(s, QHCA_INLINE_TURNS, false);
 }
 
 void qhca_engine_init(QhcaState *s)

@@ -13,6 +13,7 @@
  * A wire may deliver synchronously, from inside send(): the engine never
  * sends from its receive path of a response, so the nesting stays bounded
  * (request -> response), and it re-checks its state after every send.
+ * The engine stamps every packet with its source (qhca_rc_send()).
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -59,8 +60,17 @@ enum {
 
 #define QHCA_PSN_MASK           0xffffffu
 
-/* A packet, decoded.  Fields the opcode does not carry are zero. */
+/*
+ * A packet, decoded.  Fields the opcode does not carry are zero.  Every
+ * packet says where it comes from: the sending port (its node GUID; on
+ * RoCEv2 the source GID of the IP header) and the sending QP (on the wire
+ * the source QPN is not in the BTH: RC knows it from the connection, and a
+ * receiver derives it from the source address and UDP port; here the wire
+ * carries it).  A QP accepts packets only from the peer it is connected to.
+ */
 typedef struct QhcaPkt {
+    uint64_t src_guid;          /* the sending port */
+    uint32_t src_qpn;           /* the sending QP */
     uint8_t opcode;             /* BTH */
     bool ack_req;               /* BTH A bit */
     uint32_t dest_qpn;          /* BTH */
@@ -82,6 +92,13 @@ typedef struct QhcaWireOps {
     const char *name;
     /* Transmit one packet; pkt is only borrowed for the call. */
     void (*send)(QhcaWire *w, const QhcaPkt *pkt);
+    /*
+     * Deliver up to *budget packets that arrived (the engine's bottom half
+     * calls it first in every run); true if more are waiting.
+     */
+    bool (*poll)(QhcaWire *w, unsigned *budget);
+    bool (*pending)(QhcaWire *w);
+    /* Drop whatever is in flight (device reset). */
     void (*reset)(QhcaWire *w);
     void (*free)(QhcaWire *w);
 } QhcaWireOps;

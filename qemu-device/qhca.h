@@ -62,8 +62,17 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_MAX_NUM_UARS       1024
 #define QHCA_DEFAULT_NODE_GUID  0x5148434100000001ull /* "QHCA" << 32 | 1 */
 
-/* Commands executed per bottom-half run before yielding to the main loop. */
-#define QHCA_CMD_BUDGET         64
+/*
+ * Work the command queue does per bottom-half run before yielding to the
+ * main loop, in page-list entries read: a command costs QHCA_CMD_COST on its
+ * own (so 64 plain commands a run), and every page-list entry (and directory
+ * entry) it reads costs one more.  A page list longer than what is left is
+ * read on the following runs; the queue stays on that command meanwhile.
+ */
+#define QHCA_CMD_BUDGET         4096
+#define QHCA_CMD_COST           64
+/* Not an ABI status: the command waits for its page list (qhca-obj.c). */
+#define QHCA_CMD_PENDING        0xff
 
 /*
  * What QUERY_DEVICE reports besides the properties.  The object commands
@@ -79,7 +88,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_LIMIT_MAX_QP_WR    4096
 #define QHCA_LIMIT_MAX_SGE      16
 #define QHCA_LIMIT_MAX_INLINE   256
-#define QHCA_LIMIT_MAX_MR       4096
+#define QHCA_LIMIT_MAX_MR       4096    /* the max-mr property's maximum */
 #define QHCA_LIMIT_MAX_MR_SIZE  (1ull << 32)
 #define QHCA_LIMIT_PAGE_SIZES   4096ull
 /*
@@ -89,10 +98,21 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
  */
 #define QHCA_LIMIT_TOTAL_PAGES  (1u << 22)
 
+/*
+ * RNR back-off of a QP that retries for ever (rnr_retry 7): the n-th RNR NAK
+ * in a row for one WQE waits max(the NAK's timer, FLOOR) << (n - 1), at most
+ * MAX, so that a QP facing an empty receive queue costs ~20 retries a second
+ * rather than the 100,000 the 10 us minimum timer would allow.
+ */
+#define QHCA_RNR_FLOOR_NS       10000ll             /* 10 us */
+#define QHCA_RNR_MAX_NS         100000000ll         /* 100 ms */
+
 /* Engine: WQEs (or packets of one WQE) one QP may use per bottom-half run. */
 #define QHCA_QP_BUDGET          16
 /* Engine: QP turns per bottom-half run before yielding to the main loop. */
 #define QHCA_ENGINE_BUDGET      64
+/* Engine: packets the wire may deliver per bottom-half run. */
+#define QHCA_WIRE_BUDGET        1024
 /* QP turns run inline by a doorbell (see qhca_engine_kick). */
 #define QHCA_INLINE_TURNS       1
 
@@ -120,7 +140,22 @@ typedef struct QhcaContext {
     bool in_use;
     uint64_t db_accepted;
     uint64_t db_violations;
+    uint64_t pkt_foreign;       /* packets for its QPs not from their peer */
+    uint64_t rnr_retries;       /* RNR NAKs its requesters waited out */
 } QhcaContext;
+
+/*
+ * A two-level page list being read for the command at the head of the
+ * command queue (qhca-obj.c): a budget of entries per bottom-half run.
+ * pages is owned here until the command's object takes it.
+ */
+typedef struct QhcaPageList {
+    uint64_t dir;               /* DMA address of the directory */
+    uint64_t cur;               /* the page-list page being read */
+    uint32_t npages;
+    uint32_t done;              /* entries read so far */
+    uint64_t *pages;            /* host order; NULL: no list requested */
+} QhcaPageList;
 
 /*
  * Verbs objects.  All of their state lives here, in device memory: the
@@ -137,7 +172,11 @@ typedef struct QhcaPd {
 
 typedef struct QhcaMr {
     bool in_use;
-    uint8_t tag;                /* bumped on every reuse of the index */
+    /*
+     * Bumped on every use of the index (1..255); an index whose tag reached
+     * QHCA_MR_TAG_LAST is retired once freed, so no key is ever reused.
+     */
+    uint8_t tag;
     uint32_t uar;
     uint32_t pdn;
     uint32_t access;            /* QHCA_ACCESS_* */
@@ -193,6 +232,11 @@ typedef struct QhcaQp QhcaQp;
 struct QhcaQp {
     QhcaState *s;
     bool in_use;
+    /*
+     * generation << QHCA_QPN_INDEX_BITS | index; kept when the QP is freed
+     * so that the next QP at this index gets the next generation.
+     */
+    uint32_t qpn;
     uint32_t uar;
     uint32_t pdn;
     uint32_t scqn;
@@ -228,6 +272,7 @@ struct QhcaQp {
     uint32_t req_resp_next;     /* RDMA READ: next response packet expected */
     uint8_t req_retry_left;
     uint8_t req_rnr_left;
+    uint8_t req_rnr_naks;       /* RNR NAKs in a row for this WQE */
     QEMUTimer *timer;           /* RNR backoff and local ACK timeout */
 
     /* Responder: the message being received. */
@@ -241,6 +286,7 @@ struct QhcaQp {
     uint64_t resp_left;         /* RDMA WRITE: bytes of the RETH still due */
     uint64_t resp_total;        /* RDMA WRITE: the RETH's length */
     bool resp_have_rwqe;
+    bool resp_nak_sent;         /* a PSN-sequence NAK is out: no more */
     /* Responder: the RDMA READ being answered, a budget of packets a turn. */
     bool rd_active;
     uint64_t rd_va;
@@ -269,8 +315,10 @@ struct QhcaState {
 
     /* Properties */
     uint32_t num_uars;
+    uint32_t max_mr;
     uint64_t node_guid;
     uint32_t max_queue_log;
+    bool wire_queued;           /* x-wire-queued: see qhca-wire.c */
 
     /* BAR0 register file */
     uint32_t ctrl;              /* QHCA_CTRL_ENABLE; RESET self-clears */
@@ -297,6 +345,28 @@ struct QhcaState {
     uint32_t num_cq;
     uint32_t num_qp;
     uint64_t total_pages;
+    uint32_t mr_next;           /* round-robin: where the searches start */
+    uint32_t qp_next;
+
+    /* The command at the head of the queue while its page list is read. */
+    bool cmd_active;
+    struct qhca_cmd cmd_cur;    /* host order */
+    QhcaPageList pl;
+
+    /*
+     * Engine-busy: the command queue and the engine hold object pointers
+     * across DMA and interrupts, and a DMA or an MSI-X message aimed at
+     * another device's registers can come back into this device (a bus
+     * reset from a bridge's control register; a nested aio_poll running our
+     * bottom halves).  While busy, a reset and the bottom halves are only
+     * noted, and run when the outermost busy section ends; interrupts are
+     * raised there too.  See qhca_busy_enter().
+     */
+    uint32_t busy;
+    bool reset_pending;
+    bool cmd_deferred;
+    bool engine_deferred;
+    bool irq_pending;
 
     /* RC engine (qhca-rc.c) and the wire it talks over (qhca-wire.c) */
     QEMUBH *engine_bh;
@@ -327,11 +397,21 @@ static inline void qhca_count(uint32_t *counter)
 
 static inline bool qhca_ready(const QhcaState *s)
 {
-    return s->status & QHCA_STATUS_READY;
+    return (s->status & QHCA_STATUS_READY) && !s->reset_pending;
 }
+
+/* The last tag an MR index may carry before it is retired. */
+#define QHCA_MR_TAG_LAST        ((1u << QHCA_KEY_TAG_BITS) - 1)
+#define QHCA_QPN_GEN_MASK       ((1u << (24 - QHCA_QPN_INDEX_BITS)) - 1)
 
 /* qhca-pci.c */
 void qhca_reset(QhcaState *s);
+void qhca_busy_enter(QhcaState *s);
+void qhca_busy_exit(QhcaState *s);
+MemTxResult qhca_dma_read(QhcaState *s, dma_addr_t addr, void *buf,
+                          dma_addr_t len);
+MemTxResult qhca_dma_write(QhcaState *s, dma_addr_t addr, const void *buf,
+                           dma_addr_t len);
 
 /* qhca-regs.c: BAR0 */
 extern const MemoryRegionOps qhca_regs_ops;
@@ -360,7 +440,9 @@ void qhca_obj_fini(QhcaState *s);
 void qhca_obj_reset(QhcaState *s);
 void qhca_obj_free_ctx(QhcaState *s, uint32_t uar);
 uint8_t qhca_cmd_obj(QhcaState *s, const struct qhca_cmd *cmd,
-                     uint64_t *data);
+                     uint64_t *data, QhcaPageList *pl);
+uint8_t qhca_pl_load(QhcaState *s, QhcaPageList *pl, int64_t *budget);
+void qhca_pl_release(QhcaState *s, QhcaPageList *pl);
 QhcaQp *qhca_qp_lookup(QhcaState *s, uint32_t qpn);
 QhcaCq *qhca_cq_lookup(QhcaState *s, uint32_t cqn);
 QhcaMr *qhca_mr_lookup(QhcaState *s, uint32_t key);
@@ -368,7 +450,7 @@ bool qhca_objects_exist(const QhcaState *s);
 
 static inline uint32_t qhca_qpn(const QhcaState *s, const QhcaQp *qp)
 {
-    return qp - s->qp;
+    return qp->qpn;
 }
 
 static inline uint32_t qhca_cqn(const QhcaState *s, const QhcaCq *cq)
