@@ -1,0 +1,448 @@
+/*
+ * qhca: an emulated RDMA host channel adapter -- the RC responder
+ *
+ * Requests to memory accesses, receive completions and ACKs: PSN and opcode
+ * sequence, R_Key and rights on every packet, RDMA READ responses a budget
+ * at a time, atomics.  See qhca-rc.c for the engine as a whole.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/atomic.h"
+#include "qemu/bswap.h"
+#include "qemu/main-loop.h"
+#include "qhca-rc.h"
+#include "trace.h"
+
+/* ------------------------------------------------------------------------ */
+/* responder                                                                */
+
+static void qhca_resp_send(QhcaState *s, QhcaQp *qp, QhcaPkt *pkt)
+{
+    trace_qhca_resp_send(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
+                         pkt->syndrome);
+    qhca_rc_send(s, qp, pkt);
+}
+
+static void qhca_resp_ack(QhcaState *s, QhcaQp *qp, uint32_t psn,
+                          uint8_t syndrome)
+{
+    QhcaPkt *pkt = g_new0(QhcaPkt, 1);
+
+    pkt->opcode = QHCA_OP_ACK;
+    pkt->psn = psn;
+    pkt->syndrome = syndrome;
+    qhca_resp_send(s, qp, pkt);
+    g_free(pkt);
+}
+
+/* A fatal responder error: NAK it, and the responder QP goes to ERR. */
+static void qhca_resp_fail(QhcaState *s, QhcaQp *qp, uint32_t psn,
+                           uint8_t nak, const char *why)
+{
+    trace_qhca_resp_fail(qhca_qpn(s, qp), psn, nak, why);
+    qhca_resp_ack(s, qp, psn, QHCA_AETH_NAK | nak);
+    qhca_qp_set_error(s, qp, true);
+}
+
+/* Local error while placing a SEND: the receive WQE completes in error too. */
+static void qhca_resp_recv_fail(QhcaState *s, QhcaQp *qp, uint32_t psn,
+                                uint8_t wc_status, uint8_t nak,
+                                const char *why)
+{
+    qhca_complete(s, qp, qp->rcqn, qp->rq.ci, qp->resp_wr_id, QHCA_WC_RECV,
+                  wc_status, qp->resp_off, false, 0);
+    qp->rq.ci++;
+    qhca_resp_fail(s, qp, psn, nak, why);
+}
+
+/* Takes the receive WQE at rq.ci; false if it is malformed (QP to ERR). */
+static bool qhca_resp_take_rwqe(QhcaState *s, QhcaQp *qp, uint32_t psn)
+{
+    struct qhca_rwqe hdr;
+    struct qhca_sge sge[QHCA_LIMIT_MAX_SGE];
+    unsigned i;
+
+    if (!qhca_wq_read(s, qp, &qp->rq, qp->rq.ci, 0, &hdr, sizeof(hdr))) {
+        qp->resp_wr_id = 0;
+        qhca_resp_recv_fail(s, qp, psn, QHCA_WC_LOC_QP_OP_ERR,
+                            QHCA_NAK_REM_OP, "receive ring unreachable");
+        return false;
+    }
+    qp->resp_wr_id = le64_to_cpu(hdr.wr_id);
+    qp->resp_num_sge = le32_to_cpu(hdr.num_sge);
+    qp->resp_off = 0;
+    if (qp->resp_num_sge > qp->max_sge || hdr.rsvd ||
+        !qhca_wq_read(s, qp, &qp->rq, qp->rq.ci, sizeof(hdr), sge,
+                      qp->resp_num_sge * sizeof(sge[0]))) {
+        qhca_resp_recv_fail(s, qp, psn, QHCA_WC_LOC_QP_OP_ERR,
+                            QHCA_NAK_REM_OP, "malformed receive WQE");
+        return false;
+    }
+    for (i = 0; i < qp->resp_num_sge; i++) {
+        qp->resp_sge[i].addr = le64_to_cpu(sge[i].addr);
+        qp->resp_sge[i].length = le32_to_cpu(sge[i].length);
+        qp->resp_sge[i].lkey = le32_to_cpu(sge[i].lkey);
+    }
+    qp->resp_have_rwqe = true;
+    return true;
+}
+
+static bool qhca_op_is_send(uint8_t op)
+{
+    return op <= QHCA_OP_SEND_ONLY_IMM;
+}
+
+static bool qhca_op_is_write(uint8_t op)
+{
+    return op >= QHCA_OP_WRITE_FIRST && op <= QHCA_OP_WRITE_ONLY_IMM;
+}
+
+static bool qhca_op_starts(uint8_t op)
+{
+    return op == QHCA_OP_SEND_FIRST || op == QHCA_OP_SEND_ONLY ||
+           op == QHCA_OP_SEND_ONLY_IMM || op == QHCA_OP_WRITE_FIRST ||
+           op == QHCA_OP_WRITE_ONLY || op == QHCA_OP_WRITE_ONLY_IMM ||
+           op == QHCA_OP_READ_REQUEST || op == QHCA_OP_CMP_SWAP ||
+           op == QHCA_OP_FETCH_ADD;
+}
+
+static bool qhca_op_ends(uint8_t op)
+{
+    return op != QHCA_OP_SEND_FIRST && op != QHCA_OP_SEND_MIDDLE &&
+           op != QHCA_OP_WRITE_FIRST && op != QHCA_OP_WRITE_MIDDLE;
+}
+
+static bool qhca_op_imm(uint8_t op)
+{
+    return op == QHCA_OP_SEND_LAST_IMM || op == QHCA_OP_SEND_ONLY_IMM ||
+           op == QHCA_OP_WRITE_LAST_IMM || op == QHCA_OP_WRITE_ONLY_IMM;
+}
+
+/*
+ * RDMA READ request (new or duplicate): check it, then answer from the
+ * engine BH, a budget of response packets per turn (qhca_resp_read_step), so
+ * that a large READ does not hold up the other QPs.  A new request replaces
+ * one still being answered (the requester asked again).
+ */
+static void qhca_resp_read(QhcaState *s, QhcaQp *qp, const QhcaPkt *req,
+                           bool dup)
+{
+    uint32_t n = MAX(1, DIV_ROUND_UP(req->dma_len, qhca_mtu(qp)));
+
+    if (req->dma_len) {
+        QhcaMr *mr = qhca_mr_check(s, req->rkey, qp->pdn, req->va,
+                                   req->dma_len, QHCA_ACCESS_REMOTE_READ);
+
+        if (!mr || !(qp->access & QHCA_ACCESS_REMOTE_READ)) {
+            qhca_resp_fail(s, qp, req->psn, QHCA_NAK_REM_ACCESS,
+                           "R_Key refused for RDMA READ");
+            return;
+        }
+    }
+    if (!dup) {
+        qp->rq_psn = psn_add(req->psn, n);
+    }
+    qp->rd_active = true;
+    qp->rd_va = req->va;
+    qp->rd_rkey = req->rkey;
+    qp->rd_len = req->dma_len;
+    qp->rd_psn = req->psn;
+    qp->rd_n = n;
+    qp->rd_next = 0;
+    qhca_engine_schedule(s, qp);
+}
+
+void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget)
+{
+    uint32_t mtu = qhca_mtu(qp);
+    QhcaPkt *pkt = g_new(QhcaPkt, 1);
+
+    while (*budget && qp->rd_active) {
+        uint32_t i = qp->rd_next;
+        uint64_t off = (uint64_t)i * mtu;
+        QhcaMr *mr;
+
+        memset(pkt, 0, offsetof(QhcaPkt, payload));
+        if (qp->rd_n == 1) {
+            pkt->opcode = QHCA_OP_READ_RESP_ONLY;
+        } else if (i == 0) {
+            pkt->opcode = QHCA_OP_READ_RESP_FIRST;
+        } else if (i == qp->rd_n - 1) {
+            pkt->opcode = QHCA_OP_READ_RESP_LAST;
+        } else {
+            pkt->opcode = QHCA_OP_READ_RESP_MIDDLE;
+        }
+        pkt->psn = psn_add(qp->rd_psn, i);
+        pkt->syndrome = QHCA_AETH_ACK;
+        pkt->len = MIN(qp->rd_len - off, mtu);
+        if (pkt->len) {
+            /*
+             * Again per packet: the MR may have gone since the request, or
+             * MODIFY_QP taken the QP's right away.
+             */
+            mr = qhca_mr_check(s, qp->rd_rkey, qp->pdn, qp->rd_va + off,
+                               pkt->len, QHCA_ACCESS_REMOTE_READ);
+            if (!mr || !(qp->access & QHCA_ACCESS_REMOTE_READ)) {
+                qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_ACCESS,
+                               "R_Key refused for RDMA READ");
+                break;
+            }
+            if (!qhca_mr_rw(s, mr, qp->rd_va + off, pkt->payload, pkt->len,
+                            false)) {
+                qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_OP,
+                               "RDMA READ source unreachable");
+                break;
+            }
+        }
+        if (++qp->rd_next == qp->rd_n) {
+            qp->rd_active = false;
+        }
+        (*budget)--;
+        qhca_resp_send(s, qp, pkt);
+    }
+    g_free(pkt);
+}
+
+static void qhca_resp_atomic(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
+{
+    QhcaPkt *pkt;
+    uint64_t val, orig;
+    QhcaMr *mr;
+
+    if (req->va & 7) {
+        qhca_resp_fail(s, qp, req->psn, QHCA_NAK_INV_REQ,
+                       "atomic address not 8-byte aligned");
+        return;
+    }
+    mr = qhca_mr_check(s, req->rkey, qp->pdn, req->va, 8,
+                       QHCA_ACCESS_REMOTE_ATOMIC);
+    if (!mr || !(qp->access & QHCA_ACCESS_REMOTE_ATOMIC)) {
+        qhca_resp_fail(s, qp, req->psn, QHCA_NAK_REM_ACCESS,
+                       "R_Key refused for atomic");
+        return;
+    }
+    if (!qhca_mr_rw(s, mr, req->va, &val, 8, false)) {
+        qhca_resp_fail(s, qp, req->psn, QHCA_NAK_REM_OP,
+                       "atomic target unreachable");
+        return;
+    }
+    orig = le64_to_cpu(val);
+    if (req->opcode == QHCA_OP_CMP_SWAP) {
+        val = orig == req->compare ? req->swap_add : orig;
+    } else {
+        val = orig + req->swap_add;
+    }
+    val = cpu_to_le64(val);
+    if (!qhca_mr_rw(s, mr, req->va, &val, 8, true)) {
+        qhca_resp_fail(s, qp, req->psn, QHCA_NAK_REM_OP,
+                       "atomic target unreachable");
+        return;
+    }
+    qp->atomic_valid = true;
+    qp->atomic_psn = req->psn;
+    qp->atomic_orig = orig;
+    qp->rq_psn = psn_add(req->psn, 1);
+
+    pkt = g_new0(QhcaPkt, 1);
+    pkt->opcode = QHCA_OP_ATOMIC_ACK;
+    pkt->psn = req->psn;
+    pkt->syndrome = QHCA_AETH_ACK;
+    pkt->orig = orig;
+    qhca_resp_send(s, qp, pkt);
+    g_free(pkt);
+}
+
+/* A request packet with the expected PSN: SEND or RDMA WRITE. */
+static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
+{
+    uint8_t op = pkt->opcode;
+    uint32_t mtu = qhca_mtu(qp);
+    bool starts = qhca_op_starts(op), ends = qhca_op_ends(op);
+    bool imm = qhca_op_imm(op);
+    uint8_t st;
+
+    if ((!ends && pkt->len != mtu) || pkt->len > mtu) {
+        qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_INV_REQ,
+                       "payload length does not fit the opcode");
+        return;
+    }
+
+    /* A message that consumes a receive WQE needs one before anything. */
+    if ((imm || (qhca_op_is_send(op) && starts)) && qp->rq.ci == qp->rq.pi) {
+        trace_qhca_resp_rnr(qhca_qpn(s, qp), pkt->psn);
+        qhca_resp_ack(s, qp, pkt->psn, QHCA_AETH_RNR_NAK | qp->min_rnr_timer);
+        return;
+    }
+
+    if (qhca_op_is_send(op)) {
+        if (starts) {
+            if (!qhca_resp_take_rwqe(s, qp, pkt->psn)) {
+                return;
+            }
+            qp->resp_op = QHCA_RESP_SEND;
+        }
+        st = qhca_sge_copy(s, qp->pdn, qp->resp_sge, qp->resp_num_sge,
+                           qp->resp_off, (void *)pkt->payload, pkt->len, true);
+        if (st == QHCA_WC_LOC_LEN_ERR) {
+            qhca_resp_recv_fail(s, qp, pkt->psn, st, QHCA_NAK_INV_REQ,
+                                "message longer than the receive WQE");
+            return;
+        }
+        if (st != QHCA_WC_SUCCESS) {
+            qhca_resp_recv_fail(s, qp, pkt->psn, st, QHCA_NAK_REM_OP,
+                                "receive SGE refused");
+            return;
+        }
+        qp->resp_off += pkt->len;
+        qp->rq_psn = psn_add(pkt->psn, 1);
+        if (ends) {
+            qhca_complete(s, qp, qp->rcqn, qp->rq.ci, qp->resp_wr_id,
+                          QHCA_WC_RECV, QHCA_WC_SUCCESS, qp->resp_off, imm,
+                          pkt->imm);
+            qp->rq.ci++;
+            qhca_resp_clear(qp);
+        }
+    } else {
+        QhcaMr *mr = NULL;
+
+        if (starts) {
+            if (pkt->dma_len) {
+                mr = qhca_mr_check(s, pkt->rkey, qp->pdn, pkt->va,
+                                   pkt->dma_len, QHCA_ACCESS_REMOTE_WRITE);
+                if (!mr || !(qp->access & QHCA_ACCESS_REMOTE_WRITE)) {
+                    qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_ACCESS,
+                                   "R_Key refused for RDMA WRITE");
+                    return;
+                }
+            }
+            qp->resp_op = QHCA_RESP_WRITE;
+            qp->resp_va = pkt->va;
+            qp->resp_rkey = pkt->rkey;
+            qp->resp_left = pkt->dma_len;
+            qp->resp_total = pkt->dma_len;
+        }
+        if (pkt->len > qp->resp_left || (ends && pkt->len != qp->resp_left)) {
+            qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_INV_REQ,
+                           "RDMA WRITE payload does not match the RETH");
+            return;
+        }
+        if (pkt->len) {
+            /*
+             * Again per packet: the MR may have gone since the first, or
+             * MODIFY_QP taken the QP's right away.
+             */
+            mr = qhca_mr_check(s, qp->resp_rkey, qp->pdn, qp->resp_va,
+                               pkt->len, QHCA_ACCESS_REMOTE_WRITE);
+            if (!mr || !(qp->access & QHCA_ACCESS_REMOTE_WRITE)) {
+                qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_ACCESS,
+                               "R_Key refused for RDMA WRITE");
+                return;
+            }
+            if (!qhca_mr_rw(s, mr, qp->resp_va, (void *)pkt->payload,
+                            pkt->len, true)) {
+                qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_OP,
+                               "RDMA WRITE target unreachable");
+                return;
+            }
+        }
+        qp->resp_va += pkt->len;
+        qp->resp_left -= pkt->len;
+        if (imm) {
+            if (!qhca_resp_take_rwqe(s, qp, pkt->psn)) {
+                return;
+            }
+            qhca_complete(s, qp, qp->rcqn, qp->rq.ci, qp->resp_wr_id,
+                          QHCA_WC_RECV_RDMA_WITH_IMM, QHCA_WC_SUCCESS,
+                          qp->resp_total, true, pkt->imm);
+            qp->rq.ci++;
+        }
+        qp->rq_psn = psn_add(pkt->psn, 1);
+        if (ends) {
+            qhca_resp_clear(qp);
+        }
+    }
+    if (pkt->ack_req && qp->state != QHCA_QPS_ERR) {
+        qhca_resp_ack(s, qp, pkt->psn, QHCA_AETH_ACK | 0x1f);
+    }
+}
+
+void qhca_resp_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
+{
+    int32_t d;
+    uint8_t op = pkt->opcode;
+
+    if (qp->state != QHCA_QPS_RTR && qp->state != QHCA_QPS_RTS) {
+        trace_qhca_pkt_drop(qhca_qpn(s, qp), op, pkt->psn,
+                            "responder not ready");
+        return;
+    }
+    d = psn_diff(pkt->psn, qp->rq_psn);
+    if (d > 0) {
+        /*
+         * A gap: NAK it once (IBA 9.7.5.2.2); the rest of the burst behind
+         * it is dropped quietly until the expected PSN arrives.
+         */
+        if (qp->resp_nak_sent) {
+            trace_qhca_pkt_drop(qhca_qpn(s, qp), op, pkt->psn,
+                                "PSN ahead, already NAKed");
+            return;
+        }
+        trace_qhca_pkt_drop(qhca_qpn(s, qp), op, pkt->psn, "PSN ahead: NAK");
+        qp->resp_nak_sent = true;
+        qhca_resp_ack(s, qp, qp->rq_psn, QHCA_AETH_NAK | QHCA_NAK_PSN_SEQ);
+        return;
+    }
+    if (d < 0) {
+        /* Duplicate: answer again, execute nothing twice. */
+        if (op == QHCA_OP_READ_REQUEST) {
+            qhca_resp_read(s, qp, pkt, true);
+        } else if (op == QHCA_OP_CMP_SWAP || op == QHCA_OP_FETCH_ADD) {
+            if (qp->atomic_valid && qp->atomic_psn == pkt->psn) {
+                QhcaPkt *ack = g_new0(QhcaPkt, 1);
+
+                ack->opcode = QHCA_OP_ATOMIC_ACK;
+                ack->psn = pkt->psn;
+                ack->orig = qp->atomic_orig;
+                qhca_resp_send(s, qp, ack);
+                g_free(ack);
+            }
+        } else if (pkt->ack_req) {
+            qhca_resp_ack(s, qp, psn_add(qp->rq_psn, QHCA_PSN_MASK),
+                          QHCA_AETH_ACK | 0x1f);
+        }
+        return;
+    }
+
+    /* The expected PSN: does the opcode continue what is in progress? */
+    qp->resp_nak_sent = false;
+    if (qp->resp_op) {
+        bool ok = (qp->resp_op == QHCA_RESP_SEND && qhca_op_is_send(op) &&
+                   !qhca_op_starts(op)) ||
+                  (qp->resp_op == QHCA_RESP_WRITE &&
+                   qhca_op_is_write(op) && !qhca_op_starts(op));
+        if (!ok) {
+            qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_INV_REQ,
+                           "opcode out of sequence");
+            return;
+        }
+    } else if (!qhca_op_starts(op)) {
+        qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_INV_REQ,
+                       "opcode out of sequence");
+        return;
+    }
+
+    switch (op) {
+    case QHCA_OP_READ_REQUEST:
+        qhca_resp_read(s, qp, pkt, false);
+        break;
+    case QHCA_OP_CMP_SWAP:
+    case QHCA_OP_FETCH_ADD:
+        qhca_resp_atomic(s, qp, pkt);
+        break;
+    default:
+        qhca_resp_data(s, qp, pkt);
+        break;
+    }
+}

@@ -1,0 +1,73 @@
+/*
+ * qhca: an emulated RDMA host channel adapter -- RC engine internals
+ *
+ * What the parts of the RC engine share: qhca-rc.c (memory through page
+ * lists and keys, completion queues, QP state, the wire, the scheduler and
+ * its bottom half), qhca-rc-req.c (the requester) and qhca-rc-resp.c (the
+ * responder).  The overview is at the top of qhca-rc.c.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef HW_MISC_QHCA_RC_H
+#define HW_MISC_QHCA_RC_H
+
+#include "qhca-wire.h"
+
+#define QHCA_MAX_MSG_SIZE       (1ull << 31)
+
+/* QhcaQp.resp_op: the multi-packet message the responder is in. */
+#define QHCA_RESP_NONE          0
+#define QHCA_RESP_SEND          1
+#define QHCA_RESP_WRITE         2
+
+static inline uint32_t psn_add(uint32_t psn, uint32_t n)
+{
+    return (psn + n) & QHCA_PSN_MASK;
+}
+
+/* a - b in the 24-bit PSN space, as a signed distance. */
+static inline int32_t psn_diff(uint32_t a, uint32_t b)
+{
+    return (int32_t)((a - b) << 8) >> 8;
+}
+
+static inline uint32_t qhca_mtu(const QhcaQp *qp)
+{
+    return 1u << qp->path_mtu;
+}
+
+/* qhca-rc.c */
+bool qhca_pl_rw(QhcaState *s, const uint64_t *pages, uint32_t npages,
+                uint64_t off, void *buf, uint64_t len, bool write);
+QhcaMr *qhca_mr_check(QhcaState *s, uint32_t key, uint32_t pdn,
+                      uint64_t va, uint64_t len, uint32_t access);
+bool qhca_mr_rw(QhcaState *s, QhcaMr *mr, uint64_t va, void *buf,
+                uint64_t len, bool write);
+uint8_t qhca_sge_copy(QhcaState *s, uint32_t pdn, const struct qhca_sge *sge,
+                      unsigned n, uint64_t off, void *buf, uint64_t len,
+                      bool to_mem);
+uint8_t qhca_sge_check(QhcaState *s, uint32_t pdn, const struct qhca_sge *sge,
+                       unsigned n, bool to_mem, uint64_t *total);
+bool qhca_wq_read(QhcaState *s, QhcaQp *qp, const QhcaWq *wq, uint16_t idx,
+                  uint64_t off, void *buf, uint64_t len);
+void qhca_complete(QhcaState *s, QhcaQp *qp, uint32_t cqn, uint16_t wqe_index,
+                   uint64_t wr_id, uint8_t opcode, uint8_t status,
+                   uint32_t byte_len, bool with_imm, uint32_t imm);
+void qhca_timer_arm(QhcaQp *qp, int64_t ns);
+void qhca_req_clear(QhcaQp *qp);
+void qhca_resp_clear(QhcaQp *qp);
+uint8_t qhca_wc_opcode(uint8_t wr_opcode);
+void qhca_rc_send(QhcaState *s, QhcaQp *qp, QhcaPkt *pkt);
+
+/* qhca-rc-req.c */
+bool qhca_req_start(QhcaState *s, QhcaQp *qp);
+void qhca_req_send_one(QhcaState *s, QhcaQp *qp);
+void qhca_req_timeout(QhcaState *s, QhcaQp *qp);
+void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt);
+
+/* qhca-rc-resp.c */
+void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget);
+void qhca_resp_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt);
+
+#endif /* HW_MISC_QHCA_RC_H */
