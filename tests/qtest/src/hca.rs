@@ -168,19 +168,56 @@ impl Hca {
         Self::attach(Qtest::start(&args), props.len())
     }
 
+    /// One qhca function behind a PCIe root port (`00:02.0`, secondary bus 1), the port set
+    /// up as firmware would (bus numbers, windows over the BAR areas, decoding, bus mastering),
+    /// and q35's ECAM enabled ([`pci::enable_q35_ecam`]), so that DMA can reach config space.
+    /// Returns the port too.
+    pub fn start_behind_root_port(props: &str) -> (Hca, Bdf) {
+        let dev = if props.is_empty() {
+            "qhca,bus=rp".to_string()
+        } else {
+            format!("qhca,bus=rp,{props}")
+        };
+        let mut qt = Qtest::start(&[
+            "-device",
+            "pcie-root-port,id=rp,bus=pcie.0,addr=0x2,chassis=1",
+            "-device",
+            dev.as_str(),
+        ]);
+        let port = Bdf {
+            bus: 0,
+            devfn: 2 << 3,
+        };
+        pci::setup_bridge(
+            &mut qt,
+            port,
+            1,
+            (pci::MMIO32_BASE, 1 << 20),
+            (pci::MMIO64_BASE, 1 << 30),
+        );
+        pci::enable_q35_ecam(&mut qt);
+        (Self::attach_on(qt, 1, 1), port)
+    }
+
     /// Takes over a running QEMU with `expected` qhca functions: finds them, assigns their BARs
     /// (always the same addresses for the same machine), enables decoding and bus mastering.
     /// Nothing is reset: this is also how the test picks up a device after a migration.
-    pub fn attach(mut qt: Qtest, expected: usize) -> Hca {
-        let found = pci::find_all(
+    pub fn attach(qt: Qtest, expected: usize) -> Hca {
+        Self::attach_on(qt, 0, expected)
+    }
+
+    /// As [`Hca::attach`], for functions on `bus`.
+    pub fn attach_on(mut qt: Qtest, bus: u8, expected: usize) -> Hca {
+        let found = pci::find_all_on(
             &mut qt,
+            bus,
             QHCA_PCI_VENDOR_ID as u16,
             QHCA_PCI_DEVICE_ID as u16,
         );
         assert_eq!(
             found.len(),
             expected,
-            "{:04x}:{:04x} functions on bus 0: {found:?}; stderr:\n{}",
+            "{:04x}:{:04x} functions on bus {bus}: {found:?}; stderr:\n{}",
             QHCA_PCI_VENDOR_ID,
             QHCA_PCI_DEVICE_ID,
             qt.stderr()
@@ -209,6 +246,18 @@ impl Hca {
             others: units,
             selected: 0,
         }
+    }
+
+    /// Assigns the selected function's BARs again (the same addresses) and turns decoding and
+    /// bus mastering back on: after a reset of the function's config space (a bus reset).
+    /// The driver's queue state is forgotten, as after [`Hca::reset`].
+    pub fn reprobe(&mut self) {
+        let mut alloc = pci::BarAllocator::default();
+        let addrs = alloc.assign_and_enable(&mut self.qt, self.dev, &self.bars);
+        assert_eq!(addrs[QHCA_BAR_REGS as usize], Some(self.regs));
+        assert_eq!(addrs[QHCA_BAR_UAR as usize], Some(self.uar));
+        self.cmd_pi = 0;
+        self.eq_ci = 0;
     }
 
     /// How many qhca functions the machine has.

@@ -51,7 +51,7 @@ pub const MMIO32_BASE: u64 = 0xe000_0000;
 /// Where 64-bit memory BARs go: above 4 GiB, far from the 128 MiB of RAM.
 pub const MMIO64_BASE: u64 = 0x8_0000_0000;
 
-/// A function on bus 0.
+/// A function (bus and devfn).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bdf {
     pub bus: u8,
@@ -91,11 +91,16 @@ pub fn cfg_write8(qt: &mut Qtest, d: Bdf, off: u8, v: u8) {
 
 /// Every function on bus 0 with this vendor and device ID, in slot order.
 pub fn find_all(qt: &mut Qtest, vendor: u16, device: u16) -> Vec<Bdf> {
+    find_all_on(qt, 0, vendor, device)
+}
+
+/// Every function on `bus` with this vendor and device ID, in slot order.
+pub fn find_all_on(qt: &mut Qtest, bus: u8, vendor: u16, device: u16) -> Vec<Bdf> {
     let mut found = Vec::new();
     for dev in 0..32u8 {
         for func in 0..8u8 {
             let d = Bdf {
-                bus: 0,
+                bus,
                 devfn: dev << 3 | func,
             };
             let id = cfg_read32(qt, d, PCI_VENDOR_ID);
@@ -369,4 +374,55 @@ impl Msix {
         let word = qt.readl(self.pba + (vector as u64 / 32) * 4);
         word & (1 << (vector % 32)) != 0
     }
+}
+
+/// Type 1 (bridge) header registers.
+pub const PCI_PRIMARY_BUS: u8 = 0x18;
+pub const PCI_SECONDARY_BUS: u8 = 0x19;
+pub const PCI_SUBORDINATE_BUS: u8 = 0x1a;
+pub const PCI_MEMORY_BASE: u8 = 0x20;
+pub const PCI_MEMORY_LIMIT: u8 = 0x22;
+pub const PCI_PREF_MEMORY_BASE: u8 = 0x24;
+pub const PCI_PREF_MEMORY_LIMIT: u8 = 0x26;
+pub const PCI_PREF_BASE_UPPER32: u8 = 0x28;
+pub const PCI_PREF_LIMIT_UPPER32: u8 = 0x2c;
+pub const PCI_BRIDGE_CONTROL: u8 = 0x3e;
+pub const PCI_BRIDGE_CTL_BUS_RESET: u16 = 0x40;
+
+/// Does the firmware's work for a bridge: bus numbers `secondary`..=`secondary`, a 32-bit memory
+/// window and a 64-bit prefetchable window (each `[base, base + size)`, 1 MiB granular), memory
+/// decoding and bus mastering on.
+pub fn setup_bridge(qt: &mut Qtest, br: Bdf, secondary: u8, mem: (u64, u64), pref: (u64, u64)) {
+    cfg_write8(qt, br, PCI_PRIMARY_BUS, br.bus);
+    cfg_write8(qt, br, PCI_SECONDARY_BUS, secondary);
+    cfg_write8(qt, br, PCI_SUBORDINATE_BUS, secondary);
+    let (base, size) = mem;
+    cfg_write16(qt, br, PCI_MEMORY_BASE, (base >> 16) as u16 & 0xfff0);
+    cfg_write16(qt, br, PCI_MEMORY_LIMIT, ((base + size - 1) >> 16) as u16 & 0xfff0);
+    let (base, size) = pref;
+    let limit = base + size - 1;
+    cfg_write16(qt, br, PCI_PREF_MEMORY_BASE, (base >> 16) as u16 & 0xfff0 | 1);
+    cfg_write16(qt, br, PCI_PREF_MEMORY_LIMIT, (limit >> 16) as u16 & 0xfff0 | 1);
+    cfg_write32(qt, br, PCI_PREF_BASE_UPPER32, (base >> 32) as u32);
+    cfg_write32(qt, br, PCI_PREF_LIMIT_UPPER32, (limit >> 32) as u32);
+    let cmd = cfg_read16(qt, br, PCI_COMMAND);
+    cfg_write16(qt, br, PCI_COMMAND, cmd | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
+}
+
+/// q35's MCH: PCIEXBAR, the ECAM (MMCONFIG) window, which firmware enables.
+pub const Q35_MCH: Bdf = Bdf { bus: 0, devfn: 0 };
+pub const Q35_PCIEXBAR: u8 = 0x60;
+/// Where [`enable_q35_ecam`] puts ECAM (q35's default, 256 MiB: buses 0..=255).
+pub const Q35_ECAM_BASE: u64 = 0xb000_0000;
+
+/// Enables ECAM at [`Q35_ECAM_BASE`]: every function's config space is then also MMIO, at
+/// `ecam_addr(bdf)`, reachable by CPU stores and by DMA alike.
+pub fn enable_q35_ecam(qt: &mut Qtest) {
+    cfg_write32(qt, Q35_MCH, Q35_PCIEXBAR + 4, 0);
+    cfg_write32(qt, Q35_MCH, Q35_PCIEXBAR, Q35_ECAM_BASE as u32 | 1);
+}
+
+/// The ECAM address of a function's config space.
+pub fn ecam_addr(d: Bdf) -> u64 {
+    Q35_ECAM_BASE + ((d.bus as u64) << 20) + ((d.devfn as u64) << 12)
 }

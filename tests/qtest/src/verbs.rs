@@ -4,7 +4,9 @@
 //! their rings and page lists in guest RAM, WQEs written and doorbells rung the way the provider
 //! does, CQEs polled by owner bit. All memory comes from a bump allocator over
 //! [`VERBS_RAM`]..[`RAM_SIZE`], physically contiguous, so that a page list is just consecutive
-//! pages and an MR's iova is its guest-physical address.
+//! pages and an MR's iova is its guest-physical address. Page lists are two-level, as ABI 2
+//! has them: a directory of page-list page addresses, each page-list page holding up to
+//! `QHCA_PL_PAGE_ENTRIES` page addresses.
 
 use qhca_uapi::db::{DbType, DbWord};
 use qhca_uapi::*;
@@ -14,6 +16,8 @@ use crate::hca::{Hca, RAM_SIZE};
 /// Where the verbs tests' memory starts (above everything `hca.rs` uses).
 pub const VERBS_RAM: u64 = 0x40_0000;
 pub const PAGE: u64 = QHCA_PAGE_SIZE as u64;
+/// Page addresses in one page-list page.
+pub const PL_ENTRIES: usize = QHCA_PL_PAGE_ENTRIES as usize;
 
 /// A bump allocator of guest RAM.
 pub struct Mem {
@@ -37,15 +41,31 @@ impl Mem {
         a
     }
 
-    /// A page list for the contiguous buffer at `addr` (page aligned down), `npages` long.
+    /// A page list for the contiguous buffer at `addr` (page aligned down), `npages` long:
+    /// the directory's address, as a command's `pages_addr` takes it.
     pub fn page_list(&mut self, h: &mut Hca, addr: u64, npages: u64) -> u64 {
-        let list = self.alloc(h, npages * 8);
         let first = addr & !(PAGE - 1);
-        let bytes: Vec<u8> = (0..npages)
-            .flat_map(|i| (first + i * PAGE).to_le_bytes())
-            .collect();
-        h.qt.memwrite(list, &bytes);
-        list
+        let pages: Vec<u64> = (0..npages).map(|i| first + i * PAGE).collect();
+        self.page_list_of(h, &pages)
+    }
+
+    /// A two-level page list naming `pages` in order (raw entries: the test may put anything
+    /// there): the page-list pages, then the directory. Returns the directory's address.
+    pub fn page_list_of(&mut self, h: &mut Hca, pages: &[u64]) -> u64 {
+        let lists = pages.len().div_ceil(PL_ENTRIES).max(1) as u64;
+        let first = self.alloc(h, lists * PAGE);
+        let bytes: Vec<u8> = pages.iter().flat_map(|p| p.to_le_bytes()).collect();
+        h.qt.memwrite(first, &bytes);
+        let dir: Vec<u64> = (0..lists).map(|j| first + j * PAGE).collect();
+        self.directory(h, &dir)
+    }
+
+    /// A directory holding `entries` (addresses of page-list pages, raw).
+    pub fn directory(&mut self, h: &mut Hca, entries: &[u64]) -> u64 {
+        let dir = self.alloc(h, entries.len() as u64 * 8);
+        let bytes: Vec<u8> = entries.iter().flat_map(|p| p.to_le_bytes()).collect();
+        h.qt.memwrite(dir, &bytes);
+        dir
     }
 }
 
@@ -197,6 +217,8 @@ pub struct Cqe {
     pub opcode: u8,
     pub status: u8,
     pub flags: u8,
+    /// The SQ or RQ index of the WQE completed (free-running, 16 bits).
+    pub wqe_index: u16,
 }
 
 impl Cq {
@@ -211,7 +233,7 @@ impl Cq {
         }
         assert_eq!(b[31] & !1, 0, "CQE owner byte reserved bits: {b:?}");
         assert_eq!(b[26], 0, "CQE vendor_err: {b:?}");
-        assert_eq!(&b[28..31], &[0u8; 3][..], "CQE reserved bytes: {b:?}");
+        assert_eq!(b[30], 0, "CQE reserved byte: {b:?}");
         self.ci = self.ci.wrapping_add(1);
         h.qt.writel(self.base + (32u64 << self.log), self.ci);
         Some(Cqe {
@@ -223,6 +245,7 @@ impl Cq {
             opcode: b[24],
             status: b[25],
             flags: b[27],
+            wqe_index: u16::from_le_bytes([b[28], b[29]]),
         })
     }
 
@@ -434,14 +457,35 @@ pub fn query_qp(h: &mut Hca, uar: u32, qpn: u32) -> (u32, QpAttr) {
 
 /// QUERY_CTX: (status, db_accepted, db_violations).
 pub fn query_ctx(h: &mut Hca, uar: u32) -> (u32, u64, u64) {
+    let (st, c) = query_ctx_stats(h, uar);
+    (st, c.db_accepted, c.db_violations)
+}
+
+/// `struct qhca_ctx_stats`, decoded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CtxStats {
+    pub db_accepted: u64,
+    pub db_violations: u64,
+    pub pkt_foreign: u64,
+    pub rnr_retries: u64,
+}
+
+/// QUERY_CTX: (status, every counter).
+pub fn query_ctx_stats(h: &mut Hca, uar: u32) -> (u32, CtxStats) {
     let out = MAILBOX + 0x2000;
     h.qt.memset(out, 64, 0xee);
     let st = obj_cmd_out(h, QHCA_CMD_QUERY_CTX, [uar as u64, 0, 0, 0, 0], out, 64);
     let b = h.qt.memread(out, 64);
     if st == QHCA_CMD_OK {
-        assert!(b[16..].iter().all(|&x| x == 0), "QUERY_CTX rsvd: {b:?}");
+        assert!(b[32..].iter().all(|&x| x == 0), "QUERY_CTX rsvd: {b:?}");
     }
-    (st, get64(&b, 0), get64(&b, 8))
+    let c = CtxStats {
+        db_accepted: get64(&b, 0),
+        db_violations: get64(&b, 8),
+        pkt_foreign: get64(&b, 16),
+        rnr_retries: get64(&b, 24),
+    };
+    (st, c)
 }
 
 /// Connection parameters used by [`connect`].

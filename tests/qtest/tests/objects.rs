@@ -168,8 +168,8 @@ fn mr_keys_and_validation() {
     assert_eq!(destroy(&mut h, QHCA_CMD_DEREG_MR, uar, k1), QHCA_CMD_OK);
     let (st, k2) = reg_mr(&mut h, &mut m, uar, pdn, buf, 100, QHCA_ACCESS_LOCAL_WRITE);
     assert_eq!(st, QHCA_CMD_OK);
-    assert_eq!(k1 >> 8, k2 >> 8, "index reused");
-    assert_ne!(k1, k2, "tag bumped on reuse");
+    assert_ne!(k1 >> 8, k2 >> 8, "indices are handed out round-robin");
+    assert_ne!(k1, k2);
     assert_eq!(
         destroy(&mut h, QHCA_CMD_DEREG_MR, uar, k1),
         QHCA_CMD_BAD_RESOURCE,
@@ -224,20 +224,37 @@ fn mr_keys_and_validation() {
         ),
         ("page list at 0", reg_mr_bytes(uar, pdn, buf, 8, 0, 1, 0)),
     ];
-    // A list whose entry is not page aligned.
-    let odd_list = m.alloc(&mut h, 8);
-    h.qt.writeq(odd_list, buf + 0x10);
+    // A list whose entry is not page aligned; a directory whose entry (a page-list page) is
+    // not page aligned; a directory that is not 8-byte aligned.
+    let odd_list = m.page_list_of(&mut h, &[buf + 0x10]);
+    let good_list = m.page_list(&mut h, buf, 1);
+    let pl_page = h.qt.readq(good_list);
+    let odd_dir = m.directory(&mut h, &[pl_page + 8]);
     let mut bad = bad;
     bad.push((
         "unaligned page in list",
         reg_mr_bytes(uar, pdn, buf, 8, 0, 1, odd_list),
     ));
+    bad.push((
+        "unaligned page-list page in the directory",
+        reg_mr_bytes(uar, pdn, buf, 8, 0, 1, odd_dir),
+    ));
+    bad.push((
+        "directory not 8-byte aligned",
+        reg_mr_bytes(uar, pdn, buf, 8, 0, 1, good_list + 4),
+    ));
     for (what, b) in &bad {
         let (st, _) = obj_cmd(&mut h, QHCA_CMD_REG_MR, in_words(b));
         assert_eq!(st, QHCA_CMD_BAD_PARAM, "REG_MR {what}: {}", status_name(st));
     }
-    // A page list the device cannot read.
+    // A directory, or a page-list page, the device cannot read.
     let b = reg_mr_bytes(uar, pdn, buf, 8, 0, 1, BEYOND_RAM);
+    assert_eq!(
+        obj_cmd(&mut h, QHCA_CMD_REG_MR, in_words(&b)).0,
+        QHCA_CMD_DMA_ERROR
+    );
+    let far_dir = m.directory(&mut h, &[BEYOND_RAM]);
+    let b = reg_mr_bytes(uar, pdn, buf, 8, 0, 1, far_dir);
     assert_eq!(
         obj_cmd(&mut h, QHCA_CMD_REG_MR, in_words(&b)).0,
         QHCA_CMD_DMA_ERROR
