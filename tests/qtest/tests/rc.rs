@@ -1009,3 +1009,138 @@ fn mismatched_psns_are_retried_then_fail() {
         );
     }
 }
+
+/// Review item 7: rights taken away by MODIFY_QP hold from the next packet, not from the next
+/// message. An 8 MiB RDMA READ is answered a budget of packets per engine turn; MODIFY_QP
+/// revokes REMOTE_READ on the responder meanwhile: the rest is refused (REM_ACCESS_ERR) and
+/// the tail of the local buffer never written. Then the same for an 8 MiB RDMA WRITE and
+/// REMOTE_WRITE.
+#[test]
+fn rights_revoked_mid_message_stop_the_next_packet() {
+    let (mut h, mut p) = setup(&ConnParams::default());
+    let len = 8usize << 20;
+    let (remote, rkey) = p.buf(&mut h, len as u64, 0x5a, RW);
+    let (local, lkey) = p.buf(&mut h, len as u64, 0, QHCA_ACCESS_LOCAL_WRITE);
+    let revoke = |h: &mut Hca, p: &Pair, access: u32| {
+        let st = modify_qp(
+            h,
+            p.uar,
+            p.b.qpn,
+            &QpAttr {
+                mask: QHCA_QP_ATTR_ACCESS,
+                access,
+                ..Default::default()
+            },
+        );
+        assert_eq!(st, QHCA_CMD_OK);
+    };
+    p.a.post_send(
+        &mut h,
+        &SendWr {
+            wr_id: 0x4d,
+            opcode: QHCA_WR_RDMA_READ,
+            flags: QHCA_WQE_SIGNALED,
+            remote_addr: remote,
+            rkey,
+            sges: vec![(local, len as u32, lkey)],
+            ..Default::default()
+        },
+    );
+    revoke(&mut h, &p, QHCA_ACCESS_REMOTE_WRITE);
+    let c = p.scq.wait(&mut h);
+    expect_cqe(&c, 0x4d, QHCA_WC_RDMA_READ, QHCA_WC_REM_ACCESS_ERR);
+    let tail = h.qt.memread(local + len as u64 - 4096, 4096);
+    assert!(tail.iter().all(|&b| b == 0), "the READ's last page arrived after the revoke");
+    let ev = event_keys(&take_events(&mut h));
+    assert!(ev.contains(&(QHCA_EQE_QP_ERR, p.b.qpn as u64, p.uar as u64)), "{ev:?}");
+    assert_eq!(query_qp(&mut h, p.uar, p.b.qpn).1.state, QHCA_QPS_ERR as u8);
+
+    // WRITE: b (now without REMOTE_WRITE too) refuses the rest of a message it began.
+    let full = ConnParams::default();
+    p.reconnect(&mut h, &full, 0x1000);
+    h.qt.memset(remote, len, 0);
+    h.qt.memset(local, len, 0x3c);
+    p.a.post_send(
+        &mut h,
+        &SendWr {
+            wr_id: 0x4e,
+            opcode: QHCA_WR_RDMA_WRITE,
+            flags: QHCA_WQE_SIGNALED,
+            remote_addr: remote,
+            rkey,
+            sges: vec![(local, len as u32, lkey)],
+            ..Default::default()
+        },
+    );
+    revoke(&mut h, &p, QHCA_ACCESS_REMOTE_READ);
+    let c = p.scq.wait(&mut h);
+    expect_cqe(&c, 0x4e, QHCA_WC_RDMA_WRITE, QHCA_WC_REM_ACCESS_ERR);
+    let tail = h.qt.memread(remote + len as u64 - 4096, 4096);
+    assert!(tail.iter().all(|&b| b == 0), "the WRITE's last page landed after the revoke");
+}
+
+/// Every CQE carries the index of the WQE it completes: SQ indices for send completions
+/// (unsignaled WQEs in between are skipped, but counted), RQ indices for receives, and for
+/// flushed WQEs too.
+#[test]
+fn cqes_carry_the_wqe_index() {
+    let (mut h, mut p) = setup(&ConnParams::default());
+    let (dst, rkey) = p.buf(&mut h, 4096, 0, RW);
+    let (rbuf, rlkey) = p.buf(&mut h, 4096, 0, QHCA_ACCESS_LOCAL_WRITE);
+    for i in 0..3u64 {
+        p.b.post_recv(&mut h, 0x100 + i, &[(rbuf, 4096, rlkey)]);
+    }
+    // SQ 0 unsignaled WRITE, 1 signaled WRITE, 2 SEND (RQ 0), 3 unsignaled, 4 SEND (RQ 1).
+    let write = |id: u64, flags: u32| SendWr {
+        wr_id: id,
+        opcode: QHCA_WR_RDMA_WRITE,
+        flags,
+        remote_addr: dst,
+        rkey,
+        inline: Some(vec![1; 4]),
+        ..Default::default()
+    };
+    let send = |id: u64| SendWr {
+        wr_id: id,
+        opcode: QHCA_WR_SEND,
+        flags: QHCA_WQE_SIGNALED,
+        inline: Some(vec![2; 4]),
+        ..Default::default()
+    };
+    p.a.post_send(&mut h, &write(0, 0));
+    p.a.post_send(&mut h, &write(1, QHCA_WQE_SIGNALED));
+    p.a.post_send(&mut h, &send(2));
+    p.a.post_send(&mut h, &write(3, 0));
+    p.a.post_send(&mut h, &send(4));
+    let got: Vec<(u64, u16)> = (0..3)
+        .map(|_| {
+            let c = p.scq.wait(&mut h);
+            (c.wr_id, c.wqe_index)
+        })
+        .collect();
+    assert_eq!(got, vec![(1, 1), (2, 2), (4, 4)]);
+    let got: Vec<(u64, u16)> = (0..2)
+        .map(|_| {
+            let c = p.rcq.wait(&mut h);
+            (c.wr_id, c.wqe_index)
+        })
+        .collect();
+    assert_eq!(got, vec![(0x100, 0), (0x101, 1)]);
+    // Into ERR: the third receive is flushed with its index.
+    let st = modify_qp(
+        &mut h,
+        p.uar,
+        p.b.qpn,
+        &QpAttr {
+            mask: QHCA_QP_ATTR_STATE,
+            state: QHCA_QPS_ERR as u8,
+            ..Default::default()
+        },
+    );
+    assert_eq!(st, QHCA_CMD_OK);
+    let c = p.rcq.wait(&mut h);
+    assert_eq!(
+        (c.wr_id, c.status as u32, c.wqe_index),
+        (0x102, QHCA_WC_WR_FLUSH_ERR, 2)
+    );
+}
