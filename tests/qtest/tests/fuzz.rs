@@ -558,15 +558,31 @@ fn fuzz_seed_3() {
     fuzz(0xdead_beef_cafe_f00d, ops());
 }
 
+/// The seed `fuzz_seed_from_env` runs when `QHCA_FUZZ_SEED` is unset: it always fuzzes
+/// something, so that a pass never means "nothing ran".
+const DEFAULT_ENV_SEED: u64 = 0x5eed_0004;
+
+/// `QHCA_FUZZ_SEED` (decimal or 0x-hex) explores another seed without editing this file; unset,
+/// the test runs [`DEFAULT_ENV_SEED`]; set but unparsable, it fails rather than skip.
+fn env_seed() -> u64 {
+    match std::env::var("QHCA_FUZZ_SEED") {
+        Err(_) => DEFAULT_ENV_SEED,
+        Ok(v) => {
+            let t = v.trim();
+            let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+                Some(hex) => u64::from_str_radix(hex, 16),
+                None => t.parse(),
+            };
+            parsed.unwrap_or_else(|e| panic!("QHCA_FUZZ_SEED={v:?} is not a seed: {e}"))
+        }
+    }
+}
+
 #[test]
 fn fuzz_seed_from_env() {
-    // A no-op unless QHCA_FUZZ_SEED is set: handy to explore new seeds without editing this file.
-    if let Some(seed) = std::env::var("QHCA_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        fuzz(seed, ops());
-    }
+    let seed = env_seed();
+    eprintln!("fuzz_seed_from_env: seed {seed:#x}");
+    fuzz(seed, ops());
 }
 
 /// Replays a raw qtest sequence on a fresh QEMU (`-device qhca,{props}`), checking only that
