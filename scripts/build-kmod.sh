@@ -11,7 +11,7 @@ if ! make -C "$QHCA_ROOT/kmod" KDIR="$kdir" LLVM=-19 CLIPPY=1 >"$QHCA_CACHE/kmod
 	grep -E -A12 "^(error|warning)|Error " "$QHCA_CACHE/kmod-build.log" | head -80 >&2
 	die "module build failed; full log in $QHCA_CACHE/kmod-build.log"
 fi
-if grep -E "^warning" "$QHCA_CACHE/kmod-build.log" >&2; then
+if grep -E "^warning|: warning:" "$QHCA_CACHE/kmod-build.log" >&2; then
 	die "module build has warnings (see above); fix them"
 fi
 if ! make -s -C "$QHCA_ROOT/kmod" KDIR="$kdir" rustfmtcheck >"$QHCA_CACHE/kmod-rustfmt.log" 2>&1; then
