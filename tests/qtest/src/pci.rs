@@ -398,15 +398,35 @@ pub fn setup_bridge(qt: &mut Qtest, br: Bdf, secondary: u8, mem: (u64, u64), pre
     cfg_write8(qt, br, PCI_SUBORDINATE_BUS, secondary);
     let (base, size) = mem;
     cfg_write16(qt, br, PCI_MEMORY_BASE, (base >> 16) as u16 & 0xfff0);
-    cfg_write16(qt, br, PCI_MEMORY_LIMIT, ((base + size - 1) >> 16) as u16 & 0xfff0);
+    cfg_write16(
+        qt,
+        br,
+        PCI_MEMORY_LIMIT,
+        ((base + size - 1) >> 16) as u16 & 0xfff0,
+    );
     let (base, size) = pref;
     let limit = base + size - 1;
-    cfg_write16(qt, br, PCI_PREF_MEMORY_BASE, (base >> 16) as u16 & 0xfff0 | 1);
-    cfg_write16(qt, br, PCI_PREF_MEMORY_LIMIT, (limit >> 16) as u16 & 0xfff0 | 1);
+    cfg_write16(
+        qt,
+        br,
+        PCI_PREF_MEMORY_BASE,
+        (base >> 16) as u16 & 0xfff0 | 1,
+    );
+    cfg_write16(
+        qt,
+        br,
+        PCI_PREF_MEMORY_LIMIT,
+        (limit >> 16) as u16 & 0xfff0 | 1,
+    );
     cfg_write32(qt, br, PCI_PREF_BASE_UPPER32, (base >> 32) as u32);
     cfg_write32(qt, br, PCI_PREF_LIMIT_UPPER32, (limit >> 32) as u32);
     let cmd = cfg_read16(qt, br, PCI_COMMAND);
-    cfg_write16(qt, br, PCI_COMMAND, cmd | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
+    cfg_write16(
+        qt,
+        br,
+        PCI_COMMAND,
+        cmd | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER,
+    );
 }
 
 /// q35's MCH: PCIEXBAR, the ECAM (MMCONFIG) window, which firmware enables.

@@ -49,7 +49,11 @@ fn psn_nak_during_rnr_backoff_does_not_hang() {
     let c = p.scq.wait(&mut h);
     assert_eq!((c.wr_id, c.status as u32), (0x5e, QHCA_WC_SUCCESS), "{c:?}");
     let r = p.rcq.wait(&mut h);
-    assert_eq!((r.wr_id, r.status as u32, r.byte_len), (0x7e, QHCA_WC_SUCCESS, 700), "{r:?}");
+    assert_eq!(
+        (r.wr_id, r.status as u32, r.byte_len),
+        (0x7e, QHCA_WC_SUCCESS, 700),
+        "{r:?}"
+    );
     assert_eq!(h.qt.memread(rbuf, 700), data);
     let (_, a) = query_qp(&mut h, p.uar, p.a.qpn);
     assert_eq!(a.state, QHCA_QPS_RTS as u8);
@@ -109,7 +113,10 @@ fn rnr_backoff_bounds_retries_of_1024_qps() {
     eprintln!("RNR retries per QP in one virtual second: {per_qp:.1}");
     assert!(per_qp >= 5.0, "the QPs do retry: {per_qp}");
     assert!(per_qp <= 40.0, "RNR retries per QP per second: {per_qp}");
-    assert!(cq.poll(&mut h).is_none(), "a SEND completed without a receive");
+    assert!(
+        cq.poll(&mut h).is_none(),
+        "a SEND completed without a receive"
+    );
 
     // Still alive: a receive on one QP lets its SEND through within the back-off cap.
     let (rbuf, rkey) = {
@@ -131,7 +138,10 @@ fn rnr_backoff_bounds_retries_of_1024_qps() {
     }
     let mut ids: Vec<(u64, u32)> = got.iter().map(|c| (c.wr_id, c.status as u32)).collect();
     ids.sort();
-    let mut want = vec![(0x77, QHCA_WC_SUCCESS), (qps[7].qpn as u64, QHCA_WC_SUCCESS)];
+    let mut want = vec![
+        (0x77, QHCA_WC_SUCCESS),
+        (qps[7].qpn as u64, QHCA_WC_SUCCESS),
+    ];
     want.sort();
     assert_eq!(ids, want, "{got:?}");
     assert!(h.qt.memread(rbuf, 8).iter().all(|&b| b == 0x33));

@@ -30,14 +30,25 @@ fn mr_keys_never_repeat() {
     let mut p = Pair::new(&mut h, &ConnParams::default());
     let target = p.m.alloc(&mut h, PAGE);
     let list = p.m.page_list(&mut h, target, 1);
-    let reg = reg_mr_bytes(p.uar, p.pdn, target, PAGE, QHCA_ACCESS_LOCAL_WRITE | QHCA_ACCESS_REMOTE_WRITE, 1, list);
+    let reg = reg_mr_bytes(
+        p.uar,
+        p.pdn,
+        target,
+        PAGE,
+        QHCA_ACCESS_LOCAL_WRITE | QHCA_ACCESS_REMOTE_WRITE,
+        1,
+        list,
+    );
     let mut seen = HashSet::new();
     let mut first = None;
     for i in 0..300 {
         let (st, key) = obj_cmd(&mut h, QHCA_CMD_REG_MR, in_words(&reg));
         assert_eq!(st, QHCA_CMD_OK, "REG_MR #{i}: {}", status_name(st));
         let key = key as u32;
-        assert!(seen.insert(key), "REG_MR #{i} handed out key {key:#x} again");
+        assert!(
+            seen.insert(key),
+            "REG_MR #{i} handed out key {key:#x} again"
+        );
         first.get_or_insert(key);
         if i == 299 {
             break; // the last one stays registered
@@ -69,7 +80,10 @@ fn mr_keys_never_repeat() {
         (1, QHCA_WC_REM_ACCESS_ERR),
         "{c:?}"
     );
-    assert!(h.qt.memread(target, 16).iter().all(|&b| b == 0), "written through a stale key");
+    assert!(
+        h.qt.memread(target, 16).iter().all(|&b| b == 0),
+        "written through a stale key"
+    );
 }
 
 /// With max-mr=2, each index serves 255 registrations and is then retired: 510 distinct keys,
@@ -119,8 +133,11 @@ fn stale_qpn_names_nothing() {
     let (st, first) = create_qp(&mut h, &mut m, uar, pdn, cq.cqn, cq.cqn, &caps);
     assert_eq!(st, QHCA_CMD_OK);
     let index = first.qpn & ((1 << QHCA_QPN_INDEX_BITS) - 1);
-    assert!(first.qpn <= QHCA_DB_QN_MASK as u32);
-    assert_eq!(destroy(&mut h, QHCA_CMD_DESTROY_QP, uar, first.qpn), QHCA_CMD_OK);
+    assert!(first.qpn <= QHCA_DB_QN_MASK);
+    assert_eq!(
+        destroy(&mut h, QHCA_CMD_DESTROY_QP, uar, first.qpn),
+        QHCA_CMD_OK
+    );
     // Create and destroy until the index comes back (round-robin: after every other index).
     let mut seen = HashSet::from([first.qpn]);
     let again = loop {
@@ -130,12 +147,18 @@ fn stale_qpn_names_nothing() {
         if q.qpn & ((1 << QHCA_QPN_INDEX_BITS) - 1) == index {
             break q;
         }
-        assert_eq!(destroy(&mut h, QHCA_CMD_DESTROY_QP, uar, q.qpn), QHCA_CMD_OK);
+        assert_eq!(
+            destroy(&mut h, QHCA_CMD_DESTROY_QP, uar, q.qpn),
+            QHCA_CMD_OK
+        );
         assert!(seen.len() <= 2 * 1024, "index {index} never came back");
     };
     assert_ne!(again.qpn, first.qpn, "same index, new generation");
     assert_eq!(query_qp(&mut h, uar, first.qpn).0, QHCA_CMD_BAD_RESOURCE);
-    assert_eq!(destroy(&mut h, QHCA_CMD_DESTROY_QP, uar, first.qpn), QHCA_CMD_BAD_RESOURCE);
+    assert_eq!(
+        destroy(&mut h, QHCA_CMD_DESTROY_QP, uar, first.qpn),
+        QHCA_CMD_BAD_RESOURCE
+    );
     let (st, a) = query_qp(&mut h, uar, again.qpn);
     assert_eq!((st, a.state), (QHCA_CMD_OK, QHCA_QPS_RESET as u8));
     let before = h.reg(QHCA_REG_DB_VIOLATIONS);
@@ -143,5 +166,9 @@ fn stale_qpn_names_nothing() {
         uar,
         qhca_uapi::db::DbWord::new(qhca_uapi::db::DbType::Sq, first.qpn, 0).raw(),
     );
-    assert_eq!(h.reg(QHCA_REG_DB_VIOLATIONS), before + 1, "doorbell on a stale QPN");
+    assert_eq!(
+        h.reg(QHCA_REG_DB_VIOLATIONS),
+        before + 1,
+        "doorbell on a stale QPN"
+    );
 }

@@ -114,7 +114,12 @@ fn long_page_list_is_read_a_budget_at_a_time() {
     );
     assert_eq!(h.reg(QHCA_REG_CMDQ_CI), h.cmd_pi, "the REG_MR was taken");
     let e = h.completion_of(&c);
-    assert_eq!(e.status as u32, QHCA_CMD_BAD_PARAM, "{}", status_name(e.status as u32));
+    assert_eq!(
+        e.status as u32,
+        QHCA_CMD_BAD_PARAM,
+        "{}",
+        status_name(e.status as u32)
+    );
     assert_eq!(h.reg(QHCA_REG_NUM_MR), mrs);
 
     let b = reg_mr_bytes(p.uar, p.pdn, 0, len, 0, npages, good);

@@ -60,7 +60,15 @@ fn a_third_qp_cannot_fail_or_feed_a_connected_responder() {
     let (xm, xkey) = {
         let a = p.m.alloc(&mut h, 4096);
         h.qt.memset(a, 4096, 0x66);
-        let (st, k) = reg_mr(&mut h, &mut p.m, o.uar, o.pdn, a, 4096, QHCA_ACCESS_LOCAL_WRITE);
+        let (st, k) = reg_mr(
+            &mut h,
+            &mut p.m,
+            o.uar,
+            o.pdn,
+            a,
+            4096,
+            QHCA_ACCESS_LOCAL_WRITE,
+        );
         assert_eq!(st, QHCA_CMD_OK);
         (a, k)
     };
@@ -77,7 +85,11 @@ fn a_third_qp_cannot_fail_or_feed_a_connected_responder() {
         },
     );
     let c = o.cq.wait(&mut h);
-    assert_eq!((c.wr_id, c.status as u32), (1, QHCA_WC_RETRY_EXC_ERR), "{c:?}");
+    assert_eq!(
+        (c.wr_id, c.status as u32),
+        (1, QHCA_WC_RETRY_EXC_ERR),
+        "{c:?}"
+    );
     // x's QP_ERR event (and b's, if b had failed) before more commands.
     let mut ev = event_keys(&take_events(&mut h));
     // Again from a fresh connection: a SEND.
@@ -106,13 +118,20 @@ fn a_third_qp_cannot_fail_or_feed_a_connected_responder() {
         },
     );
     let c = o.cq.wait(&mut h);
-    assert_eq!((c.wr_id, c.status as u32), (2, QHCA_WC_RETRY_EXC_ERR), "{c:?}");
+    assert_eq!(
+        (c.wr_id, c.status as u32),
+        (2, QHCA_WC_RETRY_EXC_ERR),
+        "{c:?}"
+    );
     ev.extend(event_keys(&take_events(&mut h)));
     assert!(
         !ev.contains(&(QHCA_EQE_QP_ERR, p.b.qpn as u64, p.uar as u64)),
         "b went to ERR: {ev:?}"
     );
-    assert!(ev.contains(&(QHCA_EQE_QP_ERR, x.qpn as u64, o.uar as u64)), "{ev:?}");
+    assert!(
+        ev.contains(&(QHCA_EQE_QP_ERR, x.qpn as u64, o.uar as u64)),
+        "{ev:?}"
+    );
 
     // b is untouched: RTS, its receive still posted, its buffer as it was, nothing on its CQ.
     let (_, b) = query_qp(&mut h, p.uar, p.b.qpn);
@@ -123,7 +142,10 @@ fn a_third_qp_cannot_fail_or_feed_a_connected_responder() {
     // Each attempt is the first send plus retry_cnt resends.
     assert!(st.pkt_foreign >= 4, "foreign packets counted: {st:?}");
     let (_, ost) = query_ctx_stats(&mut h, o.uar);
-    assert_eq!(ost.pkt_foreign, 0, "counted for the victim's context: {ost:?}");
+    assert_eq!(
+        ost.pkt_foreign, 0,
+        "counted for the victim's context: {ost:?}"
+    );
 
     // The real peer still gets through, and the CQE names it.
     let (src, lkey) = p.buf(&mut h, 4096, 0x77, QHCA_ACCESS_LOCAL_WRITE);
@@ -227,7 +249,10 @@ fn a_requester_takes_responses_only_from_its_peer() {
     let zc = o.cq.wait(&mut h);
     take_events(&mut h);
     let (_, st) = query_ctx_stats(&mut h, o.uar);
-    assert!(st.pkt_foreign >= 1, "z's packets to y dropped and counted: {st:?}");
+    assert!(
+        st.pkt_foreign >= 1,
+        "z's packets to y dropped and counted: {st:?}"
+    );
     assert_eq!(zc.wr_id, 0xf);
     assert_eq!(zc.status as u32, QHCA_WC_RETRY_EXC_ERR, "{zc:?}");
 }

@@ -1050,9 +1050,15 @@ fn rights_revoked_mid_message_stop_the_next_packet() {
     let c = p.scq.wait(&mut h);
     expect_cqe(&c, 0x4d, QHCA_WC_RDMA_READ, QHCA_WC_REM_ACCESS_ERR);
     let tail = h.qt.memread(local + len as u64 - 4096, 4096);
-    assert!(tail.iter().all(|&b| b == 0), "the READ's last page arrived after the revoke");
+    assert!(
+        tail.iter().all(|&b| b == 0),
+        "the READ's last page arrived after the revoke"
+    );
     let ev = event_keys(&take_events(&mut h));
-    assert!(ev.contains(&(QHCA_EQE_QP_ERR, p.b.qpn as u64, p.uar as u64)), "{ev:?}");
+    assert!(
+        ev.contains(&(QHCA_EQE_QP_ERR, p.b.qpn as u64, p.uar as u64)),
+        "{ev:?}"
+    );
     assert_eq!(query_qp(&mut h, p.uar, p.b.qpn).1.state, QHCA_QPS_ERR as u8);
 
     // WRITE: b (now without REMOTE_WRITE too) refuses the rest of a message it began.
@@ -1076,7 +1082,10 @@ fn rights_revoked_mid_message_stop_the_next_packet() {
     let c = p.scq.wait(&mut h);
     expect_cqe(&c, 0x4e, QHCA_WC_RDMA_WRITE, QHCA_WC_REM_ACCESS_ERR);
     let tail = h.qt.memread(remote + len as u64 - 4096, 4096);
-    assert!(tail.iter().all(|&b| b == 0), "the WRITE's last page landed after the revoke");
+    assert!(
+        tail.iter().all(|&b| b == 0),
+        "the WRITE's last page landed after the revoke"
+    );
 }
 
 /// Every CQE carries the index of the WQE it completes: SQ indices for send completions

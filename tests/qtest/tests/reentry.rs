@@ -86,8 +86,15 @@ fn bus_reset_from_inside_a_dma_waits_for_the_run_to_end() {
     let id = pci::cfg_read32(&mut h.qt, h.dev, pci::PCI_VENDOR_ID);
     assert_eq!(id, QHCA_PCI_DEVICE_ID << 16 | QHCA_PCI_VENDOR_ID);
     let bctl = pci::cfg_read16(&mut h.qt, port, pci::PCI_BRIDGE_CONTROL);
-    assert_ne!(bctl & pci::PCI_BRIDGE_CTL_BUS_RESET, 0, "the DMA reached the port");
-    assert_eq!(pci::cfg_read16(&mut h.qt, h.dev, pci::PCI_COMMAND) & pci::PCI_COMMAND_MEMORY, 0);
+    assert_ne!(
+        bctl & pci::PCI_BRIDGE_CTL_BUS_RESET,
+        0,
+        "the DMA reached the port"
+    );
+    assert_eq!(
+        pci::cfg_read16(&mut h.qt, h.dev, pci::PCI_COMMAND) & pci::PCI_COMMAND_MEMORY,
+        0
+    );
     pci::cfg_write16(
         &mut h.qt,
         port,
@@ -171,7 +178,11 @@ fn msix_message_that_resets_the_device_goes_out_after_the_run() {
     p.a.ring_sq(&mut h);
     h.settle();
     let bctl = pci::cfg_read16(&mut h.qt, port, pci::PCI_BRIDGE_CONTROL);
-    assert_ne!(bctl & pci::PCI_BRIDGE_CTL_BUS_RESET, 0, "the MSI-X message reached the port");
+    assert_ne!(
+        bctl & pci::PCI_BRIDGE_CTL_BUS_RESET,
+        0,
+        "the MSI-X message reached the port"
+    );
     pci::cfg_write16(
         &mut h.qt,
         port,
