@@ -9,13 +9,19 @@
 //!   became ready, 2 with QUERY_DEVICE timing out. Consumed by the probe it fails.
 //! - `fake_num_uars` (read/write): if not 0, probe takes it as the device's `num_uars` (a device
 //!   that claims more doorbell pages than its BAR holds).
+//! - `qhcaN/state` (read): the device's contexts, command queue and lost events.
+//! - `qhcaN/inject_event` (write `TYPE DATA0 DATA1`): dispatches an asynchronous event as if the
+//!   device had posted it (a device that names the wrong context, a stale object).
 
-use crate::shim;
+use crate::{cmdq::AsyncEvent, device::QhcaDevice, shim, uapi};
 use kernel::{
     debugfs::{Dir, File},
     fmt,
     prelude::*,
-    sync::atomic::{Atomic, Relaxed},
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
     uaccess::UserSliceReader,
 };
 
@@ -23,8 +29,13 @@ pub(crate) static FAIL_CMDS: Atomic<u32> = Atomic::new(0);
 pub(crate) static FAIL_PROBE: Atomic<u32> = Atomic::new(0);
 pub(crate) static FAKE_NUM_UARS: Atomic<u32> = Atomic::new(0);
 
+kernel::sync::global_lock! {
+    // SAFETY: `Global::new` initialises it, once, at module load, before any probe can read it.
+    unsafe(uninit) static ROOT: Mutex<Option<Dir>> = None;
+}
+
 /// The directory and its files, for as long as the module is loaded.
-#[pin_data]
+#[pin_data(PinnedDrop)]
 pub(crate) struct Global {
     _dir: Dir,
     #[pin]
@@ -37,18 +48,23 @@ pub(crate) struct Global {
     _fake_num_uars: File<&'static Atomic<u32>>,
 }
 
-fn show(v: &&'static Atomic<u32>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    writeln!(f, "{}", v.load(Relaxed))
-}
-
-fn store(v: &&'static Atomic<u32>, r: &mut UserSliceReader) -> Result {
-    let mut buf = [0u8; 16];
+/// Reads at most 64 bytes of text written to a debugfs file.
+fn read_text<'a>(r: &mut UserSliceReader, buf: &'a mut [u8; 64]) -> Result<&'a str> {
     let n = r.len();
     if n == 0 || n > buf.len() {
         return Err(EINVAL);
     }
     r.read_slice(&mut buf[..n])?;
-    let s = core::str::from_utf8(&buf[..n]).map_err(|_| EINVAL)?;
+    core::str::from_utf8(&buf[..n]).map_err(|_| EINVAL)
+}
+
+fn show(v: &&'static Atomic<u32>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    writeln!(f, "{}", v.load(Relaxed))
+}
+
+fn store(v: &&'static Atomic<u32>, r: &mut UserSliceReader) -> Result {
+    let mut buf = [0u8; 64];
+    let s = read_text(r, &mut buf)?;
     v.store(s.trim().parse::<u32>().map_err(|_| EINVAL)?, Relaxed);
     Ok(())
 }
@@ -59,7 +75,10 @@ fn show_pinned(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
 
 impl Global {
     pub(crate) fn new() -> impl PinInit<Self, Error> {
+        // SAFETY: Called once, from module init, before the driver is registered.
+        unsafe { ROOT.init() };
         let dir = Dir::new(c"qhca");
+        *ROOT.lock() = Some(dir.clone());
         try_pin_init!(Self {
             _pinned <- dir.read_callback_file(c"pinned_pages", (), &show_pinned),
             _fail_cmds <- dir.read_write_callback_file(c"fail_cmds", &FAIL_CMDS, &show, &store),
@@ -70,6 +89,62 @@ impl Global {
                 &show,
                 &store
             ),
+            _dir: dir,
+        }? Error)
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for Global {
+    fn drop(self: Pin<&mut Self>) {
+        *ROOT.lock() = None;
+    }
+}
+
+/// A device's directory, `qhca/qhcaN/`.
+#[pin_data]
+pub(crate) struct DeviceDir {
+    _dir: Dir,
+    #[pin]
+    _state: File<Arc<QhcaDevice>>,
+    #[pin]
+    _inject: File<Arc<QhcaDevice>>,
+}
+
+fn show_state(dev: &Arc<QhcaDevice>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    dev.show_state(f)
+}
+
+fn inject(dev: &Arc<QhcaDevice>, r: &mut UserSliceReader) -> Result {
+    let mut buf = [0u8; 64];
+    let mut words = read_text(r, &mut buf)?.split_whitespace();
+    let mut next = || -> Result<u64> {
+        let w = words.next().ok_or(EINVAL)?;
+        match w.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16),
+            None => w.parse::<u64>(),
+        }
+        .map_err(|_| EINVAL)
+    };
+    let kind = u32::try_from(next()?).map_err(|_| EINVAL)?;
+    let data = [next()?, next()?];
+    if kind == uapi::QHCA_EQE_CMD_DONE {
+        return Err(EINVAL);
+    }
+    dev.inject_event(AsyncEvent { kind, data });
+    Ok(())
+}
+
+impl DeviceDir {
+    pub(crate) fn new(name: &'static CStr, dev: &Arc<QhcaDevice>) -> impl PinInit<Self, Error> {
+        let dir = match ROOT.lock().as_ref() {
+            Some(root) => root.subdir(name),
+            None => Dir::new(name),
+        };
+        let (a, b) = (dev.clone(), dev.clone());
+        try_pin_init!(Self {
+            _state <- dir.read_callback_file(c"state", a, &show_state),
+            _inject <- dir.write_callback_file(c"inject_event", b, &inject),
             _dir: dir,
         }? Error)
     }

@@ -151,6 +151,32 @@ impl QhcaDevice {
         self.check_death();
     }
 
+    /// Fault injection (debugfs `inject_event`): dispatches `ev` as if the device had posted it.
+    pub(crate) fn inject_event(&self, ev: AsyncEvent) {
+        self.on_event(ev);
+    }
+
+    /// For debugfs `state`.
+    pub(crate) fn show_state(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
+        let (n, gone) = {
+            let files = self.files.lock();
+            (files.open.len(), files.gone)
+        };
+        writeln!(f, "contexts: {}", n)?;
+        writeln!(
+            f,
+            "command queue: {}",
+            if self.cmdq.is_dead() { "dead" } else { "alive" }
+        )?;
+        writeln!(f, "gone: {:?}", gone)?;
+        writeln!(f, "event interrupts: {}", self.cmdq.irq_count())?;
+        writeln!(
+            f,
+            "events lost (EQ_OVERFLOWS): {}",
+            self.eq_overflows.load(Relaxed)
+        )
+    }
+
     /// Tells every context once the command queue has died.
     fn check_death(&self) {
         if self.cmdq.take_death() {

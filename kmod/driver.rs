@@ -139,6 +139,8 @@ pub(crate) struct Qhca<'bound> {
     /// Claims BAR2; the kernel never touches the doorbell pages, it only maps them to user space.
     _uar_bar: pci::Bar<'bound>,
     dev: Arc<QhcaDevice>,
+    #[pin]
+    _debugfs: crate::debugfs::DeviceDir,
     _instance: Instance,
 }
 
@@ -206,6 +208,7 @@ impl pci::Driver for QhcaDriver {
                 },
                 running: Running::start(pdev, &dev)?,
                 misc <- MiscNode::new(name, dev.clone()),
+                _debugfs <- crate::debugfs::DeviceDir::new(name, &dev),
                 _uar_bar: uar_bar,
                 dev,
                 _instance: instance,

@@ -68,6 +68,10 @@ pub fn cases() -> Vec<Case<Config>> {
             name: "cq_overrun_event_rate_limited",
             run: cq_overrun_event_rate_limited,
         },
+        Case {
+            name: "events_routed_by_context",
+            run: events_routed_by_context,
+        },
     ]
 }
 
@@ -649,6 +653,75 @@ fn cq_overrun_event_rate_limited(t: &mut T, cfg: &Config) -> CaseResult {
         t,
         lines <= 10 * windows && (took >= Duration::from_secs(10) || lines < ROUNDS),
         "{lines} log lines for {ROUNDS} overruns in {took:?}: not rate-limited"
+    );
+    Ok(())
+}
+
+/// Dispatches an event as if the device had posted it (debugfs `qhcaN/inject_event`).
+fn inject(cfg: &Config, kind: u32, d0: u32, d1: u32) -> Result<(), Fail> {
+    let name = cfg.dev.file_name().unwrap_or_default();
+    let path = Path::new(DEBUGFS).join(name).join("inject_event");
+    std::fs::write(&path, format!("{kind} {d0} {d1}"))
+        .map_err(|e| Fail::new(file!(), line!(), format!("{}: {e}", path.display())))
+}
+
+/// Completion and error events reach only the context the device names and only for an object
+/// it owns: a CQ number alone (another context's, or a destroyed CQ's) signals nobody.
+fn events_routed_by_context(t: &mut T, cfg: &Config) -> CaseResult {
+    use qhca_uapi::{
+        QHCA_ASYNC_CQ_ERR, QHCA_EQE_CQ_COMP as COMP, QHCA_EQE_CQ_ERR as CQ_ERR,
+        QHCA_EQE_QP_ERR as QP_ERR,
+    };
+    let (a, b) = (Raw::open(&cfg.dev)?, Raw::open(&cfg.dev)?);
+    let (ua, ub) = (a.query()?.uar_index, b.query()?.uar_index);
+    let buf = RawMap::anonymous(PAGE as usize)?;
+    let efd = eventfd()?;
+    let cqn = a.create_cq(&buf, &efd)?;
+
+    inject(cfg, COMP, cqn, ub)?;
+    check_eq!(
+        t,
+        eventfd_count(&efd),
+        0,
+        "CQ {cqn:#x} named with context {ub}, not its own {ua}"
+    );
+    inject(cfg, COMP, cqn, ua)?;
+    check_eq!(t, eventfd_count(&efd), 1, "CQ {cqn:#x} of context {ua}");
+    inject(cfg, COMP, cqn + 1, ua)?;
+    check_eq!(t, eventfd_count(&efd), 0, "a CQ context {ua} does not own");
+
+    inject(cfg, CQ_ERR, cqn, ub)?;
+    check_errno!(
+        t,
+        a.async_event(),
+        Errno::EAGAIN,
+        "CQ error named with the wrong context"
+    );
+    check_errno!(
+        t,
+        b.async_event(),
+        Errno::EAGAIN,
+        "nor for the context it names"
+    );
+    inject(cfg, CQ_ERR, cqn, ua)?;
+    check_eq!(
+        t,
+        a.async_event(),
+        Ok((QHCA_ASYNC_CQ_ERR, cqn)),
+        "CQ error of its own CQ"
+    );
+    check_eq!(
+        t,
+        eventfd_count(&efd),
+        1,
+        "a CQ error wakes the CQ's waiters"
+    );
+    inject(cfg, QP_ERR, 0x00ab_cdef, ua)?;
+    check_errno!(
+        t,
+        a.async_event(),
+        Errno::EAGAIN,
+        "QP error for a QP it does not own"
     );
     Ok(())
 }
