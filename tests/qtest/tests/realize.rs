@@ -63,6 +63,12 @@ fn max_queue_log_too_big() {
 }
 
 #[test]
+fn max_mr_out_of_range() {
+    refuses("max-mr=0", "max-mr");
+    refuses("max-mr=4097", "max-mr");
+}
+
+#[test]
 fn node_guid_zero() {
     refuses("node-guid=0", "node-guid");
 }
@@ -73,7 +79,10 @@ fn limits_are_accepted() {
     let mut h = Hca::start("num-uars=1,max-queue-log=1");
     h.bring_up(1, 1);
     h.nop();
-    let mut h = Hca::start("num-uars=1024,max-queue-log=12");
+    let mut h = Hca::start("num-uars=1024,max-queue-log=12,max-mr=4096");
     h.bring_up(12, 12);
+    h.nop();
+    let mut h = Hca::start("max-mr=1");
+    h.bring_up(1, 1);
     h.nop();
 }
