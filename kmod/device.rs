@@ -91,6 +91,8 @@ pub(crate) struct QhcaDevice {
     eq_overflows: Atomic<u32>,
     /// For warnings that user space can trigger.
     pub(crate) warn: RateLimit,
+    /// For event-queue overflow warnings (kept apart so that user noise cannot hide them).
+    eq_warn: RateLimit,
 }
 
 impl QhcaDevice {
@@ -113,6 +115,7 @@ impl QhcaDevice {
             bound <- new_mutex!(true),
             eq_overflows: Atomic::new(0),
             warn: RateLimit::new(),
+            eq_warn: RateLimit::new(),
         }? Error))
     }
 
@@ -136,7 +139,7 @@ impl QhcaDevice {
         if lost != before {
             // Completion events may be among the lost ones: wake every CQ waiter, which polls its
             // CQ and finds what is there.
-            if self.warn.allow() {
+            if self.eq_warn.allow() {
                 dev_warn!(
                     self.dev(),
                     "qhca{}: event queue overflowed, {} events lost in all\n",
