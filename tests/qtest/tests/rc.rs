@@ -1010,17 +1010,52 @@ fn mismatched_psns_are_retried_then_fail() {
     }
 }
 
+/// An MR of `pages` pages at `iova` (page aligned) whose pages all alias `fill_page` but the
+/// last, which is `last_page`: a region far larger than guest RAM, cheap to set up. Returns
+/// the key.
+fn aliased_mr(
+    h: &mut Hca,
+    p: &mut Pair,
+    iova: u64,
+    pages: u64,
+    fill_page: u64,
+    last_page: u64,
+    access: u32,
+) -> u32 {
+    let mut list = vec![fill_page; pages as usize];
+    *list.last_mut().unwrap() = last_page;
+    let dir = p.m.page_list_of(h, &list);
+    let b = reg_mr_bytes(p.uar, p.pdn, iova, pages * 4096, access, pages as u32, dir);
+    let (st, key) = obj_cmd(h, QHCA_CMD_REG_MR, in_words(&b));
+    assert_eq!(st, QHCA_CMD_OK, "REG_MR of {pages} aliased pages");
+    key as u32
+}
+
 /// Review item 7: rights taken away by MODIFY_QP hold from the next packet, not from the next
-/// message. An 8 MiB RDMA READ is answered a budget of packets per engine turn; MODIFY_QP
-/// revokes REMOTE_READ on the responder meanwhile: the rest is refused (REM_ACCESS_ERR) and
-/// the tail of the local buffer never written. Then the same for an 8 MiB RDMA WRITE and
-/// REMOTE_WRITE.
+/// message. A 256 MiB RDMA READ (2^20 packets) is answered a budget of packets per engine turn;
+/// MODIFY_QP revokes REMOTE_READ on the responder meanwhile: the rest is refused
+/// (REM_ACCESS_ERR) and the last page of the local buffer never written. Then the same for a
+/// 256 MiB RDMA WRITE and REMOTE_WRITE. (The regions alias one page but their last.)
 #[test]
 fn rights_revoked_mid_message_stop_the_next_packet() {
     let (mut h, mut p) = setup(&ConnParams::default());
-    let len = 8usize << 20;
-    let (remote, rkey) = p.buf(&mut h, len as u64, 0x5a, RW);
-    let (local, lkey) = p.buf(&mut h, len as u64, 0, QHCA_ACCESS_LOCAL_WRITE);
+    let pages = 1u64 << 16;
+    let len = pages * 4096;
+    let fill = p.m.alloc(&mut h, 4096);
+    h.qt.memset(fill, 4096, 0x5a);
+    let last_remote = p.m.alloc(&mut h, 4096);
+    let last_local = p.m.alloc(&mut h, 4096);
+    let (remote, local) = (0x10_0000_0000u64, 0x20_0000_0000u64);
+    let rkey = aliased_mr(&mut h, &mut p, remote, pages, fill, last_remote, RW);
+    let lkey = aliased_mr(
+        &mut h,
+        &mut p,
+        local,
+        pages,
+        fill,
+        last_local,
+        QHCA_ACCESS_LOCAL_WRITE,
+    );
     let revoke = |h: &mut Hca, p: &Pair, access: u32| {
         let st = modify_qp(
             h,
@@ -1034,6 +1069,7 @@ fn rights_revoked_mid_message_stop_the_next_packet() {
         );
         assert_eq!(st, QHCA_CMD_OK);
     };
+    h.qt.memset(last_remote, 4096, 0x77);
     p.a.post_send(
         &mut h,
         &SendWr {
@@ -1049,9 +1085,8 @@ fn rights_revoked_mid_message_stop_the_next_packet() {
     revoke(&mut h, &p, QHCA_ACCESS_REMOTE_WRITE);
     let c = p.scq.wait(&mut h);
     expect_cqe(&c, 0x4d, QHCA_WC_RDMA_READ, QHCA_WC_REM_ACCESS_ERR);
-    let tail = h.qt.memread(local + len as u64 - 4096, 4096);
     assert!(
-        tail.iter().all(|&b| b == 0),
+        h.qt.memread(last_local, 4096).iter().all(|&b| b == 0),
         "the READ's last page arrived after the revoke"
     );
     let ev = event_keys(&take_events(&mut h));
@@ -1064,8 +1099,8 @@ fn rights_revoked_mid_message_stop_the_next_packet() {
     // WRITE: b (now without REMOTE_WRITE too) refuses the rest of a message it began.
     let full = ConnParams::default();
     p.reconnect(&mut h, &full, 0x1000);
-    h.qt.memset(remote, len, 0);
-    h.qt.memset(local, len, 0x3c);
+    h.qt.memset(last_local, 4096, 0x3c);
+    h.qt.memset(last_remote, 4096, 0);
     p.a.post_send(
         &mut h,
         &SendWr {
@@ -1081,9 +1116,8 @@ fn rights_revoked_mid_message_stop_the_next_packet() {
     revoke(&mut h, &p, QHCA_ACCESS_REMOTE_READ);
     let c = p.scq.wait(&mut h);
     expect_cqe(&c, 0x4e, QHCA_WC_RDMA_WRITE, QHCA_WC_REM_ACCESS_ERR);
-    let tail = h.qt.memread(remote + len as u64 - 4096, 4096);
     assert!(
-        tail.iter().all(|&b| b == 0),
+        h.qt.memread(last_remote, 4096).iter().all(|&b| b == 0),
         "the WRITE's last page landed after the revoke"
     );
 }
