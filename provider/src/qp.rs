@@ -901,4 +901,28 @@ mod tests {
         assert_eq!((qp.send_outstanding(), qp.recv_outstanding()), (0, 0));
         assert_eq!(dev.last_doorbell().raw(), 0, "no doorbell rung");
     }
+
+    /// A spin-wait on a CQ ends: at its timeout while the device is there, and within a few
+    /// milliseconds once the context is disassociated (the old tools spun on `poll` for ever).
+    #[test]
+    fn poll_wait_times_out_and_stops_on_a_dead_context() {
+        use std::time::{Duration, Instant};
+        let dev = FakeDevice::new("pollwait");
+        let mut cq = Cq::fake(&dev.ctx, 9, 8).unwrap();
+        let mut wc = [crate::Wc::default(); 2];
+        let t = Instant::now();
+        assert_eq!(
+            cq.poll_wait(&mut wc, Some(Duration::from_millis(30)))
+                .unwrap(),
+            0
+        );
+        assert!(t.elapsed() >= Duration::from_millis(30));
+        dev.ctx.dead_if_err(libc::POLLERR, "test").unwrap_err();
+        let t = Instant::now();
+        assert!(matches!(
+            cq.poll_wait(&mut wc, None),
+            Err(Error::Disassociated { .. })
+        ));
+        assert!(t.elapsed() < Duration::from_secs(1));
+    }
 }
