@@ -186,6 +186,10 @@ impl Ctx {
     }
 
     /// Disassociates the context (once; the first reason stays): see the module documentation.
+    ///
+    /// Ioctls fail from the start; the fatal event, `EPOLLERR` and the eventfds come only once
+    /// the doorbell page is replaced, so that a process that saw them can no longer reach the
+    /// device. Callers serialise (the device's `files` lock).
     pub(crate) fn disassociate(&self, reason: Error) {
         {
             let mut st = self.state.lock();
@@ -193,6 +197,12 @@ impl Ctx {
                 return;
             }
             st.gone = Some(reason);
+        }
+        // Faults from now on map the harmless page; then the PTEs of the doorbell page go.
+        self.umap.revoke();
+        self.mapping.zap();
+        {
+            let mut st = self.state.lock();
             st.fatal = Fatal::Queued;
             for (_, efd) in st.cqs.iter() {
                 if let Some(efd) = efd {
@@ -200,9 +210,6 @@ impl Ctx {
                 }
             }
         }
-        // Faults from now on map the harmless page; then the PTEs of the doorbell page go.
-        self.umap.revoke();
-        self.mapping.zap();
         self.poll.notify_all();
     }
 
@@ -255,7 +262,7 @@ impl Ctx {
         if !st.events.is_empty() || st.fatal == Fatal::Queued {
             mask |= EPOLLIN | EPOLLRDNORM;
         }
-        if st.gone.is_some() {
+        if st.fatal != Fatal::No {
             mask |= EPOLLERR;
         }
         mask
