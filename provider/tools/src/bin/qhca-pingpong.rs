@@ -73,7 +73,7 @@ fn pingpong(s: &mut Side, o: &Opts, client: bool) -> qhca::Result<Duration> {
         // Our send's completion and the peer's message, in either order.
         let (mut sent, mut got) = (!client, false);
         while !(sent && got) {
-            let wc = wait_wc(&mut s.cq)?;
+            let wc = wait_wc(&s.ctx, &mut s.cq)?;
             if wc.is_recv {
                 if wc.byte_len as usize != size {
                     return Err(qhca::Error::Invalid {
