@@ -262,7 +262,14 @@ struct qhca_umem *qhca_shim_umem_pin(u64 addr, u64 len, bool writable, int *err)
 		goto unaccount;
 
 	while (pinned < npages) {
-		long n = pin_user_pages_fast((first + pinned) << PAGE_SHIFT,
+		long n;
+
+		/* A region of millions of pages takes a while: let a kill end it. */
+		if (fatal_signal_pending(current)) {
+			ret = -EINTR;
+			goto unpin;
+		}
+		n = pin_user_pages_fast((first + pinned) << PAGE_SHIFT,
 					     min_t(unsigned long, npages - pinned, 512),
 					     gup_flags, u->pages + pinned);
 		if (n <= 0) {
