@@ -9,6 +9,8 @@
 //!   became ready, 2 with QUERY_DEVICE timing out. Consumed by the probe it fails.
 //! - `fake_num_uars` (read/write): if not 0, probe takes it as the device's `num_uars` (a device
 //!   that claims more doorbell pages than its BAR holds).
+//! - `refuse_destroys` (read/write): how many of the next destroy commands fail as if the device
+//!   refused them (without reaching it), so that the object stays in the device.
 //! - `qhcaN/state` (read): the device's contexts, command queue and lost events.
 //! - `qhcaN/inject_event` (write `TYPE DATA0 DATA1`): dispatches an asynchronous event as if the
 //!   device had posted it (a device that names the wrong context, a stale object).
@@ -28,6 +30,19 @@ use kernel::{
 pub(crate) static FAIL_CMDS: Atomic<u32> = Atomic::new(0);
 pub(crate) static FAIL_PROBE: Atomic<u32> = Atomic::new(0);
 pub(crate) static FAKE_NUM_UARS: Atomic<u32> = Atomic::new(0);
+pub(crate) static REFUSE_DESTROYS: Atomic<u32> = Atomic::new(0);
+
+/// Takes one from a count-down knob; true if it was not zero.
+pub(crate) fn take(knob: &Atomic<u32>) -> bool {
+    let mut n = knob.load(Relaxed);
+    while n != 0 {
+        match knob.cmpxchg(n, n - 1, Relaxed) {
+            Ok(_) => return true,
+            Err(now) => n = now,
+        }
+    }
+    false
+}
 
 kernel::sync::global_lock! {
     // SAFETY: `Global::new` initialises it, once, at module load, before any probe can read it.
@@ -46,6 +61,8 @@ pub(crate) struct Global {
     _fail_probe: File<&'static Atomic<u32>>,
     #[pin]
     _fake_num_uars: File<&'static Atomic<u32>>,
+    #[pin]
+    _refuse_destroys: File<&'static Atomic<u32>>,
 }
 
 /// Reads at most 64 bytes of text written to a debugfs file.
@@ -86,6 +103,12 @@ impl Global {
             _fake_num_uars <- dir.read_write_callback_file(
                 c"fake_num_uars",
                 &FAKE_NUM_UARS,
+                &show,
+                &store
+            ),
+            _refuse_destroys <- dir.read_write_callback_file(
+                c"refuse_destroys",
+                &REFUSE_DESTROYS,
                 &show,
                 &store
             ),

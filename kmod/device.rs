@@ -407,15 +407,7 @@ impl EqHost for QhcaDevice {
     }
 
     fn inject(&self) -> bool {
-        let knob = &crate::debugfs::FAIL_CMDS;
-        let mut n = knob.load(Relaxed);
-        while n != 0 {
-            match knob.cmpxchg(n, n - 1, Relaxed) {
-                Ok(_) => return true,
-                Err(now) => n = now,
-            }
-        }
-        false
+        crate::debugfs::take(&crate::debugfs::FAIL_CMDS)
     }
 }
 

@@ -93,7 +93,13 @@ fn read_handle(arg: usize) -> Result<u32> {
 }
 
 /// Sends one of the destroy commands (`in[0]` = context, `in[1]` = handle).
+///
+/// Fault injection (debugfs `refuse_destroys`): answers `EINVAL` without asking the device, as a
+/// device that refuses would, leaving the object in it.
 fn destroy_in_device(dev: &QhcaDevice, uar: u32, op: u32, handle: u32) -> Result {
+    if crate::debugfs::take(&crate::debugfs::REFUSE_DESTROYS) {
+        return Err(EINVAL);
+    }
     dev.exec(Cmd::new(op).input(0, uar.into()).input(1, handle.into()))?;
     Ok(())
 }
@@ -538,13 +544,21 @@ impl Objects {
                 // The queue died on the way: the device is stopped now.
                 Err(_) if dev.cmdq.is_dead() => true,
                 Err(e) => {
-                    dev_err!(
-                        dev.dev(),
-                        "cleanup command {} for {:#x} failed ({:?}); leaking its memory\n",
-                        op,
-                        h,
-                        e
-                    );
+                    if dev.warn.allow() {
+                        let leak = if op == uapi::QHCA_CMD_DEALLOC_PD {
+                            ""
+                        } else {
+                            "; the device may still use it: leaking its pinned memory"
+                        };
+                        dev_err!(
+                            dev.dev(),
+                            "cleanup command {} for {:#x} failed ({:?}){}\n",
+                            op,
+                            h,
+                            e,
+                            leak
+                        );
+                    }
                     false
                 }
             }

@@ -102,6 +102,11 @@ pub fn destructive_cases() -> Vec<Case<Config>> {
             name: "perf_exits_on_removal",
             run: perf_exits_on_removal,
         },
+        // Last: it leaks pinned pages on purpose.
+        Case {
+            name: "refused_destroy_leaks",
+            run: refused_destroy_leaks,
+        },
     ]
 }
 
@@ -873,6 +878,62 @@ fn dead_queue_on_close(t: &mut T, cfg: &Config) -> CaseResult {
         t,
         Raw::open(&cfg.dev)?.alloc_pd().is_ok(),
         "the device works after rebind"
+    );
+    Ok(())
+}
+
+/// A destroy that the live device refuses leaves the object in the device, which may still use
+/// its memory: the ioctl keeps the object, and at close the pages stay pinned (leaked) rather
+/// than being freed under the device.
+fn refused_destroy_leaks(t: &mut T, cfg: &Config) -> CaseResult {
+    require_knob(t, "refuse_destroys")?;
+    let before = pinned();
+    let leaks = dmesg_count("leaking its pinned memory");
+    let mr_buf = RawMap::anonymous(16 * PAGE as usize)?;
+    {
+        let ctx = Raw::open(&cfg.dev)?;
+        let pd = ctx.alloc_pd()?;
+        let key = ctx.reg_mr(pd, mr_buf.addr() as u64, 16 * PAGE)?;
+        check_eq!(t, pinned() - before, 16, "the MR pins 16 pages");
+        set_knob("refuse_destroys", 1)?;
+        check_errno!(t, ctx.dereg_mr(key), Errno::EINVAL, "the refused DEREG_MR");
+        check_eq!(
+            t,
+            pinned() - before,
+            16,
+            "still pinned after a refused DEREG_MR"
+        );
+        check!(
+            t,
+            ctx.dereg_mr(key).is_ok(),
+            "the MR is still this context's to deregister"
+        );
+        check_eq!(
+            t,
+            pinned(),
+            before,
+            "freed after the DEREG_MR the device did"
+        );
+        ctx.reg_mr(pd, mr_buf.addr() as u64, 16 * PAGE)?;
+        set_knob("refuse_destroys", 1)?;
+    }
+    check_eq!(
+        t,
+        knob("refuse_destroys"),
+        Some(0),
+        "the close ran DEREG_MR"
+    );
+    check_eq!(
+        t,
+        pinned() - before,
+        16,
+        "a region the device kept at close stays pinned (leaked), not freed under it"
+    );
+    check_eq!(
+        t,
+        dmesg_count("leaking its pinned memory"),
+        leaks + 1,
+        "said so"
     );
     Ok(())
 }
