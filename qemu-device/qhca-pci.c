@@ -322,6 +322,7 @@ static const Property qhca_properties[] = {
                        QHCA_DEFAULT_NUM_UARS),
     DEFINE_PROP_UINT32("max-mr", QhcaState, max_mr, QHCA_LIMIT_MAX_MR),
     DEFINE_PROP_BOOL("x-wire-queued", QhcaState, wire_queued, false),
+    DEFINE_PROP_UINT64("x-wire-drop", QhcaState, wire_drop, 0),
     DEFINE_PROP_UINT64("node-guid", QhcaState, node_guid,
                        QHCA_DEFAULT_NODE_GUID),
     DEFINE_PROP_UINT32("max-queue-log", QhcaState, max_queue_log,

@@ -1,9 +1,9 @@
 /*
  * qhca: an emulated RDMA host channel adapter -- the RC requester
  *
- * Send WQEs to packets, responses to completions: one message in flight per
- * QP, retransmission on NAKs and timeouts, RNR back-off.  See qhca-rc.c for
- * the engine as a whole.
+ * Send WQEs to packets, responses to completions: a window of messages in
+ * flight per QP, coalesced ACKs, go-back-N retransmission on NAKs and
+ * timeouts, RNR back-off.  See qhca-rc.c for the engine as a whole.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -31,44 +31,203 @@ static int64_t qhca_rnr_ns(uint8_t timer)
 /* ------------------------------------------------------------------------ */
 /* requester                                                                */
 
-/* The current WQE is done: its CQE (if signaled or failed), then the next. */
+static QhcaReqSlot *qhca_req_slot(QhcaQp *qp, uint16_t idx)
+{
+    return &qp->req_slots[idx & (qp->req_window - 1)];
+}
+
+static bool qhca_req_outstanding(const QhcaQp *qp)
+{
+    return qp->req_head != qp->sq.ci;
+}
+
+/* Local ACK timeout: 4.096 us << timeout; 0 waits for ever. */
+static void qhca_req_arm_ack_timer(QhcaQp *qp)
+{
+    if (qp->timeout) {
+        qhca_timer_arm(qp, 4096ll << qp->timeout);
+    }
+}
+
+/*
+ * Progress (an ACK or a response moved things on): the ACK timer starts
+ * again while something is outstanding.  An RNR pause keeps its timer.
+ */
+static void qhca_req_progress(QhcaQp *qp)
+{
+    if (qp->req_wait) {
+        return;
+    }
+    if (qhca_req_outstanding(qp)) {
+        qhca_req_arm_ack_timer(qp);
+    } else {
+        timer_del(qp->timer);
+    }
+}
+
+/*
+ * The oldest message in flight (sq.ci) is done: its CQE if it is signaled or
+ * failed (every earlier WQE is complete, so CQEs stay in SQ order), then the
+ * window moves on.
+ */
 static void qhca_req_complete(QhcaState *s, QhcaQp *qp, uint8_t status)
 {
-    QhcaSendWqe *w = &qp->wqe;
+    QhcaReqSlot *sl = qhca_req_slot(qp, qp->sq.ci);
+    QhcaSendWqe *w = &sl->wqe;
     uint32_t len = 0;
 
     trace_qhca_req_complete(qhca_qpn(s, qp), qp->sq.ci, w->opcode, status);
-    if (w->opcode == QHCA_WR_RDMA_READ ||
-        w->opcode == QHCA_WR_ATOMIC_CMP_AND_SWP ||
-        w->opcode == QHCA_WR_ATOMIC_FETCH_AND_ADD) {
+    if (qhca_wr_rd_atomic(w->opcode)) {
         len = w->length;
+        if (!sl->status) {
+            qp->req_rd_atomic--;
+        }
     }
-    qhca_req_clear(qp);
     qp->sq.ci++;
+    if ((int16_t)(qp->req_send - qp->sq.ci) < 0) {
+        qp->req_send = qp->sq.ci;
+        qp->req_next = 0;
+    }
+    qp->req_retry_left = qp->retry_cnt;
+    qp->req_rnr_left = qp->rnr_retry;
+    qp->req_rnr_naks = 0;
+    if (!qhca_req_outstanding(qp)) {
+        qp->req_wait = false;
+    }
     if (status != QHCA_WC_SUCCESS || (w->flags & QHCA_WQE_SIGNALED)) {
         qhca_complete(s, qp, qp->scqn, qp->sq.ci - 1, w->wr_id,
                       qhca_wc_opcode(w->opcode), status, len, false, 0);
     }
     if (status != QHCA_WC_SUCCESS) {
         qhca_qp_set_error(s, qp, true);
+        return;
     }
+    qhca_req_progress(qp);
     qhca_engine_schedule(s, qp);
 }
 
-/* A WQE the requester refuses before sending anything. */
+/*
+ * Completes, oldest first, every message that is done: SEND and WRITE once
+ * req_acked_psn covers their last PSN, READ and atomics once their answer is
+ * in, a WQE that failed locally with its status.
+ */
+static void qhca_req_advance(QhcaState *s, QhcaQp *qp)
+{
+    while (qp->state == QHCA_QPS_RTS && qhca_req_outstanding(qp)) {
+        QhcaReqSlot *sl = qhca_req_slot(qp, qp->sq.ci);
+
+        if (sl->status) {
+            qhca_req_complete(s, qp, sl->status);
+            return;
+        }
+        if (qhca_wr_rd_atomic(sl->wqe.opcode)) {
+            uint32_t last = psn_add(sl->first_psn, sl->npkts - 1);
+
+            if (!sl->done) {
+                return;
+            }
+            /* Its answer came in full: its PSNs are acknowledged too. */
+            if (psn_diff(last, qp->req_acked_psn) > 0) {
+                qp->req_acked_psn = last;
+            }
+        } else if (psn_diff(psn_add(sl->first_psn, sl->npkts - 1),
+                            qp->req_acked_psn) > 0) {
+            return;
+        }
+        qhca_req_complete(s, qp, QHCA_WC_SUCCESS);
+    }
+}
+
+/* Every PSN up to psn is acknowledged (a coalesced ACK, or implied). */
+static void qhca_req_ack_upto(QhcaState *s, QhcaQp *qp, uint32_t psn)
+{
+    if (psn_diff(psn, qp->req_acked_psn) > 0) {
+        qp->req_acked_psn = psn;
+        qhca_req_progress(qp);
+    }
+    qhca_req_advance(s, qp);
+}
+
+/* The message in flight that psn belongs to: its SQ index and packet. */
+static bool qhca_req_find(QhcaQp *qp, uint32_t psn, uint16_t *idx,
+                          uint32_t *k)
+{
+    uint16_t i;
+
+    for (i = qp->sq.ci; i != qp->req_head; i++) {
+        QhcaReqSlot *sl = qhca_req_slot(qp, i);
+        int32_t d = psn_diff(psn, sl->first_psn);
+
+        if (d >= 0 && d < (int32_t)sl->npkts) {
+            *idx = i;
+            *k = d;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The PSN the next packet to go out carries. */
+static uint32_t qhca_req_cursor_psn(QhcaQp *qp)
+{
+    QhcaReqSlot *sl;
+
+    if (qp->req_send == qp->req_head) {
+        return qp->sq_psn;
+    }
+    sl = qhca_req_slot(qp, qp->req_send);
+    if (sl->wqe.opcode == QHCA_WR_RDMA_READ) {
+        return psn_add(sl->first_psn, MAX(qp->req_next, sl->resp_next));
+    }
+    return psn_add(sl->first_psn, qp->req_next);
+}
+
+/* Go back N: the next packet to go out is psn's, unless it already is. */
+static void qhca_req_rewind(QhcaState *s, QhcaQp *qp, uint32_t psn)
+{
+    uint16_t idx;
+    uint32_t k;
+
+    /* Whatever the QP was waiting for, it now resends at once. */
+    qp->req_wait = false;
+    timer_del(qp->timer);
+    if (!qhca_req_find(qp, psn, &idx, &k) ||
+        psn_diff(qhca_req_cursor_psn(qp), psn) <= 0) {
+        return;
+    }
+    trace_qhca_req_rewind(qhca_qpn(s, qp), psn, idx, k);
+    qp->req_send = idx;
+    qp->req_next = k;
+}
+
+/*
+ * A WQE the requester refuses before sending anything: it completes with
+ * status once every WQE before it has.
+ */
 static void qhca_req_bad_wqe(QhcaState *s, QhcaQp *qp, uint8_t status,
                              const char *why)
 {
-    trace_qhca_err_wqe(qhca_qpn(s, qp), qp->sq.ci, why);
+    QhcaReqSlot *sl = qhca_req_slot(qp, qp->req_head);
+
+    trace_qhca_err_wqe(qhca_qpn(s, qp), qp->req_head, why);
     qemu_log_mask(LOG_GUEST_ERROR, "qhca: QP %u send WQE %u: %s\n",
-                  qhca_qpn(s, qp), qp->sq.ci, why);
-    qhca_req_complete(s, qp, status);
+                  qhca_qpn(s, qp), qp->req_head, why);
+    sl->status = status;
+    sl->first_psn = qp->sq_psn;
+    sl->npkts = 0;
+    qp->req_head++;
+    qhca_req_advance(s, qp);
 }
 
-/* Reads and validates the WQE at sq.ci; on success it is in flight. */
-bool qhca_req_start(QhcaState *s, QhcaQp *qp)
+/*
+ * Reads and validates the WQE at req_head into its slot.  false: it may
+ * not start yet (READ/atomic limit, fence); nothing changed.
+ */
+static bool qhca_req_start(QhcaState *s, QhcaQp *qp)
 {
-    QhcaSendWqe *w = &qp->wqe;
+    QhcaReqSlot *sl = qhca_req_slot(qp, qp->req_head);
+    QhcaSendWqe *w = &sl->wqe;
+    uint16_t idx = qp->req_head;
     struct {
         struct qhca_wqe_ctrl ctrl;
         struct qhca_wqe_raddr raddr;
@@ -80,14 +239,27 @@ bool qhca_req_start(QhcaState *s, QhcaQp *qp)
     uint8_t st;
 
     QEMU_BUILD_BUG_ON(sizeof(hdr) != QHCA_WQE_DATA_OFFSET);
-    memset(w, 0, sizeof(*w));
-    if (!qhca_wq_read(s, qp, &qp->sq, qp->sq.ci, 0, &hdr, sizeof(hdr))) {
+    memset(sl, 0, sizeof(*sl));
+    if (!qhca_wq_read(s, qp, &qp->sq, idx, 0, &hdr, sizeof(hdr))) {
         qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_QP_OP_ERR, "ring unreachable");
-        return false;
+        return true;
     }
-    w->wr_id = le64_to_cpu(hdr.ctrl.wr_id);
     w->opcode = hdr.ctrl.opcode;
     w->flags = hdr.ctrl.flags;
+    /* Bounded: IB max_rd_atomic; a fence waits for them all. */
+    if ((qhca_wr_rd_atomic(w->opcode) &&
+         qp->req_rd_atomic >= QHCA_LIMIT_MAX_RD_ATOMIC) ||
+        ((w->flags & QHCA_WQE_FENCE) && qp->req_rd_atomic)) {
+        return false;
+    }
+    if (!qhca_req_outstanding(qp)) {
+        /* Nothing in flight: everything before sq_psn is acknowledged. */
+        qp->req_acked_psn = psn_add(qp->sq_psn, QHCA_PSN_MASK);
+        qp->req_retry_left = qp->retry_cnt;
+        qp->req_rnr_left = qp->rnr_retry;
+        qp->req_rnr_naks = 0;
+    }
+    w->wr_id = le64_to_cpu(hdr.ctrl.wr_id);
     w->num_sge = hdr.ctrl.num_sge;
     w->imm = le32_to_cpu(hdr.ctrl.imm_data);
     w->inline_len = le32_to_cpu(hdr.ctrl.inline_len);
@@ -103,42 +275,38 @@ bool qhca_req_start(QhcaState *s, QhcaQp *qp)
         hdr.ctrl.rsvd1[2] || hdr.raddr.rsvd) {
         qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_QP_OP_ERR,
                          "bad opcode, flags or reserved field");
-        return false;
+        return true;
     }
 
     if (w->flags & QHCA_WQE_INLINE) {
-        if (w->opcode == QHCA_WR_RDMA_READ ||
-            w->opcode == QHCA_WR_ATOMIC_CMP_AND_SWP ||
-            w->opcode == QHCA_WR_ATOMIC_FETCH_AND_ADD || w->num_sge) {
+        if (qhca_wr_rd_atomic(w->opcode) || w->num_sge) {
             qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_QP_OP_ERR,
                              "inline data on a READ or atomic, or with SGEs");
-            return false;
+            return true;
         }
         if (w->inline_len > qp->max_inline) {
             qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_LEN_ERR,
                              "inline data longer than max_inline");
-            return false;
+            return true;
         }
-        if (!qhca_wq_read(s, qp, &qp->sq, qp->sq.ci, QHCA_WQE_DATA_OFFSET,
+        if (!qhca_wq_read(s, qp, &qp->sq, idx, QHCA_WQE_DATA_OFFSET,
                           w->inline_data, w->inline_len)) {
             qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_QP_OP_ERR, "ring unreachable");
-            return false;
+            return true;
         }
         w->length = w->inline_len;
     } else {
-        bool to_mem = w->opcode == QHCA_WR_RDMA_READ ||
-                      w->opcode == QHCA_WR_ATOMIC_CMP_AND_SWP ||
-                      w->opcode == QHCA_WR_ATOMIC_FETCH_AND_ADD;
+        bool to_mem = qhca_wr_rd_atomic(w->opcode);
 
         if (w->inline_len || w->num_sge > qp->max_sge) {
             qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_QP_OP_ERR,
                              "inline_len without INLINE, or too many SGEs");
-            return false;
+            return true;
         }
-        if (!qhca_wq_read(s, qp, &qp->sq, qp->sq.ci, QHCA_WQE_DATA_OFFSET,
+        if (!qhca_wq_read(s, qp, &qp->sq, idx, QHCA_WQE_DATA_OFFSET,
                           sge, w->num_sge * sizeof(sge[0]))) {
             qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_QP_OP_ERR, "ring unreachable");
-            return false;
+            return true;
         }
         for (i = 0; i < w->num_sge; i++) {
             w->sge[i].addr = le64_to_cpu(sge[i].addr);
@@ -148,7 +316,7 @@ bool qhca_req_start(QhcaState *s, QhcaQp *qp)
         st = qhca_sge_check(s, qp->pdn, w->sge, w->num_sge, to_mem, &total);
         if (st != QHCA_WC_SUCCESS) {
             qhca_req_bad_wqe(s, qp, st, "local SGE refused");
-            return false;
+            return true;
         }
         w->length = total;
     }
@@ -156,27 +324,23 @@ bool qhca_req_start(QhcaState *s, QhcaQp *qp)
          w->opcode == QHCA_WR_ATOMIC_FETCH_AND_ADD) && w->length != 8) {
         qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_LEN_ERR,
                          "atomic needs one 8-byte local buffer");
-        return false;
+        return true;
     }
 
-    qp->req_active = true;
-    qp->req_sent = false;
-    qp->req_wait = false;
-    qp->req_first_psn = qp->sq_psn;
+    sl->first_psn = qp->sq_psn;
     if (w->opcode == QHCA_WR_ATOMIC_CMP_AND_SWP ||
         w->opcode == QHCA_WR_ATOMIC_FETCH_AND_ADD) {
-        qp->req_npkts = 1;
+        sl->npkts = 1;
     } else {
-        qp->req_npkts = MAX(1, DIV_ROUND_UP(w->length, qhca_mtu(qp)));
+        sl->npkts = MAX(1, DIV_ROUND_UP(w->length, qhca_mtu(qp)));
     }
-    qp->req_next = 0;
-    qp->req_resp_next = 0;
-    qp->req_retry_left = qp->retry_cnt;
-    qp->req_rnr_left = qp->rnr_retry;
-    qp->req_rnr_naks = 0;
-    qp->sq_psn = psn_add(qp->sq_psn, qp->req_npkts);
-    trace_qhca_req_start(qhca_qpn(s, qp), qp->sq.ci, w->opcode, w->length,
-                         qp->req_first_psn, qp->req_npkts);
+    if (qhca_wr_rd_atomic(w->opcode)) {
+        qp->req_rd_atomic++;
+    }
+    qp->sq_psn = psn_add(qp->sq_psn, sl->npkts);
+    qp->req_head++;
+    trace_qhca_req_start(qhca_qpn(s, qp), idx, w->opcode, w->length,
+                         sl->first_psn, sl->npkts);
     return true;
 }
 
@@ -204,21 +368,15 @@ static uint8_t qhca_req_opcode(const QhcaSendWqe *w, uint32_t i, uint32_t n)
     return first ? QHCA_OP_WRITE_FIRST : QHCA_OP_WRITE_MIDDLE;
 }
 
-/* Local ACK timeout: 4.096 us << timeout; 0 waits for ever. */
-static void qhca_req_arm_ack_timer(QhcaQp *qp)
-{
-    if (qp->timeout) {
-        qhca_timer_arm(qp, 4096ll << qp->timeout);
-    }
-}
-
 /*
- * Sends the next packet of the message in flight.  The wire may deliver
- * the answer before this returns; callers re-check the QP afterwards.
+ * Sends the packet at the cursor (req_send, req_next) and moves it on.  The
+ * wire may deliver the answer before this returns; callers re-check the QP
+ * afterwards.
  */
-void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
+static void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
 {
-    QhcaSendWqe *w = &qp->wqe;
+    QhcaReqSlot *sl = qhca_req_slot(qp, qp->req_send);
+    QhcaSendWqe *w = &sl->wqe;
     uint32_t mtu = qhca_mtu(qp);
     QhcaPkt *pkt = g_new0(QhcaPkt, 1);
     uint32_t i = qp->req_next;
@@ -226,34 +384,35 @@ void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
 
     switch (w->opcode) {
     case QHCA_WR_RDMA_READ: {
-        uint64_t off = (uint64_t)qp->req_resp_next * mtu;
+        /* From the first response packet not in yet. */
+        uint32_t k = MAX(i, sl->resp_next);
+        uint64_t off = (uint64_t)k * mtu;
 
         pkt->opcode = QHCA_OP_READ_REQUEST;
-        pkt->psn = psn_add(qp->req_first_psn, qp->req_resp_next);
+        pkt->psn = psn_add(sl->first_psn, k);
         pkt->va = w->raddr + off;
         pkt->rkey = w->rkey;
         pkt->dma_len = w->length - off;
         pkt->ack_req = true;
-        qp->req_next = qp->req_npkts;
+        i = sl->npkts - 1;
         break;
     }
     case QHCA_WR_ATOMIC_CMP_AND_SWP:
     case QHCA_WR_ATOMIC_FETCH_AND_ADD:
         pkt->opcode = w->opcode == QHCA_WR_ATOMIC_CMP_AND_SWP ?
                       QHCA_OP_CMP_SWAP : QHCA_OP_FETCH_ADD;
-        pkt->psn = qp->req_first_psn;
+        pkt->psn = sl->first_psn;
         pkt->va = w->raddr;
         pkt->rkey = w->rkey;
         pkt->swap_add = w->swap_add;
         pkt->compare = w->compare;
         pkt->ack_req = true;
-        qp->req_next = 1;
         break;
     default: {
         uint64_t off = (uint64_t)i * mtu;
 
-        pkt->opcode = qhca_req_opcode(w, i, qp->req_npkts);
-        pkt->psn = psn_add(qp->req_first_psn, i);
+        pkt->opcode = qhca_req_opcode(w, i, sl->npkts);
+        pkt->psn = psn_add(sl->first_psn, i);
         pkt->len = MIN(w->length - off, mtu);
         if (i == 0 && (w->opcode == QHCA_WR_RDMA_WRITE ||
                        w->opcode == QHCA_WR_RDMA_WRITE_WITH_IMM)) {
@@ -262,25 +421,31 @@ void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
             pkt->dma_len = w->length;
         }
         pkt->imm = w->imm;
-        pkt->ack_req = i == qp->req_npkts - 1;
+        pkt->ack_req = i == sl->npkts - 1;
         if (w->flags & QHCA_WQE_INLINE) {
             memcpy(pkt->payload, w->inline_data + off, pkt->len);
         } else {
             st = qhca_sge_copy(s, qp->pdn, w->sge, w->num_sge, off,
                                pkt->payload, pkt->len, false);
             if (st != QHCA_WC_SUCCESS) {
+                /* Nothing more goes out; it completes so, in order. */
                 g_free(pkt);
-                qhca_req_complete(s, qp, st);
+                sl->status = st;
+                qhca_req_advance(s, qp);
                 return;
             }
         }
-        qp->req_next = i + 1;
         break;
     }
     }
 
-    if (qp->req_next == qp->req_npkts) {
-        qp->req_sent = true;
+    if (i + 1 >= sl->npkts) {
+        qp->req_send++;
+        qp->req_next = 0;
+    } else {
+        qp->req_next = i + 1;
+    }
+    if (!timer_pending(qp->timer)) {
         qhca_req_arm_ack_timer(qp);
     }
     trace_qhca_req_send(qhca_qpn(s, qp), pkt->opcode, pkt->psn, pkt->len);
@@ -288,33 +453,52 @@ void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
     g_free(pkt);
 }
 
-/* Retransmit from packet k of the message in flight. */
-static void qhca_req_rewind(QhcaQp *qp, uint32_t k)
+/*
+ * The requester's part of a QP turn: (re)send packets from the cursor,
+ * start WQEs while the window, the READ/atomic limit and the fence allow,
+ * one budget unit each.  true if it stopped for the budget alone.
+ */
+bool qhca_req_run(QhcaState *s, QhcaQp *qp, unsigned *budget)
 {
-    if (qp->wqe.opcode == QHCA_WR_RDMA_READ) {
-        qp->req_resp_next = MIN(k, qp->req_resp_next);
-        qp->req_next = 0;
-    } else {
-        qp->req_next = MIN(k, qp->req_npkts - 1);
+    for (;;) {
+        if (qp->state != QHCA_QPS_RTS) {
+            return qp->state == QHCA_QPS_ERR;
+        }
+        if (qp->req_wait) {
+            return false;
+        }
+        if (!*budget) {
+            return qp->req_send != qp->req_head || qp->req_head != qp->sq.pi;
+        }
+        if (qp->req_send != qp->req_head) {
+            if (qhca_req_slot(qp, qp->req_send)->status) {
+                /* A WQE that failed: nothing after it goes out. */
+                return false;
+            }
+            qhca_req_send_one(s, qp);
+            (*budget)--;
+            continue;
+        }
+        if (qp->req_head == qp->sq.pi ||
+            (uint16_t)(qp->req_head - qp->sq.ci) >= qp->req_window) {
+            return false;
+        }
+        (*budget)--;
+        if (!qhca_req_start(s, qp)) {
+            return false;
+        }
     }
-    qp->req_sent = false;
-    /* Whatever the QP was waiting for, it now resends at once. */
-    qp->req_wait = false;
-    timer_del(qp->timer);
 }
 
-/* The ACK timer ran out: resend, or give up. */
+/* The timer ran out: the end of an RNR pause, or an ACK timeout. */
 void qhca_req_timeout(QhcaState *s, QhcaQp *qp)
 {
-    if (!qp->req_active) {
+    if (!qhca_req_outstanding(qp)) {
         return;
     }
     if (qp->req_wait) {
         /* End of an RNR backoff. */
         qp->req_wait = false;
-        return;
-    }
-    if (!qp->req_sent) {
         return;
     }
     trace_qhca_req_retry(qhca_qpn(s, qp), "ack timeout", qp->req_retry_left);
@@ -323,16 +507,25 @@ void qhca_req_timeout(QhcaState *s, QhcaQp *qp)
         return;
     }
     qp->req_retry_left--;
-    /* Resend what was not acknowledged; the responder drops duplicates. */
-    qhca_req_rewind(qp, 0);
+    /* Go back to the oldest unacknowledged message; duplicates are dropped. */
+    qhca_req_rewind(s, qp, psn_add(qp->req_acked_psn, 1));
+    if (psn_diff(qhca_req_cursor_psn(qp), psn_add(qp->req_acked_psn, 1)) > 0) {
+        /* acked_psn + 1 is in no message (a READ's answer is missing). */
+        qp->req_send = qp->sq.ci;
+        qp->req_next = 0;
+    }
 }
 
-static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt,
-                         uint32_t k)
+/* A NAK for psn: everything before psn was received. */
+static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
 {
     uint8_t kind = pkt->syndrome & QHCA_AETH_KIND_MASK;
     uint8_t code = pkt->syndrome & ~QHCA_AETH_KIND_MASK;
 
+    qhca_req_ack_upto(s, qp, psn_add(pkt->psn, QHCA_PSN_MASK));
+    if (qp->state != QHCA_QPS_RTS || !qhca_req_outstanding(qp)) {
+        return;
+    }
     if (kind == QHCA_AETH_RNR_NAK) {
         int64_t ns = qhca_rnr_ns(code);
 
@@ -356,7 +549,7 @@ static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt,
         }
         s->ctx[qp->uar].rnr_retries++;
         trace_qhca_req_rnr_wait(qhca_qpn(s, qp), qp->req_rnr_naks, ns);
-        qhca_req_rewind(qp, k);
+        qhca_req_rewind(s, qp, pkt->psn);
         qp->req_wait = true;
         qhca_timer_arm(qp, ns);
         return;
@@ -364,8 +557,7 @@ static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt,
     switch (code) {
     case QHCA_NAK_PSN_SEQ:
         if (qp->req_wait &&
-            k >= (int32_t)(qp->wqe.opcode == QHCA_WR_RDMA_READ ?
-                           qp->req_resp_next : qp->req_next)) {
+            psn_diff(pkt->psn, qhca_req_cursor_psn(qp)) >= 0) {
             /*
              * The responder asks for a packet at or after the one the RNR
              * back-off resends from: an answer to the rest of a burst sent
@@ -382,7 +574,7 @@ static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt,
             return;
         }
         qp->req_retry_left--;
-        qhca_req_rewind(qp, k);
+        qhca_req_rewind(s, qp, pkt->psn);
         qhca_engine_schedule(s, qp);
         return;
     case QHCA_NAK_INV_REQ:
@@ -400,36 +592,65 @@ static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt,
     }
 }
 
+/*
+ * A READ response or atomic ACK for the message at idx: it implies an ACK
+ * of every PSN before the request, and is taken only when every message
+ * before it is complete (answers come in PSN order; a gap means one was
+ * lost, and the ACK timer asks again).
+ */
+static QhcaReqSlot *qhca_req_answer(QhcaState *s, QhcaQp *qp,
+                                    const QhcaPkt *pkt, uint16_t idx)
+{
+    QhcaReqSlot *sl = qhca_req_slot(qp, idx);
+
+    qhca_req_ack_upto(s, qp, psn_add(sl->first_psn, QHCA_PSN_MASK));
+    if (qp->state != QHCA_QPS_RTS || qp->sq.ci != idx) {
+        trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
+                            "answer behind an earlier one still missing");
+        return NULL;
+    }
+    return sl;
+}
+
 /* A response (ACK, NAK, read response, atomic ACK) for requester qp. */
 void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
 {
-    QhcaSendWqe *w = &qp->wqe;
-    int32_t k;
+    QhcaReqSlot *sl;
+    QhcaSendWqe *w;
+    uint16_t idx;
+    uint32_t k;
     uint8_t st;
 
-    if (qp->state != QHCA_QPS_RTS || !qp->req_active) {
+    if (qp->state != QHCA_QPS_RTS || !qhca_req_outstanding(qp)) {
         trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
                             "no request in flight");
         return;
     }
-    k = psn_diff(pkt->psn, qp->req_first_psn);
-    if (k < 0 || k >= (int32_t)qp->req_npkts) {
+    trace_qhca_req_recv(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
+                        pkt->syndrome);
+    if (psn_diff(pkt->psn, qhca_req_slot(qp, qp->sq.ci)->first_psn) < 0 ||
+        psn_diff(pkt->psn, qp->sq_psn) >= 0) {
         trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
-                            "PSN outside the message in flight");
+                            "PSN outside the messages in flight");
         return;
     }
 
     if (pkt->opcode == QHCA_OP_ACK) {
         if ((pkt->syndrome & QHCA_AETH_KIND_MASK) != QHCA_AETH_ACK) {
-            qhca_req_nak(s, qp, pkt, k);
+            qhca_req_nak(s, qp, pkt);
             return;
         }
-        if (w->opcode <= QHCA_WR_SEND_WITH_IMM &&
-            k == (int32_t)qp->req_npkts - 1) {
-            qhca_req_complete(s, qp, QHCA_WC_SUCCESS);
-        }
+        /* Coalesced: every PSN up to this one. */
+        qhca_req_ack_upto(s, qp, pkt->psn);
         return;
     }
+
+    if (!qhca_req_find(qp, pkt->psn, &idx, &k)) {
+        trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
+                            "PSN in no message in flight");
+        return;
+    }
+    w = &qhca_req_slot(qp, idx)->wqe;
 
     if (pkt->opcode == QHCA_OP_ATOMIC_ACK) {
         uint64_t orig = cpu_to_le64(pkt->orig);
@@ -439,8 +660,18 @@ void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
             qhca_req_complete(s, qp, QHCA_WC_BAD_RESP_ERR);
             return;
         }
-        st = qhca_sge_copy(s, qp->pdn, w->sge, w->num_sge, 0, &orig, 8, true);
-        qhca_req_complete(s, qp, st);
+        sl = qhca_req_answer(s, qp, pkt, idx);
+        if (!sl || sl->done) {
+            return;
+        }
+        st = qhca_sge_copy(s, qp->pdn, sl->wqe.sge, sl->wqe.num_sge, 0,
+                           &orig, 8, true);
+        if (st != QHCA_WC_SUCCESS) {
+            qhca_req_complete(s, qp, st);
+            return;
+        }
+        sl->done = true;
+        qhca_req_advance(s, qp);
         return;
     }
 
@@ -455,8 +686,13 @@ void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
             qhca_req_complete(s, qp, QHCA_WC_BAD_RESP_ERR);
             return;
         }
-        if (k != (int32_t)qp->req_resp_next) {
-            /* A gap: the ACK timer will ask again from req_resp_next. */
+        sl = qhca_req_answer(s, qp, pkt, idx);
+        if (!sl) {
+            return;
+        }
+        w = &sl->wqe;
+        if (k != sl->resp_next) {
+            /* A gap: the ACK timer will ask again from resp_next. */
             trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
                                 "read response out of order");
             return;
@@ -472,11 +708,12 @@ void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
             qhca_req_complete(s, qp, st);
             return;
         }
-        qp->req_resp_next++;
+        sl->resp_next++;
         /* Progress: the ACK timer starts again. */
-        qhca_req_arm_ack_timer(qp);
+        qhca_req_progress(qp);
         if (last) {
-            qhca_req_complete(s, qp, QHCA_WC_SUCCESS);
+            sl->done = true;
+            qhca_req_advance(s, qp);
         }
         return;
     }

@@ -121,15 +121,88 @@ static bool qhca_op_imm(uint8_t op)
 }
 
 /*
- * RDMA READ request (new or duplicate): check it, then answer from the
- * engine BH, a budget of response packets per turn (qhca_resp_read_step), so
- * that a large READ does not hold up the other QPs.  A new request replaces
- * one still being answered (the requester asked again).
+ * The responder resources (IB max_dest_rd_atomic): the last
+ * QHCA_LIMIT_MAX_RD_ATOMIC RDMA READs and atomics, oldest first from
+ * rd_tail.  Their answers go out in PSN order from the QP's turns in the BH,
+ * a budget of packets at a time (qhca_resp_read_step), so that a large READ
+ * does not hold up the other QPs; an answered one stays for duplicates.
  */
-static void qhca_resp_read(QhcaState *s, QhcaQp *qp, const QhcaPkt *req,
-                           bool dup)
+static QhcaRdRes *qhca_resp_res(QhcaQp *qp, uint32_t i)
+{
+    return &qp->rd_res[i % QHCA_LIMIT_MAX_RD_ATOMIC];
+}
+
+/* The oldest resource with answers still to send, or NULL. */
+static QhcaRdRes *qhca_resp_res_pending(QhcaQp *qp)
+{
+    uint32_t i;
+
+    for (i = 0; i < QHCA_LIMIT_MAX_RD_ATOMIC; i++) {
+        QhcaRdRes *r = qhca_resp_res(qp, qp->rd_tail + i);
+
+        if (r->valid && r->next < r->n) {
+            return r;
+        }
+    }
+    return NULL;
+}
+
+/* The newest resource of that kind whose PSNs include psn, or NULL. */
+static QhcaRdRes *qhca_resp_res_find(QhcaQp *qp, uint32_t psn, bool atomic)
+{
+    uint32_t i;
+
+    for (i = 1; i <= QHCA_LIMIT_MAX_RD_ATOMIC; i++) {
+        QhcaRdRes *r = qhca_resp_res(qp, qp->rd_tail - i);
+        int32_t d = psn_diff(psn, r->psn);
+
+        if (r->valid && r->atomic == atomic && d >= 0 && d < (int32_t)r->n) {
+            return r;
+        }
+    }
+    return NULL;
+}
+
+/*
+ * A new resource for the request at psn; NULL (and the QP in ERR) if the
+ * requester has more in flight than the responder accepts.
+ */
+static QhcaRdRes *qhca_resp_res_take(QhcaState *s, QhcaQp *qp, uint32_t psn)
+{
+    QhcaRdRes *r = qhca_resp_res(qp, qp->rd_tail);
+
+    if (r->valid && r->next < r->n) {
+        qhca_resp_fail(s, qp, psn, QHCA_NAK_INV_REQ,
+                       "more RDMA READs and atomics than max_dest_rd_atomic");
+        return NULL;
+    }
+    qp->rd_tail++;
+    memset(r, 0, sizeof(*r));
+    r->valid = true;
+    r->psn = psn;
+    return r;
+}
+
+/*
+ * Answers are due: one packet at once (a small READ or an atomic is answered
+ * from the request's own delivery), the rest from the QP's turns in the BH.
+ */
+static void qhca_resp_res_kick(QhcaState *s, QhcaQp *qp)
+{
+    unsigned budget = 1;
+
+    qp->rd_active = true;
+    qhca_resp_read_step(s, qp, &budget);
+    if (qp->rd_active) {
+        qhca_engine_schedule(s, qp);
+    }
+}
+
+/* RDMA READ request at the expected PSN. */
+static void qhca_resp_read(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
 {
     uint32_t n = MAX(1, DIV_ROUND_UP(req->dma_len, qhca_mtu(qp)));
+    QhcaRdRes *r;
 
     if (req->dma_len) {
         QhcaMr *mr = qhca_mr_check(s, req->rkey, qp->pdn, req->va,
@@ -141,17 +214,49 @@ static void qhca_resp_read(QhcaState *s, QhcaQp *qp, const QhcaPkt *req,
             return;
         }
     }
-    if (!dup) {
-        qp->rq_psn = psn_add(req->psn, n);
+    r = qhca_resp_res_take(s, qp, req->psn);
+    if (!r) {
+        return;
     }
-    qp->rd_active = true;
-    qp->rd_va = req->va;
-    qp->rd_rkey = req->rkey;
-    qp->rd_len = req->dma_len;
-    qp->rd_psn = req->psn;
-    qp->rd_n = n;
-    qp->rd_next = 0;
-    qhca_engine_schedule(s, qp);
+    r->n = n;
+    r->va = req->va;
+    r->rkey = req->rkey;
+    r->len = req->dma_len;
+    qp->rq_psn = psn_add(req->psn, n);
+    qhca_resp_res_kick(s, qp);
+}
+
+/*
+ * A duplicate RDMA READ request (the requester went back): answered again
+ * from memory, from the packet it asks for, in PSN order with the rest.
+ */
+static void qhca_resp_read_dup(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
+{
+    QhcaRdRes *r = qhca_resp_res_find(qp, req->psn, false);
+    uint32_t k;
+
+    if (!r) {
+        trace_qhca_pkt_drop(qhca_qpn(s, qp), req->opcode, req->psn,
+                            "duplicate READ older than the resources");
+        return;
+    }
+    k = psn_diff(req->psn, r->psn);
+    r->next = MIN(r->next, k);
+    qhca_resp_res_kick(s, qp);
+}
+
+/* A duplicate atomic: its saved result again, executed once only. */
+static void qhca_resp_atomic_dup(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
+{
+    QhcaRdRes *r = qhca_resp_res_find(qp, req->psn, true);
+
+    if (!r) {
+        trace_qhca_pkt_drop(qhca_qpn(s, qp), req->opcode, req->psn,
+                            "duplicate atomic older than the resources");
+        return;
+    }
+    r->next = 0;
+    qhca_resp_res_kick(s, qp);
 }
 
 void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget)
@@ -159,44 +264,59 @@ void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget)
     uint32_t mtu = qhca_mtu(qp);
     QhcaPkt *pkt = g_new(QhcaPkt, 1);
 
-    while (*budget && qp->rd_active) {
-        uint32_t i = qp->rd_next;
-        uint64_t off = (uint64_t)i * mtu;
+    while (*budget && qp->rd_active &&
+           (qp->state == QHCA_QPS_RTR || qp->state == QHCA_QPS_RTS)) {
+        /* Again each time: a send may have changed the QP. */
+        QhcaRdRes *r = qhca_resp_res_pending(qp);
+        uint32_t i;
+        uint64_t off;
         QhcaMr *mr;
 
+        if (!r) {
+            qp->rd_active = false;
+            break;
+        }
+        i = r->next;
+        off = (uint64_t)i * mtu;
         memset(pkt, 0, offsetof(QhcaPkt, payload));
-        if (qp->rd_n == 1) {
+        pkt->psn = psn_add(r->psn, i);
+        pkt->syndrome = QHCA_AETH_ACK;
+        if (r->atomic) {
+            pkt->opcode = QHCA_OP_ATOMIC_ACK;
+            pkt->orig = r->orig;
+        } else if (r->n == 1) {
             pkt->opcode = QHCA_OP_READ_RESP_ONLY;
         } else if (i == 0) {
             pkt->opcode = QHCA_OP_READ_RESP_FIRST;
-        } else if (i == qp->rd_n - 1) {
+        } else if (i == r->n - 1) {
             pkt->opcode = QHCA_OP_READ_RESP_LAST;
         } else {
             pkt->opcode = QHCA_OP_READ_RESP_MIDDLE;
         }
-        pkt->psn = psn_add(qp->rd_psn, i);
-        pkt->syndrome = QHCA_AETH_ACK;
-        pkt->len = MIN(qp->rd_len - off, mtu);
+        if (!r->atomic) {
+            pkt->len = MIN(r->len - off, mtu);
+        }
         if (pkt->len) {
             /*
              * Again per packet: the MR may have gone since the request, or
              * MODIFY_QP taken the QP's right away.
              */
-            mr = qhca_mr_check(s, qp->rd_rkey, qp->pdn, qp->rd_va + off,
-                               pkt->len, QHCA_ACCESS_REMOTE_READ);
+            mr = qhca_mr_check(s, r->rkey, qp->pdn, r->va + off, pkt->len,
+                               QHCA_ACCESS_REMOTE_READ);
             if (!mr || !(qp->access & QHCA_ACCESS_REMOTE_READ)) {
                 qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_ACCESS,
                                "R_Key refused for RDMA READ");
                 break;
             }
-            if (!qhca_mr_rw(s, mr, qp->rd_va + off, pkt->payload, pkt->len,
+            if (!qhca_mr_rw(s, mr, r->va + off, pkt->payload, pkt->len,
                             false)) {
                 qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_OP,
                                "RDMA READ source unreachable");
                 break;
             }
         }
-        if (++qp->rd_next == qp->rd_n) {
+        r->next++;
+        if (!qhca_resp_res_pending(qp)) {
             qp->rd_active = false;
         }
         (*budget)--;
@@ -207,8 +327,8 @@ void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget)
 
 static void qhca_resp_atomic(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
 {
-    QhcaPkt *pkt;
     uint64_t val, orig;
+    QhcaRdRes *r;
     QhcaMr *mr;
 
     if (req->va & 7) {
@@ -223,6 +343,14 @@ static void qhca_resp_atomic(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
                        "R_Key refused for atomic");
         return;
     }
+    r = qhca_resp_res_take(s, qp, req->psn);
+    if (!r) {
+        return;
+    }
+    /* Not executed yet: answers nothing until it is. */
+    r->atomic = true;
+    r->n = 1;
+    r->next = 1;
     if (!qhca_mr_rw(s, mr, req->va, &val, 8, false)) {
         qhca_resp_fail(s, qp, req->psn, QHCA_NAK_REM_OP,
                        "atomic target unreachable");
@@ -240,18 +368,11 @@ static void qhca_resp_atomic(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
                        "atomic target unreachable");
         return;
     }
-    qp->atomic_valid = true;
-    qp->atomic_psn = req->psn;
-    qp->atomic_orig = orig;
+    trace_qhca_resp_atomic(qhca_qpn(s, qp), req->psn, orig);
+    r->orig = orig;
+    r->next = 0;
     qp->rq_psn = psn_add(req->psn, 1);
-
-    pkt = g_new0(QhcaPkt, 1);
-    pkt->opcode = QHCA_OP_ATOMIC_ACK;
-    pkt->psn = req->psn;
-    pkt->syndrome = QHCA_AETH_ACK;
-    pkt->orig = orig;
-    qhca_resp_send(s, qp, pkt);
-    g_free(pkt);
+    qhca_resp_res_kick(s, qp);
 }
 
 /* A request packet with the expected PSN: SEND or RDMA WRITE. */
@@ -397,17 +518,9 @@ void qhca_resp_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
     if (d < 0) {
         /* Duplicate: answer again, execute nothing twice. */
         if (op == QHCA_OP_READ_REQUEST) {
-            qhca_resp_read(s, qp, pkt, true);
+            qhca_resp_read_dup(s, qp, pkt);
         } else if (op == QHCA_OP_CMP_SWAP || op == QHCA_OP_FETCH_ADD) {
-            if (qp->atomic_valid && qp->atomic_psn == pkt->psn) {
-                QhcaPkt *ack = g_new0(QhcaPkt, 1);
-
-                ack->opcode = QHCA_OP_ATOMIC_ACK;
-                ack->psn = pkt->psn;
-                ack->orig = qp->atomic_orig;
-                qhca_resp_send(s, qp, ack);
-                g_free(ack);
-            }
+            qhca_resp_atomic_dup(s, qp, pkt);
         } else if (pkt->ack_req) {
             qhca_resp_ack(s, qp, psn_add(qp->rq_psn, QHCA_PSN_MASK),
                           QHCA_AETH_ACK | 0x1f);
@@ -435,7 +548,7 @@ void qhca_resp_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
 
     switch (op) {
     case QHCA_OP_READ_REQUEST:
-        qhca_resp_read(s, qp, pkt, false);
+        qhca_resp_read(s, qp, pkt);
         break;
     case QHCA_OP_CMP_SWAP:
     case QHCA_OP_FETCH_ADD:

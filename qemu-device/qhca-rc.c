@@ -9,13 +9,15 @@
  * QP state, the wire) and the scheduler; the requester is in qhca-rc-req.c,
  * the responder in qhca-rc-resp.c, their shared declarations in qhca-rc.h.
  *
- * Requester: one message in flight per QP (stop and wait per WQE).  The WQE
- * is read through the QP's page list, validated and copied; its local SGEs
- * are checked against their MRs (PD, rights, byte bounds) on every access.
- * The message goes out in path-MTU segments with consecutive PSNs, the last
- * one asking for an ACK.  An RNR NAK pauses the QP on a QEMU timer
- * (the responder's min_rnr_timer) and retransmits from the NAKed PSN; a
- * PSN-sequence NAK or a local ACK timeout retransmits as well, both counted
+ * Requester: a window of messages in flight per QP (the SQ's depth, at most
+ * QHCA_REQ_WINDOW_MAX; READs and atomics at most QHCA_LIMIT_MAX_RD_ATOMIC).
+ * Each WQE is read through the QP's page list, validated and copied; its
+ * local SGEs are checked against their MRs (PD, rights, byte bounds) on
+ * every access.  A message goes out in path-MTU segments with consecutive
+ * PSNs, the last one asking for an ACK; ACKs are coalesced and WQEs
+ * complete in SQ order.  An RNR NAK pauses the QP on a QEMU timer
+ * (the responder's min_rnr_timer) and goes back to the NAKed PSN; a
+ * PSN-sequence NAK or a local ACK timeout goes back as well (go-back-N), both counted
  * against retry_cnt; rnr_retry 7 retries for ever, backing off exponentially
  * (QHCA_RNR_FLOOR_NS .. QHCA_RNR_MAX_NS).  Any other NAK, a local error or
  * exhausted retries complete the WQE with an error status, move the QP to
@@ -27,13 +29,15 @@
  * and drops, counts (QUERY_CTX pkt_foreign) and traces anything else.
  *
  * Responder: checks the PSN (duplicates are re-ACKed, RDMA READs re-read,
- * atomics answered from the saved result), the opcode sequence, the R_Key
+ * atomics answered from the result saved in the responder resources), the
+ * opcode sequence, the R_Key
  * (exists, same PD as the QP, rights of the MR and of the QP, byte bounds;
  * the rights and the key again on every packet, so that a MODIFY_QP or a
  * DEREG_MR takes effect at the next packet) and executes: receive WQE for
  * SEND and WRITE_WITH_IMM (none posted: RNR NAK), memory for
- * WRITE/READ/atomics.  READ responses go out from the responder QP's own
- * turns in the BH, a budget of packets at a time.
+ * WRITE/READ/atomics.  READ responses and atomic ACKs go out in PSN order,
+ * the first packet at once and the rest from the responder QP's own turns
+ * in the BH, a budget of packets at a time.
  *
  * The engine runs in its bottom half (guarded against DMA into the device's
  * own BARs), round-robin over the QPs that have work, with a budget per QP
@@ -317,13 +321,18 @@ static void qhca_qp_timer_cb(void *opaque)
 
 void qhca_timer_arm(QhcaQp *qp, int64_t ns)
 {
+    /* A firing that the BH has not acted on yet is for the old deadline. */
+    qp->req_timer_fired = false;
     timer_mod(qp->timer, qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) + ns);
 }
 
+/* Nothing in flight any more: the window starts at sq.ci again. */
 void qhca_req_clear(QhcaQp *qp)
 {
-    qp->req_active = false;
-    qp->req_sent = false;
+    qp->req_head = qp->sq.ci;
+    qp->req_send = qp->sq.ci;
+    qp->req_next = 0;
+    qp->req_rd_atomic = 0;
     qp->req_wait = false;
     qp->req_timer_fired = false;
     if (qp->timer) {
@@ -338,6 +347,13 @@ void qhca_resp_clear(QhcaQp *qp)
     qp->resp_off = 0;
     qp->resp_left = 0;
     qp->resp_total = 0;
+}
+
+/* The responder resources: forgotten (RESET, ERR). */
+void qhca_resp_res_clear(QhcaQp *qp)
+{
+    memset(qp->rd_res, 0, sizeof(qp->rd_res));
+    qp->rd_tail = 0;
     qp->rd_active = false;
 }
 
@@ -348,12 +364,17 @@ void qhca_engine_qp_reset(QhcaState *s, QhcaQp *qp)
     if (!qp->timer) {
         qp->timer = timer_new_ns(QEMU_CLOCK_VIRTUAL, qhca_qp_timer_cb, qp);
     }
+    if (!qp->req_slots) {
+        /* Sized once per QP: the SQ's size does not change. */
+        qp->req_window = MIN(1u << qp->sq.log, QHCA_REQ_WINDOW_MAX);
+        qp->req_slots = g_new0(QhcaReqSlot, qp->req_window);
+    }
     qhca_engine_unschedule(s, qp);
-    qhca_req_clear(qp);
-    qhca_resp_clear(qp);
     qp->sq.pi = qp->sq.ci = 0;
     qp->rq.pi = qp->rq.ci = 0;
-    qp->atomic_valid = false;
+    qhca_req_clear(qp);
+    qhca_resp_clear(qp);
+    qhca_resp_res_clear(qp);
     qp->resp_nak_sent = false;
 }
 
@@ -364,6 +385,9 @@ void qhca_engine_qp_destroy(QhcaState *s, QhcaQp *qp)
         timer_free(qp->timer);
         qp->timer = NULL;
     }
+    g_free(qp->req_slots);
+    qp->req_slots = NULL;
+    qp->req_window = 0;
 }
 
 /*
@@ -379,6 +403,7 @@ void qhca_qp_set_error(QhcaState *s, QhcaQp *qp, bool event)
     qp->state = QHCA_QPS_ERR;
     qhca_req_clear(qp);
     qhca_resp_clear(qp);
+    qhca_resp_res_clear(qp);
     if (event) {
         qhca_eq_event(s, QHCA_EQE_QP_ERR, qhca_qpn(s, qp), qp->uar);
     }
@@ -528,26 +553,7 @@ static bool qhca_qp_run(QhcaState *s, QhcaQp *qp)
     if (qp->state != QHCA_QPS_RTS) {
         return false;
     }
-    while (budget && qp->state == QHCA_QPS_RTS) {
-        if (qp->req_wait) {
-            return false;
-        }
-        if (qp->req_active) {
-            if (qp->req_sent) {
-                return false;
-            }
-            qhca_req_send_one(s, qp);
-            budget--;
-            continue;
-        }
-        if (qp->sq.ci == qp->sq.pi) {
-            return false;
-        }
-        qhca_req_start(s, qp);
-        budget--;
-    }
-    return qp->state == QHCA_QPS_ERR || qp->req_active ||
-           qp->sq.ci != qp->sq.pi;
+    return qhca_req_run(s, qp, &budget);
 }
 
 /*

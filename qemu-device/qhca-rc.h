@@ -32,6 +32,13 @@ static inline int32_t psn_diff(uint32_t a, uint32_t b)
     return (int32_t)((a - b) << 8) >> 8;
 }
 
+static inline bool qhca_wr_rd_atomic(uint8_t wr_opcode)
+{
+    return wr_opcode == QHCA_WR_RDMA_READ ||
+           wr_opcode == QHCA_WR_ATOMIC_CMP_AND_SWP ||
+           wr_opcode == QHCA_WR_ATOMIC_FETCH_AND_ADD;
+}
+
 static inline uint32_t qhca_mtu(const QhcaQp *qp)
 {
     return 1u << qp->path_mtu;
@@ -57,12 +64,12 @@ void qhca_complete(QhcaState *s, QhcaQp *qp, uint32_t cqn, uint16_t wqe_index,
 void qhca_timer_arm(QhcaQp *qp, int64_t ns);
 void qhca_req_clear(QhcaQp *qp);
 void qhca_resp_clear(QhcaQp *qp);
+void qhca_resp_res_clear(QhcaQp *qp);
 uint8_t qhca_wc_opcode(uint8_t wr_opcode);
 void qhca_rc_send(QhcaState *s, QhcaQp *qp, QhcaPkt *pkt);
 
 /* qhca-rc-req.c */
-bool qhca_req_start(QhcaState *s, QhcaQp *qp);
-void qhca_req_send_one(QhcaState *s, QhcaQp *qp);
+bool qhca_req_run(QhcaState *s, QhcaQp *qp, unsigned *budget);
 void qhca_req_timeout(QhcaState *s, QhcaQp *qp);
 void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt);
 

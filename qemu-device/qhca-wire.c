@@ -14,6 +14,10 @@
  * budget per run), so that a requester sends a whole burst before the first
  * answer comes back, as it does over a real network.
  *
+ * For tests, x-wire-drop loses packets on purpose: bit n set drops the
+ * (n + 1)-th packet the wire carries since realize (requests and responses
+ * alike), so that a test can aim at one packet of a burst.
+ *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
@@ -31,6 +35,11 @@ static void qhca_loopback_send(QhcaWire *w, const QhcaPkt *pkt)
     QhcaLoopback *lb = container_of(w, QhcaLoopback, w);
 
     trace_qhca_wire_tx(pkt->opcode, pkt->dest_qpn, pkt->psn, pkt->len);
+    if (w->tx_packets <= 64 && (w->s->wire_drop >> (w->tx_packets - 1)) & 1) {
+        trace_qhca_wire_drop(w->tx_packets, pkt->opcode, pkt->dest_qpn,
+                             pkt->psn);
+        return;
+    }
     if (w->s->wire_queued) {
         QhcaPkt *copy = g_new(QhcaPkt, 1);
 

@@ -107,6 +107,19 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_RNR_FLOOR_NS       10000ll             /* 10 us */
 #define QHCA_RNR_MAX_NS         100000000ll         /* 100 ms */
 
+/*
+ * RDMA READs and atomics a requester keeps in flight (IB max_rd_atomic) and
+ * a responder accepts and remembers (max_dest_rd_atomic, the responder
+ * resources).  Device-internal until the ABI carries the QP attributes;
+ * both ends use the same value, so a requester never exceeds its peer.
+ */
+#define QHCA_LIMIT_MAX_RD_ATOMIC 16
+/*
+ * Messages one QP keeps in flight: its SQ depth, at most this many (each
+ * costs a copy of its WQE, ~600 bytes of host memory).
+ */
+#define QHCA_REQ_WINDOW_MAX     32
+
 /* Engine: WQEs (or packets of one WQE) one QP may use per bottom-half run. */
 #define QHCA_QP_BUDGET          16
 /* Engine: QP turns per bottom-half run before yielding to the main loop. */
@@ -227,6 +240,36 @@ typedef struct QhcaSendWqe {
     uint8_t inline_data[QHCA_LIMIT_MAX_INLINE];
 } QhcaSendWqe;
 
+/*
+ * A message in flight (qhca-rc-req.c): SQ index idx lives in
+ * req_slots[idx & (req_window - 1)] from its start until its completion.
+ */
+typedef struct QhcaReqSlot {
+    QhcaSendWqe wqe;
+    uint32_t first_psn;
+    uint32_t npkts;             /* PSNs it uses (READ: response packets) */
+    uint32_t resp_next;         /* READ: next response packet expected */
+    uint8_t status;             /* a local error: completes so, in order */
+    bool done;                  /* READ/atomic: its answer is in */
+} QhcaReqSlot;
+
+/*
+ * A responder resource (IB: max_dest_rd_atomic): an RDMA READ or atomic
+ * accepted, kept after it is answered so that a duplicate request is
+ * answered again (READ: from memory; atomic: the saved result).
+ */
+typedef struct QhcaRdRes {
+    bool valid;
+    bool atomic;
+    uint32_t psn;               /* first PSN */
+    uint32_t n;                 /* response packets (PSNs) */
+    uint32_t next;              /* next response packet to send; n: all sent */
+    uint32_t rkey;
+    uint32_t len;
+    uint64_t va;
+    uint64_t orig;              /* atomic: the value before it */
+} QhcaRdRes;
+
 typedef struct QhcaQp QhcaQp;
 
 struct QhcaQp {
@@ -260,16 +303,21 @@ struct QhcaQp {
     uint32_t rq_psn;            /* responder: next expected PSN */
     uint32_t sq_psn;            /* requester: next PSN to send */
 
-    /* Requester: one message in flight (stop and wait per WQE). */
-    bool req_active;
-    bool req_sent;              /* every packet sent; waiting for the answer */
+    /*
+     * Requester: a window of messages in flight.  SQ indices [sq.ci,
+     * req_head) are started (their PSNs assigned); packets go out from
+     * packet req_next of req_send (go-back-N moves it back); every PSN up to
+     * req_acked_psn is acknowledged.
+     */
+    QhcaReqSlot *req_slots;
+    uint32_t req_window;        /* power of two, <= SQ entries */
+    uint16_t req_head;
+    uint16_t req_send;
+    uint32_t req_next;
+    uint32_t req_acked_psn;
+    uint32_t req_rd_atomic;     /* READs and atomics in flight */
     bool req_wait;              /* paused until the RNR backoff timer fires */
     bool req_timer_fired;       /* the timer ran: the BH acts on it */
-    QhcaSendWqe wqe;
-    uint32_t req_first_psn;
-    uint32_t req_npkts;
-    uint32_t req_next;          /* next packet (0-based) to send */
-    uint32_t req_resp_next;     /* RDMA READ: next response packet expected */
     uint8_t req_retry_left;
     uint8_t req_rnr_left;
     uint8_t req_rnr_naks;       /* RNR NAKs in a row for this WQE */
@@ -287,18 +335,13 @@ struct QhcaQp {
     uint64_t resp_total;        /* RDMA WRITE: the RETH's length */
     bool resp_have_rwqe;
     bool resp_nak_sent;         /* a PSN-sequence NAK is out: no more */
-    /* Responder: the RDMA READ being answered, a budget of packets a turn. */
-    bool rd_active;
-    uint64_t rd_va;
-    uint32_t rd_rkey;
-    uint32_t rd_len;
-    uint32_t rd_psn;            /* PSN of the first response packet */
-    uint32_t rd_n;              /* response packets in all */
-    uint32_t rd_next;           /* next one to send */
-    /* The last atomic, for a duplicate request. */
-    bool atomic_valid;
-    uint32_t atomic_psn;
-    uint64_t atomic_orig;
+    /*
+     * Responder resources, oldest first from rd_tail: READ responses and
+     * atomic ACKs go out in PSN order, a budget of packets a turn.
+     */
+    bool rd_active;             /* some resource has responses to send */
+    uint32_t rd_tail;           /* free-running: the next one to take */
+    QhcaRdRes rd_res[QHCA_LIMIT_MAX_RD_ATOMIC];
 
     bool queued;                /* on the engine's run list */
     QTAILQ_ENTRY(QhcaQp) next;
@@ -319,6 +362,7 @@ struct QhcaState {
     uint64_t node_guid;
     uint32_t max_queue_log;
     bool wire_queued;           /* x-wire-queued: see qhca-wire.c */
+    uint64_t wire_drop;         /* x-wire-drop: see qhca-wire.c (tests) */
 
     /* BAR0 register file */
     uint32_t ctrl;              /* QHCA_CTRL_ENABLE; RESET self-clears */
