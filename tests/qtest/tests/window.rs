@@ -1,0 +1,363 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! Several messages in flight per QP (issue 11): the requester keeps a window of messages
+//! bounded by the WQEs posted, its size (the SQ's depth, at most 32) and, for RDMA READs and
+//! atomics, the initiator depth (16); ACKs are coalesced; a lost packet is recovered by going
+//! back to it (go-back-N); a duplicate atomic is answered from its saved result, never executed
+//! twice. Packets are lost on purpose with the test-only `x-wire-drop` property (bit n drops
+//! the (n + 1)-th packet the wire carries) on the queued wire (`x-wire-queued`), where a
+//! requester sends a whole burst before the first answer comes back.
+
+use qhca_qtest::abi::*;
+use qhca_qtest::verbs::*;
+use qhca_qtest::Hca;
+
+const RW: u32 = QHCA_ACCESS_LOCAL_WRITE
+    | QHCA_ACCESS_REMOTE_WRITE
+    | QHCA_ACCESS_REMOTE_READ
+    | QHCA_ACCESS_REMOTE_ATOMIC;
+const PSN: u32 = 0x100;
+
+fn start(props: &str, params: &ConnParams, caps: &QpCaps) -> (Hca, Pair) {
+    let mut h = Hca::start(props);
+    h.bring_up(5, 6);
+    let p = Pair::with_caps(&mut h, params, caps);
+    (h, p)
+}
+
+/// `(wr_id, status, wqe_index)` of every CQE the CQ gets within a settle period.
+fn drain(h: &mut Hca, cq: &mut Cq) -> Vec<(u64, u32, u16)> {
+    h.settle();
+    let mut v = Vec::new();
+    while let Some(c) = cq.poll(h) {
+        v.push((c.wr_id, c.status as u32, c.wqe_index));
+    }
+    v
+}
+
+fn set_state(h: &mut Hca, q: &Qp, state: u32, access: u32) {
+    let mask = if access != 0 {
+        QHCA_QP_ATTR_STATE | QHCA_QP_ATTR_ACCESS
+    } else {
+        QHCA_QP_ATTR_STATE
+    };
+    let st = modify_qp(
+        h,
+        q.uar,
+        q.qpn,
+        &QpAttr {
+            mask,
+            state: state as u8,
+            access,
+            ..Default::default()
+        },
+    );
+    assert_eq!(st, QHCA_CMD_OK);
+}
+
+/// The responder QP back to INIT: the requester's packets are dropped on arrival, nothing
+/// comes back, and what the requester put in flight can be counted in its sq_psn.
+fn mute_responder(h: &mut Hca, p: &mut Pair, params: &ConnParams) {
+    set_state(h, &p.b, QHCA_QPS_RESET, 0);
+    p.b.sq_pi = 0;
+    p.b.rq_pi = 0;
+    set_state(h, &p.b, QHCA_QPS_INIT, params.access);
+}
+
+/// The responder back to RTS, expecting the requester's first PSN.
+fn unmute_responder(h: &mut Hca, p: &mut Pair, params: &ConnParams) {
+    set_state(h, &p.b, QHCA_QPS_RESET, 0);
+    bring_to_rts(h, &p.b, p.a.qpn, PSN, params);
+}
+
+/// Four 64 B WRITEs go out back to back; the ACKs of the first three are lost, and the fourth
+/// acknowledges all four. With no ACK timeout (timeout 0), a requester that waits for each
+/// message's own ACK never completes.
+#[test]
+fn several_writes_in_flight_then_one_ack() {
+    let params = ConnParams {
+        timeout: 0,
+        ..Default::default()
+    };
+    // Packets 1..4 are the WRITEs, 5..8 their ACKs: 5, 6 and 7 are lost.
+    let (mut h, mut p) = start(
+        "num-uars=8,x-wire-queued=on,x-wire-drop=0x70",
+        &params,
+        &QpCaps::default(),
+    );
+    let (src, lkey) = p.buf(&mut h, 4096, 0, QHCA_ACCESS_LOCAL_WRITE);
+    let (dst, rkey) = p.buf(&mut h, 4096, 0, RW);
+    for i in 0..4u64 {
+        h.qt.memwrite(src + i * 64, &pattern(64, i as u8 + 1));
+        let b = SendWr {
+            wr_id: 0x40 + i,
+            opcode: QHCA_WR_RDMA_WRITE,
+            flags: if i == 0 || i == 3 {
+                QHCA_WQE_SIGNALED
+            } else {
+                0
+            },
+            remote_addr: dst + i * 64,
+            rkey,
+            sges: vec![(src + i * 64, 64, lkey)],
+            ..Default::default()
+        }
+        .encode();
+        p.a.write_send_raw(&mut h, &b);
+    }
+    p.a.ring_sq(&mut h);
+    let got = drain(&mut h, &mut p.scq);
+    assert_eq!(
+        got,
+        vec![(0x40, QHCA_WC_SUCCESS, 0), (0x43, QHCA_WC_SUCCESS, 3)],
+        "one CQE per signaled WQE, in order"
+    );
+    for i in 0..4u64 {
+        assert_eq!(
+            h.qt.memread(dst + i * 64, 64),
+            pattern(64, i as u8 + 1),
+            "WRITE {i}"
+        );
+    }
+    let (_, a) = query_qp(&mut h, p.uar, p.a.qpn);
+    assert_eq!((a.state, a.sq_psn), (QHCA_QPS_RTS as u8, PSN + 4));
+    assert!(take_events(&mut h).is_empty());
+}
+
+/// Five 3-packet WRITEs (700 B at MTU 256) go out back to back; the middle packet of the third
+/// is lost. The responder NAKs the next one (PSN sequence error) and drops the rest of the
+/// burst; the requester goes back to the lost packet and resends from there. No ACK timeout
+/// (timeout 0): only the NAK can recover it. Every byte arrives, and every signaled WQE gets
+/// exactly one CQE, in order.
+#[test]
+fn go_back_n_recovers_a_dropped_middle_packet() {
+    let params = ConnParams {
+        timeout: 0,
+        ..Default::default()
+    };
+    // Packets 1..12: WRITEs 1..4 (WRITE 5 follows later); 8 is the second of WRITE 3.
+    let (mut h, mut p) = start(
+        "num-uars=8,x-wire-queued=on,x-wire-drop=0x80",
+        &params,
+        &QpCaps::default(),
+    );
+    let len = 700u64;
+    let (src, lkey) = p.buf(&mut h, 5 * 1024, 0, QHCA_ACCESS_LOCAL_WRITE);
+    let (dst, rkey) = p.buf(&mut h, 5 * 1024, 0, RW);
+    let signaled = [false, true, false, true, true];
+    for i in 0..5u64 {
+        h.qt.memwrite(src + i * 1024, &pattern(len as usize, 0x10 + i as u8));
+        let b = SendWr {
+            wr_id: 0x50 + i,
+            opcode: QHCA_WR_RDMA_WRITE,
+            flags: if signaled[i as usize] {
+                QHCA_WQE_SIGNALED
+            } else {
+                0
+            },
+            remote_addr: dst + i * 1024,
+            rkey,
+            sges: vec![(src + i * 1024, len as u32, lkey)],
+            ..Default::default()
+        }
+        .encode();
+        p.a.write_send_raw(&mut h, &b);
+    }
+    p.a.ring_sq(&mut h);
+    let got = drain(&mut h, &mut p.scq);
+    assert_eq!(
+        got,
+        vec![
+            (0x51, QHCA_WC_SUCCESS, 1),
+            (0x53, QHCA_WC_SUCCESS, 3),
+            (0x54, QHCA_WC_SUCCESS, 4)
+        ],
+        "one CQE per signaled WQE, in order, none twice"
+    );
+    for i in 0..5u64 {
+        assert_eq!(
+            h.qt.memread(dst + i * 1024, len as usize),
+            pattern(len as usize, 0x10 + i as u8),
+            "WRITE {i}"
+        );
+        assert!(
+            h.qt.memread(dst + i * 1024 + len, 8)
+                .iter()
+                .all(|&b| b == 0),
+            "nothing past WRITE {i}"
+        );
+    }
+    let (_, a) = query_qp(&mut h, p.uar, p.a.qpn);
+    let (_, b) = query_qp(&mut h, p.uar, p.b.qpn);
+    assert_eq!(
+        (a.state, a.sq_psn, b.state, b.rq_psn),
+        (QHCA_QPS_RTS as u8, PSN + 15, QHCA_QPS_RTS as u8, PSN + 15)
+    );
+    assert!(take_events(&mut h).is_empty());
+}
+
+/// Two fetch-and-adds go out back to back; both ATOMIC ACKs are lost. The ACK timer sends both
+/// again (go-back-N, the one retry retry_cnt allows): the responder must answer each duplicate
+/// with the original value it saved, not execute it again, and not only the last one.
+#[test]
+fn duplicate_atomics_return_saved_results_and_run_once() {
+    let params = ConnParams {
+        timeout: 8, // ~1 ms
+        retry_cnt: 1,
+        ..Default::default()
+    };
+    // Packets 1, 2: the requests; 3, 4: their ATOMIC ACKs, lost.
+    let (mut h, mut p) = start(
+        "num-uars=8,x-wire-queued=on,x-wire-drop=0xc",
+        &params,
+        &QpCaps::default(),
+    );
+    let (res, lkey) = p.buf(&mut h, 4096, 0xee, QHCA_ACCESS_LOCAL_WRITE);
+    let (target, rkey) = p.buf(&mut h, 4096, 0, RW);
+    h.qt.memwrite(target, &100u64.to_le_bytes());
+    for (i, add) in [(0u64, 1u64), (1, 10)] {
+        let b = SendWr {
+            wr_id: 0x60 + i,
+            opcode: QHCA_WR_ATOMIC_FETCH_AND_ADD,
+            flags: QHCA_WQE_SIGNALED,
+            remote_addr: target,
+            rkey,
+            swap_add: add,
+            sges: vec![(res + i * 8, 8, lkey)],
+            ..Default::default()
+        }
+        .encode();
+        p.a.write_send_raw(&mut h, &b);
+    }
+    p.a.ring_sq(&mut h);
+    let c0 = p.scq.wait(&mut h);
+    let c1 = p.scq.wait(&mut h);
+    assert_eq!(
+        [(c0.wr_id, c0.status as u32), (c1.wr_id, c1.status as u32)],
+        [(0x60, QHCA_WC_SUCCESS), (0x61, QHCA_WC_SUCCESS)],
+        "{c0:?} {c1:?}"
+    );
+    let t = u64::from_le_bytes(h.qt.memread(target, 8).try_into().unwrap());
+    assert_eq!(t, 111, "each fetch-and-add applied once");
+    let r0 = u64::from_le_bytes(h.qt.memread(res, 8).try_into().unwrap());
+    let r1 = u64::from_le_bytes(h.qt.memread(res + 8, 8).try_into().unwrap());
+    assert_eq!((r0, r1), (100, 101), "the original values, saved");
+    let (_, b) = query_qp(&mut h, p.uar, p.b.qpn);
+    assert_eq!(b.rq_psn, PSN + 2, "the duplicates moved nothing");
+    assert!(take_events(&mut h).is_empty());
+}
+
+/// 20 one-packet RDMA READs posted at once towards a responder that does not answer: 16 (the
+/// initiator depth, max_rd_atomic) go out, the other 4 wait. Once the responder is back, the
+/// ACK timer sends the 16 again, and all 20 complete in order with the right data.
+#[test]
+fn reads_are_limited_by_the_initiator_depth() {
+    let params = ConnParams {
+        timeout: 12, // ~17 ms: nothing is resent while the test counts
+        ..Default::default()
+    };
+    let caps = QpCaps {
+        sq_log: 5,
+        ..Default::default()
+    };
+    let (mut h, mut p) = start("num-uars=8", &params, &caps);
+    mute_responder(&mut h, &mut p, &params);
+    let (local, lkey) = p.buf(&mut h, 4096, 0, QHCA_ACCESS_LOCAL_WRITE);
+    let (remote, rkey) = p.buf(&mut h, 4096, 0, RW);
+    h.qt.memwrite(remote, &pattern(20 * 64, 0x33));
+    for i in 0..20u64 {
+        let b = SendWr {
+            wr_id: 0x70 + i,
+            opcode: QHCA_WR_RDMA_READ,
+            flags: QHCA_WQE_SIGNALED,
+            remote_addr: remote + i * 64,
+            rkey,
+            sges: vec![(local + i * 64, 64, lkey)],
+            ..Default::default()
+        }
+        .encode();
+        p.a.write_send_raw(&mut h, &b);
+    }
+    p.a.ring_sq(&mut h);
+    let (_, a) = query_qp(&mut h, p.uar, p.a.qpn);
+    assert_eq!(a.sq_psn, PSN + 16, "READs in flight: {}", a.sq_psn - PSN);
+    assert!(p.scq.poll(&mut h).is_none());
+
+    unmute_responder(&mut h, &mut p, &params);
+    let mut got = Vec::new();
+    h.poll(|h| {
+        while let Some(c) = p.scq.poll(h) {
+            got.push((c.wr_id, c.status as u32, c.wqe_index));
+        }
+        got.len() == 20
+    });
+    let want: Vec<_> = (0..20u16)
+        .map(|i| (0x70 + i as u64, QHCA_WC_SUCCESS, i))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(h.qt.memread(local, 20 * 64), pattern(20 * 64, 0x33));
+}
+
+/// The window never holds more than the WQEs posted (ring slots past the producer index are
+/// not touched, whatever they hold) nor more than its size: of 40 WRITEs posted on a 64-entry
+/// SQ, 32 go out while nothing is acknowledged. All complete once the responder answers.
+#[test]
+fn the_window_is_bounded_by_the_posted_wqes_and_its_size() {
+    let params = ConnParams {
+        timeout: 12,
+        ..Default::default()
+    };
+    let caps = QpCaps {
+        sq_log: 6,
+        ..Default::default()
+    };
+    let (mut h, mut p) = start("num-uars=8", &params, &caps);
+    mute_responder(&mut h, &mut p, &params);
+    let (src, lkey) = p.buf(&mut h, 4096, 0x5a, QHCA_ACCESS_LOCAL_WRITE);
+    let (dst, rkey) = p.buf(&mut h, 64 * 64, 0, RW);
+    let wr = |i: u64| {
+        SendWr {
+            wr_id: 0x100 + i,
+            opcode: QHCA_WR_RDMA_WRITE,
+            flags: QHCA_WQE_SIGNALED,
+            remote_addr: dst + i * 64,
+            rkey,
+            sges: vec![(src, 64, lkey)],
+            ..Default::default()
+        }
+        .encode()
+    };
+    // Three posted, three more written to the ring but not posted.
+    for i in 0..6u64 {
+        p.a.write_send_raw(&mut h, &wr(i));
+    }
+    p.a.sq_pi = 3;
+    p.a.ring_sq(&mut h);
+    h.settle();
+    let (_, a) = query_qp(&mut h, p.uar, p.a.qpn);
+    assert_eq!(a.sq_psn, PSN + 3, "in flight: {}", a.sq_psn - PSN);
+    // 40 posted: 32 in flight.
+    for i in 3..40u64 {
+        p.a.write_send_raw(&mut h, &wr(i));
+    }
+    p.a.ring_sq(&mut h);
+    h.settle();
+    let (_, a) = query_qp(&mut h, p.uar, p.a.qpn);
+    assert_eq!(a.sq_psn, PSN + 32, "in flight: {}", a.sq_psn - PSN);
+    assert!(p.scq.poll(&mut h).is_none());
+
+    unmute_responder(&mut h, &mut p, &params);
+    let mut got = Vec::new();
+    h.poll(|h| {
+        while let Some(c) = p.scq.poll(h) {
+            got.push((c.wr_id, c.status as u32, c.wqe_index));
+        }
+        got.len() == 40
+    });
+    let want: Vec<_> = (0..40u16)
+        .map(|i| (0x100 + i as u64, QHCA_WC_SUCCESS, i))
+        .collect();
+    assert_eq!(got, want);
+    assert!(h.qt.memread(dst, 40 * 64).iter().all(|&b| b == 0x5a));
+    assert!(h.qt.memread(dst + 40 * 64, 64).iter().all(|&b| b == 0));
+}
