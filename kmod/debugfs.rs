@@ -11,6 +11,8 @@
 //!   that claims more doorbell pages than its BAR holds).
 //! - `refuse_destroys` (read/write): how many of the next destroy commands fail as if the device
 //!   refused them (without reaching it), so that the object stays in the device.
+//! - `stall_events_ms` (read/write): the next event-queue interrupt's thread sleeps this long
+//!   before it drains the queue (at most 10 s), so that the device can overflow it.
 //! - `qhcaN/state` (read): the device's contexts, command queue and lost events.
 //! - `qhcaN/inject_event` (write `TYPE DATA0 DATA1`): dispatches an asynchronous event as if the
 //!   device had posted it (a device that names the wrong context, a stale object).
@@ -31,6 +33,7 @@ pub(crate) static FAIL_CMDS: Atomic<u32> = Atomic::new(0);
 pub(crate) static FAIL_PROBE: Atomic<u32> = Atomic::new(0);
 pub(crate) static FAKE_NUM_UARS: Atomic<u32> = Atomic::new(0);
 pub(crate) static REFUSE_DESTROYS: Atomic<u32> = Atomic::new(0);
+pub(crate) static STALL_EVENTS_MS: Atomic<u32> = Atomic::new(0);
 
 /// Takes one from a count-down knob; true if it was not zero.
 pub(crate) fn take(knob: &Atomic<u32>) -> bool {
@@ -63,6 +66,8 @@ pub(crate) struct Global {
     _fake_num_uars: File<&'static Atomic<u32>>,
     #[pin]
     _refuse_destroys: File<&'static Atomic<u32>>,
+    #[pin]
+    _stall_events: File<&'static Atomic<u32>>,
 }
 
 /// Reads at most 64 bytes of text written to a debugfs file.
@@ -109,6 +114,12 @@ impl Global {
             _refuse_destroys <- dir.read_write_callback_file(
                 c"refuse_destroys",
                 &REFUSE_DESTROYS,
+                &show,
+                &store
+            ),
+            _stall_events <- dir.read_write_callback_file(
+                c"stall_events_ms",
+                &STALL_EVENTS_MS,
                 &show,
                 &store
             ),

@@ -133,6 +133,10 @@ impl QhcaDevice {
 
     /// The threaded half of the event-queue interrupt.
     pub(crate) fn service_events(&self) {
+        let stall = crate::debugfs::STALL_EVENTS_MS.xchg(0, Relaxed).min(10_000);
+        if stall != 0 {
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(i64::from(stall)));
+        }
         self.cmdq.service(self);
         let lost = regs::with(&self.regs, |b| b.read32(regs::EQ_OVERFLOWS)).unwrap_or(0);
         let before = self.eq_overflows.xchg(lost, Relaxed);

@@ -72,6 +72,10 @@ pub fn cases() -> Vec<Case<Config>> {
             name: "events_routed_by_context",
             run: events_routed_by_context,
         },
+        Case {
+            name: "eq_overflow_reported",
+            run: eq_overflow_reported,
+        },
     ]
 }
 
@@ -728,6 +732,88 @@ fn events_routed_by_context(t: &mut T, cfg: &Config) -> CaseResult {
         Errno::EAGAIN,
         "QP error for a QP it does not own"
     );
+    Ok(())
+}
+
+/// The `events lost` line of the device's debugfs `state`.
+fn events_lost(cfg: &Config) -> Option<u64> {
+    let name = cfg.dev.file_name()?;
+    let state = std::fs::read_to_string(Path::new(DEBUGFS).join(name).join("state")).ok()?;
+    state
+        .lines()
+        .find_map(|l| l.strip_prefix("events lost (EQ_OVERFLOWS): "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Events the device could not post because the event queue was full are noticed
+/// (`EQ_OVERFLOWS`, which the driver reads and shows in debugfs `state`) and reported in the
+/// kernel log. (The driver also wakes every CQ waiter then; the routed events wake this one
+/// anyway, so that is not checked here.) The overflow: the interrupt thread stalls (fault injection) while a
+/// CQ with a completion in it is armed again and again, one event per arm.
+fn eq_overflow_reported(t: &mut T, cfg: &Config) -> CaseResult {
+    require_knob(t, "stall_events_ms")?;
+    let said = dmesg_count("event queue overflowed");
+    let ctx = Arc::new(Context::open(&cfg.dev)?);
+    let pd = Pd::new(&ctx)?;
+    let efd = eventfd()?;
+    let cq = Cq::new(&ctx, 64, Some(efd.try_clone()?))?;
+    let other = Cq::new(&ctx, 64, None)?;
+    let caps = QpCaps {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_sge: 1,
+        max_inline: 64,
+    };
+    let mut a = Qp::new(&pd, &cq, &cq, &caps)?;
+    let b = Qp::new(&pd, &other, &other, &caps)?;
+    for (qp, psn, peer, peer_psn) in [(&a, 1, b.qpn(), 2), (&b, 2, a.qpn(), 1)] {
+        let remote = ConnInfo {
+            qpn: peer,
+            psn: peer_psn,
+            ..ConnInfo::default()
+        };
+        qp.connect(&qp.conn_info(psn), &remote, &ConnOpts::default())?;
+    }
+    let dst = pd.reg_mr_buf(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let op = WrOp::Write {
+        raddr: dst.addr(),
+        rkey: dst.rkey(),
+    };
+    a.post_send(&[SendWr::inline(1, op, &[1; 8])])
+        .map_err(|e| Fail::new(file!(), line!(), format!("post_send: {e:?}")))?;
+    // The CQE lands; it stays unpolled, so every arm finds it and fires at once.
+    std::thread::sleep(Duration::from_millis(300));
+    let before = events_lost(cfg).unwrap_or(0);
+    set_knob("stall_events_ms", 3000)?;
+    let start = Instant::now();
+    for _ in 0..150 {
+        cq.arm();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    check!(
+        t,
+        start.elapsed() < Duration::from_millis(2500),
+        "arming took {:?}: the stall may be over before the queue filled",
+        start.elapsed()
+    );
+    check!(
+        t,
+        wait_for(Duration::from_secs(10), || events_lost(cfg).unwrap_or(0)
+            > before)
+    );
+    check_eq!(t, knob("stall_events_ms"), Some(0), "the stall was used");
+    let lost = events_lost(cfg).unwrap_or(0) - before;
+    check!(t, lost > 0, "no event lost: the queue did not overflow");
+    check!(
+        t,
+        wait_for(Duration::from_secs(2), || dmesg_count(
+            "event queue overflowed"
+        ) > said),
+        "the driver did not say that the event queue overflowed"
+    );
+    drop((a, b, cq, other, dst));
     Ok(())
 }
 
