@@ -50,11 +50,13 @@ static void qhca_req_arm_ack_timer(QhcaQp *qp)
 }
 
 /*
- * Progress (an ACK or a response moved things on): the ACK timer starts
- * again while something is outstanding.  An RNR pause keeps its timer.
+ * Progress (an ACK or a response moved things on): retry_cnt starts again,
+ * and so does the ACK timer while something is outstanding.  An RNR pause
+ * keeps its timer.
  */
 static void qhca_req_progress(QhcaQp *qp)
 {
+    qp->req_retry_left = qp->retry_cnt;
     if (qp->req_wait) {
         return;
     }
@@ -493,6 +495,9 @@ bool qhca_req_run(QhcaState *s, QhcaQp *qp, unsigned *budget)
 /* The timer ran out: the end of an RNR pause, or an ACK timeout. */
 void qhca_req_timeout(QhcaState *s, QhcaQp *qp)
 {
+    QhcaReqSlot *sl;
+    int32_t d;
+
     if (!qhca_req_outstanding(qp)) {
         return;
     }
@@ -507,13 +512,23 @@ void qhca_req_timeout(QhcaState *s, QhcaQp *qp)
         return;
     }
     qp->req_retry_left--;
-    /* Go back to the oldest unacknowledged message; duplicates are dropped. */
-    qhca_req_rewind(s, qp, psn_add(qp->req_acked_psn, 1));
-    if (psn_diff(qhca_req_cursor_psn(qp), psn_add(qp->req_acked_psn, 1)) > 0) {
-        /* acked_psn + 1 is in no message (a READ's answer is missing). */
-        qp->req_send = qp->sq.ci;
-        qp->req_next = 0;
+    /*
+     * Go back to the oldest message not complete, from its first packet not
+     * acknowledged (a READ: its first response not in); whatever follows is
+     * sent again, and the responder drops the duplicates.  Not to
+     * req_acked_psn + 1: ACKs for later messages may have passed a READ or
+     * atomic whose answer was lost.
+     */
+    sl = qhca_req_slot(qp, qp->sq.ci);
+    d = psn_diff(psn_add(qp->req_acked_psn, 1), sl->first_psn);
+    qp->req_send = qp->sq.ci;
+    qp->req_next = 0;
+    if (!qhca_wr_rd_atomic(sl->wqe.opcode) && d > 0 &&
+        d < (int32_t)sl->npkts) {
+        qp->req_next = d;
     }
+    trace_qhca_req_rewind(qhca_qpn(s, qp), qhca_req_cursor_psn(qp),
+                          qp->req_send, qp->req_next);
 }
 
 /* A NAK for psn: everything before psn was received. */
