@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! Surprise removal under traffic, and the `__disassoc` helper process.
+
+use super::*;
+
+/// Rescans the PCI bus when dropped, so that a removed device comes back.
+struct Removed<'a> {
+    cfg: &'a Config,
+}
+
+impl Removed<'_> {
+    fn remove<'a>(cfg: &'a Config, bdf: &str) -> Result<Removed<'a>, Fail> {
+        std::fs::write(pci_dir(bdf).join("remove"), "1")?;
+        Ok(Removed { cfg })
+    }
+}
+
+impl Drop for Removed<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/sys/bus/pci/rescan", "1");
+        wait_for(NODE_TIMEOUT, || self.cfg.dev.exists());
+    }
+}
+
+/// Starts a `__disassoc` helper and waits for its `ready` line.
+fn spawn_helper(dev: &Path) -> Result<Child, Fail> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg("__disassoc")
+        .arg(dev)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let out = child.stdout.take().expect("piped stdout");
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line)?;
+    if line.trim() != "ready" {
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!("__disassoc helper said {line:?}");
+    }
+    Ok(child)
+}
+
+/// Surprise removal under traffic: two processes ringing their doorbells and mapping it afresh
+/// in a loop see the device go (POLLERR, DEVICE_FATAL, EIO/ENODEV, a signalled eventfd, a
+/// harmless doorbell page) and exit by themselves, not by SIGBUS; a rescan brings a working
+/// device back.
+pub(super) fn remove_under_traffic(t: &mut T, cfg: &Config) -> CaseResult {
+    let bdf = system::pci_bdf(cfg)?;
+    let mut kids = [spawn_helper(&cfg.dev)?, spawn_helper(&cfg.dev)?];
+    std::thread::sleep(Duration::from_millis(300));
+    let removed = Removed::remove(cfg, &bdf)?;
+    for (i, kid) in kids.iter_mut().enumerate() {
+        match wait_exit(kid, EXIT_TIMEOUT) {
+            Some(s) => {
+                check!(
+                    t,
+                    s.code() == Some(HELPER_OK),
+                    "helper {i} ended with {s} \
+                     (exit {HELPER_OK}: every check held; 135 or a signal: SIGBUS)"
+                );
+            }
+            None => {
+                check!(
+                    t,
+                    false,
+                    "helper {i} did not exit within {EXIT_TIMEOUT:?} of the removal"
+                );
+            }
+        }
+    }
+    drop(removed);
+    require!(
+        t,
+        cfg.dev.exists(),
+        "{} not back after rescan",
+        cfg.dev.display()
+    );
+    let ctx = Raw::open(&cfg.dev)?;
+    check!(t, ctx.alloc_pd().is_ok(), "the device works after rescan");
+    Ok(())
+}
+
+/// Two `qhca-perf --loopback` streams, then surprise removal: both exit by themselves with an
+/// error (not SIGBUS, exit 135), and the device comes back on rescan.
+pub(super) fn perf_exits_on_removal(t: &mut T, cfg: &Config) -> CaseResult {
+    let Some(perf) = system::find_tool("qhca-perf").or_else(|| {
+        let p = std::env::current_exe().ok()?.with_file_name("qhca-perf");
+        p.exists().then_some(p)
+    }) else {
+        bail!("qhca-perf not found next to qhca-vmtest or in PATH");
+    };
+    let bdf = system::pci_bdf(cfg)?;
+    let mut kids = Vec::new();
+    for _ in 0..2 {
+        kids.push(
+            Command::new(&perf)
+                .args(["write_bw", "--loopback", "-s", "4096", "-n", "100000000"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()?,
+        );
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    for (i, kid) in kids.iter_mut().enumerate() {
+        check!(
+            t,
+            matches!(kid.try_wait(), Ok(None)),
+            "qhca-perf {i} ended before the removal"
+        );
+    }
+    let removed = Removed::remove(cfg, &bdf)?;
+    for (i, kid) in kids.iter_mut().enumerate() {
+        match wait_exit(kid, EXIT_TIMEOUT) {
+            Some(s) => {
+                check!(
+                    t,
+                    s.code().is_some_and(|c| c != 0 && c != 135),
+                    "qhca-perf {i} ended with {s}: want an error exit of its own, not SIGBUS"
+                );
+            }
+            None => {
+                check!(
+                    t,
+                    false,
+                    "qhca-perf {i} still running {EXIT_TIMEOUT:?} after the removal"
+                );
+            }
+        }
+    }
+    drop(removed);
+    require!(
+        t,
+        cfg.dev.exists(),
+        "{} not back after rescan",
+        cfg.dev.display()
+    );
+    let ctx = Raw::open(&cfg.dev)?;
+    check!(t, ctx.alloc_pd().is_ok(), "the device works after rescan");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The helper process
+// ---------------------------------------------------------------------------------------------
+
+/// `qhca-vmtest __disassoc DEVICE`: holds a context with a PD, a CQ with an eventfd and its
+/// doorbell mapped, prints `ready`, then rings its doorbell and maps it afresh in a loop until
+/// poll(2) reports the context disassociated. Then checks what a disassociated context must
+/// look like and exits [`HELPER_OK`] if all of it held (another code, and a message on stderr,
+/// naming the first thing that did not; 10 if nothing happened within a minute).
+pub fn helper_main(args: &[String]) -> i32 {
+    let [dev] = args else {
+        eprintln!("usage: qhca-vmtest __disassoc DEVICE");
+        return 2;
+    };
+    match helper(Path::new(dev)) {
+        Ok(()) => HELPER_OK,
+        Err((code, msg)) => {
+            eprintln!("qhca-vmtest __disassoc: {msg}");
+            code
+        }
+    }
+}
+
+fn helper(dev: &Path) -> Result<(), (i32, String)> {
+    let e = |code: i32| move |x: &dyn std::fmt::Debug| (code, format!("{x:?}"));
+    let ctx = Raw::open(dev).map_err(|x| e(20)(&x))?;
+    ctx.query().map_err(|x| e(21)(&x))?;
+    ctx.alloc_pd().map_err(|x| e(22)(&x))?;
+    let cq_buf = RawMap::anonymous(PAGE as usize).map_err(|x| e(23)(&x))?;
+    let efd = eventfd().map_err(|x| e(24)(&x))?;
+    ctx.create_cq(&cq_buf, &efd).map_err(|x| e(25)(&x))?;
+    let db = ctx.map().map_err(|x| e(26)(&x))?;
+    println!("ready");
+    let word = qhca::DbWord::new(qhca::DbType::Sq, 0, 0).raw();
+
+    let start = Instant::now();
+    let mut fresh: Option<RawMap> = None;
+    loop {
+        store_load(&db, word);
+        // A mapping made now may race with the removal: it must end up harmless too.
+        if let Ok(m) = ctx.map() {
+            store_load(&m, word);
+            fresh = Some(m);
+        }
+        let ev = ctx.poll(1).map_err(|x| e(27)(&x))?;
+        if ev.intersects(PollFlags::POLLIN | PollFlags::POLLERR) {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err((10, "not disassociated within a minute".into()));
+        }
+    }
+    let ev = ctx.poll(0).map_err(|x| e(11)(&x))?;
+    if !ev.contains(PollFlags::POLLERR | PollFlags::POLLIN) {
+        return Err((11, format!("poll after disassociation: {ev:?}")));
+    }
+    match ctx.async_event() {
+        Ok((ty, 0)) if ty == QHCA_ASYNC_DEVICE_FATAL => {}
+        other => return Err((12, format!("first async event: {other:?}"))),
+    }
+    if ctx.async_event() != Err(Errno::EAGAIN) {
+        return Err((13, "DEVICE_FATAL queued more than once".into()));
+    }
+    match ctx.query() {
+        Err(Errno::ENODEV | Errno::EIO) => {}
+        other => return Err((14, format!("ioctl after disassociation: {other:?}"))),
+    }
+    if eventfd_count(&efd) == 0 {
+        return Err((15, "the CQ eventfd was not signalled".into()));
+    }
+    for (name, m) in [("doorbell", Some(&db)), ("fresh mapping", fresh.as_ref())] {
+        if let Some(m) = m {
+            let got = store_load(m, 0x1234_5678_9abc);
+            if got != 0x1234_5678_9abc {
+                return Err((
+                    16,
+                    format!("{name} still reaches the device: read {got:#x}"),
+                ));
+            }
+        }
+    }
+    if ctx.map().is_ok() {
+        return Err((17, "mmap after disassociation succeeded".into()));
+    }
+    Ok(())
+}
