@@ -518,3 +518,72 @@ fn random_losses_in_a_mixed_window_lose_nothing() {
         assert_eq!(a.state, QHCA_QPS_RTS as u8, "seed {seed}");
     }
 }
+
+/// Errors inside a window keep CQEs in SQ order. Four WRITEs in flight, the second with a bad
+/// R_Key: the first completes, the second with REM_ACCESS_ERR, the others are flushed. Then
+/// four more, the third malformed (a bad opcode) while the first two are in flight: those two
+/// complete, the third with LOC_QP_OP_ERR in its turn, the fourth is flushed and never sent.
+#[test]
+fn errors_in_a_window_complete_in_order() {
+    let params = ConnParams::default();
+    let (mut h, mut p) = start("num-uars=8,x-wire-queued=on", &params, &QpCaps::default());
+    let (src, lkey) = p.buf(&mut h, 4096, 0x77, QHCA_ACCESS_LOCAL_WRITE);
+    let (dst, rkey) = p.buf(&mut h, 4096, 0, RW);
+    let wr = |i: u64, rkey: u32| SendWr {
+        wr_id: 0x80 + i,
+        opcode: QHCA_WR_RDMA_WRITE,
+        flags: QHCA_WQE_SIGNALED,
+        remote_addr: dst + (i % 8) * 64,
+        rkey,
+        sges: vec![(src, 64, lkey)],
+        ..Default::default()
+    };
+    for i in 0..4u64 {
+        let k = if i == 1 { rkey ^ 0x100 } else { rkey };
+        p.a.write_send_raw(&mut h, &wr(i, k).encode());
+    }
+    p.a.ring_sq(&mut h);
+    let got = drain(&mut h, &mut p.scq);
+    assert_eq!(
+        got,
+        vec![
+            (0x80, QHCA_WC_SUCCESS, 0),
+            (0x81, QHCA_WC_REM_ACCESS_ERR, 1),
+            (0x82, QHCA_WC_WR_FLUSH_ERR, 2),
+            (0x83, QHCA_WC_WR_FLUSH_ERR, 3)
+        ]
+    );
+    assert!(h.qt.memread(dst, 64).iter().all(|&b| b == 0x77));
+    assert!(h.qt.memread(dst + 64, 64).iter().all(|&b| b == 0));
+
+    p.reconnect(&mut h, &params, PSN);
+    h.qt.memset(dst, 4096, 0);
+    for i in 4..8u64 {
+        let mut b = wr(i, rkey).encode();
+        if i == 6 {
+            b[8] = 0x7f; // no such opcode
+        }
+        p.a.write_send_raw(&mut h, &b);
+    }
+    p.a.ring_sq(&mut h);
+    let got = drain(&mut h, &mut p.scq);
+    assert_eq!(
+        got,
+        vec![
+            (0x84, QHCA_WC_SUCCESS, 0),
+            (0x85, QHCA_WC_SUCCESS, 1),
+            (0x86, QHCA_WC_LOC_QP_OP_ERR, 2),
+            (0x87, QHCA_WC_WR_FLUSH_ERR, 3)
+        ]
+    );
+    assert!(h
+        .qt
+        .memread(dst + 4 * 64, 2 * 64)
+        .iter()
+        .all(|&b| b == 0x77));
+    assert!(h.qt.memread(dst + 6 * 64, 2 * 64).iter().all(|&b| b == 0));
+    let ev = event_keys(&take_events(&mut h));
+    assert_eq!(ev, vec![(QHCA_EQE_QP_ERR, p.a.qpn as u64, p.uar as u64)]);
+    let (_, a) = query_qp(&mut h, p.uar, p.a.qpn);
+    assert_eq!((a.state, a.sq_psn), (QHCA_QPS_ERR as u8, PSN + 2));
+}
