@@ -204,7 +204,7 @@ void qhca_eq_notify(QhcaState *s)
         return;
     }
     if ((s->intr_ctrl & QHCA_INTR_EQ_ENABLE) && msix_enabled(pdev)) {
-        trace_qhca_irq(QHCA_MSIX_VEC_EQ);
+        QHCA_TRACE_STEP(QHCA_IRQ, qhca_irq, QHCA_MSIX_VEC_EQ);
         msix_notify(pdev, QHCA_MSIX_VEC_EQ);
     }
 }

@@ -148,8 +148,9 @@ static void qhca_db_ring(QhcaState *s, QhcaContext *ctx, unsigned type,
         qhca_engine_schedule(s, qp);
     }
     ctx->db_accepted++;
-    trace_qhca_db_accept(page, type, qn, index);
+    QHCA_TRACE_STEP(QHCA_DB_ACCEPT, qhca_db_accept, page, type, qn, index);
     qhca_engine_kick(s);
+    QHCA_TRACE_STEP(QHCA_DB_DONE, qhca_db_done, page, qn);
 }
 
 static uint64_t qhca_uar_read(void *opaque, hwaddr addr, unsigned size)
@@ -181,7 +182,7 @@ static void qhca_uar_write(void *opaque, hwaddr addr, uint64_t val,
         return;
     }
 
-    trace_qhca_db(page, val);
+    QHCA_TRACE_STEP(QHCA_DB, qhca_db, page, val);
 
     ctx = qhca_ctx_lookup(s, page);
     if (!ctx) {

@@ -377,7 +377,8 @@ static uint8_t qhca_req_opcode(const QhcaSendWqe *w, uint32_t i, uint32_t n)
  */
 static void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
 {
-    QhcaReqSlot *sl = qhca_req_slot(qp, qp->req_send);
+    uint16_t idx = qp->req_send;
+    QhcaReqSlot *sl = qhca_req_slot(qp, idx);
     QhcaSendWqe *w = &sl->wqe;
     uint32_t mtu = qhca_mtu(qp);
     QhcaPkt *pkt = g_new0(QhcaPkt, 1);
@@ -450,7 +451,8 @@ static void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
     if (!timer_pending(qp->timer)) {
         qhca_req_arm_ack_timer(qp);
     }
-    trace_qhca_req_send(qhca_qpn(s, qp), pkt->opcode, pkt->psn, pkt->len);
+    QHCA_TRACE_STEP(QHCA_REQ_SEND, qhca_req_send, qhca_qpn(s, qp), idx,
+                    pkt->opcode, pkt->psn, pkt->len);
     qhca_rc_send(s, qp, pkt);
     g_free(pkt);
 }
@@ -641,8 +643,8 @@ void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
                             "no request in flight");
         return;
     }
-    trace_qhca_req_recv(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
-                        pkt->syndrome);
+    QHCA_TRACE_STEP(QHCA_REQ_RECV, qhca_req_recv, qhca_qpn(s, qp),
+                    pkt->opcode, pkt->psn, pkt->syndrome);
     if (psn_diff(pkt->psn, qhca_req_slot(qp, qp->sq.ci)->first_psn) < 0 ||
         psn_diff(pkt->psn, qp->sq_psn) >= 0) {
         trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,

@@ -418,6 +418,8 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
         }
         qp->resp_off += pkt->len;
         qp->rq_psn = psn_add(pkt->psn, 1);
+        QHCA_TRACE_STEP(QHCA_RESP_PLACED, qhca_resp_placed, qhca_qpn(s, qp),
+                        pkt->opcode, pkt->psn, pkt->len);
         if (ends) {
             qhca_complete(s, qp, qp->rcqn, qp->rq.ci, qp->resp_wr_id,
                           QHCA_WC_RECV, QHCA_WC_SUCCESS, qp->resp_off, imm,
@@ -470,6 +472,8 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
         }
         qp->resp_va += pkt->len;
         qp->resp_left -= pkt->len;
+        QHCA_TRACE_STEP(QHCA_RESP_PLACED, qhca_resp_placed, qhca_qpn(s, qp),
+                        pkt->opcode, pkt->psn, pkt->len);
         if (imm) {
             if (!qhca_resp_take_rwqe(s, qp, pkt->psn)) {
                 return;

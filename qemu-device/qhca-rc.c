@@ -17,8 +17,9 @@
  * PSNs, the last one asking for an ACK; ACKs are coalesced and WQEs
  * complete in SQ order.  An RNR NAK pauses the QP on a QEMU timer
  * (the responder's min_rnr_timer) and goes back to the NAKed PSN; a
- * PSN-sequence NAK or a local ACK timeout goes back as well (go-back-N), both counted
- * against retry_cnt; rnr_retry 7 retries for ever, backing off exponentially
+ * PSN-sequence NAK or a local ACK timeout goes back as well (go-back-N),
+ * both counted against retry_cnt (which starts again whenever an answer
+ * moves the window); rnr_retry 7 retries for ever, backing off exponentially
  * (QHCA_RNR_FLOOR_NS .. QHCA_RNR_MAX_NS).  Any other NAK, a local error or
  * exhausted retries complete the WQE with an error status, move the QP to
  * ERR (QHCA_EQE_QP_ERR) and flush the rest with WR_FLUSH_ERR.  Every CQE
@@ -245,7 +246,9 @@ static bool qhca_cq_post(QhcaState *s, QhcaCq *cq, struct qhca_cqe *cqe)
         qhca_cq_error(s, cq, "CQE ring unreachable");
         return false;
     }
-    trace_qhca_cqe(qhca_cqn(s, cq), cq->pi, cqe->opcode, cqe->status);
+    QHCA_TRACE_STEP(QHCA_CQE, qhca_cqe, qhca_cqn(s, cq), cq->pi,
+                    le32_to_cpu(cqe->qpn), le16_to_cpu(cqe->wqe_index),
+                    cqe->opcode, cqe->status);
     cq->pi++;
     if (cq->armed) {
         cq->armed = false;
@@ -529,11 +532,25 @@ static bool qhca_qp_flush(QhcaState *s, QhcaQp *qp, unsigned *budget)
     return qp->sq.ci != qp->sq.pi || qp->rq.ci != qp->rq.pi;
 }
 
+static bool qhca_qp_turn(QhcaState *s, QhcaQp *qp, unsigned *budget);
+
 /* One turn of one QP; true if it has more work right now. */
 static bool qhca_qp_run(QhcaState *s, QhcaQp *qp)
 {
     unsigned budget = QHCA_QP_BUDGET;
+    bool more;
 
+    QHCA_TRACE_STEP(QHCA_QP_TURN_BEGIN, qhca_qp_turn_begin, qhca_qpn(s, qp),
+                    qp->sq.ci, qp->sq.pi);
+    more = qhca_qp_turn(s, qp, &budget);
+    QHCA_TRACE_STEP(QHCA_QP_TURN_END, qhca_qp_turn_end, qhca_qpn(s, qp),
+                    qp->sq.ci, QHCA_QP_BUDGET - budget, more);
+    return more;
+}
+
+/* The work of one QP turn, a budget of packets or WQEs. */
+static bool qhca_qp_turn(QhcaState *s, QhcaQp *qp, unsigned *budget)
+{
     if (qp->req_timer_fired) {
         qp->req_timer_fired = false;
         if (qp->state == QHCA_QPS_RTS) {
@@ -541,11 +558,11 @@ static bool qhca_qp_run(QhcaState *s, QhcaQp *qp)
         }
     }
     if (qp->state == QHCA_QPS_ERR) {
-        return qhca_qp_flush(s, qp, &budget);
+        return qhca_qp_flush(s, qp, budget);
     }
     if (qp->rd_active &&
         (qp->state == QHCA_QPS_RTR || qp->state == QHCA_QPS_RTS)) {
-        qhca_resp_read_step(s, qp, &budget);
+        qhca_resp_read_step(s, qp, budget);
         if (qp->rd_active) {
             return true;
         }
@@ -553,7 +570,7 @@ static bool qhca_qp_run(QhcaState *s, QhcaQp *qp)
     if (qp->state != QHCA_QPS_RTS) {
         return false;
     }
-    return qhca_req_run(s, qp, &budget);
+    return qhca_req_run(s, qp, budget);
 }
 
 /*
@@ -574,6 +591,8 @@ static void qhca_engine_run(QhcaState *s, unsigned turns, bool poll_wire)
         return;
     }
     qhca_busy_enter(s);
+    QHCA_TRACE_STEP(QHCA_ENGINE_RUN_BEGIN, qhca_engine_run_begin, !poll_wire,
+                    turns);
     if (poll_wire && s->wire->ops->poll) {
         unsigned budget = QHCA_WIRE_BUDGET;
 
@@ -596,6 +615,8 @@ static void qhca_engine_run(QhcaState *s, unsigned turns, bool poll_wire)
         (s->wire->ops->pending && s->wire->ops->pending(s->wire))) {
         qemu_bh_schedule(s->engine_bh);
     }
+    QHCA_TRACE_STEP(QHCA_ENGINE_RUN_END, qhca_engine_run_end, !poll_wire,
+                    turns);
     qhca_busy_exit(s);
 }
 

@@ -439,6 +439,20 @@ static inline void qhca_count(uint32_t *counter)
         qemu_log_mask(LOG_GUEST_ERROR, "qhca: " fmt "\n", ## __VA_ARGS__); \
     } while (0)
 
+/*
+ * A step of the path from a doorbell to its CQE (docs/qhca.rst, "Tracing
+ * one message"): its trace event gets the host's monotonic clock in ns as
+ * its first argument, read only while the event is enabled, so that a
+ * disabled step costs the test of its enable flag alone.  EV is the event's
+ * name in capitals, ev as declared in trace-events.
+ */
+#define QHCA_TRACE_STEP(EV, ev, ...)                                    \
+    do {                                                                \
+        if (trace_event_get_state_backends(TRACE_##EV)) {               \
+            trace_##ev(get_clock(), __VA_ARGS__);                       \
+        }                                                               \
+    } while (0)
+
 static inline bool qhca_ready(const QhcaState *s)
 {
     return (s->status & QHCA_STATUS_READY) && !s->reset_pending;
