@@ -145,7 +145,8 @@ static void qhca_db_ring(QhcaState *s, QhcaContext *ctx, unsigned type,
             return;
         }
         wq->pi = index;
-        qhca_engine_schedule(s, qp);
+        /* The inline turn's end schedules the bottom half if need be. */
+        qhca_engine_enqueue(s, qp);
     }
     ctx->db_accepted++;
     QHCA_TRACE_STEP(QHCA_DB_ACCEPT, qhca_db_accept, page, type, qn, index);

@@ -105,7 +105,10 @@ static void qhca_req_complete(QhcaState *s, QhcaQp *qp, uint8_t status)
         return;
     }
     qhca_req_progress(qp);
-    qhca_engine_schedule(s, qp);
+    if (qp->req_head != qp->sq.pi || qp->req_send != qp->req_head) {
+        /* WQEs to start or packets to send (a turn of its own does both). */
+        qhca_engine_schedule(s, qp);
+    }
 }
 
 /*

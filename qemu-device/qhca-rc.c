@@ -296,13 +296,28 @@ void qhca_cq_arm_check(QhcaState *s, QhcaCq *cq)
 /* ------------------------------------------------------------------------ */
 /* QP state                                                                 */
 
-void qhca_engine_schedule(QhcaState *s, QhcaQp *qp)
+/* qp has work: on the run list (an engine run's end looks at it). */
+void qhca_engine_enqueue(QhcaState *s, QhcaQp *qp)
 {
     if (!qp->queued) {
         qp->queued = true;
         QTAILQ_INSERT_TAIL(&s->run_list, qp, next);
     }
-    qemu_bh_schedule(s->engine_bh);
+}
+
+/*
+ * qp has work: on the run list, and the bottom half scheduled unless an
+ * engine run is under way (its end schedules it for what is left).  Waking
+ * the main loop from a vCPU thread is what a doorbell must not pay for when
+ * its own turn does the work (a write to an eventfd, after which the main
+ * loop thread wants the BQL the vCPU holds).
+ */
+void qhca_engine_schedule(QhcaState *s, QhcaQp *qp)
+{
+    qhca_engine_enqueue(s, qp);
+    if (!s->engine_running) {
+        qemu_bh_schedule(s->engine_bh);
+    }
 }
 
 static void qhca_engine_unschedule(QhcaState *s, QhcaQp *qp)
@@ -591,6 +606,7 @@ static void qhca_engine_run(QhcaState *s, unsigned turns, bool poll_wire)
         return;
     }
     qhca_busy_enter(s);
+    s->engine_running = true;
     QHCA_TRACE_STEP(QHCA_ENGINE_RUN_BEGIN, qhca_engine_run_begin, !poll_wire,
                     turns);
     if (poll_wire && s->wire->ops->poll) {
@@ -611,6 +627,7 @@ static void qhca_engine_run(QhcaState *s, unsigned turns, bool poll_wire)
             qhca_engine_schedule(s, qp);
         }
     }
+    s->engine_running = false;
     if (!QTAILQ_EMPTY(&s->run_list) ||
         (s->wire->ops->pending && s->wire->ops->pending(s->wire))) {
         qemu_bh_schedule(s->engine_bh);

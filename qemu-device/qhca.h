@@ -414,6 +414,12 @@ struct QhcaState {
 
     /* RC engine (qhca-rc.c) and the wire it talks over (qhca-wire.c) */
     QEMUBH *engine_bh;
+    /*
+     * Inside qhca_engine_run(): QPs that get work are only queued, and the
+     * run's end schedules the bottom half if any are left, so that a
+     * doorbell whose message completes in its own turn wakes nobody.
+     */
+    bool engine_running;
     QTAILQ_HEAD(, QhcaQp) run_list;
     uint32_t cq_arm_pending;    /* CQs with arm_pending set */
     QhcaWire *wire;
@@ -526,6 +532,7 @@ void qhca_engine_kick(QhcaState *s);
 bool qhca_cmd_unused_zero(const struct qhca_cmd *cmd, bool uses_out,
                           unsigned nr_in);
 void qhca_engine_schedule(QhcaState *s, QhcaQp *qp);
+void qhca_engine_enqueue(QhcaState *s, QhcaQp *qp);
 void qhca_engine_qp_reset(QhcaState *s, QhcaQp *qp);
 void qhca_engine_qp_destroy(QhcaState *s, QhcaQp *qp);
 void qhca_qp_set_error(QhcaState *s, QhcaQp *qp, bool event);
