@@ -146,11 +146,16 @@ static void qhca_req_advance(QhcaState *s, QhcaQp *qp)
 /* Every PSN up to psn is acknowledged (a coalesced ACK, or implied). */
 static void qhca_req_ack_upto(QhcaState *s, QhcaQp *qp, uint32_t psn)
 {
-    if (psn_diff(psn, qp->req_acked_psn) > 0) {
+    bool moved = psn_diff(psn, qp->req_acked_psn) > 0;
+
+    if (moved) {
         qp->req_acked_psn = psn;
+    }
+    /* Completions first: the timer is not armed for what they end. */
+    qhca_req_advance(s, qp);
+    if (moved && qp->state == QHCA_QPS_RTS) {
         qhca_req_progress(qp);
     }
-    qhca_req_advance(s, qp);
 }
 
 /* The message in flight that psn belongs to: its SQ index and packet. */
@@ -384,7 +389,7 @@ static void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
     QhcaReqSlot *sl = qhca_req_slot(qp, idx);
     QhcaSendWqe *w = &sl->wqe;
     uint32_t mtu = qhca_mtu(qp);
-    QhcaPkt *pkt = g_new0(QhcaPkt, 1);
+    QhcaPkt *pkt = qhca_pkt_new();
     uint32_t i = qp->req_next;
     uint8_t st;
 
@@ -451,13 +456,19 @@ static void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
     } else {
         qp->req_next = i + 1;
     }
-    if (!timer_pending(qp->timer)) {
-        qhca_req_arm_ack_timer(qp);
-    }
     QHCA_TRACE_STEP(QHCA_REQ_SEND, qhca_req_send, qhca_qpn(s, qp), idx,
                     pkt->opcode, pkt->psn, pkt->len);
     qhca_rc_send(s, qp, pkt);
     g_free(pkt);
+    /*
+     * The ACK timer, after the send: on the loopback wire the answer has
+     * usually come back inside it, and then there is no timer to arm (a
+     * timer_mod that would wake the main loop, only to be deleted).
+     */
+    if (qp->state == QHCA_QPS_RTS && qhca_req_outstanding(qp) &&
+        !qp->req_wait && !timer_pending(qp->timer)) {
+        qhca_req_arm_ack_timer(qp);
+    }
 }
 
 /*
@@ -729,11 +740,12 @@ void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
             return;
         }
         sl->resp_next++;
-        /* Progress: the ACK timer starts again. */
-        qhca_req_progress(qp);
         if (last) {
             sl->done = true;
             qhca_req_advance(s, qp);
+        } else {
+            /* Progress: the ACK timer starts again. */
+            qhca_req_progress(qp);
         }
         return;
     }

@@ -28,7 +28,7 @@ static void qhca_resp_send(QhcaState *s, QhcaQp *qp, QhcaPkt *pkt)
 static void qhca_resp_ack(QhcaState *s, QhcaQp *qp, uint32_t psn,
                           uint8_t syndrome)
 {
-    QhcaPkt *pkt = g_new0(QhcaPkt, 1);
+    QhcaPkt *pkt = qhca_pkt_new();
 
     pkt->opcode = QHCA_OP_ACK;
     pkt->psn = psn;

@@ -341,6 +341,7 @@ void qhca_timer_arm(QhcaQp *qp, int64_t ns)
 {
     /* A firing that the BH has not acted on yet is for the old deadline. */
     qp->req_timer_fired = false;
+    trace_qhca_timer_arm(qp->qpn, ns);
     timer_mod(qp->timer, qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) + ns);
 }
 
