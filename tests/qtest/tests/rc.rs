@@ -1239,19 +1239,24 @@ fn cqes_carry_the_wqe_index() {
 }
 
 /// The engine runs in this test's QEMU, counted from the trace: (runs from a doorbell, runs of
-/// the bottom half).
-fn engine_runs(path: &std::path::Path) -> (usize, usize) {
+/// the bottom half, QP timers armed).
+fn engine_runs(path: &std::path::Path) -> (usize, usize, usize) {
     let t = std::fs::read_to_string(path).unwrap_or_default();
     let n = |s: &str| t.lines().filter(|l| l.contains(s)).count();
-    (n("qhca_engine_run_begin ns") - n("inline 0"), n("inline 0"))
+    (
+        n("qhca_engine_run_begin ns") - n("inline 0"),
+        n("inline 0"),
+        n("qhca_timer_arm "),
+    )
 }
 
 /// A small WRITE completes within its doorbell's own engine turn, and then nothing is left for
-/// the bottom half: the doorbell wakes no main loop (issue 11: each wake-up from a vCPU thread
-/// cost a write to an eventfd and a main loop wanting the BQL the vCPU holds). Counted with the
-/// device's own trace events, which this test's QEMU writes to a file.
+/// the bottom half, and no ACK timer was armed (its ACK came back inside the send): the
+/// doorbell wakes no main loop (issue 11: each wake-up from a vCPU thread cost a write to an
+/// eventfd and a main loop wanting the BQL the vCPU holds). Counted with the device's own trace
+/// events, which this test's QEMU writes to a file.
 #[test]
-fn a_message_done_in_its_doorbell_wakes_no_bottom_half() {
+fn a_message_done_in_its_doorbell_wakes_no_main_loop() {
     let dir = std::env::temp_dir().join(format!("qhca-qtest-bh-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("trace.log");
@@ -1261,6 +1266,8 @@ fn a_message_done_in_its_doorbell_wakes_no_bottom_half() {
         &[
             "-trace",
             "qhca_engine_run_begin",
+            "-trace",
+            "qhca_timer_arm",
             "-D",
             log.to_str().unwrap(),
         ],
@@ -1270,7 +1277,7 @@ fn a_message_done_in_its_doorbell_wakes_no_bottom_half() {
     let (src, lkey) = p.buf(&mut h, 4096, 0x3c, QHCA_ACCESS_LOCAL_WRITE);
     let (dst, rkey) = p.buf(&mut h, 4096, 0, RW);
     h.settle();
-    let (inline0, bh0) = engine_runs(&log);
+    let (inline0, bh0, timers0) = engine_runs(&log);
     for i in 0..10u64 {
         p.a.post_send(
             &mut h,
@@ -1289,12 +1296,12 @@ fn a_message_done_in_its_doorbell_wakes_no_bottom_half() {
     }
     h.settle();
     h.alive();
-    let (inline1, bh1) = engine_runs(&log);
+    let (inline1, bh1, timers1) = engine_runs(&log);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(h.qt.memread(dst, 80).iter().all(|&b| b == 0x3c));
     assert_eq!(
-        (inline1 - inline0, bh1 - bh0),
-        (10, 0),
-        "engine runs from the doorbells, from the bottom half"
+        (inline1 - inline0, bh1 - bh0, timers1 - timers0),
+        (10, 0, 0),
+        "engine runs from the doorbells, from the bottom half; timers armed"
     );
 }
