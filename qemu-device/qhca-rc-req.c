@@ -344,6 +344,16 @@ static bool qhca_req_start(QhcaState *s, QhcaQp *qp)
     } else {
         sl->npkts = MAX(1, DIV_ROUND_UP(w->length, qhca_mtu(qp)));
     }
+    /*
+     * PSNs in flight stay within QHCA_PSN_WINDOW, so that psn_diff() tells
+     * old from new across the 24-bit wrap: a large message waits for the
+     * window to drain (alone, one message is at most 2^23 packets).
+     */
+    if (qhca_req_outstanding(qp) &&
+        ((qp->sq_psn - qhca_req_slot(qp, qp->sq.ci)->first_psn) &
+         QHCA_PSN_MASK) + sl->npkts > QHCA_PSN_WINDOW) {
+        return false;
+    }
     if (qhca_wr_rd_atomic(w->opcode)) {
         qp->req_rd_atomic++;
     }

@@ -15,6 +15,8 @@
 #include "qhca-wire.h"
 
 #define QHCA_MAX_MSG_SIZE       (1ull << 31)
+/* PSNs a requester keeps in flight over several messages (IBA: < 2^23). */
+#define QHCA_PSN_WINDOW         (1u << 22)
 
 /* QhcaQp.resp_op: the multi-packet message the responder is in. */
 #define QHCA_RESP_NONE          0
