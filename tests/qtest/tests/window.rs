@@ -587,3 +587,57 @@ fn errors_in_a_window_complete_in_order() {
     let (_, a) = query_qp(&mut h, p.uar, p.a.qpn);
     assert_eq!((a.state, a.sq_psn), (QHCA_QPS_ERR as u8, PSN + 2));
 }
+
+/// The PSNs in flight stay below 2^22, so that old and new PSNs never meet across the 24-bit
+/// wrap: two 600 MiB RDMA READs at MTU 256 (2,457,600 response PSNs each, one request packet
+/// each) towards a responder that does not answer: the first goes out, the second waits. (One
+/// page, aliased 153,600 times, is the whole region: a READ into its own source.)
+#[test]
+fn psns_in_flight_stay_within_the_window() {
+    let params = ConnParams {
+        timeout: 12,
+        ..Default::default()
+    };
+    let (mut h, mut p) = start("num-uars=8", &params, &QpCaps::default());
+    mute_responder(&mut h, &mut p, &params);
+    let pages = 600u64 * 256; // 600 MiB
+    let page = p.m.alloc(&mut h, 4096);
+    let list = vec![page; pages as usize];
+    let dir = p.m.page_list_of(&mut h, &list);
+    let iova = 0x40_0000_0000u64;
+    let b = reg_mr_bytes(
+        p.uar,
+        p.pdn,
+        iova,
+        pages * 4096,
+        QHCA_ACCESS_LOCAL_WRITE | QHCA_ACCESS_REMOTE_READ,
+        pages as u32,
+        dir,
+    );
+    let (st, key) = obj_cmd(&mut h, QHCA_CMD_REG_MR, in_words(&b));
+    assert_eq!(st, QHCA_CMD_OK);
+    let len = pages * 4096;
+    for i in 0..2u64 {
+        let b = SendWr {
+            wr_id: 0x90 + i,
+            opcode: QHCA_WR_RDMA_READ,
+            flags: QHCA_WQE_SIGNALED,
+            remote_addr: iova,
+            rkey: key as u32,
+            sges: vec![(iova, len as u32, key as u32)],
+            ..Default::default()
+        }
+        .encode();
+        p.a.write_send_raw(&mut h, &b);
+    }
+    p.a.ring_sq(&mut h);
+    h.settle();
+    let (_, a) = query_qp(&mut h, p.uar, p.a.qpn);
+    let per = (len / 256) as u32;
+    assert_eq!(
+        a.sq_psn.wrapping_sub(PSN) & 0xff_ffff,
+        per,
+        "PSNs in flight"
+    );
+    assert!(p.scq.poll(&mut h).is_none());
+}
