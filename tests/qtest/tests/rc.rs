@@ -1305,3 +1305,75 @@ fn a_message_done_in_its_doorbell_wakes_no_main_loop() {
         "engine runs from the doorbells, from the bottom half; timers armed"
     );
 }
+
+/// The same for the other small operations: a receive posted, then an 8-byte RDMA READ, a
+/// fetch-and-add and an 8-byte SEND, five times. Each completes within its doorbell's turn
+/// (the responder answers the READ and the atomic from the request's own delivery): no bottom
+/// half runs and no timer is armed.
+#[test]
+fn small_reads_atomics_and_sends_wake_no_main_loop() {
+    let dir = std::env::temp_dir().join(format!("qhca-qtest-bh2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("trace.log");
+    let _ = std::fs::remove_file(&log);
+    let mut h = Hca::start_with(
+        "num-uars=8",
+        &[
+            "-trace",
+            "qhca_engine_run_begin",
+            "-trace",
+            "qhca_timer_arm",
+            "-D",
+            log.to_str().unwrap(),
+        ],
+    );
+    h.bring_up(5, 6);
+    let mut p = Pair::new(&mut h, &ConnParams::default());
+    let (local, lkey) = p.buf(&mut h, 4096, 0, QHCA_ACCESS_LOCAL_WRITE);
+    let (remote, rkey) = p.buf(&mut h, 4096, 0, RW | QHCA_ACCESS_REMOTE_ATOMIC);
+    h.qt.memwrite(remote, &pattern(8, 9));
+    h.settle();
+    let (inline0, bh0, timers0) = engine_runs(&log);
+    for i in 0..5u64 {
+        p.b.post_recv(&mut h, 0x50 + i, &[(local + 2048, 64, lkey)]);
+        for (op, remote_addr, local_addr) in [
+            (QHCA_WR_RDMA_READ, remote, local + 64 * i),
+            (
+                QHCA_WR_ATOMIC_FETCH_AND_ADD,
+                remote + 64,
+                local + 1024 + 8 * i,
+            ),
+            (QHCA_WR_SEND, 0, local + 64 * i),
+        ] {
+            p.a.post_send(
+                &mut h,
+                &SendWr {
+                    wr_id: i,
+                    opcode: op,
+                    flags: QHCA_WQE_SIGNALED,
+                    remote_addr,
+                    rkey,
+                    swap_add: 1,
+                    sges: vec![(local_addr, 8, lkey)],
+                    ..Default::default()
+                },
+            );
+            let c = p.scq.wait(&mut h);
+            assert_eq!((c.wr_id, c.status as u32), (i, QHCA_WC_SUCCESS), "op {op}");
+        }
+        let r = p.rcq.wait(&mut h);
+        assert_eq!((r.wr_id, r.status as u32, r.byte_len), (0x50 + i, 0, 8));
+        assert_eq!(h.qt.memread(local + 64 * i, 8), pattern(8, 9));
+        let f = u64::from_le_bytes(h.qt.memread(local + 1024 + 8 * i, 8).try_into().unwrap());
+        assert_eq!(f, i, "fetch-and-add {i}");
+    }
+    h.settle();
+    h.alive();
+    let (inline1, bh1, timers1) = engine_runs(&log);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        (inline1 - inline0, bh1 - bh0, timers1 - timers0),
+        (20, 0, 0),
+        "engine runs from the doorbells, from the bottom half; timers armed"
+    );
+}
