@@ -6,7 +6,8 @@
 # The guest sees the host's root filesystem (read-only) and this repository; /tmp/qhca-vm is
 # shared read-write for results. Needs KDIR and QEMU in the environment (scripts/build-all.sh sets
 # them) or builds them first. Uses TCG: nested KVM on our CI machines hangs the guest at
-# "Decompressing Linux", so KVM is used only when QHCA_KVM=1.
+# "Decompressing Linux", so KVM is used only when QHCA_KVM=1. QHCA_QEMU_OPTS adds QEMU options (e.g. the
+# -trace options of qemu-device/docs/qhca.rst, "Tracing one message").
 source "$(dirname "$0")/lib.sh"
 
 uars=24
@@ -34,5 +35,5 @@ mkdir -p /tmp/qhca-vm
 cmd=$(printf '%q ' "$@")
 exec vng --run "$KDIR/arch/x86/boot/bzImage" "${kvm[@]}" --disable-microvm "${append[@]}" \
 	--qemu "$QEMU" --cpus 2 --memory 2G --rwdir /tmp/qhca-vm \
-	--qemu-opts="-L /usr/share/qemu -L /usr/share/seabios -device qhca,num-uars=$uars" \
+	--qemu-opts="-L /usr/share/qemu -L /usr/share/seabios -device qhca,num-uars=$uars ${QHCA_QEMU_OPTS:-}" \
 	--exec "QHCA_EXPECT_NUM_UARS=$uars $cmd"
