@@ -437,7 +437,6 @@ impl Verbs<'_> {
         if a.rsvd != 0
             || q.mask == 0
             || q.mask & !uapi::QHCA_QP_ATTR_ALL != 0
-            || q.rsvd0 != 0
             || q.rsvd1.iter().any(|&r| r != 0)
         {
             return Err(EINVAL);

@@ -46,6 +46,12 @@ pub struct DeviceAttr {
     pub max_inline: u32,
     /// Largest number of memory regions.
     pub max_mr: u32,
+    /// Largest responder resources of one QP (`max_dest_rd_atomic`): RDMA READs and atomics it
+    /// accepts in flight.
+    pub max_qp_rd_atom: u16,
+    /// Largest initiator depth of one QP (`max_rd_atomic`): RDMA READs and atomics it keeps in
+    /// flight.
+    pub max_qp_init_rd_atom: u16,
     /// Largest memory region, in bytes.
     pub max_mr_size: u64,
     /// Supported page sizes: bit n set means 2^n bytes.
@@ -81,6 +87,8 @@ impl DeviceAttr {
             max_sge: a.max_sge,
             max_inline: a.max_inline,
             max_mr: a.max_mr,
+            max_qp_rd_atom: a.max_qp_rd_atom,
+            max_qp_init_rd_atom: a.max_qp_init_rd_atom,
             max_mr_size: a.max_mr_size,
             page_size_cap: a.page_size_cap,
         })
@@ -165,7 +173,8 @@ mod tests {
                 max_sge: 16,
                 max_inline: 17,
                 max_mr: 18,
-                rsvd0: 0,
+                max_qp_rd_atom: 19,
+                max_qp_init_rd_atom: 20,
                 max_mr_size: 1 << 40,
                 page_size_cap: 0x1000,
                 rsvd1: [0; 4],
@@ -197,6 +206,8 @@ mod tests {
                 max_sge: 16,
                 max_inline: 17,
                 max_mr: 18,
+                max_qp_rd_atom: 19,
+                max_qp_init_rd_atom: 20,
                 max_mr_size: 1 << 40,
                 page_size_cap: 0x1000,
             }

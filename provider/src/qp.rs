@@ -608,7 +608,10 @@ mod tests {
             (a.state, a.dest_qpn, a.rq_psn, a.path_mtu, a.min_rnr_timer),
             (2, 0x12_3456, 0xab_cdef, 10, 12)
         );
-        assert_eq!((a.rsvd0, a.rsvd1), (0, [0; 9]));
+        assert_eq!(
+            (a.max_rd_atomic, a.max_dest_rd_atomic, a.rsvd1),
+            (0, 0, [0; 9])
+        );
         let all = QpAttr {
             state: Some(QpState::Err),
             access: Some(Access::ALL),

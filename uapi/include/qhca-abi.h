@@ -234,7 +234,8 @@ struct qhca_device_attr {
 	__u32 max_sge;
 	__u32 max_inline;
 	__u32 max_mr;
-	__u32 rsvd0;
+	__u16 max_qp_rd_atom;      /* responder resources per QP (max_dest_rd_atomic): 16 */
+	__u16 max_qp_init_rd_atom; /* initiator depth per QP (max_rd_atomic): 16 */
 	__u64 max_mr_size;
 	__u64 page_size_cap;
 	__u64 rsvd1[4];
@@ -484,7 +485,22 @@ struct qhca_cmd_create_qp {
 #define QHCA_QP_ATTR_RETRY_CNT  (1u << 7)
 #define QHCA_QP_ATTR_RNR_RETRY  (1u << 8)
 #define QHCA_QP_ATTR_MIN_RNR_TIMER (1u << 9)
-#define QHCA_QP_ATTR_ALL        0x3ffu
+#define QHCA_QP_ATTR_MAX_RD_ATOMIC      (1u << 10) /* RTR->RTS, RTS->RTS; 1..max_qp_init_rd_atom */
+#define QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC (1u << 11) /* INIT->RTR, RTR->RTR; 1..max_qp_rd_atom */
+#define QHCA_QP_ATTR_ALL        0xfffu
+
+/*
+ * max_rd_atomic (the initiator depth) and max_dest_rd_atomic (the responder
+ * resources) are 16, the device maximum, from CREATE_QP on.  MODIFY_QP takes
+ * QHCA_QP_ATTR_MAX_RD_ATOMIC only at RTR->RTS and RTS->RTS and
+ * QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC only at INIT->RTR and RTR->RTR, each
+ * 1..16 (0 or more: QHCA_CMD_BAD_PARAM).  The requester keeps at most
+ * max_rd_atomic RDMA READs and atomics in flight; a READ or atomic that
+ * arrives while the responder is still answering max_dest_rd_atomic of them
+ * is an invalid request: the responder NAKs it and goes to ERR, and the
+ * requester completes its oldest outstanding WQE (the READ still being
+ * answered) with QHCA_WC_REM_INV_REQ_ERR, flushes the rest and goes to ERR.
+ */
 
 /* MODIFY_QP mailbox and QUERY_QP output; 64 bytes. */
 struct qhca_qp_attr {
@@ -495,7 +511,8 @@ struct qhca_qp_attr {
 	__u8  retry_cnt;     /* 0..7 */
 	__u8  rnr_retry;     /* 0..7; 7 = infinite */
 	__u8  min_rnr_timer; /* IB encoding, 0..31 */
-	__u16 rsvd0;
+	__u8  max_rd_atomic;      /* READs/atomics in flight as requester */
+	__u8  max_dest_rd_atomic; /* accepted as responder */
 	__u32 access;        /* QHCA_ACCESS_REMOTE_* the QP accepts as responder */
 	__u32 dest_qpn;
 	__u32 rq_psn;        /* 24 bits */

@@ -95,7 +95,9 @@ pub const QHCA_QP_ATTR_TIMEOUT: u32 = 64;
 pub const QHCA_QP_ATTR_RETRY_CNT: u32 = 128;
 pub const QHCA_QP_ATTR_RNR_RETRY: u32 = 256;
 pub const QHCA_QP_ATTR_MIN_RNR_TIMER: u32 = 512;
-pub const QHCA_QP_ATTR_ALL: u32 = 1023;
+pub const QHCA_QP_ATTR_MAX_RD_ATOMIC: u32 = 1024;
+pub const QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC: u32 = 2048;
+pub const QHCA_QP_ATTR_ALL: u32 = 4095;
 pub const QHCA_DB_OFFSET: u32 = 0;
 pub const QHCA_DB_QN_MASK: u32 = 16777215;
 pub const QHCA_DB_TYPE_SHIFT: u32 = 24;
@@ -205,7 +207,8 @@ pub struct qhca_device_attr {
     pub max_sge: __u32,
     pub max_inline: __u32,
     pub max_mr: __u32,
-    pub rsvd0: __u32,
+    pub max_qp_rd_atom: __u16,
+    pub max_qp_init_rd_atom: __u16,
     pub max_mr_size: __u64,
     pub page_size_cap: __u64,
     pub rsvd1: [__u64; 4usize],
@@ -355,7 +358,8 @@ pub struct qhca_qp_attr {
     pub retry_cnt: __u8,
     pub rnr_retry: __u8,
     pub min_rnr_timer: __u8,
-    pub rsvd0: __u16,
+    pub max_rd_atomic: __u8,
+    pub max_dest_rd_atomic: __u8,
     pub access: __u32,
     pub dest_qpn: __u32,
     pub rq_psn: __u32,

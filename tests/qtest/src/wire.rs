@@ -29,7 +29,8 @@ const _: () = {
     assert!(offset_of!(qhca_eqe, rsvd1) == 24);
     assert!(offset_of!(qhca_eqe, owner) == 31);
     assert!(offset_of!(qhca_device_attr, vendor_id) == 32);
-    assert!(offset_of!(qhca_device_attr, rsvd0) == 76);
+    assert!(offset_of!(qhca_device_attr, max_qp_rd_atom) == 76);
+    assert!(offset_of!(qhca_device_attr, max_qp_init_rd_atom) == 78);
     assert!(offset_of!(qhca_device_attr, max_mr_size) == 80);
     assert!(offset_of!(qhca_device_attr, rsvd1) == 96);
 };
@@ -116,7 +117,8 @@ pub fn decode_attr(b: &[u8]) -> qhca_device_attr {
         max_sge: u32_at(b, 64),
         max_inline: u32_at(b, 68),
         max_mr: u32_at(b, 72),
-        rsvd0: u32_at(b, 76),
+        max_qp_rd_atom: u16_at(b, 76),
+        max_qp_init_rd_atom: u16_at(b, 78),
         max_mr_size: u64_at(b, 80),
         page_size_cap: u64_at(b, 88),
         rsvd1: [

@@ -53,7 +53,7 @@ fn query_device_reports_attributes() {
     assert_eq!(a.node_guid, guid, "node_guid from the node-guid property");
     assert_eq!(a.vendor_id, QHCA_PCI_VENDOR_ID, "{a:?}");
     assert_eq!(a.vendor_part_id, QHCA_PCI_DEVICE_ID, "{a:?}");
-    assert_eq!(a.rsvd0, 0, "{a:?}");
+    assert_eq!((a.max_qp_rd_atom, a.max_qp_init_rd_atom), (16, 16), "{a:?}");
     assert_eq!(a.rsvd1, [0; 4], "{a:?}");
     assert!(
         b[ATTR_SIZE..].iter().all(|&x| x == 0xaa),

@@ -464,7 +464,7 @@ fn cq_and_qp_validation() {
         (
             "unknown mask bit",
             QpAttr {
-                mask: rtr.mask | 1 << 10,
+                mask: rtr.mask | 1 << 12,
                 ..rtr
             },
         ),
@@ -485,7 +485,7 @@ fn cq_and_qp_validation() {
         );
     }
     let mut raw = rtr.encode();
-    raw[10] = 1; // rsvd0
+    raw[10] = 1; // max_rd_atomic, outside the mask
     assert_eq!(modify_qp_raw(&mut h, uar, qpn, &raw), QHCA_CMD_BAD_PARAM);
     let mut raw = rtr.encode();
     raw[63] = 1; // rsvd1

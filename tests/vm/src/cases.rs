@@ -227,7 +227,15 @@ fn query_device(t: &mut T, cfg: &Config) -> CaseResult {
     check_eq!(t, q.rsvd_in, [0, 0]);
     check_eq!(t, q.abi_version, QHCA_ABI_VERSION);
     check_eq!(t, q.uar_index, a.uar_index);
-    check_eq!(t, q.attr.rsvd0, 0, "attr.rsvd0");
+    check_eq!(t, q.attr.max_qp_rd_atom, 16, "attr.max_qp_rd_atom");
+    check_eq!(
+        t,
+        q.attr.max_qp_init_rd_atom,
+        16,
+        "attr.max_qp_init_rd_atom"
+    );
+    check_eq!(t, a.max_qp_rd_atom, 16, "max_qp_rd_atom");
+    check_eq!(t, a.max_qp_init_rd_atom, 16, "max_qp_init_rd_atom");
     check_eq!(t, q.attr.rsvd1, [0; 4], "attr.rsvd1");
     check_eq!(t, q.attr.num_uars, cfg.expect_num_uars);
     Ok(())
