@@ -303,6 +303,8 @@ static uint8_t qhca_cmd_query_device(QhcaState *s, const struct qhca_cmd *cmd)
         .max_sge        = cpu_to_le32(QHCA_LIMIT_MAX_SGE),
         .max_inline     = cpu_to_le32(QHCA_LIMIT_MAX_INLINE),
         .max_mr         = cpu_to_le32(s->max_mr),
+        .max_qp_rd_atom = cpu_to_le16(QHCA_LIMIT_MAX_RD_ATOMIC),
+        .max_qp_init_rd_atom = cpu_to_le16(QHCA_LIMIT_MAX_RD_ATOMIC),
         .max_mr_size    = cpu_to_le64(QHCA_LIMIT_MAX_MR_SIZE),
         .page_size_cap  = cpu_to_le64(QHCA_LIMIT_PAGE_SIZES),
     };

@@ -573,6 +573,8 @@ static uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     qp->timeout = 14;
     qp->retry_cnt = 7;
     qp->rnr_retry = 7;
+    qp->max_rd_atomic = QHCA_LIMIT_MAX_RD_ATOMIC;
+    qp->max_dest_rd_atomic = QHCA_LIMIT_MAX_RD_ATOMIC;
     qhca_engine_qp_reset(s, qp);
     pd->nr_qp++;
     scq->nr_qp++;
@@ -647,18 +649,22 @@ static const QhcaQpTrans *qhca_qp_trans(uint8_t cur, uint8_t next)
         [QHCA_QPS_INIT][QHCA_QPS_RTR] = {
             .required = QHCA_QP_ATTR_DEST_QPN | QHCA_QP_ATTR_RQ_PSN |
                         QHCA_QP_ATTR_PATH_MTU,
-            .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER,
+            .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER |
+                        QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC,
         },
         [QHCA_QPS_RTR][QHCA_QPS_RTR] = {
-            .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER,
+            .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER |
+                        QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC,
         },
         [QHCA_QPS_RTR][QHCA_QPS_RTS] = {
             .required = QHCA_QP_ATTR_SQ_PSN | QHCA_QP_ATTR_TIMEOUT |
                         QHCA_QP_ATTR_RETRY_CNT | QHCA_QP_ATTR_RNR_RETRY,
-            .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER,
+            .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER |
+                        QHCA_QP_ATTR_MAX_RD_ATOMIC,
         },
         [QHCA_QPS_RTS][QHCA_QPS_RTS] = {
-            .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER,
+            .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER |
+                        QHCA_QP_ATTR_MAX_RD_ATOMIC,
         },
     };
     const QhcaQpTrans *t;
@@ -710,7 +716,7 @@ static uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
     dest_qpn = le32_to_cpu(a.dest_qpn);
     rq_psn = le32_to_cpu(a.rq_psn);
     sq_psn = le32_to_cpu(a.sq_psn);
-    if (!mask || (mask & ~QHCA_QP_ATTR_ALL) || a.rsvd0) {
+    if (!mask || (mask & ~QHCA_QP_ATTR_ALL)) {
         return QHCA_CMD_BAD_PARAM;
     }
     for (i = 0; i < ARRAY_SIZE(a.rsvd1); i++) {
@@ -725,6 +731,9 @@ static uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
         (!(mask & QHCA_QP_ATTR_RETRY_CNT) && a.retry_cnt) ||
         (!(mask & QHCA_QP_ATTR_RNR_RETRY) && a.rnr_retry) ||
         (!(mask & QHCA_QP_ATTR_MIN_RNR_TIMER) && a.min_rnr_timer) ||
+        (!(mask & QHCA_QP_ATTR_MAX_RD_ATOMIC) && a.max_rd_atomic) ||
+        (!(mask & QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC) &&
+         a.max_dest_rd_atomic) ||
         (!(mask & QHCA_QP_ATTR_ACCESS) && access) ||
         (!(mask & QHCA_QP_ATTR_DEST_QPN) && dest_qpn) ||
         (!(mask & QHCA_QP_ATTR_RQ_PSN) && rq_psn) ||
@@ -739,6 +748,14 @@ static uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
         return QHCA_CMD_BAD_PARAM;
     }
     if ((mask & QHCA_QP_ATTR_PATH_MTU) && !a.path_mtu) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (((mask & QHCA_QP_ATTR_MAX_RD_ATOMIC) &&
+         (!a.max_rd_atomic ||
+          a.max_rd_atomic > QHCA_LIMIT_MAX_RD_ATOMIC)) ||
+        ((mask & QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC) &&
+         (!a.max_dest_rd_atomic ||
+          a.max_dest_rd_atomic > QHCA_LIMIT_MAX_RD_ATOMIC))) {
         return QHCA_CMD_BAD_PARAM;
     }
     if (a.timeout > 31 || a.retry_cnt > 7 || a.rnr_retry > 7 ||
@@ -788,6 +805,12 @@ static uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
     if (mask & QHCA_QP_ATTR_MIN_RNR_TIMER) {
         qp->min_rnr_timer = a.min_rnr_timer;
     }
+    if (mask & QHCA_QP_ATTR_MAX_RD_ATOMIC) {
+        qp->max_rd_atomic = a.max_rd_atomic;
+    }
+    if (mask & QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC) {
+        qp->max_dest_rd_atomic = a.max_dest_rd_atomic;
+    }
 
     if (next == QHCA_QPS_RESET) {
         qp->state = QHCA_QPS_RESET;
@@ -821,6 +844,8 @@ static uint8_t qhca_cmd_query_qp(QhcaState *s, const struct qhca_cmd *cmd)
     a.retry_cnt = qp->retry_cnt;
     a.rnr_retry = qp->rnr_retry;
     a.min_rnr_timer = qp->min_rnr_timer;
+    a.max_rd_atomic = qp->max_rd_atomic;
+    a.max_dest_rd_atomic = qp->max_dest_rd_atomic;
     a.access = cpu_to_le32(qp->access);
     a.dest_qpn = cpu_to_le32(qp->dest_qpn);
     a.rq_psn = cpu_to_le32(qp->rq_psn);

@@ -256,9 +256,9 @@ static bool qhca_req_start(QhcaState *s, QhcaQp *qp)
     }
     w->opcode = hdr.ctrl.opcode;
     w->flags = hdr.ctrl.flags;
-    /* Bounded: IB max_rd_atomic; a fence waits for them all. */
+    /* Bounded: the QP's max_rd_atomic; a fence waits for them all. */
     if ((qhca_wr_rd_atomic(w->opcode) &&
-         qp->req_rd_atomic >= QHCA_LIMIT_MAX_RD_ATOMIC) ||
+         qp->req_rd_atomic >= qp->max_rd_atomic) ||
         ((w->flags & QHCA_WQE_FENCE) && qp->req_rd_atomic)) {
         return false;
     }

@@ -121,11 +121,12 @@ static bool qhca_op_imm(uint8_t op)
 }
 
 /*
- * The responder resources (IB max_dest_rd_atomic): the last
- * QHCA_LIMIT_MAX_RD_ATOMIC RDMA READs and atomics, oldest first from
- * rd_tail.  Their answers go out in PSN order from the QP's turns in the BH,
- * a budget of packets at a time (qhca_resp_read_step), so that a large READ
- * does not hold up the other QPs; an answered one stays for duplicates.
+ * The responder resources: the last QHCA_LIMIT_MAX_RD_ATOMIC RDMA READs and
+ * atomics, oldest first from rd_tail, of which at most the QP's
+ * max_dest_rd_atomic have answers still to send.  Their answers go out in
+ * PSN order from the QP's turns in the BH, a budget of packets at a time
+ * (qhca_resp_read_step), so that a large READ does not hold up the other
+ * QPs; an answered one stays for duplicates.
  */
 static QhcaRdRes *qhca_resp_res(QhcaQp *qp, uint32_t i)
 {
@@ -165,13 +166,21 @@ static QhcaRdRes *qhca_resp_res_find(QhcaQp *qp, uint32_t psn, bool atomic)
 
 /*
  * A new resource for the request at psn; NULL (and the QP in ERR) if the
- * requester has more in flight than the responder accepts.
+ * requester has more in flight than the responder accepts (IB: an invalid
+ * request).  The answers still to send are the newest resources: they go
+ * out in PSN order.
  */
 static QhcaRdRes *qhca_resp_res_take(QhcaState *s, QhcaQp *qp, uint32_t psn)
 {
     QhcaRdRes *r = qhca_resp_res(qp, qp->rd_tail);
+    uint32_t i, busy = 0;
 
-    if (r->valid && r->next < r->n) {
+    for (i = 0; i < QHCA_LIMIT_MAX_RD_ATOMIC; i++) {
+        QhcaRdRes *o = qhca_resp_res(qp, qp->rd_tail + i);
+
+        busy += o->valid && o->next < o->n;
+    }
+    if (busy >= qp->max_dest_rd_atomic) {
         qhca_resp_fail(s, qp, psn, QHCA_NAK_INV_REQ,
                        "more RDMA READs and atomics than max_dest_rd_atomic");
         return NULL;

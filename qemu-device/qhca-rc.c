@@ -10,7 +10,7 @@
  * the responder in qhca-rc-resp.c, their shared declarations in qhca-rc.h.
  *
  * Requester: a window of messages in flight per QP (the SQ's depth, at most
- * QHCA_REQ_WINDOW_MAX; READs and atomics at most QHCA_LIMIT_MAX_RD_ATOMIC).
+ * QHCA_REQ_WINDOW_MAX; READs and atomics at most the QP's max_rd_atomic).
  * Each WQE is read through the QP's page list, validated and copied; its
  * local SGEs are checked against their MRs (PD, rights, byte bounds) on
  * every access.  A message goes out in path-MTU segments with consecutive

@@ -108,10 +108,11 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_RNR_MAX_NS         100000000ll         /* 100 ms */
 
 /*
- * RDMA READs and atomics a requester keeps in flight (IB max_rd_atomic) and
- * a responder accepts and remembers (max_dest_rd_atomic, the responder
- * resources).  Device-internal until the ABI carries the QP attributes;
- * both ends use the same value, so a requester never exceeds its peer.
+ * The most RDMA READs and atomics a requester keeps in flight (IB
+ * max_rd_atomic, QUERY_DEVICE's max_qp_init_rd_atom) and a responder
+ * accepts (max_dest_rd_atomic, max_qp_rd_atom).  A QP starts with both at
+ * this maximum; MODIFY_QP lowers them.  The responder remembers this many
+ * answered ones for duplicates whatever its max_dest_rd_atomic.
  */
 #define QHCA_LIMIT_MAX_RD_ATOMIC 16
 /*
@@ -298,6 +299,8 @@ struct QhcaQp {
     uint8_t retry_cnt;
     uint8_t rnr_retry;
     uint8_t min_rnr_timer;
+    uint8_t max_rd_atomic;      /* requester: READs and atomics in flight */
+    uint8_t max_dest_rd_atomic; /* responder: READs and atomics unanswered */
     uint32_t access;
     uint32_t dest_qpn;
     uint32_t rq_psn;            /* responder: next expected PSN */
