@@ -14,9 +14,10 @@ use std::sync::Arc;
 use qhca_uapi::{
     qhca_ioc_create_qp, qhca_ioc_handle, qhca_ioc_qp_attr, qhca_qp_attr, QHCA_QPS_ERR,
     QHCA_QPS_INIT, QHCA_QPS_RESET, QHCA_QPS_RTR, QHCA_QPS_RTS, QHCA_QP_ATTR_ACCESS,
-    QHCA_QP_ATTR_DEST_QPN, QHCA_QP_ATTR_MIN_RNR_TIMER, QHCA_QP_ATTR_PATH_MTU,
-    QHCA_QP_ATTR_RETRY_CNT, QHCA_QP_ATTR_RNR_RETRY, QHCA_QP_ATTR_RQ_PSN, QHCA_QP_ATTR_SQ_PSN,
-    QHCA_QP_ATTR_STATE, QHCA_QP_ATTR_TIMEOUT,
+    QHCA_QP_ATTR_DEST_QPN, QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC, QHCA_QP_ATTR_MAX_RD_ATOMIC,
+    QHCA_QP_ATTR_MIN_RNR_TIMER, QHCA_QP_ATTR_PATH_MTU, QHCA_QP_ATTR_RETRY_CNT,
+    QHCA_QP_ATTR_RNR_RETRY, QHCA_QP_ATTR_RQ_PSN, QHCA_QP_ATTR_SQ_PSN, QHCA_QP_ATTR_STATE,
+    QHCA_QP_ATTR_TIMEOUT,
 };
 
 use crate::conn::ConnInfo;
@@ -99,6 +100,12 @@ pub struct QpAttr {
     pub rnr_retry: Option<u8>,
     /// RNR NAK timer, IB encoding 0..=31.
     pub min_rnr_timer: Option<u8>,
+    /// RDMA READs and atomics in flight as requester (initiator depth), 1..=16; RTR → RTS and
+    /// RTS → RTS only.
+    pub max_rd_atomic: Option<u8>,
+    /// RDMA READs and atomics accepted as responder (responder resources), 1..=16; INIT → RTR
+    /// and RTR → RTR only.
+    pub max_dest_rd_atomic: Option<u8>,
 }
 
 impl QpAttr {
@@ -121,6 +128,11 @@ impl QpAttr {
         set(QHCA_QP_ATTR_RETRY_CNT, self.retry_cnt.is_some());
         set(QHCA_QP_ATTR_RNR_RETRY, self.rnr_retry.is_some());
         set(QHCA_QP_ATTR_MIN_RNR_TIMER, self.min_rnr_timer.is_some());
+        set(QHCA_QP_ATTR_MAX_RD_ATOMIC, self.max_rd_atomic.is_some());
+        set(
+            QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC,
+            self.max_dest_rd_atomic.is_some(),
+        );
         a.mask = mask;
         a.state = self.state.map_or(0, QpState::raw);
         a.access = self.access.map_or(0, |x| x.0);
@@ -132,6 +144,8 @@ impl QpAttr {
         a.retry_cnt = self.retry_cnt.unwrap_or(0);
         a.rnr_retry = self.rnr_retry.unwrap_or(0);
         a.min_rnr_timer = self.min_rnr_timer.unwrap_or(0);
+        a.max_rd_atomic = self.max_rd_atomic.unwrap_or(0);
+        a.max_dest_rd_atomic = self.max_dest_rd_atomic.unwrap_or(0);
         a
     }
 }
@@ -150,6 +164,8 @@ pub struct QpInfo {
     pub retry_cnt: u8,
     pub rnr_retry: u8,
     pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
 }
 
 impl QpInfo {
@@ -166,6 +182,8 @@ impl QpInfo {
             retry_cnt: a.retry_cnt,
             rnr_retry: a.rnr_retry,
             min_rnr_timer: a.min_rnr_timer,
+            max_rd_atomic: a.max_rd_atomic,
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
         }
     }
 }
@@ -410,9 +428,10 @@ impl Qp {
                 what: format!("PSNs {:#x} / {:#x}: 24 bits", local.psn, remote.psn),
             });
         }
-        self.to_init(opts.access)?;
-        self.to_rtr(remote.qpn, remote.psn, opts.path_mtu, opts.min_rnr_timer)?;
-        self.to_rts(local.psn, opts.timeout, opts.retry_cnt, opts.rnr_retry)
+        for attr in connect_attrs(local, remote, opts) {
+            self.modify(&attr)?;
+        }
+        Ok(())
     }
 
     /// Start of a ring slot.
@@ -542,6 +561,36 @@ impl Drop for Qp {
     }
 }
 
+/// The three MODIFY_QPs of [`Qp::connect`]: RESET → INIT, INIT → RTR (with the responder
+/// resources), RTR → RTS (with the initiator depth).
+fn connect_attrs(local: &ConnInfo, remote: &ConnInfo, opts: &ConnOpts) -> [QpAttr; 3] {
+    [
+        QpAttr {
+            state: Some(QpState::Init),
+            access: Some(opts.access),
+            ..QpAttr::default()
+        },
+        QpAttr {
+            state: Some(QpState::Rtr),
+            dest_qpn: Some(remote.qpn),
+            rq_psn: Some(remote.psn),
+            path_mtu: Some(opts.path_mtu),
+            min_rnr_timer: Some(opts.min_rnr_timer),
+            max_dest_rd_atomic: Some(opts.max_dest_rd_atomic),
+            ..QpAttr::default()
+        },
+        QpAttr {
+            state: Some(QpState::Rts),
+            sq_psn: Some(local.psn),
+            timeout: Some(opts.timeout),
+            retry_cnt: Some(opts.retry_cnt),
+            rnr_retry: Some(opts.rnr_retry),
+            max_rd_atomic: Some(opts.max_rd_atomic),
+            ..QpAttr::default()
+        },
+    ]
+}
+
 /// Connection parameters for [`Qp::connect`].
 ///
 /// The defaults are ibv_rc_pingpong's, except that RNR retries are finite, as perftest's: a
@@ -549,6 +598,12 @@ impl Drop for Qp {
 /// after the peer's RNR timer (12: 0.64 ms at least), and then fails with
 /// [`crate::WcStatus::RnrRetryExcErr`] (the QP goes to ERR). A forgotten receive is an error
 /// within milliseconds, not a silent hang. Set `rnr_retry` to 7 to retry for ever.
+///
+/// `max_rd_atomic` and `max_dest_rd_atomic` default to 16, the device's maximum
+/// ([`crate::DeviceAttr::max_qp_init_rd_atom`], [`crate::DeviceAttr::max_qp_rd_atom`]), as
+/// perftest uses. A peer's `max_rd_atomic` above this side's `max_dest_rd_atomic` lets it send
+/// more READs and atomics than this side accepts: the one too many fails with
+/// [`crate::WcStatus::RemInvReqErr`] and both QPs go to ERR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnOpts {
     /// Remote rights the QP grants its peer as responder (REMOTE_WRITE, REMOTE_READ,
@@ -564,6 +619,12 @@ pub struct ConnOpts {
     pub rnr_retry: u8,
     /// The RNR timer this QP asks its peer to wait as responder (IB encoding: 12 = 0.64 ms).
     pub min_rnr_timer: u8,
+    /// RDMA READs and atomics this QP keeps in flight as requester (the initiator depth,
+    /// ibv_qp_attr.max_rd_atomic), 1..=16; set at RTR → RTS.
+    pub max_rd_atomic: u8,
+    /// RDMA READs and atomics this QP accepts in flight as responder (the responder resources,
+    /// ibv_qp_attr.max_dest_rd_atomic), 1..=16; set at INIT → RTR.
+    pub max_dest_rd_atomic: u8,
 }
 
 impl Default for ConnOpts {
@@ -575,6 +636,8 @@ impl Default for ConnOpts {
             retry_cnt: 7,
             rnr_retry: 6,
             min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
         }
     }
 }
@@ -623,13 +686,54 @@ mod tests {
             retry_cnt: Some(1),
             rnr_retry: Some(1),
             min_rnr_timer: Some(1),
+            max_rd_atomic: Some(3),
+            max_dest_rd_atomic: Some(4),
         }
         .to_raw();
         assert_eq!(all.mask, qhca_uapi::QHCA_QP_ATTR_ALL);
+        assert_eq!((all.max_rd_atomic, all.max_dest_rd_atomic), (3, 4));
         assert_eq!((all.state, all.access), (6, 0xf));
         let info = QpInfo::from_raw(&all);
         assert_eq!(info.state, QpState::Err);
         assert_eq!(info.access, Access::ALL);
+        assert_eq!((info.max_rd_atomic, info.max_dest_rd_atomic), (3, 4));
+    }
+
+    /// connect() sets the responder resources at INIT → RTR and the initiator depth at RTR →
+    /// RTS, the only transitions the device takes them at; 16 of each unless asked.
+    #[test]
+    fn connect_sets_the_rd_atomic_depths() {
+        let me = ConnInfo {
+            qpn: 0x42,
+            psn: 1,
+            ..ConnInfo::default()
+        };
+        let peer = ConnInfo {
+            qpn: 0x43,
+            psn: 2,
+            ..ConnInfo::default()
+        };
+        let o = ConnOpts::default();
+        assert_eq!((o.max_rd_atomic, o.max_dest_rd_atomic), (16, 16));
+        let o = ConnOpts {
+            max_rd_atomic: 3,
+            max_dest_rd_atomic: 5,
+            ..o
+        };
+        let [init, rtr, rts] = connect_attrs(&me, &peer, &o).map(|a| a.to_raw());
+        assert_eq!(
+            init.mask & (QHCA_QP_ATTR_MAX_RD_ATOMIC | QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC),
+            0
+        );
+        assert_eq!(rtr.mask & QHCA_QP_ATTR_MAX_RD_ATOMIC, 0);
+        assert_ne!(rtr.mask & QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC, 0);
+        assert_eq!(
+            (rtr.dest_qpn, rtr.rq_psn, rtr.max_dest_rd_atomic),
+            (0x43, 2, 5)
+        );
+        assert_eq!(rts.mask & QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC, 0);
+        assert_ne!(rts.mask & QHCA_QP_ATTR_MAX_RD_ATOMIC, 0);
+        assert_eq!((rts.sq_psn, rts.max_rd_atomic), (1, 3));
     }
 
     /// A context on an ordinary 4 KiB file: its "doorbell page" is the file, so the test reads

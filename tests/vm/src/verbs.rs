@@ -106,6 +106,7 @@ impl Default for PairOpts {
                 retry_cnt: 7,
                 rnr_retry: 7,
                 min_rnr_timer: 1,
+                ..ConnOpts::default()
             },
         }
     }
