@@ -385,6 +385,8 @@ pub struct QpAttr {
     pub retry_cnt: u8,
     pub rnr_retry: u8,
     pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
     pub access: u32,
     pub dest_qpn: u32,
     pub rq_psn: u32,
@@ -401,6 +403,8 @@ impl QpAttr {
         b[7] = self.retry_cnt;
         b[8] = self.rnr_retry;
         b[9] = self.min_rnr_timer;
+        b[10] = self.max_rd_atomic;
+        b[11] = self.max_dest_rd_atomic;
         put32(&mut b, 12, self.access);
         put32(&mut b, 16, self.dest_qpn);
         put32(&mut b, 20, self.rq_psn);
@@ -417,6 +421,8 @@ impl QpAttr {
             retry_cnt: b[7],
             rnr_retry: b[8],
             min_rnr_timer: b[9],
+            max_rd_atomic: b[10],
+            max_dest_rd_atomic: b[11],
             access: get32(b, 12),
             dest_qpn: get32(b, 16),
             rq_psn: get32(b, 20),
@@ -497,6 +503,10 @@ pub struct ConnParams {
     pub retry_cnt: u8,
     pub rnr_retry: u8,
     pub min_rnr_timer: u8,
+    /// RTR -> RTS `max_rd_atomic`; 0: not set (the device's 16).
+    pub max_rd_atomic: u8,
+    /// INIT -> RTR `max_dest_rd_atomic`; 0: not set (the device's 16).
+    pub max_dest_rd_atomic: u8,
 }
 
 impl Default for ConnParams {
@@ -508,6 +518,8 @@ impl Default for ConnParams {
             retry_cnt: 3,
             rnr_retry: 3,
             min_rnr_timer: 1,
+            max_rd_atomic: 0,
+            max_dest_rd_atomic: 0,
         }
     }
 }
@@ -535,12 +547,18 @@ pub fn bring_to_rts(h: &mut Hca, qp: &Qp, dest: u32, psn: u32, p: &ConnParams) {
                 | QHCA_QP_ATTR_DEST_QPN
                 | QHCA_QP_ATTR_RQ_PSN
                 | QHCA_QP_ATTR_PATH_MTU
-                | QHCA_QP_ATTR_MIN_RNR_TIMER,
+                | QHCA_QP_ATTR_MIN_RNR_TIMER
+                | if p.max_dest_rd_atomic != 0 {
+                    QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC
+                } else {
+                    0
+                },
             state: QHCA_QPS_RTR as u8,
             dest_qpn: dest,
             rq_psn: psn,
             path_mtu: p.path_mtu,
             min_rnr_timer: p.min_rnr_timer,
+            max_dest_rd_atomic: p.max_dest_rd_atomic,
             ..Default::default()
         },
     );
@@ -554,12 +572,18 @@ pub fn bring_to_rts(h: &mut Hca, qp: &Qp, dest: u32, psn: u32, p: &ConnParams) {
                 | QHCA_QP_ATTR_SQ_PSN
                 | QHCA_QP_ATTR_TIMEOUT
                 | QHCA_QP_ATTR_RETRY_CNT
-                | QHCA_QP_ATTR_RNR_RETRY,
+                | QHCA_QP_ATTR_RNR_RETRY
+                | if p.max_rd_atomic != 0 {
+                    QHCA_QP_ATTR_MAX_RD_ATOMIC
+                } else {
+                    0
+                },
             state: QHCA_QPS_RTS as u8,
             sq_psn: psn,
             timeout: p.timeout,
             retry_cnt: p.retry_cnt,
             rnr_retry: p.rnr_retry,
+            max_rd_atomic: p.max_rd_atomic,
             ..Default::default()
         },
     );
