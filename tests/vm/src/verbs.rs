@@ -71,6 +71,7 @@ pub fn cases() -> Vec<Case<Config>> {
         lifecycle::verbs_stale_cqes_cleaned,
         lifecycle::verbs_async_qp_fatal,
         lifecycle::verbs_default_rnr_is_finite,
+        lifecycle::verbs_connect_sets_rd_atomic_depths,
         process::verbs_doorbell_isolation,
         process::verbs_zero_syscalls,
         process::verbs_kill9_frees_everything,

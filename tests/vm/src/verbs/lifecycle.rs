@@ -541,3 +541,56 @@ pub(super) fn verbs_default_rnr_is_finite(t: &mut T, cfg: &Config) -> CaseResult
     check_eq!(t, p.a.query()?.state, QpState::Err);
     Ok(())
 }
+
+/// `Qp::connect` sets the responder resources at INIT -> RTR and the initiator depth at RTR ->
+/// RTS, through the driver to the device, and QUERY_QP reads them back; 16 of each by default.
+/// Each is taken only at its own transitions (EINVAL otherwise), 1..=16.
+pub(super) fn verbs_connect_sets_rd_atomic_depths(t: &mut T, cfg: &Config) -> CaseResult {
+    let ctx = Arc::new(Context::open(&cfg.dev)?);
+    let pd = Pd::new(&ctx)?;
+    let cq = Cq::new(&ctx, 8, None)?;
+    let attr = ctx.query()?;
+    check_eq!(t, (attr.max_qp_rd_atom, attr.max_qp_init_rd_atom), (16, 16));
+    let depths = |qp: &Qp| -> qhca::Result<(u8, u8)> {
+        let i = qp.query()?;
+        Ok((i.max_rd_atomic, i.max_dest_rd_atomic))
+    };
+
+    let dflt = Qp::new(&pd, &cq, &cq, &QpCaps::default())?;
+    check_eq!(t, depths(&dflt)?, (16, 16), "after create");
+    let me = dflt.conn_info(1);
+    dflt.connect(&me, &me, &ConnOpts::default())?;
+    check_eq!(t, depths(&dflt)?, (16, 16), "connected with the defaults");
+
+    let qp = Qp::new(&pd, &cq, &cq, &QpCaps::default())?;
+    let me = qp.conn_info(2);
+    let o = ConnOpts {
+        max_rd_atomic: 3,
+        max_dest_rd_atomic: 5,
+        ..ConnOpts::default()
+    };
+    qp.connect(&me, &me, &o)?;
+    check_eq!(t, qp.query()?.state, QpState::Rts);
+    check_eq!(t, depths(&qp)?, (3, 5), "connected with 3 and 5");
+
+    let rd = |v| QpAttr {
+        max_rd_atomic: Some(v),
+        ..QpAttr::default()
+    };
+    let dest = |v| QpAttr {
+        max_dest_rd_atomic: Some(v),
+        ..QpAttr::default()
+    };
+    qp.modify(&rd(1))?;
+    check_eq!(t, depths(&qp)?, (1, 5), "RTS -> RTS max_rd_atomic");
+    check_errno!(t, qp.modify(&rd(0)), Errno::EINVAL, "max_rd_atomic 0");
+    check_errno!(t, qp.modify(&rd(17)), Errno::EINVAL, "max_rd_atomic 17");
+    check_errno!(
+        t,
+        qp.modify(&dest(4)),
+        Errno::EINVAL,
+        "RTS -> RTS max_dest_rd_atomic"
+    );
+    check_eq!(t, depths(&qp)?, (1, 5), "refused modifies change nothing");
+    Ok(())
+}
