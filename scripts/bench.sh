@@ -26,7 +26,7 @@ make -C "$kcopy/kmod" KDIR="$BKDIR" LLVM=-19 >"$kcopy/build.log" 2>&1 ||
 	{ tail -30 "$kcopy/build.log" >&2; die "module build for the bench kernel failed ($kcopy/build.log)"; }
 BKO=$kcopy/kmod/qhca.ko
 
-step "bench: booting the VM (bench kernel, TCG, 2 vCPUs); qhca then rxe; about ten minutes; log: $log"
+step "bench: booting the VM (bench kernel, TCG, 2 vCPUs); qhca then rxe; about two minutes; log: $log"
 t=$(date +%s)
 set +e
 KDIR=$BKDIR "$QHCA_ROOT/scripts/vm.sh" --append "tsc=reliable" -- \

@@ -16,7 +16,7 @@ rm -f "$out"/*
 
 # Workloads: name  qhca-perf mode  perftest binary  bytes  iterations
 # Iterations are sized so that t_typical is stable from run to run and the whole run fits in
-# about ten minutes under TCG on the bench kernel.
+# a few minutes under TCG on the bench kernel.
 workloads=(
 	"write_lat write_lat ib_write_lat 8 5000"
 	"write_lat write_lat ib_write_lat 64 5000"
@@ -50,7 +50,9 @@ clocksource=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksour
 lockdep=absent
 [ -e /proc/lockdep ] && lockdep=PRESENT
 echo "guest: kernel $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ {print $2 / 1024 " MiB"}' /proc/meminfo)"
-echo "guest: lockdep $lockdep; clocksource $clocksource; command line: $(cat /proc/cmdline)"
+# The kernel arguments that are ours, without virtme-ng's own (virtme_*, its mounts and init).
+args=$(tr ' ' '\n' </proc/cmdline | grep -Ev '^(virtme|root|init=|raid=|nr_open=|console=|earlyprintk=|panic=|quiet|loglevel=|ro$)' | tr '\n' ' ')
+echo "guest: lockdep $lockdep; clocksource $clocksource; kernel arguments: ${args:-(none)}"
 case $(uname -r) in
 *-qhca-bench) ;;
 *) echo "guest: WARNING: not the bench kernel (scripts/build-kernel.sh bench): numbers are not fair to rxe" ;;
