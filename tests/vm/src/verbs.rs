@@ -4,8 +4,8 @@
 //! the protection and RNR error paths, isolation between processes, cleanup after kill -9, a
 //! data path without system calls, and the driver's destroy-order and state checks.
 //!
-//! They run only with `QHCA_VERBS=1` (see [`crate::cases::all`]); the helper processes they start
-//! are this binary's `__verbs_*` subcommands ([`helper_main`]).
+//! They always run (see [`crate::cases::all`]); the helper processes they start are this
+//! binary's `__verbs_*` subcommands ([`helper_main`]).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
