@@ -48,6 +48,7 @@ tool tool_qhca_info '^hca_id: +qhca0' "$bin/qhca-info"
 tool tool_pingpong '^200 iters in .* usec/iter' "$bin/qhca-pingpong" --loopback -s 4096 -n 200
 tool tool_perf_write_lat '^ +8 +200 ' "$bin/qhca-perf" write_lat --loopback -s 8 -n 200
 tool tool_perf_write_bw '^ +65536 +200 ' "$bin/qhca-perf" write_bw --loopback -s 65536 -n 200
+tool tool_perf_write_lat_one_thread '^ +8 +200 ' "$bin/qhca-perf" write_lat --loopback --one-thread -s 8 -n 200
 
 # Leave the driver as the tests found it, then check that unloading is clean.
 if lsmod | grep -q '^qhca '; then

@@ -69,6 +69,22 @@ fn perf_and_pingpong_usage_and_bad_arguments() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("need a MODE"));
+    // One thread drives both sides only in-process, and only write_lat does it.
+    for args in [
+        &["write_lat", "--one-thread"][..],
+        &["write_bw", "--loopback", "--one-thread"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_qhca-perf"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--one-thread goes with --loopback and write_lat"),
+            "{err}"
+        );
+    }
 }
 
 #[test]

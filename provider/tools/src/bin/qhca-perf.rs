@@ -38,6 +38,8 @@ Options:
   -m, --mtu=BYTES       path MTU: 256, 512, 1024, 2048 or 4096 (default 4096)
   -t, --tx-depth=N      outstanding requests in write_bw (default 128)
       --loopback        run server and client in this process
+      --one-thread      with --loopback, write_lat only: one thread drives both QPs in
+                        turn (the device's latency, without a handoff between threads)
   -h, --help            show this help
 ";
 
@@ -107,6 +109,75 @@ fn write_lat(s: &mut Side, o: &Opts, client: bool) -> qhca::Result<Option<Report
         }
     }
     Ok(client.then(|| Report::new(size, &mut samples, tsc::duration(tsc::now() - start))))
+}
+
+/// write_lat with both sides driven by this one thread: the client writes the tag into the
+/// server's buffer, the server sees it and writes it back, the client sees it. The same
+/// messages as [`write_lat`], without the handoff between two spinning threads (and the two
+/// vCPUs they need), so what is timed is the device's round trip.
+fn write_lat_one_thread(c: &mut Side, s: &mut Side, o: &Opts) -> qhca::Result<Report> {
+    let size = o.size;
+    let to_server = WrOp::Write {
+        raddr: c.remote.addr,
+        rkey: c.remote.rkey,
+    };
+    let to_client = WrOp::Write {
+        raddr: s.remote.addr,
+        rkey: s.remote.rkey,
+    };
+    let (c_sge, s_sge) = (
+        [c.mr.sge(c.slot, size as u32)],
+        [s.mr.sge(s.slot, size as u32)],
+    );
+    let mut buf = vec![0u8; size];
+    let mut samples = Vec::with_capacity(o.iters as usize);
+    let start = tsc::now();
+    for i in 0..o.iters {
+        let t0 = tsc::now();
+        buf[size - 1] = tag(i);
+        c.mr.write_at(c.slot + size - 1, &[tag(i)]);
+        c.qp.post_send(&[message(c, to_server, &c_sge, &buf)])?;
+        wait_wc(&c.ctx, &mut c.cq)?;
+        spin_until(&s.ctx, || s.mr.load_u8(size - 1) == tag(i))?;
+        s.mr.write_at(s.slot + size - 1, &[tag(i)]);
+        s.qp.post_send(&[message(s, to_client, &s_sge, &buf)])?;
+        wait_wc(&s.ctx, &mut s.cq)?;
+        spin_until(&c.ctx, || c.mr.load_u8(size - 1) == tag(i))?;
+        samples.push(tsc::us(tsc::now() - t0) / 2.0);
+    }
+    Ok(Report::new(
+        size,
+        &mut samples,
+        tsc::duration(tsc::now() - start),
+    ))
+}
+
+/// `--loopback --one-thread`: both sides are set up as for `--loopback` (the server's in a
+/// thread of its own, for the TCP exchange), then the server hands its side over and this
+/// thread runs [`write_lat_one_thread`].
+fn run_one_thread(o: &Opts) -> qhca::Result<Report> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let so = o.clone();
+    let mut out = None;
+    common::run_loopback(
+        move |l| {
+            let side = setup(&so, Role::Server(l))?;
+            tx.send(side).map_err(|_| qhca::Error::Invalid {
+                what: "the client thread is gone".into(),
+            })
+        },
+        |addr| {
+            let mut c = setup(o, Role::Client(addr))?;
+            let mut s = rx.recv().map_err(|_| qhca::Error::Invalid {
+                what: "the server side was not set up".into(),
+            })?;
+            out = Some(write_lat_one_thread(&mut c, &mut s, o)?);
+            Ok(())
+        },
+    )?;
+    out.ok_or_else(|| qhca::Error::Invalid {
+        what: "no result".into(),
+    })
 }
 
 fn send_lat(s: &mut Side, o: &Opts, client: bool) -> qhca::Result<Option<Report>> {
@@ -285,6 +356,9 @@ fn main_result(o: Opts) -> Result<(), String> {
     if o.words.len() > 2 || (o.loopback && host.is_some()) {
         return Err("too many arguments (one HOST, and none with --loopback)".into());
     }
+    if o.one_thread && !(o.loopback && mode == Mode::WriteLat) {
+        return Err("--one-thread goes with --loopback and write_lat".into());
+    }
     if o.size > u32::MAX as usize / 2 {
         return Err("size too large".into());
     }
@@ -292,6 +366,11 @@ fn main_result(o: Opts) -> Result<(), String> {
     // Times are read from the cycle counter, as perftest does: measure its rate now, so that
     // no timed loop reads the clock.
     tsc::calibrate();
+    if o.one_thread {
+        let r = run_one_thread(&o).map_err(err)?;
+        print(mode, &r);
+        return Ok(());
+    }
     if o.loopback {
         let so = o.clone();
         let mut out = None;

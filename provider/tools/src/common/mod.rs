@@ -33,6 +33,9 @@ pub struct Opts {
     pub check: bool,
     /// `--loopback`: both sides in this process, on two QPs.
     pub loopback: bool,
+    /// `--one-thread` (with `--loopback`): one thread drives both sides in turn, so no handoff
+    /// between two spinning threads is measured: the device's own latency.
+    pub one_thread: bool,
     /// Positional words: the mode (perf), then the server to connect to (client side).
     pub words: Vec<String>,
     /// `-h`.
@@ -50,6 +53,7 @@ impl Default for Opts {
             tx_depth: 128,
             check: false,
             loopback: false,
+            one_thread: false,
             words: Vec::new(),
             help: false,
         }
@@ -94,6 +98,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
             "-t" | "--tx-depth" => o.tx_depth = num(&name, val())?,
             "-c" | "--chk" | "--check" => o.check = true,
             "--loopback" => o.loopback = true,
+            "--one-thread" => o.one_thread = true,
             s if s.starts_with('-') && s.len() > 1 => return Err(format!("unknown option {s}")),
             _ => o.words.push(a),
         }
@@ -370,8 +375,8 @@ mod tests {
         assert_eq!(o.port, 7000);
         assert_eq!(o.mtu, 1024);
         assert_eq!(o.words, ["write_lat", "host"]);
-        let o = parse(args("--loopback -c -t 16 -s 1M")).unwrap();
-        assert!(o.loopback && o.check);
+        let o = parse(args("--loopback -c -t 16 -s 1M --one-thread")).unwrap();
+        assert!(o.loopback && o.check && o.one_thread);
         assert_eq!((o.tx_depth, o.size), (16, 1 << 20));
         assert_eq!(parse(args("")).unwrap(), Opts::default());
         for bad in [
