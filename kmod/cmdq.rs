@@ -245,6 +245,13 @@ impl CmdQueue {
         }
     }
 
+    /// Declares the queue dead because the device answered what no working device would (e.g. a
+    /// handle out of range): the device is stopped as after a timeout.
+    pub(crate) fn fail(&self, host: &dyn EqHost) {
+        let mut eq = self.eq.lock();
+        self.die(host, &mut eq);
+    }
+
     /// True once, after the queue died: the caller then tells the device's users.
     pub(crate) fn take_death(&self) -> bool {
         self.died.xchg(false, Relaxed)

@@ -204,12 +204,8 @@ impl Ctx {
         {
             let mut st = self.state.lock();
             st.fatal = Fatal::Queued;
-            for (_, efd) in st.cqs.iter() {
-                if let Some(efd) = efd {
-                    efd.signal();
-                }
-            }
         }
+        self.signal_all_cqs();
         self.poll.notify_all();
     }
 

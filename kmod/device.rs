@@ -131,6 +131,14 @@ impl QhcaDevice {
         res
     }
 
+    /// Declares the device broken (it answered what no working device would): it is stopped
+    /// (reset, bus mastering off) and every context is disassociated, so that memory it was
+    /// given may be freed.
+    pub(crate) fn declare_dead(&self) {
+        self.cmdq.fail(self);
+        self.check_death();
+    }
+
     /// The threaded half of the event-queue interrupt.
     pub(crate) fn service_events(&self) {
         let stall = crate::debugfs::STALL_EVENTS_MS.xchg(0, Relaxed).min(10_000);

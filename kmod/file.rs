@@ -153,7 +153,13 @@ impl QhcaFile {
         }
         self.ctx.check()?;
         let u = self.dev.with_bound(|_| self.dev.alloc_uar())?;
-        self.ctx.umap.set_phys(self.dev.uar_phys(u));
+        // SAFETY:
+        // - `u` is the doorbell page the device just allocated to this context, below
+        //   `num_uars`, which probe checked against BAR2's length, so `uar_phys(u)` is one page
+        //   of BAR2 and this context's own;
+        // - unbind (`QhcaDevice::shutdown`) disassociates every context, which revokes this
+        //   umap and zaps its mappings, before the driver lets go of the BAR.
+        unsafe { self.ctx.umap.set_phys(self.dev.uar_phys(u)) };
         self.ctx.set_uar(u);
         *uar = Some(u);
         Ok(u)

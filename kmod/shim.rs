@@ -91,8 +91,16 @@ impl Umap {
     }
 
     /// Sets the doorbell page that faults map while the umap is not revoked.
-    pub(crate) fn set_phys(&self, phys: u64) {
-        // SAFETY: `self.0` is live (type invariant); the shim takes its lock.
+    ///
+    /// # Safety
+    ///
+    /// `phys` must be the address of one 4 KiB doorbell page of the device's BAR2 that belongs
+    /// to this umap's context, and the umap must be revoked ([`Umap::revoke`], then the
+    /// mapping zapped) before that BAR is released: until then every fault of the context's
+    /// mappings maps that page into user space.
+    pub(crate) unsafe fn set_phys(&self, phys: u64) {
+        // SAFETY: `self.0` is live (type invariant); the shim takes its lock. What `phys` names
+        // is the caller's promise.
         unsafe { qhca_shim_umap_set_phys(self.0.as_ptr(), phys) }
     }
 

@@ -184,15 +184,12 @@ impl Verbs<'_> {
         self.dev.with_bound(|bound| f(bound, &mut self.objs.lock()))
     }
 
-    /// Runs a create command, then checks and keeps what the device returned. If the answer is
-    /// unusable the object is destroyed again.
-    fn create(&self, cmd: Cmd, what: &str, destroy: u32) -> Result<u32> {
+    /// Runs a create command and checks the handle the device returned. An unusable handle
+    /// means a broken device, which may still use the object's memory: it is stopped before
+    /// the caller frees that memory.
+    fn create(&self, cmd: Cmd, what: &str) -> Result<u32> {
         let raw = self.dev.exec(cmd)?.data[0];
-        device_handle(self.dev, what, raw).inspect_err(|_| {
-            if let Ok(h) = u32::try_from(raw) {
-                let _ = destroy_in_device(self.dev, self.uar, destroy, h);
-            }
-        })
+        device_handle(self.dev, what, raw).inspect_err(|_| self.dev.declare_dead())
     }
 
     /// `QHCA_IOCTL_ALLOC_PD`.
@@ -204,7 +201,7 @@ impl Verbs<'_> {
         a.handle = self.locked(|_, objs| {
             objs.pds.reserve(1, GFP_KERNEL)?;
             let cmd = Cmd::new(uapi::QHCA_CMD_ALLOC_PD).input(0, self.uar.into());
-            let pdn = self.create(cmd, "pdn", uapi::QHCA_CMD_DEALLOC_PD)?;
+            let pdn = self.create(cmd, "pdn")?;
             objs.pds.push(pdn, GFP_KERNEL)?;
             Ok(pdn)
         })?;
@@ -288,7 +285,7 @@ impl Verbs<'_> {
                 pages_addr: list.dma_address().to_le(),
             };
             let cmd = Cmd::new(uapi::QHCA_CMD_REG_MR).input_struct(&args);
-            let key = self.create(cmd, "key", uapi::QHCA_CMD_DEREG_MR)?;
+            let key = self.create(cmd, "key")?;
             objs.mrs.push(
                 Mr {
                     key,
@@ -338,7 +335,7 @@ impl Verbs<'_> {
                 ..Default::default()
             };
             let cmd = Cmd::new(uapi::QHCA_CMD_CREATE_CQ).input_struct(&args);
-            let cqn = self.create(cmd, "cqn", uapi::QHCA_CMD_DESTROY_CQ)?;
+            let cqn = self.create(cmd, "cqn")?;
             // Neither can fail: room was reserved above.
             self.ctx.add_cq(cqn, efd)?;
             objs.cqs.push(Cq { cqn, _mem: mem }, GFP_KERNEL)?;
@@ -414,7 +411,7 @@ impl Verbs<'_> {
                 pages_addr: list.dma_address().to_le(),
             };
             let cmd = Cmd::new(uapi::QHCA_CMD_CREATE_QP).input_struct(&args);
-            let qpn = self.create(cmd, "qpn", uapi::QHCA_CMD_DESTROY_QP)?;
+            let qpn = self.create(cmd, "qpn")?;
             // Neither can fail: room was reserved above.
             self.ctx.add_qp(qpn)?;
             let qp = Qp {
