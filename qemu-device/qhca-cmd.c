@@ -118,20 +118,33 @@ void qhca_queues_stop(QhcaState *s)
 {
     s->status &= ~QHCA_STATUS_READY;
     qemu_bh_cancel(s->cmd_bh);
-    s->cmd_active = false;
-    qhca_pl_release(s, &s->pl);
+    qhca_cmd_abandon(s);
     trace_qhca_disable(s->cmdq.pi, s->cmdq.ci);
 }
 
 /* Stop everything until CTRL.RESET. */
+/* The command being read, if any, gets no completion; its page list goes. */
+void qhca_cmd_abandon(QhcaState *s)
+{
+    s->cmd_active = false;
+    qhca_pl_release(s, &s->pl);
+}
+
+/*
+ * A DMA of ours failed: the device stops until reset.  Not while a reset is
+ * pending: qhca_dma_read() and qhca_dma_write() refuse DMA on purpose then,
+ * and the reset about to run clears the device anyway.
+ */
 static void qhca_fatal(QhcaState *s, uint32_t syndrome, uint64_t addr)
 {
+    if (s->reset_pending) {
+        return;
+    }
     s->status &= ~QHCA_STATUS_READY;
     s->status |= QHCA_STATUS_FATAL;
     s->fatal_syndrome = syndrome;
     qemu_bh_cancel(s->cmd_bh);
-    s->cmd_active = false;
-    qhca_pl_release(s, &s->pl);
+    qhca_cmd_abandon(s);
     qemu_bh_cancel(s->engine_bh);
     trace_qhca_fatal(syndrome, addr);
     qemu_log_mask(LOG_GUEST_ERROR,
@@ -423,9 +436,7 @@ void qhca_cmd_bh(void *opaque)
             dma_addr_t addr = qhca_ring_slot(q, q->ci, sizeof(*cmd));
 
             if (qhca_dma_read(s, addr, cmd, sizeof(*cmd)) != MEMTX_OK) {
-                if (!s->reset_pending) {
-                    qhca_fatal(s, QHCA_FATAL_CMDQ_DMA, addr);
-                }
+                qhca_fatal(s, QHCA_FATAL_CMDQ_DMA, addr);
                 break;
             }
             qhca_cmd_to_cpu(cmd);

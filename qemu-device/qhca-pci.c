@@ -40,8 +40,7 @@ static void qhca_reset_now(QhcaState *s)
     s->irq_pending = false;
     qemu_bh_cancel(s->cmd_bh);
     qemu_bh_cancel(s->engine_bh);
-    s->cmd_active = false;
-    qhca_pl_release(s, &s->pl);
+    qhca_cmd_abandon(s);
     s->wire->ops->reset(s->wire);
 
     s->ctrl = 0;

@@ -105,8 +105,15 @@ static void qhca_req_complete(QhcaState *s, QhcaQp *qp, uint8_t status)
         return;
     }
     qhca_req_progress(qp);
-    if (qp->req_head != qp->sq.pi || qp->req_send != qp->req_head) {
-        /* WQEs to start or packets to send (a turn of its own does both). */
+    /*
+     * WQEs to start or packets to send (a turn of its own does both).  Not
+     * from inside the QP's own turn (an ACK that came back inside its send,
+     * on the loopback wire): qhca_req_run() ends that turn and picks the
+     * work up itself, and its return value says whether any is left, so
+     * queuing the QP would only wake the bottom half for nothing.
+     */
+    if (qp != s->turn_qp &&
+        (qp->req_head != qp->sq.pi || qp->req_send != qp->req_head)) {
         qhca_engine_schedule(s, qp);
     }
 }

@@ -596,6 +596,7 @@ static bool qhca_qp_turn(QhcaState *s, QhcaQp *qp, unsigned *budget)
 static void qhca_engine_run(QhcaState *s, unsigned turns, bool poll_wire)
 {
     QhcaQp *qp;
+    bool more;
     uint32_t i;
 
     if (s->status & QHCA_STATUS_FATAL) {
@@ -624,7 +625,10 @@ static void qhca_engine_run(QhcaState *s, unsigned turns, bool poll_wire)
         turns--;
         QTAILQ_REMOVE(&s->run_list, qp, next);
         qp->queued = false;
-        if (qhca_qp_run(s, qp)) {
+        s->turn_qp = qp;
+        more = qhca_qp_run(s, qp);
+        s->turn_qp = NULL;
+        if (more) {
             qhca_engine_schedule(s, qp);
         }
     }

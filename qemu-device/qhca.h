@@ -423,6 +423,7 @@ struct QhcaState {
      * doorbell whose message completes in its own turn wakes nobody.
      */
     bool engine_running;
+    QhcaQp *turn_qp;          /* the QP whose turn is running, or NULL */
     QTAILQ_HEAD(, QhcaQp) run_list;
     uint32_t cq_arm_pending;    /* CQs with arm_pending set */
     QhcaWire *wire;
@@ -486,6 +487,7 @@ extern const MemoryRegionOps qhca_regs_ops;
 /* qhca-cmd.c: command and event queues */
 bool qhca_queues_start(QhcaState *s);
 void qhca_queues_stop(QhcaState *s);
+void qhca_cmd_abandon(QhcaState *s);
 void qhca_cmdq_write_pi(QhcaState *s, uint32_t pi);
 void qhca_eq_write_ci(QhcaState *s, uint32_t ci);
 void qhca_eq_notify(QhcaState *s);

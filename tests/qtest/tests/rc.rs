@@ -1306,6 +1306,61 @@ fn a_message_done_in_its_doorbell_wakes_no_main_loop() {
     );
 }
 
+/// Four small WRITEs under one doorbell: the ACK of each comes back inside its send, during the
+/// QP's own turn, which then starts the next; nothing is left for the bottom half. (The turn
+/// used to queue its own QP again from each ACK, and that woke the bottom half for nothing.)
+#[test]
+fn several_writes_under_one_doorbell_wake_no_main_loop() {
+    let dir = std::env::temp_dir().join(format!("qhca-qtest-bh3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("trace.log");
+    let _ = std::fs::remove_file(&log);
+    let mut h = Hca::start_with(
+        "num-uars=8",
+        &[
+            "-trace",
+            "qhca_engine_run_begin",
+            "-trace",
+            "qhca_timer_arm",
+            "-D",
+            log.to_str().unwrap(),
+        ],
+    );
+    h.bring_up(5, 6);
+    let mut p = Pair::new(&mut h, &ConnParams::default());
+    let (src, lkey) = p.buf(&mut h, 4096, 0x5a, QHCA_ACCESS_LOCAL_WRITE);
+    let (dst, rkey) = p.buf(&mut h, 4096, 0, RW);
+    h.settle();
+    let (inline0, bh0, timers0) = engine_runs(&log);
+    for i in 0..4u64 {
+        let wr = SendWr {
+            wr_id: i,
+            opcode: QHCA_WR_RDMA_WRITE,
+            flags: QHCA_WQE_SIGNALED,
+            remote_addr: dst + i * 8,
+            rkey,
+            sges: vec![(src, 8, lkey)],
+            ..Default::default()
+        };
+        p.a.write_send_raw(&mut h, &wr.encode());
+    }
+    p.a.ring_sq(&mut h);
+    for i in 0..4u64 {
+        let c = p.scq.wait(&mut h);
+        assert_eq!((c.wr_id, c.status as u32), (i, QHCA_WC_SUCCESS));
+    }
+    h.settle();
+    h.alive();
+    let (inline1, bh1, timers1) = engine_runs(&log);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(h.qt.memread(dst, 32).iter().all(|&b| b == 0x5a));
+    assert_eq!(
+        (inline1 - inline0, bh1 - bh0, timers1 - timers0),
+        (1, 0, 0),
+        "engine runs from the doorbell, from the bottom half; timers armed"
+    );
+}
+
 /// The same for the other small operations: a receive posted, then an 8-byte RDMA READ, a
 /// fetch-and-add and an 8-byte SEND, five times. Each completes within its doorbell's turn
 /// (the responder answers the READ and the atomic from the request's own delivery): no bottom
