@@ -380,17 +380,18 @@ impl Verbs<'_> {
             return Err(EINVAL);
         }
         span_pages(a.buf_addr, a.buf_len)?;
-        {
-            let objs = self.objs.lock();
+        // Checked before pinning (a bad handle costs no pin) and again under the lock (a
+        // concurrent destroy may have removed them in between).
+        let refs_exist = |objs: &Objects| -> Result {
             position(&objs.pds, |&p| p == a.pdn)?;
             position(&objs.cqs, |c| c.cqn == a.send_cqn)?;
             position(&objs.cqs, |c| c.cqn == a.recv_cqn)?;
-        }
+            Ok(())
+        };
+        refs_exist(&self.objs.lock())?;
         let mut mem = Umem::pin(a.buf_addr, a.buf_len, true)?;
         a.qpn = self.locked(|bound, objs| {
-            position(&objs.pds, |&p| p == a.pdn)?;
-            position(&objs.cqs, |c| c.cqn == a.send_cqn)?;
-            position(&objs.cqs, |c| c.cqn == a.recv_cqn)?;
+            refs_exist(objs)?;
             objs.qps.reserve(1, GFP_KERNEL)?;
             self.ctx.reserve()?;
             mem.map(bound)?;
