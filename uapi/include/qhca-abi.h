@@ -129,6 +129,7 @@ typedef unsigned long long __u64;
 /* Capability bits (QHCA_REG_CAPS_*, struct qhca_device_attr.caps). */
 #define QHCA_CAP_UAR_ISOLATION  (1ull << 0) /* doorbells checked against the page's owner */
 #define QHCA_CAP_RC             (1ull << 1) /* reliable connected QPs (loopback wire) */
+#define QHCA_CAP_ODP            (1ull << 2) /* on-demand-paging regions: see "On-demand paging" */
 
 /* Queue sizing limits. */
 #define QHCA_QUEUE_MIN_LOG      1
@@ -162,6 +163,10 @@ enum qhca_cmd_opcode {
 	QHCA_CMD_QUERY_QP     = 0x0c, /* in[0] = uar, in[1] = qpn; out: struct qhca_qp_attr */
 	QHCA_CMD_DESTROY_QP   = 0x0d, /* in[0] = uar, in[1] = qpn */
 	QHCA_CMD_QUERY_CTX    = 0x0e, /* in[0] = uar; out: struct qhca_ctx_stats */
+	/* On-demand paging; see "On-demand paging" below. */
+	QHCA_CMD_MAP_ODP      = 0x0f, /* in[0] = uar, in[1] = key, in[2] = first VA page, in[3] = count, in[4] = entries */
+	QHCA_CMD_INVALIDATE_ODP = 0x10, /* in[0] = uar, in[1] = key, in[2] = first VA page, in[3] = count */
+	QHCA_CMD_RESUME       = 0x11, /* in[0] = uar, in[1] = token, in[2] = QHCA_RESUME_* */
 	QHCA_CMD_MAX, /* first unassigned opcode */
 };
 
@@ -201,6 +206,7 @@ enum qhca_eqe_type {
 	QHCA_EQE_CQ_COMP  = 0x02, /* data[0] = cqn, data[1] = uar: an armed CQ got a CQE */
 	QHCA_EQE_QP_ERR   = 0x03, /* data[0] = qpn, data[1] = uar: QP entered ERR on its own */
 	QHCA_EQE_CQ_ERR   = 0x04, /* data[0] = cqn, data[1] = uar: CQ overrun or bad ring access */
+	QHCA_EQE_PAGE_FAULT = 0x05, /* struct qhca_eqe_page_fault */
 };
 
 /* 32 bytes. */
@@ -238,8 +244,22 @@ struct qhca_device_attr {
 	__u16 max_qp_init_rd_atom; /* initiator depth per QP (max_rd_atomic): 16 */
 	__u64 max_mr_size;
 	__u64 page_size_cap;
-	__u64 rsvd1[4];
+	/* As struct ibv_odp_caps; 0 without QHCA_CAP_ODP. */
+	__u64 odp_general_caps;    /* QHCA_ODP_SUPPORT, QHCA_ODP_SUPPORT_IMPLICIT */
+	__u32 odp_rc_caps;         /* QHCA_ODP_SUPPORT_SEND ... _ATOMIC for RC QPs */
+	__u32 odp_ud_caps;         /* the same for UD QPs: 0 in this version */
+	__u64 rsvd1[2];
 };
+
+/* qhca_device_attr.odp_general_caps (the values of IBV_ODP_SUPPORT*). */
+#define QHCA_ODP_SUPPORT          (1ull << 0)
+#define QHCA_ODP_SUPPORT_IMPLICIT (1ull << 1)
+/* qhca_device_attr.odp_rc_caps (the values of IBV_ODP_SUPPORT_SEND ...). */
+#define QHCA_ODP_SUPPORT_SEND     (1u << 0)
+#define QHCA_ODP_SUPPORT_RECV     (1u << 1)
+#define QHCA_ODP_SUPPORT_WRITE    (1u << 2)
+#define QHCA_ODP_SUPPORT_READ     (1u << 3)
+#define QHCA_ODP_SUPPORT_ATOMIC   (1u << 4)
 
 /* ------------------------------------------------------------------------ */
 /* Verbs objects: protection domains, memory regions, completion queues and  */
@@ -270,6 +290,12 @@ struct qhca_device_attr {
 #define QHCA_ACCESS_REMOTE_READ   (1u << 2)
 #define QHCA_ACCESS_REMOTE_ATOMIC (1u << 3) /* requires LOCAL_WRITE */
 #define QHCA_ACCESS_ALL           0xfu
+/*
+ * Not a right: the region is on-demand paged (see "On-demand paging"):
+ * REG_MR then has npages = 0 and pages_addr = 0, and every page of the
+ * region starts not present.
+ */
+#define QHCA_ACCESS_ON_DEMAND     (1u << 4)
 
 /*
  * A memory key is index << 8 | tag.  The device bumps the tag whenever an
@@ -526,7 +552,74 @@ struct qhca_ctx_stats {
 	__u64 db_violations; /* doorbells rung on this context's page naming another's queue */
 	__u64 pkt_foreign;   /* packets for this context's QPs dropped: not from the QP's peer */
 	__u64 rnr_retries;   /* RNR NAKs this context's requesters waited out */
-	__u64 rsvd[4];
+	__u64 odp_req_faults;  /* page faults raised by its QPs as requesters */
+	__u64 odp_resp_faults; /* page faults raised by its QPs as responders */
+	__u64 odp_fault_rnr_naks; /* RNR NAKs its responders sent because of a fault */
+	__u64 odp_invalidations;  /* INVALIDATE_ODP commands on its regions */
+};
+
+/* ------------------------------------------------------------------------ */
+/* On-demand paging (ODP).                                                  */
+/*                                                                          */
+/* A region registered with QHCA_ACCESS_ON_DEMAND has no page list: the     */
+/* device keeps one translation entry per 4 KiB page of the region's        */
+/* address range, each not present until the driver maps it.  Pages are     */
+/* named by their virtual page number (va >> QHCA_PAGE_SHIFT), so an        */
+/* implicit region (iova 0, length QHCA_ODP_IMPLICIT_LENGTH) covers a whole */
+/* address space with one key.                                              */
+/*                                                                          */
+/* An access that finds its page not present, or needs to write and finds   */
+/* it not writable, is a page fault.  The device sends one                  */
+/* QHCA_EQE_PAGE_FAULT per fault and:                                       */
+/*  - requester (gathering a SEND or WRITE, scattering a READ response or   */
+/*    an atomic result): the QP stops at the packet it was building or      */
+/*    placing; nothing else waits.  A response that could not be placed is  */
+/*    dropped and asked for again after RESUME (the responder answers a     */
+/*    repeated atomic from its saved result: atomics run exactly once).     */
+/*  - responder (an incoming WRITE, READ or atomic, or a SEND into a        */
+/*    receive WQE's buffers): the packet is dropped and answered with an    */
+/*    RNR NAK carrying the QP's min_rnr_timer; while the fault is           */
+/*    outstanding, every retry of that PSN gets the same answer and no new  */
+/*    event.  A READ is checked whole before its first response.           */
+/* The driver makes the pages present (QHCA_CMD_MAP_ODP) and then sends      */
+/* QHCA_CMD_RESUME with the token: QHCA_RESUME_OK lets the QP retry (it may */
+/* fault again), QHCA_RESUME_ERROR fails the access: a requester completes   */
+/* the WQE with QHCA_WC_LOC_PROT_ERR and goes to ERR; a responder NAKs the   */
+/* retry with a remote access error.  A token whose QP was reset, destroyed */
+/* or has moved on is refused with QHCA_CMD_BAD_RESOURCE (harmless).        */
+/*                                                                          */
+/* QHCA_CMD_INVALIDATE_ODP marks pages not present; when it completes, no    */
+/* device access to the old addresses is in progress or will start.        */
+/* ------------------------------------------------------------------------ */
+
+/* struct qhca_cmd_reg_mr.length of an implicit region (iova must be 0). */
+#define QHCA_ODP_IMPLICIT_LENGTH (1ull << 57)
+
+/* MAP_ODP entries: __le64 DMA address of the page | these bits. */
+#define QHCA_ODP_PRESENT        (1ull << 0)
+#define QHCA_ODP_WRITABLE       (1ull << 1) /* requires PRESENT */
+#define QHCA_ODP_MAP_MAX        QHCA_PL_PAGE_ENTRIES /* entries per MAP_ODP */
+
+/* QHCA_CMD_RESUME in[2] */
+#define QHCA_RESUME_OK          0
+#define QHCA_RESUME_ERROR       1
+
+/* struct qhca_eqe_page_fault.flags */
+#define QHCA_PF_WRITE           (1u << 0) /* the access writes */
+#define QHCA_PF_RESPONDER       (1u << 1) /* raised by a responder (an RNR NAK went out) */
+
+/* QHCA_EQE_PAGE_FAULT, overlaying struct qhca_eqe (32 bytes). */
+struct qhca_eqe_page_fault {
+	__u8  type;       /* QHCA_EQE_PAGE_FAULT */
+	__u8  flags;      /* QHCA_PF_* */
+	__u16 rsvd0;
+	__u32 token;      /* opaque: QHCA_CMD_RESUME names the fault by it */
+	__u64 va;         /* first byte needed that is not mapped as needed */
+	__u32 key;        /* the region */
+	__u32 qpn;        /* the QP that waits */
+	__u32 length;     /* bytes from va the access needs, within the region */
+	__u8  rsvd1[3];
+	__u8  owner;      /* bit 0: QHCA_EQE_OWNER */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -601,6 +694,7 @@ struct qhca_ioc_query_device {
 #define QHCA_IOC_NR_DESTROY_QP   0x0a
 #define QHCA_IOC_NR_QUERY_CTX    0x0b
 #define QHCA_IOC_NR_GET_ASYNC_EVENT 0x0c
+#define QHCA_IOC_NR_ADVISE_MR    0x0d
 
 /* ALLOC_PD (out: handle), DEALLOC_PD, DEREG_MR, DESTROY_CQ, DESTROY_QP (in: handle). */
 struct qhca_ioc_handle {
@@ -610,11 +704,19 @@ struct qhca_ioc_handle {
 	__u32 rsvd;
 };
 
+/*
+ * REG_MR pins [addr, addr + length) and charges RLIMIT_MEMLOCK, unless
+ * access has QHCA_ACCESS_ON_DEMAND: then nothing is pinned or charged and the
+ * driver maps pages into the device when it faults on them (and unmaps them
+ * when the process's page tables change).  addr 0 with length UINT64_MAX and
+ * ON_DEMAND registers the implicit region: one key for the whole address
+ * space of the process.
+ */
 struct qhca_ioc_reg_mr {
 	__u32 size;
 	__u32 comp_mask;
 	__u32 pdn;
-	__u32 access;     /* QHCA_ACCESS_* */
+	__u32 access;     /* QHCA_ACCESS_*, QHCA_ACCESS_ON_DEMAND */
 	__u64 addr;       /* user virtual address: the region's first byte */
 	__u64 length;
 	__u32 lkey;       /* out */
@@ -680,6 +782,32 @@ struct qhca_ioc_query_ctx {
 #define QHCA_IOCTL_DESTROY_QP   0xc010ca0au
 #define QHCA_IOCTL_QUERY_CTX    0xc050ca0bu
 #define QHCA_IOCTL_GET_ASYNC_EVENT 0xc020ca0cu
+#define QHCA_IOCTL_ADVISE_MR    0xc028ca0du
+
+/*
+ * ADVISE_MR: fault [addr, addr + length) of an on-demand region into the
+ * device ahead of use, as ibv_advise_mr() does.  With QHCA_ADVISE_FLAG_FLUSH
+ * the call returns once the pages are mapped (or with the error that stopped
+ * it); without, it queues the work and returns.  EINVAL for a pinned region
+ * or a range outside the region; EFAULT when a page cannot be faulted in.
+ */
+enum qhca_advise_mr_advice {
+	QHCA_ADVISE_PREFETCH       = 0, /* map for reading */
+	QHCA_ADVISE_PREFETCH_WRITE = 1, /* map writable */
+};
+
+#define QHCA_ADVISE_FLAG_FLUSH  (1u << 0)
+
+struct qhca_ioc_advise_mr {
+	__u32 size;
+	__u32 comp_mask;
+	__u32 lkey;
+	__u32 advice;     /* enum qhca_advise_mr_advice */
+	__u32 flags;      /* QHCA_ADVISE_FLAG_* */
+	__u32 rsvd;
+	__u64 addr;
+	__u64 length;
+};
 
 /*
  * Asynchronous events of a context, as ibv_get_async_event() reports them.

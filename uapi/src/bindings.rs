@@ -55,9 +55,17 @@ pub const QHCA_FATAL_CMDQ_DMA: u32 = 1;
 pub const QHCA_FATAL_EQ_DMA: u32 = 2;
 pub const QHCA_CAP_UAR_ISOLATION: u32 = 1;
 pub const QHCA_CAP_RC: u32 = 2;
+pub const QHCA_CAP_ODP: u32 = 4;
 pub const QHCA_QUEUE_MIN_LOG: u32 = 1;
 pub const QHCA_QUEUE_MAX_LOG: u32 = 12;
 pub const QHCA_EQE_OWNER: u32 = 1;
+pub const QHCA_ODP_SUPPORT: u32 = 1;
+pub const QHCA_ODP_SUPPORT_IMPLICIT: u32 = 2;
+pub const QHCA_ODP_SUPPORT_SEND: u32 = 1;
+pub const QHCA_ODP_SUPPORT_RECV: u32 = 2;
+pub const QHCA_ODP_SUPPORT_WRITE: u32 = 4;
+pub const QHCA_ODP_SUPPORT_READ: u32 = 8;
+pub const QHCA_ODP_SUPPORT_ATOMIC: u32 = 16;
 pub const QHCA_PAGE_SHIFT: u32 = 12;
 pub const QHCA_PAGE_SIZE: u32 = 4096;
 pub const QHCA_MAX_PAGE_LIST: u32 = 1048576;
@@ -68,6 +76,7 @@ pub const QHCA_ACCESS_REMOTE_WRITE: u32 = 2;
 pub const QHCA_ACCESS_REMOTE_READ: u32 = 4;
 pub const QHCA_ACCESS_REMOTE_ATOMIC: u32 = 8;
 pub const QHCA_ACCESS_ALL: u32 = 15;
+pub const QHCA_ACCESS_ON_DEMAND: u32 = 16;
 pub const QHCA_KEY_TAG_BITS: u32 = 8;
 pub const QHCA_CQE_SIZE: u32 = 32;
 pub const QHCA_CQ_MIN_LOG: u32 = 1;
@@ -98,6 +107,14 @@ pub const QHCA_QP_ATTR_MIN_RNR_TIMER: u32 = 512;
 pub const QHCA_QP_ATTR_MAX_RD_ATOMIC: u32 = 1024;
 pub const QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC: u32 = 2048;
 pub const QHCA_QP_ATTR_ALL: u32 = 4095;
+pub const QHCA_ODP_IMPLICIT_LENGTH: u64 = 144115188075855872;
+pub const QHCA_ODP_PRESENT: u32 = 1;
+pub const QHCA_ODP_WRITABLE: u32 = 2;
+pub const QHCA_ODP_MAP_MAX: u32 = 512;
+pub const QHCA_RESUME_OK: u32 = 0;
+pub const QHCA_RESUME_ERROR: u32 = 1;
+pub const QHCA_PF_WRITE: u32 = 1;
+pub const QHCA_PF_RESPONDER: u32 = 2;
 pub const QHCA_DB_OFFSET: u32 = 0;
 pub const QHCA_DB_QN_MASK: u32 = 16777215;
 pub const QHCA_DB_TYPE_SHIFT: u32 = 24;
@@ -118,6 +135,7 @@ pub const QHCA_IOC_NR_QUERY_QP: u32 = 9;
 pub const QHCA_IOC_NR_DESTROY_QP: u32 = 10;
 pub const QHCA_IOC_NR_QUERY_CTX: u32 = 11;
 pub const QHCA_IOC_NR_GET_ASYNC_EVENT: u32 = 12;
+pub const QHCA_IOC_NR_ADVISE_MR: u32 = 13;
 pub const QHCA_IOCTL_ALLOC_PD: u32 = 3222325761;
 pub const QHCA_IOCTL_DEALLOC_PD: u32 = 3222325762;
 pub const QHCA_IOCTL_REG_MR: u32 = 3224422915;
@@ -130,6 +148,8 @@ pub const QHCA_IOCTL_QUERY_QP: u32 = 3226520073;
 pub const QHCA_IOCTL_DESTROY_QP: u32 = 3222325770;
 pub const QHCA_IOCTL_QUERY_CTX: u32 = 3226520075;
 pub const QHCA_IOCTL_GET_ASYNC_EVENT: u32 = 3223374348;
+pub const QHCA_IOCTL_ADVISE_MR: u32 = 3223898637;
+pub const QHCA_ADVISE_FLAG_FLUSH: u32 = 1;
 pub const QHCA_MMAP_UAR: u32 = 0;
 pub type __u8 = core::ffi::c_uchar;
 pub type __u16 = core::ffi::c_ushort;
@@ -151,7 +171,10 @@ pub const QHCA_CMD_MODIFY_QP: qhca_cmd_opcode = 11;
 pub const QHCA_CMD_QUERY_QP: qhca_cmd_opcode = 12;
 pub const QHCA_CMD_DESTROY_QP: qhca_cmd_opcode = 13;
 pub const QHCA_CMD_QUERY_CTX: qhca_cmd_opcode = 14;
-pub const QHCA_CMD_MAX: qhca_cmd_opcode = 15;
+pub const QHCA_CMD_MAP_ODP: qhca_cmd_opcode = 15;
+pub const QHCA_CMD_INVALIDATE_ODP: qhca_cmd_opcode = 16;
+pub const QHCA_CMD_RESUME: qhca_cmd_opcode = 17;
+pub const QHCA_CMD_MAX: qhca_cmd_opcode = 18;
 pub type qhca_cmd_opcode = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -176,6 +199,7 @@ pub const QHCA_EQE_CMD_DONE: qhca_eqe_type = 1;
 pub const QHCA_EQE_CQ_COMP: qhca_eqe_type = 2;
 pub const QHCA_EQE_QP_ERR: qhca_eqe_type = 3;
 pub const QHCA_EQE_CQ_ERR: qhca_eqe_type = 4;
+pub const QHCA_EQE_PAGE_FAULT: qhca_eqe_type = 5;
 pub type qhca_eqe_type = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -211,7 +235,10 @@ pub struct qhca_device_attr {
     pub max_qp_init_rd_atom: __u16,
     pub max_mr_size: __u64,
     pub page_size_cap: __u64,
-    pub rsvd1: [__u64; 4usize],
+    pub odp_general_caps: __u64,
+    pub odp_rc_caps: __u32,
+    pub odp_ud_caps: __u32,
+    pub rsvd1: [__u64; 2usize],
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -373,7 +400,24 @@ pub struct qhca_ctx_stats {
     pub db_violations: __u64,
     pub pkt_foreign: __u64,
     pub rnr_retries: __u64,
-    pub rsvd: [__u64; 4usize],
+    pub odp_req_faults: __u64,
+    pub odp_resp_faults: __u64,
+    pub odp_fault_rnr_naks: __u64,
+    pub odp_invalidations: __u64,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_eqe_page_fault {
+    pub type_: __u8,
+    pub flags: __u8,
+    pub rsvd0: __u16,
+    pub token: __u32,
+    pub va: __u64,
+    pub key: __u32,
+    pub qpn: __u32,
+    pub length: __u32,
+    pub rsvd1: [__u8; 3usize],
+    pub owner: __u8,
 }
 pub const QHCA_DB_SQ: qhca_db_type = 1;
 pub const QHCA_DB_RQ: qhca_db_type = 2;
@@ -458,6 +502,21 @@ pub struct qhca_ioc_query_ctx {
     pub comp_mask: __u32,
     pub rsvd: __u64,
     pub stats: qhca_ctx_stats,
+}
+pub const QHCA_ADVISE_PREFETCH: qhca_advise_mr_advice = 0;
+pub const QHCA_ADVISE_PREFETCH_WRITE: qhca_advise_mr_advice = 1;
+pub type qhca_advise_mr_advice = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ioc_advise_mr {
+    pub size: __u32,
+    pub comp_mask: __u32,
+    pub lkey: __u32,
+    pub advice: __u32,
+    pub flags: __u32,
+    pub rsvd: __u32,
+    pub addr: __u64,
+    pub length: __u64,
 }
 pub const QHCA_ASYNC_QP_FATAL: qhca_async_event_type = 1;
 pub const QHCA_ASYNC_CQ_ERR: qhca_async_event_type = 2;

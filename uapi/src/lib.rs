@@ -50,8 +50,15 @@ pub const CAP_UAR_ISOLATION: u64 = QHCA_CAP_UAR_ISOLATION as u64;
 /// [`QHCA_CAP_RC`] as a bit of the 64-bit `caps` field.
 pub const CAP_RC: u64 = QHCA_CAP_RC as u64;
 
+/// [`QHCA_CAP_ODP`] as a bit of the 64-bit `caps` field.
+pub const CAP_ODP: u64 = QHCA_CAP_ODP as u64;
+
 /// Every capability bit this ABI version defines, with its name (the `QHCA_CAP_` suffix).
-pub const CAP_NAMES: &[(u64, &str)] = &[(CAP_UAR_ISOLATION, "UAR_ISOLATION"), (CAP_RC, "RC")];
+pub const CAP_NAMES: &[(u64, &str)] = &[
+    (CAP_UAR_ISOLATION, "UAR_ISOLATION"),
+    (CAP_RC, "RC"),
+    (CAP_ODP, "ODP"),
+];
 
 /// The capability bits this ABI version knows about.
 pub const CAP_KNOWN_MASK: u64 = {
@@ -67,5 +74,6 @@ pub const CAP_KNOWN_MASK: u64 = {
 // The fixed sizes the header promises in its comments; uapi/tests/layout.rs checks every field.
 const _: () = assert!(core::mem::size_of::<qhca_cmd>() == 64);
 const _: () = assert!(core::mem::size_of::<qhca_eqe>() == 32);
+const _: () = assert!(core::mem::size_of::<qhca_eqe_page_fault>() == 32);
 const _: () = assert!(core::mem::size_of::<qhca_device_attr>() == 128);
 const _: () = assert!(core::mem::size_of::<qhca_ioc_query_device>() == 160);

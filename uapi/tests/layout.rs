@@ -66,7 +66,22 @@ fn every_struct_and_field() {
         max_qp_init_rd_atom @ 78,
         max_mr_size @ 80,
         page_size_cap @ 88,
-        rsvd1 @ 96,
+        odp_general_caps @ 96,
+        odp_rc_caps @ 104,
+        odp_ud_caps @ 108,
+        rsvd1 @ 112,
+    });
+    check_layout!(qhca_eqe_page_fault, size 32, align 8, {
+        type_ @ 0,
+        flags @ 1,
+        rsvd0 @ 2,
+        token @ 4,
+        va @ 8,
+        key @ 16,
+        qpn @ 20,
+        length @ 24,
+        rsvd1 @ 28,
+        owner @ 31,
     });
     check_layout!(qhca_cmd_reg_mr, size 40, align 8, {
         uar @ 0,
@@ -168,7 +183,10 @@ fn every_struct_and_field() {
         db_violations @ 8,
         pkt_foreign @ 16,
         rnr_retries @ 24,
-        rsvd @ 32,
+        odp_req_faults @ 32,
+        odp_resp_faults @ 40,
+        odp_fault_rnr_naks @ 48,
+        odp_invalidations @ 56,
     });
     check_layout!(qhca_ioc_query_device, size 160, align 8, {
         size @ 0,
@@ -243,6 +261,16 @@ fn every_struct_and_field() {
         element @ 12,
         rsvd @ 16,
     });
+    check_layout!(qhca_ioc_advise_mr, size 40, align 8, {
+        size @ 0,
+        comp_mask @ 4,
+        lkey @ 8,
+        advice @ 12,
+        flags @ 16,
+        rsvd @ 20,
+        addr @ 24,
+        length @ 32,
+    });
 }
 
 #[test]
@@ -255,7 +283,8 @@ fn field_types_have_the_header_widths() {
     let a = q.attr;
     let _: (u32, u32, u64, u64, u64) =
         (a.abi_version, a.num_uars, a.caps, a.node_guid, a.fw_version);
-    let _: (u64, u64, [u64; 4]) = (a.max_mr_size, a.page_size_cap, a.rsvd1);
+    let _: (u64, u64, [u64; 2]) = (a.max_mr_size, a.page_size_cap, a.rsvd1);
+    let _: (u64, u32, u32) = (a.odp_general_caps, a.odp_rc_caps, a.odp_ud_caps);
     let e = qhca_eqe::default();
     let _: (u8, u8, u16, u32, [u64; 2], [u8; 7], u8) = (
         e.type_, e.status, e.rsvd0, e.token, e.data, e.rsvd1, e.owner,
@@ -288,6 +317,8 @@ fn constants_the_other_layers_rely_on() {
     assert_eq!(QHCA_MAGIC.to_le_bytes(), *b"QHCA");
     assert_eq!(CAP_UAR_ISOLATION, 1);
     assert_eq!(CAP_RC, 2);
-    assert_eq!(CAP_KNOWN_MASK, CAP_UAR_ISOLATION | CAP_RC);
+    assert_eq!(CAP_ODP, 4);
+    assert_eq!(CAP_KNOWN_MASK, CAP_UAR_ISOLATION | CAP_RC | CAP_ODP);
+    assert_eq!(QHCA_ODP_MAP_MAX, 512);
     assert_eq!(QHCA_EQE_OWNER, 1);
 }

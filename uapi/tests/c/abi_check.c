@@ -29,6 +29,7 @@ CHECK_IOCTL(QUERY_QP, struct qhca_ioc_qp_attr);
 CHECK_IOCTL(DESTROY_QP, struct qhca_ioc_handle);
 CHECK_IOCTL(QUERY_CTX, struct qhca_ioc_query_ctx);
 CHECK_IOCTL(GET_ASYNC_EVENT, struct qhca_ioc_async_event);
+CHECK_IOCTL(ADVISE_MR, struct qhca_ioc_advise_mr);
 _Static_assert(_IOC_SIZE(QHCA_IOCTL_QUERY_DEVICE) == 160, "ioctl size");
 _Static_assert(_IOC_TYPE(QHCA_IOCTL_QUERY_DEVICE) == QHCA_IOC_MAGIC, "ioctl magic");
 
@@ -71,7 +72,22 @@ CHECK_OFF(struct qhca_device_attr, max_qp_rd_atom, 76);
 CHECK_OFF(struct qhca_device_attr, max_qp_init_rd_atom, 78);
 CHECK_OFF(struct qhca_device_attr, max_mr_size, 80);
 CHECK_OFF(struct qhca_device_attr, page_size_cap, 88);
-CHECK_OFF(struct qhca_device_attr, rsvd1, 96);
+CHECK_OFF(struct qhca_device_attr, odp_general_caps, 96);
+CHECK_OFF(struct qhca_device_attr, odp_rc_caps, 104);
+CHECK_OFF(struct qhca_device_attr, odp_ud_caps, 108);
+CHECK_OFF(struct qhca_device_attr, rsvd1, 112);
+
+CHECK_SIZE(struct qhca_eqe_page_fault, 32);
+CHECK_OFF(struct qhca_eqe_page_fault, type, 0);
+CHECK_OFF(struct qhca_eqe_page_fault, flags, 1);
+CHECK_OFF(struct qhca_eqe_page_fault, rsvd0, 2);
+CHECK_OFF(struct qhca_eqe_page_fault, token, 4);
+CHECK_OFF(struct qhca_eqe_page_fault, va, 8);
+CHECK_OFF(struct qhca_eqe_page_fault, key, 16);
+CHECK_OFF(struct qhca_eqe_page_fault, qpn, 20);
+CHECK_OFF(struct qhca_eqe_page_fault, length, 24);
+CHECK_OFF(struct qhca_eqe_page_fault, rsvd1, 28);
+CHECK_OFF(struct qhca_eqe_page_fault, owner, 31);
 
 CHECK_SIZE(struct qhca_cmd_reg_mr, 40);
 CHECK_OFF(struct qhca_cmd_reg_mr, uar, 0);
@@ -173,7 +189,10 @@ CHECK_OFF(struct qhca_ctx_stats, db_accepted, 0);
 CHECK_OFF(struct qhca_ctx_stats, db_violations, 8);
 CHECK_OFF(struct qhca_ctx_stats, pkt_foreign, 16);
 CHECK_OFF(struct qhca_ctx_stats, rnr_retries, 24);
-CHECK_OFF(struct qhca_ctx_stats, rsvd, 32);
+CHECK_OFF(struct qhca_ctx_stats, odp_req_faults, 32);
+CHECK_OFF(struct qhca_ctx_stats, odp_resp_faults, 40);
+CHECK_OFF(struct qhca_ctx_stats, odp_fault_rnr_naks, 48);
+CHECK_OFF(struct qhca_ctx_stats, odp_invalidations, 56);
 
 CHECK_SIZE(struct qhca_ioc_query_device, 160);
 CHECK_OFF(struct qhca_ioc_query_device, size, 0);
@@ -247,6 +266,16 @@ CHECK_OFF(struct qhca_ioc_async_event, comp_mask, 4);
 CHECK_OFF(struct qhca_ioc_async_event, type, 8);
 CHECK_OFF(struct qhca_ioc_async_event, element, 12);
 CHECK_OFF(struct qhca_ioc_async_event, rsvd, 16);
+
+CHECK_SIZE(struct qhca_ioc_advise_mr, 40);
+CHECK_OFF(struct qhca_ioc_advise_mr, size, 0);
+CHECK_OFF(struct qhca_ioc_advise_mr, comp_mask, 4);
+CHECK_OFF(struct qhca_ioc_advise_mr, lkey, 8);
+CHECK_OFF(struct qhca_ioc_advise_mr, advice, 12);
+CHECK_OFF(struct qhca_ioc_advise_mr, flags, 16);
+CHECK_OFF(struct qhca_ioc_advise_mr, rsvd, 20);
+CHECK_OFF(struct qhca_ioc_advise_mr, addr, 24);
+CHECK_OFF(struct qhca_ioc_advise_mr, length, 32);
 
 _Static_assert(QHCA_UAR_PAGE_SIZE == 4096, "doorbell page size");
 _Static_assert(QHCA_DB_INDEX_SHIFT == 32 && QHCA_DB_TYPE_SHIFT == 24, "doorbell layout");
