@@ -137,6 +137,24 @@ struct EqState {
 pub(crate) struct AsyncEvent {
     pub(crate) kind: u32,
     pub(crate) data: [u64; 2],
+    /// The entry's `status` byte (`flags` of a page fault).
+    pub(crate) status: u8,
+    pub(crate) token: u32,
+    /// The bytes between `data` and `owner` (`length` of a page fault, then reserved).
+    pub(crate) tail: [u8; 7],
+}
+
+impl AsyncEvent {
+    /// An event with only a type and `data` (the other fields zero).
+    pub(crate) fn new(kind: u32, data: [u64; 2]) -> Self {
+        Self {
+            kind,
+            data,
+            status: 0,
+            token: 0,
+            tail: [0; 7],
+        }
+    }
 }
 
 /// The two rings. Commands are serialised by `cmd`; the event ring is drained under `eq` by the
@@ -227,7 +245,13 @@ impl CmdQueue {
                     data,
                 });
             } else {
-                host.on_event(AsyncEvent { kind, data });
+                host.on_event(AsyncEvent {
+                    kind,
+                    data,
+                    status: eqe.status,
+                    token: u32::from_le(eqe.token),
+                    tail: eqe.rsvd1,
+                });
             }
         }
         if eq.ci != start {
@@ -381,6 +405,15 @@ impl CmdQueue {
             data: [
                 io_read!(ring, [panic: slot].data[build: 0]),
                 io_read!(ring, [panic: slot].data[build: 1]),
+            ],
+            rsvd1: [
+                io_read!(ring, [panic: slot].rsvd1[build: 0]),
+                io_read!(ring, [panic: slot].rsvd1[build: 1]),
+                io_read!(ring, [panic: slot].rsvd1[build: 2]),
+                io_read!(ring, [panic: slot].rsvd1[build: 3]),
+                io_read!(ring, [panic: slot].rsvd1[build: 4]),
+                io_read!(ring, [panic: slot].rsvd1[build: 5]),
+                io_read!(ring, [panic: slot].rsvd1[build: 6]),
             ],
             owner,
             ..Default::default()

@@ -124,6 +124,11 @@ impl Ctx {
         Ok(())
     }
 
+    /// True if QP `qpn` is this context's.
+    pub(crate) fn owns_qp(&self, qpn: u32) -> bool {
+        self.state.lock().qps.contains(&qpn)
+    }
+
     pub(crate) fn remove_cq(&self, cqn: u32) {
         let mut st = self.state.lock();
         if let Some(pos) = st.cqs.iter().position(|(n, _)| *n == cqn) {

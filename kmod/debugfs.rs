@@ -13,7 +13,11 @@
 //!   refused them (without reaching it), so that the object stays in the device.
 //! - `stall_events_ms` (read/write): the next event-queue interrupt's thread sleeps this long
 //!   before it drains the queue (at most 10 s), so that the device can overflow it.
+//! - `odp_mapped_pages` (read): pages DMA-mapped for on-demand-paged regions right now.
 //! - `qhcaN/state` (read): the device's contexts, command queue and lost events.
+//! - `qhcaN/odp` (read): on-demand paging: faults handled, resumed OK and with an error, RESUMEs
+//!   the device refused (the QP moved on), INVALIDATE_ODP commands, pages mapped and unmapped,
+//!   prefetches (ADVISE_MR), faults dropped.
 //! - `qhcaN/inject_event` (write `TYPE DATA0 DATA1`): dispatches an asynchronous event as if the
 //!   device had posted it (a device that names the wrong context, a stale object).
 
@@ -59,6 +63,8 @@ pub(crate) struct Global {
     #[pin]
     _pinned: File<()>,
     #[pin]
+    _odp_mapped: File<()>,
+    #[pin]
     _fail_cmds: File<&'static Atomic<u32>>,
     #[pin]
     _fail_probe: File<&'static Atomic<u32>>,
@@ -95,6 +101,10 @@ fn show_pinned(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "{}", shim::pinned_pages())
 }
 
+fn show_odp_mapped(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    writeln!(f, "{}", crate::odp::MAPPED_PAGES.load(Relaxed))
+}
+
 impl Global {
     pub(crate) fn new() -> impl PinInit<Self, Error> {
         // SAFETY: Called once, from module init, before the driver is registered.
@@ -103,6 +113,7 @@ impl Global {
         *ROOT.lock() = Some(dir.clone());
         try_pin_init!(Self {
             _pinned <- dir.read_callback_file(c"pinned_pages", (), &show_pinned),
+            _odp_mapped <- dir.read_callback_file(c"odp_mapped_pages", (), &show_odp_mapped),
             _fail_cmds <- dir.read_write_callback_file(c"fail_cmds", &FAIL_CMDS, &show, &store),
             _fail_probe <- dir.read_write_callback_file(c"fail_probe", &FAIL_PROBE, &show, &store),
             _fake_num_uars <- dir.read_write_callback_file(
@@ -143,10 +154,16 @@ pub(crate) struct DeviceDir {
     _state: File<Arc<QhcaDevice>>,
     #[pin]
     _inject: File<Arc<QhcaDevice>>,
+    #[pin]
+    _odp: File<Arc<QhcaDevice>>,
 }
 
 fn show_state(dev: &Arc<QhcaDevice>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     dev.show_state(f)
+}
+
+fn show_odp(dev: &Arc<QhcaDevice>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    dev.odp.stats.show(f)
 }
 
 fn inject(dev: &Arc<QhcaDevice>, r: &mut UserSliceReader) -> Result {
@@ -165,7 +182,7 @@ fn inject(dev: &Arc<QhcaDevice>, r: &mut UserSliceReader) -> Result {
     if kind == uapi::QHCA_EQE_CMD_DONE {
         return Err(EINVAL);
     }
-    dev.inject_event(AsyncEvent { kind, data });
+    QhcaDevice::inject_event(dev, AsyncEvent::new(kind, data));
     Ok(())
 }
 
@@ -175,10 +192,11 @@ impl DeviceDir {
             Some(root) => root.subdir(name),
             None => Dir::new(name),
         };
-        let (a, b) = (dev.clone(), dev.clone());
+        let (a, b, c) = (dev.clone(), dev.clone(), dev.clone());
         try_pin_init!(Self {
             _state <- dir.read_callback_file(c"state", a, &show_state),
             _inject <- dir.write_callback_file(c"inject_event", b, &inject),
+            _odp <- dir.read_callback_file(c"odp", c, &show_odp),
             _dir: dir,
         }? Error)
     }

@@ -29,6 +29,7 @@ use kernel::{
     },
     time::{Instant, Monotonic},
     transmute::FromBytes,
+    workqueue::{new_work, Work, WorkItem},
 };
 
 /// Open contexts, and why the device is gone once it is.
@@ -93,6 +94,26 @@ pub(crate) struct QhcaDevice {
     pub(crate) warn: RateLimit,
     /// For event-queue overflow warnings (kept apart so that user noise cannot hide them).
     eq_warn: RateLimit,
+    /// Set once the device is stopped (reset, bus mastering off): it does no more DMA.
+    stopped: Atomic<bool>,
+    /// On-demand paging: regions by key, the fault worker's queues, counters.
+    #[pin]
+    pub(crate) odp: crate::odp::OdpDevice,
+    /// The fault worker (runs [`crate::odp::work`] on `odp`'s queue).
+    #[pin]
+    odp_work: Work<QhcaDevice>,
+}
+
+kernel::impl_has_work! {
+    impl HasWork<Self> for QhcaDevice { self.odp_work }
+}
+
+impl WorkItem for QhcaDevice {
+    type Pointer = Arc<QhcaDevice>;
+
+    fn run(this: Arc<QhcaDevice>) {
+        crate::odp::work(&this);
+    }
 }
 
 impl QhcaDevice {
@@ -103,6 +124,7 @@ impl QhcaDevice {
         uar_phys: u64,
     ) -> Result<impl PinInit<Self, Error>> {
         let cmdq = CmdQueue::new(pdev.as_ref())?;
+        let odp = crate::odp::OdpDevice::new(instance)?;
         let pdev: ARef<pci::Device> = pdev.into();
         Ok(try_pin_init!(Self {
             pdev,
@@ -116,6 +138,9 @@ impl QhcaDevice {
             eq_overflows: Atomic::new(0),
             warn: RateLimit::new(),
             eq_warn: RateLimit::new(),
+            stopped: Atomic::new(false),
+            odp <- odp,
+            odp_work <- new_work!("qhca-odp"),
         }? Error))
     }
 
@@ -131,6 +156,25 @@ impl QhcaDevice {
         res
     }
 
+    /// [`QhcaDevice::exec`] for callers that hold an ODP region's lock (or run inside an
+    /// invalidation): if the queue dies, the device is stopped before this returns, but the
+    /// contexts are told later, by the caller's [`QhcaDevice::check_death`] once it let go of
+    /// the lock (telling them zaps mappings, which runs invalidations).
+    pub(crate) fn exec_no_report(&self, cmd: Cmd) -> Result<CmdOutput> {
+        self.cmdq.exec(self, cmd)
+    }
+
+    /// Stops the device (as a dead command queue does) from under an ODP region's lock: the
+    /// contexts are told by the next [`QhcaDevice::check_death`].
+    pub(crate) fn stop_no_report(&self) {
+        self.cmdq.fail(self);
+    }
+
+    /// True once the device is stopped: it does no more DMA.
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stopped.load(Relaxed)
+    }
+
     /// Declares the device broken (it answered what no working device would): it is stopped
     /// (reset, bus mastering off) and every context is disassociated, so that memory it was
     /// given may be freed.
@@ -140,7 +184,12 @@ impl QhcaDevice {
     }
 
     /// The threaded half of the event-queue interrupt.
-    pub(crate) fn service_events(&self) {
+    pub(crate) fn service_events(this: &Arc<Self>) {
+        this.service_events_inner();
+        this.odp.kick(this);
+    }
+
+    fn service_events_inner(&self) {
         let stall = crate::debugfs::STALL_EVENTS_MS.xchg(0, Relaxed).min(10_000);
         if stall != 0 {
             kernel::time::delay::fsleep(kernel::time::Delta::from_millis(i64::from(stall)));
@@ -167,8 +216,19 @@ impl QhcaDevice {
     }
 
     /// Fault injection (debugfs `inject_event`): dispatches `ev` as if the device had posted it.
-    pub(crate) fn inject_event(&self, ev: AsyncEvent) {
-        self.on_event(ev);
+    pub(crate) fn inject_event(this: &Arc<Self>, ev: AsyncEvent) {
+        this.on_event(ev);
+        this.odp.kick(this);
+    }
+
+    /// The doorbell page of the context that owns QP `qpn`, if any.
+    pub(crate) fn uar_of_qp(&self, qpn: u32) -> Option<u32> {
+        let files = self.files.lock();
+        files
+            .open
+            .iter()
+            .find(|c| c.owns_qp(qpn))
+            .and_then(|c| c.uar())
     }
 
     /// For debugfs `state`.
@@ -193,7 +253,7 @@ impl QhcaDevice {
     }
 
     /// Tells every context once the command queue has died.
-    fn check_death(&self) {
+    pub(crate) fn check_death(&self) {
         if self.cmdq.take_death() {
             let n = self.files.lock().open.len();
             dev_err!(
@@ -208,14 +268,42 @@ impl QhcaDevice {
 
     /// Marks the device gone for `reason` (the first reason stays) and disassociates every
     /// context.
+    ///
+    /// Disassociating zaps the contexts' doorbell mappings, which runs the mmu notifiers of
+    /// their processes (ODP regions, whose commands drain the event queue, which takes `files`):
+    /// so it runs with `files` released. No context opens once `gone` is set.
     fn disassociate_all(&self, reason: Error) {
-        let mut files = self.files.lock();
-        if files.gone.is_none() {
-            files.gone = Some(reason);
-        }
-        let reason = files.gone.unwrap_or(reason);
-        for ctx in files.open.iter() {
-            ctx.disassociate(reason);
+        let n = {
+            let mut files = self.files.lock();
+            if files.gone.is_none() {
+                files.gone = Some(reason);
+            }
+            files.open.len()
+        };
+        let mut ctxs = KVec::with_capacity(n, GFP_KERNEL).ok();
+        let reason = {
+            let files = self.files.lock();
+            if let Some(v) = ctxs.as_mut() {
+                for ctx in files.open.iter() {
+                    if v.push_within_capacity(ctx.clone()).is_err() {
+                        break;
+                    }
+                }
+            }
+            files.gone.unwrap_or(reason)
+        };
+        match ctxs {
+            Some(v) if v.len() == n => {
+                for ctx in v.iter() {
+                    ctx.disassociate(reason);
+                }
+            }
+            // No memory for the list (or it grew, which `gone` forbids): under the lock then.
+            _ => {
+                for ctx in self.files.lock().open.iter() {
+                    ctx.disassociate(reason);
+                }
+            }
         }
     }
 
@@ -257,6 +345,12 @@ impl QhcaDevice {
         if fake != 0 {
             attr.num_uars = fake;
         }
+        if attr.caps & u64::from(uapi::QHCA_CAP_ODP) == 0 {
+            attr.odp_general_caps = 0;
+            attr.odp_rc_caps = 0;
+            attr.odp_ud_caps = 0;
+        }
+        self.odp.reserve(attr.max_qp.min(4096))?;
         self.attr.populate(attr);
         self.attr.as_ref().ok_or(EIO)
     }
@@ -364,6 +458,8 @@ impl QhcaDevice {
             dev_info!(self.dev(), "unbound with {} open context(s)\n", n);
         }
         self.disassociate_all(ENODEV);
+        // The worker finishes what is queued (every command fails now), then stops.
+        self.odp.shutdown();
     }
 }
 
@@ -404,6 +500,11 @@ impl EqHost for QhcaDevice {
                     );
                 }
             }
+            uapi::QHCA_EQE_PAGE_FAULT => {
+                // The caller kicks the worker once it let go of the event queue.
+                self.odp
+                    .queue_fault(self, crate::odp::PageFault::from_event(&ev));
+            }
             kind => {
                 if self.warn.allow() {
                     dev_warn!(self.dev(), "unknown event type {}\n", kind);
@@ -416,6 +517,7 @@ impl EqHost for QhcaDevice {
     fn stop(&self) {
         let _ = regs::with(&self.regs, |b| b.write32(uapi::QHCA_CTRL_RESET, regs::CTRL));
         shim::clear_master(&*self.pdev);
+        self.stopped.store(true, Relaxed);
     }
 
     fn inject(&self) -> bool {
@@ -446,6 +548,9 @@ fn attr_from_le(le: &uapi::qhca_device_attr) -> uapi::qhca_device_attr {
         max_qp_init_rd_atom: u16::from_le(le.max_qp_init_rd_atom),
         max_mr_size: u64::from_le(le.max_mr_size),
         page_size_cap: u64::from_le(le.page_size_cap),
-        rsvd1: [0; 4],
+        odp_general_caps: u64::from_le(le.odp_general_caps),
+        odp_rc_caps: u32::from_le(le.odp_rc_caps),
+        odp_ud_caps: u32::from_le(le.odp_ud_caps),
+        rsvd1: [0; 2],
     }
 }

@@ -97,7 +97,7 @@ impl irq::ThreadedHandler for EqIrq {
     }
 
     fn handle_threaded(&self) -> IrqReturn {
-        self.dev.service_events();
+        QhcaDevice::service_events(&self.dev);
         IrqReturn::Handled
     }
 }

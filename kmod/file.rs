@@ -109,7 +109,8 @@ impl MiscDevice for QhcaFile {
             | uapi::QHCA_IOCTL_MODIFY_QP
             | uapi::QHCA_IOCTL_QUERY_QP
             | uapi::QHCA_IOCTL_DESTROY_QP
-            | uapi::QHCA_IOCTL_QUERY_CTX => {}
+            | uapi::QHCA_IOCTL_QUERY_CTX
+            | uapi::QHCA_IOCTL_ADVISE_MR => {}
             _ => return Err(ENOTTY),
         }
         this.ctx.check()?;

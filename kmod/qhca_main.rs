@@ -9,6 +9,7 @@
 //! - `context`: what the device reaches of one open file: doorbell mapping, events, poll.
 //! - `file`: `/dev/qhcaN`: per-process contexts, ioctl, mmap and poll.
 //! - `verbs`: a context's PDs, MRs, CQs and QPs.
+//! - `odp`: on-demand-paged memory regions: page faults, invalidations, prefetch.
 //! - `pagelist`: two-level page lists.
 //! - `debugfs`: `/sys/kernel/debug/qhca/` and fault injection.
 //! - `shim`: safe wrappers over `qhca_shim.c`.
@@ -20,6 +21,7 @@ mod debugfs;
 mod device;
 mod driver;
 mod file;
+mod odp;
 mod pagelist;
 mod regs;
 mod shim;

@@ -6,6 +6,9 @@
 #include <linux/dma-mapping.h>
 #include <linux/eventfd.h>
 #include <linux/fs.h>
+#include <linux/hmm.h>
+#include <linux/jiffies.h>
+#include <linux/mmu_notifier.h>
 #include <linux/mm.h>
 #include <linux/mutex.h>
 #include <linux/pci.h>
@@ -14,6 +17,7 @@
 #include <linux/sched/signal.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
+#include <linux/workqueue.h>
 
 #include "qhca_shim.h"
 
@@ -387,4 +391,206 @@ void qhca_shim_eventfd_signal(struct eventfd_ctx *ctx)
 void qhca_shim_eventfd_put(struct eventfd_ctx *ctx)
 {
 	eventfd_ctx_put(ctx);
+}
+
+/* ------------------------------------------------------------------------ */
+/* On-demand paging: an mmu interval notifier over a region, HMM faults,    */
+/* and DMA mappings of the pages HMM found.                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * One ODP region's view of its process's address space.  @mm is mmgrab'ed
+ * for the life of the struct (not only while the notifier is inserted), so
+ * that mmu_interval_read_begin() and mmget_not_zero() stay valid whatever
+ * the process does.  @owner is the Rust region handed to every invalidation;
+ * the Rust side removes the notifier before the region is freed.
+ */
+struct qhca_odp {
+	struct mmu_interval_notifier mni;
+	struct mm_struct *mm;
+	const void *owner;
+	bool inserted;
+};
+
+static bool qhca_odp_invalidate(struct mmu_interval_notifier *mni,
+				const struct mmu_notifier_range *range,
+				unsigned long cur_seq)
+{
+	struct qhca_odp *o = container_of(mni, struct qhca_odp, mni);
+
+	return qhca_rust_odp_invalidate(o->owner, o, range->start, range->end, cur_seq,
+					mmu_notifier_range_blockable(range));
+}
+
+static const struct mmu_interval_notifier_ops qhca_odp_ops = {
+	.invalidate = qhca_odp_invalidate,
+};
+
+/*
+ * Watches [start, start + len) of the calling process's address space (len 0:
+ * all of it, [0, TASK_SIZE)).  From the moment this returns, every change of
+ * those page tables first calls qhca_rust_odp_invalidate(@owner, ...).
+ */
+struct qhca_odp *qhca_shim_odp_new(u64 start, u64 len, const void *owner, int *err)
+{
+	struct qhca_odp *o;
+	int ret;
+
+	*err = -EINVAL;
+	if (!current->mm)
+		return NULL;
+	if (!len) {
+		start = 0;
+		len = TASK_SIZE;
+	}
+	if (start + len < start || start + len > TASK_SIZE)
+		return NULL;
+	*err = -ENOMEM;
+	o = kzalloc(sizeof(*o), GFP_KERNEL);
+	if (!o)
+		return NULL;
+	o->mm = current->mm;
+	mmgrab(o->mm);
+	o->owner = owner;
+	ret = mmu_interval_notifier_insert(&o->mni, o->mm, start, len, &qhca_odp_ops);
+	if (ret) {
+		mmdrop(o->mm);
+		kfree(o);
+		*err = ret;
+		return NULL;
+	}
+	o->inserted = true;
+	*err = 0;
+	return o;
+}
+
+/*
+ * No invalidation runs or will run once this returns.  Sleeps until those in
+ * progress end, so the caller holds no lock an invalidation takes.  The
+ * caller serialises calls.
+ */
+void qhca_shim_odp_remove(struct qhca_odp *o)
+{
+	if (o->inserted) {
+		mmu_interval_notifier_remove(&o->mni);
+		o->inserted = false;
+	}
+}
+
+void qhca_shim_odp_free(struct qhca_odp *o)
+{
+	qhca_shim_odp_remove(o);
+	mmdrop(o->mm);
+	kfree(o);
+}
+
+/* From an invalidation, under the lock qhca_shim_odp_retry()'s callers hold. */
+void qhca_shim_odp_set_seq(struct qhca_odp *o, unsigned long seq)
+{
+	mmu_interval_set_seq(&o->mni, seq);
+}
+
+/* True if an invalidation began since the fault that returned @seq. */
+bool qhca_shim_odp_retry(struct qhca_odp *o, unsigned long seq)
+{
+	return mmu_interval_read_retry(&o->mni, seq);
+}
+
+/*
+ * Faults the @npages pages at @start of the region's process in (writable if
+ * @write) and reports each as pfn << 1 | writable in @out.  They stay what
+ * they are until an invalidation begins: the caller takes the lock that its
+ * invalidations take, and uses them only if qhca_shim_odp_retry(@seq) is
+ * false under it.  -ESRCH if the process is exiting, -EFAULT for an address
+ * that is not mapped (or not as needed), -EBUSY if invalidations kept
+ * interrupting it for a second.
+ */
+int qhca_shim_odp_fault(struct qhca_odp *o, u64 start, unsigned long npages, bool write,
+			u64 *out, unsigned long *seq)
+{
+	unsigned long timeout = jiffies + msecs_to_jiffies(HMM_RANGE_DEFAULT_TIMEOUT);
+	struct hmm_range range = {
+		.notifier = &o->mni,
+		.start = start,
+		.end = start + (npages << PAGE_SHIFT),
+		.hmm_pfns = (unsigned long *)out,
+		.default_flags = HMM_PFN_REQ_FAULT | (write ? HMM_PFN_REQ_WRITE : 0),
+	};
+	unsigned long i;
+	int ret;
+
+	BUILD_BUG_ON(sizeof(unsigned long) != sizeof(u64));
+	if (!npages || start & ~PAGE_MASK)
+		return -EINVAL;
+	if (!mmget_not_zero(o->mm))
+		return -ESRCH;
+	do {
+		if (time_after(jiffies, timeout)) {
+			ret = -EBUSY;
+			break;
+		}
+		memset(out, 0, npages * sizeof(*out));
+		range.notifier_seq = mmu_interval_read_begin(&o->mni);
+		mmap_read_lock(o->mm);
+		ret = hmm_range_fault(&range);
+		mmap_read_unlock(o->mm);
+	} while (ret == -EBUSY);
+	mmput(o->mm);
+	if (ret)
+		return ret;
+	for (i = 0; i < npages; i++) {
+		unsigned long p = range.hmm_pfns[i];
+
+		out[i] = (u64)page_to_pfn(hmm_pfn_to_page(p)) << 1 | !!(p & HMM_PFN_WRITE);
+	}
+	*seq = range.notifier_seq;
+	return 0;
+}
+
+/*
+ * DMA-maps one page that qhca_shim_odp_fault() found, for @dev (bound), while
+ * its sequence is still current.
+ */
+int qhca_shim_odp_dma_map(struct device *dev, u64 pfn, u64 *dma)
+{
+	dma_addr_t a = dma_map_page(dev, pfn_to_page(pfn), 0, PAGE_SIZE, DMA_BIDIRECTIONAL);
+
+	if (dma_mapping_error(dev, a))
+		return -ENOMEM;
+	*dma = a;
+	return 0;
+}
+
+/*
+ * Undoes qhca_shim_odp_dma_map() once the device no longer uses the mapping,
+ * before the page leaves the process (from the invalidation, or while the
+ * notifier still guards it).  A page the device could write is marked dirty
+ * (as ib_umem_odp_unmap_dma_pages() does): the kernel never saw those writes.
+ */
+void qhca_shim_odp_dma_unmap(struct device *dev, u64 dma, u64 pfn, bool dirty)
+{
+	dma_unmap_page(dev, dma, PAGE_SIZE, DMA_BIDIRECTIONAL);
+	if (dirty)
+		folio_mark_dirty(page_folio(pfn_to_page(pfn)));
+}
+
+u64 qhca_shim_task_size(void)
+{
+	return TASK_SIZE;
+}
+
+bool qhca_shim_fatal_signal_pending(void)
+{
+	return fatal_signal_pending(current);
+}
+
+/* The device's page-fault worker: one work at a time, in order. */
+struct workqueue_struct *qhca_shim_wq_new(unsigned int instance)
+{
+	return alloc_ordered_workqueue("qhca%u_odp", 0, instance);
+}
+
+void qhca_shim_wq_destroy(struct workqueue_struct *wq)
+{
+	destroy_workqueue(wq);
 }

@@ -11,9 +11,11 @@ struct file;
 struct inode;
 struct pci_dev;
 struct poll_table_struct;
+struct qhca_odp;
 struct qhca_umap;
 struct qhca_umem;
 struct vm_area_struct;
+struct workqueue_struct;
 
 struct qhca_umap *qhca_shim_umap_new(void);
 void qhca_shim_umap_free(struct qhca_umap *m);
@@ -43,5 +45,22 @@ void qhca_shim_umem_release(struct qhca_umem *u);
 struct eventfd_ctx *qhca_shim_eventfd_get(int fd, int *err);
 void qhca_shim_eventfd_signal(struct eventfd_ctx *ctx);
 void qhca_shim_eventfd_put(struct eventfd_ctx *ctx);
+
+/* On-demand paging. */
+bool qhca_rust_odp_invalidate(const void *owner, struct qhca_odp *o, u64 start, u64 end,
+			      unsigned long cur_seq, bool blockable); /* Rust (odp.rs) */
+struct qhca_odp *qhca_shim_odp_new(u64 start, u64 len, const void *owner, int *err);
+void qhca_shim_odp_remove(struct qhca_odp *o);
+void qhca_shim_odp_free(struct qhca_odp *o);
+void qhca_shim_odp_set_seq(struct qhca_odp *o, unsigned long seq);
+bool qhca_shim_odp_retry(struct qhca_odp *o, unsigned long seq);
+int qhca_shim_odp_fault(struct qhca_odp *o, u64 start, unsigned long npages, bool write,
+			u64 *out, unsigned long *seq);
+int qhca_shim_odp_dma_map(struct device *dev, u64 pfn, u64 *dma);
+void qhca_shim_odp_dma_unmap(struct device *dev, u64 dma, u64 pfn, bool dirty);
+u64 qhca_shim_task_size(void);
+bool qhca_shim_fatal_signal_pending(void);
+struct workqueue_struct *qhca_shim_wq_new(unsigned int instance);
+void qhca_shim_wq_destroy(struct workqueue_struct *wq);
 
 #endif /* QHCA_SHIM_H */

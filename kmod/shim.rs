@@ -7,6 +7,7 @@ use kernel::{
     bindings,
     device::{Bound, Device},
     dma::CoherentBox,
+    error::to_result,
     fs::File,
     mm::virt::VmaNew,
     pci,
@@ -42,11 +43,41 @@ extern "C" {
     fn qhca_shim_eventfd_get(fd: c_int, err: *mut c_int) -> *mut bindings::eventfd_ctx;
     fn qhca_shim_eventfd_signal(ctx: *mut bindings::eventfd_ctx);
     fn qhca_shim_eventfd_put(ctx: *mut bindings::eventfd_ctx);
+    fn qhca_shim_odp_new(
+        start: u64,
+        len: u64,
+        owner: *const c_void,
+        err: *mut c_int,
+    ) -> *mut QhcaOdp;
+    fn qhca_shim_odp_remove(o: *mut QhcaOdp);
+    fn qhca_shim_odp_free(o: *mut QhcaOdp);
+    fn qhca_shim_odp_set_seq(o: *mut QhcaOdp, seq: c_ulong);
+    fn qhca_shim_odp_retry(o: *mut QhcaOdp, seq: c_ulong) -> bool;
+    fn qhca_shim_odp_fault(
+        o: *mut QhcaOdp,
+        start: u64,
+        npages: c_ulong,
+        write: bool,
+        out: *mut u64,
+        seq: *mut c_ulong,
+    ) -> c_int;
+    fn qhca_shim_odp_dma_map(dev: *mut bindings::device, pfn: u64, dma: *mut u64) -> c_int;
+    fn qhca_shim_odp_dma_unmap(dev: *mut bindings::device, dma: u64, pfn: u64, dirty: bool);
+    fn qhca_shim_task_size() -> u64;
+    fn qhca_shim_fatal_signal_pending() -> bool;
+    fn qhca_shim_wq_new(instance: c_uint) -> *mut bindings::workqueue_struct;
+    fn qhca_shim_wq_destroy(wq: *mut bindings::workqueue_struct);
 }
 
 /// `struct qhca_umem` of `qhca_shim.c`, opaque here.
 #[repr(C)]
 pub(crate) struct QhcaUmem {
+    _opaque: [u8; 0],
+}
+
+/// `struct qhca_odp` of `qhca_shim.c`, opaque here.
+#[repr(C)]
+pub(crate) struct QhcaOdp {
     _opaque: [u8; 0],
 }
 
@@ -331,3 +362,236 @@ impl Drop for EventFd {
 unsafe impl Send for EventFd {}
 // SAFETY: See above; `signal` is safe to call concurrently.
 unsafe impl Sync for EventFd {}
+
+/// The raw `struct device` of `dev` (`device::Device` is `#[repr(transparent)]` over
+/// `Opaque<bindings::device>`).
+fn raw_device<Ctx: kernel::device::DeviceContext>(dev: &Device<Ctx>) -> *mut bindings::device {
+    core::ptr::from_ref(dev)
+        .cast::<bindings::device>()
+        .cast_mut()
+}
+
+/// The highest user address plus one of the calling process (`TASK_SIZE`).
+pub(crate) fn task_size() -> u64 {
+    // SAFETY: Reads the current task's address-space limit; no preconditions.
+    unsafe { qhca_shim_task_size() }
+}
+
+/// True if the calling task has been killed: long loops on its behalf stop.
+pub(crate) fn fatal_signal_pending() -> bool {
+    // SAFETY: Reads the current task's signal state; no preconditions.
+    unsafe { qhca_shim_fatal_signal_pending() }
+}
+
+/// An mmu interval notifier over part (or all) of the address space of the process that created
+/// it, for an on-demand-paged region: every change to those page tables (munmap, madvise,
+/// mremap, a COW after fork, migration, reclaim, exit) first calls
+/// `qhca_rust_odp_invalidate(owner, ...)` (`odp.rs`). Also resolves pages of that process with
+/// HMM, valid until the next invalidation.
+///
+/// # Invariants
+///
+/// `self.0` came from a successful `qhca_shim_odp_new` and is freed exactly once, in `Drop`
+/// (which removes the notifier first if [`OdpNotifier::remove`] has not).
+pub(crate) struct OdpNotifier(NonNull<QhcaOdp>);
+
+/// A page that [`OdpNotifier::fault`] resolved: its page frame number and whether the process
+/// may write it.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+#[repr(transparent)]
+pub(crate) struct FaultedPage(u64);
+
+impl FaultedPage {
+    pub(crate) fn pfn(self) -> u64 {
+        self.0 >> 1
+    }
+
+    pub(crate) fn writable(self) -> bool {
+        self.0 & 1 != 0
+    }
+}
+
+/// An invalidation in progress, handed to the notifier's owner.
+pub(crate) struct Invalidation {
+    odp: NonNull<QhcaOdp>,
+    cur_seq: c_ulong,
+    /// The first byte whose mapping changes.
+    pub(crate) start: u64,
+    /// One past the last.
+    pub(crate) end: u64,
+}
+
+impl Invalidation {
+    /// Builds the invalidation the C callback reports.
+    ///
+    /// # Safety
+    ///
+    /// `odp` must be the notifier the callback runs for, live for the duration of the callback,
+    /// and `cur_seq` the sequence the callback received; the value must not outlive the callback.
+    pub(crate) unsafe fn new(odp: *mut QhcaOdp, start: u64, end: u64, cur_seq: c_ulong) -> Self {
+        Self {
+            // The C callback passes the container of the notifier it runs for: never null.
+            odp: NonNull::new(odp).unwrap_or(NonNull::dangling()),
+            cur_seq,
+            start,
+            end,
+        }
+    }
+
+    /// Records that the invalidation began: every fault resolved before it now fails
+    /// [`OdpNotifier::retry`]. Called under the lock that the faults' users take.
+    pub(crate) fn set_seq(&self) {
+        // SAFETY: `self.odp` is the live notifier the callback runs for, and `cur_seq` its
+        // sequence (see `new`); setting it is what the callback must do.
+        unsafe { qhca_shim_odp_set_seq(self.odp.as_ptr(), self.cur_seq) }
+    }
+}
+
+impl OdpNotifier {
+    /// Starts watching `len` bytes at `start` of the calling process (`len` 0: its whole
+    /// address space).
+    ///
+    /// # Safety
+    ///
+    /// `owner` is passed to `qhca_rust_odp_invalidate` from every invalidation until
+    /// [`OdpNotifier::remove`] returns or the notifier is dropped: it must stay valid for that
+    /// long and be what that function expects (an `OdpMr`).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for a range outside the process's address space or a kernel thread, `ENOMEM`.
+    pub(crate) unsafe fn new(start: u64, len: u64, owner: *const c_void) -> Result<Self> {
+        let mut err: c_int = 0;
+        // SAFETY: The shim checks the range and registers on the current process's mm; the
+        // owner pointer's validity is the caller's promise.
+        let o = unsafe { qhca_shim_odp_new(start, len, owner, &mut err) };
+        // INVARIANT: non-null is a live, inserted notifier that we own.
+        NonNull::new(o)
+            .map(Self)
+            .ok_or_else(|| Error::from_errno(err))
+    }
+
+    /// Stops the invalidations: none runs once this returns. Sleeps until those in progress
+    /// end, so the caller must hold no lock that the owner's invalidation takes.
+    pub(crate) fn remove(&self) {
+        // SAFETY: `self.0` is live (type invariant); the shim makes a second call a no-op and
+        // callers serialise (the region's teardown runs once).
+        unsafe { qhca_shim_odp_remove(self.0.as_ptr()) }
+    }
+
+    /// Faults `out.len()` pages at `start` (page-aligned) in, writable if `write`, and fills
+    /// `out`. The result holds until an invalidation begins: use it only under the lock that
+    /// the invalidations take, after [`OdpNotifier::retry`] of the returned sequence said no.
+    ///
+    /// # Errors
+    ///
+    /// `ESRCH` if the process is exiting, `EFAULT` or `EPERM` if a page is not mapped (or not
+    /// writable when `write`), `EBUSY` if invalidations kept interrupting for a second.
+    pub(crate) fn fault(
+        &self,
+        start: u64,
+        out: &mut [FaultedPage],
+        write: bool,
+    ) -> Result<c_ulong> {
+        let mut seq: c_ulong = 0;
+        // SAFETY:
+        // - `self.0` is live (type invariant);
+        // - `out` is ours for the call, and `FaultedPage` is `#[repr(transparent)]` over a `u64`
+        //   (any value is valid), so the shim writes exactly `out.len()` `u64`s into it.
+        to_result(unsafe {
+            qhca_shim_odp_fault(
+                self.0.as_ptr(),
+                start,
+                out.len() as c_ulong,
+                write,
+                out.as_mut_ptr().cast::<u64>(),
+                &mut seq,
+            )
+        })?;
+        Ok(seq)
+    }
+
+    /// True if an invalidation began since the [`OdpNotifier::fault`] that returned `seq`.
+    pub(crate) fn retry(&self, seq: c_ulong) -> bool {
+        // SAFETY: `self.0` is live (type invariant); reading the sequence has no precondition.
+        unsafe { qhca_shim_odp_retry(self.0.as_ptr(), seq) }
+    }
+
+    /// DMA-maps a page that [`OdpNotifier::fault`] returned, for `dev`.
+    ///
+    /// # Safety
+    ///
+    /// `page` came from a fault of this notifier whose sequence [`OdpNotifier::retry`] said is
+    /// still current, under a lock that this notifier's invalidations take, and that lock is
+    /// still held: so the page is still the process's and cannot be freed before an
+    /// invalidation, which unmaps it ([`odp_dma_unmap`]) before that.
+    pub(crate) unsafe fn dma_map(&self, dev: &Device<Bound>, page: FaultedPage) -> Result<u64> {
+        let mut dma = 0u64;
+        // SAFETY: `dev` is bound; the page frame is a live page of the process (the caller's
+        // promise), which the shim maps with `dma_map_page`.
+        to_result(unsafe { qhca_shim_odp_dma_map(raw_device(dev), page.pfn(), &mut dma) })?;
+        Ok(dma)
+    }
+}
+
+/// Undoes [`OdpNotifier::dma_map`]; marks the page dirty if the device could write it.
+///
+/// # Safety
+///
+/// `dma` is a live mapping that `dma_map` made of `pfn` for `dev`, unmapped only here; the device
+/// no longer uses it (it invalidated the page, destroyed the region, or was stopped); and the
+/// page is still the process's (an invalidation of it is in progress or has not begun).
+pub(crate) unsafe fn odp_dma_unmap(dev: &Device, dma: u64, pfn: u64, dirty: bool) {
+    // SAFETY: The caller's promises above are the shim's preconditions.
+    unsafe { qhca_shim_odp_dma_unmap(raw_device(dev), dma, pfn, dirty) }
+}
+
+impl Drop for OdpNotifier {
+    fn drop(&mut self) {
+        // SAFETY: `self.0` is live and freed only here (type invariant); the shim removes the
+        // notifier first if it is still inserted.
+        unsafe { qhca_shim_odp_free(self.0.as_ptr()) }
+    }
+}
+
+// SAFETY: The notifier is usable from any thread; the kernel serialises its tree, and the shim's
+// `inserted` flag is written only by `remove`/`drop`, which the region's teardown runs once.
+unsafe impl Send for OdpNotifier {}
+// SAFETY: See above; `fault` and `retry` may run concurrently.
+unsafe impl Sync for OdpNotifier {}
+
+/// A workqueue of our own (one work item at a time, in order), destroyed (after it drained) on
+/// drop.
+///
+/// # Invariants
+///
+/// `self.0` came from `qhca_shim_wq_new` and is destroyed exactly once, in `Drop`.
+pub(crate) struct OwnedQueue(NonNull<bindings::workqueue_struct>);
+
+impl OwnedQueue {
+    pub(crate) fn new(instance: u32) -> Result<Self> {
+        // SAFETY: No preconditions.
+        let wq = unsafe { qhca_shim_wq_new(instance) };
+        // INVARIANT: non-null is a fresh workqueue that we own.
+        NonNull::new(wq).map(Self).ok_or(ENOMEM)
+    }
+
+    pub(crate) fn queue(&self) -> &kernel::workqueue::Queue {
+        // SAFETY: `self.0` is a live workqueue (type invariant), which outlives the returned
+        // borrow of `self`.
+        unsafe { kernel::workqueue::Queue::from_raw(self.0.as_ptr()) }
+    }
+}
+
+impl Drop for OwnedQueue {
+    fn drop(&mut self) {
+        // SAFETY: `self.0` is live and destroyed only here (type invariant); destroying drains
+        // what is queued first.
+        unsafe { qhca_shim_wq_destroy(self.0.as_ptr()) }
+    }
+}
+
+// SAFETY: A workqueue may be used and destroyed from any thread.
+unsafe impl Send for OwnedQueue {}
+// SAFETY: Queueing work is thread-safe.
+unsafe impl Sync for OwnedQueue {}

@@ -18,6 +18,7 @@ use crate::{
     cmdq::Cmd,
     context::Ctx,
     device::QhcaDevice,
+    odp::OdpMr,
     pagelist::{span_pages, PageList},
     shim::{EventFd, Umem},
     uapi,
@@ -32,10 +33,16 @@ use kernel::{
     uaccess::{UserPtr, UserSlice, UserSliceWriter},
 };
 
+/// A region's memory: pinned, or on-demand paged.
+enum MrMem {
+    Pinned(#[expect(dead_code, reason = "held: unpinned when dropped")] Umem),
+    Odp(Arc<OdpMr>),
+}
+
 struct Mr {
     key: u32,
     pdn: u32,
-    _mem: Umem,
+    mem: MrMem,
 }
 
 struct Cq {
@@ -140,7 +147,7 @@ fn page_align(x: u64) -> u64 {
 /// Runs one verbs ioctl of the context `ctx` (see the module documentation). `uar` gives the
 /// context's doorbell page, allocating it on first use.
 pub(crate) fn ioctl(
-    dev: &QhcaDevice,
+    dev: &Arc<QhcaDevice>,
     ctx: &Arc<Ctx>,
     objs: &Mutex<Objects>,
     uar: impl Fn() -> Result<u32>,
@@ -166,13 +173,14 @@ pub(crate) fn ioctl(
         uapi::QHCA_IOCTL_QUERY_QP => v.query_qp(arg),
         uapi::QHCA_IOCTL_DESTROY_QP => v.destroy(arg, uapi::QHCA_CMD_DESTROY_QP),
         uapi::QHCA_IOCTL_QUERY_CTX => v.query_ctx(arg),
+        uapi::QHCA_IOCTL_ADVISE_MR => v.advise_mr(arg),
         _ => Err(ENOTTY),
     }
 }
 
 /// One ioctl's view of its context.
 struct Verbs<'a> {
-    dev: &'a QhcaDevice,
+    dev: &'a Arc<QhcaDevice>,
     ctx: &'a Arc<Ctx>,
     objs: &'a Mutex<Objects>,
     uar: u32,
@@ -234,6 +242,14 @@ impl Verbs<'_> {
             if busy {
                 return Err(EBUSY);
             }
+            if op == uapi::QHCA_CMD_DEREG_MR {
+                let pos = position(&objs.mrs, |m| m.key == h)?;
+                if let MrMem::Odp(odp) = &objs.mrs[pos].mem {
+                    odp.close(self.dev, true)?;
+                    objs.mrs.retain(|m| m.key != h);
+                    return Ok(0);
+                }
+            }
             destroy_in_device(self.dev, self.uar, op, h)?;
             match op {
                 uapi::QHCA_CMD_DEALLOC_PD => objs.pds.retain(|p| *p != h),
@@ -251,18 +267,27 @@ impl Verbs<'_> {
         })
     }
 
-    /// `QHCA_IOCTL_REG_MR`: pins the region and hands the device its translation.
+    /// `QHCA_IOCTL_REG_MR`: pins the region and hands the device its translation, or registers
+    /// an on-demand-paged region ([`Verbs::reg_odp_mr`]).
     fn reg_mr(&self, arg: usize) -> Result<isize> {
         let (mut a, out) = read_arg::<uapi::qhca_ioc_reg_mr>(arg)?;
         let writes = uapi::QHCA_ACCESS_REMOTE_WRITE | uapi::QHCA_ACCESS_REMOTE_ATOMIC;
         if a.rsvd != 0
             || a.lkey != 0
             || a.rkey != 0
-            || a.access & !uapi::QHCA_ACCESS_ALL != 0
+            || a.access & !(uapi::QHCA_ACCESS_ALL | uapi::QHCA_ACCESS_ON_DEMAND) != 0
             || (a.access & writes != 0 && a.access & uapi::QHCA_ACCESS_LOCAL_WRITE == 0)
             || a.length == 0
-            || a.length > self.dev.attr()?.max_mr_size
         {
+            return Err(EINVAL);
+        }
+        if a.access & uapi::QHCA_ACCESS_ON_DEMAND != 0 {
+            let key = self.reg_odp_mr(&a)?;
+            a.lkey = key;
+            a.rkey = key;
+            return write_arg(out, &a);
+        }
+        if a.length > self.dev.attr()?.max_mr_size {
             return Err(EINVAL);
         }
         // Limits before anything is allocated or pinned.
@@ -290,7 +315,7 @@ impl Verbs<'_> {
                 Mr {
                     key,
                     pdn: a.pdn,
-                    _mem: mem,
+                    mem: MrMem::Pinned(mem),
                 },
                 GFP_KERNEL,
             )?;
@@ -299,6 +324,91 @@ impl Verbs<'_> {
         a.lkey = key;
         a.rkey = key;
         write_arg(out, &a)
+    }
+
+    /// REG_MR of an on-demand-paged region: nothing is pinned or charged to RLIMIT_MEMLOCK.
+    /// `addr` 0 with `length` `u64::MAX` is the implicit region (the whole address space).
+    ///
+    /// # Errors
+    ///
+    /// `EOPNOTSUPP` if the device has no ODP (or no implicit ODP, for the implicit region);
+    /// `EINVAL` for a range outside the process's address space or over `max_mr_size`;
+    /// `ENOENT` for an unknown PD; what the device answers.
+    fn reg_odp_mr(&self, a: &uapi::qhca_ioc_reg_mr) -> Result<u32> {
+        let attr = self.dev.attr()?;
+        let implicit = a.addr == 0 && a.length == u64::MAX;
+        if attr.caps & u64::from(uapi::QHCA_CAP_ODP) == 0
+            || attr.odp_general_caps & u64::from(uapi::QHCA_ODP_SUPPORT) == 0
+            || (implicit && attr.odp_general_caps & u64::from(uapi::QHCA_ODP_SUPPORT_IMPLICIT) == 0)
+        {
+            return Err(EOPNOTSUPP);
+        }
+        let (start, end) = if implicit {
+            (0, crate::shim::task_size())
+        } else {
+            let end = a.addr.checked_add(a.length).ok_or(EINVAL)?;
+            if end > crate::shim::task_size() || a.length > attr.max_mr_size {
+                return Err(EINVAL);
+            }
+            (a.addr, end)
+        };
+        position(&self.objs.lock().pds, |&p| p == a.pdn)?;
+        // The notifier first, with no lock held (see `OdpMr::new`).
+        let mr = OdpMr::new(
+            self.dev, self.ctx, self.uar, a.pdn, a.access, start, end, implicit,
+        )?;
+        self.locked(|_, objs| {
+            position(&objs.pds, |&p| p == a.pdn)?;
+            objs.mrs.reserve(1, GFP_KERNEL)?;
+            let key = mr.register(self.dev)?;
+            // Cannot fail: room was reserved above.
+            objs.mrs.push(
+                Mr {
+                    key,
+                    pdn: a.pdn,
+                    mem: MrMem::Odp(mr),
+                },
+                GFP_KERNEL,
+            )?;
+            Ok(key)
+        })
+    }
+
+    /// `QHCA_IOCTL_ADVISE_MR`: prefetches a range of an ODP region of this file, now
+    /// (`QHCA_ADVISE_FLAG_FLUSH`) or through the fault worker.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for a pinned region, a range outside the region, unknown advice or flags;
+    /// `ENOENT` for an unknown key; `EFAULT` if a page cannot be faulted in (with the flag);
+    /// `EAGAIN` if too many prefetches are queued (without).
+    fn advise_mr(&self, arg: usize) -> Result<isize> {
+        let (a, _) = read_arg::<uapi::qhca_ioc_advise_mr>(arg)?;
+        let write = match a.advice {
+            uapi::QHCA_ADVISE_PREFETCH => false,
+            uapi::QHCA_ADVISE_PREFETCH_WRITE => true,
+            _ => return Err(EINVAL),
+        };
+        if a.rsvd != 0 || a.flags & !uapi::QHCA_ADVISE_FLAG_FLUSH != 0 || a.length == 0 {
+            return Err(EINVAL);
+        }
+        let mr = {
+            let objs = self.objs.lock();
+            let pos = position(&objs.mrs, |m| m.key == a.lkey)?;
+            match &objs.mrs[pos].mem {
+                MrMem::Odp(mr) => mr.clone(),
+                MrMem::Pinned(_) => return Err(EINVAL),
+            }
+        };
+        if !mr.contains(a.addr, a.length) {
+            return Err(EINVAL);
+        }
+        if a.flags & uapi::QHCA_ADVISE_FLAG_FLUSH != 0 {
+            mr.prefetch(self.dev, a.addr, a.length, write)?;
+        } else {
+            mr.prefetch_async(self.dev, a.addr, a.length, write)?;
+        }
+        Ok(0)
     }
 
     /// `QHCA_IOCTL_CREATE_CQ`.
@@ -573,6 +683,21 @@ impl Objects {
             }
         }
         while let Some(mr) = self.mrs.pop() {
+            if let MrMem::Odp(odp) = &mr.mem {
+                let alive = device_alive && uar.is_some();
+                if odp.close(dev, alive).is_err() {
+                    // The device keeps a region whose pages the process may free at any time,
+                    // and nothing pins them: stop it, then the pages can go.
+                    dev_err!(
+                        dev.dev(),
+                        "DEREG_MR of ODP key {:#x} failed; stopping the device\n",
+                        mr.key
+                    );
+                    dev.declare_dead();
+                    let _ = odp.close(dev, false);
+                }
+                continue;
+            }
             if !gone(uapi::QHCA_CMD_DEREG_MR, mr.key) {
                 core::mem::forget(mr);
             }
