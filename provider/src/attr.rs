@@ -56,6 +56,47 @@ pub struct DeviceAttr {
     pub max_mr_size: u64,
     /// Supported page sizes: bit n set means 2^n bytes.
     pub page_size_cap: u64,
+    /// On-demand paging, as `ibv_query_device_ex()`'s `odp_caps` (all zero without
+    /// `QHCA_CAP_ODP`).
+    pub odp_caps: OdpCaps,
+}
+
+/// What on-demand paging supports (`struct ibv_odp_caps`): see [`crate::OdpMr`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct OdpCaps {
+    /// `QHCA_ODP_SUPPORT` (ODP regions), `QHCA_ODP_SUPPORT_IMPLICIT` (the implicit region).
+    pub general_caps: u64,
+    /// For RC QPs: `QHCA_ODP_SUPPORT_SEND`, `_RECV`, `_WRITE`, `_READ`, `_ATOMIC`.
+    pub rc_odp_caps: u32,
+    /// For UD QPs (none in this version).
+    pub ud_odp_caps: u32,
+}
+
+impl OdpCaps {
+    /// ODP regions can be registered.
+    pub fn supported(&self) -> bool {
+        self.general_caps & u64::from(qhca_uapi::QHCA_ODP_SUPPORT) != 0
+    }
+
+    /// The implicit region can be registered.
+    pub fn implicit(&self) -> bool {
+        self.general_caps & u64::from(qhca_uapi::QHCA_ODP_SUPPORT_IMPLICIT) != 0
+    }
+
+    /// The names of the set RC bits (`SEND`, `RECV`, `WRITE`, `READ`, `ATOMIC`).
+    pub fn rc_names(&self) -> Vec<&'static str> {
+        [
+            (qhca_uapi::QHCA_ODP_SUPPORT_SEND, "SEND"),
+            (qhca_uapi::QHCA_ODP_SUPPORT_RECV, "RECV"),
+            (qhca_uapi::QHCA_ODP_SUPPORT_WRITE, "WRITE"),
+            (qhca_uapi::QHCA_ODP_SUPPORT_READ, "READ"),
+            (qhca_uapi::QHCA_ODP_SUPPORT_ATOMIC, "ATOMIC"),
+        ]
+        .into_iter()
+        .filter(|(b, _)| self.rc_odp_caps & b != 0)
+        .map(|(_, n)| n)
+        .collect()
+    }
 }
 
 impl DeviceAttr {
@@ -91,6 +132,11 @@ impl DeviceAttr {
             max_qp_init_rd_atom: a.max_qp_init_rd_atom,
             max_mr_size: a.max_mr_size,
             page_size_cap: a.page_size_cap,
+            odp_caps: OdpCaps {
+                general_caps: a.odp_general_caps,
+                rc_odp_caps: a.odp_rc_caps,
+                ud_odp_caps: a.odp_ud_caps,
+            },
         })
     }
 
@@ -177,7 +223,10 @@ mod tests {
                 max_qp_init_rd_atom: 20,
                 max_mr_size: 1 << 40,
                 page_size_cap: 0x1000,
-                rsvd1: [0; 4],
+                odp_general_caps: 3,
+                odp_rc_caps: 0x1f,
+                odp_ud_caps: 0,
+                rsvd1: [0; 2],
             },
         }
     }
@@ -210,7 +259,17 @@ mod tests {
                 max_qp_init_rd_atom: 20,
                 max_mr_size: 1 << 40,
                 page_size_cap: 0x1000,
+                odp_caps: OdpCaps {
+                    general_caps: 3,
+                    rc_odp_caps: 0x1f,
+                    ud_odp_caps: 0,
+                },
             }
+        );
+        assert!(a.odp_caps.supported() && a.odp_caps.implicit());
+        assert_eq!(
+            a.odp_caps.rc_names(),
+            ["SEND", "RECV", "WRITE", "READ", "ATOMIC"]
         );
         assert!(a.has_cap(CAP_UAR_ISOLATION));
         assert!(!a.has_cap(1 << 5));

@@ -34,6 +34,14 @@ pub struct CtxStats {
     pub pkt_foreign: u64,
     /// RNR NAKs this context's requesters waited out and retried.
     pub rnr_retries: u64,
+    /// Page faults its QPs raised as requesters (gathering or scattering local ODP memory).
+    pub odp_req_faults: u64,
+    /// Page faults its QPs raised as responders (a peer's access to its ODP memory).
+    pub odp_resp_faults: u64,
+    /// RNR NAKs its responders sent because of a page fault.
+    pub odp_fault_rnr_naks: u64,
+    /// `INVALIDATE_ODP` commands on its regions.
+    pub odp_invalidations: u64,
 }
 
 /// An asynchronous event of a context (`enum qhca_async_event_type`), as
@@ -328,7 +336,8 @@ impl Context {
             })
     }
 
-    /// `QHCA_IOCTL_QUERY_CTX`: the device's doorbell counters for this context.
+    /// `QHCA_IOCTL_QUERY_CTX`: the device's counters for this context (doorbells, packets, RNR,
+    /// on-demand paging).
     pub fn query_ctx(&self) -> Result<CtxStats> {
         let mut req = qhca_ioc_query_ctx::request();
         self.ioctl("QUERY_CTX", sys::query_ctx, &mut req)?;
@@ -337,6 +346,10 @@ impl Context {
             db_violations: req.stats.db_violations,
             pkt_foreign: req.stats.pkt_foreign,
             rnr_retries: req.stats.rnr_retries,
+            odp_req_faults: req.stats.odp_req_faults,
+            odp_resp_faults: req.stats.odp_resp_faults,
+            odp_fault_rnr_naks: req.stats.odp_fault_rnr_naks,
+            odp_invalidations: req.stats.odp_invalidations,
         })
     }
 }

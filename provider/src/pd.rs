@@ -7,8 +7,8 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use qhca_uapi::{
-    qhca_ioc_handle, qhca_ioc_reg_mr, QHCA_ACCESS_LOCAL_WRITE, QHCA_ACCESS_REMOTE_ATOMIC,
-    QHCA_ACCESS_REMOTE_READ, QHCA_ACCESS_REMOTE_WRITE,
+    qhca_ioc_handle, qhca_ioc_reg_mr, QHCA_ACCESS_LOCAL_WRITE, QHCA_ACCESS_ON_DEMAND,
+    QHCA_ACCESS_REMOTE_ATOMIC, QHCA_ACCESS_REMOTE_READ, QHCA_ACCESS_REMOTE_WRITE,
 };
 
 use crate::context::Context;
@@ -32,7 +32,10 @@ impl Access {
     pub const REMOTE_READ: Access = Access(QHCA_ACCESS_REMOTE_READ);
     /// Peers may use atomics (needs LOCAL_WRITE).
     pub const REMOTE_ATOMIC: Access = Access(QHCA_ACCESS_REMOTE_ATOMIC);
-    /// Everything.
+    /// Not a right: the region is on-demand paged ([`crate::OdpMr`]; `QHCA_ACCESS_ON_DEMAND`).
+    /// The ODP registrations set it themselves.
+    pub const ON_DEMAND: Access = Access(QHCA_ACCESS_ON_DEMAND);
+    /// Every right (not [`Access::ON_DEMAND`]).
     pub const ALL: Access = Access(
         QHCA_ACCESS_LOCAL_WRITE
             | QHCA_ACCESS_REMOTE_WRITE
@@ -43,6 +46,13 @@ impl Access {
     /// True if every bit of `other` is set.
     pub fn contains(self, other: Access) -> bool {
         self.0 & other.0 == other.0
+    }
+
+    /// True if a region with these rights may be written by the device (`LOCAL_WRITE`,
+    /// `REMOTE_WRITE` or `REMOTE_ATOMIC`).
+    pub fn writes(self) -> bool {
+        self.0 & (QHCA_ACCESS_LOCAL_WRITE | QHCA_ACCESS_REMOTE_WRITE | QHCA_ACCESS_REMOTE_ATOMIC)
+            != 0
     }
 }
 

@@ -19,11 +19,11 @@ nix::ioctl_readwrite_bad!(
 );
 
 use qhca_uapi::{
-    qhca_ioc_async_event, qhca_ioc_create_cq, qhca_ioc_create_qp, qhca_ioc_handle,
-    qhca_ioc_qp_attr, qhca_ioc_query_ctx, qhca_ioc_reg_mr, QHCA_IOCTL_ALLOC_PD,
-    QHCA_IOCTL_CREATE_CQ, QHCA_IOCTL_CREATE_QP, QHCA_IOCTL_DEALLOC_PD, QHCA_IOCTL_DEREG_MR,
-    QHCA_IOCTL_DESTROY_CQ, QHCA_IOCTL_DESTROY_QP, QHCA_IOCTL_GET_ASYNC_EVENT, QHCA_IOCTL_MODIFY_QP,
-    QHCA_IOCTL_QUERY_CTX, QHCA_IOCTL_QUERY_QP, QHCA_IOCTL_REG_MR,
+    qhca_ioc_advise_mr, qhca_ioc_async_event, qhca_ioc_create_cq, qhca_ioc_create_qp,
+    qhca_ioc_handle, qhca_ioc_qp_attr, qhca_ioc_query_ctx, qhca_ioc_reg_mr, QHCA_IOCTL_ADVISE_MR,
+    QHCA_IOCTL_ALLOC_PD, QHCA_IOCTL_CREATE_CQ, QHCA_IOCTL_CREATE_QP, QHCA_IOCTL_DEALLOC_PD,
+    QHCA_IOCTL_DEREG_MR, QHCA_IOCTL_DESTROY_CQ, QHCA_IOCTL_DESTROY_QP, QHCA_IOCTL_GET_ASYNC_EVENT,
+    QHCA_IOCTL_MODIFY_QP, QHCA_IOCTL_QUERY_CTX, QHCA_IOCTL_QUERY_QP, QHCA_IOCTL_REG_MR,
 };
 
 // The verbs ioctls. Each `# Safety` is the same: `data` must be valid for reads and writes of
@@ -120,6 +120,13 @@ verbs_ioctl!(
     "`QHCA_IOCTL_GET_ASYNC_EVENT`."
 );
 
+verbs_ioctl!(
+    advise_mr,
+    QHCA_IOCTL_ADVISE_MR,
+    qhca_ioc_advise_mr,
+    "`QHCA_IOCTL_ADVISE_MR`."
+);
+
 /// A request struct as this ABI version sends it: `size` set, everything else zero.
 pub(crate) trait Request: Default {
     fn request() -> Self;
@@ -141,7 +148,8 @@ request!(
     qhca_ioc_create_qp,
     qhca_ioc_qp_attr,
     qhca_ioc_query_ctx,
-    qhca_ioc_async_event
+    qhca_ioc_async_event,
+    qhca_ioc_advise_mr
 );
 
 // qhca_uapi checks QUERY_DEVICE's number against its struct; the verbs numbers are checked here
@@ -170,4 +178,5 @@ check_nr! {
     QHCA_IOCTL_DESTROY_QP, QHCA_IOC_NR_DESTROY_QP, qhca_ioc_handle;
     QHCA_IOCTL_QUERY_CTX, QHCA_IOC_NR_QUERY_CTX, qhca_ioc_query_ctx;
     QHCA_IOCTL_GET_ASYNC_EVENT, QHCA_IOC_NR_GET_ASYNC_EVENT, qhca_ioc_async_event;
+    QHCA_IOCTL_ADVISE_MR, QHCA_IOC_NR_ADVISE_MR, qhca_ioc_advise_mr;
 }
