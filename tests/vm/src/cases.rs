@@ -236,7 +236,29 @@ fn query_device(t: &mut T, cfg: &Config) -> CaseResult {
     );
     check_eq!(t, a.max_qp_rd_atom, 16, "max_qp_rd_atom");
     check_eq!(t, a.max_qp_init_rd_atom, 16, "max_qp_init_rd_atom");
-    check_eq!(t, q.attr.rsvd1, [0; 4], "attr.rsvd1");
+    check_eq!(t, q.attr.rsvd1, [0; 2], "attr.rsvd1");
+    // On-demand paging: the device advertises it, and the caps pass through as it says.
+    check!(
+        t,
+        a.has_cap(qhca_uapi::CAP_ODP),
+        "QHCA_CAP_ODP in caps {:#x}",
+        a.caps
+    );
+    check_eq!(t, a.odp_caps.general_caps, q.attr.odp_general_caps);
+    check_eq!(t, a.odp_caps.rc_odp_caps, q.attr.odp_rc_caps);
+    check!(
+        t,
+        a.odp_caps.supported() && a.odp_caps.implicit(),
+        "ODP caps {:?}",
+        a.odp_caps
+    );
+    check_eq!(
+        t,
+        a.odp_caps.rc_odp_caps,
+        0x1f,
+        "SEND RECV WRITE READ ATOMIC on RC"
+    );
+    check_eq!(t, a.odp_caps.ud_odp_caps, 0);
     check_eq!(t, q.attr.num_uars, cfg.expect_num_uars);
     Ok(())
 }

@@ -2,7 +2,8 @@
 
 //! The verbs cases: PDs, MRs, CQs and RC QPs on the real device, every opcode byte for byte,
 //! the protection and RNR error paths, isolation between processes, cleanup after kill -9, a
-//! data path without system calls, and the driver's destroy-order and state checks.
+//! data path without system calls, the driver's destroy-order and state checks, and on-demand
+//! paging (`odp`).
 //!
 //! They always run (see [`crate::cases::all`]); the helper processes they start are this
 //! binary's `__verbs_*` subcommands ([`helper_main`]).
@@ -23,6 +24,7 @@ use qhca::{
 
 mod data;
 mod lifecycle;
+mod odp;
 mod process;
 mod protection;
 
@@ -77,6 +79,18 @@ pub fn cases() -> Vec<Case<Config>> {
         process::verbs_kill9_frees_everything,
         process::verbs_example_two_process,
         process::verbs_disassociated_context_fails_fast,
+        odp::verbs_odp_registers_nothing_pinned,
+        odp::verbs_odp_rdma_write,
+        odp::verbs_odp_rdma_read,
+        odp::verbs_odp_send_recv,
+        odp::verbs_odp_atomics,
+        odp::verbs_odp_madvise_refaults,
+        odp::verbs_odp_munmap_then_error,
+        odp::verbs_odp_responder_faults_rnr,
+        odp::verbs_odp_implicit,
+        odp::verbs_odp_fork_cow,
+        odp::verbs_odp_advise_prefetch,
+        odp::verbs_odp_kill_while_faulting,
     ]
 }
 

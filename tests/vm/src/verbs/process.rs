@@ -138,7 +138,7 @@ const PINNED_PAGES: &str = "/sys/kernel/debug/qhca/pinned_pages";
 /// The device's live-object registers, QHCA_REG_NUM_CTX .. QHCA_REG_NUM_QP, read from BAR0
 /// through sysfs (`resource0`, mapped read-only; the registers are read-only and reading them has
 /// no side effect).
-fn device_object_counts(cfg: &Config) -> Result<[(&'static str, u32); 5], Fail> {
+pub(super) fn device_object_counts(cfg: &Config) -> Result<[(&'static str, u32); 5], Fail> {
     let bdf = match system::pci_bdf(cfg) {
         Ok(bdf) => bdf,
         Err(e) => bail!("PCI address of the device: {e}"),
@@ -399,6 +399,7 @@ pub fn helper_main(cmd: &str, args: &[String]) -> i32 {
     let r = match cmd {
         "__verbs_peer" => peer_main(Path::new(dev)),
         "__verbs_traffic" => traffic_main(Path::new(dev)),
+        "__verbs_odp_fault" => super::odp::odp_fault_main(Path::new(dev)),
         _ => Err(qhca::Error::Invalid {
             what: format!("unknown helper {cmd}"),
         }),
