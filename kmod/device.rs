@@ -446,6 +446,9 @@ fn attr_from_le(le: &uapi::qhca_device_attr) -> uapi::qhca_device_attr {
         max_qp_init_rd_atom: u16::from_le(le.max_qp_init_rd_atom),
         max_mr_size: u64::from_le(le.max_mr_size),
         page_size_cap: u64::from_le(le.page_size_cap),
-        rsvd1: [0; 4],
+        odp_general_caps: u64::from_le(le.odp_general_caps),
+        odp_rc_caps: u32::from_le(le.odp_rc_caps),
+        odp_ud_caps: u32::from_le(le.odp_ud_caps),
+        rsvd1: [0; 2],
     }
 }

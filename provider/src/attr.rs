@@ -177,7 +177,10 @@ mod tests {
                 max_qp_init_rd_atom: 20,
                 max_mr_size: 1 << 40,
                 page_size_cap: 0x1000,
-                rsvd1: [0; 4],
+                odp_general_caps: 0,
+                odp_rc_caps: 0,
+                odp_ud_caps: 0,
+                rsvd1: [0; 2],
             },
         }
     }

@@ -236,7 +236,7 @@ fn query_device(t: &mut T, cfg: &Config) -> CaseResult {
     );
     check_eq!(t, a.max_qp_rd_atom, 16, "max_qp_rd_atom");
     check_eq!(t, a.max_qp_init_rd_atom, 16, "max_qp_init_rd_atom");
-    check_eq!(t, q.attr.rsvd1, [0; 4], "attr.rsvd1");
+    check_eq!(t, q.attr.rsvd1, [0; 2], "attr.rsvd1");
     check_eq!(t, q.attr.num_uars, cfg.expect_num_uars);
     Ok(())
 }
