@@ -252,6 +252,28 @@ static bool qhca_eq_post(QhcaState *s, struct qhca_eqe *eqe)
 }
 
 /*
+ * An event entry (little-endian, owner filled in here), if the device is
+ * ready and the ring has room.
+ */
+static bool qhca_eq_try(QhcaState *s, struct qhca_eqe *eqe)
+{
+    if (!qhca_ready(s)) {
+        trace_qhca_event_lost(eqe->type, le64_to_cpu(eqe->data[0]),
+                              "device not ready");
+        return false;
+    }
+    if (qhca_ring_used(&s->eq) == qhca_ring_entries(&s->eq)) {
+        trace_qhca_event_lost(eqe->type, le64_to_cpu(eqe->data[0]),
+                              "event queue full");
+        return false;
+    }
+    if (qhca_eq_post(s, eqe)) {
+        qhca_eq_notify(s);
+    }
+    return true;
+}
+
+/*
  * An asynchronous event (CQ_COMP, QP_ERR, CQ_ERR).  Unlike command
  * completions these cannot wait: with the event ring full the event is lost
  * and counted in EQ_OVERFLOWS.
@@ -263,18 +285,18 @@ void qhca_eq_event(QhcaState *s, uint8_t type, uint64_t data0, uint64_t data1)
         .data = { cpu_to_le64(data0), cpu_to_le64(data1) },
     };
 
-    if (!qhca_ready(s)) {
-        trace_qhca_event_lost(type, data0, "device not ready");
-        return;
-    }
-    if (qhca_ring_used(&s->eq) == qhca_ring_entries(&s->eq)) {
+    if (!qhca_eq_try(s, &eqe) && qhca_ready(s)) {
         qhca_count(&s->eq_overflows);
-        trace_qhca_event_lost(type, data0, "event queue full");
-        return;
     }
-    if (qhca_eq_post(s, &eqe)) {
-        qhca_eq_notify(s);
-    }
+}
+
+/*
+ * An event its sender raises again if there is no room for it now (a page
+ * fault): not an overflow.  false if it was not posted.
+ */
+bool qhca_eq_event_entry(QhcaState *s, struct qhca_eqe *eqe)
+{
+    return qhca_eq_try(s, eqe);
 }
 
 /* Reserved fields must be zero, and so must the ones the opcode ignores. */
@@ -320,6 +342,8 @@ static uint8_t qhca_cmd_query_device(QhcaState *s, const struct qhca_cmd *cmd)
         .max_qp_init_rd_atom = cpu_to_le16(QHCA_LIMIT_MAX_RD_ATOMIC),
         .max_mr_size    = cpu_to_le64(QHCA_LIMIT_MAX_MR_SIZE),
         .page_size_cap  = cpu_to_le64(QHCA_LIMIT_PAGE_SIZES),
+        .odp_general_caps = cpu_to_le64(QHCA_ODP_GENERAL_CAPS),
+        .odp_rc_caps    = cpu_to_le32(QHCA_ODP_RC_CAPS),
     };
 
     if (!qhca_cmd_unused_zero(cmd, true, 0) || !cmd->out_addr ||
@@ -378,6 +402,8 @@ static uint8_t qhca_cmd_exec(QhcaState *s, const struct qhca_cmd *cmd,
         return qhca_cmd_free_uar(s, cmd);
     case QHCA_CMD_ALLOC_PD ... QHCA_CMD_QUERY_CTX:
         return qhca_cmd_obj(s, cmd, data, pl);
+    case QHCA_CMD_MAP_ODP ... QHCA_CMD_RESUME:
+        return qhca_cmd_odp(s, cmd);
     default:
         return QHCA_CMD_BAD_OPCODE;
     }

@@ -328,28 +328,45 @@ static uint8_t qhca_cmd_reg_mr(QhcaState *s, const struct qhca_cmd *cmd,
     if (!pd || pd->uar != uar) {
         return QHCA_CMD_BAD_RESOURCE;
     }
-    if (access & ~QHCA_ACCESS_ALL) {
+    if (access & ~(QHCA_ACCESS_ALL | QHCA_ACCESS_ON_DEMAND)) {
         return QHCA_CMD_BAD_PARAM;
     }
     if ((access & (QHCA_ACCESS_REMOTE_WRITE | QHCA_ACCESS_REMOTE_ATOMIC)) &&
         !(access & QHCA_ACCESS_LOCAL_WRITE)) {
         return QHCA_CMD_BAD_PARAM;
     }
-    if (!length || length > QHCA_LIMIT_MAX_MR_SIZE ||
-        iova + length - 1 < iova) {
-        return QHCA_CMD_BAD_PARAM;
-    }
-    want = ((iova & (QHCA_PAGE_SIZE - 1)) + length + QHCA_PAGE_SIZE - 1) >>
-           QHCA_PAGE_SHIFT;
-    if (npages != want) {
-        return QHCA_CMD_BAD_PARAM;
+    if (access & QHCA_ACCESS_ON_DEMAND) {
+        /*
+         * No page list; any range of the address space the implicit
+         * region covers, the implicit region itself included.
+         */
+        if (npages || pages_addr || !length ||
+            length > QHCA_ODP_IMPLICIT_LENGTH ||
+            iova > QHCA_ODP_IMPLICIT_LENGTH - length) {
+            return QHCA_CMD_BAD_PARAM;
+        }
+    } else {
+        if (!length || length > QHCA_LIMIT_MAX_MR_SIZE ||
+            iova + length - 1 < iova) {
+            return QHCA_CMD_BAD_PARAM;
+        }
+        want = ((iova & (QHCA_PAGE_SIZE - 1)) + length + QHCA_PAGE_SIZE - 1)
+               >> QHCA_PAGE_SHIFT;
+        if (npages != want) {
+            return QHCA_CMD_BAD_PARAM;
+        }
     }
     mr = qhca_mr_next_free(s);
     if (!mr) {
         return QHCA_CMD_NO_RESOURCES;
     }
-    if (!pl->pages) {
+    if (access & QHCA_ACCESS_ON_DEMAND) {
+        qhca_odp_mr_init(mr);
+        access &= ~QHCA_ACCESS_ON_DEMAND;
+    } else if (!pl->pages) {
         return qhca_pl_request(s, pl, pages_addr, npages);
+    } else {
+        mr->pages = qhca_pl_take(pl);
     }
     mr->in_use = true;
     mr->tag++;
@@ -359,7 +376,6 @@ static uint8_t qhca_cmd_reg_mr(QhcaState *s, const struct qhca_cmd *cmd,
     mr->iova = iova;
     mr->length = length;
     mr->npages = npages;
-    mr->pages = qhca_pl_take(pl);
     pd->nr_mr++;
     s->num_mr++;
     s->mr_next = (mr - s->mr + 1) % s->max_mr;
@@ -374,8 +390,20 @@ static void qhca_mr_free(QhcaState *s, QhcaMr *mr)
                    (uint32_t)(mr - s->mr) << QHCA_KEY_TAG_BITS | mr->tag);
     s->pd[mr->pdn].nr_mr--;
     qhca_page_list_free(s, &mr->pages, &mr->npages);
+    qhca_odp_mr_free(s, mr);
     mr->in_use = false;
     s->num_mr--;
+}
+
+/* The MR behind key, if it belongs to the context uar. */
+QhcaMr *qhca_cmd_mr(QhcaState *s, uint64_t uar, uint64_t key)
+{
+    QhcaMr *mr = key <= UINT32_MAX ? qhca_mr_lookup(s, key) : NULL;
+
+    if (!mr || mr->uar != uar || !qhca_uar_valid(s, uar)) {
+        return NULL;
+    }
+    return mr;
 }
 
 static uint8_t qhca_cmd_dereg_mr(QhcaState *s, const struct qhca_cmd *cmd)
@@ -385,8 +413,8 @@ static uint8_t qhca_cmd_dereg_mr(QhcaState *s, const struct qhca_cmd *cmd)
     if (!qhca_cmd_unused_zero(cmd, false, 2)) {
         return QHCA_CMD_BAD_PARAM;
     }
-    mr = cmd->in[1] <= UINT32_MAX ? qhca_mr_lookup(s, cmd->in[1]) : NULL;
-    if (!mr || mr->uar != cmd->in[0] || !qhca_uar_valid(s, cmd->in[0])) {
+    mr = qhca_cmd_mr(s, cmd->in[0], cmd->in[1]);
+    if (!mr) {
         return QHCA_CMD_BAD_RESOURCE;
     }
     qhca_mr_free(s, mr);
@@ -869,6 +897,10 @@ static uint8_t qhca_cmd_query_ctx(QhcaState *s, const struct qhca_cmd *cmd)
     st.db_violations = cpu_to_le64(ctx->db_violations);
     st.pkt_foreign = cpu_to_le64(ctx->pkt_foreign);
     st.rnr_retries = cpu_to_le64(ctx->rnr_retries);
+    st.odp_req_faults = cpu_to_le64(ctx->odp_req_faults);
+    st.odp_resp_faults = cpu_to_le64(ctx->odp_resp_faults);
+    st.odp_fault_rnr_naks = cpu_to_le64(ctx->odp_fault_rnr_naks);
+    st.odp_invalidations = cpu_to_le64(ctx->odp_invalidations);
     return qhca_cmd_out(s, cmd, &st, sizeof(st));
 }
 

@@ -218,6 +218,54 @@ static void qhca_req_rewind(QhcaState *s, QhcaQp *qp, uint32_t psn)
 }
 
 /*
+ * A page fault (s->fault) stops the QP where it is: building a packet of
+ * the WQE at idx, or (answer) placing a READ response or atomic result for
+ * it, which is then dropped and asked for again once the page is in.
+ */
+static void qhca_req_fault(QhcaState *s, QhcaQp *qp, uint16_t idx,
+                           bool answer)
+{
+    if (!qhca_odp_raise(s, qp, false, &qp->req_fault_token)) {
+        /* No room for the event: the access faults again in a while. */
+        qp->req_wait = true;
+        qhca_timer_arm(qp, QHCA_ODP_EQ_RETRY_NS);
+        return;
+    }
+    qp->req_fault = true;
+    qp->req_fault_failed = false;
+    qp->req_fault_idx = idx;
+    qp->req_fault_answer = answer;
+}
+
+/* RESUME: the QP's next turn retries the access, or fails its WQE. */
+void qhca_req_fault_resume(QhcaState *s, QhcaQp *qp, bool ok)
+{
+    qp->req_fault = false;
+    qp->req_fault_failed = !ok;
+    qhca_engine_schedule(s, qp);
+}
+
+/*
+ * The driver could not make the page present: the WQE that faulted
+ * completes with a local protection error (in SQ order), and the QP goes to
+ * ERR.  A READ or atomic whose answer could not be placed is the oldest.
+ */
+static void qhca_req_fault_fail(QhcaState *s, QhcaQp *qp)
+{
+    qp->req_fault_failed = false;
+    trace_qhca_err_wqe(qhca_qpn(s, qp), qp->req_fault_idx,
+                       "page fault not resolved");
+    if (qp->req_fault_answer) {
+        if (qp->sq.ci == qp->req_fault_idx) {
+            qhca_req_complete(s, qp, QHCA_WC_LOC_PROT_ERR);
+        }
+        return;
+    }
+    qhca_req_slot(qp, qp->req_fault_idx)->status = QHCA_WC_LOC_PROT_ERR;
+    qhca_req_advance(s, qp);
+}
+
+/*
  * A WQE the requester refuses before sending anything: it completes with
  * status once every WQE before it has.
  */
@@ -455,6 +503,12 @@ static void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
         } else {
             st = qhca_sge_copy(s, qp->pdn, w->sge, w->num_sge, off,
                                pkt->payload, pkt->len, false);
+            if (st == QHCA_WC_ODP_FAULT) {
+                /* Not sent; the cursor stays on it. */
+                g_free(pkt);
+                qhca_req_fault(s, qp, idx, false);
+                return;
+            }
             if (st != QHCA_WC_SUCCESS) {
                 /* Nothing more goes out; it completes so, in order. */
                 g_free(pkt);
@@ -499,7 +553,11 @@ bool qhca_req_run(QhcaState *s, QhcaQp *qp, unsigned *budget)
         if (qp->state != QHCA_QPS_RTS) {
             return qp->state == QHCA_QPS_ERR;
         }
-        if (qp->req_wait) {
+        if (qp->req_fault_failed) {
+            qhca_req_fault_fail(s, qp);
+            continue;
+        }
+        if (qp->req_wait || qp->req_fault) {
             return false;
         }
         if (!*budget) {
@@ -537,6 +595,11 @@ void qhca_req_timeout(QhcaState *s, QhcaQp *qp)
     if (qp->req_wait) {
         /* End of an RNR backoff. */
         qp->req_wait = false;
+        return;
+    }
+    if (qp->req_fault &&
+        psn_diff(qhca_req_cursor_psn(qp), psn_add(qp->req_acked_psn, 1)) <= 0) {
+        /* Waiting for a page, with nothing unanswered: not a retry. */
         return;
     }
     trace_qhca_req_retry(qhca_qpn(s, qp), "ack timeout", qp->req_retry_left);
@@ -714,6 +777,15 @@ void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
         }
         st = qhca_sge_copy(s, qp->pdn, sl->wqe.sge, sl->wqe.num_sge, 0,
                            &orig, 8, true);
+        if (st == QHCA_WC_ODP_FAULT) {
+            /*
+             * Dropped; the atomic goes out again after RESUME and the
+             * responder answers it from its saved result.
+             */
+            qhca_req_rewind(s, qp, pkt->psn);
+            qhca_req_fault(s, qp, idx, true);
+            return;
+        }
         if (st != QHCA_WC_SUCCESS) {
             qhca_req_complete(s, qp, st);
             return;
@@ -752,6 +824,12 @@ void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
         }
         st = qhca_sge_copy(s, qp->pdn, w->sge, w->num_sge, off,
                            (void *)pkt->payload, pkt->len, true);
+        if (st == QHCA_WC_ODP_FAULT) {
+            /* Dropped; asked for again from this packet after RESUME. */
+            qhca_req_rewind(s, qp, pkt->psn);
+            qhca_req_fault(s, qp, idx, true);
+            return;
+        }
         if (st != QHCA_WC_SUCCESS) {
             qhca_req_complete(s, qp, st);
             return;

@@ -57,6 +57,58 @@ static void qhca_resp_recv_fail(QhcaState *s, QhcaQp *qp, uint32_t psn,
     qhca_resp_fail(s, qp, psn, nak, why);
 }
 
+/*
+ * A page fault (s->fault) on the request at psn: the packet is dropped and
+ * answered with an RNR NAK, so that the requester backs off and sends it
+ * again; one event per fault, the retries that come while it is being
+ * served get the NAK alone (qhca_resp_recv).
+ */
+static void qhca_resp_fault(QhcaState *s, QhcaQp *qp, uint32_t psn)
+{
+    bool raised = false;
+
+    if (!qp->resp_fault &&
+        qhca_odp_raise(s, qp, true, &qp->resp_fault_token)) {
+        qp->resp_fault = true;
+        qp->resp_fault_failed = false;
+        qp->resp_fault_psn = psn;
+        raised = true;
+    }
+    s->ctx[qp->uar].odp_fault_rnr_naks++;
+    trace_qhca_odp_rnr(qhca_qpn(s, qp), psn, raised);
+    qhca_resp_ack(s, qp, psn, QHCA_AETH_RNR_NAK | qp->min_rnr_timer);
+}
+
+/*
+ * A READ response that meets a page fault (its page was invalidated since
+ * the request was checked): the responses wait until RESUME.  Without room
+ * for the event they wait for the requester to ask again (its ACK timer).
+ */
+static void qhca_resp_read_fault(QhcaState *s, QhcaQp *qp, uint32_t psn)
+{
+    if (!qp->resp_fault &&
+        qhca_odp_raise(s, qp, true, &qp->resp_fault_token)) {
+        qp->resp_fault = true;
+        qp->resp_fault_failed = false;
+        qp->resp_fault_psn = psn;
+    }
+    qp->resp_fault_read = true;
+}
+
+/*
+ * RESUME: READ responses go on; a request's retry is taken, or (not ok)
+ * NAKed with a remote access error.
+ */
+void qhca_resp_fault_resume(QhcaState *s, QhcaQp *qp, bool ok)
+{
+    qp->resp_fault = false;
+    qp->resp_fault_failed = !ok;
+    if (qp->resp_fault_read) {
+        qp->resp_fault_read = false;
+        qhca_engine_schedule(s, qp);
+    }
+}
+
 /* Takes the receive WQE at rq.ci; false if it is malformed (QP to ERR). */
 static bool qhca_resp_take_rwqe(QhcaState *s, QhcaQp *qp, uint32_t psn)
 {
@@ -222,6 +274,11 @@ static void qhca_resp_read(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
                            "R_Key refused for RDMA READ");
             return;
         }
+        /* Every page present before the first response goes out. */
+        if (!qhca_mr_ready(s, mr, req->va, req->dma_len, false)) {
+            qhca_resp_fault(s, qp, req->psn);
+            return;
+        }
     }
     r = qhca_resp_res_take(s, qp, req->psn);
     if (!r) {
@@ -251,6 +308,10 @@ static void qhca_resp_read_dup(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
     }
     k = psn_diff(req->psn, r->psn);
     r->next = MIN(r->next, k);
+    if (qp->resp_fault_read && !qp->resp_fault) {
+        /* Paused for a fault whose event found no room: try again. */
+        qp->resp_fault_read = false;
+    }
     qhca_resp_res_kick(s, qp);
 }
 
@@ -273,7 +334,7 @@ void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget)
     uint32_t mtu = qhca_mtu(qp);
     QhcaPkt *pkt = g_new(QhcaPkt, 1);
 
-    while (*budget && qp->rd_active &&
+    while (*budget && qp->rd_active && !qp->resp_fault_read &&
            (qp->state == QHCA_QPS_RTR || qp->state == QHCA_QPS_RTS)) {
         /* Again each time: a send may have changed the QP. */
         QhcaRdRes *r = qhca_resp_res_pending(qp);
@@ -317,11 +378,22 @@ void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget)
                                "R_Key refused for RDMA READ");
                 break;
             }
-            if (!qhca_mr_rw(s, mr, r->va + off, pkt->payload, pkt->len,
-                            false)) {
+            switch (qhca_mr_rw(s, mr, r->va + off, pkt->payload, pkt->len,
+                               false)) {
+            case QHCA_MEM_OK:
+                break;
+            case QHCA_MEM_FAULT:
+                if (qp->resp_fault_failed && qp->resp_fault_psn == pkt->psn) {
+                    qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_ACCESS,
+                                   "RDMA READ source: page fault not resolved");
+                } else {
+                    qhca_resp_read_fault(s, qp, pkt->psn);
+                }
+                goto out;
+            default:
                 qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_OP,
                                "RDMA READ source unreachable");
-                break;
+                goto out;
             }
         }
         r->next++;
@@ -331,6 +403,7 @@ void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget)
         (*budget)--;
         qhca_resp_send(s, qp, pkt);
     }
+out:
     g_free(pkt);
 }
 
@@ -352,6 +425,11 @@ static void qhca_resp_atomic(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
                        "R_Key refused for atomic");
         return;
     }
+    /* Executed only once its page is there: exactly once. */
+    if (!qhca_mr_ready(s, mr, req->va, 8, true)) {
+        qhca_resp_fault(s, qp, req->psn);
+        return;
+    }
     r = qhca_resp_res_take(s, qp, req->psn);
     if (!r) {
         return;
@@ -360,7 +438,7 @@ static void qhca_resp_atomic(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
     r->atomic = true;
     r->n = 1;
     r->next = 1;
-    if (!qhca_mr_rw(s, mr, req->va, &val, 8, false)) {
+    if (qhca_mr_rw(s, mr, req->va, &val, 8, false) != QHCA_MEM_OK) {
         qhca_resp_fail(s, qp, req->psn, QHCA_NAK_REM_OP,
                        "atomic target unreachable");
         return;
@@ -372,7 +450,7 @@ static void qhca_resp_atomic(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
         val = orig + req->swap_add;
     }
     val = cpu_to_le64(val);
-    if (!qhca_mr_rw(s, mr, req->va, &val, 8, true)) {
+    if (qhca_mr_rw(s, mr, req->va, &val, 8, true) != QHCA_MEM_OK) {
         qhca_resp_fail(s, qp, req->psn, QHCA_NAK_REM_OP,
                        "atomic target unreachable");
         return;
@@ -415,6 +493,14 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
         }
         st = qhca_sge_copy(s, qp->pdn, qp->resp_sge, qp->resp_num_sge,
                            qp->resp_off, (void *)pkt->payload, pkt->len, true);
+        if (st == QHCA_WC_ODP_FAULT) {
+            if (starts) {
+                /* The receive WQE is taken again by the retry. */
+                qhca_resp_clear(qp);
+            }
+            qhca_resp_fault(s, qp, pkt->psn);
+            return;
+        }
         if (st == QHCA_WC_LOC_LEN_ERR) {
             qhca_resp_recv_fail(s, qp, pkt->psn, st, QHCA_NAK_INV_REQ,
                                 "message longer than the receive WQE");
@@ -472,8 +558,20 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
                                "R_Key refused for RDMA WRITE");
                 return;
             }
-            if (!qhca_mr_rw(s, mr, qp->resp_va, (void *)pkt->payload,
-                            pkt->len, true)) {
+            switch (qhca_mr_rw(s, mr, qp->resp_va, (void *)pkt->payload,
+                               pkt->len, true)) {
+            case QHCA_MEM_OK:
+                break;
+            case QHCA_MEM_FAULT:
+                /* The rest of the message is needed too. */
+                s->fault.len = qp->resp_va + qp->resp_left - s->fault.va;
+                if (starts) {
+                    /* The retry starts the message again. */
+                    qhca_resp_clear(qp);
+                }
+                qhca_resp_fault(s, qp, pkt->psn);
+                return;
+            default:
                 qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_OP,
                                "RDMA WRITE target unreachable");
                 return;
@@ -500,6 +598,40 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
     if (pkt->ack_req && qp->state != QHCA_QPS_ERR) {
         qhca_resp_ack(s, qp, pkt->psn, QHCA_AETH_ACK | 0x1f);
     }
+}
+
+/*
+ * The retry of a request that faulted: while the fault is served it is RNR
+ * NAKed again (no new event); once RESUME said the page cannot be had, it
+ * fails as an access to memory no key allows would (a SEND's receive WQE
+ * completes with a local protection error).
+ */
+static void qhca_resp_fault_retry(QhcaState *s, QhcaQp *qp,
+                                  const QhcaPkt *pkt)
+{
+    uint8_t op = pkt->opcode;
+
+    if (qp->resp_fault) {
+        s->ctx[qp->uar].odp_fault_rnr_naks++;
+        trace_qhca_odp_rnr(qhca_qpn(s, qp), pkt->psn, false);
+        qhca_resp_ack(s, qp, pkt->psn, QHCA_AETH_RNR_NAK | qp->min_rnr_timer);
+        return;
+    }
+    qp->resp_fault_failed = false;
+    if (qhca_op_is_send(op) && qhca_op_starts(op) && qp->rq.ci != qp->rq.pi &&
+        !qp->resp_op) {
+        if (!qhca_resp_take_rwqe(s, qp, pkt->psn)) {
+            return;
+        }
+    }
+    if (qhca_op_is_send(op) && qp->resp_have_rwqe) {
+        qhca_resp_recv_fail(s, qp, pkt->psn, QHCA_WC_LOC_PROT_ERR,
+                            QHCA_NAK_REM_OP,
+                            "receive buffer: page fault not resolved");
+        return;
+    }
+    qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_ACCESS,
+                   "page fault not resolved");
 }
 
 void qhca_resp_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
@@ -543,6 +675,11 @@ void qhca_resp_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
 
     /* The expected PSN: does the opcode continue what is in progress? */
     qp->resp_nak_sent = false;
+    if ((qp->resp_fault || qp->resp_fault_failed) &&
+        pkt->psn == qp->resp_fault_psn) {
+        qhca_resp_fault_retry(s, qp, pkt);
+        return;
+    }
     if (qp->resp_op) {
         bool ok = (qp->resp_op == QHCA_RESP_SEND && qhca_op_is_send(op) &&
                    !qhca_op_starts(op)) ||

@@ -108,17 +108,32 @@ QhcaMr *qhca_mr_check(QhcaState *s, uint32_t key, uint32_t pdn,
     return mr;
 }
 
-bool qhca_mr_rw(QhcaState *s, QhcaMr *mr, uint64_t va, void *buf,
-                uint64_t len, bool write)
+QhcaMem qhca_mr_rw(QhcaState *s, QhcaMr *mr, uint64_t va, void *buf,
+                   uint64_t len, bool write)
 {
+    if (mr->odp) {
+        return qhca_odp_rw(s, mr, va, buf, len, write);
+    }
     return qhca_pl_rw(s, mr->pages, mr->npages,
                       (mr->iova & (QHCA_PAGE_SIZE - 1)) + (va - mr->iova),
-                      buf, len, write);
+                      buf, len, write) ? QHCA_MEM_OK : QHCA_MEM_ERROR;
+}
+
+/*
+ * Whether [va, va + len) can be accessed without a page fault (pinned:
+ * always); if not, s->fault says where.  For accesses that must not start
+ * unless they can finish (atomics, READs before their first response).
+ */
+bool qhca_mr_ready(QhcaState *s, QhcaMr *mr, uint64_t va, uint64_t len,
+                   bool write)
+{
+    return !mr->odp || qhca_odp_ready(s, mr, va, len, write);
 }
 
 /*
  * Copy between buf and bytes [off, off + len) of a message laid out over a
- * scatter/gather list.  Returns a qhca_wc_status.
+ * scatter/gather list.  Returns a qhca_wc_status, or QHCA_WC_ODP_FAULT
+ * (s->fault says where; what was copied before it may be copied again).
  */
 uint8_t qhca_sge_copy(QhcaState *s, uint32_t pdn,
                       const struct qhca_sge *sge, unsigned n,
@@ -142,7 +157,14 @@ uint8_t qhca_sge_copy(QhcaState *s, uint32_t pdn,
         if (!mr) {
             return QHCA_WC_LOC_PROT_ERR;
         }
-        if (!qhca_mr_rw(s, mr, sge[i].addr + off, p, chunk, to_mem)) {
+        switch (qhca_mr_rw(s, mr, sge[i].addr + off, p, chunk, to_mem)) {
+        case QHCA_MEM_OK:
+            break;
+        case QHCA_MEM_FAULT:
+            /* The driver may as well bring in the rest of the element. */
+            s->fault.len = sge[i].addr + sge[i].length - s->fault.va;
+            return QHCA_WC_ODP_FAULT;
+        default:
             return QHCA_WC_LOC_ACCESS_ERR;
         }
         off = 0;
@@ -394,6 +416,7 @@ void qhca_engine_qp_reset(QhcaState *s, QhcaQp *qp)
     qhca_req_clear(qp);
     qhca_resp_clear(qp);
     qhca_resp_res_clear(qp);
+    qhca_odp_clear(qp);
     qp->resp_nak_sent = false;
 }
 
@@ -423,6 +446,7 @@ void qhca_qp_set_error(QhcaState *s, QhcaQp *qp, bool event)
     qhca_req_clear(qp);
     qhca_resp_clear(qp);
     qhca_resp_res_clear(qp);
+    qhca_odp_clear(qp);
     if (event) {
         qhca_eq_event(s, QHCA_EQE_QP_ERR, qhca_qpn(s, qp), qp->uar);
     }
@@ -576,10 +600,10 @@ static bool qhca_qp_turn(QhcaState *s, QhcaQp *qp, unsigned *budget)
     if (qp->state == QHCA_QPS_ERR) {
         return qhca_qp_flush(s, qp, budget);
     }
-    if (qp->rd_active &&
+    if (qp->rd_active && !qp->resp_fault_read &&
         (qp->state == QHCA_QPS_RTR || qp->state == QHCA_QPS_RTS)) {
         qhca_resp_read_step(s, qp, budget);
-        if (qp->rd_active) {
+        if (qp->rd_active && !qp->resp_fault_read) {
             return true;
         }
     }

@@ -58,13 +58,28 @@ static inline QhcaPkt *qhca_pkt_new(void)
     return pkt;
 }
 
+/* What a memory access through a key came to. */
+typedef enum QhcaMem {
+    QHCA_MEM_OK,
+    QHCA_MEM_ERROR,             /* a DMA was refused */
+    QHCA_MEM_FAULT,             /* on demand: a page is missing (s->fault) */
+} QhcaMem;
+
+/*
+ * Not an ABI status (never in a CQE): qhca_sge_copy() stopped at a page
+ * fault, described in s->fault.
+ */
+#define QHCA_WC_ODP_FAULT       0xfe
+
 /* qhca-rc.c */
 bool qhca_pl_rw(QhcaState *s, const uint64_t *pages, uint32_t npages,
                 uint64_t off, void *buf, uint64_t len, bool write);
 QhcaMr *qhca_mr_check(QhcaState *s, uint32_t key, uint32_t pdn,
                       uint64_t va, uint64_t len, uint32_t access);
-bool qhca_mr_rw(QhcaState *s, QhcaMr *mr, uint64_t va, void *buf,
-                uint64_t len, bool write);
+QhcaMem qhca_mr_rw(QhcaState *s, QhcaMr *mr, uint64_t va, void *buf,
+                   uint64_t len, bool write);
+bool qhca_mr_ready(QhcaState *s, QhcaMr *mr, uint64_t va, uint64_t len,
+                   bool write);
 uint8_t qhca_sge_copy(QhcaState *s, uint32_t pdn, const struct qhca_sge *sge,
                       unsigned n, uint64_t off, void *buf, uint64_t len,
                       bool to_mem);
@@ -84,11 +99,22 @@ void qhca_rc_send(QhcaState *s, QhcaQp *qp, QhcaPkt *pkt);
 
 /* qhca-rc-req.c */
 bool qhca_req_run(QhcaState *s, QhcaQp *qp, unsigned *budget);
+void qhca_req_fault_resume(QhcaState *s, QhcaQp *qp, bool ok);
 void qhca_req_timeout(QhcaState *s, QhcaQp *qp);
 void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt);
 
 /* qhca-rc-resp.c */
 void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget);
 void qhca_resp_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt);
+void qhca_resp_fault_resume(QhcaState *s, QhcaQp *qp, bool ok);
+
+/* qhca-odp.c */
+QhcaMem qhca_odp_rw(QhcaState *s, QhcaMr *mr, uint64_t va, void *buf,
+                    uint64_t len, bool write);
+bool qhca_odp_ready(QhcaState *s, QhcaMr *mr, uint64_t va, uint64_t len,
+                    bool write);
+bool qhca_odp_raise(QhcaState *s, QhcaQp *qp, bool responder,
+                    uint32_t *token);
+void qhca_odp_clear(QhcaQp *qp);
 
 #endif /* HW_MISC_QHCA_RC_H */

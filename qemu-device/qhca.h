@@ -38,6 +38,8 @@
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_cmd) != 64);
 QEMU_BUILD_BUG_ON(offsetof(struct qhca_cmd, in) != 24);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_eqe) != 32);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_eqe_page_fault) != 32);
+QEMU_BUILD_BUG_ON(offsetof(struct qhca_eqe_page_fault, owner) != 31);
 QEMU_BUILD_BUG_ON(offsetof(struct qhca_eqe, owner) != 31);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_device_attr) != 128);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_cmd_reg_mr) != 40);
@@ -80,7 +82,14 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
  */
 #define QHCA_FW_VERSION         ((0ull << 32) | (1ull << 16) | 0) /* 0.1.0 */
 #define QHCA_HW_VER             1
-#define QHCA_CAPS               (QHCA_CAP_UAR_ISOLATION | QHCA_CAP_RC)
+#define QHCA_CAPS               (QHCA_CAP_UAR_ISOLATION | QHCA_CAP_RC | \
+                                 QHCA_CAP_ODP)
+#define QHCA_ODP_GENERAL_CAPS   (QHCA_ODP_SUPPORT | QHCA_ODP_SUPPORT_IMPLICIT)
+#define QHCA_ODP_RC_CAPS        (QHCA_ODP_SUPPORT_SEND | \
+                                 QHCA_ODP_SUPPORT_RECV | \
+                                 QHCA_ODP_SUPPORT_WRITE | \
+                                 QHCA_ODP_SUPPORT_READ | \
+                                 QHCA_ODP_SUPPORT_ATOMIC)
 #define QHCA_LIMIT_MAX_PD       1024
 #define QHCA_LIMIT_MAX_CQ       1024
 #define QHCA_LIMIT_MAX_CQE      4096
@@ -97,6 +106,18 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
  * allocate without bound (32 MiB of translations, 16 GiB of guest memory).
  */
 #define QHCA_LIMIT_TOTAL_PAGES  (1u << 22)
+/*
+ * On-demand regions keep their translations in chunks of
+ * QHCA_ODP_CHUNK_PAGES entries, allocated when MAP_ODP first makes a page
+ * of the chunk present and freed when the last one goes: at most this many
+ * for the device (64 MiB of host memory; 32 GiB of guest memory mapped at
+ * once, at worst one page per chunk 8 GiB).
+ */
+#define QHCA_ODP_CHUNK_SHIFT    9
+#define QHCA_ODP_CHUNK_PAGES    (1u << QHCA_ODP_CHUNK_SHIFT)
+#define QHCA_LIMIT_ODP_CHUNKS   (1u << 14)
+/* A fault the event queue had no room for is raised again after this. */
+#define QHCA_ODP_EQ_RETRY_NS    100000ll            /* 100 us */
 
 /*
  * RNR back-off of a QP that retries for ever (rnr_retry 7): the n-th RNR NAK
@@ -156,6 +177,10 @@ typedef struct QhcaContext {
     uint64_t db_violations;
     uint64_t pkt_foreign;       /* packets for its QPs not from their peer */
     uint64_t rnr_retries;       /* RNR NAKs its requesters waited out */
+    uint64_t odp_req_faults;    /* page faults raised by its requesters */
+    uint64_t odp_resp_faults;   /* ... and by its responders */
+    uint64_t odp_fault_rnr_naks; /* RNR NAKs its responders sent for faults */
+    uint64_t odp_invalidations; /* INVALIDATE_ODP commands on its regions */
 } QhcaContext;
 
 /*
@@ -184,8 +209,21 @@ typedef struct QhcaPd {
     uint32_t nr_qp;
 } QhcaPd;
 
+/* QHCA_ODP_CHUNK_PAGES translations of an on-demand region (qhca-odp.c). */
+typedef struct QhcaOdpChunk {
+    uint64_t index;             /* first virtual page >> QHCA_ODP_CHUNK_SHIFT */
+    uint32_t present;           /* entries with QHCA_ODP_PRESENT */
+    uint64_t e[QHCA_ODP_CHUNK_PAGES]; /* DMA address | QHCA_ODP_* */
+} QhcaOdpChunk;
+
 typedef struct QhcaMr {
     bool in_use;
+    /*
+     * On demand: no page list; odp maps chunk index -> QhcaOdpChunk, and a
+     * page not in it is not present.
+     */
+    bool odp;
+    GHashTable *odp_chunks;
     /*
      * Bumped on every use of the index (1..255); an index whose tag reached
      * QHCA_MR_TAG_LAST is retired once freed, so no key is ever reused.
@@ -346,6 +384,26 @@ struct QhcaQp {
     uint32_t rd_tail;           /* free-running: the next one to take */
     QhcaRdRes rd_res[QHCA_LIMIT_MAX_RD_ATOMIC];
 
+    /*
+     * Page faults (qhca-odp.c).  Requester: stopped at the packet of SQ
+     * index req_fault_idx it was building (or, req_fault_answer, the READ
+     * response or atomic result it was placing) until RESUME.  Responder:
+     * resp_fault while an event is out for the request at resp_fault_psn
+     * (its retries are RNR NAKed); resp_fault_read while READ responses
+     * wait for a page; resp_fault_failed once RESUME said the page cannot
+     * be had (the retry is NAKed with a remote access error).
+     */
+    bool req_fault;
+    bool req_fault_failed;
+    bool req_fault_answer;
+    uint16_t req_fault_idx;
+    uint32_t req_fault_token;
+    bool resp_fault;
+    bool resp_fault_read;
+    bool resp_fault_failed;
+    uint32_t resp_fault_token;
+    uint32_t resp_fault_psn;
+
     bool queued;                /* on the engine's run list */
     QTAILQ_ENTRY(QhcaQp) next;
 };
@@ -392,6 +450,15 @@ struct QhcaState {
     uint32_t num_cq;
     uint32_t num_qp;
     uint64_t total_pages;
+    uint32_t odp_chunks;        /* QhcaOdpChunks of every on-demand region */
+    uint32_t fault_seq;         /* makes page-fault tokens unique */
+    /* The fault the last memory access hit (qhca_mr_rw() said FAULT). */
+    struct {
+        uint32_t key;
+        uint64_t va;
+        uint64_t len;
+        bool write;
+    } fault;
     uint32_t mr_next;           /* round-robin: where the searches start */
     uint32_t qp_next;
 
@@ -502,6 +569,7 @@ void qhca_ctx_reset(QhcaState *s);
 
 /* qhca-cmd.c */
 void qhca_eq_event(QhcaState *s, uint8_t type, uint64_t data0, uint64_t data1);
+bool qhca_eq_event_entry(QhcaState *s, struct qhca_eqe *eqe);
 
 /* qhca-obj.c: verbs objects and their commands */
 void qhca_obj_init(QhcaState *s);
@@ -516,6 +584,12 @@ QhcaQp *qhca_qp_lookup(QhcaState *s, uint32_t qpn);
 QhcaCq *qhca_cq_lookup(QhcaState *s, uint32_t cqn);
 QhcaMr *qhca_mr_lookup(QhcaState *s, uint32_t key);
 bool qhca_objects_exist(const QhcaState *s);
+QhcaMr *qhca_cmd_mr(QhcaState *s, uint64_t uar, uint64_t key);
+
+/* qhca-odp.c: on-demand paging */
+uint8_t qhca_cmd_odp(QhcaState *s, const struct qhca_cmd *cmd);
+void qhca_odp_mr_init(QhcaMr *mr);
+void qhca_odp_mr_free(QhcaState *s, QhcaMr *mr);
 
 static inline uint32_t qhca_qpn(const QhcaState *s, const QhcaQp *qp)
 {

@@ -507,7 +507,12 @@ impl Hca {
             "EQE {idx}: reserved bits of owner byte set: {e:?}"
         );
         assert_eq!(e.rsvd0, 0, "EQE {idx}: rsvd0 {e:?}");
-        assert_eq!(e.rsvd1, [0; 7], "EQE {idx}: rsvd1 {e:?}");
+        if e.type_ as u32 == QHCA_EQE_PAGE_FAULT {
+            // struct qhca_eqe_page_fault: length in bytes 24..28, then 3 reserved bytes.
+            assert_eq!(e.rsvd1[4..], [0; 3], "page fault EQE {idx}: rsvd1 {e:?}");
+        } else {
+            assert_eq!(e.rsvd1, [0; 7], "EQE {idx}: rsvd1 {e:?}");
+        }
         self.eq_ci = idx.wrapping_add(1);
         self.set_reg(QHCA_REG_EQ_CI, self.eq_ci);
         e

@@ -474,6 +474,10 @@ pub struct CtxStats {
     pub db_violations: u64,
     pub pkt_foreign: u64,
     pub rnr_retries: u64,
+    pub odp_req_faults: u64,
+    pub odp_resp_faults: u64,
+    pub odp_fault_rnr_naks: u64,
+    pub odp_invalidations: u64,
 }
 
 /// QUERY_CTX: (status, every counter).
@@ -482,14 +486,15 @@ pub fn query_ctx_stats(h: &mut Hca, uar: u32) -> (u32, CtxStats) {
     h.qt.memset(out, 64, 0xee);
     let st = obj_cmd_out(h, QHCA_CMD_QUERY_CTX, [uar as u64, 0, 0, 0, 0], out, 64);
     let b = h.qt.memread(out, 64);
-    if st == QHCA_CMD_OK {
-        assert!(b[32..].iter().all(|&x| x == 0), "QUERY_CTX rsvd: {b:?}");
-    }
     let c = CtxStats {
         db_accepted: get64(&b, 0),
         db_violations: get64(&b, 8),
         pkt_foreign: get64(&b, 16),
         rnr_retries: get64(&b, 24),
+        odp_req_faults: get64(&b, 32),
+        odp_resp_faults: get64(&b, 40),
+        odp_fault_rnr_naks: get64(&b, 48),
+        odp_invalidations: get64(&b, 56),
     };
     (st, c)
 }

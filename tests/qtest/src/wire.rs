@@ -32,7 +32,10 @@ const _: () = {
     assert!(offset_of!(qhca_device_attr, max_qp_rd_atom) == 76);
     assert!(offset_of!(qhca_device_attr, max_qp_init_rd_atom) == 78);
     assert!(offset_of!(qhca_device_attr, max_mr_size) == 80);
-    assert!(offset_of!(qhca_device_attr, rsvd1) == 96);
+    assert!(offset_of!(qhca_device_attr, odp_general_caps) == 96);
+    assert!(offset_of!(qhca_device_attr, odp_rc_caps) == 104);
+    assert!(offset_of!(qhca_device_attr, odp_ud_caps) == 108);
+    assert!(offset_of!(qhca_device_attr, rsvd1) == 112);
 };
 
 fn u16_at(b: &[u8], o: usize) -> u16 {
@@ -121,12 +124,10 @@ pub fn decode_attr(b: &[u8]) -> qhca_device_attr {
         max_qp_init_rd_atom: u16_at(b, 78),
         max_mr_size: u64_at(b, 80),
         page_size_cap: u64_at(b, 88),
-        rsvd1: [
-            u64_at(b, 96),
-            u64_at(b, 104),
-            u64_at(b, 112),
-            u64_at(b, 120),
-        ],
+        odp_general_caps: u64_at(b, 96),
+        odp_rc_caps: u32_at(b, 104),
+        odp_ud_caps: u32_at(b, 108),
+        rsvd1: [u64_at(b, 112), u64_at(b, 120)],
     }
 }
 

@@ -54,7 +54,21 @@ fn query_device_reports_attributes() {
     assert_eq!(a.vendor_id, QHCA_PCI_VENDOR_ID, "{a:?}");
     assert_eq!(a.vendor_part_id, QHCA_PCI_DEVICE_ID, "{a:?}");
     assert_eq!((a.max_qp_rd_atom, a.max_qp_init_rd_atom), (16, 16), "{a:?}");
-    assert_eq!(a.rsvd1, [0; 4], "{a:?}");
+    assert_eq!(
+        (a.odp_general_caps, a.odp_rc_caps, a.odp_ud_caps),
+        (
+            (QHCA_ODP_SUPPORT | QHCA_ODP_SUPPORT_IMPLICIT) as u64,
+            QHCA_ODP_SUPPORT_SEND
+                | QHCA_ODP_SUPPORT_RECV
+                | QHCA_ODP_SUPPORT_WRITE
+                | QHCA_ODP_SUPPORT_READ
+                | QHCA_ODP_SUPPORT_ATOMIC,
+            0
+        ),
+        "ODP capabilities, as ibv_odp_caps: {a:?}"
+    );
+    assert_ne!(a.caps & CAP_ODP, 0, "QHCA_CAP_ODP: {a:?}");
+    assert_eq!(a.rsvd1, [0; 2], "{a:?}");
     assert!(
         b[ATTR_SIZE..].iter().all(|&x| x == 0xaa),
         "device wrote past the 128-byte attribute struct"
