@@ -57,6 +57,43 @@ struct State {
     qps: KVec<u32>,
 }
 
+/// Makes room for one more element in the vector `get` picks out of the state behind `lock`,
+/// allocating with the lock released (for locks that must not be held across an allocation that
+/// may reclaim, which can run mmu notifiers). The vector keeps its order.
+pub(crate) fn reserve_unlocked<S: Unpin, T>(
+    lock: &Mutex<S>,
+    get: impl Fn(&mut S) -> &mut KVec<T>,
+) -> Result {
+    loop {
+        let want = {
+            let mut g = lock.lock();
+            let v = get(&mut g);
+            if v.len() < v.capacity() {
+                return Ok(());
+            }
+            v.capacity() * 2 + 4
+        };
+        let mut bigger = KVec::with_capacity(want, GFP_KERNEL)?;
+        let mut g = lock.lock();
+        let v = get(&mut g);
+        if v.len() < v.capacity() {
+            return Ok(());
+        }
+        if v.len() >= bigger.capacity() {
+            // It grew meanwhile: try again with the new size.
+            continue;
+        }
+        for x in v.drain_all() {
+            // Room: `bigger` holds more than `v` had.
+            if bigger.push_within_capacity(x).is_err() {
+                return Err(ENOMEM);
+            }
+        }
+        *v = bigger;
+        return Ok(());
+    }
+}
+
 /// See the module documentation.
 #[pin_data]
 pub(crate) struct Ctx {
@@ -116,12 +153,11 @@ impl Ctx {
     }
 
     /// Makes room for one more CQ and QP route, so that adding one after the device created the
-    /// object cannot fail.
+    /// object cannot fail. Allocates with the state unlocked: the event dispatcher takes the
+    /// state under the event queue, which ODP invalidations (possibly from reclaim) wait for.
     pub(crate) fn reserve(&self) -> Result {
-        let mut st = self.state.lock();
-        st.cqs.reserve(1, GFP_KERNEL)?;
-        st.qps.reserve(1, GFP_KERNEL)?;
-        Ok(())
+        reserve_unlocked(&self.state, |st| &mut st.cqs)?;
+        reserve_unlocked(&self.state, |st| &mut st.qps)
     }
 
     /// True if QP `qpn` is this context's.

@@ -367,11 +367,24 @@ impl QhcaDevice {
     ///
     /// `ENODEV` after unbind, `EIO` after the device failed.
     pub(crate) fn open_context(&self, ctx: Arc<Ctx>) -> Result {
+        // Room first, with `files` unlocked: the event dispatcher takes it under the event
+        // queue, which ODP invalidations (possibly from reclaim) wait for.
+        crate::context::reserve_unlocked(&self.files, |f| &mut f.open)?;
         let mut files = self.files.lock();
         if let Some(e) = files.gone {
             return Err(e);
         }
-        files.open.push(ctx, GFP_KERNEL)?;
+        // Fails only if another open took the room meanwhile; that allocation may then wait
+        // (rare, and only for an open).
+        if let Err(kernel::alloc::kvec::PushError(ctx)) = files.open.push_within_capacity(ctx) {
+            drop(files);
+            crate::context::reserve_unlocked(&self.files, |f| &mut f.open)?;
+            let mut files = self.files.lock();
+            if let Some(e) = files.gone {
+                return Err(e);
+            }
+            return files.open.push_within_capacity(ctx).map_err(|_| EAGAIN);
+        }
         Ok(())
     }
 

@@ -711,8 +711,8 @@ pub(super) fn verbs_odp_fork_cow(t: &mut T, cfg: &Config) -> CaseResult {
     let d1 = write(&mut p, &mut src, 0xa1, 1)?;
     check_bytes(t, &dst.to_vec(0, len), &d1, "before fork");
 
-    let (to_child, from_parent) = nix::unistd::pipe()?;
-    let (to_parent, from_child) = nix::unistd::pipe()?;
+    let (from_parent, to_child) = nix::unistd::pipe()?;
+    let (from_child, to_parent) = nix::unistd::pipe()?;
     let dst_ptr = dst.addr() as *mut u8;
     // SAFETY: the child only writes and reads its own copy of the region through raw pointers,
     // talks through the pipes and leaves with `_exit`: no allocation, no lock, no destructor.
