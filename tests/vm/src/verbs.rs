@@ -80,6 +80,7 @@ pub fn cases() -> Vec<Case<Config>> {
         process::verbs_example_two_process,
         process::verbs_disassociated_context_fails_fast,
         odp::verbs_odp_registers_nothing_pinned,
+        odp::verbs_odp_bogus_fault_events,
         odp::verbs_odp_rdma_write,
         odp::verbs_odp_rdma_read,
         odp::verbs_odp_send_recv,

@@ -138,6 +138,29 @@ fn render(dev: &DeviceInfo, attr: &DeviceAttr) -> String {
     field(&mut s, i, "max_pd", attr.max_pd);
     field(&mut s, i, "max_qp_rd_atom", attr.max_qp_rd_atom);
     field(&mut s, i, "max_qp_init_rd_atom", attr.max_qp_init_rd_atom);
+    // As ibv_devinfo -v prints `odp_caps`.
+    let odp = &attr.odp_caps;
+    field(
+        &mut s,
+        i,
+        "odp_caps",
+        format_args!(
+            "general 0x{:x}{}{}",
+            odp.general_caps,
+            if odp.supported() { " ODP_SUPPORT" } else { "" },
+            if odp.implicit() {
+                " ODP_SUPPORT_IMPLICIT"
+            } else {
+                ""
+            }
+        ),
+    );
+    field(
+        &mut s,
+        i,
+        "rc_odp_caps",
+        format_args!("0x{:x} {}", odp.rc_odp_caps, odp.rc_names().join(" ")),
+    );
     s
 }
 

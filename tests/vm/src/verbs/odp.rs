@@ -209,6 +209,61 @@ pub(super) fn verbs_odp_registers_nothing_pinned(t: &mut T, cfg: &Config) -> Cas
     Ok(())
 }
 
+/// Page-fault events the driver cannot honour (an unknown key, a QP of nobody) are answered or
+/// dropped, never a crash; the QP of an unknown key is resumed with an error and stays usable.
+pub(super) fn verbs_odp_bogus_fault_events(t: &mut T, cfg: &Config) -> CaseResult {
+    let mut p = pair(cfg, &PairOpts::default())?;
+    let inject = |ev: String| -> Result<(), Fail> {
+        Ok(std::fs::write(
+            "/sys/kernel/debug/qhca/qhca0/inject_event",
+            ev,
+        )?)
+    };
+    let (f0, e0, r0) = (
+        drv_counter("faults")?,
+        drv_counter("resumed_error")?,
+        drv_counter("resume_refused")?,
+    );
+    let bogus_key = 0x00ff_ff00u64;
+    // Nobody's QP: dropped.
+    inject(format!("5 0x1000 {}", 0x00ff_fffeu64 << 32 | bogus_key))?;
+    // Our QP, an unknown key: RESUME_ERROR through our doorbell page; the device never issued
+    // token 0, so it refuses the RESUME.
+    inject(format!(
+        "5 0x1000 {}",
+        u64::from(p.a.qpn()) << 32 | bogus_key
+    ))?;
+    let end = Instant::now() + Duration::from_secs(10);
+    while drv_counter("faults")? < f0 + 2 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    check_eq!(t, drv_counter("faults")?, f0 + 2, "both events handled");
+    check_eq!(
+        t,
+        drv_counter("resumed_error")?,
+        e0 + 1,
+        "one resumed with an error"
+    );
+    check_eq!(
+        t,
+        drv_counter("resume_refused")?,
+        r0 + 1,
+        "the device refused token 0"
+    );
+    // The QP is unharmed.
+    let mut src = p.pd.reg_mr_buf(64, Access::NONE)?;
+    let dst = p.pd.reg_mr_buf(64, rw())?;
+    src.write_at(0, &[9; 64]);
+    let op = WrOp::Write {
+        raddr: dst.addr(),
+        rkey: dst.rkey(),
+    };
+    let wc = run1(&mut p, 1, op, &[src.sge(0, 64)])?;
+    check_wc(t, &wc, 1, WcStatus::Success, WcOpcode::RdmaWrite, "write");
+    check_bytes(t, &dst.to_vec(0, 64), &[9; 64], "written");
+    Ok(())
+}
+
 /// RDMA WRITE: the local source and the remote target are ODP memory the device never saw.
 pub(super) fn verbs_odp_rdma_write(t: &mut T, cfg: &Config) -> CaseResult {
     let mut p = pair(cfg, &PairOpts::default())?;
