@@ -58,7 +58,9 @@ fi
 # Any of these in the kernel log fails the suite, wherever they came from.
 splat='-+\[ cut here \]-+|WARNING:|BUG:|Oops|general protection fault|Kernel panic|'
 splat+='possible (recursive|circular|irq) lock|inconsistent lock state|lockdep is turned off|'
-splat+='UBSAN|KASAN|kfence|hung_task|INFO: task .* blocked|Call Trace:|RIP: '
+splat+='UBSAN|KASAN|kfence|hung_task|INFO: task .* blocked|Call Trace:|RIP: |'
+# Behind the guest IOMMU: a device access the driver did not map (or had unmapped) is a bug.
+splat+='DMAR: \[DMA (Read|Write)'
 if dmesg | grep -Eq -e "$splat"; then
 	bad kernel_log_clean "the guest kernel log has a splat:"
 	dmesg | grep -E -B5 -A25 -e "$splat" | head -120

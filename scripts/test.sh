@@ -2,7 +2,8 @@
 # The README's test command: installs and builds whatever is missing, then runs
 #   1. host tests (cargo test: ABI layout and drift, provider logic),
 #   2. the device model from outside (qtest protocol against our QEMU),
-#   3. the VM suite (our kernel + QEMU + driver + provider, under virtme-ng).
+#   3. the VM suite (our kernel + QEMU + driver + provider, under virtme-ng), twice: as it is
+#      and behind the guest IOMMU.
 # Ends with "total: N passed, M failed" and exits non-zero on any failure.
 source "$(dirname "$0")/lib.sh"
 source "$QHCA_ROOT/scripts/build-all.sh"
@@ -38,21 +39,29 @@ cargo_counts host "$logs/host.log"
 QHCA_QEMU=$QEMU run_stage qtest cargo test --release -p qhca-qtest
 cargo_counts qtest "$logs/qtest.log"
 
-run_stage vm "$QHCA_ROOT/scripts/vm.sh" --uars 24 -- \
-	bash "$QHCA_ROOT/scripts/guest-tests.sh" "$KO" "$BIN/qhca-vmtest"
-line=$(grep -aE '^vm-suite: [0-9]+ passed, [0-9]+ failed' "$logs/vm.log" | tail -n1 | tr -d '\r')
-if [ -n "$line" ]; then
-	P[vm]=$(echo "$line" | awk '{print $2}')
-	F[vm]=$(echo "$line" | awk '{print $4}')
-else
-	echo "qhca: the VM suite printed no result (boot failure?); see $logs/vm.log" >&2
-	P[vm]=0 F[vm]=1
-fi
+# The VM suite twice: as it is, then behind the guest IOMMU (intel-iommu; the driver's DMA
+# addresses are IOVAs and QEMU's VT-d model checks every device access).
+vm_suite() { # STAGE [vm.sh options]
+	local name=$1 line
+	shift
+	run_stage "$name" "$QHCA_ROOT/scripts/vm.sh" --uars 24 "$@" -- \
+		bash "$QHCA_ROOT/scripts/guest-tests.sh" "$KO" "$BIN/qhca-vmtest"
+	line=$(grep -aE '^vm-suite: [0-9]+ passed, [0-9]+ failed' "$logs/$name.log" | tail -n1 | tr -d '\r')
+	if [ -n "$line" ]; then
+		P[$name]=$(echo "$line" | awk '{print $2}')
+		F[$name]=$(echo "$line" | awk '{print $4}')
+	else
+		echo "qhca: the VM suite printed no result (boot failure?); see $logs/$name.log" >&2
+		P[$name]=0 F[$name]=1
+	fi
+}
+vm_suite vm
+vm_suite vm-iommu --iommu
 
 tp=0 tf=0
 echo
 for s in "${stages[@]}"; do
-	printf '%-6s %4d passed, %d failed\n' "$s:" "${P[$s]}" "${F[$s]}"
+	printf '%-9s %4d passed, %d failed\n' "$s:" "${P[$s]}" "${F[$s]}"
 	tp=$((tp + P[$s]))
 	tf=$((tf + F[$s]))
 done
