@@ -159,6 +159,9 @@ pub(crate) struct OdpDevice {
     /// The fault worker's queue; `None` once the device is shut down.
     #[pin]
     wq: Mutex<Option<OwnedQueue>>,
+    /// Set when an invalidation stopped the device (its INVALIDATE_ODP failed): the worker
+    /// tells the contexts, which an invalidation cannot do (telling them zaps mappings).
+    death_pending: Atomic<bool>,
     pub(crate) stats: Stats,
 }
 
@@ -170,6 +173,7 @@ impl OdpDevice {
             faults <- new_mutex!(KVec::new()),
             prefetches <- new_mutex!(KVec::new()),
             wq <- new_mutex!(Some(wq)),
+            death_pending: Atomic::new(false),
             stats: Stats::new(),
         }? Error))
     }
@@ -204,11 +208,22 @@ impl OdpDevice {
 
     /// Runs the worker if something waits for it.
     pub(crate) fn kick(&self, dev: &Arc<QhcaDevice>) {
-        if self.faults.lock().is_empty() && self.prefetches.lock().is_empty() {
+        if self.faults.lock().is_empty()
+            && self.prefetches.lock().is_empty()
+            && !self.death_pending.load(Relaxed)
+        {
             return;
         }
         if let Some(wq) = self.wq.lock().as_ref() {
             // Already queued (`Err`): it will find the new work.
+            let _ = wq.queue().enqueue(dev.clone());
+        }
+    }
+
+    /// From an invalidation that stopped the device: the worker reports the death.
+    fn report_death_later(&self, dev: &Arc<QhcaDevice>) {
+        self.death_pending.store(true, Relaxed);
+        if let Some(wq) = self.wq.lock().as_ref() {
             let _ = wq.queue().enqueue(dev.clone());
         }
     }
@@ -239,6 +254,9 @@ impl OdpDevice {
 
 /// The device's fault worker: faults first, then queued prefetches one step at a time.
 pub(crate) fn work(dev: &Arc<QhcaDevice>) {
+    if dev.odp.death_pending.xchg(false, Relaxed) {
+        dev.check_death();
+    }
     loop {
         loop {
             let pf = {
@@ -572,6 +590,8 @@ impl OdpMr {
     ) -> Result {
         add(&dev.odp.stats.prefetches, 1);
         {
+            // Room first, unlocked: `kick` takes the queue from invalidations.
+            crate::context::reserve_unlocked(&dev.odp.prefetches, |p| p)?;
             let mut p = dev.odp.prefetches.lock();
             if p.len() >= MAX_QUEUED_PREFETCHES {
                 return Err(EAGAIN);
@@ -585,7 +605,8 @@ impl OdpMr {
                 len,
                 write,
             };
-            p.push(job, GFP_KERNEL)?;
+            // Another prefetch took the room meanwhile: the caller may try again.
+            p.push_within_capacity(job).map_err(|_| EAGAIN)?;
         }
         dev.odp.kick(dev);
         Ok(())
@@ -721,6 +742,10 @@ impl OdpMr {
         if start < end {
             let tell = !st.dead && !self.dev.is_stopped();
             self.unmap_locked(&mut st, start >> PAGE_SHIFT, (end - 1) >> PAGE_SHIFT, tell);
+            drop(st);
+            if tell && self.dev.is_stopped() {
+                self.dev.odp.report_death_later(&self.dev);
+            }
         }
         true
     }

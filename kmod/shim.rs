@@ -430,8 +430,9 @@ impl Invalidation {
     /// and `cur_seq` the sequence the callback received; the value must not outlive the callback.
     pub(crate) unsafe fn new(odp: *mut QhcaOdp, start: u64, end: u64, cur_seq: c_ulong) -> Self {
         Self {
-            // The C callback passes the container of the notifier it runs for: never null.
-            odp: NonNull::new(odp).unwrap_or(NonNull::dangling()),
+            // SAFETY: `odp` is the notifier the callback runs for (caller's promise): the C
+            // callback passes its container, never null.
+            odp: unsafe { NonNull::new_unchecked(odp) },
             cur_seq,
             start,
             end,

@@ -98,6 +98,10 @@ pub fn destructive_cases() -> Vec<Case<Config>> {
             run: failure::dead_queue_on_close,
         },
         Case {
+            name: "odp_invalidate_timeout_stops_device",
+            run: failure::odp_invalidate_timeout_stops_device,
+        },
+        Case {
             name: "probe_error_stops_device",
             run: failure::probe_error_stops_device,
         },

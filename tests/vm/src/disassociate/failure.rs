@@ -106,6 +106,83 @@ pub(super) fn dead_queue_stops_device(t: &mut T, cfg: &Config) -> CaseResult {
     Ok(())
 }
 
+/// An INVALIDATE_ODP that times out (inside `madvise`, from the mmu notifier): the device is
+/// stopped before the pages are unmapped, `madvise` returns, the context learns it (DEVICE_FATAL,
+/// reported by the fault worker, not from inside the notifier), and a rebind brings it back.
+pub(super) fn odp_invalidate_timeout_stops_device(t: &mut T, cfg: &Config) -> CaseResult {
+    require_knob(t, "fail_cmds")?;
+    const ODP_MAPPED: &str = "/sys/kernel/debug/qhca/odp_mapped_pages";
+    let mapped = || -> i64 {
+        std::fs::read_to_string(ODP_MAPPED)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(-1)
+    };
+    let bdf = system::pci_bdf(cfg)?;
+    let dead_lines = dmesg_count("command queue dead");
+    let before = mapped();
+    {
+        let ctx = Arc::new(Context::open(&cfg.dev)?);
+        let pd = Pd::new(&ctx)?;
+        let len = 16 * PAGE;
+        let mr = pd.reg_odp_buf(len as usize, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        mr.advise(qhca::Advice::PrefetchWrite, mr.addr(), len, true)?;
+        check_eq!(t, mapped(), before + 16, "prefetched pages mapped");
+
+        set_knob("fail_cmds", 1)?;
+        // SAFETY: the region owns the range and hands out no reference into it.
+        let r = unsafe {
+            libc::madvise(
+                mr.addr() as *mut libc::c_void,
+                len as usize,
+                libc::MADV_DONTNEED,
+            )
+        };
+        check_eq!(t, r, 0, "madvise returns");
+        check_eq!(t, knob("fail_cmds"), Some(0), "the injection was used");
+        check!(
+            t,
+            !bus_master(&bdf)?,
+            "bus mastering off after INVALIDATE_ODP timed out"
+        );
+        check_eq!(
+            t,
+            mapped(),
+            before,
+            "the pages were unmapped (after the device stopped)"
+        );
+        check_eq!(
+            t,
+            ctx.wait_async_event(Some(Duration::from_secs(10)))?,
+            Some(AsyncEvent::DeviceFatal),
+            "the context is told"
+        );
+        check_eq!(
+            t,
+            dmesg_count("command queue dead"),
+            dead_lines + 1,
+            "said once"
+        );
+        check!(
+            t,
+            dmesg_count("INVALIDATE_ODP of key") >= 1,
+            "the failure is logged"
+        );
+    }
+    check_eq!(t, mapped(), before, "nothing mapped after close");
+    rebind(cfg, &bdf)?;
+    let ctx = Arc::new(Context::open(&cfg.dev)?);
+    let pd = Pd::new(&ctx)?;
+    let mr = pd.reg_odp_buf(PAGE as usize, Access::LOCAL_WRITE)?;
+    check!(
+        t,
+        mr.advise(qhca::Advice::PrefetchWrite, mr.addr(), PAGE, true)
+            .is_ok(),
+        "ODP works after rebind"
+    );
+    Ok(())
+}
+
 /// A destroy command that times out while a closing context cleans up: the device is stopped
 /// before the context's pinned memory is freed (and is freed then: nothing is leaked).
 pub(super) fn dead_queue_on_close(t: &mut T, cfg: &Config) -> CaseResult {
