@@ -186,6 +186,7 @@ void qhca_odp_clear(QhcaQp *qp)
     qp->resp_fault = false;
     qp->resp_fault_read = false;
     qp->resp_fault_failed = false;
+    qp->resp_fault_ack = false;
 }
 
 /* [first, first + count) are virtual pages of the region. */

@@ -739,6 +739,19 @@ void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
     }
     QHCA_TRACE_STEP(QHCA_REQ_RECV, qhca_req_recv, qhca_qpn(s, qp),
                     pkt->opcode, pkt->psn, pkt->syndrome);
+    if (qp->req_wait && pkt->opcode == QHCA_OP_ACK &&
+        (pkt->syndrome & QHCA_AETH_KIND_MASK) == QHCA_AETH_ACK &&
+        psn_add(pkt->psn, 1) == qhca_req_cursor_psn(qp)) {
+        /*
+         * An ACK of everything before the packet the back-off waits to
+         * send: the responder is ready again (it served a page fault).
+         */
+        trace_qhca_req_retry(qhca_qpn(s, qp), "responder ready, back-off ends",
+                             qp->req_rnr_left);
+        qp->req_wait = false;
+        timer_del(qp->timer);
+        qhca_engine_schedule(s, qp);
+    }
     if (psn_diff(pkt->psn, qhca_req_slot(qp, qp->sq.ci)->first_psn) < 0 ||
         psn_diff(pkt->psn, qp->sq_psn) >= 0) {
         trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,

@@ -105,7 +105,24 @@ void qhca_resp_fault_resume(QhcaState *s, QhcaQp *qp, bool ok)
     qp->resp_fault_failed = !ok;
     if (qp->resp_fault_read) {
         qp->resp_fault_read = false;
-        qhca_engine_schedule(s, qp);
+    } else if (ok) {
+        qp->resp_fault_ack = true;
+    }
+    qhca_engine_schedule(s, qp);
+}
+
+/*
+ * The page is in: an unsolicited ACK of everything before the request that
+ * faulted tells a requester in RNR back-off to send it now rather than when
+ * its timer runs out (the patent's "unsolicited ACK"; any other requester
+ * ignores an ACK it has had already).
+ */
+void qhca_resp_resume_ack(QhcaState *s, QhcaQp *qp)
+{
+    qp->resp_fault_ack = false;
+    if (qp->state == QHCA_QPS_RTR || qp->state == QHCA_QPS_RTS) {
+        qhca_resp_ack(s, qp, psn_add(qp->rq_psn, QHCA_PSN_MASK),
+                      QHCA_AETH_ACK | 0x1f);
     }
 }
 

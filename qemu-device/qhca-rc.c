@@ -600,6 +600,9 @@ static bool qhca_qp_turn(QhcaState *s, QhcaQp *qp, unsigned *budget)
     if (qp->state == QHCA_QPS_ERR) {
         return qhca_qp_flush(s, qp, budget);
     }
+    if (qp->resp_fault_ack) {
+        qhca_resp_resume_ack(s, qp);
+    }
     if (qp->rd_active && !qp->resp_fault_read &&
         (qp->state == QHCA_QPS_RTR || qp->state == QHCA_QPS_RTS)) {
         qhca_resp_read_step(s, qp, budget);

@@ -107,6 +107,7 @@ void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt);
 void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget);
 void qhca_resp_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt);
 void qhca_resp_fault_resume(QhcaState *s, QhcaQp *qp, bool ok);
+void qhca_resp_resume_ack(QhcaState *s, QhcaQp *qp);
 
 /* qhca-odp.c */
 QhcaMem qhca_odp_rw(QhcaState *s, QhcaMr *mr, uint64_t va, void *buf,

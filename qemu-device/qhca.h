@@ -401,6 +401,7 @@ struct QhcaQp {
     bool resp_fault;
     bool resp_fault_read;
     bool resp_fault_failed;
+    bool resp_fault_ack;        /* served: tell the requester (an ACK) */
     uint32_t resp_fault_token;
     uint32_t resp_fault_psn;
 

@@ -9,6 +9,7 @@
 //! guest RAM the test allocated, so every byte the device moves can be checked.
 
 use qhca_qtest::abi::*;
+use qhca_qtest::hca::STEP_NS;
 use qhca_qtest::verbs::*;
 use qhca_qtest::Hca;
 
@@ -386,12 +387,27 @@ fn responder_fault_backs_the_requester_off_then_succeeds() {
     assert!(s.rnr_retries >= 2, "the requester backed off: {s:?}");
     assert_eq!(s.odp_resp_faults, 1);
 
+    // Let the back-off grow (rnr_retry 7 doubles it each time, from 10 us): ~30 ms more.
+    for _ in 0..10 {
+        h.settle();
+    }
+    assert!(faults(&mut h).is_empty(), "still one event");
     map(&mut h, &mut p, rkey, VA, 3 * PAGE, dst, true);
     assert_eq!(
         resume(&mut h, p.uar, f[0].token, QHCA_RESUME_OK),
         QHCA_CMD_OK
     );
-    let c = wait_long(&mut h, &mut p.scq);
+    // The responder's unsolicited ACK ends the back-off: the WRITE completes within a few
+    // 100 us steps, not when a back-off of several ms runs out.
+    let mut c = None;
+    for _ in 0..5 {
+        h.qt.clock_step(STEP_NS);
+        c = p.scq.poll(&mut h);
+        if c.is_some() {
+            break;
+        }
+    }
+    let c = c.expect("no completion within 500 us of RESUME: the back-off did not end");
     assert_eq!(c.status, QHCA_WC_SUCCESS as u8, "{c:?}");
     assert_eq!(h.qt.memread(dst, len as usize), data);
     assert!(faults(&mut h).is_empty());
