@@ -171,8 +171,9 @@ bool qhca_odp_raise(QhcaState *s, QhcaQp *qp, bool responder,
     } else {
         ctx->odp_req_faults++;
     }
-    trace_qhca_odp_fault(qhca_qpn(s, qp), responder, s->fault.key,
-                         s->fault.va, s->fault.len, s->fault.write, t);
+    QHCA_TRACE_STEP(QHCA_ODP_FAULT, qhca_odp_fault, qhca_qpn(s, qp),
+                    responder, s->fault.key, s->fault.va, s->fault.len,
+                    s->fault.write, t);
     *token = t;
     return true;
 }
@@ -381,7 +382,8 @@ static uint8_t qhca_cmd_resume(QhcaState *s, const struct qhca_cmd *cmd)
                   : !qp->req_fault || qp->req_fault_token != token) {
         return QHCA_CMD_BAD_RESOURCE;
     }
-    trace_qhca_odp_resume(qhca_qpn(s, qp), token, ok);
+    QHCA_TRACE_STEP(QHCA_ODP_RESUME, qhca_odp_resume, qhca_qpn(s, qp), token,
+                    ok);
     if (responder) {
         qhca_resp_fault_resume(s, qp, ok);
     } else {

@@ -29,9 +29,18 @@ BKO=$kcopy/kmod/qhca.ko
 step "bench: booting the VM (bench kernel, TCG, 2 vCPUs); qhca then rxe; about two minutes; log: $log"
 t=$(date +%s)
 set +e
-KDIR=$BKDIR "$QHCA_ROOT/scripts/vm.sh" --append "tsc=reliable" -- \
+# The device traces its page faults and RESUMEs (two events, only on the ODP runs) for the fault
+# service time.
+odp_trace=$QHCA_CACHE/logs/bench-odp-trace.log
+rm -f "$odp_trace"
+QHCA_QEMU_OPTS="${QHCA_QEMU_OPTS:-} -trace qhca_odp_fault -trace qhca_odp_resume -D $odp_trace" \
+	KDIR=$BKDIR "$QHCA_ROOT/scripts/vm.sh" --append "tsc=reliable" -- \
 	bash "$QHCA_ROOT/scripts/guest-bench.sh" "$BKO" "$BIN" "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
+{
+	echo "page-fault service time, device trace (qhca_odp_fault to qhca_odp_resume, host clock):"
+	python3 "$QHCA_ROOT/scripts/qhca-odp-faults.py" "$odp_trace" || echo "(no faults traced)"
+} 2>&1 | tee -a "$log"
 set -e
 echo "bench: wall time $(($(date +%s) - t)) s (VM boot included), exit code $rc" | tee -a "$log"
 exit "$rc"

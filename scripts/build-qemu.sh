@@ -46,6 +46,13 @@ fi
 
 # --- 2. hook the device into the tree (idempotent) ---------------------------------------------------------
 # The links are recreated every run: CI builds from a fresh clone at another path.
+# The device's sources are symlinked in. When the link moves to another checkout (a second git
+# worktree), ninja compares the new files' mtimes with outputs built from the old ones and may
+# keep stale objects and generated trace code: touch the device's files so that they are rebuilt.
+if [ "$(readlink "$src/hw/misc/qhca" 2>/dev/null)" != "$QHCA_ROOT/qemu-device" ] ||
+	[ "$(readlink "$src/hw/misc/qhca-uapi" 2>/dev/null)" != "$QHCA_ROOT/uapi/include" ]; then
+	touch "$QHCA_ROOT"/qemu-device/* "$QHCA_ROOT"/uapi/include/*
+fi
 ln -sfn "$QHCA_ROOT/qemu-device" "$src/hw/misc/qhca"
 ln -sfn "$QHCA_ROOT/uapi/include" "$src/hw/misc/qhca-uapi"
 # append_once FILE LINE: append LINE to FILE unless it is already there.

@@ -171,6 +171,11 @@ for n in $sc_small $sc_big; do
 done
 
 rdma link delete rxe0 2>/dev/null
+# On-demand paging (qhca only), while the module is loaded; printed with the tables.
+odp_n=256
+[ "$quick" = quick ] && odp_n=32
+log "qhca-odp-bench -s 64k -n $odp_n -r 1G"
+odp_out=$("$bin/qhca-odp-bench" -s 64k -n "$odp_n" -r 1G 2>&1) || odp_out+=$'\nqhca-odp-bench failed'
 rmmod qhca 2>/dev/null
 
 # ---- tables ----
@@ -253,6 +258,14 @@ for s in qhca rxe; do
 done
 echo "(total/N counts setup too: open, mmap, verbs commands, the TCP exchange; marginal = the extra"
 echo " calls per extra post, i.e. what the data path costs)"
+echo "=================================================================================================="
+
+# On-demand paging: reg_mr of 1 GiB pinned against on demand, and a write_bw stream of 64 KiB
+# messages into a pinned target, an untouched on-demand one and a prefetched one (the fault
+# service time, event to RESUME, comes from the device's trace: scripts/bench.sh prints it).
+echo
+echo "on-demand paging: qhca-odp-bench -s 64k -n $odp_n -r 1G (run before rxe, while qhca was loaded)"
+echo "$odp_out"
 echo "=================================================================================================="
 
 # Any splat in the kernel log is worth knowing about.
