@@ -225,14 +225,20 @@ pub(crate) fn program(bar: &regs::Bar0<'_>, (cmd, eq): (u64, u64)) {
 }
 
 impl CmdQueue {
+    /// Makes the queue dead without a report (unbind, once the device is stopped: no answer
+    /// comes any more): a command in flight gives up within its next poll (10 ms) with `EIO`
+    /// instead of timing out, and later ones fail at once.
+    pub(crate) fn halt(&self) {
+        self.eq.lock().dead = true;
+        self.done.notify_all();
+    }
+
     /// Frees both rings (unbind, with the driver still bound). The device must be stopped: it
     /// does no more DMA. The queue is dead from then on: every command fails, with `ENODEV`, and
     /// the event ring reads as empty.
     pub(crate) fn release(&self) {
-        // A command in flight gives up at once (no answer comes from a stopped device), and lets
-        // go of `cmd`.
-        self.eq.lock().dead = true;
-        self.done.notify_all();
+        // A command in flight gives up and lets go of `cmd`.
+        self.halt();
         let rings = {
             let mut c = self.cmd.lock();
             let mut eq = self.eq.lock();

@@ -8,8 +8,8 @@
 //! unbound or fails.
 //!
 //! Lock order: a file's `uar`, then `bound`, then the file's objects (a context's `objs`), then
-//! the command queue's locks, then `files`, then a context's state. Nothing that touches user memory (copies, pinning)
-//! runs under `bound` or any lock after it.
+//! the command queue's locks, then `files`, then a context's state. Nothing that touches user
+//! memory (copies, pinning) runs under `bound` or any lock after it.
 
 use crate::{
     cmdq::{AsyncEvent, Cmd, CmdOutput, CmdQueue, EqHost},
@@ -470,6 +470,9 @@ impl QhcaDevice {
         {
             let mut bound = self.bound.lock();
             self.stop();
+            // Commands in flight (ODP invalidations, the fault worker's) fail now rather than
+            // time out: the device answers none any more.
+            self.cmdq.halt();
             *bound = false;
         }
         let n = self.files.lock().open.len();
