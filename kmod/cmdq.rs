@@ -20,6 +20,11 @@
 //! A queue that fails (a command times out, or the device answers out of turn) is dead for good,
 //! and the device is stopped (reset, bus mastering off, [`EqHost::stop`]) before the failing
 //! command returns: its caller, and every later one, may then free what the device was given.
+//!
+//! The rings live in the state their locks guard, so that unbind can free them while the driver
+//! is still bound ([`CmdQueue::release`], once the device is stopped) although open files keep
+//! the queue itself alive: from then on a command fails with `ENODEV` and the event ring reads
+//! as empty.
 
 use crate::{regs, uapi};
 use kernel::{
@@ -109,6 +114,8 @@ impl Cmd {
 
 /// Command-side state, held while a command is in flight.
 struct CmdState {
+    /// The command ring; `None` once released at unbind.
+    ring: Option<Coherent<[uapi::qhca_cmd]>>,
     /// Next command ring slot (free-running).
     pi: u32,
     /// Token of the next command.
@@ -124,6 +131,8 @@ struct Done {
 
 /// Event-side state: the consumer index and what it found.
 struct EqState {
+    /// The event ring; `None` once released at unbind.
+    ring: Option<Coherent<[uapi::qhca_eqe]>>,
     /// Next event ring slot to read (free-running).
     ci: u32,
     /// A CMD_DONE event consumed but not yet picked up by the waiter.
@@ -158,7 +167,8 @@ impl AsyncEvent {
 }
 
 /// The two rings. Commands are serialised by `cmd`; the event ring is drained under `eq` by the
-/// threaded interrupt handler and by a command waiter that did not get woken in time.
+/// threaded interrupt handler and by a command waiter that did not get woken in time. Lock
+/// order: `cmd`, then `eq`.
 #[pin_data]
 pub(crate) struct CmdQueue {
     #[pin]
@@ -168,8 +178,6 @@ pub(crate) struct CmdQueue {
     /// Notified when a CMD_DONE has been consumed.
     #[pin]
     done: CondVar,
-    cmd_ring: Coherent<[uapi::qhca_cmd]>,
-    eq_ring: Coherent<[uapi::qhca_eqe]>,
     /// Event-queue interrupts seen.
     irqs: Atomic<u64>,
     /// Set when the queue dies, cleared by the one [`CmdQueue::take_death`] that reports it.
@@ -184,26 +192,60 @@ impl CmdQueue {
         let eq_ring: Coherent<[uapi::qhca_eqe]> =
             CoherentBox::zeroed_slice(dev, EQ_ENTRIES, GFP_KERNEL)?.into();
         Ok(try_pin_init!(Self {
-            cmd <- new_mutex!(CmdState { pi: 0, token: 1 }),
-            eq <- new_mutex!(EqState { ci: 0, done: None, dead: false }),
+            cmd <- new_mutex!(CmdState { ring: Some(cmd_ring), pi: 0, token: 1 }),
+            eq <- new_mutex!(EqState { ring: Some(eq_ring), ci: 0, done: None, dead: false }),
             done <- new_condvar!(),
-            cmd_ring,
-            eq_ring,
             irqs: Atomic::new(0),
             died: Atomic::new(false),
         }? Error))
     }
 
-    /// Tells the device where the rings are. Called with the device reset and disabled.
-    pub(crate) fn program(&self, bar: &regs::Bar0<'_>) {
-        let cmd = self.cmd_ring.dma_address();
-        let eq = self.eq_ring.dma_address();
-        bar.write32(cmd as u32, regs::CMDQ_BASE_LO);
-        bar.write32((cmd >> 32) as u32, regs::CMDQ_BASE_HI);
-        bar.write32(CMDQ_LOG, regs::CMDQ_LOG_SIZE);
-        bar.write32(eq as u32, regs::EQ_BASE_LO);
-        bar.write32((eq >> 32) as u32, regs::EQ_BASE_HI);
-        bar.write32(EQ_LOG, regs::EQ_LOG_SIZE);
+    /// The DMA addresses of the command and event rings, for [`program`].
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` once the rings are released.
+    pub(crate) fn ring_addresses(&self) -> Result<(u64, u64)> {
+        let cmd = self.cmd.lock().ring.as_ref().ok_or(ENODEV)?.dma_address();
+        let eq = self.eq.lock().ring.as_ref().ok_or(ENODEV)?.dma_address();
+        Ok((cmd, eq))
+    }
+}
+
+/// Tells the device where the rings are (`(cmd, eq)` from [`CmdQueue::ring_addresses`]). Called
+/// with the device reset and disabled, at probe. Takes no lock: it runs inside the BAR's access
+/// guard, an RCU read-side section.
+pub(crate) fn program(bar: &regs::Bar0<'_>, (cmd, eq): (u64, u64)) {
+    bar.write32(cmd as u32, regs::CMDQ_BASE_LO);
+    bar.write32((cmd >> 32) as u32, regs::CMDQ_BASE_HI);
+    bar.write32(CMDQ_LOG, regs::CMDQ_LOG_SIZE);
+    bar.write32(eq as u32, regs::EQ_BASE_LO);
+    bar.write32((eq >> 32) as u32, regs::EQ_BASE_HI);
+    bar.write32(EQ_LOG, regs::EQ_LOG_SIZE);
+}
+
+impl CmdQueue {
+    /// Makes the queue dead without a report (unbind, once the device is stopped: no answer
+    /// comes any more): a command in flight gives up within its next poll (10 ms) with `EIO`
+    /// instead of timing out, and later ones fail at once.
+    pub(crate) fn halt(&self) {
+        self.eq.lock().dead = true;
+        self.done.notify_all();
+    }
+
+    /// Frees both rings (unbind, with the driver still bound). The device must be stopped: it
+    /// does no more DMA. The queue is dead from then on: every command fails, with `ENODEV`, and
+    /// the event ring reads as empty.
+    pub(crate) fn release(&self) {
+        // A command in flight gives up and lets go of `cmd`.
+        self.halt();
+        let rings = {
+            let mut c = self.cmd.lock();
+            let mut eq = self.eq.lock();
+            eq.done = None;
+            (c.ring.take(), eq.ring.take())
+        };
+        drop(rings);
     }
 
     /// Counts an event-queue interrupt (hard-IRQ half).
@@ -297,6 +339,9 @@ impl CmdQueue {
     pub(crate) fn exec(&self, host: &dyn EqHost, mut cmd: Cmd) -> Result<CmdOutput> {
         let (dev, bar) = (host.dev(), host.bar());
         let mut c = self.cmd.lock();
+        if c.ring.is_none() {
+            return Err(ENODEV);
+        }
         if self.eq.lock().dead {
             return Err(EIO);
         }
@@ -305,7 +350,7 @@ impl CmdQueue {
         cmd.0.token = token.to_le();
 
         let slot = c.pi as usize & (CMDQ_ENTRIES - 1);
-        self.write_cmd(slot, &cmd.0)?;
+        write_cmd(c.ring.as_ref().ok_or(ENODEV)?, slot, &cmd.0)?;
         c.pi = c.pi.wrapping_add(1);
         let pi = c.pi;
         let timeout = if host.inject() {
@@ -371,56 +416,61 @@ impl CmdQueue {
         }
     }
 
-    /// Writes `cmd` (already little-endian) into command ring slot `slot`.
-    fn write_cmd(&self, slot: usize, cmd: &uapi::qhca_cmd) -> Result {
-        let ring = &self.cmd_ring;
-        io_write!(ring, [try: slot].opcode, cmd.opcode);
-        io_write!(ring, [try: slot].flags, cmd.flags);
-        io_write!(ring, [try: slot].token, cmd.token);
-        io_write!(ring, [try: slot].out_addr, cmd.out_addr);
-        io_write!(ring, [try: slot].out_len, cmd.out_len);
-        io_write!(ring, [try: slot].rsvd0, cmd.rsvd0);
-        for (i, v) in cmd.in_.iter().enumerate() {
-            io_write!(ring, [try: slot].in_[try: i], *v);
-        }
-        Ok(())
-    }
-
     /// Returns the next event if the device has written it, and advances the consumer index.
+    /// None once the ring is released.
     fn next_event(&self, eq: &mut EqState) -> Option<uapi::qhca_eqe> {
-        let slot = eq.ci as usize & (EQ_ENTRIES - 1);
-        let pass = eq.ci >> EQ_LOG;
-        let want = ((pass + 1) & 1) as u8;
-        let owner: u8 = io_read!(&self.eq_ring, [panic: slot].owner);
-        if owner & uapi::QHCA_EQE_OWNER as u8 != want {
-            return None;
-        }
-        // The owner byte is written last by the device: read the body only after it.
-        dma_mb(Read);
-        let ring = &self.eq_ring;
-        let eqe = uapi::qhca_eqe {
-            type_: io_read!(ring, [panic: slot].type_),
-            status: io_read!(ring, [panic: slot].status),
-            token: io_read!(ring, [panic: slot].token),
-            data: [
-                io_read!(ring, [panic: slot].data[build: 0]),
-                io_read!(ring, [panic: slot].data[build: 1]),
-            ],
-            rsvd1: [
-                io_read!(ring, [panic: slot].rsvd1[build: 0]),
-                io_read!(ring, [panic: slot].rsvd1[build: 1]),
-                io_read!(ring, [panic: slot].rsvd1[build: 2]),
-                io_read!(ring, [panic: slot].rsvd1[build: 3]),
-                io_read!(ring, [panic: slot].rsvd1[build: 4]),
-                io_read!(ring, [panic: slot].rsvd1[build: 5]),
-                io_read!(ring, [panic: slot].rsvd1[build: 6]),
-            ],
-            owner,
-            ..Default::default()
-        };
+        let eqe = read_event(eq.ring.as_ref()?, eq.ci)?;
         eq.ci = eq.ci.wrapping_add(1);
         Some(eqe)
     }
+}
+
+/// Writes `cmd` (already little-endian) into command ring slot `slot`.
+fn write_cmd(ring: &Coherent<[uapi::qhca_cmd]>, slot: usize, cmd: &uapi::qhca_cmd) -> Result {
+    io_write!(ring, [try: slot].opcode, cmd.opcode);
+    io_write!(ring, [try: slot].flags, cmd.flags);
+    io_write!(ring, [try: slot].token, cmd.token);
+    io_write!(ring, [try: slot].out_addr, cmd.out_addr);
+    io_write!(ring, [try: slot].out_len, cmd.out_len);
+    io_write!(ring, [try: slot].rsvd0, cmd.rsvd0);
+    for (i, v) in cmd.in_.iter().enumerate() {
+        io_write!(ring, [try: slot].in_[try: i], *v);
+    }
+    Ok(())
+}
+
+/// The event at free-running index `ci` of `ring`, if the device has written it.
+fn read_event(ring: &Coherent<[uapi::qhca_eqe]>, ci: u32) -> Option<uapi::qhca_eqe> {
+    let slot = ci as usize & (EQ_ENTRIES - 1);
+    let pass = ci >> EQ_LOG;
+    let want = ((pass + 1) & 1) as u8;
+    let owner: u8 = io_read!(ring, [panic: slot].owner);
+    if owner & uapi::QHCA_EQE_OWNER as u8 != want {
+        return None;
+    }
+    // The owner byte is written last by the device: read the body only after it.
+    dma_mb(Read);
+    let eqe = uapi::qhca_eqe {
+        type_: io_read!(ring, [panic: slot].type_),
+        status: io_read!(ring, [panic: slot].status),
+        token: io_read!(ring, [panic: slot].token),
+        data: [
+            io_read!(ring, [panic: slot].data[build: 0]),
+            io_read!(ring, [panic: slot].data[build: 1]),
+        ],
+        rsvd1: [
+            io_read!(ring, [panic: slot].rsvd1[build: 0]),
+            io_read!(ring, [panic: slot].rsvd1[build: 1]),
+            io_read!(ring, [panic: slot].rsvd1[build: 2]),
+            io_read!(ring, [panic: slot].rsvd1[build: 3]),
+            io_read!(ring, [panic: slot].rsvd1[build: 4]),
+            io_read!(ring, [panic: slot].rsvd1[build: 5]),
+            io_read!(ring, [panic: slot].rsvd1[build: 6]),
+        ],
+        owner,
+        ..Default::default()
+    };
+    Some(eqe)
 }
 
 /// Maps a command status to the errno user space sees.

@@ -8,10 +8,17 @@
 //! RDMA core): it gets `QHCA_ASYNC_DEVICE_FATAL`, every CQ eventfd is signalled so that waiters
 //! wake, the doorbell page is replaced by a harmless page of its own, and every ioctl but
 //! `GET_ASYNC_EVENT` fails with the reason (`ENODEV` after unbind, `EIO` after a device failure).
+//!
+//! The context also holds the verbs objects its file created ([`Ctx::objs`]), so that unbind,
+//! which reaches every open context through the device, can release what they hold of the device
+//! (DMA mappings, pinned pages, ODP regions) while the driver is still bound
+//! ([`Ctx::release_objects`]); a file closed after that frees only plain memory.
 
 use crate::{
+    device::QhcaDevice,
     shim::{EventFd, InodeMapping, Umap},
     uapi,
+    verbs::Objects,
 };
 use kernel::{
     fs::File,
@@ -19,6 +26,7 @@ use kernel::{
     prelude::*,
     seq_file::{seq_print, SeqFile},
     sync::{
+        atomic::{Atomic, Relaxed},
         poll::{PollCondVar, PollTable},
         Arc, Mutex,
     },
@@ -103,6 +111,12 @@ pub(crate) struct Ctx {
     state: Mutex<State>,
     #[pin]
     poll: PollCondVar,
+    /// The verbs objects this context created. Emptied when the file is released (which breaks
+    /// the reference cycle of an ODP region, which holds its context) or, first, at unbind.
+    #[pin]
+    pub(crate) objs: Mutex<Objects>,
+    /// Set once unbind released the objects ([`Ctx::release_objects`]).
+    released: Atomic<bool>,
 }
 
 impl Ctx {
@@ -122,9 +136,28 @@ impl Ctx {
                     qps: KVec::new(),
                 }),
                 poll <- new_poll_condvar!(),
+                objs <- new_mutex!(Objects::default()),
+                released: Atomic::new(false),
             }? Error),
             GFP_KERNEL,
         )
+    }
+
+    /// Unbind, with the device stopped and the driver still bound: destroys every object of the
+    /// context as a close does once the device is stopped, freeing only host resources (unmaps
+    /// and unpins memory, tears down ODP regions with their DMA mappings and notifiers), so that
+    /// nothing DMA-related is left for the file's release. No object is created afterwards:
+    /// creating one needs the bound device. Takes the objects' lock (the device's lock order:
+    /// after `bound`, before the command queue and `files`).
+    pub(crate) fn release_objects(&self, dev: &QhcaDevice) {
+        self.released.store(true, Relaxed);
+        let uar = self.uar();
+        self.objs.lock().destroy_all(dev, self, uar, false);
+    }
+
+    /// True once [`Ctx::release_objects`] ran (or is running).
+    pub(crate) fn objects_released(&self) -> bool {
+        self.released.load(Relaxed)
     }
 
     /// `Ok` while the context is associated; else the reason it is not.

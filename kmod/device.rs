@@ -7,9 +7,9 @@
 //! the doorbell pages through each context's [`Ctx`], which the device disassociates when it is
 //! unbound or fails.
 //!
-//! Lock order: a file's `uar`, then `bound`, then the file's objects, then the command queue's
-//! locks, then `files`, then a context's state. Nothing that touches user memory (copies, pinning)
-//! runs under `bound` or any lock after it.
+//! Lock order: a file's `uar`, then `bound`, then the file's objects (a context's `objs`), then
+//! the command queue's locks, then `files`, then a context's state. Nothing that touches user
+//! memory (copies, pinning) runs under `bound` or any lock after it.
 
 use crate::{
     cmdq::{AsyncEvent, Cmd, CmdOutput, CmdQueue, EqHost},
@@ -431,39 +431,48 @@ impl QhcaDevice {
         f(unsafe { self.dev().as_bound() })
     }
 
-    /// Undoes `open_context` and everything the context created: forgets `ctx`, destroys its
-    /// objects and frees its doorbell page. While the device is alive, that is done by commands;
+    /// Undoes `open_context` and everything the context created: destroys its objects, frees
+    /// its doorbell page and forgets `ctx`. While the device is alive, that is done by commands;
     /// once it is stopped (unbound or failed) it forgot everything, and only host resources are
-    /// freed.
-    pub(crate) fn close_context(
-        &self,
-        ctx: &Arc<Ctx>,
-        uar: Option<u32>,
-        objs: &Mutex<crate::verbs::Objects>,
-    ) {
+    /// freed (none DMA-related once unbind released them, see [`QhcaDevice::shutdown`]).
+    pub(crate) fn close_context(&self, ctx: &Arc<Ctx>, uar: Option<u32>) {
         {
-            let mut files = self.files.lock();
-            if let Some(pos) = files.open.iter().position(|c| Arc::ptr_eq(c, ctx)) {
-                let _ = files.open.remove(pos);
+            let bound = self.bound.lock();
+            let alive = *bound && !self.cmdq.is_dead();
+            ctx.objs.lock().destroy_all(self, ctx, uar, alive);
+            if let Some(uar) = uar.filter(|_| alive) {
+                if let Err(e) = self.exec(Cmd::new(uapi::QHCA_CMD_FREE_UAR).input(0, uar.into())) {
+                    dev_warn!(self.dev(), "FREE_UAR {} failed: {:?}\n", uar, e);
+                }
             }
         }
-        let bound = self.bound.lock();
-        let alive = *bound && !self.cmdq.is_dead();
-        objs.lock().destroy_all(self, ctx, uar, alive);
-        let Some(uar) = uar.filter(|_| alive) else {
-            return;
-        };
-        if let Err(e) = self.exec(Cmd::new(uapi::QHCA_CMD_FREE_UAR).input(0, uar.into())) {
-            dev_warn!(self.dev(), "FREE_UAR {} failed: {:?}\n", uar, e);
+        // Forgotten only now that its objects are gone: until then an unbind finds the context
+        // and waits (on its objects' lock) for the DMA resources to be freed.
+        let mut files = self.files.lock();
+        if let Some(pos) = files.open.iter().position(|c| Arc::ptr_eq(c, ctx)) {
+            let _ = files.open.remove(pos);
         }
     }
 
-    /// Unbind: stops the device, then disassociates every context. Waits for control paths that
-    /// use the bound device, and lets no new one start.
+    /// Unbind: stops the device, disassociates every context, then frees every DMA resource
+    /// while the driver is still bound (after it returns, the device's DMA ops may be gone: with
+    /// an IOMMU a later free or unmap would go through dma-direct with an IOVA). Waits for
+    /// control paths that use the bound device, and lets no new one start.
+    ///
+    /// What is freed here: every open context's objects ([`Ctx::release_objects`]: DMA mappings
+    /// and pins of their memory, ODP regions with their mappings and notifiers), then the
+    /// command and event rings. What can still run afterwards finds them gone: ioctls fail
+    /// (`ENODEV`, the bound-device check), new objects cannot be created (they need the bound
+    /// device), the fault worker is stopped, ODP invalidations find no region, a command fails
+    /// with `ENODEV` and the event ring reads as empty; a file's release then frees only plain
+    /// memory.
     pub(crate) fn shutdown(&self) {
         {
             let mut bound = self.bound.lock();
             self.stop();
+            // Commands in flight (ODP invalidations, the fault worker's) fail now rather than
+            // time out: the device answers none any more.
+            self.cmdq.halt();
             *bound = false;
         }
         let n = self.files.lock().open.len();
@@ -473,6 +482,25 @@ impl QhcaDevice {
         self.disassociate_all(ENODEV);
         // The worker finishes what is queued (every command fails now), then stops.
         self.odp.shutdown();
+        // One context at a time, with `files` released (the objects' lock comes before it). A
+        // context closing meanwhile stays listed until its own release destroyed its objects
+        // (`close_context`), so each one is either found here or already clean; none opens
+        // now that the device is gone.
+        loop {
+            let next = self
+                .files
+                .lock()
+                .open
+                .iter()
+                .find(|c| !c.objects_released())
+                .cloned();
+            let Some(ctx) = next else {
+                break;
+            };
+            ctx.release_objects(self);
+        }
+        // The device is stopped and nothing else holds DMA memory of it: the rings go last.
+        self.cmdq.release();
     }
 }
 

@@ -125,8 +125,9 @@ impl Drop for Running {
 ///
 /// Fields are dropped in declaration order, which is the teardown order: first no new opens
 /// (`misc`), then the device stops (`running`; `unbind` stopped it already), then no interrupt
-/// (`irq`), then the vectors and BARs. `dev`'s rings live until the last file closes, and the
-/// device does no more DMA into them. On the probe error path the fields initialised so far are
+/// (`irq`), then the vectors and BARs. `unbind` already freed every DMA resource (the rings and
+/// every open context's objects), while the driver was still bound; open files keep only plain
+/// memory alive. On the probe error path the fields initialised so far are
 /// dropped, `running` among them, so the device is stopped there too.
 #[pin_data]
 pub(crate) struct Qhca<'bound> {
@@ -241,9 +242,11 @@ impl pci::Driver for QhcaDriver {
 /// Resets the device, hands it the rings, enables it and checks what it says it can do.
 fn start_device(pdev: &pci::Device<Bound>, dev: &QhcaDevice) -> Result {
     let fault = crate::debugfs::FAIL_PROBE.xchg(0, Relaxed);
+    // Read before the BAR's guard (RCU) is taken: it locks the queue.
+    let rings = dev.cmdq.ring_addresses()?;
     regs::with(&dev.regs, |b| {
         b.write32(uapi::QHCA_CTRL_RESET, regs::CTRL);
-        dev.cmdq.program(b);
+        crate::cmdq::program(b, rings);
         b.write32(uapi::QHCA_INTR_EQ_ENABLE, regs::INTR_CTRL);
         b.write32(uapi::QHCA_CTRL_ENABLE, regs::CTRL);
     })?;

@@ -8,7 +8,7 @@
 //! checked for size, `comp_mask` and reserved fields, and mmap accepts exactly one layout. User
 //! memory is read, written and pinned outside the device-wide lock.
 
-use crate::{context::Ctx, device::QhcaDevice, shim, uapi, verbs::Objects};
+use crate::{context::Ctx, device::QhcaDevice, shim, uapi};
 use kernel::{
     bindings,
     fs::File,
@@ -51,15 +51,13 @@ impl MiscNode {
 #[pin_data]
 pub(crate) struct QhcaFile {
     dev: Arc<QhcaDevice>,
-    /// What the device reaches: doorbell mapping, event routes and queue. Outlives every mapping
-    /// of the file (each holds a reference to the file, and this is dropped with it).
+    /// What the device reaches: doorbell mapping, event routes and queue, and the verbs objects
+    /// this context created. Outlives every mapping of the file (each holds a reference to the
+    /// file, and this is dropped with it).
     ctx: Arc<Ctx>,
     /// This context's doorbell page in BAR2, once allocated. Held while allocating it.
     #[pin]
     uar: Mutex<Option<u32>>,
-    /// The verbs objects this context created.
-    #[pin]
-    objs: Mutex<Objects>,
 }
 
 #[vtable]
@@ -79,7 +77,6 @@ impl MiscDevice for QhcaFile {
                 dev,
                 ctx: shared,
                 uar <- new_mutex!(None),
-                objs <- new_mutex!(Objects::default()),
             }? Error),
             GFP_KERNEL,
         )?;
@@ -91,7 +88,7 @@ impl MiscDevice for QhcaFile {
 
     fn release(this: Pin<KBox<Self>>, _file: &File) {
         let uar = *this.uar.lock();
-        this.dev.close_context(&this.ctx, uar, &this.objs);
+        this.dev.close_context(&this.ctx, uar);
     }
 
     fn ioctl(this: Pin<&QhcaFile>, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
@@ -114,7 +111,14 @@ impl MiscDevice for QhcaFile {
             _ => return Err(ENOTTY),
         }
         this.ctx.check()?;
-        crate::verbs::ioctl(&this.dev, &this.ctx, &this.objs, || this.uar(), cmd, arg)
+        crate::verbs::ioctl(
+            &this.dev,
+            &this.ctx,
+            &this.ctx.objs,
+            || this.uar(),
+            cmd,
+            arg,
+        )
     }
 
     fn mmap(this: Pin<&QhcaFile>, _file: &File, vma: &VmaNew) -> Result {

@@ -58,7 +58,7 @@ struct Qp {
     _mem: Umem,
 }
 
-/// What one context created. Kept under the file's mutex.
+/// What one context created. Kept under its context's mutex ([`Ctx::objs`]).
 #[derive(Default)]
 pub(crate) struct Objects {
     pds: KVec<u32>,
@@ -630,7 +630,7 @@ impl Verbs<'_> {
 
 impl Objects {
     /// Destroys everything, in dependency order (QPs, CQs, MRs, PDs). Called when the file is
-    /// released. With `device_alive` false the device is stopped (unbound or failed) and forgot
+    /// released, and at unbind ([`Ctx::release_objects`]). With `device_alive` false the device is stopped (unbound or failed) and forgot
     /// the objects, so only the host resources are freed. A destroy the live device refuses
     /// leaves an object the device may still use: its memory is leaked, pinned, rather than
     /// freed under the device.

@@ -114,6 +114,10 @@ pub fn destructive_cases() -> Vec<Case<Config>> {
             run: removal::remove_under_traffic,
         },
         Case {
+            name: "unbind_releases_dma_while_bound",
+            run: removal::unbind_releases_dma_while_bound,
+        },
+        Case {
             name: "perf_exits_on_removal",
             run: removal::perf_exits_on_removal,
         },

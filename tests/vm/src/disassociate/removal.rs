@@ -229,3 +229,119 @@ fn helper(dev: &Path) -> Result<(), (i32, String)> {
     }
     Ok(())
 }
+
+/// What one context of [`unbind_releases_dma_while_bound`] holds: every kind of DMA resource.
+struct Held {
+    _qp: Qp,
+    _cq: Cq,
+    _mr: qhca::MrBuf,
+    _odp: qhca::OdpMr,
+    _pd: Pd,
+    ctx: Arc<Context>,
+}
+
+/// The pages DMA-mapped for ODP regions (`odp_mapped_pages` in debugfs).
+fn odp_mapped() -> i64 {
+    knob("odp_mapped_pages").unwrap_or(-1)
+}
+
+/// Unbind with contexts open that hold a CQ, a QP, a pinned MR and an ODP region with pages
+/// mapped: the unbind itself releases every DMA resource (pins and mappings), while the driver
+/// is still bound; closing the files afterwards frees only plain memory (behind an IOMMU, a DMA
+/// free or unmap after unbind goes through dma-direct with an IOVA and oopses, or faults in the
+/// DMAR). Rebinding gives a working device and nothing stays pinned or mapped.
+pub(super) fn unbind_releases_dma_while_bound(t: &mut T, cfg: &Config) -> CaseResult {
+    const CTXS: usize = 4;
+    const ODP_PAGES: u64 = 16;
+    let bdf = system::pci_bdf(cfg)?;
+    let (pinned_before, mapped_before) = (pinned(), odp_mapped());
+    let caps = QpCaps {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_sge: 1,
+        max_inline: 64,
+    };
+    let mut held = Vec::new();
+    for _ in 0..CTXS {
+        let ctx = Arc::new(Context::open(&cfg.dev)?);
+        let pd = Pd::new(&ctx)?;
+        let cq = Cq::new(&ctx, 64, None)?;
+        let qp = Qp::new(&pd, &cq, &cq, &caps)?;
+        let mr = pd.reg_mr_buf(16 * PAGE as usize, Access::LOCAL_WRITE)?;
+        let odp = pd.reg_odp_buf((ODP_PAGES * PAGE) as usize, Access::LOCAL_WRITE)?;
+        odp.advise(
+            qhca::Advice::PrefetchWrite,
+            odp.addr(),
+            ODP_PAGES * PAGE,
+            true,
+        )?;
+        held.push(Held {
+            _qp: qp,
+            _cq: cq,
+            _mr: mr,
+            _odp: odp,
+            _pd: pd,
+            ctx,
+        });
+    }
+    check!(
+        t,
+        pinned() > pinned_before,
+        "pages pinned before unbind ({} then {})",
+        pinned_before,
+        pinned()
+    );
+    check_eq!(
+        t,
+        odp_mapped(),
+        mapped_before + (CTXS as u64 * ODP_PAGES) as i64,
+        "ODP pages mapped before unbind"
+    );
+    let unbound = Unbound::unbind(cfg, &bdf)?;
+    check_eq!(
+        t,
+        pinned(),
+        pinned_before,
+        "the unbind unpinned every context's memory"
+    );
+    check_eq!(
+        t,
+        odp_mapped(),
+        mapped_before,
+        "the unbind unmapped every ODP page"
+    );
+    for (i, h) in held.iter().enumerate() {
+        check!(
+            t,
+            matches!(Pd::new(&h.ctx), Err(_)),
+            "context {i}: ioctls fail after unbind"
+        );
+    }
+    // The files close with the driver unbound: only plain memory may be freed now.
+    drop(held);
+    check_eq!(t, pinned(), pinned_before, "nothing pinned after close");
+    check_eq!(t, odp_mapped(), mapped_before, "nothing mapped after close");
+    unbound.rebind()?;
+    require!(
+        t,
+        wait_for(NODE_TIMEOUT, || cfg.dev.exists()),
+        "{} not back after rebind",
+        cfg.dev.display()
+    );
+    let ctx = Arc::new(Context::open(&cfg.dev)?);
+    let pd = Pd::new(&ctx)?;
+    let cq = Cq::new(&ctx, 64, None)?;
+    check!(
+        t,
+        Qp::new(&pd, &cq, &cq, &caps).is_ok(),
+        "the device works after rebind"
+    );
+    let odp = pd.reg_odp_buf(PAGE as usize, Access::LOCAL_WRITE)?;
+    check!(
+        t,
+        odp.advise(qhca::Advice::PrefetchWrite, odp.addr(), PAGE, true)
+            .is_ok(),
+        "ODP works after rebind"
+    );
+    Ok(())
+}
