@@ -233,8 +233,14 @@ pub(super) fn verbs_odp_bogus_fault_events(t: &mut T, cfg: &Config) -> CaseResul
         "5 0x1000 {}",
         u64::from(p.a.qpn()) << 32 | bogus_key
     ))?;
+    // The worker counts a fault when it takes it, and the refusal once its RESUME command has
+    // come back: wait for the last of them.
     let end = Instant::now() + Duration::from_secs(10);
-    while drv_counter("faults")? < f0 + 2 && Instant::now() < end {
+    while (drv_counter("faults")? < f0 + 2
+        || drv_counter("resumed_error")? < e0 + 1
+        || drv_counter("resume_refused")? < r0 + 1)
+        && Instant::now() < end
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
     check_eq!(t, drv_counter("faults")?, f0 + 2, "both events handled");
