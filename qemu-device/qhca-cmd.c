@@ -253,9 +253,11 @@ static bool qhca_eq_post(QhcaState *s, struct qhca_eqe *eqe)
 
 /*
  * An event entry (little-endian, owner filled in here), if the device is
- * ready and the ring has room.
+ * ready and the ring has room; false if it was not posted.  Not counted as
+ * an overflow: a sender that can raise it again later (a page fault) calls
+ * this directly.
  */
-static bool qhca_eq_try(QhcaState *s, struct qhca_eqe *eqe)
+bool qhca_eq_event_entry(QhcaState *s, struct qhca_eqe *eqe)
 {
     if (!qhca_ready(s)) {
         trace_qhca_event_lost(eqe->type, le64_to_cpu(eqe->data[0]),
@@ -285,18 +287,9 @@ void qhca_eq_event(QhcaState *s, uint8_t type, uint64_t data0, uint64_t data1)
         .data = { cpu_to_le64(data0), cpu_to_le64(data1) },
     };
 
-    if (!qhca_eq_try(s, &eqe) && qhca_ready(s)) {
+    if (!qhca_eq_event_entry(s, &eqe) && qhca_ready(s)) {
         qhca_count(&s->eq_overflows);
     }
-}
-
-/*
- * An event its sender raises again if there is no room for it now (a page
- * fault): not an overflow.  false if it was not posted.
- */
-bool qhca_eq_event_entry(QhcaState *s, struct qhca_eqe *eqe)
-{
-    return qhca_eq_try(s, eqe);
 }
 
 /* Reserved fields must be zero, and so must the ones the opcode ignores. */

@@ -63,17 +63,26 @@ static void qhca_resp_recv_fail(QhcaState *s, QhcaQp *qp, uint32_t psn,
  * again; one event per fault, the retries that come while it is being
  * served get the NAK alone (qhca_resp_recv).
  */
+/*
+ * Raises the fault in s->fault for the access at psn, unless one is
+ * outstanding already (the QP waits on one at a time).  true if raised.
+ */
+static bool qhca_resp_raise(QhcaState *s, QhcaQp *qp, uint32_t psn)
+{
+    if (qp->resp_fault ||
+        !qhca_odp_raise(s, qp, true, &qp->resp_fault_token)) {
+        return false;
+    }
+    qp->resp_fault = true;
+    qp->resp_fault_failed = false;
+    qp->resp_fault_psn = psn;
+    return true;
+}
+
 static void qhca_resp_fault(QhcaState *s, QhcaQp *qp, uint32_t psn)
 {
-    bool raised = false;
+    bool raised = qhca_resp_raise(s, qp, psn);
 
-    if (!qp->resp_fault &&
-        qhca_odp_raise(s, qp, true, &qp->resp_fault_token)) {
-        qp->resp_fault = true;
-        qp->resp_fault_failed = false;
-        qp->resp_fault_psn = psn;
-        raised = true;
-    }
     s->ctx[qp->uar].odp_fault_rnr_naks++;
     trace_qhca_odp_rnr(qhca_qpn(s, qp), psn, raised);
     qhca_resp_ack(s, qp, psn, QHCA_AETH_RNR_NAK | qp->min_rnr_timer);
@@ -86,12 +95,7 @@ static void qhca_resp_fault(QhcaState *s, QhcaQp *qp, uint32_t psn)
  */
 static void qhca_resp_read_fault(QhcaState *s, QhcaQp *qp, uint32_t psn)
 {
-    if (!qp->resp_fault &&
-        qhca_odp_raise(s, qp, true, &qp->resp_fault_token)) {
-        qp->resp_fault = true;
-        qp->resp_fault_failed = false;
-        qp->resp_fault_psn = psn;
-    }
+    qhca_resp_raise(s, qp, psn);
     qp->resp_fault_read = true;
 }
 
@@ -629,9 +633,8 @@ static void qhca_resp_fault_retry(QhcaState *s, QhcaQp *qp,
     uint8_t op = pkt->opcode;
 
     if (qp->resp_fault) {
-        s->ctx[qp->uar].odp_fault_rnr_naks++;
-        trace_qhca_odp_rnr(qhca_qpn(s, qp), pkt->psn, false);
-        qhca_resp_ack(s, qp, pkt->psn, QHCA_AETH_RNR_NAK | qp->min_rnr_timer);
+        /* Outstanding: the same RNR NAK, no new event. */
+        qhca_resp_fault(s, qp, pkt->psn);
         return;
     }
     qp->resp_fault_failed = false;

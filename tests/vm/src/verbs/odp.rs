@@ -47,6 +47,30 @@ fn run1(p: &mut Pair, wr_id: u64, op: WrOp, sges: &[Sge]) -> Result<Wc, Fail> {
     wait_wc(&mut p.cq_a)
 }
 
+/// RDMA WRITE of `src`'s whole length (filled with `pattern(seed, ..)` first) to the start of
+/// `dst`; the pattern written.
+#[track_caller]
+fn write_pattern(
+    p: &mut Pair,
+    src: &mut MrBuf,
+    dst: &OdpMr,
+    seed: u8,
+    id: u64,
+) -> Result<Vec<u8>, Fail> {
+    let len = src.len();
+    let data = pattern(seed, len);
+    src.write_at(0, &data);
+    let op = WrOp::Write {
+        raddr: dst.addr(),
+        rkey: dst.rkey(),
+    };
+    let wc = run1(p, id, op, &[src.sge(0, len as u32)])?;
+    if wc.status != WcStatus::Success {
+        return Err(fail_msg(format!("write {id}: {wc:?}")));
+    }
+    Ok(data)
+}
+
 /// Checks that `got` is `want`, naming the first differing byte.
 fn check_bytes(t: &mut T, got: &[u8], want: &[u8], what: &str) {
     match (0..want.len().min(got.len())).find(|&i| got[i] != want[i]) {
@@ -465,20 +489,7 @@ pub(super) fn verbs_odp_madvise_refaults(t: &mut T, cfg: &Config) -> CaseResult 
     let len = 4 * PAGE;
     let dst = p.pd.reg_odp_buf(len, rw())?;
     let mut src = p.pd.reg_mr_buf(len, Access::NONE)?;
-    let write = |p: &mut Pair, src: &mut MrBuf, seed: u8, id: u64| -> Result<Vec<u8>, Fail> {
-        let data = pattern(seed, len);
-        src.write_at(0, &data);
-        let op = WrOp::Write {
-            raddr: dst.addr(),
-            rkey: dst.rkey(),
-        };
-        let wc = run1(p, id, op, &[src.sge(0, len as u32)])?;
-        if wc.status != WcStatus::Success {
-            return Err(fail_msg(format!("write {id}: {wc:?}")));
-        }
-        Ok(data)
-    };
-    let d1 = write(&mut p, &mut src, 0x61, 1)?;
+    let d1 = write_pattern(&mut p, &mut src, &dst, 0x61, 1)?;
     check_bytes(t, &dst.to_vec(0, len), &d1, "first write");
     let s1 = stats(&p)?;
     let inv1 = drv_counter("invalidations")?;
@@ -499,7 +510,7 @@ pub(super) fn verbs_odp_madvise_refaults(t: &mut T, cfg: &Config) -> CaseResult 
         s1.odp_invalidations,
         s2.odp_invalidations
     );
-    let d2 = write(&mut p, &mut src, 0x62, 2)?;
+    let d2 = write_pattern(&mut p, &mut src, &dst, 0x62, 2)?;
     check_bytes(t, &dst.to_vec(0, len), &d2, "write after DONTNEED");
     let s3 = stats(&p)?;
     check!(
@@ -755,21 +766,8 @@ pub(super) fn verbs_odp_fork_cow(t: &mut T, cfg: &Config) -> CaseResult {
     let mut dst = p.pd.reg_odp_buf(len, rw())?;
     let mut src = p.pd.reg_mr_buf(len, Access::NONE)?;
     dst.write_at(0, &[0xaa; 2 * PAGE]);
-    let write = |p: &mut Pair, src: &mut MrBuf, seed: u8, id: u64| -> Result<Vec<u8>, Fail> {
-        let data = pattern(seed, len);
-        src.write_at(0, &data);
-        let op = WrOp::Write {
-            raddr: dst.addr(),
-            rkey: dst.rkey(),
-        };
-        let wc = run1(p, id, op, &[src.sge(0, len as u32)])?;
-        if wc.status != WcStatus::Success {
-            return Err(fail_msg(format!("write {id}: {wc:?}")));
-        }
-        Ok(data)
-    };
     // The device maps the parent's pages.
-    let d1 = write(&mut p, &mut src, 0xa1, 1)?;
+    let d1 = write_pattern(&mut p, &mut src, &dst, 0xa1, 1)?;
     check_bytes(t, &dst.to_vec(0, len), &d1, "before fork");
 
     let (from_parent, to_child) = nix::unistd::pipe()?;
@@ -796,7 +794,7 @@ pub(super) fn verbs_odp_fork_cow(t: &mut T, cfg: &Config) -> CaseResult {
             nix::unistd::read(from_child.as_raw_fd(), &mut b)?;
             let inv = stats(&p)?.odp_invalidations;
             // The device writes again: it must reach the parent's page.
-            let d2 = write(&mut p, &mut src, 0xa2, 2)?;
+            let d2 = write_pattern(&mut p, &mut src, &dst, 0xa2, 2)?;
             nix::unistd::write(&to_child, b"c")?;
             let st = nix::sys::wait::waitpid(child, None)?;
             check_eq!(
