@@ -19,6 +19,7 @@ use crate::{
     shim::{EventFd, InodeMapping, Umap},
     uapi,
     verbs::Objects,
+    watch::InvalPage,
 };
 use kernel::{
     fs::File,
@@ -117,6 +118,9 @@ pub(crate) struct Ctx {
     pub(crate) objs: Mutex<Objects>,
     /// Set once unbind released the objects ([`Ctx::release_objects`]).
     released: Atomic<bool>,
+    /// Where revocations of watched regions are published (mmap `QHCA_MMAP_INVAL`).
+    #[pin]
+    pub(crate) inval: InvalPage,
 }
 
 impl Ctx {
@@ -138,6 +142,7 @@ impl Ctx {
                 poll <- new_poll_condvar!(),
                 objs <- new_mutex!(Objects::default()),
                 released: Atomic::new(false),
+                inval <- InvalPage::new()?,
             }? Error),
             GFP_KERNEL,
         )
@@ -275,6 +280,8 @@ impl Ctx {
         // Faults from now on map the harmless page; then the PTEs of the doorbell page go.
         self.umap.revoke();
         self.mapping.zap();
+        // Every watched region is gone with the device.
+        self.inval.flush();
         {
             let mut st = self.state.lock();
             st.fatal = Fatal::Queued;

@@ -14,6 +14,8 @@
 //! - `stall_events_ms` (read/write): the next event-queue interrupt's thread sleeps this long
 //!   before it drains the queue (at most 10 s), so that the device can overflow it.
 //! - `odp_mapped_pages` (read): pages DMA-mapped for on-demand-paged regions right now.
+//! - `watched_regions` (read): watched regions (`QHCA_ACCESS_WATCHED`) not yet deregistered.
+//! - `watch_revocations` (read): watched regions revoked by a change of their mappings so far.
 //! - `qhcaN/state` (read): the device's contexts, command queue and lost events.
 //! - `qhcaN/odp` (read): on-demand paging: faults handled, resumed OK and with an error, RESUMEs
 //!   the device refused (the QP moved on), INVALIDATE_ODP commands, pages mapped and unmapped,
@@ -65,6 +67,10 @@ pub(crate) struct Global {
     #[pin]
     _odp_mapped: File<()>,
     #[pin]
+    _watched: File<()>,
+    #[pin]
+    _revocations: File<()>,
+    #[pin]
     _fail_cmds: File<&'static Atomic<u32>>,
     #[pin]
     _fail_probe: File<&'static Atomic<u32>>,
@@ -105,6 +111,14 @@ fn show_odp_mapped(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "{}", crate::odp::MAPPED_PAGES.load(Relaxed))
 }
 
+fn show_watched(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    writeln!(f, "{}", crate::watch::WATCHED.load(Relaxed))
+}
+
+fn show_revocations(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    writeln!(f, "{}", crate::watch::REVOCATIONS.load(Relaxed))
+}
+
 impl Global {
     pub(crate) fn new() -> impl PinInit<Self, Error> {
         // SAFETY: Called once, from module init, before the driver is registered.
@@ -114,6 +128,8 @@ impl Global {
         try_pin_init!(Self {
             _pinned <- dir.read_callback_file(c"pinned_pages", (), &show_pinned),
             _odp_mapped <- dir.read_callback_file(c"odp_mapped_pages", (), &show_odp_mapped),
+            _watched <- dir.read_callback_file(c"watched_regions", (), &show_watched),
+            _revocations <- dir.read_callback_file(c"watch_revocations", (), &show_revocations),
             _fail_cmds <- dir.read_write_callback_file(c"fail_cmds", &FAIL_CMDS, &show, &store),
             _fail_probe <- dir.read_write_callback_file(c"fail_probe", &FAIL_PROBE, &show, &store),
             _fake_num_uars <- dir.read_write_callback_file(

@@ -122,6 +122,16 @@ impl MiscDevice for QhcaFile {
     }
 
     fn mmap(this: Pin<&QhcaFile>, _file: &File, vma: &VmaNew) -> Result {
+        if shim::vma_pgoff(vma) == (uapi::QHCA_MMAP_INVAL >> uapi::QHCA_PAGE_SHIFT) as usize {
+            if vma.end() - vma.start() != uapi::QHCA_PAGE_SIZE as usize
+                || vma.flags() & vmflags::SHARED == 0
+                || vma.executable()
+            {
+                return Err(EINVAL);
+            }
+            // Readable after disassociation too: nothing of the device is in it.
+            return this.ctx.inval.mmap(vma);
+        }
         if shim::vma_pgoff(vma) != (uapi::QHCA_MMAP_UAR >> uapi::QHCA_UAR_PAGE_SHIFT) as usize
             || vma.end() - vma.start() != uapi::QHCA_UAR_PAGE_SIZE as usize
             || vma.flags() & vmflags::SHARED == 0

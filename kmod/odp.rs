@@ -31,7 +31,7 @@ use crate::{
     cmdq::{AsyncEvent, Cmd},
     context::Ctx,
     device::QhcaDevice,
-    shim::{self, FaultedPage, Invalidation, OdpNotifier, OwnedQueue},
+    shim::{self, FaultedPage, Invalidation, NotifierOwner, OdpNotifier, OwnedQueue},
     uapi,
 };
 use kernel::{
@@ -220,8 +220,16 @@ impl OdpDevice {
         }
     }
 
+    /// Runs `f` with the worker's queue, unless the device is shut down (`None`).
+    pub(crate) fn with_queue<R>(
+        &self,
+        f: impl FnOnce(&kernel::workqueue::Queue) -> R,
+    ) -> Option<R> {
+        self.wq.lock().as_ref().map(|wq| f(wq.queue()))
+    }
+
     /// From an invalidation that stopped the device: the worker reports the death.
-    fn report_death_later(&self, dev: &Arc<QhcaDevice>) {
+    pub(crate) fn report_death_later(&self, dev: &Arc<QhcaDevice>) {
         self.death_pending.store(true, Relaxed);
         if let Some(wq) = self.wq.lock().as_ref() {
             let _ = wq.queue().enqueue(dev.clone());
@@ -466,7 +474,14 @@ impl OdpMr {
         // SAFETY: The owner is `mr`, at its final address inside the `Arc`; the notifier lives in
         // `mr.notifier` and is removed before `mr` is freed (type invariant of `OdpMr`: `close`,
         // or the field dropped first).
-        let n = unsafe { OdpNotifier::new(start, len, Arc::as_ptr(&mr).cast::<c_void>()) }?;
+        let n = unsafe {
+            OdpNotifier::new(
+                start,
+                len,
+                Arc::as_ptr(&mr).cast::<c_void>(),
+                NotifierOwner::Odp,
+            )
+        }?;
         // INVARIANT: the owner just registered is `mr`.
         mr.notifier.populate(n);
         Ok(mr)

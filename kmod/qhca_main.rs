@@ -10,6 +10,7 @@
 //! - `file`: `/dev/qhcaN`: per-process contexts, ioctl, mmap and poll.
 //! - `verbs`: a context's PDs, MRs, CQs and QPs.
 //! - `odp`: on-demand-paged memory regions: page faults, invalidations, prefetch.
+//! - `watch`: watched pinned regions and the invalidation page (registration caches).
 //! - `pagelist`: two-level page lists.
 //! - `debugfs`: `/sys/kernel/debug/qhca/` and fault injection.
 //! - `shim`: safe wrappers over `qhca_shim.c`.
@@ -27,6 +28,7 @@ mod regs;
 mod shim;
 mod uapi;
 mod verbs;
+mod watch;
 
 use kernel::{driver::Registration, pci, prelude::*};
 

@@ -141,9 +141,21 @@ void qhca_shim_inode_put(struct inode *inode)
 	iput(inode);
 }
 
+/*
+ * Zaps the doorbell pages (offset 0) of every file of the device.  The
+ * invalidation pages (offset QHCA_MMAP_INVAL) stay: they were inserted at
+ * mmap time, have no fault handler, and must stay readable after
+ * disassociation.
+ */
 void qhca_shim_inode_zap(struct inode *inode)
 {
-	unmap_mapping_range(inode->i_mapping, 0, 0, 1);
+	unmap_mapping_range(inode->i_mapping, 0, PAGE_SIZE, 1);
+}
+
+/* The kernel address of a page the driver allocated (never highmem here). */
+void *qhca_shim_page_address(struct page *page)
+{
+	return page_address(page);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -426,12 +438,29 @@ static const struct mmu_interval_notifier_ops qhca_odp_ops = {
 	.invalidate = qhca_odp_invalidate,
 };
 
+/* The same notifier over a watched pinned region (watch.rs). */
+static bool qhca_watch_invalidate(struct mmu_interval_notifier *mni,
+				  const struct mmu_notifier_range *range,
+				  unsigned long cur_seq)
+{
+	struct qhca_odp *o = container_of(mni, struct qhca_odp, mni);
+
+	return qhca_rust_watch_invalidate(o->owner, o, range->start, range->end, cur_seq,
+					  mmu_notifier_range_blockable(range));
+}
+
+static const struct mmu_interval_notifier_ops qhca_watch_ops = {
+	.invalidate = qhca_watch_invalidate,
+};
+
 /*
  * Watches [start, start + len) of the calling process's address space (len 0:
  * all of it, [0, TASK_SIZE)).  From the moment this returns, every change of
- * those page tables first calls qhca_rust_odp_invalidate(@owner, ...).
+ * those page tables first calls qhca_rust_odp_invalidate(@owner, ...), or
+ * qhca_rust_watch_invalidate() if @watch.
  */
-struct qhca_odp *qhca_shim_odp_new(u64 start, u64 len, const void *owner, int *err)
+struct qhca_odp *qhca_shim_odp_new(u64 start, u64 len, const void *owner, bool watch,
+				   int *err)
 {
 	struct qhca_odp *o;
 	int ret;
@@ -452,7 +481,8 @@ struct qhca_odp *qhca_shim_odp_new(u64 start, u64 len, const void *owner, int *e
 	o->mm = current->mm;
 	mmgrab(o->mm);
 	o->owner = owner;
-	ret = mmu_interval_notifier_insert(&o->mni, o->mm, start, len, &qhca_odp_ops);
+	ret = mmu_interval_notifier_insert(&o->mni, o->mm, start, len,
+					   watch ? &qhca_watch_ops : &qhca_odp_ops);
 	if (ret) {
 		mmdrop(o->mm);
 		kfree(o);
@@ -488,6 +518,15 @@ void qhca_shim_odp_free(struct qhca_odp *o)
 void qhca_shim_odp_set_seq(struct qhca_odp *o, unsigned long seq)
 {
 	mmu_interval_set_seq(&o->mni, seq);
+}
+
+/*
+ * The sequence to check with qhca_shim_odp_retry() once the pages of the range
+ * are pinned; waits for an invalidation in progress to end.
+ */
+unsigned long qhca_shim_odp_read_begin(struct qhca_odp *o)
+{
+	return mmu_interval_read_begin(&o->mni);
 }
 
 /* True if an invalidation began since the fault that returned @seq. */

@@ -10,6 +10,7 @@ struct eventfd_ctx;
 struct file;
 struct inode;
 struct pci_dev;
+struct page;
 struct poll_table_struct;
 struct qhca_odp;
 struct qhca_umap;
@@ -27,6 +28,7 @@ unsigned long qhca_shim_vma_pgoff(const struct vm_area_struct *vma);
 struct inode *qhca_shim_inode_get(struct file *filp);
 void qhca_shim_inode_put(struct inode *inode);
 void qhca_shim_inode_zap(struct inode *inode);
+void *qhca_shim_page_address(struct page *page);
 
 /* Implemented in Rust (file.rs). */
 __poll_t qhca_rust_poll(struct file *filp, struct poll_table_struct *wait);
@@ -49,7 +51,11 @@ void qhca_shim_eventfd_put(struct eventfd_ctx *ctx);
 /* On-demand paging. */
 bool qhca_rust_odp_invalidate(const void *owner, struct qhca_odp *o, u64 start, u64 end,
 			      unsigned long cur_seq, bool blockable); /* Rust (odp.rs) */
-struct qhca_odp *qhca_shim_odp_new(u64 start, u64 len, const void *owner, int *err);
+bool qhca_rust_watch_invalidate(const void *owner, struct qhca_odp *o, u64 start, u64 end,
+				unsigned long cur_seq, bool blockable); /* Rust (watch.rs) */
+struct qhca_odp *qhca_shim_odp_new(u64 start, u64 len, const void *owner, bool watch,
+				   int *err);
+unsigned long qhca_shim_odp_read_begin(struct qhca_odp *o);
 void qhca_shim_odp_remove(struct qhca_odp *o);
 void qhca_shim_odp_free(struct qhca_odp *o);
 void qhca_shim_odp_set_seq(struct qhca_odp *o, unsigned long seq);

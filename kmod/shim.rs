@@ -47,8 +47,11 @@ extern "C" {
         start: u64,
         len: u64,
         owner: *const c_void,
+        watch: bool,
         err: *mut c_int,
     ) -> *mut QhcaOdp;
+    fn qhca_shim_odp_read_begin(o: *mut QhcaOdp) -> c_ulong;
+    fn qhca_shim_page_address(page: *mut bindings::page) -> *mut c_void;
     fn qhca_shim_odp_remove(o: *mut QhcaOdp);
     fn qhca_shim_odp_free(o: *mut QhcaOdp);
     fn qhca_shim_odp_set_seq(o: *mut QhcaOdp, seq: c_ulong);
@@ -372,6 +375,13 @@ fn raw_device<Ctx: kernel::device::DeviceContext>(dev: &Device<Ctx>) -> *mut bin
 }
 
 /// The highest user address plus one of the calling process (`TASK_SIZE`).
+/// The kernel address of `page`, valid while the page is. The page must be one the driver
+/// allocated without `__GFP_HIGHMEM` (so it is in the kernel's direct map).
+pub(crate) fn page_address(page: &kernel::page::Page) -> *mut u8 {
+    // SAFETY: `page` is a live page (the reference keeps it); `page_address` only computes.
+    unsafe { qhca_shim_page_address(page.as_ptr()) }.cast()
+}
+
 pub(crate) fn task_size() -> u64 {
     // SAFETY: Reads the current task's address-space limit; no preconditions.
     unsafe { qhca_shim_task_size() }
@@ -448,24 +458,39 @@ impl Invalidation {
     }
 }
 
+/// Who an [`OdpNotifier`]'s invalidations go to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotifierOwner {
+    /// `qhca_rust_odp_invalidate`, with an `OdpMr`.
+    Odp,
+    /// `qhca_rust_watch_invalidate`, with a `WatchedMr`.
+    Watch,
+}
+
 impl OdpNotifier {
     /// Starts watching `len` bytes at `start` of the calling process (`len` 0: its whole
     /// address space).
     ///
     /// # Safety
     ///
-    /// `owner` is passed to `qhca_rust_odp_invalidate` from every invalidation until
+    /// `owner` is passed to the callback `kind` names from every invalidation until
     /// [`OdpNotifier::remove`] returns or the notifier is dropped: it must stay valid for that
-    /// long and be what that function expects (an `OdpMr`).
+    /// long and be what that function expects (an `OdpMr` or a `WatchedMr`).
     ///
     /// # Errors
     ///
     /// `EINVAL` for a range outside the process's address space or a kernel thread, `ENOMEM`.
-    pub(crate) unsafe fn new(start: u64, len: u64, owner: *const c_void) -> Result<Self> {
+    pub(crate) unsafe fn new(
+        start: u64,
+        len: u64,
+        owner: *const c_void,
+        kind: NotifierOwner,
+    ) -> Result<Self> {
         let mut err: c_int = 0;
+        let watch = kind == NotifierOwner::Watch;
         // SAFETY: The shim checks the range and registers on the current process's mm; the
         // owner pointer's validity is the caller's promise.
-        let o = unsafe { qhca_shim_odp_new(start, len, owner, &mut err) };
+        let o = unsafe { qhca_shim_odp_new(start, len, owner, watch, &mut err) };
         // INVARIANT: non-null is a live, inserted notifier that we own.
         NonNull::new(o)
             .map(Self)
@@ -512,7 +537,16 @@ impl OdpNotifier {
         Ok(seq)
     }
 
-    /// True if an invalidation began since the [`OdpNotifier::fault`] that returned `seq`.
+    /// The sequence to check with [`OdpNotifier::retry`] once the range's pages are pinned
+    /// (waits for an invalidation in progress to end: no lock that one takes may be held).
+    pub(crate) fn read_begin(&self) -> c_ulong {
+        // SAFETY: `self.0` is live (type invariant) and its notifier inserted until removed;
+        // `mmu_interval_read_begin` has no other precondition.
+        unsafe { qhca_shim_odp_read_begin(self.0.as_ptr()) }
+    }
+
+    /// True if an invalidation began since the [`OdpNotifier::fault`] (or
+    /// [`OdpNotifier::read_begin`]) that returned `seq`.
     pub(crate) fn retry(&self, seq: c_ulong) -> bool {
         // SAFETY: `self.0` is live (type invariant); reading the sequence has no precondition.
         unsafe { qhca_shim_odp_retry(self.0.as_ptr(), seq) }

@@ -22,6 +22,7 @@ use crate::{
     pagelist::{span_pages, PageList},
     shim::{EventFd, Umem},
     uapi,
+    watch::WatchedMr,
 };
 use kernel::{
     device::{Bound, Device},
@@ -33,10 +34,11 @@ use kernel::{
     uaccess::{UserPtr, UserSlice, UserSliceWriter},
 };
 
-/// A region's memory: pinned, or on-demand paged.
+/// A region's memory: pinned, on-demand paged, or pinned and watched.
 enum MrMem {
     Pinned(#[expect(dead_code, reason = "held: unpinned when dropped")] Umem),
     Odp(Arc<OdpMr>),
+    Watched(Arc<WatchedMr>),
 }
 
 struct Mr {
@@ -244,8 +246,13 @@ impl Verbs<'_> {
             }
             if op == uapi::QHCA_CMD_DEREG_MR {
                 let pos = position(&objs.mrs, |m| m.key == h)?;
-                if let MrMem::Odp(odp) = &objs.mrs[pos].mem {
-                    odp.close(self.dev, true)?;
+                let closed = match &objs.mrs[pos].mem {
+                    MrMem::Odp(odp) => Some(odp.close(self.dev, true)),
+                    MrMem::Watched(w) => Some(w.close(self.dev, true)),
+                    MrMem::Pinned(_) => None,
+                };
+                if let Some(res) = closed {
+                    res?;
                     objs.mrs.retain(|m| m.key != h);
                     return Ok(0);
                 }
@@ -275,8 +282,12 @@ impl Verbs<'_> {
         if a.rsvd != 0
             || a.lkey != 0
             || a.rkey != 0
-            || a.access & !(uapi::QHCA_ACCESS_ALL | uapi::QHCA_ACCESS_ON_DEMAND) != 0
+            || a.access
+                & !(uapi::QHCA_ACCESS_ALL | uapi::QHCA_ACCESS_ON_DEMAND | uapi::QHCA_ACCESS_WATCHED)
+                != 0
             || (a.access & writes != 0 && a.access & uapi::QHCA_ACCESS_LOCAL_WRITE == 0)
+            || (a.access & uapi::QHCA_ACCESS_ON_DEMAND != 0
+                && a.access & uapi::QHCA_ACCESS_WATCHED != 0)
             || a.length == 0
         {
             return Err(EINVAL);
@@ -293,6 +304,12 @@ impl Verbs<'_> {
         // Limits before anything is allocated or pinned.
         span_pages(a.addr, a.length)?;
         position(&self.objs.lock().pds, |&p| p == a.pdn)?;
+        if a.access & uapi::QHCA_ACCESS_WATCHED != 0 {
+            let key = self.reg_watched_mr(&a)?;
+            a.lkey = key;
+            a.rkey = key;
+            return write_arg(out, &a);
+        }
         let writable = a.access & uapi::QHCA_ACCESS_LOCAL_WRITE != 0;
         let mut mem = Umem::pin(a.addr, a.length, writable)?;
         let key = self.locked(|bound, objs| {
@@ -324,6 +341,42 @@ impl Verbs<'_> {
         a.lkey = key;
         a.rkey = key;
         write_arg(out, &a)
+    }
+
+    /// REG_MR of a watched pinned region (`QHCA_ACCESS_WATCHED`, see [`crate::watch`]): the
+    /// notifier first (no lock held), its sequence, the pages pinned, then the region goes live
+    /// only if no invalidation began since. The caller checked the argument.
+    ///
+    /// # Errors
+    ///
+    /// `EAGAIN` if the range changed while it was pinned; `EINVAL` for a range outside the
+    /// address space; `ENOENT` for an unknown PD; what pinning and the device answer.
+    fn reg_watched_mr(&self, a: &uapi::qhca_ioc_reg_mr) -> Result<u32> {
+        let mr = WatchedMr::new(self.dev, self.ctx, self.uar, a.addr, a.length)?;
+        let seq = mr.read_begin()?;
+        let access = a.access & !uapi::QHCA_ACCESS_WATCHED;
+        let mut mem = Umem::pin(
+            a.addr,
+            a.length,
+            access & uapi::QHCA_ACCESS_LOCAL_WRITE != 0,
+        )?;
+        // On failure `mr` goes with its notifier; it never went live.
+        self.locked(|bound, objs| {
+            position(&objs.pds, |&p| p == a.pdn)?;
+            objs.mrs.reserve(1, GFP_KERNEL)?;
+            mem.map(bound)?;
+            let key = mr.register(bound, a.pdn, access, mem, seq)?;
+            // Cannot fail: room was reserved above.
+            objs.mrs.push(
+                Mr {
+                    key,
+                    pdn: a.pdn,
+                    mem: MrMem::Watched(mr.clone()),
+                },
+                GFP_KERNEL,
+            )?;
+            Ok(key)
+        })
     }
 
     /// REG_MR of an on-demand-paged region: nothing is pinned or charged to RLIMIT_MEMLOCK.
@@ -397,7 +450,7 @@ impl Verbs<'_> {
             let pos = position(&objs.mrs, |m| m.key == a.lkey)?;
             match &objs.mrs[pos].mem {
                 MrMem::Odp(mr) => mr.clone(),
-                MrMem::Pinned(_) => return Err(EINVAL),
+                MrMem::Pinned(_) | MrMem::Watched(_) => return Err(EINVAL),
             }
         };
         if !mr.contains(a.addr, a.length) {
@@ -695,6 +748,21 @@ impl Objects {
                     );
                     dev.declare_dead();
                     let _ = odp.close(dev, false);
+                }
+                continue;
+            }
+            if let MrMem::Watched(w) = &mr.mem {
+                let alive = device_alive && uar.is_some();
+                if w.close(dev, alive).is_err() {
+                    // The device was given the pages, and the context is going: stop it, then
+                    // they can go.
+                    dev_err!(
+                        dev.dev(),
+                        "DEREG_MR of watched key {:#x} failed; stopping the device\n",
+                        mr.key
+                    );
+                    dev.declare_dead();
+                    let _ = w.close(dev, false);
                 }
                 continue;
             }

@@ -296,6 +296,12 @@ struct qhca_device_attr {
  * region starts not present.
  */
 #define QHCA_ACCESS_ON_DEMAND     (1u << 4)
+/*
+ * Not a right, and never sent to the device: REG_MR of a pinned region that
+ * the driver watches for a registration cache (see "The invalidation page"
+ * below).  Not with ON_DEMAND.
+ */
+#define QHCA_ACCESS_WATCHED       (1u << 5)
 
 /*
  * A memory key is index << 8 | tag.  The device bumps the tag whenever an
@@ -710,13 +716,14 @@ struct qhca_ioc_handle {
  * driver maps pages into the device when it faults on them (and unmaps them
  * when the process's page tables change).  addr 0 with length UINT64_MAX and
  * ON_DEMAND registers the implicit region: one key for the whole address
- * space of the process.
+ * space of the process.  With QHCA_ACCESS_WATCHED (pinned only) the driver
+ * revokes the region when its pages change (see "The invalidation page").
  */
 struct qhca_ioc_reg_mr {
 	__u32 size;
 	__u32 comp_mask;
 	__u32 pdn;
-	__u32 access;     /* QHCA_ACCESS_*, QHCA_ACCESS_ON_DEMAND */
+	__u32 access;     /* QHCA_ACCESS_*, QHCA_ACCESS_ON_DEMAND or _WATCHED */
 	__u64 addr;       /* user virtual address: the region's first byte */
 	__u64 length;
 	__u32 lkey;       /* out */
@@ -836,10 +843,64 @@ struct qhca_ioc_async_event {
 };
 
 /*
- * mmap offsets (bytes; must be page aligned).  The only mapping in this
- * version is the context's own doorbell page: offset QHCA_MMAP_UAR, length
- * QHCA_UAR_PAGE_SIZE, shared, not executable.  Anything else is EINVAL.
+ * mmap offsets (bytes; must be page aligned).  Two mappings, both shared,
+ * one page long, never executable; anything else is EINVAL:
+ *  - QHCA_MMAP_UAR: the context's own doorbell page (QHCA_UAR_PAGE_SIZE);
+ *  - QHCA_MMAP_INVAL: the context's invalidation page (struct
+ *    qhca_inval_page, QHCA_PAGE_SIZE), read-only: PROT_WRITE is EACCES.
  */
-#define QHCA_MMAP_UAR 0x0ull
+#define QHCA_MMAP_UAR   0x0ull
+#define QHCA_MMAP_INVAL 0x1000ull
+
+/* ------------------------------------------------------------------------ */
+/* The invalidation page: watched regions for registration caches.          */
+/*                                                                          */
+/* REG_MR with QHCA_ACCESS_WATCHED pins the region as usual and also        */
+/* watches its pages' virtual range in the process (an MMU interval         */
+/* notifier).  When any mapping there changes -- munmap, mremap,            */
+/* madvise(MADV_DONTNEED), mprotect, a new mapping at the same address,     */
+/* fork (which write-protects private mappings), page migration -- the      */
+/* driver revokes the region before the change goes on: it deregisters it   */
+/* in the device (a work request naming the key later completes in error;   */
+/* none reaches the old pages), unpins its pages and uncharges              */
+/* RLIMIT_MEMLOCK, and publishes the key here.  The key stays the           */
+/* process's handle until DEREG_MR, which then succeeds without asking the  */
+/* device.  REG_MR fails with EAGAIN if the range changed while it was      */
+/* being pinned.  Keys are never reused, so a published key names one       */
+/* registration.                                                            */
+/*                                                                          */
+/* The page is the context's, written only by the driver:                   */
+/*  - generation counts published revocations; revocation g (from 1) is in  */
+/*    ring[(g - 1) % QHCA_INVAL_RING_ENTRIES].  The driver writes an entry  */
+/*    as: seq = 0, the fields, then seq = g (release), then generation = g  */
+/*    (release).                                                            */
+/*  - flush_generation is the generation of the last revocation of          */
+/*    everything (the device stopped): every watched region is gone.        */
+/* A reader remembers the generation it has seen (at first: the one when    */
+/* it mapped the page).  When generation (acquire) moved from `seen` to g:  */
+/* if flush_generation > seen, or g - seen > QHCA_INVAL_RING_ENTRIES, it    */
+/* must assume that every watched region is revoked; else it reads entries  */
+/* seen + 1 .. g, each as seq (acquire), the fields, a read barrier, seq    */
+/* again: if either seq is not the entry's number, the ring wrapped under   */
+/* it (same as above).                                                      */
+/* ------------------------------------------------------------------------ */
+#define QHCA_INVAL_RING_ENTRIES 127
+
+struct qhca_inval_entry {
+	__u64 seq;      /* the revocation's number (its generation), written last */
+	__u64 start;    /* the region as registered: addr */
+	__u64 length;   /* and length */
+	__u32 key;      /* its lkey (= rkey) */
+	__u32 rsvd;
+};
+
+struct qhca_inval_page {
+	__u64 generation;
+	__u64 flush_generation;
+	__u32 ring_entries; /* QHCA_INVAL_RING_ENTRIES */
+	__u32 rsvd0;
+	__u64 rsvd1;
+	struct qhca_inval_entry ring[QHCA_INVAL_RING_ENTRIES];
+};
 
 #endif /* QHCA_ABI_H */

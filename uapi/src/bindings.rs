@@ -77,6 +77,7 @@ pub const QHCA_ACCESS_REMOTE_READ: u32 = 4;
 pub const QHCA_ACCESS_REMOTE_ATOMIC: u32 = 8;
 pub const QHCA_ACCESS_ALL: u32 = 15;
 pub const QHCA_ACCESS_ON_DEMAND: u32 = 16;
+pub const QHCA_ACCESS_WATCHED: u32 = 32;
 pub const QHCA_KEY_TAG_BITS: u32 = 8;
 pub const QHCA_CQE_SIZE: u32 = 32;
 pub const QHCA_CQ_MIN_LOG: u32 = 1;
@@ -151,6 +152,8 @@ pub const QHCA_IOCTL_GET_ASYNC_EVENT: u32 = 3223374348;
 pub const QHCA_IOCTL_ADVISE_MR: u32 = 3223898637;
 pub const QHCA_ADVISE_FLAG_FLUSH: u32 = 1;
 pub const QHCA_MMAP_UAR: u32 = 0;
+pub const QHCA_MMAP_INVAL: u32 = 4096;
+pub const QHCA_INVAL_RING_ENTRIES: u32 = 127;
 pub type __u8 = core::ffi::c_uchar;
 pub type __u16 = core::ffi::c_ushort;
 pub type __s32 = core::ffi::c_int;
@@ -530,4 +533,23 @@ pub struct qhca_ioc_async_event {
     pub type_: __u32,
     pub element: __u32,
     pub rsvd: [__u64; 2usize],
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_inval_entry {
+    pub seq: __u64,
+    pub start: __u64,
+    pub length: __u64,
+    pub key: __u32,
+    pub rsvd: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct qhca_inval_page {
+    pub generation: __u64,
+    pub flush_generation: __u64,
+    pub ring_entries: __u32,
+    pub rsvd0: __u32,
+    pub rsvd1: __u64,
+    pub ring: [qhca_inval_entry; 127usize],
 }

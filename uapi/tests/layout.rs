@@ -271,6 +271,21 @@ fn every_struct_and_field() {
         addr @ 24,
         length @ 32,
     });
+    check_layout!(qhca_inval_entry, size 32, align 8, {
+        seq @ 0,
+        start @ 8,
+        length @ 16,
+        key @ 24,
+        rsvd @ 28,
+    });
+    check_layout!(qhca_inval_page, size 4096, align 8, {
+        generation @ 0,
+        flush_generation @ 8,
+        ring_entries @ 16,
+        rsvd0 @ 20,
+        rsvd1 @ 24,
+        ring @ 32,
+    });
 }
 
 #[test]

@@ -477,7 +477,8 @@ fn doorbell_mapping_keeps_page(t: &mut T, cfg: &Config) -> CaseResult {
     Ok(())
 }
 
-/// Case 5c: mmap accepts only offset 0, one page, shared, not executable.
+/// Case 5c: mmap accepts only offsets 0 (the doorbell page) and 4096 (the invalidation page,
+/// read-only), one page, shared, not executable.
 fn mmap_bad_args(t: &mut T, cfg: &Config) -> CaseResult {
     use libc::{MAP_PRIVATE, MAP_SHARED, PROT_EXEC, PROT_READ, PROT_WRITE};
     let (ctx, _) = open_query(&cfg.dev)?;
@@ -487,9 +488,27 @@ fn mmap_bad_args(t: &mut T, cfg: &Config) -> CaseResult {
 
     check_errno!(
         t,
-        RawMap::new(fd, page, rw, MAP_SHARED, page as i64),
+        RawMap::new(fd, page, rw, MAP_SHARED, 2 * page as i64),
         Errno::EINVAL,
-        "offset 4096"
+        "offset 8192"
+    );
+    check_errno!(
+        t,
+        RawMap::new(fd, page, rw, MAP_SHARED, page as i64),
+        Errno::EACCES,
+        "the invalidation page, writable"
+    );
+    check_errno!(
+        t,
+        RawMap::new(fd, page, PROT_READ, MAP_PRIVATE, page as i64),
+        Errno::EINVAL,
+        "the invalidation page, private"
+    );
+    check_errno!(
+        t,
+        RawMap::new(fd, page, PROT_READ | PROT_EXEC, MAP_SHARED, page as i64),
+        Errno::EINVAL,
+        "the invalidation page, executable"
     );
     check_errno!(
         t,

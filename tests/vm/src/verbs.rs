@@ -27,6 +27,7 @@ mod lifecycle;
 mod odp;
 mod process;
 mod protection;
+mod watch;
 
 pub use process::helper_main;
 
@@ -92,6 +93,7 @@ pub fn cases() -> Vec<Case<Config>> {
         odp::verbs_odp_fork_cow,
         odp::verbs_odp_advise_prefetch,
         odp::verbs_odp_kill_while_faulting,
+        watch::verbs_watch_revokes_on_munmap,
     ]
 }
 
@@ -290,5 +292,67 @@ fn check_wc(t: &mut T, wc: &Wc, wr_id: u64, status: WcStatus, opcode: WcOpcode, 
     check_eq!(t, wc.wr_id, wr_id, "{what}: wr_id");
     if status == WcStatus::Success {
         check_eq!(t, wc.opcode, opcode, "{what}: opcode");
+    }
+}
+
+#[track_caller]
+fn fail_msg(msg: String) -> Fail {
+    let at = std::panic::Location::caller();
+    Fail::new(at.file(), at.line(), msg)
+}
+
+/// An anonymous private mapping of our own, touched only through raw pointers (so that the
+/// device may write it under an `unsafe` ODP registration: no Rust reference points into it).
+struct Map {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Map {
+    fn new(len: usize) -> Result<Map, Fail> {
+        // SAFETY: a fresh anonymous mapping at an address the kernel chooses replaces nothing.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(fail_msg(format!("mmap: {}", Errno::last())));
+        }
+        Ok(Map { ptr: p.cast(), len })
+    }
+
+    fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    fn read(&self, off: usize, len: usize) -> Vec<u8> {
+        assert!(off + len <= self.len);
+        // SAFETY: in bounds of our mapping; volatile byte loads, so that no reference to the
+        // memory exists while the device may write it.
+        (0..len)
+            .map(|i| unsafe { std::ptr::read_volatile(self.ptr.add(off + i)) })
+            .collect()
+    }
+
+    fn write(&self, off: usize, data: &[u8]) {
+        assert!(off + data.len() <= self.len);
+        for (i, &b) in data.iter().enumerate() {
+            // SAFETY: as for `read`.
+            unsafe { std::ptr::write_volatile(self.ptr.add(off + i), b) }
+        }
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping; nothing refers into it (only raw pointers were handed out).
+        // (An ODP region over it may live on: the device loses the pages first.)
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }

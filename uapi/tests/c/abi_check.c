@@ -277,5 +277,19 @@ CHECK_OFF(struct qhca_ioc_advise_mr, rsvd, 20);
 CHECK_OFF(struct qhca_ioc_advise_mr, addr, 24);
 CHECK_OFF(struct qhca_ioc_advise_mr, length, 32);
 
+CHECK_SIZE(struct qhca_inval_entry, 32);
+CHECK_OFF(struct qhca_inval_entry, seq, 0);
+CHECK_OFF(struct qhca_inval_entry, start, 8);
+CHECK_OFF(struct qhca_inval_entry, length, 16);
+CHECK_OFF(struct qhca_inval_entry, key, 24);
+CHECK_OFF(struct qhca_inval_entry, rsvd, 28);
+
+CHECK_SIZE(struct qhca_inval_page, 4096);
+CHECK_OFF(struct qhca_inval_page, generation, 0);
+CHECK_OFF(struct qhca_inval_page, flush_generation, 8);
+CHECK_OFF(struct qhca_inval_page, ring_entries, 16);
+CHECK_OFF(struct qhca_inval_page, ring, 32);
+_Static_assert(QHCA_MMAP_INVAL == QHCA_PAGE_SIZE, "invalidation page offset");
+
 _Static_assert(QHCA_UAR_PAGE_SIZE == 4096, "doorbell page size");
 _Static_assert(QHCA_DB_INDEX_SHIFT == 32 && QHCA_DB_TYPE_SHIFT == 24, "doorbell layout");
