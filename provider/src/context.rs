@@ -17,6 +17,7 @@ use qhca_uapi::{
 use crate::attr::DeviceAttr;
 use crate::doorbell::Doorbell;
 use crate::error::{errno_of, Errno, Error, Result};
+use crate::inval::InvalPage;
 use crate::sys::{self, Request};
 
 /// A raw verbs ioctl as nix declares it.
@@ -97,8 +98,9 @@ impl AsyncEvent {
 /// [`Context::wait_async_event`] return [`Error::Disassociated`], so no wait lasts for ever.
 #[derive(Debug)]
 pub struct Context {
-    // Dropped first: the mapping holds its own reference to the file anyway.
+    // Dropped first: the mappings hold their own reference to the file anyway.
     db: OnceLock<Arc<Doorbell>>,
+    inval: OnceLock<Arc<InvalPage>>,
     fd: OwnedFd,
     path: PathBuf,
     attr: DeviceAttr,
@@ -147,6 +149,7 @@ impl Context {
             })?;
         Ok(Context {
             db: OnceLock::new(),
+            inval: OnceLock::new(),
             fd: file.into(),
             path: path.to_owned(),
             attr: DeviceAttr::default(),
@@ -208,6 +211,28 @@ impl Context {
         let db = Arc::new(self.map_doorbell()?);
         // Two threads racing here map twice; the loser's mapping is dropped.
         Ok(self.db.get_or_init(|| db).clone())
+    }
+
+    /// Maps this context's invalidation page (`QHCA_MMAP_INVAL`, one page, shared, read-only):
+    /// where the driver publishes the watched regions it revoked ([`crate::Pd::reg_watched_mr`]).
+    ///
+    /// Fails with [`Error::Mmap`] (`EINVAL` from a driver without the page, `ENODEV` once the
+    /// device is unbound).
+    pub fn map_inval_page(&self) -> Result<InvalPage> {
+        InvalPage::map(self.fd.as_fd())
+    }
+
+    /// The invalidation page shared by every registration cache of this context, mapped on
+    /// first use.
+    ///
+    /// Fails with [`Error::Mmap`].
+    pub fn inval_page(&self) -> Result<Arc<InvalPage>> {
+        if let Some(p) = self.inval.get() {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(self.map_inval_page()?);
+        // Two threads racing here map twice; the loser's mapping is dropped.
+        Ok(self.inval.get_or_init(|| p).clone())
     }
 
     /// True once the provider knows the context is disassociated. One relaxed atomic load: no

@@ -43,6 +43,12 @@
 //! # }
 //! ```
 //!
+//! Programs that send from whatever buffers they are handed (MPI, UCX-style layers) use a
+//! registration cache, [`RegCache`]: a lookup that hits costs no system call, and the cache is
+//! kept exact by the driver, which revokes a cached ([`WatchedMr`]) region before its memory
+//! changes and publishes that on the context's invalidation page ([`InvalPage`]), so there are
+//! no `malloc`/`munmap` hooks. [`CacheMode::OnDemand`] caches on-demand-paged regions instead.
+//!
 //! `provider/examples/rc_write_imm.rs` is a complete two-process program: an RC connection
 //! over [`conn`]'s TCP exchange, a WRITE_WITH_IMM, then a READ back.
 //!
@@ -75,8 +81,14 @@
 //!   mapping (the driver marks it `VM_DONTCOPY`) and copy-on-write copies of the rings, so
 //!   verbs objects must be used only in the process that created them.
 //!
+//! - A watched or on-demand region, and so a cached one, is revoked or loses its pages before
+//!   its memory goes back to the system, so none borrows its memory; what stays `unsafe`
+//!   ([`Pd::reg_watched_mr_raw`], [`Pd::reg_odp_mr_raw`], [`RegCache::get_raw`]) is letting the
+//!   device *write* memory the caller names.
+//!
 //! `unsafe` lives in the ioctl calls ([`Context`]), the doorbell store ([`Doorbell::ring`]), the
-//! ring accesses ([`Cq`], [`Qp`]) and region copies ([`Mr`]), each behind a safe API.
+//! ring accesses ([`Cq`], [`Qp`]), region copies ([`Mr`]) and the invalidation page's loads
+//! ([`InvalPage`]), each behind a safe API.
 //!
 //! # Internals stay inside
 //!
@@ -135,12 +147,15 @@ mod cq;
 mod device;
 mod doorbell;
 mod error;
+mod inval;
 mod layout;
 mod mem;
 mod odp;
 mod pd;
 mod qp;
+pub mod rcache;
 mod sys;
+mod watched;
 mod wq;
 mod wqe;
 
@@ -153,6 +168,7 @@ pub use device::{
 };
 pub use doorbell::Doorbell;
 pub use error::{Errno, Error, PostError, PostReason, Result};
+pub use inval::{InvalPage, InvalPoll, Revocation};
 pub use layout::{QpCaps, QpLayout};
 pub use mem::PAGE_SIZE;
 pub use odp::{Advice, OdpMr};
@@ -160,4 +176,6 @@ pub use pd::{Access, Mr, MrBuf, Pd};
 pub use qhca_uapi::db::{DbType, DbWord};
 pub use qhca_uapi::QHCA_ABI_VERSION;
 pub use qp::{ConnOpts, Qp, QpAttr, QpInfo, QpState};
+pub use rcache::{CacheConfig, CacheMode, CacheStats, CachedMr, RegCache};
+pub use watched::WatchedMr;
 pub use wqe::{RecvWr, SendFlags, SendWr, Sge, WrOp};

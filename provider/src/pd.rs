@@ -9,6 +9,7 @@ use std::sync::Arc;
 use qhca_uapi::{
     qhca_ioc_handle, qhca_ioc_reg_mr, QHCA_ACCESS_LOCAL_WRITE, QHCA_ACCESS_ON_DEMAND,
     QHCA_ACCESS_REMOTE_ATOMIC, QHCA_ACCESS_REMOTE_READ, QHCA_ACCESS_REMOTE_WRITE,
+    QHCA_ACCESS_WATCHED,
 };
 
 use crate::context::Context;
@@ -35,7 +36,10 @@ impl Access {
     /// Not a right: the region is on-demand paged ([`crate::OdpMr`]; `QHCA_ACCESS_ON_DEMAND`).
     /// The ODP registrations set it themselves.
     pub const ON_DEMAND: Access = Access(QHCA_ACCESS_ON_DEMAND);
-    /// Every right (not [`Access::ON_DEMAND`]).
+    /// Not a right: the pinned region is watched for a registration cache ([`crate::WatchedMr`];
+    /// `QHCA_ACCESS_WATCHED`). The watched registrations set it themselves.
+    pub const WATCHED: Access = Access(QHCA_ACCESS_WATCHED);
+    /// Every right (not [`Access::ON_DEMAND`] nor [`Access::WATCHED`]).
     pub const ALL: Access = Access(
         QHCA_ACCESS_LOCAL_WRITE
             | QHCA_ACCESS_REMOTE_WRITE

@@ -27,6 +27,7 @@ mod lifecycle;
 mod odp;
 mod process;
 mod protection;
+mod rcache;
 mod watch;
 
 pub use process::helper_main;
@@ -94,6 +95,12 @@ pub fn cases() -> Vec<Case<Config>> {
         odp::verbs_odp_advise_prefetch,
         odp::verbs_odp_kill_while_faulting,
         watch::verbs_watch_revokes_on_munmap,
+        rcache::verbs_rcache_hits_and_misses,
+        rcache::verbs_rcache_reuse_after_free,
+        rcache::verbs_rcache_changes_revoke,
+        rcache::verbs_rcache_eviction_spares_in_use,
+        rcache::verbs_rcache_stress,
+        rcache::verbs_rcache_on_demand,
     ]
 }
 

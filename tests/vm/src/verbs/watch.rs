@@ -11,11 +11,11 @@ use qhca_uapi::{
 use std::os::fd::AsRawFd;
 
 const PAGE: usize = 4096;
-const WATCHED: &str = "/sys/kernel/debug/qhca/watched_regions";
-const REVOCATIONS: &str = "/sys/kernel/debug/qhca/watch_revocations";
-const PINNED: &str = "/sys/kernel/debug/qhca/pinned_pages";
+pub(super) const WATCHED: &str = "/sys/kernel/debug/qhca/watched_regions";
+pub(super) const REVOCATIONS: &str = "/sys/kernel/debug/qhca/watch_revocations";
+pub(super) const PINNED: &str = "/sys/kernel/debug/qhca/pinned_pages";
 
-fn knob(path: &str) -> Result<i64, Fail> {
+pub(super) fn knob(path: &str) -> Result<i64, Fail> {
     let s = std::fs::read_to_string(path)?;
     s.trim()
         .parse()
@@ -23,7 +23,7 @@ fn knob(path: &str) -> Result<i64, Fail> {
 }
 
 /// Polls `path` until it reads `want` (the driver unpins revoked regions from its worker).
-fn await_knob(path: &str, want: i64) -> Result<i64, Fail> {
+pub(super) fn await_knob(path: &str, want: i64) -> Result<i64, Fail> {
     let end = Instant::now() + Duration::from_secs(5);
     loop {
         let v = knob(path)?;
