@@ -176,6 +176,11 @@ odp_n=256
 [ "$quick" = quick ] && odp_n=32
 log "qhca-odp-bench -s 64k -n $odp_n -r 1G"
 odp_out=$("$bin/qhca-odp-bench" -s 64k -n "$odp_n" -r 1G 2>&1) || odp_out+=$'\nqhca-odp-bench failed'
+# The registration cache (qhca only), likewise.
+rc_n=1024
+[ "$quick" = quick ] && rc_n=128
+log "qhca-rcache-bench -s 64k -n $rc_n -b 64"
+rc_out=$("$bin/qhca-rcache-bench" -s 64k -n "$rc_n" -b 64 2>&1) || rc_out+=$'\nqhca-rcache-bench failed'
 rmmod qhca 2>/dev/null
 
 # ---- tables ----
@@ -266,6 +271,13 @@ echo "==========================================================================
 echo
 echo "on-demand paging: qhca-odp-bench -s 64k -n $odp_n -r 1G (run before rxe, while qhca was loaded)"
 echo "$odp_out"
+echo "=================================================================================================="
+
+# The registration cache: a hit against a miss, and write_bw 64 KiB registering around every
+# request, through the cache, and from regions registered beforehand.
+echo
+echo "registration cache: qhca-rcache-bench -s 64k -n $rc_n -b 64 (qhca only, while it was loaded)"
+echo "$rc_out"
 echo "=================================================================================================="
 
 # Any splat in the kernel log is worth knowing about.

@@ -18,6 +18,8 @@
 //! The fault service time (event to RESUME) is measured by the device's trace events, not here:
 //! see `scripts/qhca-odp-faults.py`.
 
+#[path = "../common/bench.rs"]
+mod bench;
 #[path = "../common/tsc.rs"]
 mod tsc;
 
@@ -25,9 +27,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use qhca::{
-    Access, Advice, ConnInfo, ConnOpts, Context, Cq, CtxStats, Pd, Qp, QpCaps, SendWr, WrOp,
-};
+use bench::{pair, parse_size, Anon, Pair};
+use qhca::{Access, Advice, Context, CtxStats, Pd};
 
 const USAGE: &str = "\
 Usage: qhca-odp-bench [-s SIZE] [-n COUNT] [-r REG_BYTES] [-d DEV]
@@ -42,16 +43,6 @@ struct Opts {
     count: usize,
     reg: usize,
     dev: String,
-}
-
-fn parse_size(s: &str) -> Option<usize> {
-    let (n, mul) = match s.as_bytes().last()? {
-        b'k' | b'K' => (&s[..s.len() - 1], 1 << 10),
-        b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
-        b'g' | b'G' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    n.parse::<usize>().ok()?.checked_mul(mul)
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -77,39 +68,6 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         return Err("sizes and counts must be > 0 (SIZE at most 1 GiB)".into());
     }
     Ok(o)
-}
-
-/// Fresh anonymous memory, never touched here.
-struct Anon {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Anon {
-    fn new(len: usize) -> Result<Anon, String> {
-        // SAFETY: a new private anonymous mapping at an address the kernel picks replaces nothing.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(format!("mmap {len}: {}", std::io::Error::last_os_error()));
-        }
-        Ok(Anon { ptr: p.cast(), len })
-    }
-}
-
-impl Drop for Anon {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping; every region over it was deregistered before (drop order).
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
 }
 
 fn ms(t: Instant) -> f64 {
@@ -152,72 +110,10 @@ fn reg_compare(pd: &Pd, len: usize) -> Result<(), String> {
     Ok(())
 }
 
-struct Pair {
-    a: Qp,
-    b: Qp,
-    cq_a: Cq,
-    _cq_b: Cq,
-}
-
-fn pair(ctx: &Arc<Context>, pd: &Pd) -> qhca::Result<Pair> {
-    let cq_a = Cq::new(ctx, 256, None)?;
-    let cq_b = Cq::new(ctx, 256, None)?;
-    let caps = QpCaps {
-        max_send_wr: 64,
-        ..QpCaps::default()
-    };
-    let a = Qp::new(pd, &cq_a, &cq_a, &caps)?;
-    let b = Qp::new(pd, &cq_b, &cq_b, &caps)?;
-    // A peer of on-demand memory retries RNR NAKs for ever, as with mlx5.
-    let opts = ConnOpts {
-        rnr_retry: 7,
-        ..ConnOpts::default()
-    };
-    let remote = |q: &Qp, psn| ConnInfo {
-        qpn: q.qpn(),
-        psn,
-        ..ConnInfo::default()
-    };
-    a.connect(&a.conn_info(1), &remote(&b, 2), &opts)?;
-    b.connect(&b.conn_info(2), &remote(&a, 1), &opts)?;
-    Ok(Pair {
-        a,
-        b,
-        cq_a,
-        _cq_b: cq_b,
-    })
-}
-
 /// COUNT WRITEs of SIZE from `src` to consecutive offsets at `raddr`, 16 in flight: MB/s.
 fn stream(p: &mut Pair, o: &Opts, src: qhca::Sge, raddr: u64, rkey: u32) -> Result<f64, String> {
-    let depth = 16;
-    let (mut posted, mut done) = (0usize, 0usize);
-    let mut wcs = [qhca::Wc::default(); 16];
-    let start = tsc::now();
-    let deadline = start + tsc::ticks(std::time::Duration::from_secs(120));
-    while done < o.count {
-        while posted < o.count && posted - done < depth {
-            let op = WrOp::Write {
-                raddr: raddr + (posted * o.size) as u64,
-                rkey,
-            };
-            p.a.post_send(&[SendWr::new(posted as u64, op, &[src])])
-                .map_err(|e| e.to_string())?;
-            posted += 1;
-        }
-        let n = p.cq_a.poll(&mut wcs);
-        for wc in &wcs[..n] {
-            if !wc.status.is_ok() {
-                return Err(format!("write {} failed: {:?}", wc.wr_id, wc.status));
-            }
-        }
-        done += n;
-        if n == 0 && done < o.count && tsc::now() > deadline {
-            return Err(format!("stream stuck at {done} of {} completions", o.count));
-        }
-    }
-    let secs = tsc::duration(tsc::now() - start).as_secs_f64();
-    Ok((o.count * o.size) as f64 / secs / 1e6)
+    let span = o.size * o.count;
+    bench::stream(p, o.count, o.size, 16, raddr, span, rkey, |_| Ok((src, ())))
 }
 
 fn delta(a: &CtxStats, b: &CtxStats) -> String {
