@@ -101,6 +101,7 @@ pub fn cases() -> Vec<Case<Config>> {
         rcache::verbs_rcache_eviction_spares_in_use,
         rcache::verbs_rcache_stress,
         rcache::verbs_rcache_on_demand,
+        rcache::verbs_rcache_process_gone,
     ]
 }
 

@@ -527,3 +527,106 @@ pub(super) fn verbs_rcache_on_demand(t: &mut T, cfg: &Config) -> CaseResult {
     check_eq!(t, stats_delta(&s0, &s1), (1, 0, 0));
     Ok(())
 }
+
+/// A process killed with regions in its cache, some in flight: the driver releases every one
+/// (watched regions and pinned pages back where they were).
+pub(super) fn verbs_rcache_process_gone(t: &mut T, cfg: &Config) -> CaseResult {
+    let (pinned0, watched0) = (knob(PINNED)?, knob(WATCHED)?);
+    let dev = cfg.dev.to_string_lossy().into_owned();
+    let mut child = Command::new("/proc/self/exe")
+        .args(["__verbs_rcache", &dev])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut out = BufReader::new(
+        child
+            .stdout
+            .take()
+            .ok_or_else(|| fail_msg("no stdout".into()))?,
+    );
+    let mut line = String::new();
+    out.read_line(&mut line)?;
+    require!(t, line.trim() == "running", "helper said {line:?}");
+    check!(
+        t,
+        knob(WATCHED)? >= watched0 + 8,
+        "the helper's cache holds its regions"
+    );
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL)?;
+    let st = child.wait()?;
+    check!(
+        t,
+        system::killed_by_signal(&st, Signal::SIGKILL),
+        "helper ended with {st}"
+    );
+    check_eq!(
+        t,
+        await_knob(WATCHED, watched0)?,
+        watched0,
+        "watched regions after kill -9"
+    );
+    check_eq!(
+        t,
+        await_knob(PINNED, pinned0)?,
+        pinned0,
+        "pinned pages after kill -9"
+    );
+    Ok(())
+}
+
+/// `__verbs_rcache DEVICE`: sends from buffers looked up in a cache, eight of them kept and the
+/// rest freed and allocated again, with requests in flight; prints `running` once eight regions
+/// are cached, and runs until killed.
+pub(super) fn rcache_churn_main(dev: &Path) -> qhca::Result<()> {
+    let ctx = Arc::new(Context::open(dev)?);
+    let pd = Pd::new(&ctx)?;
+    let o = PairOpts::default();
+    let cq_a = Cq::new(&ctx, 256, None)?;
+    let cq_b = Cq::new(&ctx, 256, None)?;
+    let mut a = Qp::new(&pd, &cq_a, &cq_a, &o.caps)?;
+    let b = Qp::new(&pd, &cq_b, &cq_b, &o.caps)?;
+    connect(&a, PSN_A, b.qpn(), PSN_B, &o.conn)?;
+    connect(&b, PSN_B, a.qpn(), PSN_A, &o.conn)?;
+    let mut cq_a = cq_a;
+    let cache = RegCache::new(&pd, CacheConfig::default())?;
+    let dst = pd.reg_mr_buf(PAGE, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let op = WrOp::Write {
+        raddr: dst.addr(),
+        rkey: dst.rkey(),
+    };
+    let keep: Vec<Map> = (0..8)
+        .map(|_| Map::new(2 * PAGE))
+        .collect::<Result<_, Fail>>()
+        .map_err(|e| qhca::Error::Invalid {
+            what: format!("{e:?}"),
+        })?;
+    let mut first = true;
+    let mut wc = [Wc::default(); 16];
+    loop {
+        let fresh = Map::new(PAGE).map_err(|e| qhca::Error::Invalid {
+            what: format!("{e:?}"),
+        })?;
+        let guards = keep
+            .iter()
+            .chain([&fresh])
+            .map(|m| cache.get(m.ptr, m.len, Access::NONE))
+            .collect::<qhca::Result<Vec<CachedMr>>>()?;
+        let sges: Vec<[Sge; 1]> = guards.iter().map(|g| [g.sge(g.addr(), 64)]).collect();
+        let wrs: Vec<SendWr<'_>> = sges
+            .iter()
+            .enumerate()
+            .map(|(i, s)| SendWr::new(i as u64, op, s))
+            .collect();
+        a.post_send(&wrs)?;
+        if first {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "running");
+            let _ = out.flush();
+            first = false;
+        }
+        let mut done = 0;
+        while done < wrs.len() {
+            done += cq_a.poll(&mut wc);
+        }
+        drop(guards);
+    }
+}
