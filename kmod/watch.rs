@@ -4,15 +4,18 @@
 //! a registration cache in user space exact without malloc or munmap hooks.
 //!
 //! A watched region ([`WatchedMr`], `QHCA_ACCESS_WATCHED`) is a pinned region plus an mmu
-//! interval notifier over the pages it covers. The first change of those mappings (`munmap`,
-//! `mremap`, `madvise(MADV_DONTNEED)`, `mprotect`, `fork`, a new mapping at the same address)
-//! revokes it, from inside the kernel's `invalidate_range_start`, before the change goes on:
-//! `DEREG_MR` (the device forgets the key, so no later work request reaches the old pages; a
-//! device that does not answer is stopped), then the key is published in the context's
-//! invalidation page ([`InvalPage`]) that the process maps read-only, and the pages are unpinned
-//! (and `RLIMIT_MEMLOCK` uncharged) by the device's worker, since unpinning a dirty page locks it
-//! and the invalidation may run under that very page's lock. The process keeps the key as a
-//! handle until `DEREG_MR`, which then has nothing to ask the device.
+//! interval notifier over the pages it covers. A change of those mappings (`munmap`, `mremap`,
+//! `madvise(MADV_DONTNEED)`, `mprotect`, `fork`, a new mapping at the same address) revokes
+//! the pages it touches, from inside the kernel's `invalidate_range_start`, before the change
+//! goes on, and the key is published (once) in the context's invalidation page ([`InvalPage`])
+//! that the process maps read-only. All of the region's pages: `DEREG_MR` (the device forgets
+//! the key, so no later work request reaches the old pages), then the pages are unpinned (and
+//! `RLIMIT_MEMLOCK` uncharged) by the device's worker, since unpinning a dirty page locks it and
+//! the invalidation may run under that very page's lock; the process keeps the key as a handle
+//! until `DEREG_MR`, which then has nothing to ask the device. Some of them:
+//! `QHCA_CMD_REVOKE_PAGES` for those only, so that requests in flight on the rest (another
+//! buffer a cache entry spans) complete; the pages stay pinned until `DEREG_MR`. A device that
+//! does not answer is stopped.
 //!
 //! Registration cannot miss a change: the notifier is inserted first, its sequence read, then
 //! the pages are pinned, and the region goes live (under its lock, the lock its invalidations
@@ -155,9 +158,11 @@ impl InvalPage {
 }
 
 struct State {
-    /// Registered in the device and not revoked. While set, the file's objects hold an `Arc`
-    /// of the region (so an invalidation may take one).
+    /// Registered in the device and not revoked whole. While set, the file's objects hold an
+    /// `Arc` of the region (so an invalidation may take one).
     live: bool,
+    /// Its key was published (once is enough: the cache drops the entry).
+    published: bool,
     /// The pinned pages, until deregistration or the worker after a revocation.
     mem: Option<Umem>,
 }
@@ -235,6 +240,7 @@ impl WatchedMr {
                 dev: dev.clone(),
                 state <- new_mutex!(State {
                     live: false,
+                    published: false,
                     mem: None,
                 }),
                 reap <- new_work!("qhca-watch"),
@@ -333,29 +339,55 @@ impl WatchedMr {
         }
         let mut st = self.state.lock();
         inv.set_seq();
-        if !st.live {
+        // The region's pages: page-list entry k is the page at `base + k * PAGE`.
+        let page = u64::from(uapi::QHCA_PAGE_SIZE);
+        let base = self.addr & !(page - 1);
+        let npages = ((self.addr - base) + self.len).div_ceil(page);
+        let end = base + npages * page;
+        if !st.live || inv.end <= base || inv.start >= end {
             return true;
         }
-        st.live = false;
+        let first = (inv.start.max(base) - base) / page;
+        let count = (inv.end.min(end) - base).div_ceil(page) - first;
+        // Some pages: only they are revoked, the rest of the region serves the requests in
+        // flight (a cache entry may span several buffers); all of them: the region goes.
+        let whole = count == npages;
         let dev = &*self.dev;
         let was_stopped = dev.is_stopped();
         if !was_stopped {
-            let cmd = Cmd::new(uapi::QHCA_CMD_DEREG_MR)
-                .input(0, self.uar.into())
-                .input(1, self.key().into());
+            let cmd = if whole {
+                Cmd::new(uapi::QHCA_CMD_DEREG_MR)
+                    .input(0, self.uar.into())
+                    .input(1, self.key().into())
+            } else {
+                Cmd::new(uapi::QHCA_CMD_REVOKE_PAGES)
+                    .input(0, self.uar.into())
+                    .input(1, self.key().into())
+                    .input(2, first)
+                    .input(3, count)
+            };
             if let Err(e) = dev.exec_no_report(cmd) {
                 // The device may still use the pages: stop it before they go.
                 dev_err!(
                     dev.dev(),
-                    "DEREG_MR of watched key {:#x} failed ({:?}); stopping the device\n",
+                    "revoking watched key {:#x} failed ({:?}); stopping the device\n",
                     self.key(),
                     e
                 );
                 dev.stop_no_report();
             }
         }
-        REVOCATIONS.fetch_add(1, Relaxed);
-        self.ctx.inval.publish(self.key(), self.addr, self.len);
+        if !st.published {
+            st.published = true;
+            REVOCATIONS.fetch_add(1, Relaxed);
+            self.ctx.inval.publish(self.key(), self.addr, self.len);
+        }
+        if !whole && !dev.is_stopped() {
+            // The pages stay pinned (and mapped for the device) until DEREG_MR: the cache
+            // deregisters the region once its last request in flight is done.
+            return true;
+        }
+        st.live = false;
         // SAFETY: `self` is the owner of an inserted notifier, at its address in its `Arc`
         // (`Arc::as_ptr`, type invariant); `st.live` was set under this lock, so the file's
         // objects hold an `Arc` of it, which only `close` (which takes this lock first) lets go

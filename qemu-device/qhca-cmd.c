@@ -397,6 +397,8 @@ static uint8_t qhca_cmd_exec(QhcaState *s, const struct qhca_cmd *cmd,
         return qhca_cmd_obj(s, cmd, data, pl);
     case QHCA_CMD_MAP_ODP ... QHCA_CMD_RESUME:
         return qhca_cmd_odp(s, cmd);
+    case QHCA_CMD_REVOKE_PAGES:
+        return qhca_cmd_obj(s, cmd, data, pl);
     default:
         return QHCA_CMD_BAD_OPCODE;
     }

@@ -421,6 +421,34 @@ static uint8_t qhca_cmd_dereg_mr(QhcaState *s, const struct qhca_cmd *cmd)
     return QHCA_CMD_OK;
 }
 
+/*
+ * REVOKE_PAGES: pages [first, first + count) of a pinned region's page list
+ * are never reached again; an access that touches one fails as a DMA error
+ * would.  The rest of the region works on.
+ */
+static uint8_t qhca_cmd_revoke_pages(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    uint64_t first = cmd->in[2], count = cmd->in[3], i;
+    QhcaMr *mr;
+
+    if (!qhca_cmd_unused_zero(cmd, false, 4)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    mr = qhca_cmd_mr(s, cmd->in[0], cmd->in[1]);
+    if (!mr) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    if (mr->odp || !count || first >= mr->npages ||
+        count > mr->npages - first) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    for (i = 0; i < count; i++) {
+        mr->pages[first + i] = QHCA_PL_REVOKED;
+    }
+    trace_qhca_obj("mr", "revoke", mr->uar, (uint32_t)cmd->in[1]);
+    return QHCA_CMD_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 /* completion queues                                                        */
 
@@ -930,6 +958,8 @@ uint8_t qhca_cmd_obj(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data,
         return qhca_cmd_destroy_qp(s, cmd);
     case QHCA_CMD_QUERY_CTX:
         return qhca_cmd_query_ctx(s, cmd);
+    case QHCA_CMD_REVOKE_PAGES:
+        return qhca_cmd_revoke_pages(s, cmd);
     default:
         return QHCA_CMD_BAD_OPCODE;
     }

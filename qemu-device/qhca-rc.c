@@ -75,7 +75,7 @@ bool qhca_pl_rw(QhcaState *s, const uint64_t *pages, uint32_t npages,
         uint32_t n = MIN(len, QHCA_PAGE_SIZE - in);
         MemTxResult r;
 
-        if (pg >= npages) {
+        if (pg >= npages || pages[pg] == QHCA_PL_REVOKED) {
             return false;
         }
         r = write ? qhca_dma_write(s, pages[pg] + in, p, n)

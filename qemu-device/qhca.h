@@ -216,6 +216,12 @@ typedef struct QhcaOdpChunk {
     uint64_t e[QHCA_ODP_CHUNK_PAGES]; /* DMA address | QHCA_ODP_* */
 } QhcaOdpChunk;
 
+/*
+ * A pinned region's page-list entry after REVOKE_PAGES: never reached (any
+ * access to the page fails).  No page address is all ones.
+ */
+#define QHCA_PL_REVOKED UINT64_MAX
+
 typedef struct QhcaMr {
     bool in_use;
     /*

@@ -42,14 +42,12 @@
 //!   overlap; a hit is an entry covering the request with at least the requested rights.
 //! - A hit takes a read lock, searches a `BTreeMap` and clones an `Arc`: no system call, and no
 //!   lock that a miss holds across one.
-//! - A miss registers the pages of the request united with the entries of its class it overlaps
-//!   (their range and their rights), with no lock held, and inserts that in place of the entries
-//!   it covers. In [`CacheMode::OnDemand`] it also widens the range to [`CacheConfig::granule`]
-//!   and unites it with the entries it touches (as UCX does), falling back to the request's own
-//!   pages if part of the widened range is not mapped. Pinned entries are not widened: the
-//!   driver revokes a pinned region whole when any of its pages changes, so a region that
-//!   spanned a neighbouring buffer would fail the requests in flight on this one when the
-//!   neighbour is freed.
+//! - A miss widens the request to [`CacheConfig::granule`] and unites it with the overlapping and
+//!   adjacent entries of its class (their range and their rights), as UCX does, registers that
+//!   with no lock held, and inserts it in place of the entries it covers. If part of the widened
+//!   range is not mapped, it falls back to the request's own pages. A region may so span several
+//!   buffers: when one of them is unmapped, the driver revokes only that one's pages (the
+//!   requests in flight on the others complete), and the entry leaves the cache.
 //! - The generation is read before each registration; when inserting, the revocations
 //!   published since are checked for the new key, so a region revoked between its
 //!   registration and its insertion is never inserted (the miss registers again).
@@ -124,9 +122,9 @@ pub struct CacheConfig {
     pub max_bytes: u64,
     /// Entries beyond which unused entries are evicted (default 4096; at least 1).
     pub max_entries: usize,
-    /// The alignment a miss widens its range to in [`CacheMode::OnDemand`] (pinned entries
-    /// cover whole pages of their requests only): a power of two, at least [`PAGE_SIZE`]
-    /// (default 64 KiB).
+    /// The alignment a miss widens its range to: a power of two, at least [`PAGE_SIZE`]
+    /// (default 64 KiB). A wider granule means fewer registrations, and more pinned memory
+    /// that nobody asked for (in [`CacheMode::Pinned`]).
     pub granule: usize,
     /// How long an unused entry may go without a lookup before [`RegCache::gc`] drops it
     /// (default 30 s).

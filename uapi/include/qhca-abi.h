@@ -167,6 +167,8 @@ enum qhca_cmd_opcode {
 	QHCA_CMD_MAP_ODP      = 0x0f, /* in[0] = uar, in[1] = key, in[2] = first VA page, in[3] = count, in[4] = entries */
 	QHCA_CMD_INVALIDATE_ODP = 0x10, /* in[0] = uar, in[1] = key, in[2] = first VA page, in[3] = count */
 	QHCA_CMD_RESUME       = 0x11, /* in[0] = uar, in[1] = token, in[2] = QHCA_RESUME_* */
+	/* Watched regions; see "The invalidation page" below. */
+	QHCA_CMD_REVOKE_PAGES = 0x12, /* in[0] = uar, in[1] = key, in[2] = first page-list entry, in[3] = count */
 	QHCA_CMD_MAX, /* first unassigned opcode */
 };
 
@@ -860,13 +862,17 @@ struct qhca_ioc_async_event {
 /* notifier).  When any mapping there changes -- munmap, mremap,            */
 /* madvise(MADV_DONTNEED), mprotect, a new mapping at the same address,     */
 /* fork (which write-protects private mappings), page migration -- the      */
-/* driver revokes the region before the change goes on: it deregisters it   */
-/* in the device (a work request naming the key later completes in error;   */
-/* none reaches the old pages), unpins its pages and uncharges              */
-/* RLIMIT_MEMLOCK, and publishes the key here.  The key stays the           */
-/* process's handle until DEREG_MR, which then succeeds without asking the  */
-/* device.  REG_MR fails with EAGAIN if the range changed while it was      */
-/* being pinned.  Keys are never reused, so a published key names one       */
+/* driver revokes the pages that changed before the change goes on, and     */
+/* publishes the key here (once).  If that is every page of the region, it */
+/* deregisters it in the device (a work request naming the key later       */
+/* completes in error), unpins its pages and uncharges RLIMIT_MEMLOCK;      */
+/* else it revokes just those pages (QHCA_CMD_REVOKE_PAGES: an access to    */
+/* one fails, the rest of the region works on, so requests in flight on     */
+/* other buffers a cache entry spans complete) and the pages stay pinned    */
+/* until DEREG_MR.  Either way no access reaches a page the process no      */
+/* longer has there.  The key stays the process's handle until DEREG_MR.    */
+/* REG_MR fails with EAGAIN if the range changed while it was being         */
+/* pinned.  Keys are never reused, so a published key names one             */
 /* registration.                                                            */
 /*                                                                          */
 /* The page is the context's, written only by the driver:                   */

@@ -177,7 +177,8 @@ pub const QHCA_CMD_QUERY_CTX: qhca_cmd_opcode = 14;
 pub const QHCA_CMD_MAP_ODP: qhca_cmd_opcode = 15;
 pub const QHCA_CMD_INVALIDATE_ODP: qhca_cmd_opcode = 16;
 pub const QHCA_CMD_RESUME: qhca_cmd_opcode = 17;
-pub const QHCA_CMD_MAX: qhca_cmd_opcode = 18;
+pub const QHCA_CMD_REVOKE_PAGES: qhca_cmd_opcode = 18;
+pub const QHCA_CMD_MAX: qhca_cmd_opcode = 19;
 pub type qhca_cmd_opcode = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::Instant;
 
-use super::{CacheConfig, CacheMode, CacheStats, CachedMr};
+use super::{CacheConfig, CacheStats, CachedMr};
 use crate::error::{Errno, Error, Result};
 use crate::inval::InvalPoll;
 use crate::mem::PAGE_SIZE;
@@ -55,8 +55,6 @@ pub(crate) trait Backend: Send + Sync {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Merge {
     No,
-    /// Those it overlaps.
-    Overlapping,
     /// Those it overlaps or touches.
     Touching,
 }
@@ -336,20 +334,14 @@ impl Core {
     }
 
     /// The range and rights to register for `[start, end)`: united with every entry of the
-    /// class that overlaps it (or touches it, with [`Merge::Touching`]).
+    /// class that overlaps or touches it, with [`Merge::Touching`].
     fn plan(&self, class: Class, start: u64, end: u64, access: Access, merge: Merge) -> Plan {
         let mut p = Plan { start, end, access };
-        if merge != Merge::No {
-            let touch = merge == Merge::Touching;
+        if merge == Merge::Touching {
             let maps = self.read();
-            let near = if touch {
-                maps.classes[class as usize].range(..=end)
-            } else {
-                maps.classes[class as usize].range(..end)
-            };
             // Entries of a class do not overlap, so their ends grow with their starts.
-            for (_, e) in near.rev() {
-                if e.end < start || (!touch && e.end == start) {
+            for (_, e) in maps.classes[class as usize].range(..=end).rev() {
+                if e.end < start {
                     break;
                 }
                 p.start = p.start.min(e.start);
@@ -381,22 +373,16 @@ impl Core {
         );
         let g = self.config.granule as u64;
         let wide = align_up(end, g).map_or(exact, |e| (align_down(start, g), e));
-        let mut plans = if self.config.mode == CacheMode::Pinned {
-            // The driver revokes a pinned region whole when any of its pages changes: one that
-            // spanned other buffers (a wider granule, merged neighbours) would fail their
-            // requests in flight when one of them is freed. So the pages of the request, united
-            // with the entries it overlaps; then the pages alone.
-            vec![(exact, Merge::Overlapping), (exact, Merge::No)]
-        } else {
-            // Widened to the granule with the neighbours; if part of that is not mapped
-            // (EFAULT) or cannot be registered (EPERM), the pages of the request with the
-            // neighbours (which are registered, so mapped); then the pages of the request alone.
-            vec![
-                (wide, Merge::Touching),
-                (exact, Merge::Touching),
-                (exact, Merge::No),
-            ]
-        };
+        // Widened to the granule with the neighbours; if part of that is not mapped (EFAULT)
+        // or cannot be registered (EPERM), the pages of the request with the neighbours (which
+        // are registered, so mapped); then the pages of the request alone. (A pinned region
+        // that spans several buffers is safe: when one of them is unmapped the driver revokes
+        // only its pages, so requests in flight on the others complete.)
+        let mut plans = vec![
+            (wide, Merge::Touching),
+            (exact, Merge::Touching),
+            (exact, Merge::No),
+        ];
         plans.dedup();
         let mut plans = plans.into_iter().peekable();
         let (mut range, mut merge) = plans.next().expect("three plans");

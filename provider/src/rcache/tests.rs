@@ -98,11 +98,9 @@ impl Fake {
     }
 }
 
-/// The on-demand planning (widened to `granule`, merged with touching entries); the fake
-/// backend revokes whatever the mode.
 fn config(granule: usize) -> CacheConfig {
     CacheConfig {
-        mode: CacheMode::OnDemand,
+        mode: CacheMode::Pinned,
         max_bytes: u64::MAX,
         max_entries: 1000,
         granule,
@@ -184,32 +182,6 @@ fn an_sge_outside_the_region_panics() {
     let (c, _fake) = cache(config(4096));
     let a = ro(&c, 0x1000, 10);
     let _ = a.sge(0x1ff0, 0x20);
-}
-
-#[test]
-fn pinned_entries_cover_the_pages_of_their_requests_only() {
-    let (c, fake) = cache(CacheConfig {
-        mode: CacheMode::Pinned,
-        ..config(64 << 10)
-    });
-    let a = ro(&c, 0x10100, 0x100);
-    assert_eq!(
-        (a.addr(), a.len()),
-        (0x10000, 0x1000),
-        "not widened to the granule"
-    );
-    let b = ro(&c, 0x11000, 0x10);
-    assert_eq!(
-        (b.addr(), b.len()),
-        (0x11000, 0x1000),
-        "not merged with a neighbour"
-    );
-    assert_eq!((c.stats().entries, c.stats().merges), (2, 0));
-    let ab = ro(&c, 0x10ff0, 0x20); // overlaps both
-    assert_eq!((ab.addr(), ab.len()), (0x10000, 0x2000));
-    assert_eq!((c.stats().entries, c.stats().merges), (1, 2));
-    drop((a, b));
-    assert_eq!(fake.live_keys(), [ab.lkey()]);
 }
 
 #[test]

@@ -95,6 +95,7 @@ pub fn cases() -> Vec<Case<Config>> {
         odp::verbs_odp_advise_prefetch,
         odp::verbs_odp_kill_while_faulting,
         watch::verbs_watch_revokes_on_munmap,
+        watch::verbs_watch_revokes_only_the_pages_that_went,
         rcache::verbs_rcache_hits_and_misses,
         rcache::verbs_rcache_reuse_after_free,
         rcache::verbs_rcache_changes_revoke,

@@ -202,3 +202,63 @@ pub(super) fn verbs_watch_revokes_on_munmap(t: &mut T, cfg: &Config) -> CaseResu
     check_errno!(t, destroy_raw(&p.ctx, ObjKind::Mr, key), Errno::ENOENT);
     Ok(())
 }
+
+/// A watched region over two buffers, one of them unmapped: only its pages are revoked; the
+/// same key keeps serving the other (so requests in flight on it complete), the key is
+/// published once, and the pages stay pinned until DEREG_MR.
+pub(super) fn verbs_watch_revokes_only_the_pages_that_went(t: &mut T, cfg: &Config) -> CaseResult {
+    let mut p = pair(cfg, &PairOpts::default())?;
+    let inval = InvalMap::new(&p.ctx)?;
+    let mut dst =
+        p.pd.reg_mr_buf(PAGE, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let (pinned0, rev0) = (knob(PINNED)?, knob(REVOCATIONS)?);
+    let both = Map::new(4 * PAGE)?;
+    both.write(0, &pattern(0x4b, 4 * PAGE));
+    let (a, b) = (both.addr(), both.addr() + 2 * PAGE as u64);
+    let key = reg_raw(&p.ctx, p.pd.pdn(), a, 4 * PAGE as u64, QHCA_ACCESS_WATCHED)?;
+    check_eq!(t, knob(PINNED)?, pinned0 + 4);
+    let op = WrOp::Write {
+        raddr: dst.addr(),
+        rkey: dst.rkey(),
+    };
+    let mut send = |p: &mut Pair, addr: u64, id: u64| -> Result<(WcStatus, Vec<u8>), Fail> {
+        dst.fill(0, 128, 0);
+        let sge = Sge {
+            addr,
+            length: 128,
+            lkey: key,
+        };
+        p.a.post_send(&[SendWr::new(id, op, &[sge])])?;
+        Ok((wait_wc(&mut p.cq_a)?.status, dst.to_vec(0, 128)))
+    };
+    let want_b = both.read(2 * PAGE, 128);
+
+    // SAFETY: the first half of our own mapping; nothing refers into it.
+    check_eq!(t, unsafe { libc::munmap(both.ptr.cast(), 2 * PAGE) }, 0);
+    let g = inval.page();
+    check_eq!(t, (g.generation, g.ring[0].key), (1, key), "published");
+    check_eq!(t, knob(REVOCATIONS)?, rev0 + 1);
+    check_eq!(
+        t,
+        send(&mut p, b, 1)?,
+        (WcStatus::Success, want_b.clone()),
+        "the other buffer"
+    );
+    let (st, got) = send(&mut p, a + 64, 2)?;
+    check_eq!(t, st, WcStatus::LocAccessErr, "the unmapped buffer");
+    check_eq!(t, got, vec![0u8; 128]);
+    check_eq!(t, knob(PINNED)?, pinned0 + 4, "pinned until DEREG_MR");
+
+    // The other half goes too: published already, so nothing new on the page.
+    // SAFETY: the second half of our own mapping; nothing refers into it.
+    check_eq!(
+        t,
+        unsafe { libc::munmap(b as *mut libc::c_void, 2 * PAGE) },
+        0
+    );
+    std::mem::forget(both); // unmapped by hand
+    check_eq!(t, inval.page().generation, 1);
+    destroy_raw(&p.ctx, ObjKind::Mr, key)?;
+    check_eq!(t, knob(PINNED)?, pinned0, "unpinned by DEREG_MR");
+    Ok(())
+}
