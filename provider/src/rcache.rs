@@ -42,12 +42,15 @@
 //!   overlap; a hit is an entry covering the request with at least the requested rights.
 //! - A hit takes a read lock, searches a `BTreeMap` and clones an `Arc`: no system call, and no
 //!   lock that a miss holds across one.
-//! - A miss widens the request to [`CacheConfig::granule`] and unites it with the overlapping and
-//!   adjacent entries of its class (their range and their rights), as UCX does, registers that
-//!   with no lock held, and inserts it in place of the entries it covers. If part of the widened
-//!   range is not mapped, it falls back to the request's own pages. A region may so span several
-//!   buffers: when one of them is unmapped, the driver revokes only that one's pages (the
-//!   requests in flight on the others complete), and the entry leaves the cache.
+//! - A miss widens the request to [`CacheConfig::granule`] (a page by default) and unites it
+//!   with the entries of its class that it overlaps (their range and their rights), registers
+//!   that with no lock held, and inserts it in place of the entries it covers. If part of the
+//!   widened range is not mapped, it falls back to the request's own pages. Entries that only
+//!   touch it stay apart: merging those too would grow one region over an arena of adjacent
+//!   buffers, registering all of it again on every miss. A region may span several buffers
+//!   (those sharing its pages or granules): when one of them is unmapped, the driver revokes
+//!   only that one's pages (the requests in flight on the others complete), and the entry
+//!   leaves the cache.
 //! - The generation is read before each registration; when inserting, the revocations
 //!   published since are checked for the new key, so a region revoked between its
 //!   registration and its insertion is never inserted (the miss registers again).
@@ -123,8 +126,9 @@ pub struct CacheConfig {
     /// Entries beyond which unused entries are evicted (default 4096; at least 1).
     pub max_entries: usize,
     /// The alignment a miss widens its range to: a power of two, at least [`PAGE_SIZE`]
-    /// (default 64 KiB). A wider granule means fewer registrations, and more pinned memory
-    /// that nobody asked for (in [`CacheMode::Pinned`]).
+    /// (default: a page). A wider one (UCX uses 64 KiB and more) means fewer registrations for
+    /// small buffers close together, and more pinned memory that nobody asked for (in
+    /// [`CacheMode::Pinned`]); neighbours whose widened ranges overlap share one region.
     pub granule: usize,
     /// How long an unused entry may go without a lookup before [`RegCache::gc`] drops it
     /// (default 30 s).
@@ -137,7 +141,7 @@ impl Default for CacheConfig {
             mode: CacheMode::Pinned,
             max_bytes: 1 << 30,
             max_entries: 4096,
-            granule: 64 << 10,
+            granule: PAGE_SIZE,
             idle: Duration::from_secs(30),
         }
     }
@@ -265,7 +269,7 @@ impl RegCache {
     /// them with their neighbours (rights included): for as long as the cache or any guard lives,
     /// the device may write, at any moment, any byte that this process has mapped writable in
     /// the covering region of any writable request made to this cache — `[addr, addr + len)`
-    /// widened to [`CacheConfig::granule`] and united with the writable entries it touches —
+    /// widened to [`CacheConfig::granule`] and united with the writable entries it overlaps —
     /// where this process's own work requests direct it (`LOCAL_WRITE`), and, if any writable
     /// request to this cache asked for `REMOTE_WRITE` or `REMOTE_ATOMIC`, where any peer holding
     /// one of its rkeys directs it. The caller must ensure that no such write lands on bytes that

@@ -51,14 +51,6 @@ pub(crate) trait Backend: Send + Sync {
     fn poll(&self, seen: u64) -> InvalPoll;
 }
 
-/// Which entries a miss unites with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Merge {
-    No,
-    /// Those it overlaps or touches.
-    Touching,
-}
-
 /// The two classes of entries. A read-only request is only ever served from (and merged into)
 /// read-only entries, so it never gets a key the device may write through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -334,14 +326,16 @@ impl Core {
     }
 
     /// The range and rights to register for `[start, end)`: united with every entry of the
-    /// class that overlaps or touches it, with [`Merge::Touching`].
-    fn plan(&self, class: Class, start: u64, end: u64, access: Access, merge: Merge) -> Plan {
+    /// class that overlaps it if `merge`. Entries that only touch it stay apart, so that a
+    /// region does not grow over an arena of adjacent buffers one miss (one REG_MR of all of
+    /// it) at a time.
+    fn plan(&self, class: Class, start: u64, end: u64, access: Access, merge: bool) -> Plan {
         let mut p = Plan { start, end, access };
-        if merge == Merge::Touching {
+        if merge {
             let maps = self.read();
             // Entries of a class do not overlap, so their ends grow with their starts.
-            for (_, e) in maps.classes[class as usize].range(..=end).rev() {
-                if e.end < start {
+            for (_, e) in maps.classes[class as usize].range(..end).rev() {
+                if e.end <= start {
                     break;
                 }
                 p.start = p.start.min(e.start);
@@ -373,16 +367,12 @@ impl Core {
         );
         let g = self.config.granule as u64;
         let wide = align_up(end, g).map_or(exact, |e| (align_down(start, g), e));
-        // Widened to the granule with the neighbours; if part of that is not mapped (EFAULT)
-        // or cannot be registered (EPERM), the pages of the request with the neighbours (which
-        // are registered, so mapped); then the pages of the request alone. (A pinned region
-        // that spans several buffers is safe: when one of them is unmapped the driver revokes
-        // only its pages, so requests in flight on the others complete.)
-        let mut plans = vec![
-            (wide, Merge::Touching),
-            (exact, Merge::Touching),
-            (exact, Merge::No),
-        ];
+        // Widened to the granule with the entries it overlaps; if part of that is not mapped
+        // (EFAULT) or cannot be registered (EPERM), the pages of the request with the entries
+        // they overlap (which are registered, so mapped); then the pages of the request alone.
+        // (A pinned region that spans several buffers is safe: when one of them is unmapped
+        // the driver revokes only its pages, so requests in flight on the others complete.)
+        let mut plans = vec![(wide, true), (exact, true), (exact, false)];
         plans.dedup();
         let mut plans = plans.into_iter().peekable();
         let (mut range, mut merge) = plans.next().expect("three plans");

@@ -185,26 +185,30 @@ fn an_sge_outside_the_region_panics() {
 }
 
 #[test]
-fn merges_overlapping_and_adjacent_entries() {
+fn merges_overlapping_entries_not_adjacent_ones() {
     let (c, fake) = cache(config(4096));
     let w1 = rw(&c, 0x1000, 0x1000, LW);
     let w3 = rw(&c, 0x3000, 0x1000, LW | Access::REMOTE_WRITE);
     assert_eq!(c.stats().entries, 2);
-    let w2 = rw(&c, 0x2000, 0x800, LW | Access::REMOTE_READ); // touches both
+    let lone = rw(&c, 0x2000, 0x10, LW); // touches both, overlaps neither
+    assert_eq!((lone.addr(), lone.len()), (0x2000, 0x1000));
+    assert_eq!((c.stats().entries, c.stats().merges), (3, 0));
+    drop(lone);
+    let w2 = rw(&c, 0x1800, 0x2000, LW | Access::REMOTE_READ); // overlaps all three
     assert_eq!((w2.addr(), w2.len()), (0x1000, 0x3000));
     assert_eq!(
         w2.access(),
         LW | Access::REMOTE_WRITE | Access::REMOTE_READ,
         "rights united"
     );
-    assert_eq!((c.stats().entries, c.stats().merges), (1, 2));
+    assert_eq!((c.stats().entries, c.stats().merges), (1, 3));
     let w4 = rw(&c, 0x3800, 0x1000, LW); // overlaps, and goes past the end
     assert_eq!((w4.addr(), w4.len()), (0x1000, 0x4000));
-    assert_eq!((c.stats().entries, c.stats().merges), (1, 3));
+    assert_eq!((c.stats().entries, c.stats().merges), (1, 4));
     assert_eq!(
         fake.live_keys().len(),
         4,
-        "replaced entries live while guarded"
+        "replaced entries live while guarded (the lone one went with its guard)"
     );
     assert!(!w1.is_revoked() && !w3.is_revoked());
     drop((w1, w2, w3));
@@ -225,11 +229,11 @@ fn a_read_only_request_never_gets_a_writable_key() {
     ));
     // A writable request may use a writable entry with more rights.
     assert_eq!(rw(&c, 0x1_0000, 0x10, LW).lkey(), w.lkey());
-    // Merging stays within a class: the adjacent writable entry grows, the read-only one not.
-    let w2 = rw(&c, 0x1_1000, 0x1000, LW);
+    // Merging stays within a class: the overlapped writable entry grows, the read-only one not.
+    let w2 = rw(&c, 0x1_0800, 0x1000, LW);
     assert_eq!((w2.addr(), w2.len()), (0x1_0000, 0x2000));
     let r2 = c
-        .get(0x1_1000 as *const u8, 1, Access::REMOTE_READ)
+        .get(0x1_0800 as *const u8, 0x1000, Access::REMOTE_READ)
         .unwrap();
     assert_eq!((r2.addr(), r2.len()), (0x1_0000, 0x2000));
     assert_eq!(r2.access(), Access::REMOTE_READ);
@@ -266,7 +270,7 @@ fn revoked_entries_are_dropped_and_missed_again() {
 
     // A revoked entry that a merge had already replaced still learns it.
     let d = ro(&c, 0x10_0000, 0x10);
-    let e = ro(&c, 0x10_1000, 0x10);
+    let e = ro(&c, 0x10_0ff0, 0x20);
     assert_eq!(e.addr(), 0x10_0000, "merged with d's");
     fake.page.revoke(d.lkey(), d.addr(), d.len() as u64);
     assert!(d.is_revoked());

@@ -112,24 +112,25 @@ pub(super) fn verbs_rcache_hits_and_misses(t: &mut T, cfg: &Config) -> CaseResul
     let k0 = get(0, 100)?.lkey(); // miss: page 0
     check_eq!(t, get(0, 100)?.lkey(), k0); // hit
     check_eq!(t, get(50, 4000)?.lkey(), k0); // hit: inside page 0
-    let k8 = get(8 * PAGE, PAGE)?.lkey(); // miss: page 8, not adjacent
-    check!(t, k8 != k0);
-    let k01 = get(PAGE, 100)?.lkey(); // miss: page 1, adjacent to page 0: merged
-    check_eq!(t, get(0, 2 * PAGE)?.lkey(), k01); // hit: the merged entry
+    let k8 = get(8 * PAGE, PAGE)?.lkey(); // miss: page 8
+    let k1 = get(PAGE, 100)?.lkey(); // miss: page 1, next to page 0 but not merged
+    check!(t, k8 != k0 && k1 != k0 && k1 != k8);
+    let k01 = get(PAGE - 10, 20)?.lkey(); // miss: overlaps pages 0 and 1: merged
+    check_eq!(t, get(100, 2 * PAGE - 200)?.lkey(), k01); // hit: the merged entry
     let s1 = cache.stats();
     check_eq!(
         t,
         stats_delta(&s0, &s1),
-        (3, 3, 0),
+        (3, 4, 0),
         "(hits, misses, revoked)"
     );
-    check_eq!(t, s1.merges - s0.merges, 1);
+    check_eq!(t, s1.merges - s0.merges, 2);
     check_eq!(t, (s1.entries, s1.bytes), (2, 3 * PAGE as u64));
     check_eq!(
         t,
         knob(WATCHED)?,
         watched0 + 2,
-        "the merged-away region is deregistered"
+        "the merged-away regions are deregistered"
     );
 
     for _ in 0..1000 {
