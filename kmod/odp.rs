@@ -841,18 +841,9 @@ impl OdpMr {
             let mut st = self.state.lock();
             let res = if st.dead || !alive || dev.is_stopped() {
                 Ok(())
-            } else if crate::debugfs::take(&crate::debugfs::REFUSE_DESTROYS) {
-                Err(EINVAL)
             } else {
-                dev.exec_no_report(
-                    Cmd::new(uapi::QHCA_CMD_DEREG_MR)
-                        .input(0, self.uar.into())
-                        .input(1, self.key().into()),
-                )
-                .map(|_| ())
+                dereg_locked(dev, self.uar, self.key())
             };
-            // A queue that died on the way stopped the device: as good as deregistered.
-            let res = res.or_else(|e| if dev.is_stopped() { Ok(()) } else { Err(e) });
             if res.is_ok() {
                 st.dead = true;
                 self.unmap_locked(&mut st, 0, u64::MAX >> PAGE_SHIFT, false);
@@ -867,6 +858,23 @@ impl OdpMr {
         }
         Ok(())
     }
+}
+
+/// `DEREG_MR` of a region from under its lock (an ODP or a watched region): refused without
+/// asking the device if the debugfs knob `refuse_destroys` says so, else what the device
+/// answers. A queue that died on the way stopped the device: as good as deregistered.
+pub(crate) fn dereg_locked(dev: &QhcaDevice, uar: u32, key: u32) -> Result {
+    let res = if crate::debugfs::take(&crate::debugfs::REFUSE_DESTROYS) {
+        Err(EINVAL)
+    } else {
+        dev.exec_no_report(
+            Cmd::new(uapi::QHCA_CMD_DEREG_MR)
+                .input(0, uar.into())
+                .input(1, key.into()),
+        )
+        .map(|_| ())
+    };
+    res.or_else(|e| if dev.is_stopped() { Ok(()) } else { Err(e) })
 }
 
 /// The notifier's callback (`qhca_shim.c`, `qhca_odp_invalidate`).

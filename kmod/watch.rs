@@ -417,18 +417,9 @@ impl WatchedMr {
             let mut st = self.state.lock();
             let res = if !st.live || !alive || dev.is_stopped() {
                 Ok(())
-            } else if crate::debugfs::take(&crate::debugfs::REFUSE_DESTROYS) {
-                Err(EINVAL)
             } else {
-                dev.exec_no_report(
-                    Cmd::new(uapi::QHCA_CMD_DEREG_MR)
-                        .input(0, self.uar.into())
-                        .input(1, self.key().into()),
-                )
-                .map(|_| ())
+                crate::odp::dereg_locked(dev, self.uar, self.key())
             };
-            // A queue that died on the way stopped the device: as good as deregistered.
-            let res = res.or_else(|e| if dev.is_stopped() { Ok(()) } else { Err(e) });
             if res.is_ok() {
                 st.live = false;
             }

@@ -81,6 +81,11 @@ impl PageBuf {
         self.len
     }
 
+    /// Never true: a buffer has at least one page.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
     /// Gives up the memory without unmapping it: for when the driver may still let the device
     /// write to it (a destroy that failed), so that the addresses are never reused.
     pub fn leak(self) {

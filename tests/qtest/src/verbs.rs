@@ -612,6 +612,20 @@ pub struct SendWr {
 }
 
 impl SendWr {
+    /// A signalled RDMA WRITE (`wr_id` 0x77) of `len` bytes at `src` (key `lkey`) to `dst`
+    /// (key `rkey`).
+    pub fn write(src: u64, len: u32, lkey: u32, dst: u64, rkey: u32) -> SendWr {
+        SendWr {
+            wr_id: 0x77,
+            opcode: QHCA_WR_RDMA_WRITE,
+            flags: QHCA_WQE_SIGNALED,
+            remote_addr: dst,
+            rkey,
+            sges: vec![(src, len, lkey)],
+            ..Default::default()
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; 64];
         put64(&mut b, 0, self.wr_id);

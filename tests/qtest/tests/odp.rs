@@ -141,18 +141,6 @@ fn start() -> (Hca, Pair) {
     (h, p)
 }
 
-fn write_wr(src: u64, len: u32, lkey: u32, dst: u64, rkey: u32) -> SendWr {
-    SendWr {
-        wr_id: 0x77,
-        opcode: QHCA_WR_RDMA_WRITE,
-        flags: QHCA_WQE_SIGNALED,
-        remote_addr: dst,
-        rkey,
-        sges: vec![(src, len, lkey)],
-        ..Default::default()
-    }
-}
-
 #[test]
 fn registration_and_commands_are_checked() {
     let (mut h, mut p) = start();
@@ -301,7 +289,7 @@ fn requester_gather_faults_page_by_page_and_only_that_qp_waits() {
     assert_eq!(st, QHCA_CMD_OK);
     let (dst, rkey) = p.buf(&mut h, len, 0, ALL);
 
-    p.a.post_send(&mut h, &write_wr(VA, len as u32, key, dst, rkey));
+    p.a.post_send(&mut h, &SendWr::write(VA, len as u32, key, dst, rkey));
     let f = faults(&mut h);
     assert_eq!(
         f.iter()
@@ -324,7 +312,7 @@ fn requester_gather_faults_page_by_page_and_only_that_qp_waits() {
     bring_to_rts(&mut h, &d, c.qpn, 0x200, &params());
     let (s2, k2) = p.buf(&mut h, 64, 0x5a, ALL);
     let (d2, r2) = p.buf(&mut h, 64, 0, ALL);
-    c.post_send(&mut h, &write_wr(s2, 64, k2, d2, r2));
+    c.post_send(&mut h, &SendWr::write(s2, 64, k2, d2, r2));
     assert_eq!(cq.wait(&mut h).status, QHCA_WC_SUCCESS as u8);
     assert_eq!(h.qt.memread(d2, 64), vec![0x5a; 64]);
     p.scq.expect_empty(&mut h);
@@ -370,7 +358,7 @@ fn responder_fault_backs_the_requester_off_then_succeeds() {
     let (st, rkey) = reg_odp(&mut h, &p, VA, 3 * PAGE, ALL);
     assert_eq!(st, QHCA_CMD_OK);
 
-    p.a.post_send(&mut h, &write_wr(src, len as u32, lkey, VA, rkey));
+    p.a.post_send(&mut h, &SendWr::write(src, len as u32, lkey, VA, rkey));
     let f = faults(&mut h);
     assert_eq!(
         f.len(),
@@ -420,7 +408,7 @@ fn unresolved_faults_fail_the_access_on_each_side() {
     let (st, key) = reg_odp(&mut h, &p, VA, PAGE, LOCAL);
     assert_eq!(st, QHCA_CMD_OK);
     let (dst, rkey) = p.buf(&mut h, PAGE, 0, ALL);
-    p.a.post_send(&mut h, &write_wr(VA, 64, key, dst, rkey));
+    p.a.post_send(&mut h, &SendWr::write(VA, 64, key, dst, rkey));
     let f = faults(&mut h);
     assert_eq!(f.len(), 1);
     assert_eq!(
@@ -442,7 +430,7 @@ fn unresolved_faults_fail_the_access_on_each_side() {
     let (src, lkey) = p.buf(&mut h, 64, 0x11, ALL);
     let (st, rkey) = reg_odp(&mut h, &p, VA, PAGE, ALL);
     assert_eq!(st, QHCA_CMD_OK);
-    p.a.post_send(&mut h, &write_wr(src, 64, lkey, VA, rkey));
+    p.a.post_send(&mut h, &SendWr::write(src, 64, lkey, VA, rkey));
     let f = faults(&mut h);
     assert_eq!(f.len(), 1);
     assert_eq!(
@@ -644,14 +632,14 @@ fn invalidated_pages_fault_again_and_the_old_page_is_left_alone() {
     let (st, rkey) = reg_odp(&mut h, &p, VA, PAGE, ALL);
     assert_eq!(st, QHCA_CMD_OK);
     map(&mut h, &mut p, rkey, VA, PAGE, old, true);
-    p.a.post_send(&mut h, &write_wr(src, 64, lkey, VA, rkey));
+    p.a.post_send(&mut h, &SendWr::write(src, 64, lkey, VA, rkey));
     assert_eq!(p.scq.wait(&mut h).status, QHCA_WC_SUCCESS as u8);
     assert!(faults(&mut h).is_empty(), "mapped: no fault");
     assert_eq!(h.qt.memread(old, 64), vec![0x33; 64]);
 
     assert_eq!(invalidate(&mut h, &p, rkey, VA / PAGE, 1), QHCA_CMD_OK);
     h.qt.memset(src, 64, 0x44);
-    p.a.post_send(&mut h, &write_wr(src, 64, lkey, VA, rkey));
+    p.a.post_send(&mut h, &SendWr::write(src, 64, lkey, VA, rkey));
     let f = faults(&mut h);
     assert_eq!(f.len(), 1, "{f:?}");
     assert_eq!(
@@ -679,7 +667,7 @@ fn tokens_go_stale_and_a_deregistered_key_fails_the_retry() {
     let (dst, rkey) = p.buf(&mut h, PAGE, 0, ALL);
     let (st, key) = reg_odp(&mut h, &p, VA, PAGE, LOCAL);
     assert_eq!(st, QHCA_CMD_OK);
-    p.a.post_send(&mut h, &write_wr(VA, 64, key, dst, rkey));
+    p.a.post_send(&mut h, &SendWr::write(VA, 64, key, dst, rkey));
     let f = faults(&mut h);
     assert_eq!(f.len(), 1);
     let reset = QpAttr {
@@ -699,7 +687,7 @@ fn tokens_go_stale_and_a_deregistered_key_fails_the_retry() {
     let ram = p.m.alloc(&mut h, PAGE);
     let (st, key) = reg_odp(&mut h, &p, VA, PAGE, LOCAL);
     assert_eq!(st, QHCA_CMD_OK);
-    p.a.post_send(&mut h, &write_wr(VA, 64, key, dst, rkey));
+    p.a.post_send(&mut h, &SendWr::write(VA, 64, key, dst, rkey));
     let f = faults(&mut h);
     assert_eq!(f.len(), 1);
     map(&mut h, &mut p, key, VA, PAGE, ram, false);
@@ -729,7 +717,7 @@ fn the_implicit_region_covers_any_address() {
     h.qt.memset(ram, PAGE as usize, 0x6b);
     for va in [VA, 0x1000, 0x00ff_ffff_f000u64] {
         h.qt.memset(dst, 64, 0);
-        p.a.post_send(&mut h, &write_wr(va + 8, 64, key, dst, rkey));
+        p.a.post_send(&mut h, &SendWr::write(va + 8, 64, key, dst, rkey));
         let f = faults(&mut h);
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!((f[0].va, f[0].key), (va + 8, key));

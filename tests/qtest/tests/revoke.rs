@@ -28,18 +28,6 @@ fn revoke(h: &mut Hca, uar: u32, key: u32, first: u64, count: u64) -> u32 {
     .0
 }
 
-fn write_wr(src: u64, len: u32, lkey: u32, dst: u64, rkey: u32) -> SendWr {
-    SendWr {
-        wr_id: 0x51,
-        opcode: QHCA_WR_RDMA_WRITE,
-        flags: QHCA_WQE_SIGNALED,
-        remote_addr: dst,
-        rkey,
-        sges: vec![(src, len, lkey)],
-        ..Default::default()
-    }
-}
-
 #[test]
 fn revoke_pages_is_checked() {
     let (mut h, mut p) = start();
@@ -107,7 +95,10 @@ fn revoked_pages_fail_and_the_rest_of_the_region_works() {
     assert_eq!(revoke(&mut h, p.uar, lkey, 1, 1), QHCA_CMD_OK);
     for pg in [0, 2] {
         let off = pg * PAGE;
-        p.a.post_send(&mut h, &write_wr(src + off, 256, lkey, dst + off, rkey));
+        p.a.post_send(
+            &mut h,
+            &SendWr::write(src + off, 256, lkey, dst + off, rkey),
+        );
         assert_eq!(
             p.scq.wait(&mut h).status,
             QHCA_WC_SUCCESS as u8,
@@ -120,7 +111,7 @@ fn revoked_pages_fail_and_the_rest_of_the_region_works() {
     }
     p.a.post_send(
         &mut h,
-        &write_wr(src + PAGE + 8, 64, lkey, dst + PAGE, rkey),
+        &SendWr::write(src + PAGE + 8, 64, lkey, dst + PAGE, rkey),
     );
     assert_eq!(
         p.scq.wait(&mut h).status,
@@ -136,10 +127,10 @@ fn revoked_pages_fail_and_the_rest_of_the_region_works() {
     assert_eq!(revoke(&mut h, p.uar, rkey, 0, 1), QHCA_CMD_OK);
     p.a.post_send(
         &mut h,
-        &write_wr(src + 2 * PAGE, 64, lkey, dst + 2 * PAGE, rkey),
+        &SendWr::write(src + 2 * PAGE, 64, lkey, dst + 2 * PAGE, rkey),
     );
     assert_eq!(p.scq.wait(&mut h).status, QHCA_WC_SUCCESS as u8);
-    p.a.post_send(&mut h, &write_wr(src, 64, lkey, dst + 100, rkey));
+    p.a.post_send(&mut h, &SendWr::write(src, 64, lkey, dst + 100, rkey));
     assert_eq!(
         p.scq.wait(&mut h).status,
         QHCA_WC_REM_OP_ERR as u8,

@@ -222,6 +222,29 @@ fn destroy_raw(ctx: &Context, kind: ObjKind, handle: u32) -> Result<(), Errno> {
     crate::sys::ioctl_buf(ctx.as_raw_fd(), req, &mut buf).map(drop)
 }
 
+/// Starts this binary's helper subcommand `cmd` on `dev` (see [`helper_main`]) and waits for
+/// its first line, which must be `running`.
+#[track_caller]
+fn start_running_helper(cmd: &str, dev: &Path) -> Result<Child, Fail> {
+    let mut child = Command::new("/proc/self/exe")
+        .arg(cmd)
+        .arg(dev)
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let out = child
+        .stdout
+        .take()
+        .ok_or_else(|| fail_msg("no stdout".into()))?;
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line)?;
+    if line.trim() != "running" {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(fail_msg(format!("{cmd} said {line:?}")));
+    }
+    Ok(child)
+}
+
 /// Waits for one completion.
 #[track_caller]
 fn wait_wc(cq: &mut Cq) -> Result<Wc, Fail> {

@@ -27,7 +27,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bench::{pair, parse_size, Anon, Pair};
+use bench::{anon, pair, parse_size, Pair};
 use qhca::{Access, Advice, Context, CtxStats, Pd};
 
 const USAGE: &str = "\
@@ -77,10 +77,10 @@ fn ms(t: Instant) -> f64 {
 /// Registers and deregisters `len` bytes, pinned and on demand: (reg ms, dereg ms) each.
 fn reg_compare(pd: &Pd, len: usize) -> Result<(), String> {
     let err = |e: qhca::Error| e.to_string();
-    let mem = Anon::new(len)?;
+    let mem = anon(len)?;
     // SAFETY: `mem` is our own mapping of `len` bytes, and this slice is the only reference
     // into it; it lives (and `mem` with it) until after the region is deregistered.
-    let buf = unsafe { std::slice::from_raw_parts_mut(mem.ptr, len) };
+    let buf = unsafe { std::slice::from_raw_parts_mut(mem.as_ptr(), len) };
     let t = Instant::now();
     // SAFETY: the region is dropped (deregistered) below, before `buf` and `mem` go.
     let mr = unsafe { pd.reg_mr(buf, Access::LOCAL_WRITE) }.map_err(err)?;
@@ -94,11 +94,11 @@ fn reg_compare(pd: &Pd, len: usize) -> Result<(), String> {
     );
     drop(mem);
 
-    let mem = Anon::new(len)?;
+    let mem = anon(len)?;
     let t = Instant::now();
     // SAFETY: the device may write `mem`, which no Rust reference points into; the region is
     // dropped below, before `mem` is unmapped.
-    let mr = unsafe { pd.reg_odp_mr_raw(mem.ptr, len, Access::LOCAL_WRITE) }.map_err(err)?;
+    let mr = unsafe { pd.reg_odp_mr_raw(mem.as_ptr(), len, Access::LOCAL_WRITE) }.map_err(err)?;
     let reg = ms(t);
     let t = Instant::now();
     drop(mr);

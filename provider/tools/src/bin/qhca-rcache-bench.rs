@@ -25,8 +25,8 @@ mod tsc;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use bench::{pair, parse_size, stream, Anon};
-use qhca::{Access, CacheConfig, Context, Mr, Pd, RegCache};
+use bench::{anon, fill, pair, parse_size, stream};
+use qhca::{Access, CacheConfig, Context, Mr, PageBuf, Pd, RegCache};
 
 const USAGE: &str = "\
 Usage: qhca-rcache-bench [-s SIZE] [-n COUNT] [-b BUFFERS] [-d DEV]
@@ -78,19 +78,19 @@ fn ns_per(ticks: u64, n: usize) -> f64 {
 }
 
 /// Misses, then hits, then plain registrations: ns each.
-fn lookups(pd: &Pd, o: &Opts, bufs: &[Anon]) -> Result<(), String> {
+fn lookups(pd: &Pd, o: &Opts, bufs: &[PageBuf]) -> Result<(), String> {
     let err = |e: qhca::Error| e.to_string();
     let cache = RegCache::new(pd, CacheConfig::default()).map_err(err)?;
     let t = tsc::now();
     for b in bufs {
-        drop(cache.get(b.ptr, o.size, Access::NONE).map_err(err)?);
+        drop(cache.get(b.as_ptr(), o.size, Access::NONE).map_err(err)?);
     }
     let miss = ns_per(tsc::now() - t, bufs.len());
     let hits = (o.count * 100).max(100_000);
     let t = tsc::now();
     for i in 0..hits {
         let b = &bufs[i % bufs.len()];
-        drop(cache.get(b.ptr, o.size, Access::NONE).map_err(err)?);
+        drop(cache.get(b.as_ptr(), o.size, Access::NONE).map_err(err)?);
     }
     let hit = ns_per(tsc::now() - t, hits);
     let s = cache.stats();
@@ -102,7 +102,7 @@ fn lookups(pd: &Pd, o: &Opts, bufs: &[Anon]) -> Result<(), String> {
     for b in bufs {
         // SAFETY: the region only reads `b` (no write right) and is dropped (deregistered)
         // right away, while `b` is mapped.
-        let mr: Mr<'_> = unsafe { pd.reg_mr_raw(b.ptr, o.size, Access::NONE) }.map_err(err)?;
+        let mr: Mr<'_> = unsafe { pd.reg_mr_raw(b.as_ptr(), o.size, Access::NONE) }.map_err(err)?;
         drop(mr);
     }
     let plain = ns_per(tsc::now() - t, bufs.len());
@@ -124,8 +124,8 @@ fn run(o: &Opts) -> Result<(), String> {
     let pd = Pd::new(&ctx).map_err(err)?;
     let bufs = (0..o.buffers)
         .map(|i| {
-            let b = Anon::new(o.size)?;
-            b.fill(i as u8);
+            let b = anon(o.size)?;
+            fill(&b, i as u8);
             Ok(b)
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -148,7 +148,8 @@ fn run(o: &Opts) -> Result<(), String> {
     let per_io = stream(&mut p, o.count, o.size, DEPTH, raddr, span, rkey, |i| {
         // SAFETY: read-only; the region is dropped (deregistered) when its request completed,
         // while the buffer is mapped (`bufs` outlives the stream).
-        let mr: Mr<'_> = unsafe { pd.reg_mr_raw(buf(i).ptr, o.size, Access::NONE) }.map_err(err)?;
+        let mr: Mr<'_> =
+            unsafe { pd.reg_mr_raw(buf(i).as_ptr(), o.size, Access::NONE) }.map_err(err)?;
         Ok((mr.sge(0, o.size as u32), mr))
     })?;
     println!("  reg_mr + dereg_mr around every request: {per_io:>10.1} MB/s");
@@ -158,7 +159,7 @@ fn run(o: &Opts) -> Result<(), String> {
         let s0 = cache.stats();
         let cached = stream(&mut p, o.count, o.size, DEPTH, raddr, span, rkey, |i| {
             let b = buf(i);
-            let mr = cache.get(b.ptr, o.size, Access::NONE).map_err(err)?;
+            let mr = cache.get(b.as_ptr(), o.size, Access::NONE).map_err(err)?;
             Ok((mr.sge(b.addr(), o.size as u32), mr))
         })?;
         let s = cache.stats();
@@ -173,7 +174,7 @@ fn run(o: &Opts) -> Result<(), String> {
     let mrs = bufs
         .iter()
         // SAFETY: read-only regions, dropped (deregistered) below, before `bufs`.
-        .map(|b| unsafe { pd.reg_mr_raw(b.ptr, o.size, Access::NONE) })
+        .map(|b| unsafe { pd.reg_mr_raw(b.as_ptr(), o.size, Access::NONE) })
         .collect::<qhca::Result<Vec<Mr<'_>>>>()
         .map_err(err)?;
     let pre = stream(&mut p, o.count, o.size, DEPTH, raddr, span, rkey, |i| {

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use qhca::{ConnInfo, ConnOpts, Context, Cq, Pd, Qp, QpCaps, SendWr, Sge, Wc, WrOp};
+use qhca::{ConnInfo, ConnOpts, Context, Cq, PageBuf, Pd, Qp, QpCaps, SendWr, Sge, Wc, WrOp};
 
 use super::tsc;
 
@@ -23,48 +23,15 @@ pub fn parse_size(s: &str) -> Option<usize> {
     n.parse::<usize>().ok()?.checked_mul(mul)
 }
 
-/// Fresh anonymous memory, unmapped on drop.
-pub struct Anon {
-    pub ptr: *mut u8,
-    pub len: usize,
+/// Fresh anonymous memory (never touched): a [`PageBuf`].
+pub fn anon(len: usize) -> Result<PageBuf, String> {
+    PageBuf::new(len).map_err(|e| e.to_string())
 }
 
-impl Anon {
-    pub fn new(len: usize) -> Result<Anon, String> {
-        // SAFETY: a new private anonymous mapping at an address the kernel picks replaces nothing.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(format!("mmap {len}: {}", std::io::Error::last_os_error()));
-        }
-        Ok(Anon { ptr: p.cast(), len })
-    }
-
-    pub fn addr(&self) -> u64 {
-        self.ptr as u64
-    }
-
-    /// Writes `byte` over the whole mapping (so that its pages exist).
-    pub fn fill(&self, byte: u8) {
-        // SAFETY: our own mapping of `len` bytes; no reference points into it.
-        unsafe { std::ptr::write_bytes(self.ptr, byte, self.len) }
-    }
-}
-
-impl Drop for Anon {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping; the users of the benchmarks deregister every region over it
-        // first (or the region is one the driver revokes on unmap).
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
+/// Writes `byte` over all of `b` (so that its pages exist).
+pub fn fill(b: &PageBuf, byte: u8) {
+    // SAFETY: `b`'s own mapping of `b.len()` bytes; no reference points into it.
+    unsafe { std::ptr::write_bytes(b.as_ptr(), byte, b.len()) }
 }
 
 /// Two RC QPs of one context connected to each other: `a` sends, its completions on `cq_a`.

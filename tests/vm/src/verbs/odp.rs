@@ -860,21 +860,8 @@ pub(super) fn verbs_odp_advise_prefetch(t: &mut T, cfg: &Config) -> CaseResult {
 /// A process killed while its QPs fault: everything is freed (no object in the device, nothing
 /// mapped or pinned), and the device works on.
 pub(super) fn verbs_odp_kill_while_faulting(t: &mut T, cfg: &Config) -> CaseResult {
-    let dev = cfg.dev.to_string_lossy().into_owned();
     let f0 = drv_counter("faults")?;
-    let mut child = Command::new("/proc/self/exe")
-        .args(["__verbs_odp_fault", &dev])
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let mut out = BufReader::new(
-        child
-            .stdout
-            .take()
-            .ok_or_else(|| fail_msg("no stdout".into()))?,
-    );
-    let mut line = String::new();
-    out.read_line(&mut line)?;
-    require!(t, line.trim() == "running", "helper said {line:?}");
+    let mut child = start_running_helper("__verbs_odp_fault", &cfg.dev)?;
     // Let it fault for a while, then kill it mid-way.
     let end = Instant::now() + Duration::from_secs(10);
     while drv_counter("faults")? < f0 + 20 && Instant::now() < end {

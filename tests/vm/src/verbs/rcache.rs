@@ -539,20 +539,7 @@ pub(super) fn verbs_rcache_on_demand(t: &mut T, cfg: &Config) -> CaseResult {
 /// (watched regions and pinned pages back where they were).
 pub(super) fn verbs_rcache_process_gone(t: &mut T, cfg: &Config) -> CaseResult {
     let (pinned0, watched0) = (knob(PINNED)?, knob(WATCHED)?);
-    let dev = cfg.dev.to_string_lossy().into_owned();
-    let mut child = Command::new("/proc/self/exe")
-        .args(["__verbs_rcache", &dev])
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let mut out = BufReader::new(
-        child
-            .stdout
-            .take()
-            .ok_or_else(|| fail_msg("no stdout".into()))?,
-    );
-    let mut line = String::new();
-    out.read_line(&mut line)?;
-    require!(t, line.trim() == "running", "helper said {line:?}");
+    let mut child = start_running_helper("__verbs_rcache", &cfg.dev)?;
     check!(
         t,
         knob(WATCHED)? > watched0 && knob(PINNED)? >= pinned0 + 17,
