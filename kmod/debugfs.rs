@@ -13,6 +13,10 @@
 //!   refused them (without reaching it), so that the object stays in the device.
 //! - `stall_events_ms` (read/write): the next event-queue interrupt's thread sleeps this long
 //!   before it drains the queue (at most 10 s), so that the device can overflow it.
+//! - `bad_dma_pages` (read/write): how many of the next page lists (of any object) get their last
+//!   entry replaced by an address nothing maps ([`crate::pagelist::BAD_DMA`]), as a driver bug
+//!   would: the device's accesses to that page must fail (behind the guest IOMMU, with a DMAR
+//!   fault in the log), never reach memory.
 //! - `odp_mapped_pages` (read): pages DMA-mapped for on-demand-paged regions right now.
 //! - `watched_regions` (read): watched regions (`QHCA_ACCESS_WATCHED`) not yet deregistered.
 //! - `watch_revocations` (read): watched regions revoked by a change of their mappings so far.
@@ -40,6 +44,7 @@ pub(crate) static FAIL_PROBE: Atomic<u32> = Atomic::new(0);
 pub(crate) static FAKE_NUM_UARS: Atomic<u32> = Atomic::new(0);
 pub(crate) static REFUSE_DESTROYS: Atomic<u32> = Atomic::new(0);
 pub(crate) static STALL_EVENTS_MS: Atomic<u32> = Atomic::new(0);
+pub(crate) static BAD_DMA_PAGES: Atomic<u32> = Atomic::new(0);
 
 /// Takes one from a count-down knob; true if it was not zero.
 pub(crate) fn take(knob: &Atomic<u32>) -> bool {
@@ -80,6 +85,8 @@ pub(crate) struct Global {
     _refuse_destroys: File<&'static Atomic<u32>>,
     #[pin]
     _stall_events: File<&'static Atomic<u32>>,
+    #[pin]
+    _bad_dma: File<&'static Atomic<u32>>,
 }
 
 /// Reads at most 64 bytes of text written to a debugfs file.
@@ -147,6 +154,12 @@ impl Global {
             _stall_events <- dir.read_write_callback_file(
                 c"stall_events_ms",
                 &STALL_EVENTS_MS,
+                &show,
+                &store
+            ),
+            _bad_dma <- dir.read_write_callback_file(
+                c"bad_dma_pages",
+                &BAD_DMA_PAGES,
                 &show,
                 &store
             ),

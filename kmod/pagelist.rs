@@ -17,6 +17,10 @@ use kernel::{
     prelude::*,
 };
 
+/// What fault injection (debugfs `bad_dma_pages`) puts in a page list: page aligned, far above
+/// any RAM the guest has, and never an IOVA the driver maps.
+pub(crate) const BAD_DMA: u64 = 0xdead_0000_0000;
+
 /// Addresses in one page-list page.
 pub(crate) const PER_PAGE: usize = uapi::QHCA_PL_PAGE_ENTRIES as usize;
 
@@ -64,6 +68,11 @@ impl PageList {
             )?;
         }
         mem.fill(&mut boxes, PER_PAGE)?;
+        if crate::debugfs::take(&crate::debugfs::BAD_DMA_PAGES) {
+            if let Some(last) = boxes.last_mut().and_then(|b| b.last_mut()) {
+                *last = BAD_DMA.to_le();
+            }
+        }
 
         let mut dir = CoherentBox::<[u64]>::zeroed_slice(dev, ndir, GFP_KERNEL)?;
         let mut pages = KVec::with_capacity(ndir, GFP_KERNEL)?;

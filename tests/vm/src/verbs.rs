@@ -68,6 +68,7 @@ pub fn cases() -> Vec<Case<Config>> {
         protection::verbs_mr_of_another_pd,
         protection::verbs_rnr_retry_infinite,
         protection::verbs_rnr_retry_zero,
+        protection::verbs_refused_dma_is_an_error_completion,
         lifecycle::verbs_post_errors_and_unsignaled,
         lifecycle::verbs_cq_event,
         lifecycle::verbs_invalid_transitions,

@@ -14,6 +14,10 @@
 //!    NAKs until the driver has mapped it), and into an on-demand region prefetched with
 //!    `advise(PrefetchWrite, flush)` first. The fault counters of the context are printed beside
 //!    each run, so a run that did not fault cannot pass for one that did.
+//! 3. Isolation: a pinned stream of 8 x COUNT messages on its own context, alone, beside another
+//!    context writing into pinned memory in a loop, and beside one writing into on-demand memory
+//!    whose pages it drops after every round (every message faults). The faulting neighbour is
+//!    compared with the pinned one, which loads the CPUs and the device's thread as much.
 //!
 //! The fault service time (event to RESUME) is measured by the device's trace events, not here:
 //! see `scripts/qhca-odp-faults.py`.
@@ -24,11 +28,12 @@ mod bench;
 mod tsc;
 
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 use bench::{anon, pair, parse_size, Pair};
-use qhca::{Access, Advice, Context, CtxStats, Pd};
+use qhca::{Access, Advice, Context, CtxStats, Pd, SendWr, WrOp};
 
 const USAGE: &str = "\
 Usage: qhca-odp-bench [-s SIZE] [-n COUNT] [-r REG_BYTES] [-d DEV]
@@ -110,10 +115,18 @@ fn reg_compare(pd: &Pd, len: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// COUNT WRITEs of SIZE from `src` to consecutive offsets at `raddr`, 16 in flight: MB/s.
-fn stream(p: &mut Pair, o: &Opts, src: qhca::Sge, raddr: u64, rkey: u32) -> Result<f64, String> {
-    let span = o.size * o.count;
-    bench::stream(p, o.count, o.size, 16, raddr, span, rkey, |_| Ok((src, ())))
+/// `count` WRITEs of `size` from `src` to consecutive offsets at `raddr` (modulo `span`), 16 in
+/// flight: MB/s.
+fn stream(
+    p: &mut Pair,
+    count: usize,
+    size: usize,
+    src: qhca::Sge,
+    raddr: u64,
+    span: usize,
+    rkey: u32,
+) -> Result<f64, String> {
+    bench::stream(p, count, size, 16, raddr, span, rkey, |_| Ok((src, ())))
 }
 
 fn delta(a: &CtxStats, b: &CtxStats) -> String {
@@ -123,6 +136,148 @@ fn delta(a: &CtxStats, b: &CtxStats) -> String {
         b.odp_resp_faults - a.odp_resp_faults,
         b.odp_fault_rnr_naks - a.odp_fault_rnr_naks
     )
+}
+
+/// What the neighbour of [`isolation`]'s streamer does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Neighbour {
+    Idle,
+    /// Writes 16 messages a round into a pinned target, sleeping while it waits.
+    Pinned,
+    /// The same into an on-demand target whose pages it drops after every round, so that every
+    /// message faults at the responder.
+    Faulting,
+}
+
+/// The streamer's MB/s (pinned to pinned, 8 x COUNT messages, its own context), the median of
+/// three runs, with `which` neighbour running in another thread and context meanwhile; and the
+/// neighbour's responder faults.
+fn beside(o: &Opts, which: Neighbour) -> Result<(f64, u64), String> {
+    let err = |e: qhca::Error| e.to_string();
+    let ctx = Arc::new(Context::open(&o.dev).map_err(err)?);
+    let pd = Pd::new(&ctx).map_err(err)?;
+    let mut p = pair(&ctx, &pd).map_err(err)?;
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let src = pd.reg_mr_buf(o.size, Access::LOCAL_WRITE).map_err(err)?;
+    let dst = pd.reg_mr_buf(o.size * 16, rw).map_err(err)?;
+    let stop = AtomicBool::new(false);
+    let (ready_tx, ready_rx) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let neighbour = s.spawn(|| -> Result<u64, String> {
+            if which == Neighbour::Idle {
+                drop(ready_tx);
+                return Ok(0);
+            }
+            let ctx = Arc::new(Context::open(&o.dev).map_err(err)?);
+            let pd = Pd::new(&ctx).map_err(err)?;
+            let mut p = pair(&ctx, &pd).map_err(err)?;
+            let src = pd.reg_mr_buf(o.size, Access::LOCAL_WRITE).map_err(err)?;
+            let len = o.size * 16;
+            let pinned;
+            let odp;
+            let (addr, rkey) = if which == Neighbour::Pinned {
+                pinned = pd.reg_mr_buf(len, rw).map_err(err)?;
+                (pinned.addr(), pinned.rkey())
+            } else {
+                odp = pd.reg_odp_buf(len, rw).map_err(err)?;
+                (odp.addr(), odp.rkey())
+            };
+            let s0 = ctx.query_ctx().map_err(err)?;
+            drop(ready_tx);
+            let sge = [src.sge(0, o.size as u32)];
+            let mut wcs = [qhca::Wc::default(); 16];
+            while !stop.load(Relaxed) {
+                let wrs: Vec<SendWr<'_>> = (0..16)
+                    .map(|i| {
+                        let op = WrOp::Write {
+                            raddr: addr + (i * o.size) as u64,
+                            rkey,
+                        };
+                        SendWr::new(i as u64, op, &sge)
+                    })
+                    .collect();
+                p.a.post_send(&wrs).map_err(|e| e.to_string())?;
+                // Sleeps rather than spins while it waits (for the faults, mostly), so that it
+                // takes no more CPU than the pinned neighbour.
+                let mut done = 0;
+                while done < wrs.len() {
+                    let n = p.cq_a.poll(&mut wcs);
+                    if let Some(wc) = wcs[..n].iter().find(|wc| !wc.status.is_ok()) {
+                        return Err(format!("neighbour write failed: {:?}", wc.status));
+                    }
+                    done += n;
+                    if n == 0 {
+                        std::thread::sleep(std::time::Duration::from_micros(200));
+                    }
+                }
+                if which == Neighbour::Faulting {
+                    // SAFETY: the on-demand region's own buffer, which nothing references: its
+                    // pages go (they read as zeros after), and the device loses them first.
+                    unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+                }
+            }
+            let s1 = ctx.query_ctx().map_err(err)?;
+            Ok(s1.odp_resp_faults - s0.odp_resp_faults)
+        });
+        let _ = ready_rx.recv();
+        let sge = src.sge(0, o.size as u32);
+        let mut runs = Vec::new();
+        let mut res = Ok(());
+        for _ in 0..3 {
+            match stream(
+                &mut p,
+                o.count * 8,
+                o.size,
+                sge,
+                dst.addr(),
+                o.size * 16,
+                dst.rkey(),
+            ) {
+                Ok(bw) => runs.push(bw),
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
+            }
+        }
+        stop.store(true, Relaxed);
+        let faults = neighbour
+            .join()
+            .map_err(|_| "the neighbour panicked".to_string())??;
+        res?;
+        runs.sort_by(f64::total_cmp);
+        Ok((runs[1], faults))
+    })
+}
+
+/// Isolation (seed 003): a streamer's throughput beside a neighbour that faults all the time,
+/// against beside one that writes as much without faulting (the same load on the CPUs and the
+/// device's thread, so what remains is what the faults cost the streamer).
+fn isolation(o: &Opts) -> Result<(), String> {
+    println!(
+        "isolation: a stream of {} x {} B, pinned to pinned, beside another context's writer \
+         (16 x {} B a round; median of 3 runs):",
+        o.count * 8,
+        o.size,
+        o.size
+    );
+    let (alone, _) = beside(o, Neighbour::Idle)?;
+    let (busy, _) = beside(o, Neighbour::Pinned)?;
+    let (faulting, faults) = beside(o, Neighbour::Faulting)?;
+    println!("  alone:                         {alone:>10.1} MB/s");
+    println!(
+        "  beside a pinned writer:        {busy:>10.1} MB/s  ({:.2} of alone)",
+        busy / alone
+    );
+    println!(
+        "  beside a faulting writer:      {faulting:>10.1} MB/s  ({:.2} of beside the pinned \
+         writer; {faults} faults meanwhile)",
+        faulting / busy
+    );
+    if faults == 0 {
+        return Err("the faulting neighbour did not fault".into());
+    }
+    Ok(())
 }
 
 fn run(o: &Opts) -> Result<(), String> {
@@ -144,9 +299,25 @@ fn run(o: &Opts) -> Result<(), String> {
     );
 
     let pinned = pd.reg_mr_buf(total, rw).map_err(err)?;
-    stream(&mut p, o, sge, pinned.addr(), pinned.rkey())?;
+    stream(
+        &mut p,
+        o.count,
+        o.size,
+        sge,
+        pinned.addr(),
+        total,
+        pinned.rkey(),
+    )?;
     let s0 = ctx.query_ctx().map_err(err)?;
-    let bw = stream(&mut p, o, sge, pinned.addr(), pinned.rkey())?;
+    let bw = stream(
+        &mut p,
+        o.count,
+        o.size,
+        sge,
+        pinned.addr(),
+        total,
+        pinned.rkey(),
+    )?;
     let s1 = ctx.query_ctx().map_err(err)?;
     println!(
         "  pinned target (warm):          {bw:>10.1} MB/s  ({})",
@@ -162,7 +333,15 @@ fn run(o: &Opts) -> Result<(), String> {
                 .map_err(err)?;
         }
         let s0 = ctx.query_ctx().map_err(err)?;
-        let bw = stream(&mut p, o, sge, target.addr(), target.rkey())?;
+        let bw = stream(
+            &mut p,
+            o.count,
+            o.size,
+            sge,
+            target.addr(),
+            total,
+            target.rkey(),
+        )?;
         let s1 = ctx.query_ctx().map_err(err)?;
         let what = if prefetch {
             "on-demand target, prefetched:"
@@ -171,7 +350,7 @@ fn run(o: &Opts) -> Result<(), String> {
         };
         println!("  {what:<31}{bw:>10.1} MB/s  ({})", delta(&s0, &s1));
     }
-    Ok(())
+    isolation(o)
 }
 
 fn main() -> ExitCode {

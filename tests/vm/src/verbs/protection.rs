@@ -361,3 +361,119 @@ pub(super) fn verbs_rnr_retry_zero(t: &mut T, cfg: &Config) -> CaseResult {
     );
     Ok(())
 }
+
+const BAD_DMA_KNOB: &str = "/sys/kernel/debug/qhca/bad_dma_pages";
+/// What the driver's fault injection puts in a page list (`kmod/pagelist.rs`, `BAD_DMA`).
+const BAD_DMA_LOG: &str = "fault addr 0xdead00000000";
+
+fn dmesg_lines(needle: &str) -> usize {
+    Command::new("dmesg")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.contains(needle))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// A page the device may not reach (the driver's fault injection hands it an address nothing
+/// maps, as a driver bug would): each access to it fails the request, as requester and as
+/// responder, the rest of the region works, nothing else breaks; behind the guest IOMMU, the
+/// refused DMA is in the guest log.
+pub(super) fn verbs_refused_dma_is_an_error_completion(t: &mut T, cfg: &Config) -> CaseResult {
+    require!(
+        t,
+        Path::new(BAD_DMA_KNOB).exists(),
+        "{BAD_DMA_KNOB} is missing: the driver has no such fault injection"
+    );
+    let behind_iommu = std::fs::read_dir("/sys/class/iommu").is_ok_and(|mut d| d.next().is_some());
+    let logged0 = dmesg_lines(BAD_DMA_LOG);
+    let o = PairOpts::default();
+    let mut p = pair(cfg, &o)?;
+    let mut good = p.pd.reg_mr_buf(2 * 4096, Access::ALL)?;
+    std::fs::write(BAD_DMA_KNOB, "1")?;
+    let mut bad = p.pd.reg_mr_buf(2 * 4096, Access::ALL)?;
+    check_eq!(
+        t,
+        std::fs::read_to_string(BAD_DMA_KNOB)?.trim(),
+        "0",
+        "used up"
+    );
+    let data = pattern(0x6d, 8192);
+    bad.write_at(0, &data);
+    good.fill(0, 8192, 0);
+    let (good_addr, good_rkey) = (good.addr(), good.rkey());
+    let to_good = |off: u64| WrOp::Write {
+        raddr: good_addr + off,
+        rkey: good_rkey,
+    };
+
+    // Requester: gathering from the page that works, then from the one that does not.
+    p.a.post_send(&[SendWr::new(1, to_good(0), &[bad.sge(0, 256)])])?;
+    let wc = wait_wc(&mut p.cq_a)?;
+    check_wc(
+        t,
+        &wc,
+        1,
+        WcStatus::Success,
+        WcOpcode::RdmaWrite,
+        "from page 0",
+    );
+    check_eq!(t, good.to_vec(0, 256), data[..256]);
+    p.a.post_send(&[SendWr::new(2, to_good(4096), &[bad.sge(4096, 256)])])?;
+    let wc = wait_wc(&mut p.cq_a)?;
+    check_wc(
+        t,
+        &wc,
+        2,
+        WcStatus::LocAccessErr,
+        WcOpcode::RdmaWrite,
+        "from page 1",
+    );
+    check_eq!(t, good.to_vec(4096, 256), vec![0u8; 256]);
+
+    // Responder: a WRITE into the page that does not work is refused.
+    let mut p = pair_in(&p.ctx, &p.pd, &o)?;
+    good.write_at(0, &data[..256]);
+    let into_bad = WrOp::Write {
+        raddr: bad.addr() + 4096,
+        rkey: bad.rkey(),
+    };
+    p.a.post_send(&[SendWr::new(3, into_bad, &[good.sge(0, 256)])])?;
+    let wc = wait_wc(&mut p.cq_a)?;
+    check_wc(
+        t,
+        &wc,
+        3,
+        WcStatus::RemOpErr,
+        WcOpcode::RdmaWrite,
+        "into page 1",
+    );
+    check_eq!(
+        t,
+        bad.to_vec(4096, 256),
+        data[4096..4096 + 256],
+        "page 1 untouched"
+    );
+
+    // The device and the driver are fine: a fresh pair works.
+    let mut p = pair_in(&p.ctx, &p.pd, &o)?;
+    p.a.post_send(&[SendWr::new(4, to_good(512), &[bad.sge(100, 64)])])?;
+    let wc = wait_wc(&mut p.cq_a)?;
+    check_wc(t, &wc, 4, WcStatus::Success, WcOpcode::RdmaWrite, "after");
+    if behind_iommu {
+        let end = Instant::now() + Duration::from_secs(5);
+        while dmesg_lines(BAD_DMA_LOG) == logged0 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        check!(
+            t,
+            dmesg_lines(BAD_DMA_LOG) > logged0,
+            "the IOMMU's refusal is in the guest log ({BAD_DMA_LOG})"
+        );
+    }
+    eprintln!("    behind an IOMMU: {behind_iommu}");
+    Ok(())
+}
