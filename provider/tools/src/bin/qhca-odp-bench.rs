@@ -14,10 +14,10 @@
 //!    NAKs until the driver has mapped it), and into an on-demand region prefetched with
 //!    `advise(PrefetchWrite, flush)` first. The fault counters of the context are printed beside
 //!    each run, so a run that did not fault cannot pass for one that did.
-//! 3. Isolation: a pinned stream of 8 x COUNT messages on its own context, alone, beside another
-//!    context writing into pinned memory in a loop, and beside one writing into on-demand memory
-//!    whose pages it drops after every round (every message faults). The faulting neighbour is
-//!    compared with the pinned one, which loads the CPUs and the device's thread as much.
+//! 3. Isolation: a pinned stream of 8 x COUNT messages on its own context, alone, and beside
+//!    another process: one that spins on a CPU (what any busy neighbour costs when the guest's
+//!    vCPUs are the host's only cores), one writing into pinned memory in a loop, one writing into
+//!    on-demand memory whose pages it drops after every round (every message faults).
 //!
 //! The fault service time (event to RESUME) is measured by the device's trace events, not here:
 //! see `scripts/qhca-odp-faults.py`.
@@ -27,9 +27,11 @@ mod bench;
 #[path = "../common/tsc.rs"]
 mod tsc;
 
+use std::io::{BufRead, BufReader, Write};
 use std::process::ExitCode;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Instant;
 
 use bench::{anon, pair, parse_size, Pair};
@@ -48,6 +50,8 @@ struct Opts {
     count: usize,
     reg: usize,
     dev: String,
+    /// `--neighbour pinned|faulting`: be [`isolation`]'s neighbour process.
+    neighbour: Option<Neighbour>,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -56,6 +60,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         count: 256,
         reg: 1 << 30,
         dev: "/dev/qhca0".into(),
+        neighbour: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -65,6 +70,14 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "-n" => o.count = val()?.parse().map_err(|_| "bad -n")?,
             "-r" => o.reg = parse_size(val()?).ok_or("bad -r")?,
             "-d" => o.dev = val()?.clone(),
+            "--neighbour" => {
+                o.neighbour = Some(match val()?.as_str() {
+                    "spinning" => Neighbour::Spinning,
+                    "pinned" => Neighbour::Pinned,
+                    "faulting" => Neighbour::Faulting,
+                    _ => return Err("bad --neighbour".into()),
+                })
+            }
             "-h" | "--help" => return Err(USAGE.into()),
             _ => return Err(format!("unknown argument {a}\n{USAGE}")),
         }
@@ -142,6 +155,9 @@ fn delta(a: &CtxStats, b: &CtxStats) -> String {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Neighbour {
     Idle,
+    /// Spins on a CPU and leaves the device alone: what any busy neighbour costs on a guest
+    /// whose vCPUs are the host's only cores.
+    Spinning,
     /// Writes 16 messages a round into a pinned target, sleeping while it waits.
     Pinned,
     /// The same into an on-demand target whose pages it drops after every round, so that every
@@ -149,133 +165,189 @@ enum Neighbour {
     Faulting,
 }
 
+/// `--neighbour MODE` (run by [`beside`] in a process of its own, so that the streamer shares
+/// neither its address space nor its TLB shootdowns): writes 16 x SIZE a round, on its own
+/// context, into a pinned target or into an on-demand one whose pages it drops after every round;
+/// prints `ready` once set up, stops when its stdin closes, then prints `faults N` (its responder
+/// faults).
+fn neighbour_main(o: &Opts, which: Neighbour) -> Result<(), String> {
+    let err = |e: qhca::Error| e.to_string();
+    if which == Neighbour::Spinning {
+        let stop = Arc::new(AtomicBool::new(false));
+        let eof = stop.clone();
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+            eof.store(true, Relaxed);
+        });
+        println!("ready");
+        std::io::stdout().flush().map_err(|e| e.to_string())?;
+        while !stop.load(Relaxed) {
+            std::hint::spin_loop();
+        }
+        println!("faults 0");
+        return Ok(());
+    }
+    let ctx = Arc::new(Context::open(&o.dev).map_err(err)?);
+    let pd = Pd::new(&ctx).map_err(err)?;
+    let mut p = pair(&ctx, &pd).map_err(err)?;
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let src = pd.reg_mr_buf(o.size, Access::LOCAL_WRITE).map_err(err)?;
+    let len = o.size * 16;
+    let pinned;
+    let odp;
+    let (addr, rkey) = if which == Neighbour::Pinned {
+        pinned = pd.reg_mr_buf(len, rw).map_err(err)?;
+        (pinned.addr(), pinned.rkey())
+    } else {
+        odp = pd.reg_odp_buf(len, rw).map_err(err)?;
+        (odp.addr(), odp.rkey())
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let eof = stop.clone();
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        eof.store(true, Relaxed);
+    });
+    let s0 = ctx.query_ctx().map_err(err)?;
+    println!("ready");
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    let sge = [src.sge(0, o.size as u32)];
+    let mut wcs = [qhca::Wc::default(); 16];
+    while !stop.load(Relaxed) {
+        let wrs: Vec<SendWr<'_>> = (0..16)
+            .map(|i| {
+                let op = WrOp::Write {
+                    raddr: addr + (i * o.size) as u64,
+                    rkey,
+                };
+                SendWr::new(i as u64, op, &sge)
+            })
+            .collect();
+        p.a.post_send(&wrs).map_err(|e| e.to_string())?;
+        // Sleeps rather than spins while it waits (for the faults, mostly), so that it takes no
+        // more CPU than the pinned neighbour.
+        let mut done = 0;
+        while done < wrs.len() {
+            let n = p.cq_a.poll(&mut wcs);
+            if let Some(wc) = wcs[..n].iter().find(|wc| !wc.status.is_ok()) {
+                return Err(format!("neighbour write failed: {:?}", wc.status));
+            }
+            done += n;
+            if n == 0 {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+        if which == Neighbour::Faulting {
+            // SAFETY: the on-demand region's own buffer, which nothing references: its pages
+            // go (they read as zeros after), and the device loses them first.
+            unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+        }
+    }
+    let s1 = ctx.query_ctx().map_err(err)?;
+    println!("faults {}", s1.odp_resp_faults - s0.odp_resp_faults);
+    Ok(())
+}
+
 /// The streamer's MB/s (pinned to pinned, 8 x COUNT messages, its own context), the median of
-/// three runs, with `which` neighbour running in another thread and context meanwhile; and the
+/// three runs, with `which` neighbour running in another process meanwhile; and the
 /// neighbour's responder faults.
 fn beside(o: &Opts, which: Neighbour) -> Result<(f64, u64), String> {
     let err = |e: qhca::Error| e.to_string();
+    let io = |e: std::io::Error| e.to_string();
     let ctx = Arc::new(Context::open(&o.dev).map_err(err)?);
     let pd = Pd::new(&ctx).map_err(err)?;
     let mut p = pair(&ctx, &pd).map_err(err)?;
     let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
     let src = pd.reg_mr_buf(o.size, Access::LOCAL_WRITE).map_err(err)?;
     let dst = pd.reg_mr_buf(o.size * 16, rw).map_err(err)?;
-    let stop = AtomicBool::new(false);
-    let (ready_tx, ready_rx) = mpsc::channel::<()>();
-    std::thread::scope(|s| {
-        let neighbour = s.spawn(|| -> Result<u64, String> {
-            if which == Neighbour::Idle {
-                drop(ready_tx);
-                return Ok(0);
+    let mode = match which {
+        Neighbour::Idle => None,
+        Neighbour::Spinning => Some("spinning"),
+        Neighbour::Pinned => Some("pinned"),
+        Neighbour::Faulting => Some("faulting"),
+    };
+    let mut child = match mode {
+        None => None,
+        Some(m) => {
+            let mut c = Command::new(std::env::current_exe().map_err(io)?)
+                .args(["--neighbour", m, "-d", &o.dev, "-s", &o.size.to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .map_err(io)?;
+            let mut out = BufReader::new(c.stdout.take().ok_or("no stdout")?);
+            let mut line = String::new();
+            out.read_line(&mut line).map_err(io)?;
+            if line.trim() != "ready" {
+                let _ = c.kill();
+                return Err(format!("the neighbour said {line:?}"));
             }
-            let ctx = Arc::new(Context::open(&o.dev).map_err(err)?);
-            let pd = Pd::new(&ctx).map_err(err)?;
-            let mut p = pair(&ctx, &pd).map_err(err)?;
-            let src = pd.reg_mr_buf(o.size, Access::LOCAL_WRITE).map_err(err)?;
-            let len = o.size * 16;
-            let pinned;
-            let odp;
-            let (addr, rkey) = if which == Neighbour::Pinned {
-                pinned = pd.reg_mr_buf(len, rw).map_err(err)?;
-                (pinned.addr(), pinned.rkey())
-            } else {
-                odp = pd.reg_odp_buf(len, rw).map_err(err)?;
-                (odp.addr(), odp.rkey())
-            };
-            let s0 = ctx.query_ctx().map_err(err)?;
-            drop(ready_tx);
-            let sge = [src.sge(0, o.size as u32)];
-            let mut wcs = [qhca::Wc::default(); 16];
-            while !stop.load(Relaxed) {
-                let wrs: Vec<SendWr<'_>> = (0..16)
-                    .map(|i| {
-                        let op = WrOp::Write {
-                            raddr: addr + (i * o.size) as u64,
-                            rkey,
-                        };
-                        SendWr::new(i as u64, op, &sge)
-                    })
-                    .collect();
-                p.a.post_send(&wrs).map_err(|e| e.to_string())?;
-                // Sleeps rather than spins while it waits (for the faults, mostly), so that it
-                // takes no more CPU than the pinned neighbour.
-                let mut done = 0;
-                while done < wrs.len() {
-                    let n = p.cq_a.poll(&mut wcs);
-                    if let Some(wc) = wcs[..n].iter().find(|wc| !wc.status.is_ok()) {
-                        return Err(format!("neighbour write failed: {:?}", wc.status));
-                    }
-                    done += n;
-                    if n == 0 {
-                        std::thread::sleep(std::time::Duration::from_micros(200));
-                    }
-                }
-                if which == Neighbour::Faulting {
-                    // SAFETY: the on-demand region's own buffer, which nothing references: its
-                    // pages go (they read as zeros after), and the device loses them first.
-                    unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
-                }
-            }
-            let s1 = ctx.query_ctx().map_err(err)?;
-            Ok(s1.odp_resp_faults - s0.odp_resp_faults)
-        });
-        let _ = ready_rx.recv();
-        let sge = src.sge(0, o.size as u32);
-        let mut runs = Vec::new();
-        let mut res = Ok(());
-        for _ in 0..3 {
-            match stream(
-                &mut p,
-                o.count * 8,
-                o.size,
-                sge,
-                dst.addr(),
-                o.size * 16,
-                dst.rkey(),
-            ) {
-                Ok(bw) => runs.push(bw),
-                Err(e) => {
-                    res = Err(e);
-                    break;
-                }
+            Some((c, out))
+        }
+    };
+    let sge = src.sge(0, o.size as u32);
+    let mut runs = Vec::new();
+    let mut res = Ok(());
+    for _ in 0..3 {
+        match stream(
+            &mut p,
+            o.count * 8,
+            o.size,
+            sge,
+            dst.addr(),
+            o.size * 16,
+            dst.rkey(),
+        ) {
+            Ok(bw) => runs.push(bw),
+            Err(e) => {
+                res = Err(e);
+                break;
             }
         }
-        stop.store(true, Relaxed);
-        let faults = neighbour
-            .join()
-            .map_err(|_| "the neighbour panicked".to_string())??;
-        res?;
-        runs.sort_by(f64::total_cmp);
-        Ok((runs[1], faults))
-    })
+    }
+    let mut faults = 0;
+    if let Some((mut c, mut out)) = child.take() {
+        drop(c.stdin.take()); // the neighbour stops
+        let mut line = String::new();
+        out.read_line(&mut line).map_err(io)?;
+        let st = c.wait().map_err(io)?;
+        faults = line
+            .trim()
+            .strip_prefix("faults ")
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| format!("the neighbour said {line:?} and ended with {st}"))?;
+    }
+    res?;
+    runs.sort_by(f64::total_cmp);
+    Ok((runs[1], faults))
 }
 
-/// Isolation (seed 003): a streamer's throughput beside a neighbour that faults all the time,
-/// against beside one that writes as much without faulting (the same load on the CPUs and the
-/// device's thread, so what remains is what the faults cost the streamer).
+/// Isolation (seed 003): a streamer's throughput alone, and beside another process that
+/// spins on a CPU, writes into pinned memory in a loop, or writes into on-demand memory whose
+/// every message faults.
 fn isolation(o: &Opts) -> Result<(), String> {
     println!(
-        "isolation: a stream of {} x {} B, pinned to pinned, beside another context's writer \
-         (16 x {} B a round; median of 3 runs):",
+        "isolation: a stream of {} x {} B, pinned to pinned, beside another process \
+         (writers: 16 x {} B a round, own context; median of 3 runs):",
         o.count * 8,
         o.size,
         o.size
     );
     let (alone, _) = beside(o, Neighbour::Idle)?;
-    let (busy, _) = beside(o, Neighbour::Pinned)?;
-    let (faulting, faults) = beside(o, Neighbour::Faulting)?;
     println!("  alone:                         {alone:>10.1} MB/s");
-    println!(
-        "  beside a pinned writer:        {busy:>10.1} MB/s  ({:.2} of alone)",
-        busy / alone
-    );
-    println!(
-        "  beside a faulting writer:      {faulting:>10.1} MB/s  ({:.2} of beside the pinned \
-         writer; {faults} faults meanwhile)",
-        faulting / busy
-    );
-    if faults == 0 {
-        return Err("the faulting neighbour did not fault".into());
+    for (which, what) in [
+        (Neighbour::Spinning, "beside a CPU spinner:"),
+        (Neighbour::Pinned, "beside a pinned writer:"),
+        (Neighbour::Faulting, "beside a faulting writer:"),
+    ] {
+        let (bw, faults) = beside(o, which)?;
+        println!(
+            "  {what:<31}{bw:>10.1} MB/s  ({:.2} of alone; {faults} faults meanwhile)",
+            bw / alone
+        );
+        if which == Neighbour::Faulting && faults == 0 {
+            return Err("the faulting neighbour did not fault".into());
+        }
     }
     Ok(())
 }
@@ -355,7 +427,11 @@ fn run(o: &Opts) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match parse(&args).and_then(|o| run(&o)) {
+    let res = parse(&args).and_then(|o| match o.neighbour {
+        Some(n) => neighbour_main(&o, n),
+        None => run(&o),
+    });
+    match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("qhca-odp-bench: {e}");
