@@ -212,9 +212,11 @@ void qhca_shim_clear_master(struct pci_dev *pdev)
 struct qhca_umem {
 	struct device *dev;	/* get_device'd once mapped */
 	struct mm_struct *mm;	/* mmgrab'ed: accounting outlives the process */
-	struct page **pages;
+	struct page **pages;	/* NULL where a page was taken out */
 	unsigned long npages;
-	struct sg_table sgt;
+	unsigned long taken;	/* pages taken out (qhca_shim_umem_take) */
+	struct sg_table sgt;	/* mapped as a whole (qhca_shim_umem_map) */
+	dma_addr_t *dma;	/* or page by page (qhca_shim_umem_map_pages) */
 	bool writable;
 	bool mapped;
 };
@@ -331,6 +333,80 @@ int qhca_shim_umem_map(struct qhca_umem *u, struct device *dev)
 	return 0;
 }
 
+/*
+ * DMA-maps the pinned pages for @dev one by one, so that pages can later be
+ * taken out on their own.  Once only, instead of qhca_shim_umem_map().
+ */
+int qhca_shim_umem_map_pages(struct qhca_umem *u, struct device *dev)
+{
+	unsigned long i;
+
+	if (u->mapped)
+		return -EINVAL;
+	u->dma = kvcalloc(u->npages, sizeof(*u->dma), GFP_KERNEL);
+	if (!u->dma)
+		return -ENOMEM;
+	for (i = 0; i < u->npages; i++) {
+		u->dma[i] = dma_map_page(dev, u->pages[i], 0, PAGE_SIZE, DMA_BIDIRECTIONAL);
+		if (dma_mapping_error(dev, u->dma[i])) {
+			while (i--)
+				dma_unmap_page(dev, u->dma[i], PAGE_SIZE, DMA_BIDIRECTIONAL);
+			kvfree(u->dma);
+			u->dma = NULL;
+			return -ENOMEM;
+		}
+	}
+	u->dev = get_device(dev);
+	u->mapped = true;
+	return 0;
+}
+
+/*
+ * Takes pages [first, first + count) of a umem mapped page by page out of it,
+ * those still in it, into @out (room for @count): from now on they are the
+ * caller's to hand to qhca_shim_umem_drop(), and no longer counted as pinned
+ * nor charged to the process.  Bookkeeping only: no lock, no allocation, so
+ * it may run inside an invalidation.  Returns how many it took.
+ */
+unsigned long qhca_shim_umem_take(struct qhca_umem *u, unsigned long first,
+				  unsigned long count, struct qhca_umem_page *out)
+{
+	unsigned long i, n = 0;
+
+	if (!u->dma || first >= u->npages)
+		return 0;
+	count = min(count, u->npages - first);
+	for (i = first; i < first + count; i++) {
+		if (!u->pages[i])
+			continue;
+		out[n].page = u->pages[i];
+		out[n].dma = u->dma[i];
+		u->pages[i] = NULL;
+		n++;
+	}
+	u->taken += n;
+	atomic_long_sub(n, &qhca_pinned_pages);
+	atomic64_sub(n, &u->mm->pinned_vm);
+	return n;
+}
+
+/*
+ * Unmaps (for @dev, which they were mapped for) and unpins pages taken out of
+ * a umem.  Locks each page if @dirty: not from an invalidation.
+ */
+void qhca_shim_umem_drop(struct device *dev, const struct qhca_umem_page *pages,
+			 unsigned long n, bool dirty)
+{
+	unsigned long i;
+
+	for (i = 0; i < n; i++) {
+		struct page *page = pages[i].page;
+
+		dma_unmap_page(dev, pages[i].dma, PAGE_SIZE, DMA_BIDIRECTIONAL);
+		unpin_user_pages_dirty_lock(&page, 1, dirty);
+	}
+}
+
 unsigned long qhca_shim_umem_npages(const struct qhca_umem *u)
 {
 	return u->npages;
@@ -355,6 +431,11 @@ unsigned long qhca_shim_umem_fill(const struct qhca_umem *u, __le64 *const *pl,
 		return 0;
 	if (cap > u->npages)
 		cap = u->npages;
+	if (u->dma) {
+		for (k = 0; k < cap; k++)
+			pl[k / per][k % per] = cpu_to_le64(u->dma[k]);
+		return k;
+	}
 	for_each_sgtable_dma_sg(&u->sgt, sg, i) {
 		dma_addr_t a = sg_dma_address(sg);
 		unsigned int off;
@@ -367,6 +448,24 @@ unsigned long qhca_shim_umem_fill(const struct qhca_umem *u, __le64 *const *pl,
 
 void qhca_shim_umem_release(struct qhca_umem *u)
 {
+	unsigned long i;
+
+	if (u->mapped && u->dma) {
+		for (i = 0; i < u->npages; i++) {
+			if (!u->pages[i])
+				continue;
+			dma_unmap_page(u->dev, u->dma[i], PAGE_SIZE, DMA_BIDIRECTIONAL);
+			unpin_user_pages_dirty_lock(&u->pages[i], 1, u->writable);
+		}
+		kvfree(u->dma);
+		put_device(u->dev);
+		atomic_long_sub(u->npages - u->taken, &qhca_pinned_pages);
+		atomic64_sub(u->npages - u->taken, &u->mm->pinned_vm);
+		mmdrop(u->mm);
+		kvfree(u->pages);
+		kfree(u);
+		return;
+	}
 	if (u->mapped) {
 		dma_unmap_sgtable(u->dev, &u->sgt, DMA_BIDIRECTIONAL, 0);
 		sg_free_table(&u->sgt);

@@ -43,6 +43,16 @@ unsigned long qhca_shim_umem_npages(const struct qhca_umem *u);
 unsigned long qhca_shim_umem_fill(const struct qhca_umem *u, __le64 *const *pl,
 				  unsigned long npl, unsigned long per);
 void qhca_shim_umem_release(struct qhca_umem *u);
+/* A page taken out of a umem: shim.rs's TakenPage has the same layout. */
+struct qhca_umem_page {
+	struct page *page;
+	u64 dma;
+};
+int qhca_shim_umem_map_pages(struct qhca_umem *u, struct device *dev);
+unsigned long qhca_shim_umem_take(struct qhca_umem *u, unsigned long first,
+				  unsigned long count, struct qhca_umem_page *out);
+void qhca_shim_umem_drop(struct device *dev, const struct qhca_umem_page *pages,
+			 unsigned long n, bool dirty);
 
 struct eventfd_ctx *qhca_shim_eventfd_get(int fd, int *err);
 void qhca_shim_eventfd_signal(struct eventfd_ctx *ctx);

@@ -40,6 +40,19 @@ extern "C" {
         per: c_ulong,
     ) -> c_ulong;
     fn qhca_shim_umem_release(u: *mut QhcaUmem);
+    fn qhca_shim_umem_map_pages(u: *mut QhcaUmem, dev: *mut bindings::device) -> c_int;
+    fn qhca_shim_umem_take(
+        u: *mut QhcaUmem,
+        first: c_ulong,
+        count: c_ulong,
+        out: *mut TakenPage,
+    ) -> c_ulong;
+    fn qhca_shim_umem_drop(
+        dev: *mut bindings::device,
+        pages: *const TakenPage,
+        n: c_ulong,
+        dirty: bool,
+    );
     fn qhca_shim_eventfd_get(fd: c_int, err: *mut c_int) -> *mut bindings::eventfd_ctx;
     fn qhca_shim_eventfd_signal(ctx: *mut bindings::eventfd_ctx);
     fn qhca_shim_eventfd_put(ctx: *mut bindings::eventfd_ctx);
@@ -255,6 +268,45 @@ impl Umem {
             .ok_or_else(|| Error::from_errno(err))
     }
 
+    /// DMA-maps the pages for `dev` one by one (once, instead of [`Umem::map`]), so that pages
+    /// can be taken out on their own later ([`Umem::take`]).
+    pub(crate) fn map_pages(&mut self, dev: &Device<Bound>) -> Result {
+        // SAFETY: `self.0` is live (type invariant) and exclusively ours (`&mut self`); the
+        // device is bound, and the shim references it for as long as the mappings exist.
+        kernel::error::to_result(unsafe {
+            qhca_shim_umem_map_pages(self.0.as_ptr(), raw_device(dev))
+        })
+    }
+
+    /// Takes pages `[first, first + count)` (those still in it) out of a region mapped with
+    /// [`Umem::map_pages`], into `out`'s spare room, which must hold `count`; they are no
+    /// longer counted or charged as pinned. Allocates nothing and takes no lock: it may run in
+    /// an invalidation. Hand them to [`drop_taken`] once the device cannot reach them.
+    ///
+    /// # Errors
+    ///
+    /// `ENOSPC` if `out` has less spare room than `count`.
+    pub(crate) fn take(&mut self, first: usize, count: usize, out: &mut KVec<TakenPage>) -> Result {
+        if out.capacity() - out.len() < count {
+            return Err(ENOSPC);
+        }
+        // SAFETY: `self.0` is live and exclusively ours (type invariant, `&mut self`); the shim
+        // writes at most `count` entries from the end of `out`'s initialised part, within its
+        // capacity (checked above), and returns how many.
+        let n = unsafe {
+            qhca_shim_umem_take(
+                self.0.as_ptr(),
+                first as c_ulong,
+                count as c_ulong,
+                out.as_mut_ptr().add(out.len()),
+            )
+        };
+        // SAFETY: the shim initialised `n <= count` entries after the old length, within the
+        // capacity.
+        unsafe { out.inc_len(n as usize) };
+        Ok(())
+    }
+
     /// DMA-maps the pages for `dev` (once).
     pub(crate) fn map(&mut self, dev: &Device<Bound>) -> Result {
         // `device::Device` is `#[repr(transparent)]` over `Opaque<bindings::device>`.
@@ -374,7 +426,6 @@ fn raw_device<Ctx: kernel::device::DeviceContext>(dev: &Device<Ctx>) -> *mut bin
         .cast_mut()
 }
 
-/// The highest user address plus one of the calling process (`TASK_SIZE`).
 /// The kernel address of `page`, valid while the page is. The page must be one the driver
 /// allocated without `__GFP_HIGHMEM` (so it is in the kernel's direct map).
 pub(crate) fn page_address(page: &kernel::page::Page) -> *mut u8 {
@@ -382,6 +433,37 @@ pub(crate) fn page_address(page: &kernel::page::Page) -> *mut u8 {
     unsafe { qhca_shim_page_address(page.as_ptr()) }.cast()
 }
 
+/// A page taken out of a [`Umem`] ([`Umem::take`]): still pinned and DMA-mapped until
+/// [`drop_taken`]. `struct qhca_umem_page` of `qhca_shim.h`.
+#[repr(C)]
+pub(crate) struct TakenPage {
+    page: *mut bindings::page,
+    dma: u64,
+}
+
+// SAFETY: a pinned page and its DMA address: plain data, usable from any thread.
+unsafe impl Send for TakenPage {}
+
+/// Unmaps (for `dev`) and unpins pages taken out of a region, dirtying them if `dirty`.
+///
+/// # Safety
+///
+/// The pages came from [`Umem::take`] of a region mapped for `dev` (which is still bound), each
+/// is dropped once, and the device can no longer reach them (revoked, or stopped). Not from an
+/// invalidation: unpinning a dirty page locks it.
+pub(crate) unsafe fn drop_taken(dev: &Device, pages: &[TakenPage], dirty: bool) {
+    // SAFETY: the caller's promise; the slice is live for the call.
+    unsafe {
+        qhca_shim_umem_drop(
+            raw_device(dev),
+            pages.as_ptr(),
+            pages.len() as c_ulong,
+            dirty,
+        )
+    }
+}
+
+/// The highest user address plus one of the calling process (`TASK_SIZE`).
 pub(crate) fn task_size() -> u64 {
     // SAFETY: Reads the current task's address-space limit; no preconditions.
     unsafe { qhca_shim_task_size() }

@@ -364,7 +364,7 @@ impl Verbs<'_> {
         self.locked(|bound, objs| {
             position(&objs.pds, |&p| p == a.pdn)?;
             objs.mrs.reserve(1, GFP_KERNEL)?;
-            mem.map(bound)?;
+            mem.map_pages(bound)?;
             let key = mr.register(bound, a.pdn, access, mem, seq)?;
             // Cannot fail: room was reserved above.
             objs.mrs.push(

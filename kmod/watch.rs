@@ -14,8 +14,9 @@
 //! the invalidation may run under that very page's lock; the process keeps the key as a handle
 //! until `DEREG_MR`, which then has nothing to ask the device. Some of them:
 //! `QHCA_CMD_REVOKE_PAGES` for those only, so that requests in flight on the rest (another
-//! buffer a cache entry spans) complete; the pages stay pinned until `DEREG_MR`. A device that
-//! does not answer is stopped.
+//! buffer a cache entry spans) complete; those pages are taken out of the region (uncharged at
+//! once: the region's memory is DMA-mapped page by page for this) and unmapped and unpinned by
+//! the worker. A device that does not answer is stopped.
 //!
 //! Registration cannot miss a change: the notifier is inserted first, its sequence read, then
 //! the pages are pinned, and the region goes live (under its lock, the lock its invalidations
@@ -32,7 +33,7 @@ use crate::{
     context::Ctx,
     device::QhcaDevice,
     pagelist::PageList,
-    shim::{self, Invalidation, NotifierOwner, OdpNotifier, Umem},
+    shim::{self, Invalidation, NotifierOwner, OdpNotifier, TakenPage, Umem},
     uapi,
 };
 use core::ptr::addr_of_mut;
@@ -163,8 +164,14 @@ struct State {
     live: bool,
     /// Its key was published (once is enough: the cache drops the entry).
     published: bool,
-    /// The pinned pages, until deregistration or the worker after a revocation.
+    /// The pinned pages (DMA-mapped one by one), until deregistration or the worker after a
+    /// revocation of all of them.
     mem: Option<Umem>,
+    /// Pages an invalidation took out of `mem`, for the worker to unmap and unpin. Room for
+    /// every page of the region, reserved beforehand: an invalidation does not allocate.
+    taken: KVec<TakenPage>,
+    /// The pages may have been written (`LOCAL_WRITE`): unpinned dirty.
+    writable: bool,
 }
 
 /// A watched pinned region: see the module documentation.
@@ -182,6 +189,8 @@ pub(crate) struct WatchedMr {
     /// The region as registered.
     addr: u64,
     len: u64,
+    /// Pages it spans.
+    npages: usize,
     ctx: Arc<Ctx>,
     dev: Arc<QhcaDevice>,
     #[pin]
@@ -197,16 +206,24 @@ kernel::impl_has_work! {
 impl WorkItem for WatchedMr {
     type Pointer = Arc<WatchedMr>;
 
-    /// After a revocation: unpins the pages (outside the invalidation).
+    /// After a revocation: unmaps and unpins what it took away, outside the invalidation
+    /// (unpinning a dirty page locks it) and outside the region's lock.
     fn run(this: Arc<WatchedMr>) {
-        let mem = {
-            let mut st = this.state.lock();
-            if st.live {
-                None
-            } else {
-                st.mem.take()
-            }
+        // Room for the next revocations, allocated before the lock. Without it the pages wait
+        // for deregistration.
+        let Ok(fresh) = KVec::with_capacity(this.npages, GFP_KERNEL) else {
+            return;
         };
+        let (mem, taken, writable) = {
+            let mut st = this.state.lock();
+            let taken = core::mem::replace(&mut st.taken, fresh);
+            let mem = if st.live { None } else { st.mem.take() };
+            (mem, taken, st.writable)
+        };
+        // SAFETY: these pages were taken out of this region's memory, mapped for this device
+        // (bound: the worker is drained before unbind ends), and the device no longer reaches
+        // them (REVOKE_PAGES completed, or the device is stopped); each is dropped only here.
+        unsafe { shim::drop_taken(this.dev.dev(), &taken, writable) };
         drop(mem);
     }
 }
@@ -229,6 +246,8 @@ impl WatchedMr {
         let page = u64::from(uapi::QHCA_PAGE_SIZE);
         let start = addr & !(page - 1);
         let end = end.checked_next_multiple_of(page).ok_or(EINVAL)?;
+        let npages = usize::try_from((end - start) / page).map_err(|_| EINVAL)?;
+        let taken = KVec::with_capacity(npages, GFP_KERNEL)?;
         let mr = Arc::pin_init(
             try_pin_init!(Self {
                 notifier: SetOnce::new(),
@@ -236,12 +255,15 @@ impl WatchedMr {
                 uar,
                 addr,
                 len,
+                npages,
                 ctx: ctx.clone(),
                 dev: dev.clone(),
                 state <- new_mutex!(State {
                     live: false,
                     published: false,
                     mem: None,
+                    taken,
+                    writable: false,
                 }),
                 reap <- new_work!("qhca-watch"),
             }? Error),
@@ -318,6 +340,7 @@ impl WatchedMr {
                     self.key.store(key, Relaxed);
                     st.live = true;
                     st.mem = Some(mem);
+                    st.writable = access & uapi::QHCA_ACCESS_LOCAL_WRITE != 0;
                 }
                 res
             }
@@ -382,17 +405,21 @@ impl WatchedMr {
             REVOCATIONS.fetch_add(1, Relaxed);
             self.ctx.inval.publish(self.key(), self.addr, self.len);
         }
-        if !whole && !dev.is_stopped() {
-            // The pages stay pinned (and mapped for the device) until DEREG_MR: the cache
-            // deregisters the region once its last request in flight is done.
-            return true;
-        }
-        st.live = false;
         // SAFETY: `self` is the owner of an inserted notifier, at its address in its `Arc`
-        // (`Arc::as_ptr`, type invariant); `st.live` was set under this lock, so the file's
+        // (`Arc::as_ptr`, type invariant); `st.live` is set, under this lock, so the file's
         // objects hold an `Arc` of it, which only `close` (which takes this lock first) lets go
         // of: the count stays above zero while the borrow lives.
         let this: Arc<Self> = unsafe { ArcBorrow::from_raw(self) }.into();
+        if whole || dev.is_stopped() {
+            st.live = false;
+        } else {
+            // Those pages only: uncharged now, unmapped and unpinned by the worker.
+            let State { mem, taken, .. } = &mut *st;
+            if let Some(mem) = mem.as_mut() {
+                // Cannot fail: `taken` has room for every page of the region, each taken once.
+                let _ = mem.take(first as usize, count as usize, taken);
+            }
+        }
         drop(st);
         // Unpinned by the worker; without one (the device is shut down), at deregistration.
         // (`this` is not the last reference: `close` waits for this callback before the
@@ -423,10 +450,18 @@ impl WatchedMr {
             if res.is_ok() {
                 st.live = false;
             }
-            res.map(|()| st.mem.take())
+            res.map(|()| {
+                let taken = core::mem::take(&mut st.taken);
+                (st.mem.take(), taken, st.writable)
+            })
         };
         dev.check_death();
-        drop(res?);
+        let (mem, taken, writable) = res?;
+        // SAFETY: pages taken out of this region's memory, mapped for this device (bound: the
+        // caller holds the bound-device lock), which no longer reaches them (deregistered, or
+        // stopped); taken out of the state, so dropped only here.
+        unsafe { shim::drop_taken(dev.dev(), &taken, writable) };
+        drop(mem);
         if let Some(n) = self.notifier.as_ref() {
             n.remove();
         }

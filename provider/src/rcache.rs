@@ -50,9 +50,7 @@
 //!   buffers, registering all of it again on every miss. A region may span several buffers
 //!   (those sharing its pages or granules): when one of them is unmapped, the driver revokes
 //!   only that one's pages (the requests in flight on the others complete), and the entry
-//!   leaves the cache. Such a region keeps its revoked pages pinned (and charged to
-//!   `RLIMIT_MEMLOCK`) until it is deregistered: at the cache's next call if no guard holds it,
-//!   else when its last guard goes. A region revoked whole is unpinned at once.
+//!   leaves the cache. Either way the revoked pages are uncharged and unpinned at once.
 //! - The generation is read before each registration; when inserting, the revocations
 //!   published since are checked for the new key, so a region revoked between its
 //!   registration and its insertion is never inserted (the miss registers again).

@@ -868,9 +868,9 @@ struct qhca_ioc_async_event {
 /* completes in error), unpins its pages and uncharges RLIMIT_MEMLOCK;      */
 /* else it revokes just those pages (QHCA_CMD_REVOKE_PAGES: an access to    */
 /* one fails, the rest of the region works on, so requests in flight on     */
-/* other buffers a cache entry spans complete) and the pages stay pinned    */
-/* until DEREG_MR.  Either way no access reaches a page the process no      */
-/* longer has there.  The key stays the process's handle until DEREG_MR.    */
+/* other buffers a cache entry spans complete), uncharges them at once and  */
+/* unpins them.  Either way no access reaches a page the process no longer  */
+/* has there.  The key stays the process's handle until DEREG_MR.           */
 /* REG_MR fails with EAGAIN if the range changed while it was being         */
 /* pinned.  Keys are never reused, so a published key names one             */
 /* registration.                                                            */
