@@ -191,6 +191,8 @@ pub(crate) struct WatchedMr {
     len: u64,
     /// Pages it spans.
     npages: usize,
+    /// Counted in [`WATCHED`] (from the notifier's insertion to deregistration or drop).
+    counted: Atomic<bool>,
     ctx: Arc<Ctx>,
     dev: Arc<QhcaDevice>,
     #[pin]
@@ -256,6 +258,7 @@ impl WatchedMr {
                 addr,
                 len,
                 npages,
+                counted: Atomic::new(false),
                 ctx: ctx.clone(),
                 dev: dev.clone(),
                 state <- new_mutex!(State {
@@ -282,6 +285,7 @@ impl WatchedMr {
         }?;
         // INVARIANT: the owner just registered is `mr`.
         WATCHED.fetch_add(1, Relaxed);
+        mr.counted.store(true, Relaxed);
         mr.notifier.populate(n);
         Ok(mr)
     }
@@ -465,16 +469,22 @@ impl WatchedMr {
         if let Some(n) = self.notifier.as_ref() {
             n.remove();
         }
+        // Deregistered now, even if the worker still holds the region for a moment.
+        self.uncount();
         Ok(())
+    }
+
+    fn uncount(&self) {
+        if self.counted.xchg(false, Relaxed) {
+            WATCHED.fetch_sub(1, Relaxed);
+        }
     }
 }
 
 #[pinned_drop]
 impl PinnedDrop for WatchedMr {
     fn drop(self: Pin<&mut Self>) {
-        if self.notifier.as_ref().is_some() {
-            WATCHED.fetch_sub(1, Relaxed);
-        }
+        self.uncount();
     }
 }
 

@@ -592,6 +592,24 @@ QhcaCq *qhca_cq_lookup(QhcaState *s, uint32_t cqn);
 QhcaMr *qhca_mr_lookup(QhcaState *s, uint32_t key);
 bool qhca_objects_exist(const QhcaState *s);
 QhcaMr *qhca_cmd_mr(QhcaState *s, uint64_t uar, uint64_t key);
+/* qhca-obj.c, for qhca-qp.c */
+bool qhca_uar_valid(QhcaState *s, uint64_t uar);
+QhcaPd *qhca_pd_lookup(QhcaState *s, uint64_t pdn);
+uint8_t qhca_pl_request(QhcaState *s, QhcaPageList *pl, uint64_t dir,
+                        uint32_t npages);
+uint64_t *qhca_pl_take(QhcaPageList *pl);
+void qhca_page_list_free(QhcaState *s, uint64_t **pages, uint32_t *npages);
+void qhca_cmd_in_bytes(const struct qhca_cmd *cmd, void *dst, size_t len);
+uint8_t qhca_cmd_out(QhcaState *s, const struct qhca_cmd *cmd,
+                     const void *src, size_t len);
+
+/* qhca-qp.c: queue pairs */
+uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
+                           uint64_t *data, QhcaPageList *pl);
+uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd);
+uint8_t qhca_cmd_query_qp(QhcaState *s, const struct qhca_cmd *cmd);
+uint8_t qhca_cmd_destroy_qp(QhcaState *s, const struct qhca_cmd *cmd);
+void qhca_qp_free(QhcaState *s, QhcaQp *qp);
 
 /* qhca-odp.c: on-demand paging */
 uint8_t qhca_cmd_odp(QhcaState *s, const struct qhca_cmd *cmd);

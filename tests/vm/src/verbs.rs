@@ -25,6 +25,7 @@ use qhca::{
 mod data;
 mod lifecycle;
 mod odp;
+mod odp_changes;
 mod process;
 mod protection;
 mod rcache;
@@ -88,13 +89,13 @@ pub fn cases() -> Vec<Case<Config>> {
         odp::verbs_odp_rdma_read,
         odp::verbs_odp_send_recv,
         odp::verbs_odp_atomics,
-        odp::verbs_odp_madvise_refaults,
-        odp::verbs_odp_munmap_then_error,
-        odp::verbs_odp_responder_faults_rnr,
-        odp::verbs_odp_implicit,
-        odp::verbs_odp_fork_cow,
-        odp::verbs_odp_advise_prefetch,
-        odp::verbs_odp_kill_while_faulting,
+        odp_changes::verbs_odp_madvise_refaults,
+        odp_changes::verbs_odp_munmap_then_error,
+        odp_changes::verbs_odp_responder_faults_rnr,
+        odp_changes::verbs_odp_implicit,
+        odp_changes::verbs_odp_fork_cow,
+        odp_changes::verbs_odp_advise_prefetch,
+        odp_changes::verbs_odp_kill_while_faulting,
         watch::verbs_watch_revokes_on_munmap,
         watch::verbs_watch_revokes_only_the_pages_that_went,
         rcache::verbs_rcache_hits_and_misses,

@@ -1,0 +1,534 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! An on-demand-paged region ([`OdpMr`]): its record of the pages it mapped for the device, its
+//! faults and prefetches, its invalidations and its teardown (see the parent module).
+
+use super::*;
+
+/// One page of a region's record.
+#[derive(Clone, Copy, Default)]
+struct Entry {
+    dma: u64,
+    /// `pfn << 2 | writable << 1 | mapped`.
+    bits: u64,
+}
+
+impl Entry {
+    fn mapped(self) -> bool {
+        self.bits & 1 != 0
+    }
+
+    fn writable(self) -> bool {
+        self.bits & 2 != 0
+    }
+
+    fn pfn(self) -> u64 {
+        self.bits >> 2
+    }
+}
+
+/// `CHUNK` consecutive pages of a region's record.
+struct Chunk {
+    pages: KVec<Entry>,
+    mapped: usize,
+}
+
+impl Chunk {
+    fn new() -> Result<Self> {
+        Ok(Self {
+            pages: KVec::from_elem(Entry::default(), CHUNK, GFP_KERNEL)?,
+            mapped: 0,
+        })
+    }
+}
+
+struct State {
+    /// Set once the device no longer has the region (deregistered, or the device stopped
+    /// before): nothing is mapped or sent any more.
+    dead: bool,
+    /// The pages DMA-mapped and written into the device, by chunk (`vpn / CHUNK`). A page is
+    /// recorded before the `MAP_ODP` that names it is sent, and unmapped only after the device
+    /// invalidated it, destroyed the region, or was stopped.
+    chunks: RBTree<u64, Chunk>,
+}
+
+/// An on-demand-paged memory region (see the module documentation).
+///
+/// # Invariants
+///
+/// Once `notifier` is set, the notifier's owner is this region, at its address in its `Arc`;
+/// the notifier is removed ([`OdpMr::close`], or dropping it) before that memory is freed.
+#[pin_data]
+pub(crate) struct OdpMr {
+    /// Declared first: dropped (removed) before the rest.
+    notifier: SetOnce<OdpNotifier>,
+    /// Set once by [`OdpMr::register`], before the region can be found or anything mapped.
+    key: Atomic<u32>,
+    pdn: u32,
+    pub(super) uar: u32,
+    access: u32,
+    implicit: bool,
+    /// The virtual range the region covers, `[start, end)`: what faults and invalidations are
+    /// clipped to (the implicit region: the whole user address space).
+    start: u64,
+    end: u64,
+    pub(super) ctx: Arc<Ctx>,
+    dev: Arc<QhcaDevice>,
+    #[pin]
+    state: Mutex<State>,
+}
+
+impl OdpMr {
+    /// Starts watching `[start, end)` of the calling process for a new region, not yet in the
+    /// device ([`OdpMr::register`] puts it there). `implicit`: the device's region will be the
+    /// implicit one (iova 0, `QHCA_ODP_IMPLICIT_LENGTH`), and `[start, end)` the whole user
+    /// range. Called with no lock held: inserting the notifier may take the process's
+    /// `mmap_lock`, under which `mmap` takes the bound-device lock.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`, or the notifier's errors (`EINVAL` for a range outside the address space).
+    #[expect(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        dev: &Arc<QhcaDevice>,
+        ctx: &Arc<Ctx>,
+        uar: u32,
+        pdn: u32,
+        access: u32,
+        start: u64,
+        end: u64,
+        implicit: bool,
+    ) -> Result<Arc<Self>> {
+        let mr = Arc::pin_init(
+            try_pin_init!(Self {
+                notifier: SetOnce::new(),
+                key: Atomic::new(0),
+                pdn,
+                uar,
+                access,
+                start,
+                end,
+                implicit,
+                ctx: ctx.clone(),
+                dev: dev.clone(),
+                state <- new_mutex!(State {
+                    dead: false,
+                    chunks: RBTree::new(),
+                }),
+            }? Error),
+            GFP_KERNEL,
+        )?;
+        let len = if implicit { 0 } else { end - start };
+        // SAFETY: The owner is `mr`, at its final address inside the `Arc`; the notifier lives in
+        // `mr.notifier` and is removed before `mr` is freed (type invariant of `OdpMr`: `close`,
+        // or the field dropped first).
+        let n = unsafe {
+            OdpNotifier::new(
+                start,
+                len,
+                Arc::as_ptr(&mr).cast::<c_void>(),
+                NotifierOwner::Odp,
+            )
+        }?;
+        // INVARIANT: the owner just registered is `mr`.
+        mr.notifier.populate(n);
+        Ok(mr)
+    }
+
+    /// REG_MR with no page list, then the region can be found by its key. The caller holds the
+    /// bound-device lock and the file's objects (`exec` is the plain one: no region lock is
+    /// held). Until this succeeded, nothing is mapped and no invalidation sends a command.
+    ///
+    /// # Errors
+    ///
+    /// What REG_MR returns, `ENOMEM` (then the region is deregistered again).
+    pub(crate) fn register(self: &Arc<Self>, dev: &QhcaDevice) -> Result<u32> {
+        let (iova, length) = if self.implicit {
+            (0, uapi::QHCA_ODP_IMPLICIT_LENGTH)
+        } else {
+            (self.start, self.end - self.start)
+        };
+        dev.odp.mrs.lock().reserve(1, GFP_KERNEL)?;
+        let args = uapi::qhca_cmd_reg_mr {
+            uar: self.uar.to_le(),
+            pdn: self.pdn.to_le(),
+            iova: iova.to_le(),
+            length: length.to_le(),
+            access: self.access.to_le(),
+            npages: 0,
+            pages_addr: 0,
+        };
+        let raw = dev
+            .exec(Cmd::new(uapi::QHCA_CMD_REG_MR).input_struct(&args))?
+            .data[0];
+        let key = u32::try_from(raw).map_err(|_| {
+            dev_err!(dev.dev(), "device returned bad key {:#x}\n", raw);
+            dev.declare_dead();
+            EIO
+        })?;
+        self.key.store(key, Relaxed);
+        dev.odp.add(self.clone()).inspect_err(|_| {
+            let cmd = Cmd::new(uapi::QHCA_CMD_DEREG_MR)
+                .input(0, self.uar.into())
+                .input(1, key.into());
+            // Nothing was mapped: a device that refuses to forget the region can do nothing
+            // with it, but it is broken.
+            if dev.exec(cmd).is_err() && !dev.cmdq.is_dead() {
+                dev.declare_dead();
+            }
+        })?;
+        Ok(key)
+    }
+
+    /// The region's key (0 until registered in the device).
+    pub(crate) fn key(&self) -> u32 {
+        self.key.load(Relaxed)
+    }
+
+    /// True if `[addr, addr + len)` is inside the region.
+    pub(crate) fn contains(&self, addr: u64, len: u64) -> bool {
+        addr >= self.start && addr.checked_add(len).is_some_and(|e| e <= self.end)
+    }
+
+    /// Bytes from `addr` that one step (one `MAP_ODP`) covers, at most `len`.
+    pub(super) fn step_len(&self, addr: u64, len: u64) -> u64 {
+        let page_end = ((addr >> PAGE_SHIFT) + CHUNK as u64) << PAGE_SHIFT;
+        len.min(page_end - addr)
+    }
+
+    /// Handles a fault: the pages of `[va, va + length)` clipped to the region, at most
+    /// `CHUNK` of them.
+    pub(super) fn fault(&self, dev: &QhcaDevice, pf: &PageFault, write: bool) -> Result {
+        if pf.va < self.start || pf.va >= self.end {
+            return Err(EFAULT);
+        }
+        let len = u64::from(pf.length.max(1)).min(self.end - pf.va);
+        self.map(dev, pf.va, self.step_len(pf.va, len), write)
+    }
+
+    /// `ADVISE_MR` with `QHCA_ADVISE_FLAG_FLUSH`: maps `[addr, addr + len)` (inside the region)
+    /// now, step by step.
+    ///
+    /// # Errors
+    ///
+    /// `EFAULT` if a page cannot be faulted in, `EINTR` if the caller is killed, `ENOENT` if the
+    /// region is deregistered meanwhile, `EIO`/`ENODEV` if the device is gone.
+    pub(crate) fn prefetch(
+        &self,
+        dev: &QhcaDevice,
+        mut addr: u64,
+        mut len: u64,
+        write: bool,
+    ) -> Result {
+        add(&dev.odp.stats.prefetches, 1);
+        while len != 0 {
+            if shim::fatal_signal_pending() {
+                return Err(EINTR);
+            }
+            let step = self.step_len(addr, len);
+            self.map(dev, addr, step, write).map_err(|e| {
+                if e == EPERM || e == ESRCH || e == EBUSY {
+                    EFAULT
+                } else {
+                    e
+                }
+            })?;
+            addr += step;
+            len -= step;
+        }
+        Ok(())
+    }
+
+    /// `ADVISE_MR` without the flag: queues the prefetch for the worker.
+    ///
+    /// # Errors
+    ///
+    /// `EAGAIN` if too many are queued, `ENODEV` once the device is shut down.
+    pub(crate) fn prefetch_async(
+        self: &Arc<Self>,
+        dev: &Arc<QhcaDevice>,
+        addr: u64,
+        len: u64,
+        write: bool,
+    ) -> Result {
+        add(&dev.odp.stats.prefetches, 1);
+        {
+            // Room first, unlocked: `kick` takes the queue from invalidations.
+            crate::context::reserve_unlocked(&dev.odp.prefetches, |p| p)?;
+            let mut p = dev.odp.prefetches.lock();
+            if p.len() >= MAX_QUEUED_PREFETCHES {
+                return Err(EAGAIN);
+            }
+            if dev.odp.wq.lock().is_none() {
+                return Err(ENODEV);
+            }
+            let job = Prefetch {
+                mr: self.clone(),
+                addr,
+                len,
+                write,
+            };
+            // Another prefetch took the room meanwhile: the caller may try again.
+            p.push_within_capacity(job).map_err(|_| EAGAIN)?;
+        }
+        dev.odp.kick(dev);
+        Ok(())
+    }
+
+    /// Maps the pages of `[addr, addr + len)` (inside the region, at most `CHUNK` pages) into the
+    /// device: resolve, then under the lock check that no invalidation began, DMA-map, record,
+    /// `MAP_ODP`. Retries when an invalidation raced.
+    pub(super) fn map(&self, dev: &QhcaDevice, addr: u64, len: u64, write: bool) -> Result {
+        let first = addr >> PAGE_SHIFT;
+        let last = (addr + len.max(1) - 1) >> PAGE_SHIFT;
+        let n = (last - first + 1) as usize;
+        if n > CHUNK || !self.contains(addr, len.max(1)) {
+            return Err(EINVAL);
+        }
+        if write && self.access & uapi::QHCA_ACCESS_LOCAL_WRITE == 0 {
+            return Err(EPERM);
+        }
+        let notifier = self.notifier.as_ref().ok_or(ENOENT)?;
+        let mut pages = KVec::from_elem(FaultedPage::default(), n, GFP_KERNEL)?;
+        for _ in 0..MAX_RETRIES {
+            if self.state.lock().dead {
+                return Err(ENOENT);
+            }
+            let seq = notifier.fault(first << PAGE_SHIFT, &mut pages, write)?;
+            // The chunks the range needs, allocated here: nothing allocates under the lock.
+            let mut spare: [Option<(u64, RBTreeNode<u64, Chunk>)>; 2] = [None, None];
+            for (i, c) in [first / CHUNK as u64, last / CHUNK as u64]
+                .into_iter()
+                .enumerate()
+            {
+                if (i == 0 || c != first / CHUNK as u64)
+                    && self.state.lock().chunks.get(&c).is_none()
+                {
+                    spare[i] = Some((c, RBTreeNode::new(c, Chunk::new()?, GFP_KERNEL)?));
+                }
+            }
+            let done = dev.with_bound(|bound| {
+                let mut mailbox = CoherentBox::<[u64]>::zeroed_slice(bound, n, GFP_KERNEL)?;
+                let mut st = self.state.lock();
+                if st.dead {
+                    return Err(ENOENT);
+                }
+                if notifier.retry(seq) {
+                    return Ok(false);
+                }
+                for (k, node) in spare.iter_mut().filter_map(Option::take) {
+                    if st.chunks.get(&k).is_none() {
+                        st.chunks.insert(node);
+                    }
+                }
+                let writable_mr = self.access & uapi::QHCA_ACCESS_LOCAL_WRITE != 0;
+                let mut added = 0u64;
+                let mut res = Ok(());
+                for (i, page) in pages.iter().enumerate() {
+                    let vpn = first + i as u64;
+                    let chunk = st.chunks.get_mut(&(vpn / CHUNK as u64)).ok_or(ENOMEM)?;
+                    let e = &mut chunk.pages[(vpn % CHUNK as u64) as usize];
+                    let writable = writable_mr && page.writable();
+                    if e.mapped() {
+                        if e.pfn() != page.pfn() {
+                            // An invalidation clears a page before its mapping changes, and
+                            // none began since the fault: this cannot be.
+                            dev_err!(
+                                dev.dev(),
+                                "ODP key {:#x}: page {:#x} changed without an invalidation\n",
+                                self.key(),
+                                vpn
+                            );
+                            res = Err(EIO);
+                            break;
+                        }
+                        e.bits |= u64::from(writable) << 1;
+                    } else {
+                        // SAFETY: `page` came from `notifier.fault` with sequence `seq`, which
+                        // `retry` just found current under `state`, the lock this region's
+                        // invalidations take; we still hold it, and the record below makes the
+                        // next invalidation of the page unmap it first.
+                        match unsafe { notifier.dma_map(bound, *page) } {
+                            Ok(dma) => {
+                                *e = Entry {
+                                    dma,
+                                    bits: page.pfn() << 2 | u64::from(writable) << 1 | 1,
+                                };
+                                chunk.mapped += 1;
+                                added += 1;
+                            }
+                            Err(err) => {
+                                res = Err(err);
+                                break;
+                            }
+                        }
+                    }
+                    let flags = u64::from(uapi::QHCA_ODP_PRESENT)
+                        | if e.writable() {
+                            u64::from(uapi::QHCA_ODP_WRITABLE)
+                        } else {
+                            0
+                        };
+                    mailbox[i] = (e.dma | flags).to_le();
+                }
+                add(&dev.odp.stats.pages_mapped, added);
+                MAPPED_PAGES.add(added as i64, Relaxed);
+                res?;
+                let mailbox: Coherent<[u64]> = mailbox.into();
+                let cmd = Cmd::new(uapi::QHCA_CMD_MAP_ODP)
+                    .input(0, self.uar.into())
+                    .input(1, self.key().into())
+                    .input(2, first)
+                    .input(3, n as u64)
+                    .input(4, mailbox.dma_address());
+                dev.exec_no_report(cmd)?;
+                Ok(true)
+            });
+            dev.check_death();
+            if done? {
+                return Ok(());
+            }
+        }
+        Err(EBUSY)
+    }
+
+    /// The notifier's callback: see the module documentation. Returns false only when it may
+    /// not sleep (the kernel then retries in a context that may).
+    fn invalidate(&self, inv: &Invalidation, blockable: bool) -> bool {
+        if !blockable {
+            return false;
+        }
+        let mut st = self.state.lock();
+        inv.set_seq();
+        let start = inv.start.max(self.start);
+        let end = inv.end.min(self.end);
+        if start < end {
+            let tell = !st.dead && !self.dev.is_stopped();
+            self.unmap_locked(&mut st, start >> PAGE_SHIFT, (end - 1) >> PAGE_SHIFT, tell);
+            drop(st);
+            if tell && self.dev.is_stopped() {
+                self.dev.odp.report_death_later(&self.dev);
+            }
+        }
+        true
+    }
+
+    /// Unmaps every recorded page in `[first, last]` (page numbers): first `INVALIDATE_ODP` for
+    /// them (if `tell`), and if the device does not confirm, it is stopped before anything is
+    /// unmapped. Called under the region's lock (`st`).
+    fn unmap_locked(&self, st: &mut State, first: u64, last: u64, tell: bool) {
+        let dev = &*self.dev;
+        let mut cursor = st.chunks.cursor_lower_bound_mut(&(first / CHUNK as u64));
+        while let Some(mut cur) = cursor {
+            let (&c, chunk) = cur.current_mut();
+            let base = c * CHUNK as u64;
+            if base > last {
+                break;
+            }
+            let lo = first.max(base) - base;
+            let hi = last.min(base + CHUNK as u64 - 1) - base;
+            let range = &mut chunk.pages[lo as usize..=hi as usize];
+            let lo_m = range.iter().position(|e| e.mapped());
+            let hi_m = range.iter().rposition(|e| e.mapped());
+            if let (Some(a), Some(b)) = (lo_m, hi_m) {
+                if tell && !dev.is_stopped() {
+                    let cmd = Cmd::new(uapi::QHCA_CMD_INVALIDATE_ODP)
+                        .input(0, self.uar.into())
+                        .input(1, self.key().into())
+                        .input(2, base + lo + a as u64)
+                        .input(3, (b - a + 1) as u64);
+                    match dev.exec_no_report(cmd) {
+                        Ok(_) => add(&dev.odp.stats.invalidations, 1),
+                        Err(e) => {
+                            // The device may still use the pages: stop it before they go.
+                            dev_err!(
+                                dev.dev(),
+                                "INVALIDATE_ODP of key {:#x} failed ({:?}); stopping the device\n",
+                                self.key(),
+                                e
+                            );
+                            dev.stop_no_report();
+                        }
+                    }
+                }
+                let mut gone = 0u64;
+                for e in range[a..=b].iter_mut().filter(|e| e.mapped()) {
+                    // SAFETY: `e` records a live mapping of `e.pfn()` for this device, made by
+                    // `map` and unmapped only here, where it is cleared; the device no longer
+                    // uses it (INVALIDATE_ODP completed, the region is gone from the device, or
+                    // the device is stopped); and the page is still the process's: this runs in
+                    // its invalidation, or before the notifier is removed.
+                    unsafe { shim::odp_dma_unmap(dev.dev(), e.dma, e.pfn(), e.writable()) };
+                    *e = Entry::default();
+                    gone += 1;
+                }
+                chunk.mapped -= gone as usize;
+                add(&dev.odp.stats.pages_unmapped, gone);
+                MAPPED_PAGES.fetch_sub(gone as i64, Relaxed);
+            }
+            cursor = if chunk.mapped == 0 {
+                let (next, node) = cur.remove_current();
+                drop(node);
+                next
+            } else {
+                cur.move_next()
+            };
+        }
+    }
+
+    /// Deregisters the region: `DEREG_MR` (unless `alive` is false: the device is stopped and
+    /// forgot it), then everything is unmapped, then the notifier removed. The caller holds the
+    /// bound-device lock and the file's objects, not this region's lock.
+    ///
+    /// # Errors
+    ///
+    /// What `DEREG_MR` returned while the device stays alive: the region is then left as it was
+    /// (registered, watched, its pages mapped).
+    pub(crate) fn close(&self, dev: &QhcaDevice, alive: bool) -> Result {
+        let res = {
+            let mut st = self.state.lock();
+            let res = if st.dead || !alive || dev.is_stopped() {
+                Ok(())
+            } else {
+                dereg_locked(dev, self.uar, self.key())
+            };
+            if res.is_ok() {
+                st.dead = true;
+                self.unmap_locked(&mut st, 0, u64::MAX >> PAGE_SHIFT, false);
+            }
+            res
+        };
+        dev.check_death();
+        res?;
+        dev.odp.forget(self.key());
+        if let Some(n) = self.notifier.as_ref() {
+            n.remove();
+        }
+        Ok(())
+    }
+}
+
+/// The notifier's callback (`qhca_shim.c`, `qhca_odp_invalidate`).
+///
+/// # Safety
+///
+/// `owner` is the owner given to [`OdpNotifier::new`] (an `OdpMr`, alive while the notifier is
+/// inserted), `o` the notifier the callback runs for, and `cur_seq` its sequence.
+#[no_mangle]
+unsafe extern "C" fn qhca_rust_odp_invalidate(
+    owner: *const kernel::ffi::c_void,
+    o: *mut shim::QhcaOdp,
+    start: u64,
+    end: u64,
+    cur_seq: kernel::ffi::c_ulong,
+    blockable: bool,
+) -> bool {
+    // SAFETY: By the type invariant of `OdpMr`, the owner of an inserted notifier is a live
+    // `OdpMr` (the notifier is removed before it is freed), and the callback runs only while
+    // the notifier is inserted.
+    let mr = unsafe { &*owner.cast::<OdpMr>() };
+    // SAFETY: `o` and `cur_seq` are the callback's own (caller's promise); `inv` does not
+    // outlive this call.
+    let inv = unsafe { Invalidation::new(o, start, end, cur_seq) };
+    mr.invalidate(&inv, blockable)
+}

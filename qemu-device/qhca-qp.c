@@ -1,0 +1,390 @@
+/*
+ * qhca: an emulated RDMA host channel adapter -- queue pairs
+ *
+ * CREATE_QP, MODIFY_QP (the state machine of the IB spec's QP states, with
+ * the attributes each transition requires and allows), QUERY_QP and
+ * DESTROY_QP.  The rest of the verbs objects, and what this file shares
+ * with them (lookups, page lists, command helpers), are in qhca-obj.c.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/bswap.h"
+#include "qhca.h"
+#include "trace.h"
+
+#define QHCA_WQ_LIMIT_LOG 12    /* QHCA_LIMIT_MAX_QP_WR */
+
+QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_QP_WR != 1u << QHCA_WQ_LIMIT_LOG);
+
+uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
+                           uint64_t *data, QhcaPageList *pl)
+{
+    struct qhca_cmd_create_qp in;
+    uint32_t uar, pdn, scqn, rcqn, npages, n, gen;
+    uint16_t max_inline, max_sge;
+    uint64_t sq_bytes, rq_off, rq_bytes;
+    QhcaPd *pd;
+    QhcaCq *scq, *rcq;
+    QhcaQp *qp = NULL;
+
+    if (!qhca_cmd_unused_zero(cmd, false, 5)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    qhca_cmd_in_bytes(cmd, &in, sizeof(in));
+    uar = le32_to_cpu(in.uar);
+    pdn = le32_to_cpu(in.pdn);
+    scqn = le32_to_cpu(in.send_cqn);
+    rcqn = le32_to_cpu(in.recv_cqn);
+    max_inline = le16_to_cpu(in.max_inline);
+    max_sge = le16_to_cpu(in.max_sge);
+    npages = le32_to_cpu(in.npages);
+    if (in.rsvd0) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (!qhca_uar_valid(s, uar)) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    pd = qhca_pd_lookup(s, pdn);
+    scq = qhca_cq_lookup(s, scqn);
+    rcq = qhca_cq_lookup(s, rcqn);
+    if (!pd || pd->uar != uar || !scq || scq->uar != uar ||
+        !rcq || rcq->uar != uar) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    if (in.sq_log > QHCA_WQ_LIMIT_LOG || in.rq_log > QHCA_WQ_LIMIT_LOG ||
+        in.sq_stride_log < QHCA_SQ_MIN_STRIDE_LOG ||
+        in.sq_stride_log > QHCA_SQ_MAX_STRIDE_LOG ||
+        in.rq_stride_log < QHCA_RQ_MIN_STRIDE_LOG ||
+        in.rq_stride_log > QHCA_RQ_MAX_STRIDE_LOG ||
+        max_sge > QHCA_LIMIT_MAX_SGE || max_inline > QHCA_LIMIT_MAX_INLINE ||
+        QHCA_WQE_DATA_OFFSET + max_sge * sizeof(struct qhca_sge) >
+            1u << in.sq_stride_log ||
+        QHCA_WQE_DATA_OFFSET + max_inline > 1u << in.sq_stride_log ||
+        sizeof(struct qhca_rwqe) + max_sge * sizeof(struct qhca_sge) >
+            1u << in.rq_stride_log) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    sq_bytes = 1ull << (in.sq_log + in.sq_stride_log);
+    rq_off = ROUND_UP(sq_bytes, QHCA_PAGE_SIZE);
+    rq_bytes = 1ull << (in.rq_log + in.rq_stride_log);
+    if (npages != DIV_ROUND_UP(rq_off + rq_bytes, QHCA_PAGE_SIZE)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    /* Round-robin, so that a QPN's index comes back as late as possible. */
+    for (n = 0; n < QHCA_LIMIT_MAX_QP; n++) {
+        if (!s->qp[(s->qp_next + n) % QHCA_LIMIT_MAX_QP].in_use) {
+            qp = &s->qp[(s->qp_next + n) % QHCA_LIMIT_MAX_QP];
+            break;
+        }
+    }
+    if (!qp) {
+        return QHCA_CMD_NO_RESOURCES;
+    }
+    if (!pl->pages) {
+        return qhca_pl_request(s, pl, le64_to_cpu(in.pages_addr), npages);
+    }
+    /* The next generation of this index; 0 is skipped, so no QPN is 0. */
+    gen = ((qp->qpn >> QHCA_QPN_INDEX_BITS) + 1) & QHCA_QPN_GEN_MASK;
+    memset(qp, 0, sizeof(*qp));
+    qp->in_use = true;
+    qp->qpn = MAX(gen, 1) << QHCA_QPN_INDEX_BITS |
+              (uint32_t)(qp - s->qp);
+    s->qp_next = (qp - s->qp + 1) % QHCA_LIMIT_MAX_QP;
+    qp->uar = uar;
+    qp->pdn = pdn;
+    qp->scqn = scqn;
+    qp->rcqn = rcqn;
+    qp->max_inline = max_inline;
+    qp->max_sge = max_sge;
+    qp->sq = (QhcaWq) { .log = in.sq_log, .stride_log = in.sq_stride_log };
+    qp->rq = (QhcaWq) {
+        .log = in.rq_log, .stride_log = in.rq_stride_log, .offset = rq_off,
+    };
+    qp->npages = npages;
+    qp->pages = qhca_pl_take(pl);
+    qp->state = QHCA_QPS_RESET;
+    qp->path_mtu = 10;
+    qp->timeout = 14;
+    qp->retry_cnt = 7;
+    qp->rnr_retry = 7;
+    qp->max_rd_atomic = QHCA_LIMIT_MAX_RD_ATOMIC;
+    qp->max_dest_rd_atomic = QHCA_LIMIT_MAX_RD_ATOMIC;
+    qhca_engine_qp_reset(s, qp);
+    pd->nr_qp++;
+    scq->nr_qp++;
+    rcq->nr_qp++;
+    s->num_qp++;
+    data[0] = qp->qpn;
+    trace_qhca_obj("qp", "create", uar, qp->qpn);
+    return QHCA_CMD_OK;
+}
+
+void qhca_qp_free(QhcaState *s, QhcaQp *qp)
+{
+    trace_qhca_obj("qp", "destroy", qp->uar, qp->qpn);
+    qhca_engine_qp_destroy(s, qp);
+    s->pd[qp->pdn].nr_qp--;
+    s->cq[qp->scqn].nr_qp--;
+    s->cq[qp->rcqn].nr_qp--;
+    qhca_page_list_free(s, &qp->pages, &qp->npages);
+    qp->in_use = false;
+    s->num_qp--;
+}
+
+static QhcaQp *qhca_cmd_qp(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    QhcaQp *qp = cmd->in[1] <= UINT32_MAX ? qhca_qp_lookup(s, cmd->in[1])
+                                          : NULL;
+
+    if (!qp || qp->uar != cmd->in[0] || !qhca_uar_valid(s, cmd->in[0])) {
+        return NULL;
+    }
+    return qp;
+}
+
+uint8_t qhca_cmd_destroy_qp(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    QhcaQp *qp;
+
+    if (!qhca_cmd_unused_zero(cmd, false, 2)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    qp = qhca_cmd_qp(s, cmd);
+    if (!qp) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    qhca_qp_free(s, qp);
+    return QHCA_CMD_OK;
+}
+
+/*
+ * The QP state machine: for each (current, next) transition, the attributes
+ * it requires and the ones it also accepts (IBA 11.2.4.2, reduced to what
+ * qhca_qp_attr carries).  Without QHCA_QP_ATTR_STATE a modify is the
+ * transition from the current state to itself.
+ */
+typedef struct QhcaQpTrans {
+    uint32_t required;
+    uint32_t optional;
+} QhcaQpTrans;
+
+#define QHCA_QPS_NR (QHCA_QPS_ERR + 1)
+
+static const QhcaQpTrans *qhca_qp_trans(uint8_t cur, uint8_t next)
+{
+    static const QhcaQpTrans any_to_reset_or_err = { 0, 0 };
+    static const QhcaQpTrans table[QHCA_QPS_NR][QHCA_QPS_NR] = {
+        [QHCA_QPS_RESET][QHCA_QPS_INIT] = {
+            .optional = QHCA_QP_ATTR_ACCESS,
+        },
+        [QHCA_QPS_INIT][QHCA_QPS_INIT] = {
+            .optional = QHCA_QP_ATTR_ACCESS,
+        },
+        [QHCA_QPS_INIT][QHCA_QPS_RTR] = {
+            .required = QHCA_QP_ATTR_DEST_QPN | QHCA_QP_ATTR_RQ_PSN |
+                        QHCA_QP_ATTR_PATH_MTU,
+            .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER |
+                        QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC,
+        },
+        [QHCA_QPS_RTR][QHCA_QPS_RTR] = {
+            .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER |
+                        QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC,
+        },
+        [QHCA_QPS_RTR][QHCA_QPS_RTS] = {
+            .required = QHCA_QP_ATTR_SQ_PSN | QHCA_QP_ATTR_TIMEOUT |
+                        QHCA_QP_ATTR_RETRY_CNT | QHCA_QP_ATTR_RNR_RETRY,
+            .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER |
+                        QHCA_QP_ATTR_MAX_RD_ATOMIC,
+        },
+        [QHCA_QPS_RTS][QHCA_QPS_RTS] = {
+            .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER |
+                        QHCA_QP_ATTR_MAX_RD_ATOMIC,
+        },
+    };
+    const QhcaQpTrans *t;
+
+    if (next == QHCA_QPS_RESET || next == QHCA_QPS_ERR) {
+        return &any_to_reset_or_err;
+    }
+    if (cur >= QHCA_QPS_NR || next >= QHCA_QPS_NR) {
+        return NULL;
+    }
+    t = &table[cur][next];
+    /* An all-zero entry is only valid for RESET->INIT (listed above). */
+    if (!t->required && !t->optional) {
+        return NULL;
+    }
+    return t;
+}
+
+static bool qhca_qp_state_valid(uint8_t st)
+{
+    return st == QHCA_QPS_RESET || st == QHCA_QPS_INIT ||
+           st == QHCA_QPS_RTR || st == QHCA_QPS_RTS || st == QHCA_QPS_ERR;
+}
+
+uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    struct qhca_qp_attr a;
+    const QhcaQpTrans *t;
+    uint32_t mask, access, dest_qpn, rq_psn, sq_psn;
+    uint8_t next;
+    QhcaQp *qp;
+    unsigned i;
+
+    if (!qhca_cmd_unused_zero(cmd, false, 3)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    qp = qhca_cmd_qp(s, cmd);
+    if (!qp) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    if (!cmd->in[2] || cmd->in[2] + sizeof(a) - 1 < cmd->in[2]) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (qhca_dma_read(s, cmd->in[2], &a, sizeof(a)) != MEMTX_OK) {
+        return QHCA_CMD_DMA_ERROR;
+    }
+    mask = le32_to_cpu(a.mask);
+    access = le32_to_cpu(a.access);
+    dest_qpn = le32_to_cpu(a.dest_qpn);
+    rq_psn = le32_to_cpu(a.rq_psn);
+    sq_psn = le32_to_cpu(a.sq_psn);
+    if (!mask || (mask & ~QHCA_QP_ATTR_ALL)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    for (i = 0; i < ARRAY_SIZE(a.rsvd1); i++) {
+        if (a.rsvd1[i]) {
+            return QHCA_CMD_BAD_PARAM;
+        }
+    }
+    /* Fields the mask does not name must be zero, like reserved ones. */
+    if ((!(mask & QHCA_QP_ATTR_STATE) && a.state) ||
+        (!(mask & QHCA_QP_ATTR_PATH_MTU) && a.path_mtu) ||
+        (!(mask & QHCA_QP_ATTR_TIMEOUT) && a.timeout) ||
+        (!(mask & QHCA_QP_ATTR_RETRY_CNT) && a.retry_cnt) ||
+        (!(mask & QHCA_QP_ATTR_RNR_RETRY) && a.rnr_retry) ||
+        (!(mask & QHCA_QP_ATTR_MIN_RNR_TIMER) && a.min_rnr_timer) ||
+        (!(mask & QHCA_QP_ATTR_MAX_RD_ATOMIC) && a.max_rd_atomic) ||
+        (!(mask & QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC) &&
+         a.max_dest_rd_atomic) ||
+        (!(mask & QHCA_QP_ATTR_ACCESS) && access) ||
+        (!(mask & QHCA_QP_ATTR_DEST_QPN) && dest_qpn) ||
+        (!(mask & QHCA_QP_ATTR_RQ_PSN) && rq_psn) ||
+        (!(mask & QHCA_QP_ATTR_SQ_PSN) && sq_psn)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    /* Values. */
+    if ((mask & QHCA_QP_ATTR_STATE) && !qhca_qp_state_valid(a.state)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (a.path_mtu && (a.path_mtu < 8 || a.path_mtu > 12)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if ((mask & QHCA_QP_ATTR_PATH_MTU) && !a.path_mtu) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (((mask & QHCA_QP_ATTR_MAX_RD_ATOMIC) &&
+         (!a.max_rd_atomic ||
+          a.max_rd_atomic > QHCA_LIMIT_MAX_RD_ATOMIC)) ||
+        ((mask & QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC) &&
+         (!a.max_dest_rd_atomic ||
+          a.max_dest_rd_atomic > QHCA_LIMIT_MAX_RD_ATOMIC))) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (a.timeout > 31 || a.retry_cnt > 7 || a.rnr_retry > 7 ||
+        a.min_rnr_timer > 31 ||
+        (access & ~(QHCA_ACCESS_REMOTE_WRITE | QHCA_ACCESS_REMOTE_READ |
+                    QHCA_ACCESS_REMOTE_ATOMIC)) ||
+        dest_qpn > QHCA_DB_QN_MASK || rq_psn > 0xffffff ||
+        sq_psn > 0xffffff) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+
+    next = (mask & QHCA_QP_ATTR_STATE) ? a.state : qp->state;
+    t = qhca_qp_trans(qp->state, next);
+    if (!t) {
+        return QHCA_CMD_BAD_STATE;
+    }
+    if ((mask & t->required) != t->required ||
+        (mask & ~(t->required | t->optional | QHCA_QP_ATTR_STATE))) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+
+    trace_qhca_qp_modify(qhca_qpn(s, qp), qp->state, next, mask);
+    if (mask & QHCA_QP_ATTR_ACCESS) {
+        qp->access = access;
+    }
+    if (mask & QHCA_QP_ATTR_DEST_QPN) {
+        qp->dest_qpn = dest_qpn;
+    }
+    if (mask & QHCA_QP_ATTR_RQ_PSN) {
+        qp->rq_psn = rq_psn;
+    }
+    if (mask & QHCA_QP_ATTR_SQ_PSN) {
+        qp->sq_psn = sq_psn;
+    }
+    if (mask & QHCA_QP_ATTR_PATH_MTU) {
+        qp->path_mtu = a.path_mtu;
+    }
+    if (mask & QHCA_QP_ATTR_TIMEOUT) {
+        qp->timeout = a.timeout;
+    }
+    if (mask & QHCA_QP_ATTR_RETRY_CNT) {
+        qp->retry_cnt = a.retry_cnt;
+    }
+    if (mask & QHCA_QP_ATTR_RNR_RETRY) {
+        qp->rnr_retry = a.rnr_retry;
+    }
+    if (mask & QHCA_QP_ATTR_MIN_RNR_TIMER) {
+        qp->min_rnr_timer = a.min_rnr_timer;
+    }
+    if (mask & QHCA_QP_ATTR_MAX_RD_ATOMIC) {
+        qp->max_rd_atomic = a.max_rd_atomic;
+    }
+    if (mask & QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC) {
+        qp->max_dest_rd_atomic = a.max_dest_rd_atomic;
+    }
+
+    if (next == QHCA_QPS_RESET) {
+        qp->state = QHCA_QPS_RESET;
+        qhca_engine_qp_reset(s, qp);
+    } else if (next == QHCA_QPS_ERR) {
+        /* Asked for: no QP_ERR event, but outstanding work is flushed. */
+        qhca_qp_set_error(s, qp, false);
+    } else {
+        qp->state = next;
+        qhca_engine_schedule(s, qp);
+    }
+    return QHCA_CMD_OK;
+}
+
+uint8_t qhca_cmd_query_qp(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    struct qhca_qp_attr a = { 0 };
+    QhcaQp *qp;
+
+    if (!qhca_cmd_unused_zero(cmd, true, 2)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    qp = qhca_cmd_qp(s, cmd);
+    if (!qp) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    a.mask = cpu_to_le32(QHCA_QP_ATTR_ALL);
+    a.state = qp->state;
+    a.path_mtu = qp->path_mtu;
+    a.timeout = qp->timeout;
+    a.retry_cnt = qp->retry_cnt;
+    a.rnr_retry = qp->rnr_retry;
+    a.min_rnr_timer = qp->min_rnr_timer;
+    a.max_rd_atomic = qp->max_rd_atomic;
+    a.max_dest_rd_atomic = qp->max_dest_rd_atomic;
+    a.access = cpu_to_le32(qp->access);
+    a.dest_qpn = cpu_to_le32(qp->dest_qpn);
+    a.rq_psn = cpu_to_le32(qp->rq_psn);
+    a.sq_psn = cpu_to_le32(qp->sq_psn);
+    return qhca_cmd_out(s, cmd, &a, sizeof(a));
+}
