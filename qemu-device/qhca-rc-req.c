@@ -1,9 +1,10 @@
 /*
  * qhca: an emulated RDMA host channel adapter -- the RC requester
  *
- * Send WQEs to packets, responses to completions: a window of messages in
- * flight per QP, coalesced ACKs, go-back-N retransmission on NAKs and
- * timeouts, RNR back-off.  See qhca-rc.c for the engine as a whole.
+ * Send WQEs to packets: a window of messages in flight per QP, the slots
+ * that track them, go-back-N rewinding, completions.  What comes back
+ * (ACKs, NAKs, responses, timeouts, RNR back-off) is in qhca-rc-ack.c; see
+ * qhca-rc.c for the engine as a whole.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -15,28 +16,15 @@
 #include "qhca-rc.h"
 #include "trace.h"
 
-/* IBA Table 45, RNR NAK timer field -> nanoseconds. */
-static int64_t qhca_rnr_ns(uint8_t timer)
-{
-    static const uint32_t us100[32] = {
-        65536, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192,
-        256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192,
-        12288, 16384, 24576, 32768, 49152,
-    };
-
-    return (int64_t)us100[timer & 31] * 10000;
-}
-
-
 /* ------------------------------------------------------------------------ */
 /* requester                                                                */
 
-static QhcaReqSlot *qhca_req_slot(QhcaQp *qp, uint16_t idx)
+QhcaReqSlot *qhca_req_slot(QhcaQp *qp, uint16_t idx)
 {
     return &qp->req_slots[idx & (qp->req_window - 1)];
 }
 
-static bool qhca_req_outstanding(const QhcaQp *qp)
+bool qhca_req_outstanding(const QhcaQp *qp)
 {
     return qp->req_head != qp->sq.ci;
 }
@@ -54,7 +42,7 @@ static void qhca_req_arm_ack_timer(QhcaQp *qp)
  * and so does the ACK timer while something is outstanding.  An RNR pause
  * keeps its timer.
  */
-static void qhca_req_progress(QhcaQp *qp)
+void qhca_req_progress(QhcaQp *qp)
 {
     qp->req_retry_left = qp->retry_cnt;
     if (qp->req_wait) {
@@ -72,7 +60,7 @@ static void qhca_req_progress(QhcaQp *qp)
  * failed (every earlier WQE is complete, so CQEs stay in SQ order), then the
  * window moves on.
  */
-static void qhca_req_complete(QhcaState *s, QhcaQp *qp, uint8_t status)
+void qhca_req_complete(QhcaState *s, QhcaQp *qp, uint8_t status)
 {
     QhcaReqSlot *sl = qhca_req_slot(qp, qp->sq.ci);
     QhcaSendWqe *w = &sl->wqe;
@@ -123,7 +111,7 @@ static void qhca_req_complete(QhcaState *s, QhcaQp *qp, uint8_t status)
  * req_acked_psn covers their last PSN, READ and atomics once their answer is
  * in, a WQE that failed locally with its status.
  */
-static void qhca_req_advance(QhcaState *s, QhcaQp *qp)
+void qhca_req_advance(QhcaState *s, QhcaQp *qp)
 {
     while (qp->state == QHCA_QPS_RTS && qhca_req_outstanding(qp)) {
         QhcaReqSlot *sl = qhca_req_slot(qp, qp->sq.ci);
@@ -151,7 +139,7 @@ static void qhca_req_advance(QhcaState *s, QhcaQp *qp)
 }
 
 /* Every PSN up to psn is acknowledged (a coalesced ACK, or implied). */
-static void qhca_req_ack_upto(QhcaState *s, QhcaQp *qp, uint32_t psn)
+void qhca_req_ack_upto(QhcaState *s, QhcaQp *qp, uint32_t psn)
 {
     bool moved = psn_diff(psn, qp->req_acked_psn) > 0;
 
@@ -166,8 +154,8 @@ static void qhca_req_ack_upto(QhcaState *s, QhcaQp *qp, uint32_t psn)
 }
 
 /* The message in flight that psn belongs to: its SQ index and packet. */
-static bool qhca_req_find(QhcaQp *qp, uint32_t psn, uint16_t *idx,
-                          uint32_t *k)
+bool qhca_req_find(QhcaQp *qp, uint32_t psn, uint16_t *idx,
+                   uint32_t *k)
 {
     uint16_t i;
 
@@ -185,7 +173,7 @@ static bool qhca_req_find(QhcaQp *qp, uint32_t psn, uint16_t *idx,
 }
 
 /* The PSN the next packet to go out carries. */
-static uint32_t qhca_req_cursor_psn(QhcaQp *qp)
+uint32_t qhca_req_cursor_psn(QhcaQp *qp)
 {
     QhcaReqSlot *sl;
 
@@ -200,7 +188,7 @@ static uint32_t qhca_req_cursor_psn(QhcaQp *qp)
 }
 
 /* Go back N: the next packet to go out is psn's, unless it already is. */
-static void qhca_req_rewind(QhcaState *s, QhcaQp *qp, uint32_t psn)
+void qhca_req_rewind(QhcaState *s, QhcaQp *qp, uint32_t psn)
 {
     uint16_t idx;
     uint32_t k;
@@ -222,8 +210,8 @@ static void qhca_req_rewind(QhcaState *s, QhcaQp *qp, uint32_t psn)
  * the WQE at idx, or (answer) placing a READ response or atomic result for
  * it, which is then dropped and asked for again once the page is in.
  */
-static void qhca_req_fault(QhcaState *s, QhcaQp *qp, uint16_t idx,
-                           bool answer)
+void qhca_req_fault(QhcaState *s, QhcaQp *qp, uint16_t idx,
+                    bool answer)
 {
     if (!qhca_odp_raise(s, qp, false, &qp->req_fault_token)) {
         /* No room for the event: the access faults again in a while. */
@@ -581,283 +569,4 @@ bool qhca_req_run(QhcaState *s, QhcaQp *qp, unsigned *budget)
             return false;
         }
     }
-}
-
-/* The timer ran out: the end of an RNR pause, or an ACK timeout. */
-void qhca_req_timeout(QhcaState *s, QhcaQp *qp)
-{
-    QhcaReqSlot *sl;
-    int32_t d;
-
-    if (!qhca_req_outstanding(qp)) {
-        return;
-    }
-    if (qp->req_wait) {
-        /* End of an RNR backoff. */
-        qp->req_wait = false;
-        return;
-    }
-    if (qp->req_fault &&
-        psn_diff(qhca_req_cursor_psn(qp), psn_add(qp->req_acked_psn, 1)) <= 0) {
-        /* Waiting for a page, with nothing unanswered: not a retry. */
-        return;
-    }
-    trace_qhca_req_retry(qhca_qpn(s, qp), "ack timeout", qp->req_retry_left);
-    if (!qp->req_retry_left) {
-        qhca_req_complete(s, qp, QHCA_WC_RETRY_EXC_ERR);
-        return;
-    }
-    qp->req_retry_left--;
-    /*
-     * Go back to the oldest message not complete, from its first packet not
-     * acknowledged (a READ: its first response not in); whatever follows is
-     * sent again, and the responder drops the duplicates.  Not to
-     * req_acked_psn + 1: ACKs for later messages may have passed a READ or
-     * atomic whose answer was lost.
-     */
-    sl = qhca_req_slot(qp, qp->sq.ci);
-    d = psn_diff(psn_add(qp->req_acked_psn, 1), sl->first_psn);
-    qp->req_send = qp->sq.ci;
-    qp->req_next = 0;
-    if (!qhca_wr_rd_atomic(sl->wqe.opcode) && d > 0 &&
-        d < (int32_t)sl->npkts) {
-        qp->req_next = d;
-    }
-    trace_qhca_req_rewind(qhca_qpn(s, qp), qhca_req_cursor_psn(qp),
-                          qp->req_send, qp->req_next);
-}
-
-/* A NAK for psn: everything before psn was received. */
-static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
-{
-    uint8_t kind = pkt->syndrome & QHCA_AETH_KIND_MASK;
-    uint8_t code = pkt->syndrome & ~QHCA_AETH_KIND_MASK;
-
-    qhca_req_ack_upto(s, qp, psn_add(pkt->psn, QHCA_PSN_MASK));
-    if (qp->state != QHCA_QPS_RTS || !qhca_req_outstanding(qp)) {
-        return;
-    }
-    if (kind == QHCA_AETH_RNR_NAK) {
-        int64_t ns = qhca_rnr_ns(code);
-
-        trace_qhca_req_retry(qhca_qpn(s, qp), "RNR NAK", qp->req_rnr_left);
-        if (!qp->req_rnr_left) {
-            qhca_req_complete(s, qp, QHCA_WC_RNR_RETRY_EXC_ERR);
-            return;
-        }
-        if (qp->rnr_retry != 7) {
-            qp->req_rnr_left--;
-        } else {
-            /*
-             * For ever: back off exponentially, so that QPs facing empty
-             * receive queues cannot keep the main loop busy.
-             */
-            ns = MAX(ns, QHCA_RNR_FLOOR_NS) << MIN(qp->req_rnr_naks, 20);
-            ns = MIN(ns, QHCA_RNR_MAX_NS);
-        }
-        if (qp->req_rnr_naks != UINT8_MAX) {
-            qp->req_rnr_naks++;
-        }
-        s->ctx[qp->uar].rnr_retries++;
-        trace_qhca_req_rnr_wait(qhca_qpn(s, qp), qp->req_rnr_naks, ns);
-        qhca_req_rewind(s, qp, pkt->psn);
-        qp->req_wait = true;
-        qhca_timer_arm(qp, ns);
-        return;
-    }
-    switch (code) {
-    case QHCA_NAK_PSN_SEQ:
-        if (qp->req_wait &&
-            psn_diff(pkt->psn, qhca_req_cursor_psn(qp)) >= 0) {
-            /*
-             * The responder asks for a packet at or after the one the RNR
-             * back-off resends from: an answer to the rest of a burst sent
-             * before the RNR NAK.  Nothing new; the back-off goes on.
-             */
-            trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
-                                "PSN NAK during RNR back-off, redundant");
-            return;
-        }
-        trace_qhca_req_retry(qhca_qpn(s, qp), "PSN sequence NAK",
-                             qp->req_retry_left);
-        if (!qp->req_retry_left) {
-            qhca_req_complete(s, qp, QHCA_WC_RETRY_EXC_ERR);
-            return;
-        }
-        qp->req_retry_left--;
-        qhca_req_rewind(s, qp, pkt->psn);
-        qhca_engine_schedule(s, qp);
-        return;
-    case QHCA_NAK_INV_REQ:
-        qhca_req_complete(s, qp, QHCA_WC_REM_INV_REQ_ERR);
-        return;
-    case QHCA_NAK_REM_ACCESS:
-        qhca_req_complete(s, qp, QHCA_WC_REM_ACCESS_ERR);
-        return;
-    case QHCA_NAK_REM_OP:
-        qhca_req_complete(s, qp, QHCA_WC_REM_OP_ERR);
-        return;
-    default:
-        qhca_req_complete(s, qp, QHCA_WC_BAD_RESP_ERR);
-        return;
-    }
-}
-
-/*
- * A READ response or atomic ACK for the message at idx: it implies an ACK
- * of every PSN before the request, and is taken only when every message
- * before it is complete (answers come in PSN order; a gap means one was
- * lost, and the ACK timer asks again).
- */
-static QhcaReqSlot *qhca_req_answer(QhcaState *s, QhcaQp *qp,
-                                    const QhcaPkt *pkt, uint16_t idx)
-{
-    QhcaReqSlot *sl = qhca_req_slot(qp, idx);
-
-    qhca_req_ack_upto(s, qp, psn_add(sl->first_psn, QHCA_PSN_MASK));
-    if (qp->state != QHCA_QPS_RTS || qp->sq.ci != idx) {
-        trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
-                            "answer behind an earlier one still missing");
-        return NULL;
-    }
-    return sl;
-}
-
-/* A response (ACK, NAK, read response, atomic ACK) for requester qp. */
-void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
-{
-    QhcaReqSlot *sl;
-    QhcaSendWqe *w;
-    uint16_t idx;
-    uint32_t k;
-    uint8_t st;
-
-    if (qp->state != QHCA_QPS_RTS || !qhca_req_outstanding(qp)) {
-        trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
-                            "no request in flight");
-        return;
-    }
-    QHCA_TRACE_STEP(QHCA_REQ_RECV, qhca_req_recv, qhca_qpn(s, qp),
-                    pkt->opcode, pkt->psn, pkt->syndrome);
-    if (qp->req_wait && pkt->opcode == QHCA_OP_ACK &&
-        (pkt->syndrome & QHCA_AETH_KIND_MASK) == QHCA_AETH_ACK &&
-        psn_add(pkt->psn, 1) == qhca_req_cursor_psn(qp)) {
-        /*
-         * An ACK of everything before the packet the back-off waits to
-         * send: the responder is ready again (it served a page fault).
-         */
-        trace_qhca_req_retry(qhca_qpn(s, qp), "responder ready, back-off ends",
-                             qp->req_rnr_left);
-        qp->req_wait = false;
-        timer_del(qp->timer);
-        qhca_engine_schedule(s, qp);
-    }
-    if (psn_diff(pkt->psn, qhca_req_slot(qp, qp->sq.ci)->first_psn) < 0 ||
-        psn_diff(pkt->psn, qp->sq_psn) >= 0) {
-        trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
-                            "PSN outside the messages in flight");
-        return;
-    }
-
-    if (pkt->opcode == QHCA_OP_ACK) {
-        if ((pkt->syndrome & QHCA_AETH_KIND_MASK) != QHCA_AETH_ACK) {
-            qhca_req_nak(s, qp, pkt);
-            return;
-        }
-        /* Coalesced: every PSN up to this one. */
-        qhca_req_ack_upto(s, qp, pkt->psn);
-        return;
-    }
-
-    if (!qhca_req_find(qp, pkt->psn, &idx, &k)) {
-        trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
-                            "PSN in no message in flight");
-        return;
-    }
-    w = &qhca_req_slot(qp, idx)->wqe;
-
-    if (pkt->opcode == QHCA_OP_ATOMIC_ACK) {
-        uint64_t orig = cpu_to_le64(pkt->orig);
-
-        if (w->opcode != QHCA_WR_ATOMIC_CMP_AND_SWP &&
-            w->opcode != QHCA_WR_ATOMIC_FETCH_AND_ADD) {
-            qhca_req_complete(s, qp, QHCA_WC_BAD_RESP_ERR);
-            return;
-        }
-        sl = qhca_req_answer(s, qp, pkt, idx);
-        if (!sl || sl->done) {
-            return;
-        }
-        st = qhca_sge_copy(s, qp->pdn, sl->wqe.sge, sl->wqe.num_sge, 0,
-                           &orig, 8, true);
-        if (st == QHCA_WC_ODP_FAULT) {
-            /*
-             * Dropped; the atomic goes out again after RESUME and the
-             * responder answers it from its saved result.
-             */
-            qhca_req_rewind(s, qp, pkt->psn);
-            qhca_req_fault(s, qp, idx, true);
-            return;
-        }
-        if (st != QHCA_WC_SUCCESS) {
-            qhca_req_complete(s, qp, st);
-            return;
-        }
-        sl->done = true;
-        qhca_req_advance(s, qp);
-        return;
-    }
-
-    if (pkt->opcode >= QHCA_OP_READ_RESP_FIRST &&
-        pkt->opcode <= QHCA_OP_READ_RESP_ONLY) {
-        uint32_t mtu = qhca_mtu(qp);
-        uint64_t off = (uint64_t)k * mtu;
-        bool last = pkt->opcode == QHCA_OP_READ_RESP_LAST ||
-                    pkt->opcode == QHCA_OP_READ_RESP_ONLY;
-
-        if (w->opcode != QHCA_WR_RDMA_READ) {
-            qhca_req_complete(s, qp, QHCA_WC_BAD_RESP_ERR);
-            return;
-        }
-        sl = qhca_req_answer(s, qp, pkt, idx);
-        if (!sl) {
-            return;
-        }
-        w = &sl->wqe;
-        if (k != sl->resp_next) {
-            /* A gap: the ACK timer will ask again from resp_next. */
-            trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
-                                "read response out of order");
-            return;
-        }
-        if (pkt->len > w->length - off || (!last && pkt->len != mtu) ||
-            (last && off + pkt->len != w->length)) {
-            qhca_req_complete(s, qp, QHCA_WC_BAD_RESP_ERR);
-            return;
-        }
-        st = qhca_sge_copy(s, qp->pdn, w->sge, w->num_sge, off,
-                           (void *)pkt->payload, pkt->len, true);
-        if (st == QHCA_WC_ODP_FAULT) {
-            /* Dropped; asked for again from this packet after RESUME. */
-            qhca_req_rewind(s, qp, pkt->psn);
-            qhca_req_fault(s, qp, idx, true);
-            return;
-        }
-        if (st != QHCA_WC_SUCCESS) {
-            qhca_req_complete(s, qp, st);
-            return;
-        }
-        sl->resp_next++;
-        if (last) {
-            sl->done = true;
-            qhca_req_advance(s, qp);
-        } else {
-            /* Progress: the ACK timer starts again. */
-            qhca_req_progress(qp);
-        }
-        return;
-    }
-
-    trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
-                        "not a response opcode");
 }

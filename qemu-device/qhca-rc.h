@@ -103,6 +103,18 @@ void qhca_req_fault_resume(QhcaState *s, QhcaQp *qp, bool ok);
 void qhca_req_timeout(QhcaState *s, QhcaQp *qp);
 void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt);
 
+/* qhca-rc-req.c, for qhca-rc-ack.c */
+void qhca_req_complete(QhcaState *s, QhcaQp *qp, uint8_t status);
+void qhca_req_rewind(QhcaState *s, QhcaQp *qp, uint32_t psn);
+QhcaReqSlot *qhca_req_slot(QhcaQp *qp, uint16_t idx);
+uint32_t qhca_req_cursor_psn(QhcaQp *qp);
+bool qhca_req_outstanding(const QhcaQp *qp);
+void qhca_req_ack_upto(QhcaState *s, QhcaQp *qp, uint32_t psn);
+void qhca_req_fault(QhcaState *s, QhcaQp *qp, uint16_t idx, bool answer);
+void qhca_req_advance(QhcaState *s, QhcaQp *qp);
+void qhca_req_progress(QhcaQp *qp);
+bool qhca_req_find(QhcaQp *qp, uint32_t psn, uint16_t *idx, uint32_t *k);
+
 /* qhca-rc-resp.c */
 void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget);
 void qhca_resp_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt);
