@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! Host tests of `cq`: no device; the tests write CQEs as the device would (and the helpers for
+//! that, which `qp`'s tests use too).
+
+use super::*;
+
+/// Writes a CQE the way the device does: body first, owner byte last.
+pub(crate) fn device_write_cqe(buf: &PageBuf, log: u32, index: u32, body: &[u8; 32]) {
+    let slot = ((index & ((1 << log) - 1)) as usize) * CQE_SIZE;
+    let owner = CqRing::owner_for(index, log);
+    // SAFETY: inside the test's own mapping; the ring under test only reads it.
+    unsafe {
+        std::ptr::copy_nonoverlapping(body.as_ptr(), buf.as_ptr().add(slot), 31);
+        fence(Ordering::Release);
+        std::ptr::write_volatile(buf.as_ptr().add(slot + 31), owner);
+    }
+}
+
+/// A CQE as the header lays it out, spelled out by hand (the decoder takes its offsets from
+/// the bindings: this checks them); `wqe_index` is `wr_id`'s low 16 bits.
+pub(crate) fn cqe(wr_id: u64, opcode: u8, status: u8, qpn: u32, imm: Option<u32>) -> [u8; 32] {
+    let mut b = [0u8; 32];
+    b[0..8].copy_from_slice(&wr_id.to_le_bytes());
+    b[8..12].copy_from_slice(&(wr_id as u32 ^ 0x55).to_le_bytes());
+    b[12..16].copy_from_slice(&imm.unwrap_or(0xdead).to_le_bytes());
+    b[16..20].copy_from_slice(&qpn.to_le_bytes());
+    b[20..24].copy_from_slice(&(qpn + 1).to_le_bytes());
+    b[24] = opcode;
+    b[25] = status;
+    b[26] = 0x7e;
+    b[27] = u8::from(imm.is_some());
+    b[28..30].copy_from_slice(&(wr_id as u16).to_le_bytes());
+    b
+}
+
+fn dbrec_ci(buf: &PageBuf, l: &CqLayout) -> u32 {
+    // SAFETY: inside the test's own mapping.
+    unsafe { std::ptr::read_volatile(buf.as_ptr().add(l.dbrec_offset).cast::<u32>()) }
+}
+
+#[test]
+fn owner_bit_per_pass() {
+    // log 1: two entries per pass; pass 0 writes 1, pass 1 writes 0, pass 2 writes 1.
+    let got: Vec<u8> = (0..6).map(|i| CqRing::owner_for(i, 1)).collect();
+    assert_eq!(got, [1, 1, 0, 0, 1, 1]);
+    assert_eq!(CqRing::owner_for(u32::MAX, 1), 0, "pass 2^31 - 1 is odd");
+    assert_eq!(CqRing::owner_for(u32::MAX, 16), 0, "pass 0xffff is odd");
+    assert_eq!(CqRing::owner_for(1 << 16, 16), 0);
+}
+
+#[test]
+fn decodes_every_field() {
+    let b = cqe(0x0102_0304_0506_0708, 0x81, 0x0a, 0x42, Some(0xfeed));
+    let wc = Wc::decode(&b);
+    assert_eq!(
+        wc,
+        Wc {
+            wr_id: 0x0102_0304_0506_0708,
+            status: WcStatus::RemAccessErr,
+            opcode: WcOpcode::RecvRdmaWithImm,
+            byte_len: 0x0506_0708 ^ 0x55,
+            imm: Some(0xfeed),
+            qpn: 0x42,
+            src_qp: 0x43,
+            vendor_err: 0x7e,
+            is_recv: true,
+            wqe_index: 0x0708,
+        }
+    );
+    let wc = Wc::decode(&cqe(1, 0x03, 0, 7, None));
+    assert_eq!(
+        (wc.imm, wc.opcode, wc.status, wc.is_recv),
+        (None, WcOpcode::CompSwap, WcStatus::Success, false)
+    );
+    assert_eq!(WcOpcode::from_raw(0x7f), WcOpcode::Unknown(0x7f));
+    assert_eq!(WcStatus::from_raw(0x0d), WcStatus::RnrRetryExcErr);
+    assert_eq!(WcStatus::from_raw(0x05), WcStatus::WrFlushErr);
+    assert_eq!(WcStatus::from_raw(0x15), WcStatus::GeneralErr);
+    assert_eq!(WcStatus::from_raw(0x06), WcStatus::Unknown(6));
+}
+
+#[test]
+fn polls_a_fake_ring_across_passes_and_publishes_ci_per_batch() {
+    let l = CqLayout::new(4).unwrap();
+    let buf = PageBuf::new(l.buf_len).unwrap();
+    // SAFETY: our own zeroed mapping of the layout's size, written only by `device_write_cqe`.
+    let mut ring = unsafe { CqRing::new(buf.as_ptr(), &l) };
+    let mut wcs = [Wc::default(); 8];
+    assert_eq!(ring.poll(&mut wcs), 0, "a zeroed ring is empty");
+    assert_eq!(dbrec_ci(&buf, &l), 0);
+
+    for i in 0..3 {
+        device_write_cqe(&buf, l.log, i, &cqe(u64::from(i), 0, 0, 9, None));
+    }
+    assert_eq!(ring.poll(&mut wcs[..2]), 2, "limited by the output");
+    assert_eq!(dbrec_ci(&buf, &l), 2);
+    assert_eq!(ring.poll(&mut wcs), 1);
+    assert_eq!(wcs[0].wr_id, 2);
+    assert_eq!((ring.ci(), dbrec_ci(&buf, &l)), (3, 3));
+
+    // Index 3 then 4..7 (second pass, owner 0) then 8 (third pass, owner 1).
+    for i in 3..9 {
+        device_write_cqe(&buf, l.log, i, &cqe(u64::from(i), 0x80, 0, 9, None));
+        let n = ring.poll(&mut wcs);
+        assert_eq!(n, 1, "index {i}");
+        assert_eq!(wcs[0].wr_id, u64::from(i));
+        assert!(wcs[0].is_recv);
+    }
+    assert_eq!(dbrec_ci(&buf, &l), 9);
+    // A stale entry is not taken: slot 1 still holds index 5 (pass 1, owner 0), and index 9
+    // (pass 2) expects owner 1.
+    assert_eq!(ring.poll(&mut wcs), 0);
+    assert_eq!(dbrec_ci(&buf, &l), 9, "an empty poll publishes nothing new");
+}
+
+/// [`cqe`] completing the WQE at `wqe_index`.
+pub(crate) fn cqe_at(wr_id: u64, opcode: u8, status: u8, qpn: u32, wqe_index: u16) -> [u8; 32] {
+    let mut b = cqe(wr_id, opcode, status, qpn, None);
+    b[WQE_INDEX..WQE_INDEX + 2].copy_from_slice(&wqe_index.to_le_bytes());
+    b
+}
+
+/// Polls the ring of `cq` until empty; returns (qpn, wr_id) of each completion.
+fn drain(ring: &mut CqRing) -> Vec<(u32, u64)> {
+    let mut wcs = [Wc::default(); 64];
+    let n = ring.poll(&mut wcs);
+    wcs[..n].iter().map(|w| (w.qpn, w.wr_id)).collect()
+}
+
+/// A QP reset or destroyed with CQEs still in its CQ: they are dropped, the other QPs'
+/// stay, in order, across the ring's wrap, and entries the device writes afterwards are
+/// still found. The old provider had no clean: the stale CQEs were polled and credited
+/// to whatever QP had that number then.
+#[test]
+fn clean_drops_one_qps_cqes_and_keeps_the_rest_in_order() {
+    let l = CqLayout::new(8).unwrap();
+    let buf = PageBuf::new(l.buf_len).unwrap();
+    // SAFETY: our own zeroed mapping of the layout's size, written only by `device_write_cqe`
+    // and the ring.
+    let mut ring = unsafe { CqRing::new(buf.as_ptr(), &l) };
+    // Start at index 5 so that the entries wrap (8 entries).
+    for i in 0..5 {
+        device_write_cqe(&buf, l.log, i, &cqe(u64::from(i), 0, 0, 9, None));
+    }
+    assert_eq!(drain(&mut ring).len(), 5);
+    let qpns = [1, 2, 1, 1, 2, 3, 1];
+    for (k, &q) in qpns.iter().enumerate() {
+        let i = 5 + k as u32;
+        device_write_cqe(&buf, l.log, i, &cqe(100 + k as u64, 0, 0, q, None));
+    }
+    assert_eq!(ring.clean(1), 4);
+    assert_eq!((ring.ci(), dbrec_ci(&buf, &l)), (9, 9), "published");
+    assert_eq!(ring.clean(1), 0, "nothing left of QP 1");
+    // The device goes on writing after the clean.
+    device_write_cqe(&buf, l.log, 12, &cqe(200, 0, 0, 1, None));
+    assert_eq!(
+        drain(&mut ring),
+        [(2, 101), (2, 104), (3, 105), (1, 200)],
+        "the others in order, then the new one"
+    );
+    assert_eq!(ring.ci(), 13);
+    // A clean of an empty ring, and of a full one (every entry of the pass).
+    assert_eq!(ring.clean(2), 0);
+    for i in 13..21 {
+        device_write_cqe(&buf, l.log, i, &cqe(u64::from(i), 0, 0, i % 2, None));
+    }
+    assert_eq!(ring.clean(0), 4);
+    let left = drain(&mut ring);
+    assert_eq!(left, [(1, 13), (1, 15), (1, 17), (1, 19)]);
+    assert_eq!(ring.ci(), 21);
+}
+
+#[test]
+fn offsets_come_from_the_bindings() {
+    assert_eq!((WR_ID, BYTE_LEN, IMM_DATA, QPN, SRC_QP), (0, 8, 12, 16, 20));
+    assert_eq!(
+        (OPCODE, STATUS, VENDOR_ERR, FLAGS, WQE_INDEX, OWNER_OFFSET),
+        (24, 25, 26, 27, 28, 31)
+    );
+}
