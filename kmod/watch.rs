@@ -369,7 +369,7 @@ impl WatchedMr {
         // The region's pages: page-list entry k is the page at `base + k * PAGE`.
         let page = u64::from(uapi::QHCA_PAGE_SIZE);
         let base = self.addr & !(page - 1);
-        let npages = ((self.addr - base) + self.len).div_ceil(page);
+        let npages = self.npages as u64;
         let end = base + npages * page;
         if !st.live || inv.end <= base || inv.start >= end {
             return true;

@@ -49,7 +49,7 @@ use crate::error::{Error, Result};
 use crate::mem::PageBuf;
 use crate::pd::{Access, Pd, PdInner};
 use crate::sys::{self, Request};
-use crate::wqe::Sge;
+use crate::wqe::{region_contains, Sge};
 
 /// What [`OdpMr::advise`] asks for (`ibv_advise_mr()`'s advice).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -229,26 +229,20 @@ impl OdpMr {
 
     /// True if `[addr, addr + len)` is inside the region.
     pub fn contains(&self, addr: u64, len: u64) -> bool {
-        self.is_implicit()
-            || (addr >= self.addr
-                && addr
-                    .checked_add(len)
-                    .is_some_and(|e| e <= self.addr + self.len))
+        self.is_implicit() || region_contains(self.addr, self.len, addr, len)
     }
 
     /// An SGE of `len` bytes at the virtual address `addr`. Panics if outside the region.
     pub fn sge(&self, addr: u64, len: u32) -> Sge {
-        assert!(
-            self.contains(addr, u64::from(len)),
-            "SGE {addr:#x}+{len} outside the ODP region {:#x}+{:#x}",
-            self.addr,
-            self.len
-        );
-        Sge {
+        let inside = self.contains(addr, u64::from(len));
+        Sge::in_region(
+            inside,
+            "ODP region",
+            (self.addr, self.len),
+            self.lkey,
             addr,
-            length: len,
-            lkey: self.lkey,
-        }
+            len,
+        )
     }
 
     /// An SGE of `len` bytes at `offset` from the region's start.

@@ -103,7 +103,7 @@ use crate::error::{Error, Result};
 use crate::inval::{InvalPage, InvalPoll};
 use crate::mem::PAGE_SIZE;
 use crate::pd::{Access, Pd};
-use crate::wqe::Sge;
+use crate::wqe::{region_contains, Sge};
 
 /// What a [`RegCache`] registers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -361,23 +361,15 @@ impl CachedMr {
 
     /// True if `[addr, addr + len)` is inside the covering region.
     pub fn contains(&self, addr: u64, len: u64) -> bool {
-        addr >= self.entry.start && addr.checked_add(len).is_some_and(|e| e <= self.entry.end)
+        region_contains(self.addr(), self.len() as u64, addr, len)
     }
 
     /// An SGE of `len` bytes at the virtual address `addr`. Panics if outside the covering
     /// region.
     pub fn sge(&self, addr: u64, len: u32) -> Sge {
-        assert!(
-            self.contains(addr, u64::from(len)),
-            "SGE {addr:#x}+{len} outside the cached region {:#x}+{:#x}",
-            self.addr(),
-            self.len()
-        );
-        Sge {
-            addr,
-            length: len,
-            lkey: self.entry.lkey,
-        }
+        let inside = self.contains(addr, u64::from(len));
+        let region = (self.addr(), self.len() as u64);
+        Sge::in_region(inside, "cached region", region, self.entry.lkey, addr, len)
     }
 
     /// True if the driver revoked the region (its memory changed): its key no longer works;

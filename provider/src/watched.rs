@@ -10,7 +10,7 @@ use qhca_uapi::{qhca_ioc_handle, qhca_ioc_reg_mr};
 use crate::error::{Errno, Error, Result};
 use crate::pd::{Access, Pd, PdInner};
 use crate::sys::{self, Request};
-use crate::wqe::Sge;
+use crate::wqe::{region_contains, Sge};
 
 /// How many times a registration is tried while the driver reports that the range changed
 /// while it was being pinned (`EAGAIN`).
@@ -182,25 +182,14 @@ impl WatchedMr {
 
     /// True if `[addr, addr + len)` is inside the region.
     pub fn contains(&self, addr: u64, len: u64) -> bool {
-        addr >= self.addr
-            && addr
-                .checked_add(len)
-                .is_some_and(|e| e <= self.addr + self.len as u64)
+        region_contains(self.addr, self.len as u64, addr, len)
     }
 
     /// An SGE of `len` bytes at the virtual address `addr`. Panics if outside the region.
     pub fn sge(&self, addr: u64, len: u32) -> Sge {
-        assert!(
-            self.contains(addr, u64::from(len)),
-            "SGE {addr:#x}+{len} outside the watched region {:#x}+{:#x}",
-            self.addr,
-            self.len
-        );
-        Sge {
-            addr,
-            length: len,
-            lkey: self.lkey,
-        }
+        let inside = self.contains(addr, u64::from(len));
+        let region = (self.addr, self.len as u64);
+        Sge::in_region(inside, "watched region", region, self.lkey, addr, len)
     }
 
     /// Deregisters now and reports the outcome (dropping does the same silently). A revoked

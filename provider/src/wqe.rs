@@ -44,6 +44,34 @@ pub struct Sge {
     pub lkey: u32,
 }
 
+/// True if `[addr, addr + len)` lies inside the region `[start, start + size)`.
+pub(crate) fn region_contains(start: u64, size: u64, addr: u64, len: u64) -> bool {
+    addr >= start && addr.checked_add(len).is_some_and(|e| e <= start + size)
+}
+
+impl Sge {
+    /// The SGE a region's `sge()` hands out: `length` bytes at `addr` with the region's `lkey`.
+    ///
+    /// # Panics
+    ///
+    /// Unless `inside` (the region holds the range), naming the region: `what`, `size` bytes at
+    /// `start`.
+    pub(crate) fn in_region(
+        inside: bool,
+        what: &str,
+        (start, size): (u64, u64),
+        lkey: u32,
+        addr: u64,
+        length: u32,
+    ) -> Sge {
+        assert!(
+            inside,
+            "SGE {addr:#x}+{length} outside the {what} {start:#x}+{size:#x}"
+        );
+        Sge { addr, length, lkey }
+    }
+}
+
 /// What a send work request does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WrOp {

@@ -347,7 +347,7 @@ fn bar_len(bdf: &str, n: usize) -> Result<u64, Fail> {
 }
 
 /// Lines of the kernel log that contain `needle`.
-fn dmesg_count(needle: &str) -> usize {
+pub(crate) fn dmesg_count(needle: &str) -> usize {
     Command::new("dmesg")
         .output()
         .map(|o| {

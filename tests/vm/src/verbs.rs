@@ -164,6 +164,11 @@ fn pair(cfg: &Config, o: &PairOpts) -> Result<Pair, Fail> {
 
 #[track_caller]
 fn pair_in(ctx: &Arc<Context>, pd: &Pd, o: &PairOpts) -> Result<Pair, Fail> {
+    Ok(connected_pair(ctx, pd, o)?)
+}
+
+/// [`pair_in`] for the helper processes, which report the provider's errors as they are.
+fn connected_pair(ctx: &Arc<Context>, pd: &Pd, o: &PairOpts) -> qhca::Result<Pair> {
     let cq_a = Cq::new(ctx, 256, None)?;
     let cq_b = Cq::new(ctx, 256, None)?;
     let a = Qp::new(pd, &cq_a, &cq_a, &o.caps)?;

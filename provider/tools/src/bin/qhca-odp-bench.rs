@@ -170,17 +170,24 @@ enum Neighbour {
 /// context, into a pinned target or into an on-demand one whose pages it drops after every round;
 /// prints `ready` once set up, stops when its stdin closes, then prints `faults N` (its responder
 /// faults).
+/// The neighbour is set up: says `ready` to [`beside`], and returns the flag that its stdin
+/// closing (the end of the measurement) sets.
+fn neighbour_ready() -> Result<Arc<AtomicBool>, String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let eof = stop.clone();
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        eof.store(true, Relaxed);
+    });
+    println!("ready");
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    Ok(stop)
+}
+
 fn neighbour_main(o: &Opts, which: Neighbour) -> Result<(), String> {
     let err = |e: qhca::Error| e.to_string();
     if which == Neighbour::Spinning {
-        let stop = Arc::new(AtomicBool::new(false));
-        let eof = stop.clone();
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
-            eof.store(true, Relaxed);
-        });
-        println!("ready");
-        std::io::stdout().flush().map_err(|e| e.to_string())?;
+        let stop = neighbour_ready()?;
         while !stop.load(Relaxed) {
             std::hint::spin_loop();
         }
@@ -202,15 +209,8 @@ fn neighbour_main(o: &Opts, which: Neighbour) -> Result<(), String> {
         odp = pd.reg_odp_buf(len, rw).map_err(err)?;
         (odp.addr(), odp.rkey())
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let eof = stop.clone();
-    std::thread::spawn(move || {
-        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
-        eof.store(true, Relaxed);
-    });
     let s0 = ctx.query_ctx().map_err(err)?;
-    println!("ready");
-    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    let stop = neighbour_ready()?;
     let sge = [src.sge(0, o.size as u32)];
     let mut wcs = [qhca::Wc::default(); 16];
     while !stop.load(Relaxed) {

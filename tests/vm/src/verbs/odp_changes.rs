@@ -514,14 +514,7 @@ pub(super) fn verbs_odp_kill_while_faulting(t: &mut T, cfg: &Config) -> CaseResu
 pub(super) fn odp_fault_main(dev: &Path) -> qhca::Result<()> {
     let ctx = Arc::new(Context::open(dev)?);
     let pd = Pd::new(&ctx)?;
-    let o = PairOpts::default();
-    let cq_a = Cq::new(&ctx, 256, None)?;
-    let cq_b = Cq::new(&ctx, 256, None)?;
-    let a = Qp::new(&pd, &cq_a, &cq_a, &o.caps)?;
-    let b = Qp::new(&pd, &cq_b, &cq_b, &o.caps)?;
-    connect(&a, PSN_A, b.qpn(), PSN_B, &o.conn)?;
-    connect(&b, PSN_B, a.qpn(), PSN_A, &o.conn)?;
-    let (mut a, mut cq_a) = (a, cq_a);
+    let mut p = connected_pair(&ctx, &pd, &PairOpts::default())?;
     let len = 64 * PAGE;
     let dst = pd.reg_odp_buf(len, rw())?;
     let src = pd.reg_odp_buf(len, Access::NONE)?;
@@ -543,16 +536,14 @@ pub(super) fn odp_fault_main(dev: &Path) -> qhca::Result<()> {
                 )
             })
             .collect();
-        a.post_send(&wrs)?;
+        p.a.post_send(&wrs)?;
         if first {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "running");
-            let _ = out.flush();
+            super::process::say("running");
             first = false;
         }
         let mut done = 0;
         while done < 16 {
-            done += cq_a.poll(&mut wc);
+            done += p.cq_a.poll(&mut wc);
         }
         // SAFETY: the region owns the range and hands out no reference into it.
         unsafe {

@@ -414,7 +414,7 @@ pub fn helper_main(cmd: &str, args: &[String]) -> i32 {
     }
 }
 
-fn say(line: &str) {
+pub(super) fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();

@@ -366,18 +366,6 @@ const BAD_DMA_KNOB: &str = "/sys/kernel/debug/qhca/bad_dma_pages";
 /// What the driver's fault injection puts in a page list (`kmod/pagelist.rs`, `BAD_DMA`).
 const BAD_DMA_LOG: &str = "fault addr 0xdead00000000";
 
-fn dmesg_lines(needle: &str) -> usize {
-    Command::new("dmesg")
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter(|l| l.contains(needle))
-                .count()
-        })
-        .unwrap_or(0)
-}
-
 /// A page the device may not reach (the driver's fault injection hands it an address nothing
 /// maps, as a driver bug would): each access to it fails the request, as requester and as
 /// responder, the rest of the region works, nothing else breaks; behind the guest IOMMU, the
@@ -389,7 +377,7 @@ pub(super) fn verbs_refused_dma_is_an_error_completion(t: &mut T, cfg: &Config) 
         "{BAD_DMA_KNOB} is missing: the driver has no such fault injection"
     );
     let behind_iommu = std::fs::read_dir("/sys/class/iommu").is_ok_and(|mut d| d.next().is_some());
-    let logged0 = dmesg_lines(BAD_DMA_LOG);
+    let logged0 = crate::disassociate::dmesg_count(BAD_DMA_LOG);
     let o = PairOpts::default();
     let mut p = pair(cfg, &o)?;
     let mut good = p.pd.reg_mr_buf(2 * 4096, Access::ALL)?;
@@ -465,12 +453,12 @@ pub(super) fn verbs_refused_dma_is_an_error_completion(t: &mut T, cfg: &Config) 
     check_wc(t, &wc, 4, WcStatus::Success, WcOpcode::RdmaWrite, "after");
     if behind_iommu {
         let end = Instant::now() + Duration::from_secs(5);
-        while dmesg_lines(BAD_DMA_LOG) == logged0 && Instant::now() < end {
+        while crate::disassociate::dmesg_count(BAD_DMA_LOG) == logged0 && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(20));
         }
         check!(
             t,
-            dmesg_lines(BAD_DMA_LOG) > logged0,
+            crate::disassociate::dmesg_count(BAD_DMA_LOG) > logged0,
             "the IOMMU's refusal is in the guest log ({BAD_DMA_LOG})"
         );
     }

@@ -573,14 +573,7 @@ pub(super) fn verbs_rcache_process_gone(t: &mut T, cfg: &Config) -> CaseResult {
 pub(super) fn rcache_churn_main(dev: &Path) -> qhca::Result<()> {
     let ctx = Arc::new(Context::open(dev)?);
     let pd = Pd::new(&ctx)?;
-    let o = PairOpts::default();
-    let cq_a = Cq::new(&ctx, 256, None)?;
-    let cq_b = Cq::new(&ctx, 256, None)?;
-    let mut a = Qp::new(&pd, &cq_a, &cq_a, &o.caps)?;
-    let b = Qp::new(&pd, &cq_b, &cq_b, &o.caps)?;
-    connect(&a, PSN_A, b.qpn(), PSN_B, &o.conn)?;
-    connect(&b, PSN_B, a.qpn(), PSN_A, &o.conn)?;
-    let mut cq_a = cq_a;
+    let mut p = connected_pair(&ctx, &pd, &PairOpts::default())?;
     let cache = RegCache::new(&pd, CacheConfig::default())?;
     let dst = pd.reg_mr_buf(PAGE, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let op = WrOp::Write {
@@ -610,16 +603,14 @@ pub(super) fn rcache_churn_main(dev: &Path) -> qhca::Result<()> {
             .enumerate()
             .map(|(i, s)| SendWr::new(i as u64, op, s))
             .collect();
-        a.post_send(&wrs)?;
+        p.a.post_send(&wrs)?;
         if first {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "running");
-            let _ = out.flush();
+            super::process::say("running");
             first = false;
         }
         let mut done = 0;
         while done < wrs.len() {
-            done += cq_a.poll(&mut wc);
+            done += p.cq_a.poll(&mut wc);
         }
         drop(guards);
     }
