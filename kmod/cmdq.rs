@@ -478,9 +478,9 @@ pub(crate) fn status_to_errno(status: u32) -> Result {
     match status {
         uapi::QHCA_CMD_OK => Ok(()),
         uapi::QHCA_CMD_NO_RESOURCES => Err(ENOSPC),
-        uapi::QHCA_CMD_BAD_PARAM | uapi::QHCA_CMD_BAD_RESOURCE | uapi::QHCA_CMD_BAD_STATE => {
-            Err(EINVAL)
-        }
+        uapi::QHCA_CMD_BAD_PARAM | uapi::QHCA_CMD_BAD_RESOURCE => Err(EINVAL),
+        // An object in use (a region with windows bound to it); MODIFY_QP says EINVAL itself.
+        uapi::QHCA_CMD_BAD_STATE => Err(EBUSY),
         uapi::QHCA_CMD_BAD_OPCODE => Err(EOPNOTSUPP),
         uapi::QHCA_CMD_DMA_ERROR => Err(EFAULT),
         _ => Err(EIO),

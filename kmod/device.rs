@@ -350,6 +350,9 @@ impl QhcaDevice {
             attr.odp_rc_caps = 0;
             attr.odp_ud_caps = 0;
         }
+        if attr.caps & u64::from(uapi::QHCA_CAP_MW) == 0 {
+            attr.max_mw = 0;
+        }
         self.odp.reserve(attr.max_qp.min(4096))?;
         self.attr.populate(attr);
         self.attr.as_ref().ok_or(EIO)
@@ -585,6 +588,7 @@ fn attr_from_le(le: &uapi::qhca_device_attr) -> uapi::qhca_device_attr {
         max_sge: u32::from_le(le.max_sge),
         max_inline: u32::from_le(le.max_inline),
         max_mr: u32::from_le(le.max_mr),
+        max_mw: u32::from_le(le.max_mw),
         max_qp_rd_atom: u16::from_le(le.max_qp_rd_atom),
         max_qp_init_rd_atom: u16::from_le(le.max_qp_init_rd_atom),
         max_mr_size: u64::from_le(le.max_mr_size),
@@ -592,6 +596,7 @@ fn attr_from_le(le: &uapi::qhca_device_attr) -> uapi::qhca_device_attr {
         odp_general_caps: u64::from_le(le.odp_general_caps),
         odp_rc_caps: u32::from_le(le.odp_rc_caps),
         odp_ud_caps: u32::from_le(le.odp_ud_caps),
-        rsvd1: [0; 2],
+        rsvd1: 0,
+        rsvd2: 0,
     }
 }

@@ -294,7 +294,7 @@ fn start_device(pdev: &pci::Device<Bound>, dev: &QhcaDevice) -> Result {
     );
     dev_info!(
         pdev,
-        "qhca{}: max_qp {} max_qp_wr {} max_sge {} max_inline {} max_cq {} max_cqe {} max_mr {} max_pd {}\n",
+        "qhca{}: max_qp {} max_qp_wr {} max_sge {} max_inline {} max_cq {} max_cqe {} max_mr {} max_mw {} max_pd {}\n",
         dev.instance,
         attr.max_qp,
         attr.max_qp_wr,
@@ -303,6 +303,7 @@ fn start_device(pdev: &pci::Device<Bound>, dev: &QhcaDevice) -> Result {
         attr.max_cq,
         attr.max_cqe,
         attr.max_mr,
+        attr.max_mw,
         attr.max_pd
     );
     Ok(())

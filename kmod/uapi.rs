@@ -56,6 +56,7 @@ plain_abi_structs!(
     qhca_ioc_query_ctx,
     qhca_ioc_async_event,
     qhca_ioc_advise_mr,
+    qhca_ioc_alloc_mw,
     qhca_qp_attr,
     qhca_ctx_stats,
     qhca_cmd_reg_mr,

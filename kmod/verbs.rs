@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Verbs objects of one context: protection domains, memory regions, completion queues and queue
-//! pairs, created and destroyed by ioctl.
+//! Verbs objects of one context: protection domains, memory regions and windows, completion
+//! queues and queue pairs, created and destroyed by ioctl.
 //!
 //! The device holds the objects' state; the driver keeps, per context, what it must undo when the
 //! file goes away (the handles, the pinned memory, the event routes) and enforces the destroy
-//! order: a PD with MRs or QPs, or a CQ with QPs, is busy. Handles are the device's numbers (a QPN
+//! order: a PD with MRs, windows or QPs, or a CQ with QPs, is busy (and a region with windows
+//! bound to it, which only the device knows: binding is the process's own business). Handles are the device's numbers (a QPN
 //! carries a generation above its index), looked up only among the handles this file created.
 //! Every ioctl argument is checked here before the device checks it again; the device's word is
 //! final.
@@ -47,6 +48,19 @@ struct Mr {
     mem: MrMem,
 }
 
+/// A memory window: the key as allocated (binds change its tag, not its index).
+struct Mw {
+    key: u32,
+    pdn: u32,
+}
+
+impl Mw {
+    /// Whether `key` names this window, whatever its tag.
+    fn named_by(&self, key: u32) -> bool {
+        (self.key ^ key) >> uapi::QHCA_KEY_TAG_BITS == 0
+    }
+}
+
 struct Cq {
     cqn: u32,
     _mem: Umem,
@@ -65,6 +79,7 @@ struct Qp {
 pub(crate) struct Objects {
     pds: KVec<u32>,
     mrs: KVec<Mr>,
+    mws: KVec<Mw>,
     cqs: KVec<Cq>,
     qps: KVec<Qp>,
 }
@@ -92,13 +107,14 @@ fn write_arg<T: AsBytes>(mut writer: UserSliceWriter, v: &T) -> Result<isize> {
     Ok(0)
 }
 
-/// Reads a `qhca_ioc_handle` argument naming an existing object.
-fn read_handle(arg: usize) -> Result<u32> {
+/// Reads a `qhca_ioc_handle` argument naming an existing object, with no flag outside
+/// `allowed`: the handle and the flags.
+fn read_handle(arg: usize, allowed: u32) -> Result<(u32, u32)> {
     let (a, _) = read_arg::<uapi::qhca_ioc_handle>(arg)?;
-    if a.rsvd != 0 {
+    if a.flags & !allowed != 0 {
         return Err(EINVAL);
     }
-    Ok(a.handle)
+    Ok((a.handle, a.flags))
 }
 
 /// Sends one of the destroy commands (`in[0]` = context, `in[1]` = handle).
@@ -176,6 +192,8 @@ pub(crate) fn ioctl(
         uapi::QHCA_IOCTL_DESTROY_QP => v.destroy(arg, uapi::QHCA_CMD_DESTROY_QP),
         uapi::QHCA_IOCTL_QUERY_CTX => v.query_ctx(arg),
         uapi::QHCA_IOCTL_ADVISE_MR => v.advise_mr(arg),
+        uapi::QHCA_IOCTL_ALLOC_MW => v.alloc_mw(arg),
+        uapi::QHCA_IOCTL_DEALLOC_MW => v.destroy(arg, uapi::QHCA_CMD_DEALLOC_MW),
         _ => Err(ENOTTY),
     }
 }
@@ -205,7 +223,7 @@ impl Verbs<'_> {
     /// `QHCA_IOCTL_ALLOC_PD`.
     fn alloc_pd(&self, arg: usize) -> Result<isize> {
         let (mut a, out) = read_arg::<uapi::qhca_ioc_handle>(arg)?;
-        if a.handle != 0 || a.rsvd != 0 {
+        if a.handle != 0 || a.flags != 0 {
             return Err(EINVAL);
         }
         a.handle = self.locked(|_, objs| {
@@ -219,17 +237,28 @@ impl Verbs<'_> {
     }
 
     /// The destroy ioctls: `EBUSY` while something uses the object; the device forgets it
-    /// before its memory is unpinned.
+    /// before its memory is unpinned. DEREG_MR may say `QHCA_DEREG_MR_UNBIND_MWS`.
     fn destroy(&self, arg: usize, op: u32) -> Result<isize> {
-        let h = read_handle(arg)?;
+        let allowed = if op == uapi::QHCA_CMD_DEREG_MR {
+            uapi::QHCA_DEREG_MR_UNBIND_MWS
+        } else {
+            0
+        };
+        let (h, flags) = read_handle(arg, allowed)?;
         self.locked(|_, objs| {
             let busy = match op {
                 uapi::QHCA_CMD_DEALLOC_PD => {
                     position(&objs.pds, |&p| p == h)?;
-                    objs.mrs.iter().any(|m| m.pdn == h) || objs.qps.iter().any(|q| q.pdn == h)
+                    objs.mrs.iter().any(|m| m.pdn == h)
+                        || objs.mws.iter().any(|w| w.pdn == h)
+                        || objs.qps.iter().any(|q| q.pdn == h)
                 }
                 uapi::QHCA_CMD_DEREG_MR => {
                     position(&objs.mrs, |m| m.key == h)?;
+                    false
+                }
+                uapi::QHCA_CMD_DEALLOC_MW => {
+                    position(&objs.mws, |w| w.named_by(h))?;
                     false
                 }
                 uapi::QHCA_CMD_DESTROY_CQ => {
@@ -256,11 +285,14 @@ impl Verbs<'_> {
                     objs.mrs.retain(|m| m.key != h);
                     return Ok(0);
                 }
+                // Windows bound to it: the device says BAD_STATE (EBUSY) unless told to
+                // unbind them.
+                return self.dereg_pinned(objs, h, flags);
             }
             destroy_in_device(self.dev, self.uar, op, h)?;
             match op {
                 uapi::QHCA_CMD_DEALLOC_PD => objs.pds.retain(|p| *p != h),
-                uapi::QHCA_CMD_DEREG_MR => objs.mrs.retain(|m| m.key != h),
+                uapi::QHCA_CMD_DEALLOC_MW => objs.mws.retain(|w| !w.named_by(h)),
                 uapi::QHCA_CMD_DESTROY_CQ => {
                     self.ctx.remove_cq(h);
                     objs.cqs.retain(|c| c.cqn != h);
@@ -274,6 +306,21 @@ impl Verbs<'_> {
         })
     }
 
+    /// DEREG_MR of a pinned region: the device forgets it, then its pages are unpinned.
+    fn dereg_pinned(&self, objs: &mut Objects, key: u32, flags: u32) -> Result<isize> {
+        if crate::debugfs::take(&crate::debugfs::REFUSE_DESTROYS) {
+            return Err(EINVAL);
+        }
+        self.dev.exec(
+            Cmd::new(uapi::QHCA_CMD_DEREG_MR)
+                .input(0, self.uar.into())
+                .input(1, key.into())
+                .input(2, flags.into()),
+        )?;
+        objs.mrs.retain(|m| m.key != key);
+        Ok(0)
+    }
+
     /// `QHCA_IOCTL_REG_MR`: pins the region and hands the device its translation, or registers
     /// an on-demand-paged region ([`Verbs::reg_odp_mr`]).
     fn reg_mr(&self, arg: usize) -> Result<isize> {
@@ -283,11 +330,17 @@ impl Verbs<'_> {
             || a.lkey != 0
             || a.rkey != 0
             || a.access
-                & !(uapi::QHCA_ACCESS_ALL | uapi::QHCA_ACCESS_ON_DEMAND | uapi::QHCA_ACCESS_WATCHED)
+                & !(uapi::QHCA_ACCESS_ALL
+                    | uapi::QHCA_ACCESS_ON_DEMAND
+                    | uapi::QHCA_ACCESS_WATCHED
+                    | uapi::QHCA_ACCESS_MW_BIND)
                 != 0
             || (a.access & writes != 0 && a.access & uapi::QHCA_ACCESS_LOCAL_WRITE == 0)
             || (a.access & uapi::QHCA_ACCESS_ON_DEMAND != 0
                 && a.access & uapi::QHCA_ACCESS_WATCHED != 0)
+            // Windows need a pinned region that stays until they are unbound.
+            || (a.access & uapi::QHCA_ACCESS_MW_BIND != 0
+                && a.access & (uapi::QHCA_ACCESS_ON_DEMAND | uapi::QHCA_ACCESS_WATCHED) != 0)
             || a.length == 0
         {
             return Err(EINVAL);
@@ -464,6 +517,38 @@ impl Verbs<'_> {
         Ok(0)
     }
 
+    /// `QHCA_IOCTL_ALLOC_MW`: an unbound window of the given type in one of this file's PDs.
+    fn alloc_mw(&self, arg: usize) -> Result<isize> {
+        let (mut a, out) = read_arg::<uapi::qhca_ioc_alloc_mw>(arg)?;
+        if a.key != 0
+            || a.rsvd != 0
+            || !(uapi::QHCA_MW_TYPE_1..=uapi::QHCA_MW_TYPE_2B).contains(&a.type_)
+        {
+            return Err(EINVAL);
+        }
+        if self.dev.attr()?.max_mw == 0 {
+            return Err(EOPNOTSUPP);
+        }
+        a.key = self.locked(|_, objs| {
+            position(&objs.pds, |&p| p == a.pdn)?;
+            objs.mws.reserve(1, GFP_KERNEL)?;
+            let cmd = Cmd::new(uapi::QHCA_CMD_ALLOC_MW)
+                .input(0, self.uar.into())
+                .input(1, a.pdn.into())
+                .input(2, a.type_.into());
+            let key = self.create(cmd, "key")?;
+            if key & uapi::QHCA_MW_KEY_FLAG == 0 {
+                // Not a window's key: a region's could be dereferenced through it.
+                dev_err!(self.dev.dev(), "device returned window key {:#x}\n", key);
+                self.dev.declare_dead();
+                return Err(EIO);
+            }
+            objs.mws.push(Mw { key, pdn: a.pdn }, GFP_KERNEL)?;
+            Ok(key)
+        })?;
+        write_arg(out, &a)
+    }
+
     /// `QHCA_IOCTL_CREATE_CQ`.
     fn create_cq(&self, arg: usize) -> Result<isize> {
         let (mut a, out) = read_arg::<uapi::qhca_ioc_create_cq>(arg)?;
@@ -612,12 +697,15 @@ impl Verbs<'_> {
             position(&objs.qps, |x| x.qpn == a.qpn)?;
             let mailbox: Coherent<[u8]> =
                 CoherentBox::<[u8]>::from_slice(bound, le.as_bytes(), GFP_KERNEL)?.into();
-            self.dev.exec(
-                Cmd::new(uapi::QHCA_CMD_MODIFY_QP)
-                    .input(0, self.uar.into())
-                    .input(1, a.qpn.into())
-                    .input(2, mailbox.dma_address()),
-            )?;
+            self.dev
+                .exec(
+                    Cmd::new(uapi::QHCA_CMD_MODIFY_QP)
+                        .input(0, self.uar.into())
+                        .input(1, a.qpn.into())
+                        .input(2, mailbox.dma_address()),
+                )
+                // BAD_STATE: not a transition from the QP's state.
+                .map_err(|e| if e == EBUSY { EINVAL } else { e })?;
             Ok(0)
         })
     }
@@ -734,6 +822,10 @@ impl Objects {
             if !gone(uapi::QHCA_CMD_DESTROY_CQ, cq.cqn) {
                 core::mem::forget(cq);
             }
+        }
+        // Windows before regions: a region with windows bound to it cannot go.
+        while let Some(mw) = self.mws.pop() {
+            gone(uapi::QHCA_CMD_DEALLOC_MW, mw.key);
         }
         while let Some(mr) = self.mrs.pop() {
             if let MrMem::Odp(odp) = &mr.mem {

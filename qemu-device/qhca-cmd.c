@@ -337,6 +337,7 @@ static uint8_t qhca_cmd_query_device(QhcaState *s, const struct qhca_cmd *cmd)
         .page_size_cap  = cpu_to_le64(QHCA_LIMIT_PAGE_SIZES),
         .odp_general_caps = cpu_to_le64(QHCA_ODP_GENERAL_CAPS),
         .odp_rc_caps    = cpu_to_le32(QHCA_ODP_RC_CAPS),
+        .max_mw         = cpu_to_le32(QHCA_LIMIT_MAX_MW),
     };
 
     if (!qhca_cmd_unused_zero(cmd, true, 0) || !cmd->out_addr ||
@@ -399,6 +400,8 @@ static uint8_t qhca_cmd_exec(QhcaState *s, const struct qhca_cmd *cmd,
         return qhca_cmd_odp(s, cmd);
     case QHCA_CMD_REVOKE_PAGES:
         return qhca_cmd_obj(s, cmd, data, pl);
+    case QHCA_CMD_ALLOC_MW ... QHCA_CMD_DEALLOC_MW:
+        return qhca_cmd_mw(s, cmd, data);
     default:
         return QHCA_CMD_BAD_OPCODE;
     }

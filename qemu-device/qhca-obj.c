@@ -2,12 +2,13 @@
  * qhca: an emulated RDMA host channel adapter -- verbs objects
  *
  * Protection domains, memory regions, completion queues and RC queue pairs
- * (those in qhca-qp.c), and the commands that create, modify, query and
- * destroy them.  Each object belongs to the context (UAR page) named at
- * create time; every later command names that context again and is refused
- * (BAD_RESOURCE) if it is not the owner.  Object state lives only here: page
- * lists are copied from guest memory at create time, so the guest cannot
- * change a translation, a bound or an owner behind the device's back.
+ * (those in qhca-qp.c; memory windows in qhca-mw.c), and the commands that
+ * create, modify, query and destroy them.  Each object belongs to the
+ * context (UAR page) named at create time; every later command names that
+ * context again and is refused (BAD_RESOURCE) if it is not the owner.
+ * Object state lives only here: page lists are copied from guest memory at
+ * create time, so the guest cannot change a translation, a bound or an owner
+ * behind the device's back.
  *
  * A command that needs a page list runs twice: first it validates everything
  * and asks for the list (QHCA_CMD_PENDING); the command queue then reads the
@@ -38,13 +39,14 @@ void qhca_obj_init(QhcaState *s)
 {
     s->pd = g_new0(QhcaPd, QHCA_LIMIT_MAX_PD);
     s->mr = g_new0(QhcaMr, QHCA_LIMIT_MAX_MR);
+    s->mw = g_new0(QhcaMw, QHCA_LIMIT_MAX_MW);
     s->cq = g_new0(QhcaCq, QHCA_LIMIT_MAX_CQ);
     s->qp = g_new0(QhcaQp, QHCA_LIMIT_MAX_QP);
 }
 
 bool qhca_objects_exist(const QhcaState *s)
 {
-    return s->num_pd || s->num_mr || s->num_cq || s->num_qp;
+    return s->num_pd || s->num_mr || s->num_cq || s->num_qp || s->num_mw;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -270,7 +272,7 @@ static uint8_t qhca_cmd_dealloc_pd(QhcaState *s, const struct qhca_cmd *cmd)
     if (!pd || pd->uar != cmd->in[0] || !qhca_uar_valid(s, cmd->in[0])) {
         return QHCA_CMD_BAD_RESOURCE;
     }
-    if (pd->nr_mr || pd->nr_qp) {
+    if (pd->nr_mr || pd->nr_mw || pd->nr_qp) {
         return QHCA_CMD_BAD_STATE;
     }
     qhca_pd_free(s, pd);
@@ -326,7 +328,12 @@ static uint8_t qhca_cmd_reg_mr(QhcaState *s, const struct qhca_cmd *cmd,
     if (!pd || pd->uar != uar) {
         return QHCA_CMD_BAD_RESOURCE;
     }
-    if (access & ~(QHCA_ACCESS_ALL | QHCA_ACCESS_ON_DEMAND)) {
+    if (access & ~(QHCA_ACCESS_ALL | QHCA_ACCESS_ON_DEMAND |
+                   QHCA_ACCESS_MW_BIND)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if ((access & QHCA_ACCESS_ON_DEMAND) && (access & QHCA_ACCESS_MW_BIND)) {
+        /* Not in this version: windows need a pinned region. */
         return QHCA_CMD_BAD_PARAM;
     }
     if ((access & (QHCA_ACCESS_REMOTE_WRITE | QHCA_ACCESS_REMOTE_ATOMIC)) &&
@@ -374,6 +381,7 @@ static uint8_t qhca_cmd_reg_mr(QhcaState *s, const struct qhca_cmd *cmd,
     mr->iova = iova;
     mr->length = length;
     mr->npages = npages;
+    mr->nr_mw = 0;
     pd->nr_mr++;
     s->num_mr++;
     s->mr_next = (mr - s->mr + 1) % s->max_mr;
@@ -408,12 +416,20 @@ static uint8_t qhca_cmd_dereg_mr(QhcaState *s, const struct qhca_cmd *cmd)
 {
     QhcaMr *mr;
 
-    if (!qhca_cmd_unused_zero(cmd, false, 2)) {
+    if (!qhca_cmd_unused_zero(cmd, false, 3) ||
+        (cmd->in[2] & ~(uint64_t)QHCA_DEREG_MR_UNBIND_MWS)) {
         return QHCA_CMD_BAD_PARAM;
     }
     mr = qhca_cmd_mr(s, cmd->in[0], cmd->in[1]);
     if (!mr) {
         return QHCA_CMD_BAD_RESOURCE;
+    }
+    if (mr->nr_mw) {
+        /* Windows are bound to it: unbound first, or first invalidated. */
+        if (!(cmd->in[2] & QHCA_DEREG_MR_UNBIND_MWS)) {
+            return QHCA_CMD_BAD_STATE;
+        }
+        qhca_mw_unbind_mr(s, mr);
     }
     qhca_mr_free(s, mr);
     return QHCA_CMD_OK;
@@ -599,6 +615,7 @@ void qhca_obj_free_ctx(QhcaState *s, uint32_t uar)
             qhca_qp_free(s, &s->qp[i]);
         }
     }
+    qhca_mw_free_ctx(s, uar);
     for (i = 0; i < QHCA_LIMIT_MAX_MR; i++) {
         if (s->mr[i].in_use && s->mr[i].uar == uar) {
             qhca_mr_free(s, &s->mr[i]);
@@ -636,6 +653,7 @@ void qhca_obj_fini(QhcaState *s)
     qhca_obj_reset(s);
     g_free(s->pd);
     g_free(s->mr);
+    g_free(s->mw);
     g_free(s->cq);
     g_free(s->qp);
 }

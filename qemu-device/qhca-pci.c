@@ -223,8 +223,8 @@ static int qhca_pre_save(void *opaque)
 
     if (qhca_objects_exist(s)) {
         error_report("qhca: cannot migrate a device that holds verbs objects"
-                     " (%u PDs, %u MRs, %u CQs, %u QPs)",
-                     s->num_pd, s->num_mr, s->num_cq, s->num_qp);
+                     " (%u PDs, %u MRs, %u MWs, %u CQs, %u QPs)",
+                     s->num_pd, s->num_mr, s->num_mw, s->num_cq, s->num_qp);
         return -EBUSY;
     }
     if (s->cmd_active) {

@@ -86,7 +86,7 @@ void qhca_req_complete(QhcaState *s, QhcaQp *qp, uint8_t status)
     }
     if (status != QHCA_WC_SUCCESS || (w->flags & QHCA_WQE_SIGNALED)) {
         qhca_complete(s, qp, qp->scqn, qp->sq.ci - 1, w->wr_id,
-                      qhca_wc_opcode(w->opcode), status, len, false, 0);
+                      qhca_wc_opcode(w->opcode), status, len, 0, 0);
     }
     if (status != QHCA_WC_SUCCESS) {
         qhca_qp_set_error(s, qp, true);
@@ -273,6 +273,51 @@ static void qhca_req_bad_wqe(QhcaState *s, QhcaQp *qp, uint8_t status,
 }
 
 /*
+ * A local operation (BIND_MW, LOCAL_INV) at req_head, every WQE before it
+ * complete, runs now: a WQE after it starts only after it, so a message that
+ * carries the new key goes out once the window is bound.  It sends nothing
+ * (no PSN) and completes at once.
+ */
+static void qhca_req_local(QhcaState *s, QhcaQp *qp,
+                           const struct qhca_wqe_bind *le)
+{
+    QhcaReqSlot *sl = qhca_req_slot(qp, qp->req_head);
+    QhcaSendWqe *w = &sl->wqe;
+    const char *why = NULL;
+    uint8_t st;
+
+    if (w->num_sge || w->inline_len || (w->flags & QHCA_WQE_INLINE)) {
+        qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_QP_OP_ERR,
+                         "data on a local operation");
+        return;
+    }
+    if (w->opcode == QHCA_WR_BIND_MW) {
+        struct qhca_wqe_bind b = {
+            .addr = le64_to_cpu(le->addr),
+            .length = le64_to_cpu(le->length),
+            .mw_key = le32_to_cpu(le->mw_key),
+            .new_key = le32_to_cpu(le->new_key),
+            .mr_key = le32_to_cpu(le->mr_key),
+            .access = le32_to_cpu(le->access),
+        };
+
+        st = qhca_mw_bind(s, qp, &b, &why);
+    } else {
+        st = qhca_mw_local_inv(s, qp, w->imm, &why);
+    }
+    if (st != QHCA_WC_SUCCESS) {
+        qhca_req_bad_wqe(s, qp, st, why);
+        return;
+    }
+    trace_qhca_req_start(qhca_qpn(s, qp), qp->req_head, w->opcode, 0,
+                         qp->sq_psn, 0);
+    sl->first_psn = qp->sq_psn;
+    sl->npkts = 0;
+    qp->req_head++;
+    qhca_req_advance(s, qp);
+}
+
+/*
  * Reads and validates the WQE at req_head into its slot.  false: it may
  * not start yet (READ/atomic limit, fence); nothing changed.
  */
@@ -283,8 +328,13 @@ static bool qhca_req_start(QhcaState *s, QhcaQp *qp)
     uint16_t idx = qp->req_head;
     struct {
         struct qhca_wqe_ctrl ctrl;
-        struct qhca_wqe_raddr raddr;
-        struct qhca_wqe_atomic atomic;
+        union {
+            struct {
+                struct qhca_wqe_raddr raddr;
+                struct qhca_wqe_atomic atomic;
+            };
+            struct qhca_wqe_bind bind;
+        };
     } hdr;
     struct qhca_sge sge[QHCA_LIMIT_MAX_SGE];
     uint64_t total;
@@ -321,13 +371,25 @@ static bool qhca_req_start(QhcaState *s, QhcaQp *qp)
     w->swap_add = le64_to_cpu(hdr.atomic.swap_add);
     w->compare = le64_to_cpu(hdr.atomic.compare);
 
-    if (w->opcode > QHCA_WR_ATOMIC_FETCH_AND_ADD ||
+    if (w->opcode > QHCA_WR_SEND_WITH_INV ||
         (w->flags & ~(QHCA_WQE_SIGNALED | QHCA_WQE_SOLICITED |
                       QHCA_WQE_INLINE | QHCA_WQE_FENCE)) ||
         hdr.ctrl.rsvd0 || hdr.ctrl.rsvd1[0] || hdr.ctrl.rsvd1[1] ||
-        hdr.ctrl.rsvd1[2] || hdr.raddr.rsvd) {
+        hdr.ctrl.rsvd1[2] ||
+        (w->opcode != QHCA_WR_BIND_MW && hdr.raddr.rsvd)) {
         qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_QP_OP_ERR,
                          "bad opcode, flags or reserved field");
+        return true;
+    }
+    if (w->opcode == QHCA_WR_BIND_MW || w->opcode == QHCA_WR_LOCAL_INV) {
+        /*
+         * Only once every WQE before it has completed: a bind behind a
+         * request that fails is flushed, and must then not have happened.
+         */
+        if (qhca_req_outstanding(qp)) {
+            return false;
+        }
+        qhca_req_local(s, qp, &hdr.bind);
         return true;
     }
 
@@ -413,7 +475,11 @@ static uint8_t qhca_req_opcode(const QhcaSendWqe *w, uint32_t i, uint32_t n)
     bool imm = w->opcode == QHCA_WR_SEND_WITH_IMM ||
                w->opcode == QHCA_WR_RDMA_WRITE_WITH_IMM;
 
-    if (w->opcode == QHCA_WR_SEND || w->opcode == QHCA_WR_SEND_WITH_IMM) {
+    if (w->opcode == QHCA_WR_SEND_WITH_INV && last) {
+        return first ? QHCA_OP_SEND_ONLY_INV : QHCA_OP_SEND_LAST_INV;
+    }
+    if (w->opcode == QHCA_WR_SEND || w->opcode == QHCA_WR_SEND_WITH_IMM ||
+        w->opcode == QHCA_WR_SEND_WITH_INV) {
         if (first && last) {
             return imm ? QHCA_OP_SEND_ONLY_IMM : QHCA_OP_SEND_ONLY;
         }
@@ -484,7 +550,12 @@ static void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
             pkt->rkey = w->rkey;
             pkt->dma_len = w->length;
         }
-        pkt->imm = w->imm;
+        if (pkt->opcode == QHCA_OP_SEND_LAST_INV ||
+            pkt->opcode == QHCA_OP_SEND_ONLY_INV) {
+            pkt->ieth = w->imm;
+        } else if (w->opcode != QHCA_WR_SEND_WITH_INV) {
+            pkt->imm = w->imm;
+        }
         pkt->ack_req = i == sl->npkts - 1;
         if (w->flags & QHCA_WQE_INLINE) {
             memcpy(pkt->payload, w->inline_data + off, pkt->len);
@@ -552,9 +623,17 @@ bool qhca_req_run(QhcaState *s, QhcaQp *qp, unsigned *budget)
             return qp->req_send != qp->req_head || qp->req_head != qp->sq.pi;
         }
         if (qp->req_send != qp->req_head) {
-            if (qhca_req_slot(qp, qp->req_send)->status) {
+            QhcaReqSlot *sl = qhca_req_slot(qp, qp->req_send);
+
+            if (sl->status) {
                 /* A WQE that failed: nothing after it goes out. */
                 return false;
+            }
+            if (!sl->npkts) {
+                /* A local operation: done when it started. */
+                qp->req_send++;
+                qp->req_next = 0;
+                continue;
             }
             qhca_req_send_one(s, qp);
             (*budget)--;

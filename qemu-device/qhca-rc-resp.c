@@ -52,7 +52,7 @@ static void qhca_resp_recv_fail(QhcaState *s, QhcaQp *qp, uint32_t psn,
                                 const char *why)
 {
     qhca_complete(s, qp, qp->rcqn, qp->rq.ci, qp->resp_wr_id, QHCA_WC_RECV,
-                  wc_status, qp->resp_off, false, 0);
+                  wc_status, qp->resp_off, 0, 0);
     qp->rq.ci++;
     qhca_resp_fail(s, qp, psn, nak, why);
 }
@@ -164,7 +164,8 @@ static bool qhca_resp_take_rwqe(QhcaState *s, QhcaQp *qp, uint32_t psn)
 
 static bool qhca_op_is_send(uint8_t op)
 {
-    return op <= QHCA_OP_SEND_ONLY_IMM;
+    return op <= QHCA_OP_SEND_ONLY_IMM || op == QHCA_OP_SEND_LAST_INV ||
+           op == QHCA_OP_SEND_ONLY_INV;
 }
 
 static bool qhca_op_is_write(uint8_t op)
@@ -175,7 +176,8 @@ static bool qhca_op_is_write(uint8_t op)
 static bool qhca_op_starts(uint8_t op)
 {
     return op == QHCA_OP_SEND_FIRST || op == QHCA_OP_SEND_ONLY ||
-           op == QHCA_OP_SEND_ONLY_IMM || op == QHCA_OP_WRITE_FIRST ||
+           op == QHCA_OP_SEND_ONLY_IMM || op == QHCA_OP_SEND_ONLY_INV ||
+           op == QHCA_OP_WRITE_FIRST ||
            op == QHCA_OP_WRITE_ONLY || op == QHCA_OP_WRITE_ONLY_IMM ||
            op == QHCA_OP_READ_REQUEST || op == QHCA_OP_CMP_SWAP ||
            op == QHCA_OP_FETCH_ADD;
@@ -287,8 +289,8 @@ static void qhca_resp_read(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
     QhcaRdRes *r;
 
     if (req->dma_len) {
-        QhcaMr *mr = qhca_mr_check(s, req->rkey, qp->pdn, req->va,
-                                   req->dma_len, QHCA_ACCESS_REMOTE_READ);
+        QhcaMr *mr = qhca_rkey_check(s, qp, req->rkey, req->va,
+                                     req->dma_len, QHCA_ACCESS_REMOTE_READ);
 
         if (!mr || !(qp->access & QHCA_ACCESS_REMOTE_READ)) {
             qhca_resp_fail(s, qp, req->psn, QHCA_NAK_REM_ACCESS,
@@ -392,8 +394,8 @@ void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget)
              * Again per packet: the MR may have gone since the request, or
              * MODIFY_QP taken the QP's right away.
              */
-            mr = qhca_mr_check(s, r->rkey, qp->pdn, r->va + off, pkt->len,
-                               QHCA_ACCESS_REMOTE_READ);
+            mr = qhca_rkey_check(s, qp, r->rkey, r->va + off, pkt->len,
+                                 QHCA_ACCESS_REMOTE_READ);
             if (!mr || !(qp->access & QHCA_ACCESS_REMOTE_READ)) {
                 qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_ACCESS,
                                "R_Key refused for RDMA READ");
@@ -439,8 +441,8 @@ static void qhca_resp_atomic(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
                        "atomic address not 8-byte aligned");
         return;
     }
-    mr = qhca_mr_check(s, req->rkey, qp->pdn, req->va, 8,
-                       QHCA_ACCESS_REMOTE_ATOMIC);
+    mr = qhca_rkey_check(s, qp, req->rkey, req->va, 8,
+                         QHCA_ACCESS_REMOTE_ATOMIC);
     if (!mr || !(qp->access & QHCA_ACCESS_REMOTE_ATOMIC)) {
         qhca_resp_fail(s, qp, req->psn, QHCA_NAK_REM_ACCESS,
                        "R_Key refused for atomic");
@@ -537,9 +539,25 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
         QHCA_TRACE_STEP(QHCA_RESP_PLACED, qhca_resp_placed, qhca_qpn(s, qp),
                         pkt->opcode, pkt->psn, pkt->len);
         if (ends) {
+            uint8_t flags = imm ? QHCA_CQE_WITH_IMM : 0;
+            uint32_t data = pkt->imm;
+
+            if (op == QHCA_OP_SEND_LAST_INV || op == QHCA_OP_SEND_ONLY_INV) {
+                /* The message is in; the window goes before its CQE. */
+                if (!qhca_mw_remote_inv(s, qp, pkt->ieth)) {
+                    qhca_resp_recv_fail(s, qp, pkt->psn,
+                                        QHCA_WC_REM_INV_REQ_ERR,
+                                        QHCA_NAK_INV_REQ,
+                                        "SEND_WITH_INV: no window to "
+                                        "invalidate");
+                    return;
+                }
+                flags = QHCA_CQE_WITH_INV;
+                data = pkt->ieth;
+            }
             qhca_complete(s, qp, qp->rcqn, qp->rq.ci, qp->resp_wr_id,
-                          QHCA_WC_RECV, QHCA_WC_SUCCESS, qp->resp_off, imm,
-                          pkt->imm);
+                          QHCA_WC_RECV, QHCA_WC_SUCCESS, qp->resp_off, flags,
+                          data);
             qp->rq.ci++;
             qhca_resp_clear(qp);
         }
@@ -548,8 +566,8 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
 
         if (starts) {
             if (pkt->dma_len) {
-                mr = qhca_mr_check(s, pkt->rkey, qp->pdn, pkt->va,
-                                   pkt->dma_len, QHCA_ACCESS_REMOTE_WRITE);
+                mr = qhca_rkey_check(s, qp, pkt->rkey, pkt->va,
+                                     pkt->dma_len, QHCA_ACCESS_REMOTE_WRITE);
                 if (!mr || !(qp->access & QHCA_ACCESS_REMOTE_WRITE)) {
                     qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_ACCESS,
                                    "R_Key refused for RDMA WRITE");
@@ -572,8 +590,8 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
              * Again per packet: the MR may have gone since the first, or
              * MODIFY_QP taken the QP's right away.
              */
-            mr = qhca_mr_check(s, qp->resp_rkey, qp->pdn, qp->resp_va,
-                               pkt->len, QHCA_ACCESS_REMOTE_WRITE);
+            mr = qhca_rkey_check(s, qp, qp->resp_rkey, qp->resp_va,
+                                 pkt->len, QHCA_ACCESS_REMOTE_WRITE);
             if (!mr || !(qp->access & QHCA_ACCESS_REMOTE_WRITE)) {
                 qhca_resp_fail(s, qp, pkt->psn, QHCA_NAK_REM_ACCESS,
                                "R_Key refused for RDMA WRITE");
@@ -608,7 +626,7 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
             }
             qhca_complete(s, qp, qp->rcqn, qp->rq.ci, qp->resp_wr_id,
                           QHCA_WC_RECV_RDMA_WITH_IMM, QHCA_WC_SUCCESS,
-                          qp->resp_total, true, pkt->imm);
+                          qp->resp_total, QHCA_CQE_WITH_IMM, pkt->imm);
             qp->rq.ci++;
         }
         qp->rq_psn = psn_add(pkt->psn, 1);

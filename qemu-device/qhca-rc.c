@@ -31,7 +31,7 @@
  *
  * Responder: checks the PSN (duplicates are re-ACKed, RDMA READs re-read,
  * atomics answered from the result saved in the responder resources), the
- * opcode sequence, the R_Key
+ * opcode sequence, the R_Key, a region's or a window's (qhca-mw.c)
  * (exists, same PD as the QP, rights of the MR and of the QP, byte bounds;
  * the rights and the key again on every packet, so that a MODIFY_QP or a
  * DEREG_MR takes effect at the next packet) and executes: receive WQE for
@@ -282,7 +282,7 @@ static bool qhca_cq_post(QhcaState *s, QhcaCq *cq, struct qhca_cqe *cqe)
 /* wqe_index: the SQ or RQ index of the WQE this CQE completes. */
 void qhca_complete(QhcaState *s, QhcaQp *qp, uint32_t cqn,
                    uint16_t wqe_index, uint64_t wr_id, uint8_t opcode,
-                   uint8_t status, uint32_t byte_len, bool with_imm,
+                   uint8_t status, uint32_t byte_len, uint8_t flags,
                    uint32_t imm)
 {
     struct qhca_cqe cqe = {
@@ -293,7 +293,7 @@ void qhca_complete(QhcaState *s, QhcaQp *qp, uint32_t cqn,
         .src_qp = cpu_to_le32(opcode & QHCA_WC_RECV ? qp->dest_qpn : 0),
         .opcode = opcode,
         .status = status,
-        .flags = with_imm ? QHCA_CQE_WITH_IMM : 0,
+        .flags = flags,
         .wqe_index = cpu_to_le16(wqe_index),
     };
 
@@ -465,6 +465,10 @@ uint8_t qhca_wc_opcode(uint8_t wr_opcode)
         return QHCA_WC_COMP_SWAP;
     case QHCA_WR_ATOMIC_FETCH_AND_ADD:
         return QHCA_WC_FETCH_ADD;
+    case QHCA_WR_BIND_MW:
+        return QHCA_WC_BIND_MW;
+    case QHCA_WR_LOCAL_INV:
+        return QHCA_WC_LOCAL_INV;
     default:
         return QHCA_WC_SEND;
     }
@@ -525,7 +529,9 @@ void qhca_rc_recv(QhcaState *s, const QhcaPkt *pkt)
     if (pkt->opcode >= QHCA_OP_READ_RESP_FIRST &&
         pkt->opcode <= QHCA_OP_ATOMIC_ACK) {
         qhca_req_recv(s, qp, pkt);
-    } else if (pkt->opcode <= QHCA_OP_FETCH_ADD) {
+    } else if (pkt->opcode <= QHCA_OP_FETCH_ADD ||
+               pkt->opcode == QHCA_OP_SEND_LAST_INV ||
+               pkt->opcode == QHCA_OP_SEND_ONLY_INV) {
         qhca_resp_recv(s, qp, pkt);
     } else {
         trace_qhca_pkt_drop(pkt->dest_qpn, pkt->opcode, pkt->psn,
@@ -557,7 +563,7 @@ static bool qhca_qp_flush(QhcaState *s, QhcaQp *qp, unsigned *budget)
         qp->sq.ci++;
         qhca_complete(s, qp, qp->scqn, qp->sq.ci - 1, le64_to_cpu(ctrl.wr_id),
                       qhca_wc_opcode(ctrl.opcode), QHCA_WC_WR_FLUSH_ERR, 0,
-                      false, 0);
+                      0, 0);
         (*budget)--;
     }
     while (*budget && qp->rq.ci != qp->rq.pi) {
@@ -566,7 +572,7 @@ static bool qhca_qp_flush(QhcaState *s, QhcaQp *qp, unsigned *budget)
         qhca_flush_read(s, qp, &qp->rq, &rwqe, sizeof(rwqe));
         qp->rq.ci++;
         qhca_complete(s, qp, qp->rcqn, qp->rq.ci - 1, le64_to_cpu(rwqe.wr_id),
-                      QHCA_WC_RECV, QHCA_WC_WR_FLUSH_ERR, 0, false, 0);
+                      QHCA_WC_RECV, QHCA_WC_WR_FLUSH_ERR, 0, 0, 0);
         (*budget)--;
     }
     return qp->sq.ci != qp->sq.pi || qp->rq.ci != qp->rq.pi;

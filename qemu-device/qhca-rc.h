@@ -89,7 +89,7 @@ bool qhca_wq_read(QhcaState *s, QhcaQp *qp, const QhcaWq *wq, uint16_t idx,
                   uint64_t off, void *buf, uint64_t len);
 void qhca_complete(QhcaState *s, QhcaQp *qp, uint32_t cqn, uint16_t wqe_index,
                    uint64_t wr_id, uint8_t opcode, uint8_t status,
-                   uint32_t byte_len, bool with_imm, uint32_t imm);
+                   uint32_t byte_len, uint8_t flags, uint32_t imm);
 void qhca_timer_arm(QhcaQp *qp, int64_t ns);
 void qhca_req_clear(QhcaQp *qp);
 void qhca_resp_clear(QhcaQp *qp);
@@ -120,6 +120,15 @@ void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget);
 void qhca_resp_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt);
 void qhca_resp_fault_resume(QhcaState *s, QhcaQp *qp, bool ok);
 void qhca_resp_resume_ack(QhcaState *s, QhcaQp *qp);
+
+/* qhca-mw.c */
+uint8_t qhca_mw_bind(QhcaState *s, QhcaQp *qp, const struct qhca_wqe_bind *b,
+                     const char **why);
+uint8_t qhca_mw_local_inv(QhcaState *s, QhcaQp *qp, uint32_t key,
+                          const char **why);
+bool qhca_mw_remote_inv(QhcaState *s, QhcaQp *qp, uint32_t key);
+QhcaMr *qhca_rkey_check(QhcaState *s, QhcaQp *qp, uint32_t key, uint64_t va,
+                        uint64_t len, uint32_t access);
 
 /* qhca-odp.c */
 QhcaMem qhca_odp_rw(QhcaState *s, QhcaMr *mr, uint64_t va, void *buf,

@@ -74,6 +74,8 @@ static uint32_t qhca_regs_value(QhcaState *s, hwaddr addr, bool *known)
         return s->num_cq;
     case QHCA_REG_NUM_QP:
         return s->num_qp;
+    case QHCA_REG_NUM_MW:
+        return s->num_mw;
     default:
         *known = false;
         return 0;
@@ -245,6 +247,7 @@ static void qhca_regs_write(void *opaque, hwaddr addr, uint64_t data,
     case QHCA_REG_NUM_MR:
     case QHCA_REG_NUM_CQ:
     case QHCA_REG_NUM_QP:
+    case QHCA_REG_NUM_MW:
         QHCA_GUEST_ERR(s, qhca_err_reg_ro,
                        "write to read-only register 0x%" PRIx64
                        " (value 0x%x)", (uint64_t)addr, val);

@@ -7,7 +7,7 @@
  * QhcaWire; the wire delivers packets to qhca_rc_recv() of the device at the
  * other end.  The loopback wire (qhca-wire.c) delivers to the device itself;
  * a RoCEv2 wire over a QEMU netdev would encode the same fields as
- * BTH/RETH/AETH/AtomicETH/ImmDt in UDP port 4791 and plug in here without
+ * BTH/RETH/AETH/AtomicETH/ImmDt/IETH in UDP port 4791 and plug in here without
  * touching the engine.
  *
  * A wire may deliver synchronously, from inside send(): the engine never
@@ -46,6 +46,8 @@ enum {
     QHCA_OP_ATOMIC_ACK              = 0x12,
     QHCA_OP_CMP_SWAP                = 0x13,
     QHCA_OP_FETCH_ADD               = 0x14,
+    QHCA_OP_SEND_LAST_INV           = 0x16,
+    QHCA_OP_SEND_ONLY_INV           = 0x17,
 };
 
 /* AETH syndrome (IBA 9.7.5.1): bits 7..5 the kind, 4..0 its value. */
@@ -81,6 +83,7 @@ typedef struct QhcaPkt {
     uint8_t syndrome;           /* AETH */
     uint32_t msn;               /* AETH */
     uint32_t imm;               /* ImmDt */
+    uint32_t ieth;              /* IETH: the R_Key to invalidate */
     uint64_t swap_add;          /* AtomicETH */
     uint64_t compare;           /* AtomicETH */
     uint64_t orig;              /* AtomicAckETH */

@@ -53,6 +53,7 @@ QEMU_BUILD_BUG_ON(sizeof(struct qhca_cq_dbrec) != 64);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_wqe_ctrl) != 32);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_wqe_raddr) != 16);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_wqe_atomic) != 16);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_wqe_bind) != 32);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_sge) != 16);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_rwqe) != 16);
 
@@ -83,7 +84,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_FW_VERSION         ((0ull << 32) | (1ull << 16) | 0) /* 0.1.0 */
 #define QHCA_HW_VER             1
 #define QHCA_CAPS               (QHCA_CAP_UAR_ISOLATION | QHCA_CAP_RC | \
-                                 QHCA_CAP_ODP)
+                                 QHCA_CAP_ODP | QHCA_CAP_MW)
 #define QHCA_ODP_GENERAL_CAPS   (QHCA_ODP_SUPPORT | QHCA_ODP_SUPPORT_IMPLICIT)
 #define QHCA_ODP_RC_CAPS        (QHCA_ODP_SUPPORT_SEND | \
                                  QHCA_ODP_SUPPORT_RECV | \
@@ -98,6 +99,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_LIMIT_MAX_SGE      16
 #define QHCA_LIMIT_MAX_INLINE   256
 #define QHCA_LIMIT_MAX_MR       4096    /* the max-mr property's maximum */
+#define QHCA_LIMIT_MAX_MW       (1u << QHCA_MW_INDEX_BITS)
 #define QHCA_LIMIT_MAX_MR_SIZE  (1ull << 32)
 #define QHCA_LIMIT_PAGE_SIZES   4096ull
 /*
@@ -205,7 +207,8 @@ typedef struct QhcaPageList {
 typedef struct QhcaPd {
     bool in_use;
     uint32_t uar;
-    uint32_t nr_mr;             /* MRs and QPs that name this PD */
+    uint32_t nr_mr;             /* MRs, windows and QPs that name this PD */
+    uint32_t nr_mw;
     uint32_t nr_qp;
 } QhcaPd;
 
@@ -242,7 +245,29 @@ typedef struct QhcaMr {
     uint64_t length;
     uint32_t npages;
     uint64_t *pages;            /* page-aligned DMA addresses */
+    uint32_t nr_mw;             /* windows bound to it: DEREG_MR waits */
 } QhcaMr;
+
+/*
+ * A memory window (qhca-mw.c).  index is generation << QHCA_MW_INDEX_BITS |
+ * slot, kept when the window is freed so that the next one in the slot
+ * gets the next generation.  While bound, mr names a live region (whose
+ * nr_mw counts the window) and [addr, addr + length) lies inside it.
+ */
+typedef struct QhcaMw {
+    bool in_use;
+    bool bound;
+    uint8_t type;               /* QHCA_MW_TYPE_* */
+    uint8_t tag;                /* the key's low byte: new with every bind */
+    uint32_t index;
+    uint32_t uar;
+    uint32_t pdn;
+    uint32_t qpn;               /* type 2: the QP it is bound to */
+    uint32_t access;            /* QHCA_ACCESS_REMOTE_* */
+    QhcaMr *mr;
+    uint64_t addr;
+    uint64_t length;
+} QhcaMw;
 
 typedef struct QhcaCq {
     bool in_use;
@@ -449,6 +474,7 @@ struct QhcaState {
     /* Verbs objects and what they hold */
     QhcaPd *pd;
     QhcaMr *mr;
+    QhcaMw *mw;
     QhcaCq *cq;
     QhcaQp *qp;
     uint32_t num_ctx;
@@ -456,6 +482,7 @@ struct QhcaState {
     uint32_t num_mr;
     uint32_t num_cq;
     uint32_t num_qp;
+    uint32_t num_mw;
     uint64_t total_pages;
     uint32_t odp_chunks;        /* QhcaOdpChunks of every on-demand region */
     uint32_t fault_seq;         /* makes page-fault tokens unique */
@@ -468,6 +495,7 @@ struct QhcaState {
     } fault;
     uint32_t mr_next;           /* round-robin: where the searches start */
     uint32_t qp_next;
+    uint32_t mw_next;
 
     /* The command at the head of the queue while its page list is read. */
     bool cmd_active;
@@ -610,6 +638,11 @@ uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd);
 uint8_t qhca_cmd_query_qp(QhcaState *s, const struct qhca_cmd *cmd);
 uint8_t qhca_cmd_destroy_qp(QhcaState *s, const struct qhca_cmd *cmd);
 void qhca_qp_free(QhcaState *s, QhcaQp *qp);
+
+/* qhca-mw.c: memory windows */
+uint8_t qhca_cmd_mw(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data);
+void qhca_mw_free_ctx(QhcaState *s, uint32_t uar);
+void qhca_mw_unbind_mr(QhcaState *s, QhcaMr *mr);
 
 /* qhca-odp.c: on-demand paging */
 uint8_t qhca_cmd_odp(QhcaState *s, const struct qhca_cmd *cmd);

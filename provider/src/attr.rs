@@ -46,6 +46,8 @@ pub struct DeviceAttr {
     pub max_inline: u32,
     /// Largest number of memory regions.
     pub max_mr: u32,
+    /// Largest number of memory windows (0: the device has none, no `QHCA_CAP_MW`).
+    pub max_mw: u32,
     /// Largest responder resources of one QP (`max_dest_rd_atomic`): RDMA READs and atomics it
     /// accepts in flight.
     pub max_qp_rd_atom: u16,
@@ -128,6 +130,7 @@ impl DeviceAttr {
             max_sge: a.max_sge,
             max_inline: a.max_inline,
             max_mr: a.max_mr,
+            max_mw: a.max_mw,
             max_qp_rd_atom: a.max_qp_rd_atom,
             max_qp_init_rd_atom: a.max_qp_init_rd_atom,
             max_mr_size: a.max_mr_size,
@@ -226,7 +229,9 @@ mod tests {
                 odp_general_caps: 3,
                 odp_rc_caps: 0x1f,
                 odp_ud_caps: 0,
-                rsvd1: [0; 2],
+                max_mw: 21,
+                rsvd1: 0,
+                rsvd2: 0,
             },
         }
     }
@@ -255,6 +260,7 @@ mod tests {
                 max_sge: 16,
                 max_inline: 17,
                 max_mr: 18,
+                max_mw: 21,
                 max_qp_rd_atom: 19,
                 max_qp_init_rd_atom: 20,
                 max_mr_size: 1 << 40,

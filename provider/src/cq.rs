@@ -29,6 +29,7 @@ use qhca_uapi::{
     QHCA_WC_REM_OP_ERR, QHCA_WC_RETRY_EXC_ERR, QHCA_WC_RNR_RETRY_EXC_ERR, QHCA_WC_SEND,
     QHCA_WC_SUCCESS, QHCA_WC_WR_FLUSH_ERR,
 };
+use qhca_uapi::{QHCA_CQE_WITH_INV, QHCA_WC_BIND_MW, QHCA_WC_LOCAL_INV, QHCA_WC_MW_BIND_ERR};
 
 use crate::context::{poll_fds, Context};
 use crate::doorbell::Doorbell;
@@ -91,6 +92,8 @@ pub enum WcStatus {
     LocProtErr,
     /// Flushed: the QP was in ERR when the request came up; it was not executed.
     WrFlushErr,
+    /// A BIND_MW the window, the region or the rights did not allow; nothing changed.
+    MwBindErr,
     /// The peer answered with something that does not fit the request.
     BadRespErr,
     /// Local access error (the receive side could not write where its SGEs point).
@@ -123,6 +126,7 @@ impl WcStatus {
             QHCA_WC_LOC_QP_OP_ERR => LocQpOpErr,
             QHCA_WC_LOC_PROT_ERR => LocProtErr,
             QHCA_WC_WR_FLUSH_ERR => WrFlushErr,
+            QHCA_WC_MW_BIND_ERR => MwBindErr,
             QHCA_WC_BAD_RESP_ERR => BadRespErr,
             QHCA_WC_LOC_ACCESS_ERR => LocAccessErr,
             QHCA_WC_REM_INV_REQ_ERR => RemInvReqErr,
@@ -157,6 +161,10 @@ pub enum WcOpcode {
     CompSwap,
     /// A fetch-and-add of ours: the old remote value is in our SGE. `byte_len` 8.
     FetchAdd,
+    /// A BIND_MW of ours: the window is bound with its new key.
+    BindMw,
+    /// A LOCAL_INV of ours: the window is unbound.
+    LocalInv,
     /// A receive request consumed by the peer's SEND (or SEND_WITH_IMM, then `imm` is set):
     /// `byte_len` bytes landed in its SGEs; `src_qp` is the sending QP.
     Recv,
@@ -180,6 +188,8 @@ impl WcOpcode {
             QHCA_WC_RDMA_READ => RdmaRead,
             QHCA_WC_COMP_SWAP => CompSwap,
             QHCA_WC_FETCH_ADD => FetchAdd,
+            QHCA_WC_BIND_MW => BindMw,
+            QHCA_WC_LOCAL_INV => LocalInv,
             QHCA_WC_RECV => Recv,
             QHCA_WC_RECV_RDMA_WITH_IMM => RecvRdmaWithImm,
             _ => Unknown(v),
@@ -207,6 +217,8 @@ pub struct Wc {
     pub byte_len: u32,
     /// Immediate data, when the CQE carries it (SEND_WITH_IMM, WRITE_WITH_IMM).
     pub imm: Option<u32>,
+    /// The window key a SEND_WITH_INV invalidated on arrival (`IBV_WC_WITH_INV`).
+    pub invalidated_rkey: Option<u32>,
     /// The local QP.
     pub qpn: u32,
     /// The remote QP (receive completions; 0 for send completions).
@@ -230,6 +242,7 @@ impl Wc {
             wr_id: u64::from_le_bytes(b[WR_ID..WR_ID + 8].try_into().expect("8 bytes")),
             byte_len: u32_at(BYTE_LEN),
             imm: (flags & QHCA_CQE_WITH_IMM != 0).then(|| u32_at(IMM_DATA)),
+            invalidated_rkey: (flags & QHCA_CQE_WITH_INV != 0).then(|| u32_at(IMM_DATA)),
             qpn: u32_at(QPN),
             src_qp: u32_at(SRC_QP),
             opcode: WcOpcode::from_raw(b[OPCODE]),

@@ -205,6 +205,9 @@ pub enum PostReason {
     /// An atomic needs exactly one 8-byte, 8-aligned local SGE and an 8-aligned remote address.
     #[error("atomic needs one 8-byte 8-aligned SGE and an 8-aligned remote address")]
     AtomicShape,
+    /// SGEs or inline data on BIND_MW or LOCAL_INV, which carry none.
+    #[error("a local operation (BIND_MW, LOCAL_INV) carries no data")]
+    DataOnLocalOp,
     /// A scatter/gather entry of zero bytes (the ABI's lengths are > 0 and 32 bit).
     #[error("SGE {sge} has length 0")]
     EmptySge {

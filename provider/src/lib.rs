@@ -49,6 +49,11 @@
 //! changes and publishes that on the context's invalidation page ([`InvalPage`]), so there are
 //! no `malloc`/`munmap` hooks. [`CacheMode::OnDemand`] caches on-demand-paged regions instead.
 //!
+//! Memory windows ([`Mw`], types 1, 2A and 2B) are remote keys for byte ranges of a region
+//! with [`Access::MW_BIND`], bound ([`Mw::bind`]) and invalidated ([`Mw::invalidate`],
+//! [`WrOp::SendInv`] from the peer) by work requests: no system call after
+//! [`Pd::alloc_mw`].
+//!
 //! `provider/examples/rc_write_imm.rs` is a complete two-process program: an RC connection
 //! over [`conn`]'s TCP exchange, a WRITE_WITH_IMM, then a READ back.
 //!
@@ -150,6 +155,7 @@ mod error;
 mod inval;
 mod layout;
 mod mem;
+mod mw;
 pub mod odp;
 mod pd;
 mod qp;
@@ -171,6 +177,7 @@ pub use error::{Errno, Error, PostError, PostReason, Result};
 pub use inval::{InvalPage, InvalPoll, Revocation};
 pub use layout::{QpCaps, QpLayout};
 pub use mem::{PageBuf, PAGE_SIZE};
+pub use mw::{inc_rkey, Mw, MwType};
 pub use odp::{Advice, OdpMr};
 pub use pd::{Access, Mr, MrBuf, Pd};
 pub use qhca_uapi::db::{DbType, DbWord};
@@ -178,4 +185,4 @@ pub use qhca_uapi::QHCA_ABI_VERSION;
 pub use qp::{ConnOpts, Qp, QpAttr, QpInfo, QpState};
 pub use rcache::{CacheConfig, CacheMode, CacheStats, CachedMr, RegCache};
 pub use watched::WatchedMr;
-pub use wqe::{RecvWr, SendFlags, SendWr, Sge, WrOp};
+pub use wqe::{MwBind, RecvWr, SendFlags, SendWr, Sge, WrOp};

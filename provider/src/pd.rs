@@ -7,9 +7,9 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use qhca_uapi::{
-    qhca_ioc_handle, qhca_ioc_reg_mr, QHCA_ACCESS_LOCAL_WRITE, QHCA_ACCESS_ON_DEMAND,
-    QHCA_ACCESS_REMOTE_ATOMIC, QHCA_ACCESS_REMOTE_READ, QHCA_ACCESS_REMOTE_WRITE,
-    QHCA_ACCESS_WATCHED,
+    qhca_ioc_handle, qhca_ioc_reg_mr, QHCA_ACCESS_LOCAL_WRITE, QHCA_ACCESS_MW_BIND,
+    QHCA_ACCESS_ON_DEMAND, QHCA_ACCESS_REMOTE_ATOMIC, QHCA_ACCESS_REMOTE_READ,
+    QHCA_ACCESS_REMOTE_WRITE, QHCA_ACCESS_WATCHED, QHCA_DEREG_MR_UNBIND_MWS,
 };
 
 use crate::context::Context;
@@ -39,7 +39,10 @@ impl Access {
     /// Not a right: the pinned region is watched for a registration cache ([`crate::WatchedMr`];
     /// `QHCA_ACCESS_WATCHED`). The watched registrations set it themselves.
     pub const WATCHED: Access = Access(QHCA_ACCESS_WATCHED);
-    /// Every right (not [`Access::ON_DEMAND`] nor [`Access::WATCHED`]).
+    /// Memory windows may be bound to the region ([`crate::Mw`]; `IBV_ACCESS_MW_BIND`). Pinned
+    /// regions only.
+    pub const MW_BIND: Access = Access(QHCA_ACCESS_MW_BIND);
+    /// Every right (not [`Access::ON_DEMAND`], [`Access::WATCHED`] nor [`Access::MW_BIND`]).
     pub const ALL: Access = Access(
         QHCA_ACCESS_LOCAL_WRITE
             | QHCA_ACCESS_REMOTE_WRITE
@@ -362,7 +365,8 @@ impl Backing {
 /// A registered memory region: over a buffer it borrows ([`Pd::reg_mr`], `unsafe`) or owns
 /// ([`MrBuf`], from [`Pd::reg_mr_buf`] and [`Pd::reg_mr_box`]).
 ///
-/// Dropping it deregisters it; owned memory is then freed, or leaked if the deregistration
+/// Dropping it deregisters it, unbinding any memory window still bound to it (so no key of any
+/// kind reaches the memory afterwards); owned memory is then freed, or leaked if the deregistration
 /// failed (the device may still reach it), so an owned region is sound under any use,
 /// `mem::forget` included. [`Mr::dereg`] deregisters and reports the outcome.
 ///
@@ -543,6 +547,8 @@ impl Mr<'_> {
         }
         let mut req = qhca_ioc_handle::request();
         req.handle = self.lkey;
+        // Windows still bound to it are unbound with it: after this, no key reaches the memory.
+        req.flags = QHCA_DEREG_MR_UNBIND_MWS;
         let r = self.pd.ctx.ioctl("DEREG_MR", sys::dereg_mr, &mut req);
         if r.is_err() {
             // The device may still reach the memory (a command that timed out, EIO, leaves the

@@ -25,6 +25,7 @@ use qhca_uapi::{
     QHCA_IOCTL_DEREG_MR, QHCA_IOCTL_DESTROY_CQ, QHCA_IOCTL_DESTROY_QP, QHCA_IOCTL_GET_ASYNC_EVENT,
     QHCA_IOCTL_MODIFY_QP, QHCA_IOCTL_QUERY_CTX, QHCA_IOCTL_QUERY_QP, QHCA_IOCTL_REG_MR,
 };
+use qhca_uapi::{qhca_ioc_alloc_mw, QHCA_IOCTL_ALLOC_MW, QHCA_IOCTL_DEALLOC_MW};
 
 // The verbs ioctls. Each `# Safety` is the same: `data` must be valid for reads and writes of
 // one value of the named struct for the duration of the call (the driver copies exactly
@@ -69,6 +70,18 @@ verbs_ioctl!(
     QHCA_IOCTL_DEREG_MR,
     qhca_ioc_handle,
     "`QHCA_IOCTL_DEREG_MR`."
+);
+verbs_ioctl!(
+    alloc_mw,
+    QHCA_IOCTL_ALLOC_MW,
+    qhca_ioc_alloc_mw,
+    "`QHCA_IOCTL_ALLOC_MW`."
+);
+verbs_ioctl!(
+    dealloc_mw,
+    QHCA_IOCTL_DEALLOC_MW,
+    qhca_ioc_handle,
+    "`QHCA_IOCTL_DEALLOC_MW`."
 );
 verbs_ioctl!(
     create_cq,
@@ -149,7 +162,8 @@ request!(
     qhca_ioc_qp_attr,
     qhca_ioc_query_ctx,
     qhca_ioc_async_event,
-    qhca_ioc_advise_mr
+    qhca_ioc_advise_mr,
+    qhca_ioc_alloc_mw
 );
 
 // qhca_uapi checks QUERY_DEVICE's number against its struct; the verbs numbers are checked here
@@ -170,6 +184,8 @@ check_nr! {
     QHCA_IOCTL_DEALLOC_PD, QHCA_IOC_NR_DEALLOC_PD, qhca_ioc_handle;
     QHCA_IOCTL_REG_MR, QHCA_IOC_NR_REG_MR, qhca_ioc_reg_mr;
     QHCA_IOCTL_DEREG_MR, QHCA_IOC_NR_DEREG_MR, qhca_ioc_handle;
+    QHCA_IOCTL_ALLOC_MW, QHCA_IOC_NR_ALLOC_MW, qhca_ioc_alloc_mw;
+    QHCA_IOCTL_DEALLOC_MW, QHCA_IOC_NR_DEALLOC_MW, qhca_ioc_handle;
     QHCA_IOCTL_CREATE_CQ, QHCA_IOC_NR_CREATE_CQ, qhca_ioc_create_cq;
     QHCA_IOCTL_DESTROY_CQ, QHCA_IOC_NR_DESTROY_CQ, qhca_ioc_handle;
     QHCA_IOCTL_CREATE_QP, QHCA_IOC_NR_CREATE_QP, qhca_ioc_create_qp;

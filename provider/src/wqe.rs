@@ -6,13 +6,16 @@
 
 use qhca_uapi::{
     QHCA_WQE_DATA_OFFSET, QHCA_WQE_FENCE, QHCA_WQE_INLINE, QHCA_WQE_SIGNALED, QHCA_WQE_SOLICITED,
-    QHCA_WR_ATOMIC_CMP_AND_SWP, QHCA_WR_ATOMIC_FETCH_AND_ADD, QHCA_WR_RDMA_READ,
-    QHCA_WR_RDMA_WRITE, QHCA_WR_RDMA_WRITE_WITH_IMM, QHCA_WR_SEND, QHCA_WR_SEND_WITH_IMM,
+    QHCA_WR_ATOMIC_CMP_AND_SWP, QHCA_WR_ATOMIC_FETCH_AND_ADD, QHCA_WR_BIND_MW, QHCA_WR_LOCAL_INV,
+    QHCA_WR_RDMA_READ, QHCA_WR_RDMA_WRITE, QHCA_WR_RDMA_WRITE_WITH_IMM, QHCA_WR_SEND,
+    QHCA_WR_SEND_WITH_IMM, QHCA_WR_SEND_WITH_INV,
 };
 
 use core::mem::{offset_of, size_of};
 
-use qhca_uapi::{qhca_rwqe, qhca_sge, qhca_wqe_atomic, qhca_wqe_ctrl, qhca_wqe_raddr};
+use qhca_uapi::{
+    qhca_rwqe, qhca_sge, qhca_wqe_atomic, qhca_wqe_bind, qhca_wqe_ctrl, qhca_wqe_raddr,
+};
 
 use crate::error::PostReason;
 use crate::layout::{QpLayout, RWQE_HDR_SIZE, SGE_SIZE};
@@ -26,7 +29,12 @@ pub const ATOMIC_OFFSET: usize = RADDR_OFFSET + size_of::<qhca_wqe_raddr>();
 /// Offset of the data (SGEs or inline bytes).
 pub const DATA_OFFSET: usize = QHCA_WQE_DATA_OFFSET as usize;
 
+/// Offset of the bind segment (`struct qhca_wqe_bind`) of a BIND_MW request: where the
+/// remote-address and atomic segments are in the others.
+pub const BIND_OFFSET: usize = RADDR_OFFSET;
+
 const _: () = assert!(ATOMIC_OFFSET + size_of::<qhca_wqe_atomic>() == DATA_OFFSET);
+const _: () = assert!(BIND_OFFSET + size_of::<qhca_wqe_bind>() == DATA_OFFSET);
 const _: () = assert!(size_of::<qhca_rwqe>() == RWQE_HDR_SIZE);
 const _: () = assert!(size_of::<qhca_sge>() == SGE_SIZE);
 
@@ -122,6 +130,38 @@ pub enum WrOp {
         /// Added to the remote value.
         add: u64,
     },
+    /// SEND_WITH_INV: SEND, and the peer invalidates its type 2 window `rkey` (bound to the
+    /// peer QP) once the message is in; its CQE reports the key.
+    SendInv {
+        /// The peer's window key.
+        rkey: u32,
+    },
+    /// BIND_MW: binds a window to `length` bytes at `addr` of a region (see [`crate::Mw::bind`],
+    /// which builds it). No data, no SGEs.
+    BindMw(MwBind),
+    /// LOCAL_INV: unbinds the bound type 2 window whose key is `rkey` (see
+    /// [`crate::Mw::invalidate`]). No data, no SGEs.
+    LocalInv {
+        /// The window's current key.
+        rkey: u32,
+    },
+}
+
+/// What a BIND_MW request says (`struct qhca_wqe_bind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MwBind {
+    /// The window (its key; the tag is not looked at).
+    pub mw_key: u32,
+    /// Its key once bound: the same index, another tag.
+    pub new_key: u32,
+    /// The region's key (it has [`crate::Access::MW_BIND`]).
+    pub mr_key: u32,
+    /// The window's first byte.
+    pub addr: u64,
+    /// Bytes; 0 unbinds a type 1 window.
+    pub length: u64,
+    /// The window's rights: [`crate::Access::REMOTE_READ`], `REMOTE_WRITE`, `REMOTE_ATOMIC`.
+    pub access: u32,
 }
 
 impl WrOp {
@@ -135,20 +175,35 @@ impl WrOp {
             WrOp::Read { .. } => QHCA_WR_RDMA_READ,
             WrOp::CmpSwp { .. } => QHCA_WR_ATOMIC_CMP_AND_SWP,
             WrOp::FetchAdd { .. } => QHCA_WR_ATOMIC_FETCH_AND_ADD,
+            WrOp::SendInv { .. } => QHCA_WR_SEND_WITH_INV,
+            WrOp::BindMw(_) => QHCA_WR_BIND_MW,
+            WrOp::LocalInv { .. } => QHCA_WR_LOCAL_INV,
         }) as u8
     }
 
+    /// `imm_data`: the immediate, or the key to invalidate.
     fn imm(&self) -> u32 {
         match *self {
             WrOp::SendImm(imm) | WrOp::WriteImm { imm, .. } => imm,
+            WrOp::SendInv { rkey } | WrOp::LocalInv { rkey } => rkey,
             _ => 0,
         }
+    }
+
+    /// True for the operations that run on the local HCA and carry no data (BIND_MW,
+    /// LOCAL_INV).
+    pub fn is_local(&self) -> bool {
+        matches!(self, WrOp::BindMw(_) | WrOp::LocalInv { .. })
     }
 
     /// The remote address and key, for the operations that have one.
     pub fn remote(&self) -> Option<(u64, u32)> {
         match *self {
-            WrOp::Send | WrOp::SendImm(_) => None,
+            WrOp::Send
+            | WrOp::SendImm(_)
+            | WrOp::SendInv { .. }
+            | WrOp::BindMw(_)
+            | WrOp::LocalInv { .. } => None,
             WrOp::Write { raddr, rkey }
             | WrOp::WriteImm { raddr, rkey, .. }
             | WrOp::Read { raddr, rkey }
@@ -170,7 +225,11 @@ impl WrOp {
     pub fn may_inline(&self) -> bool {
         matches!(
             self,
-            WrOp::Send | WrOp::SendImm(_) | WrOp::Write { .. } | WrOp::WriteImm { .. }
+            WrOp::Send
+                | WrOp::SendImm(_)
+                | WrOp::SendInv { .. }
+                | WrOp::Write { .. }
+                | WrOp::WriteImm { .. }
         )
     }
 }
@@ -309,6 +368,17 @@ pub fn set_atomic_seg(wqe: &mut [u8], swap_add: u64, compare: u64) {
     put_u64(seg, offset_of!(qhca_wqe_atomic, compare), compare);
 }
 
+/// The bind segment (`struct qhca_wqe_bind`) at [`BIND_OFFSET`].
+pub fn set_bind_seg(wqe: &mut [u8], b: &MwBind) {
+    let seg = &mut wqe[BIND_OFFSET..BIND_OFFSET + size_of::<qhca_wqe_bind>()];
+    put_u64(seg, offset_of!(qhca_wqe_bind, addr), b.addr);
+    put_u64(seg, offset_of!(qhca_wqe_bind, length), b.length);
+    put_u32(seg, offset_of!(qhca_wqe_bind, mw_key), b.mw_key);
+    put_u32(seg, offset_of!(qhca_wqe_bind, new_key), b.new_key);
+    put_u32(seg, offset_of!(qhca_wqe_bind, mr_key), b.mr_key);
+    put_u32(seg, offset_of!(qhca_wqe_bind, access), b.access);
+}
+
 /// One data segment (`struct qhca_sge`) at `off`.
 pub fn set_data_seg(wqe: &mut [u8], off: usize, sge: &Sge) {
     let seg = &mut wqe[off..off + size_of::<qhca_sge>()];
@@ -353,6 +423,9 @@ pub fn check_send_wr(wr: &SendWr<'_>, layout: &QpLayout) -> Result<(), PostReaso
             });
         }
     }
+    if wr.op.is_local() && (!wr.sges.is_empty() || wr.inline.is_some()) {
+        return Err(PostReason::DataOnLocalOp);
+    }
     if let Some(i) = wr.sges.iter().position(|s| s.length == 0) {
         return Err(PostReason::EmptySge { sge: i });
     }
@@ -389,10 +462,14 @@ pub fn encode_send_wqe(slot: &mut [u8], wr: &SendWr<'_>) {
         wr.op.imm(),
         inline_len,
     );
-    let (raddr, rkey) = wr.op.remote().unwrap_or((0, 0));
-    set_raddr_seg(slot, raddr, rkey);
-    let (swap_add, compare) = wr.op.atomic().unwrap_or((0, 0));
-    set_atomic_seg(slot, swap_add, compare);
+    if let WrOp::BindMw(b) = &wr.op {
+        set_bind_seg(slot, b);
+    } else {
+        let (raddr, rkey) = wr.op.remote().unwrap_or((0, 0));
+        set_raddr_seg(slot, raddr, rkey);
+        let (swap_add, compare) = wr.op.atomic().unwrap_or((0, 0));
+        set_atomic_seg(slot, swap_add, compare);
+    }
     match wr.inline {
         Some(d) => set_inline_data(slot, d),
         None => {
@@ -426,317 +503,4 @@ pub fn encode_recv_wqe(slot: &mut [u8], wr: &RecvWr<'_>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::layout::QpCaps;
-
-    fn layout() -> QpLayout {
-        QpLayout::new(&QpCaps {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_sge: 2,
-            max_inline: 100,
-        })
-        .unwrap()
-    }
-
-    const SGE_A: Sge = Sge {
-        addr: 0x1122_3344_5566_7788,
-        length: 0x0aab_bccd,
-        lkey: 0xddee_ff00,
-    };
-    const SGE_B: Sge = Sge {
-        addr: 0x1000,
-        length: 8,
-        lkey: 0x0102_0304,
-    };
-
-    /// The bytes of a WQE as the header describes them, spelled out by hand.
-    #[allow(clippy::too_many_arguments)]
-    fn expect_hdr(
-        wr_id: u64,
-        op: u8,
-        flags: u8,
-        nsge: u8,
-        imm: u32,
-        inl: u32,
-        raddr: u64,
-        rkey: u32,
-        swap_add: u64,
-        cmp: u64,
-    ) -> Vec<u8> {
-        let mut v = Vec::new();
-        v.extend(wr_id.to_le_bytes());
-        v.extend([op, flags, nsge, 0]);
-        v.extend(imm.to_le_bytes());
-        v.extend(inl.to_le_bytes());
-        v.extend([0; 12]);
-        v.extend(raddr.to_le_bytes());
-        v.extend(rkey.to_le_bytes());
-        v.extend([0; 4]);
-        v.extend(swap_add.to_le_bytes());
-        v.extend(cmp.to_le_bytes());
-        assert_eq!(v.len(), 64);
-        v
-    }
-
-    fn sge_bytes(s: &Sge) -> Vec<u8> {
-        let mut v = Vec::new();
-        v.extend(s.addr.to_le_bytes());
-        v.extend(s.length.to_le_bytes());
-        v.extend(s.lkey.to_le_bytes());
-        v
-    }
-
-    #[test]
-    fn send_with_two_sges_byte_for_byte() {
-        let sges = [SGE_A, SGE_B];
-        let wr = SendWr::new(0xdead_beef_0000_0001, WrOp::SendImm(0x0a0b_0c0d), &sges)
-            .with_flags(SendFlags::SIGNALED | SendFlags::SOLICITED);
-        check_send_wr(&wr, &layout()).unwrap();
-        let mut slot = vec![0xa5u8; 128];
-        encode_send_wqe(&mut slot, &wr);
-        let mut want = expect_hdr(
-            0xdead_beef_0000_0001,
-            3,
-            0b011,
-            2,
-            0x0a0b_0c0d,
-            0,
-            0,
-            0,
-            0,
-            0,
-        );
-        want.extend(sge_bytes(&SGE_A));
-        want.extend(sge_bytes(&SGE_B));
-        assert_eq!(slot[..96], want[..]);
-        assert!(
-            slot[96..].iter().all(|&b| b == 0xa5),
-            "past the data untouched"
-        );
-    }
-
-    #[test]
-    fn every_opcode_encodes_its_segments() {
-        let one = [SGE_B];
-        let cases: [(WrOp, u8, u32, u64, u32, u64, u64); 7] = [
-            (WrOp::Send, 2, 0, 0, 0, 0, 0),
-            (WrOp::SendImm(7), 3, 7, 0, 0, 0, 0),
-            (
-                WrOp::Write {
-                    raddr: 0xabc,
-                    rkey: 5,
-                },
-                0,
-                0,
-                0xabc,
-                5,
-                0,
-                0,
-            ),
-            (
-                WrOp::WriteImm {
-                    raddr: 0xabc,
-                    rkey: 5,
-                    imm: 9,
-                },
-                1,
-                9,
-                0xabc,
-                5,
-                0,
-                0,
-            ),
-            (
-                WrOp::Read {
-                    raddr: 0x10,
-                    rkey: 6,
-                },
-                4,
-                0,
-                0x10,
-                6,
-                0,
-                0,
-            ),
-            (
-                WrOp::CmpSwp {
-                    raddr: 0x18,
-                    rkey: 7,
-                    compare: 11,
-                    swap: 22,
-                },
-                5,
-                0,
-                0x18,
-                7,
-                22,
-                11,
-            ),
-            (
-                WrOp::FetchAdd {
-                    raddr: 0x20,
-                    rkey: 8,
-                    add: 33,
-                },
-                6,
-                0,
-                0x20,
-                8,
-                33,
-                0,
-            ),
-        ];
-        for (op, code, imm, raddr, rkey, sa, cmp) in cases {
-            let wr = SendWr::new(42, op, &one).with_flags(SendFlags::NONE);
-            check_send_wr(&wr, &layout()).unwrap();
-            let mut slot = vec![0xffu8; 128];
-            encode_send_wqe(&mut slot, &wr);
-            let mut want = expect_hdr(42, code, 0, 1, imm, 0, raddr, rkey, sa, cmp);
-            want.extend(sge_bytes(&SGE_B));
-            assert_eq!(slot[..80], want[..], "{op:?}");
-        }
-    }
-
-    #[test]
-    fn inline_write_byte_for_byte() {
-        let data: Vec<u8> = (0..100).collect();
-        let wr = SendWr::inline(
-            1,
-            WrOp::Write {
-                raddr: 0x5000,
-                rkey: 0x77,
-            },
-            &data,
-        )
-        .with_flags(SendFlags::FENCE | SendFlags::SIGNALED);
-        check_send_wr(&wr, &layout()).unwrap();
-        let mut slot = vec![0u8; 256];
-        encode_send_wqe(&mut slot, &wr);
-        let mut want = expect_hdr(1, 0, 0b1101, 0, 0, 100, 0x5000, 0x77, 0, 0);
-        want.extend(&data);
-        assert_eq!(slot[..164], want[..]);
-        // The caller cannot smuggle INLINE in without data.
-        let wr = SendWr::new(1, WrOp::Send, &[SGE_B]).with_flags(SendFlags::INLINE);
-        encode_send_wqe(&mut slot, &wr);
-        assert_eq!(slot[9], 0);
-    }
-
-    #[test]
-    fn checks_against_caps_and_atomic_rules() {
-        let l = layout();
-        let three = [SGE_B; 3];
-        assert_eq!(
-            check_send_wr(&SendWr::new(0, WrOp::Send, &three), &l),
-            Err(PostReason::TooManySge {
-                num_sge: 3,
-                max_sge: 2
-            })
-        );
-        let big = [0u8; 101];
-        assert_eq!(
-            check_send_wr(&SendWr::inline(0, WrOp::Send, &big), &l),
-            Err(PostReason::InlineTooLong {
-                len: 101,
-                max_inline: 100
-            })
-        );
-        assert_eq!(
-            check_send_wr(
-                &SendWr::inline(0, WrOp::Read { raddr: 0, rkey: 0 }, &big[..8]),
-                &l
-            ),
-            Err(PostReason::InlineNotAllowed)
-        );
-        let mut both = SendWr::inline(0, WrOp::Send, &big[..8]);
-        both.sges = &three[..1];
-        assert_eq!(check_send_wr(&both, &l), Err(PostReason::InlineAndSge));
-        let empty = [Sge { length: 0, ..SGE_B }];
-        assert_eq!(
-            check_send_wr(&SendWr::new(0, WrOp::Send, &empty), &l),
-            Err(PostReason::EmptySge { sge: 0 })
-        );
-        let fa = |raddr, s: &[Sge]| {
-            check_send_wr(
-                &SendWr::new(
-                    0,
-                    WrOp::FetchAdd {
-                        raddr,
-                        rkey: 1,
-                        add: 1,
-                    },
-                    s,
-                ),
-                &l,
-            )
-        };
-        assert_eq!(fa(8, &[SGE_B]), Ok(()));
-        assert_eq!(
-            fa(4, &[SGE_B]),
-            Err(PostReason::AtomicShape),
-            "remote misaligned"
-        );
-        assert_eq!(
-            fa(
-                8,
-                &[Sge {
-                    addr: 0x1004,
-                    ..SGE_B
-                }]
-            ),
-            Err(PostReason::AtomicShape)
-        );
-        assert_eq!(
-            fa(
-                8,
-                &[Sge {
-                    length: 16,
-                    ..SGE_B
-                }]
-            ),
-            Err(PostReason::AtomicShape)
-        );
-        assert_eq!(fa(8, &[SGE_B, SGE_B]), Err(PostReason::AtomicShape));
-        assert_eq!(fa(8, &[]), Err(PostReason::AtomicShape));
-        let huge = [Sge {
-            length: u32::MAX,
-            ..SGE_B
-        }; 1];
-        assert_eq!(
-            check_send_wr(&SendWr::new(0, WrOp::Send, &huge), &l),
-            Err(PostReason::MessageTooLong {
-                len: u64::from(u32::MAX)
-            })
-        );
-    }
-
-    #[test]
-    fn recv_wqe_byte_for_byte() {
-        let sges = [SGE_A, SGE_B];
-        let wr = RecvWr {
-            wr_id: 0x0102_0304_0506_0708,
-            sges: &sges,
-        };
-        check_recv_wr(&wr, &layout()).unwrap();
-        let mut slot = vec![0xeeu8; 64];
-        encode_recv_wqe(&mut slot, &wr);
-        let mut want = Vec::new();
-        want.extend(0x0102_0304_0506_0708u64.to_le_bytes());
-        want.extend(2u32.to_le_bytes());
-        want.extend([0; 4]);
-        want.extend(sge_bytes(&SGE_A));
-        want.extend(sge_bytes(&SGE_B));
-        assert_eq!(slot[..48], want[..]);
-        assert!(slot[48..].iter().all(|&b| b == 0xee));
-        let three = [SGE_B; 3];
-        assert!(check_recv_wr(
-            &RecvWr {
-                wr_id: 0,
-                sges: &three
-            },
-            &layout()
-        )
-        .is_err());
-    }
-}
+mod tests;

@@ -106,6 +106,7 @@ typedef unsigned long long __u64;
 #define QHCA_REG_NUM_MR         0x078 /* RO: memory regions alive */
 #define QHCA_REG_NUM_CQ         0x07c /* RO: completion queues alive */
 #define QHCA_REG_NUM_QP         0x080 /* RO: queue pairs alive */
+#define QHCA_REG_NUM_MW         0x084 /* RO: memory windows alive */
 
 #define QHCA_MAGIC 0x41434851u /* "QHCA" read as a little-endian u32 */
 
@@ -130,6 +131,7 @@ typedef unsigned long long __u64;
 #define QHCA_CAP_UAR_ISOLATION  (1ull << 0) /* doorbells checked against the page's owner */
 #define QHCA_CAP_RC             (1ull << 1) /* reliable connected QPs (loopback wire) */
 #define QHCA_CAP_ODP            (1ull << 2) /* on-demand-paging regions: see "On-demand paging" */
+#define QHCA_CAP_MW             (1ull << 3) /* memory windows, types 1, 2A and 2B: see "Memory windows" */
 
 /* Queue sizing limits. */
 #define QHCA_QUEUE_MIN_LOG      1
@@ -155,7 +157,7 @@ enum qhca_cmd_opcode {
 	QHCA_CMD_ALLOC_PD     = 0x04, /* in[0] = uar; out: data[0] = pdn */
 	QHCA_CMD_DEALLOC_PD   = 0x05, /* in[0] = uar, in[1] = pdn; BAD_STATE while in use */
 	QHCA_CMD_REG_MR       = 0x06, /* in: struct qhca_cmd_reg_mr; out: data[0] = key */
-	QHCA_CMD_DEREG_MR     = 0x07, /* in[0] = uar, in[1] = key */
+	QHCA_CMD_DEREG_MR     = 0x07, /* in[0] = uar, in[1] = key, in[2] = QHCA_DEREG_MR_* */
 	QHCA_CMD_CREATE_CQ    = 0x08, /* in: struct qhca_cmd_create_cq; out: data[0] = cqn */
 	QHCA_CMD_DESTROY_CQ   = 0x09, /* in[0] = uar, in[1] = cqn; BAD_STATE while in use */
 	QHCA_CMD_CREATE_QP    = 0x0a, /* in: struct qhca_cmd_create_qp; out: data[0] = qpn */
@@ -169,6 +171,9 @@ enum qhca_cmd_opcode {
 	QHCA_CMD_RESUME       = 0x11, /* in[0] = uar, in[1] = token, in[2] = QHCA_RESUME_* */
 	/* Watched regions; see "The invalidation page" below. */
 	QHCA_CMD_REVOKE_PAGES = 0x12, /* in[0] = uar, in[1] = key, in[2] = first page-list entry, in[3] = count */
+	/* Memory windows; see "Memory windows" below. */
+	QHCA_CMD_ALLOC_MW     = 0x13, /* in[0] = uar, in[1] = pdn, in[2] = QHCA_MW_TYPE_*; out: data[0] = key */
+	QHCA_CMD_DEALLOC_MW   = 0x14, /* in[0] = uar, in[1] = key (its tag is not checked) */
 	QHCA_CMD_MAX, /* first unassigned opcode */
 };
 
@@ -250,7 +255,9 @@ struct qhca_device_attr {
 	__u64 odp_general_caps;    /* QHCA_ODP_SUPPORT, QHCA_ODP_SUPPORT_IMPLICIT */
 	__u32 odp_rc_caps;         /* QHCA_ODP_SUPPORT_SEND ... _ATOMIC for RC QPs */
 	__u32 odp_ud_caps;         /* the same for UD QPs: 0 in this version */
-	__u64 rsvd1[2];
+	__u32 max_mw;              /* memory windows; 0 without QHCA_CAP_MW */
+	__u32 rsvd1;
+	__u64 rsvd2;
 };
 
 /* qhca_device_attr.odp_general_caps (the values of IBV_ODP_SUPPORT*). */
@@ -304,6 +311,11 @@ struct qhca_device_attr {
  * below).  Not with ON_DEMAND.
  */
 #define QHCA_ACCESS_WATCHED       (1u << 5)
+/*
+ * Memory windows may be bound to the region (IBV_ACCESS_MW_BIND).  Not with
+ * ON_DEMAND or WATCHED in this version.
+ */
+#define QHCA_ACCESS_MW_BIND       (1u << 6)
 
 /*
  * A memory key is index << 8 | tag.  The device bumps the tag whenever an
@@ -359,6 +371,7 @@ enum qhca_wc_status {
 	QHCA_WC_LOC_QP_OP_ERR      = 0x02,
 	QHCA_WC_LOC_PROT_ERR       = 0x04,
 	QHCA_WC_WR_FLUSH_ERR       = 0x05,
+	QHCA_WC_MW_BIND_ERR        = 0x06,
 	QHCA_WC_BAD_RESP_ERR       = 0x07,
 	QHCA_WC_LOC_ACCESS_ERR     = 0x08,
 	QHCA_WC_REM_INV_REQ_ERR    = 0x09,
@@ -376,17 +389,21 @@ enum qhca_wc_opcode {
 	QHCA_WC_RDMA_READ          = 0x02,
 	QHCA_WC_COMP_SWAP          = 0x03,
 	QHCA_WC_FETCH_ADD          = 0x04,
+	QHCA_WC_BIND_MW            = 0x05,
+	QHCA_WC_LOCAL_INV          = 0x06,
 	QHCA_WC_RECV               = 0x80,
 	QHCA_WC_RECV_RDMA_WITH_IMM = 0x81,
 };
 
 #define QHCA_CQE_WITH_IMM       (1u << 0) /* struct qhca_cqe.flags: imm_data is valid */
+#define QHCA_CQE_WITH_INV       (1u << 1) /* a SEND_WITH_INV invalidated the key in imm_data */
 
 /* 32 bytes. */
 struct qhca_cqe {
 	__u64 wr_id;
 	__u32 byte_len;
-	__u32 imm_data;   /* as the sender gave it (network order is the user's business) */
+	__u32 imm_data;   /* as the sender gave it (network order is the user's business);
+			   * with QHCA_CQE_WITH_INV the key it invalidated */
 	__u32 qpn;
 	__u32 src_qp;     /* receive CQEs: the QPN of the QP that sent the message */
 	__u8  opcode;     /* enum qhca_wc_opcode */
@@ -415,7 +432,9 @@ struct qhca_cqe {
  *
  * A send WQE is a 32-byte control segment, a 16-byte remote-address segment,
  * a 16-byte atomic segment, then from offset 64 either num_sge data segments
- * or, with QHCA_WQE_INLINE, inline_len bytes of data.
+ * or, with QHCA_WQE_INLINE, inline_len bytes of data.  A BIND_MW WQE has a
+ * struct qhca_wqe_bind in place of the remote-address and atomic segments;
+ * LOCAL_INV and BIND_MW have no data (num_sge 0, not INLINE).
  */
 #define QHCA_SQ_MIN_STRIDE_LOG  7  /* 128 B: 64 B of headers + 4 SGEs */
 #define QHCA_SQ_MAX_STRIDE_LOG  11
@@ -432,6 +451,9 @@ enum qhca_wr_opcode {
 	QHCA_WR_RDMA_READ           = 0x04,
 	QHCA_WR_ATOMIC_CMP_AND_SWP  = 0x05,
 	QHCA_WR_ATOMIC_FETCH_AND_ADD = 0x06,
+	QHCA_WR_LOCAL_INV           = 0x07, /* imm_data: the key to invalidate */
+	QHCA_WR_BIND_MW             = 0x08, /* struct qhca_wqe_bind */
+	QHCA_WR_SEND_WITH_INV       = 0x09, /* imm_data: the peer's key to invalidate */
 };
 
 /* struct qhca_wqe_ctrl.flags */
@@ -460,6 +482,16 @@ struct qhca_wqe_raddr {
 struct qhca_wqe_atomic {
 	__u64 swap_add;   /* swap value (CMP_AND_SWP) or addend (FETCH_AND_ADD) */
 	__u64 compare;
+};
+
+/* QHCA_WR_BIND_MW, at offset 32 (see "Memory windows"). */
+struct qhca_wqe_bind {
+	__u64 addr;       /* the window's first byte, inside the region */
+	__u64 length;     /* bytes; 0 unbinds a type 1 window */
+	__u32 mw_key;     /* names the window: its key (the tag is not checked) */
+	__u32 new_key;    /* the window's key once bound: same index, new tag */
+	__u32 mr_key;     /* the region (QHCA_ACCESS_MW_BIND) */
+	__u32 access;     /* QHCA_ACCESS_REMOTE_*: the window's rights */
 };
 
 struct qhca_sge {
@@ -565,6 +597,60 @@ struct qhca_ctx_stats {
 	__u64 odp_fault_rnr_naks; /* RNR NAKs its responders sent because of a fault */
 	__u64 odp_invalidations;  /* INVALIDATE_ODP commands on its regions */
 };
+
+/* ------------------------------------------------------------------------ */
+/* Memory windows (IBA 10.6.7).                                             */
+/*                                                                          */
+/* A window is a remote key for a byte range of a region, with its own      */
+/* rights, bound and invalidated by the process itself with WQEs on a send  */
+/* queue: no command, no system call.  ALLOC_MW creates it unbound in a PD; */
+/* its key is QHCA_MW_KEY_FLAG | index << QHCA_KEY_TAG_BITS | tag, where    */
+/* index carries a generation above its QHCA_MW_INDEX_BITS-bit slot (as a   */
+/* QPN does), so a deallocated window's keys name no window for 2^11        */
+/* allocations of that slot.  The tag is the consumer's (ibv_inc_rkey).    */
+/*                                                                          */
+/* BIND_MW (struct qhca_wqe_bind) runs in SQ order once every earlier WQE   */
+/* has completed (one that fails flushes it: it then did nothing), and      */
+/* before any later WQE starts; its CQE is QHCA_WC_BIND_MW.  It             */
+/* needs: the window in the QP's PD; new_key with the window's index and a  */
+/* tag other than its current one; the region in the same PD with           */
+/* QHCA_ACCESS_MW_BIND; [addr, addr + length) inside the region; rights     */
+/* among QHCA_ACCESS_REMOTE_*, with LOCAL_WRITE on the region for           */
+/* REMOTE_WRITE and REMOTE_ATOMIC (IBA 10.6.7.2.2); a type 2 window         */
+/* unbound (invalidated).  Anything else completes with                     */
+/* QHCA_WC_MW_BIND_ERR, changes nothing, and the QP goes to ERR.  A bind    */
+/* takes the window's key to new_key: a key of an earlier bind stops        */
+/* working at once.  A type 1 window is usable by any QP of its PD; a bind  */
+/* of length 0 unbinds it.  A type 2 window is bound to the QP that bound   */
+/* it and usable through that QP only (2A: checked by QPN; 2B: by QPN and   */
+/* PD); it is unbound by LOCAL_INV (a QP of its PD; QHCA_WC_LOCAL_INV) or   */
+/* by a SEND_WITH_INV that lands on the QP it is bound to (the receive CQE  */
+/* has QHCA_CQE_WITH_INV and the key in imm_data).  LOCAL_INV of anything   */
+/* but a bound type 2 window of the QP's PD with that exact key completes   */
+/* with QHCA_WC_LOC_QP_OP_ERR (as rxe); a SEND_WITH_INV that names one is a */
+/* remote invalid request: its receive WQE completes with                   */
+/* QHCA_WC_REM_INV_REQ_ERR and the sender's with the same status.  A type 2 */
+/* window stays bound when its QP is destroyed (usable through no QP) until */
+/* LOCAL_INV from another QP of its PD, DEALLOC_MW or DEREG_MR as below.    */
+/*                                                                          */
+/* A responder checks a window key on every packet as it checks a region's: */
+/* bound, exact key, PD (and QP), the window's rights and the QP's, byte    */
+/* bounds of the window.  DEREG_MR of a region with windows bound to it is  */
+/* QHCA_CMD_BAD_STATE (EBUSY from the driver), as IBA says, unless it has   */
+/* QHCA_DEREG_MR_UNBIND_MWS: then those windows are unbound first (their   */
+/* keys stop working) and the region goes.  DEALLOC_MW unbinds.            */
+/* ------------------------------------------------------------------------ */
+
+enum qhca_mw_type {
+	QHCA_MW_TYPE_1  = 1,
+	QHCA_MW_TYPE_2A = 2,
+	QHCA_MW_TYPE_2B = 3,
+};
+
+#define QHCA_MW_KEY_FLAG        (1u << 31)
+/* DEREG_MR (command in[2], ioctl flags): unbind the region's windows. */
+#define QHCA_DEREG_MR_UNBIND_MWS (1u << 0)
+#define QHCA_MW_INDEX_BITS      12
 
 /* ------------------------------------------------------------------------ */
 /* On-demand paging (ODP).                                                  */
@@ -703,13 +789,18 @@ struct qhca_ioc_query_device {
 #define QHCA_IOC_NR_QUERY_CTX    0x0b
 #define QHCA_IOC_NR_GET_ASYNC_EVENT 0x0c
 #define QHCA_IOC_NR_ADVISE_MR    0x0d
+#define QHCA_IOC_NR_ALLOC_MW     0x0e
+#define QHCA_IOC_NR_DEALLOC_MW   0x0f
 
-/* ALLOC_PD (out: handle), DEALLOC_PD, DEREG_MR, DESTROY_CQ, DESTROY_QP (in: handle). */
+/*
+ * ALLOC_PD (out: handle), DEALLOC_PD, DEREG_MR, DEALLOC_MW, DESTROY_CQ,
+ * DESTROY_QP (in: handle).
+ */
 struct qhca_ioc_handle {
 	__u32 size;
 	__u32 comp_mask;
 	__u32 handle;
-	__u32 rsvd;
+	__u32 flags;      /* DEREG_MR: QHCA_DEREG_MR_*; the others: must be 0 */
 };
 
 /*
@@ -772,6 +863,20 @@ struct qhca_ioc_qp_attr {
 	struct qhca_qp_attr attr;
 };
 
+/*
+ * ALLOC_MW: a window of type QHCA_MW_TYPE_* in pdn, unbound; out: its key
+ * (tag included: the key of its first bind is ibv_inc_rkey() of it).
+ * DEALLOC_MW takes a struct qhca_ioc_handle with that key.
+ */
+struct qhca_ioc_alloc_mw {
+	__u32 size;
+	__u32 comp_mask;
+	__u32 pdn;
+	__u32 type;       /* enum qhca_mw_type */
+	__u32 key;        /* out */
+	__u32 rsvd;
+};
+
 struct qhca_ioc_query_ctx {
 	__u32 size;
 	__u32 comp_mask;
@@ -792,6 +897,8 @@ struct qhca_ioc_query_ctx {
 #define QHCA_IOCTL_QUERY_CTX    0xc050ca0bu
 #define QHCA_IOCTL_GET_ASYNC_EVENT 0xc020ca0cu
 #define QHCA_IOCTL_ADVISE_MR    0xc028ca0du
+#define QHCA_IOCTL_ALLOC_MW     0xc018ca0eu
+#define QHCA_IOCTL_DEALLOC_MW   0xc010ca0fu
 
 /*
  * ADVISE_MR: fault [addr, addr + length) of an on-demand region into the

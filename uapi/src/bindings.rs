@@ -43,6 +43,7 @@ pub const QHCA_REG_NUM_PD: u32 = 116;
 pub const QHCA_REG_NUM_MR: u32 = 120;
 pub const QHCA_REG_NUM_CQ: u32 = 124;
 pub const QHCA_REG_NUM_QP: u32 = 128;
+pub const QHCA_REG_NUM_MW: u32 = 132;
 pub const QHCA_MAGIC: u32 = 1094928465;
 pub const QHCA_CTRL_ENABLE: u32 = 1;
 pub const QHCA_CTRL_RESET: u32 = 2;
@@ -56,6 +57,7 @@ pub const QHCA_FATAL_EQ_DMA: u32 = 2;
 pub const QHCA_CAP_UAR_ISOLATION: u32 = 1;
 pub const QHCA_CAP_RC: u32 = 2;
 pub const QHCA_CAP_ODP: u32 = 4;
+pub const QHCA_CAP_MW: u32 = 8;
 pub const QHCA_QUEUE_MIN_LOG: u32 = 1;
 pub const QHCA_QUEUE_MAX_LOG: u32 = 12;
 pub const QHCA_EQE_OWNER: u32 = 1;
@@ -78,11 +80,13 @@ pub const QHCA_ACCESS_REMOTE_ATOMIC: u32 = 8;
 pub const QHCA_ACCESS_ALL: u32 = 15;
 pub const QHCA_ACCESS_ON_DEMAND: u32 = 16;
 pub const QHCA_ACCESS_WATCHED: u32 = 32;
+pub const QHCA_ACCESS_MW_BIND: u32 = 64;
 pub const QHCA_KEY_TAG_BITS: u32 = 8;
 pub const QHCA_CQE_SIZE: u32 = 32;
 pub const QHCA_CQ_MIN_LOG: u32 = 1;
 pub const QHCA_CQ_MAX_LOG: u32 = 16;
 pub const QHCA_CQE_WITH_IMM: u32 = 1;
+pub const QHCA_CQE_WITH_INV: u32 = 2;
 pub const QHCA_CQE_OWNER: u32 = 1;
 pub const QHCA_SQ_MIN_STRIDE_LOG: u32 = 7;
 pub const QHCA_SQ_MAX_STRIDE_LOG: u32 = 11;
@@ -108,6 +112,9 @@ pub const QHCA_QP_ATTR_MIN_RNR_TIMER: u32 = 512;
 pub const QHCA_QP_ATTR_MAX_RD_ATOMIC: u32 = 1024;
 pub const QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC: u32 = 2048;
 pub const QHCA_QP_ATTR_ALL: u32 = 4095;
+pub const QHCA_MW_KEY_FLAG: u32 = 2147483648;
+pub const QHCA_DEREG_MR_UNBIND_MWS: u32 = 1;
+pub const QHCA_MW_INDEX_BITS: u32 = 12;
 pub const QHCA_ODP_IMPLICIT_LENGTH: u64 = 144115188075855872;
 pub const QHCA_ODP_PRESENT: u32 = 1;
 pub const QHCA_ODP_WRITABLE: u32 = 2;
@@ -137,6 +144,8 @@ pub const QHCA_IOC_NR_DESTROY_QP: u32 = 10;
 pub const QHCA_IOC_NR_QUERY_CTX: u32 = 11;
 pub const QHCA_IOC_NR_GET_ASYNC_EVENT: u32 = 12;
 pub const QHCA_IOC_NR_ADVISE_MR: u32 = 13;
+pub const QHCA_IOC_NR_ALLOC_MW: u32 = 14;
+pub const QHCA_IOC_NR_DEALLOC_MW: u32 = 15;
 pub const QHCA_IOCTL_ALLOC_PD: u32 = 3222325761;
 pub const QHCA_IOCTL_DEALLOC_PD: u32 = 3222325762;
 pub const QHCA_IOCTL_REG_MR: u32 = 3224422915;
@@ -150,6 +159,8 @@ pub const QHCA_IOCTL_DESTROY_QP: u32 = 3222325770;
 pub const QHCA_IOCTL_QUERY_CTX: u32 = 3226520075;
 pub const QHCA_IOCTL_GET_ASYNC_EVENT: u32 = 3223374348;
 pub const QHCA_IOCTL_ADVISE_MR: u32 = 3223898637;
+pub const QHCA_IOCTL_ALLOC_MW: u32 = 3222850062;
+pub const QHCA_IOCTL_DEALLOC_MW: u32 = 3222325775;
 pub const QHCA_ADVISE_FLAG_FLUSH: u32 = 1;
 pub const QHCA_MMAP_UAR: u32 = 0;
 pub const QHCA_MMAP_INVAL: u32 = 4096;
@@ -178,7 +189,9 @@ pub const QHCA_CMD_MAP_ODP: qhca_cmd_opcode = 15;
 pub const QHCA_CMD_INVALIDATE_ODP: qhca_cmd_opcode = 16;
 pub const QHCA_CMD_RESUME: qhca_cmd_opcode = 17;
 pub const QHCA_CMD_REVOKE_PAGES: qhca_cmd_opcode = 18;
-pub const QHCA_CMD_MAX: qhca_cmd_opcode = 19;
+pub const QHCA_CMD_ALLOC_MW: qhca_cmd_opcode = 19;
+pub const QHCA_CMD_DEALLOC_MW: qhca_cmd_opcode = 20;
+pub const QHCA_CMD_MAX: qhca_cmd_opcode = 21;
 pub type qhca_cmd_opcode = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -242,7 +255,9 @@ pub struct qhca_device_attr {
     pub odp_general_caps: __u64,
     pub odp_rc_caps: __u32,
     pub odp_ud_caps: __u32,
-    pub rsvd1: [__u64; 2usize],
+    pub max_mw: __u32,
+    pub rsvd1: __u32,
+    pub rsvd2: __u64,
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -276,6 +291,7 @@ pub const QHCA_WC_LOC_LEN_ERR: qhca_wc_status = 1;
 pub const QHCA_WC_LOC_QP_OP_ERR: qhca_wc_status = 2;
 pub const QHCA_WC_LOC_PROT_ERR: qhca_wc_status = 4;
 pub const QHCA_WC_WR_FLUSH_ERR: qhca_wc_status = 5;
+pub const QHCA_WC_MW_BIND_ERR: qhca_wc_status = 6;
 pub const QHCA_WC_BAD_RESP_ERR: qhca_wc_status = 7;
 pub const QHCA_WC_LOC_ACCESS_ERR: qhca_wc_status = 8;
 pub const QHCA_WC_REM_INV_REQ_ERR: qhca_wc_status = 9;
@@ -290,6 +306,8 @@ pub const QHCA_WC_RDMA_WRITE: qhca_wc_opcode = 1;
 pub const QHCA_WC_RDMA_READ: qhca_wc_opcode = 2;
 pub const QHCA_WC_COMP_SWAP: qhca_wc_opcode = 3;
 pub const QHCA_WC_FETCH_ADD: qhca_wc_opcode = 4;
+pub const QHCA_WC_BIND_MW: qhca_wc_opcode = 5;
+pub const QHCA_WC_LOCAL_INV: qhca_wc_opcode = 6;
 pub const QHCA_WC_RECV: qhca_wc_opcode = 128;
 pub const QHCA_WC_RECV_RDMA_WITH_IMM: qhca_wc_opcode = 129;
 pub type qhca_wc_opcode = core::ffi::c_uint;
@@ -316,6 +334,9 @@ pub const QHCA_WR_SEND_WITH_IMM: qhca_wr_opcode = 3;
 pub const QHCA_WR_RDMA_READ: qhca_wr_opcode = 4;
 pub const QHCA_WR_ATOMIC_CMP_AND_SWP: qhca_wr_opcode = 5;
 pub const QHCA_WR_ATOMIC_FETCH_AND_ADD: qhca_wr_opcode = 6;
+pub const QHCA_WR_LOCAL_INV: qhca_wr_opcode = 7;
+pub const QHCA_WR_BIND_MW: qhca_wr_opcode = 8;
+pub const QHCA_WR_SEND_WITH_INV: qhca_wr_opcode = 9;
 pub type qhca_wr_opcode = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -341,6 +362,16 @@ pub struct qhca_wqe_raddr {
 pub struct qhca_wqe_atomic {
     pub swap_add: __u64,
     pub compare: __u64,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_wqe_bind {
+    pub addr: __u64,
+    pub length: __u64,
+    pub mw_key: __u32,
+    pub new_key: __u32,
+    pub mr_key: __u32,
+    pub access: __u32,
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -409,6 +440,10 @@ pub struct qhca_ctx_stats {
     pub odp_fault_rnr_naks: __u64,
     pub odp_invalidations: __u64,
 }
+pub const QHCA_MW_TYPE_1: qhca_mw_type = 1;
+pub const QHCA_MW_TYPE_2A: qhca_mw_type = 2;
+pub const QHCA_MW_TYPE_2B: qhca_mw_type = 3;
+pub type qhca_mw_type = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct qhca_eqe_page_fault {
@@ -443,7 +478,7 @@ pub struct qhca_ioc_handle {
     pub size: __u32,
     pub comp_mask: __u32,
     pub handle: __u32,
-    pub rsvd: __u32,
+    pub flags: __u32,
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -498,6 +533,16 @@ pub struct qhca_ioc_qp_attr {
     pub qpn: __u32,
     pub rsvd: __u32,
     pub attr: qhca_qp_attr,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ioc_alloc_mw {
+    pub size: __u32,
+    pub comp_mask: __u32,
+    pub pdn: __u32,
+    pub type_: __u32,
+    pub key: __u32,
+    pub rsvd: __u32,
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]

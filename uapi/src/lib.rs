@@ -52,12 +52,15 @@ pub const CAP_RC: u64 = QHCA_CAP_RC as u64;
 
 /// [`QHCA_CAP_ODP`] as a bit of the 64-bit `caps` field.
 pub const CAP_ODP: u64 = QHCA_CAP_ODP as u64;
+/// [`QHCA_CAP_MW`] as a bit of the 64-bit `caps` field.
+pub const CAP_MW: u64 = QHCA_CAP_MW as u64;
 
 /// Every capability bit this ABI version defines, with its name (the `QHCA_CAP_` suffix).
 pub const CAP_NAMES: &[(u64, &str)] = &[
     (CAP_UAR_ISOLATION, "UAR_ISOLATION"),
     (CAP_RC, "RC"),
     (CAP_ODP, "ODP"),
+    (CAP_MW, "MW"),
 ];
 
 /// The capability bits this ABI version knows about.

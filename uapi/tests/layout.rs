@@ -69,7 +69,9 @@ fn every_struct_and_field() {
         odp_general_caps @ 96,
         odp_rc_caps @ 104,
         odp_ud_caps @ 108,
-        rsvd1 @ 112,
+        max_mw @ 112,
+        rsvd1 @ 116,
+        rsvd2 @ 120,
     });
     check_layout!(qhca_eqe_page_fault, size 32, align 8, {
         type_ @ 0,
@@ -137,6 +139,14 @@ fn every_struct_and_field() {
         swap_add @ 0,
         compare @ 8,
     });
+    check_layout!(qhca_wqe_bind, size 32, align 8, {
+        addr @ 0,
+        length @ 8,
+        mw_key @ 16,
+        new_key @ 20,
+        mr_key @ 24,
+        access @ 28,
+    });
     check_layout!(qhca_sge, size 16, align 8, {
         addr @ 0,
         length @ 8,
@@ -200,7 +210,7 @@ fn every_struct_and_field() {
         size @ 0,
         comp_mask @ 4,
         handle @ 8,
-        rsvd @ 12,
+        flags @ 12,
     });
     check_layout!(qhca_ioc_reg_mr, size 48, align 8, {
         size @ 0,
@@ -271,6 +281,14 @@ fn every_struct_and_field() {
         addr @ 24,
         length @ 32,
     });
+    check_layout!(qhca_ioc_alloc_mw, size 24, align 4, {
+        size @ 0,
+        comp_mask @ 4,
+        pdn @ 8,
+        type_ @ 12,
+        key @ 16,
+        rsvd @ 20,
+    });
     check_layout!(qhca_inval_entry, size 32, align 8, {
         seq @ 0,
         start @ 8,
@@ -298,7 +316,7 @@ fn field_types_have_the_header_widths() {
     let a = q.attr;
     let _: (u32, u32, u64, u64, u64) =
         (a.abi_version, a.num_uars, a.caps, a.node_guid, a.fw_version);
-    let _: (u64, u64, [u64; 2]) = (a.max_mr_size, a.page_size_cap, a.rsvd1);
+    let _: (u64, u64, u32, u32, u64) = (a.max_mr_size, a.page_size_cap, a.max_mw, a.rsvd1, a.rsvd2);
     let _: (u64, u32, u32) = (a.odp_general_caps, a.odp_rc_caps, a.odp_ud_caps);
     let e = qhca_eqe::default();
     let _: (u8, u8, u16, u32, [u64; 2], [u8; 7], u8) = (
@@ -333,7 +351,12 @@ fn constants_the_other_layers_rely_on() {
     assert_eq!(CAP_UAR_ISOLATION, 1);
     assert_eq!(CAP_RC, 2);
     assert_eq!(CAP_ODP, 4);
-    assert_eq!(CAP_KNOWN_MASK, CAP_UAR_ISOLATION | CAP_RC | CAP_ODP);
+    assert_eq!(CAP_MW, 8);
+    assert_eq!(
+        CAP_KNOWN_MASK,
+        CAP_UAR_ISOLATION | CAP_RC | CAP_ODP | CAP_MW
+    );
+    assert_eq!(QHCA_MW_KEY_FLAG, 1 << 31);
     assert_eq!(QHCA_ODP_MAP_MAX, 512);
     assert_eq!(QHCA_EQE_OWNER, 1);
 }

@@ -61,6 +61,7 @@ fn decodes_every_field() {
             opcode: WcOpcode::RecvRdmaWithImm,
             byte_len: 0x0506_0708 ^ 0x55,
             imm: Some(0xfeed),
+            invalidated_rkey: None,
             qpn: 0x42,
             src_qp: 0x43,
             vendor_err: 0x7e,
@@ -77,7 +78,15 @@ fn decodes_every_field() {
     assert_eq!(WcStatus::from_raw(0x0d), WcStatus::RnrRetryExcErr);
     assert_eq!(WcStatus::from_raw(0x05), WcStatus::WrFlushErr);
     assert_eq!(WcStatus::from_raw(0x15), WcStatus::GeneralErr);
-    assert_eq!(WcStatus::from_raw(0x06), WcStatus::Unknown(6));
+    assert_eq!(WcStatus::from_raw(0x06), WcStatus::MwBindErr);
+    assert_eq!(WcStatus::from_raw(0x03), WcStatus::Unknown(3));
+    assert_eq!(WcOpcode::from_raw(0x05), WcOpcode::BindMw);
+    assert_eq!(WcOpcode::from_raw(0x06), WcOpcode::LocalInv);
+    // SEND_WITH_INV: QHCA_CQE_WITH_INV, the key where the immediate goes.
+    let mut b = cqe(9, 0x80, 0, 7, Some(0x8000_1234));
+    b[27] = 2;
+    let wc = Wc::decode(&b);
+    assert_eq!((wc.imm, wc.invalidated_rkey), (None, Some(0x8000_1234)));
 }
 
 #[test]

@@ -10,11 +10,13 @@
 //! - [`hca`]: a test-side driver: rings in guest RAM, post a command, consume its event;
 //! - [`qmp`]: a minimal QMP client, for migration;
 //! - [`rng`]: the deterministic generator behind the fuzz-style test;
-//! - [`verbs`]: PDs, MRs, CQs, QPs, WQEs and CQEs from the test side.
+//! - [`verbs`]: PDs, MRs, CQs, QPs, WQEs and CQEs from the test side;
+//! - [`mw`]: memory windows: ALLOC_MW/DEALLOC_MW, BIND_MW, LOCAL_INV and SEND_WITH_INV WQEs.
 //!
 //! The QEMU binary comes from `$QHCA_QEMU`; `scripts/test.sh` sets it after building QEMU.
 
 pub mod hca;
+pub mod mw;
 pub mod pci;
 pub mod qmp;
 pub mod qtest;

@@ -35,7 +35,8 @@ const _: () = {
     assert!(offset_of!(qhca_device_attr, odp_general_caps) == 96);
     assert!(offset_of!(qhca_device_attr, odp_rc_caps) == 104);
     assert!(offset_of!(qhca_device_attr, odp_ud_caps) == 108);
-    assert!(offset_of!(qhca_device_attr, rsvd1) == 112);
+    assert!(offset_of!(qhca_device_attr, max_mw) == 112);
+    assert!(offset_of!(qhca_device_attr, rsvd1) == 116);
 };
 
 fn u16_at(b: &[u8], o: usize) -> u16 {
@@ -127,7 +128,9 @@ pub fn decode_attr(b: &[u8]) -> qhca_device_attr {
         odp_general_caps: u64_at(b, 96),
         odp_rc_caps: u32_at(b, 104),
         odp_ud_caps: u32_at(b, 108),
-        rsvd1: [u64_at(b, 112), u64_at(b, 120)],
+        max_mw: u32_at(b, 112),
+        rsvd1: u32_at(b, 116),
+        rsvd2: u64_at(b, 120),
     }
 }
 

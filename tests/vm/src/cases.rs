@@ -242,7 +242,16 @@ fn query_device(t: &mut T, cfg: &Config) -> CaseResult {
     );
     check_eq!(t, a.max_qp_rd_atom, 16, "max_qp_rd_atom");
     check_eq!(t, a.max_qp_init_rd_atom, 16, "max_qp_init_rd_atom");
-    check_eq!(t, q.attr.rsvd1, [0; 2], "attr.rsvd1");
+    check_eq!(t, q.attr.rsvd1, 0, "attr.rsvd1");
+    check_eq!(t, q.attr.rsvd2, 0, "attr.rsvd2");
+    // Memory windows: advertised, with the device's limit.
+    check!(
+        t,
+        a.has_cap(qhca_uapi::CAP_MW),
+        "QHCA_CAP_MW in caps {:#x}",
+        a.caps
+    );
+    check_eq!(t, a.max_mw, 4096, "max_mw");
     // On-demand paging: the device advertises it, and the caps pass through as it says.
     check!(
         t,

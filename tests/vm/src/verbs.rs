@@ -3,7 +3,7 @@
 //! The verbs cases: PDs, MRs, CQs and RC QPs on the real device, every opcode byte for byte,
 //! the protection and RNR error paths, isolation between processes, cleanup after kill -9, a
 //! data path without system calls, the driver's destroy-order and state checks, and on-demand
-//! paging (`odp`).
+//! paging (`odp`), watched regions and the registration cache, memory windows (`mw`).
 //!
 //! They always run (see [`crate::cases::all`]); the helper processes they start are this
 //! binary's `__verbs_*` subcommands ([`helper_main`]).
@@ -24,6 +24,7 @@ use qhca::{
 
 mod data;
 mod lifecycle;
+mod mw;
 mod odp;
 mod odp_changes;
 mod process;
@@ -105,6 +106,13 @@ pub fn cases() -> Vec<Case<Config>> {
         rcache::verbs_rcache_stress,
         rcache::verbs_rcache_on_demand,
         rcache::verbs_rcache_process_gone,
+        mw::verbs_mw_bounds,
+        mw::verbs_mw_rebind_and_invalidate,
+        mw::verbs_mw_send_with_inv,
+        mw::verbs_mw_refused_binds,
+        mw::verbs_mw_dereg_with_window_bound,
+        mw::verbs_mw_zero_syscalls,
+        mw::verbs_mw_ioctl_checks,
     ]
 }
 
@@ -200,6 +208,7 @@ fn connect(qp: &Qp, psn: u32, peer: u32, peer_psn: u32, o: &ConnOpts) -> qhca::R
 enum ObjKind {
     Pd,
     Mr,
+    Mw,
     Cq,
     Qp,
 }
@@ -210,17 +219,18 @@ enum ObjKind {
 /// the object then fails its own destroy and leaks the memory the device might reach.
 fn destroy_raw(ctx: &Context, kind: ObjKind, handle: u32) -> Result<(), Errno> {
     use qhca_uapi::{
-        qhca_ioc_handle, QHCA_IOCTL_DEALLOC_PD, QHCA_IOCTL_DEREG_MR, QHCA_IOCTL_DESTROY_CQ,
-        QHCA_IOCTL_DESTROY_QP,
+        qhca_ioc_handle, QHCA_IOCTL_DEALLOC_MW, QHCA_IOCTL_DEALLOC_PD, QHCA_IOCTL_DEREG_MR,
+        QHCA_IOCTL_DESTROY_CQ, QHCA_IOCTL_DESTROY_QP,
     };
     use std::os::fd::AsRawFd;
     let req = match kind {
         ObjKind::Pd => QHCA_IOCTL_DEALLOC_PD,
         ObjKind::Mr => QHCA_IOCTL_DEREG_MR,
+        ObjKind::Mw => QHCA_IOCTL_DEALLOC_MW,
         ObjKind::Cq => QHCA_IOCTL_DESTROY_CQ,
         ObjKind::Qp => QHCA_IOCTL_DESTROY_QP,
     };
-    // struct qhca_ioc_handle: size, comp_mask, handle, rsvd.
+    // struct qhca_ioc_handle: size, comp_mask, handle, flags (0).
     let mut buf = crate::sys::IoctlBuf::new();
     let size = std::mem::size_of::<qhca_ioc_handle>() as u32;
     buf.0[0..4].copy_from_slice(&size.to_ne_bytes());

@@ -30,6 +30,8 @@ CHECK_IOCTL(DESTROY_QP, struct qhca_ioc_handle);
 CHECK_IOCTL(QUERY_CTX, struct qhca_ioc_query_ctx);
 CHECK_IOCTL(GET_ASYNC_EVENT, struct qhca_ioc_async_event);
 CHECK_IOCTL(ADVISE_MR, struct qhca_ioc_advise_mr);
+CHECK_IOCTL(ALLOC_MW, struct qhca_ioc_alloc_mw);
+CHECK_IOCTL(DEALLOC_MW, struct qhca_ioc_handle);
 _Static_assert(_IOC_SIZE(QHCA_IOCTL_QUERY_DEVICE) == 160, "ioctl size");
 _Static_assert(_IOC_TYPE(QHCA_IOCTL_QUERY_DEVICE) == QHCA_IOC_MAGIC, "ioctl magic");
 
@@ -75,7 +77,9 @@ CHECK_OFF(struct qhca_device_attr, page_size_cap, 88);
 CHECK_OFF(struct qhca_device_attr, odp_general_caps, 96);
 CHECK_OFF(struct qhca_device_attr, odp_rc_caps, 104);
 CHECK_OFF(struct qhca_device_attr, odp_ud_caps, 108);
-CHECK_OFF(struct qhca_device_attr, rsvd1, 112);
+CHECK_OFF(struct qhca_device_attr, max_mw, 112);
+CHECK_OFF(struct qhca_device_attr, rsvd1, 116);
+CHECK_OFF(struct qhca_device_attr, rsvd2, 120);
 
 CHECK_SIZE(struct qhca_eqe_page_fault, 32);
 CHECK_OFF(struct qhca_eqe_page_fault, type, 0);
@@ -138,6 +142,14 @@ CHECK_SIZE(struct qhca_wqe_raddr, 16);
 CHECK_OFF(struct qhca_wqe_raddr, remote_addr, 0);
 CHECK_OFF(struct qhca_wqe_raddr, rkey, 8);
 CHECK_OFF(struct qhca_wqe_raddr, rsvd, 12);
+
+CHECK_SIZE(struct qhca_wqe_bind, 32);
+CHECK_OFF(struct qhca_wqe_bind, addr, 0);
+CHECK_OFF(struct qhca_wqe_bind, length, 8);
+CHECK_OFF(struct qhca_wqe_bind, mw_key, 16);
+CHECK_OFF(struct qhca_wqe_bind, new_key, 20);
+CHECK_OFF(struct qhca_wqe_bind, mr_key, 24);
+CHECK_OFF(struct qhca_wqe_bind, access, 28);
 
 CHECK_SIZE(struct qhca_wqe_atomic, 16);
 CHECK_OFF(struct qhca_wqe_atomic, swap_add, 0);
@@ -206,7 +218,7 @@ CHECK_SIZE(struct qhca_ioc_handle, 16);
 CHECK_OFF(struct qhca_ioc_handle, size, 0);
 CHECK_OFF(struct qhca_ioc_handle, comp_mask, 4);
 CHECK_OFF(struct qhca_ioc_handle, handle, 8);
-CHECK_OFF(struct qhca_ioc_handle, rsvd, 12);
+CHECK_OFF(struct qhca_ioc_handle, flags, 12);
 
 CHECK_SIZE(struct qhca_ioc_reg_mr, 48);
 CHECK_OFF(struct qhca_ioc_reg_mr, size, 0);
@@ -276,6 +288,14 @@ CHECK_OFF(struct qhca_ioc_advise_mr, flags, 16);
 CHECK_OFF(struct qhca_ioc_advise_mr, rsvd, 20);
 CHECK_OFF(struct qhca_ioc_advise_mr, addr, 24);
 CHECK_OFF(struct qhca_ioc_advise_mr, length, 32);
+
+CHECK_SIZE(struct qhca_ioc_alloc_mw, 24);
+CHECK_OFF(struct qhca_ioc_alloc_mw, size, 0);
+CHECK_OFF(struct qhca_ioc_alloc_mw, comp_mask, 4);
+CHECK_OFF(struct qhca_ioc_alloc_mw, pdn, 8);
+CHECK_OFF(struct qhca_ioc_alloc_mw, type, 12);
+CHECK_OFF(struct qhca_ioc_alloc_mw, key, 16);
+CHECK_OFF(struct qhca_ioc_alloc_mw, rsvd, 20);
 
 CHECK_SIZE(struct qhca_inval_entry, 32);
 CHECK_OFF(struct qhca_inval_entry, seq, 0);

@@ -135,6 +135,7 @@ fn render(dev: &DeviceInfo, attr: &DeviceAttr) -> String {
     field(&mut s, i, "max_cq", attr.max_cq);
     field(&mut s, i, "max_cqe", attr.max_cqe);
     field(&mut s, i, "max_mr", attr.max_mr);
+    field(&mut s, i, "max_mw", attr.max_mw);
     field(&mut s, i, "max_pd", attr.max_pd);
     field(&mut s, i, "max_qp_rd_atom", attr.max_qp_rd_atom);
     field(&mut s, i, "max_qp_init_rd_atom", attr.max_qp_init_rd_atom);

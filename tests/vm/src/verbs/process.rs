@@ -282,7 +282,7 @@ fn raise_nofile() -> Result<(), Fail> {
 const NOSYS_OPS: u32 = 10_000;
 
 /// Exit codes of `__verbs_nosys`.
-mod nosys_exit {
+pub(super) mod nosys_exit {
     pub const OK: i32 = 0;
     pub const SETUP: i32 = 10;
     pub const POST: i32 = 11;
@@ -295,16 +295,22 @@ mod nosys_exit {
 /// 10,000 post + poll operations in a helper under a seccomp filter that kills the process on
 /// any system call: it must exit normally with code 0.
 pub(super) fn verbs_zero_syscalls(t: &mut T, cfg: &Config) -> CaseResult {
+    zero_syscalls(t, cfg, "__verbs_nosys")
+}
+
+/// Runs the no-syscall helper `cmd` (`__verbs_nosys` or another loop taking the same arguments)
+/// for [`NOSYS_OPS`] operations under the seccomp filter (or strace): it must exit with 0.
+pub(super) fn zero_syscalls(t: &mut T, cfg: &Config, cmd: &str) -> CaseResult {
     let dev = cfg.dev.to_string_lossy().into_owned();
     let ops = NOSYS_OPS.to_string();
     let out = Command::new(std::env::current_exe()?)
-        .args(["__verbs_nosys", &dev, &ops])
+        .args([cmd, &dev, &ops])
         .stdin(Stdio::null())
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     if out.status.code() == Some(nosys_exit::SECCOMP) {
         // The guest kernel has no seccomp filters: count with strace instead.
-        return zero_syscalls_by_strace(t, &dev);
+        return zero_syscalls_by_strace(t, &dev, cmd);
     }
     check!(
         t,
@@ -342,7 +348,7 @@ fn syscalls_in_loop(log: &str) -> Option<Vec<String>> {
 
 /// The same loop without the filter, under `strace -f`: no system call between the marker and
 /// the exit.
-fn zero_syscalls_by_strace(t: &mut T, dev: &str) -> CaseResult {
+fn zero_syscalls_by_strace(t: &mut T, dev: &str, cmd: &str) -> CaseResult {
     let Some(strace) = system::find_tool("strace") else {
         bail!("neither seccomp filters nor strace are available to count system calls");
     };
@@ -354,7 +360,7 @@ fn zero_syscalls_by_strace(t: &mut T, dev: &str) -> CaseResult {
         .arg("-o")
         .arg(&log)
         .arg(exe)
-        .args(["__verbs_nosys", dev, &ops, "--no-seccomp"])
+        .args([cmd, dev, &ops, "--no-seccomp"])
         .stdin(Stdio::null())
         .output()?;
     let text = std::fs::read_to_string(&log);
@@ -390,6 +396,15 @@ pub fn helper_main(cmd: &str, args: &[String]) -> i32 {
             }
             ([dev, n, flag], "__verbs_nosys") if flag == "--no-seccomp" => {
                 return nosys_main(Path::new(dev), n.parse().unwrap_or(NOSYS_OPS), false)
+            }
+            ([dev, n, rest @ ..], "__verbs_nosys_mw") if rest.len() <= 1 => {
+                let seccomp = match rest {
+                    [] => true,
+                    [flag] if flag == "--no-seccomp" => false,
+                    _ => return 2,
+                };
+                let ops = n.parse().unwrap_or(NOSYS_OPS);
+                return super::mw::nosys_mw_main(Path::new(dev), ops, seccomp);
             }
             _ => {}
         }
