@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The bench command: boots ONE VM and runs the same workloads on qhca (qhca-perf --loopback) and on
 # Linux Soft-RoCE (rdma_rxe on lo, perftest), side by side; prints both tables, the qhca/rxe ratios
-# and the system calls per post on each side. The full output goes to ~/.cache/qhca/logs/bench.log.
+# and the system calls per post on each side; then memory windows (bind + write + invalidate as a
+# loop: qhca-mw-bench on qhca, rxe-mw-bench, built here with gcc, on rxe) and the qhca-only on-demand
+# paging and registration cache benches. The full output goes to ~/.cache/qhca/logs/bench.log.
 #
 #   scripts/bench.sh [quick]      ("quick": a tenth of the iterations, to check the script)
 #
@@ -19,12 +21,24 @@ step "kmod: building qhca.ko for the bench kernel (a copy in $QHCA_CACHE/kmod-be
 kcopy=$QHCA_CACHE/kmod-bench
 mkdir -p "$kcopy/kmod" "$kcopy/uapi/src"
 cp "$QHCA_ROOT"/kmod/{Kbuild,Makefile,*.rs,*.c,*.h} "$kcopy/kmod/"
+# Its submodules' directories too (kmod/odp/region.rs, ...).
+for d in "$QHCA_ROOT"/kmod/*/; do
+	cp -r "$d" "$kcopy/kmod/"
+done
 cp "$QHCA_ROOT/uapi/src/bindings.rs" "$kcopy/uapi/src/"
 export RUST_LIB_SRC
 RUST_LIB_SRC=$(rust_lib_src)
 make -C "$kcopy/kmod" KDIR="$BKDIR" LLVM=-19 >"$kcopy/build.log" 2>&1 ||
 	{ tail -30 "$kcopy/build.log" >&2; die "module build for the bench kernel failed ($kcopy/build.log)"; }
 BKO=$kcopy/kmod/qhca.ko
+
+# The memory-window loop on libibverbs, for rxe (qhca has no verbs provider yet, issue 12), next to
+# qhca-mw-bench, which runs the same loop on the qhca provider.
+step "gcc: rxe-mw-bench (provider/tools/c/rxe-mw-bench.c, against libibverbs)"
+echo '#include <infiniband/verbs.h>' | gcc -E -x c - >/dev/null 2>&1 ||
+	die "infiniband/verbs.h not found: libibverbs-dev is missing (scripts/setup-host.sh installs it)"
+gcc -O2 -Wall -Wextra -o "$BIN/rxe-mw-bench" "$QHCA_ROOT/provider/tools/c/rxe-mw-bench.c" -libverbs ||
+	die "building rxe-mw-bench failed (gcc, see above)"
 
 step "bench: booting the VM (bench kernel, TCG, 2 vCPUs); qhca then rxe; about two minutes; log: $log"
 t=$(date +%s)

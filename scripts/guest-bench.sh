@@ -2,7 +2,9 @@
 # Runs INSIDE the bench VM (scripts/bench.sh boots it): the same workloads on qhca (qhca-perf
 # --loopback: both QPs in one process) and on Soft-RoCE (rdma_rxe bound to lo, perftest server and
 # client in this guest over 127.0.0.1), then the two tables, the qhca/rxe ratios and the system
-# calls per post on each side (strace -c -f over a fixed number of posts).
+# calls per post on each side (strace -c -f over a fixed number of posts). Then memory windows: a
+# window bound, written through and invalidated as a loop, qhca-mw-bench on qhca and rxe-mw-bench
+# (the same loop on libibverbs, built by scripts/bench.sh) on rxe0.
 #
 #   guest-bench.sh QHCA_KO BIN [quick]
 #
@@ -31,12 +33,18 @@ sc_mode=write_bw   # the system-call count: this mode, this size, sc_small and s
 sc_bytes=64
 sc_small=1000
 sc_big=3000
+# Memory windows: operations per run (types 2 and 1), and the type 2 system-call count's two runs.
+mw_n=20000
+mw_sc_small=200
+mw_sc_big=2000
+mwx=$bin/rxe-mw-bench
 if [ "$quick" = quick ]; then
 	for i in "${!workloads[@]}"; do
 		set -- ${workloads[$i]}
 		workloads[$i]="$1 $2 $3 $4 $(($5 / 10 > 10 ? $5 / 10 : 10))"
 	done
 	sc_small=200 sc_big=600
+	mw_n=2000 mw_sc_small=50 mw_sc_big=500
 fi
 
 t0=$(date +%s)
@@ -108,6 +116,20 @@ timeout 300 "$perf" write_lat -s 8 -n "${workloads[0]##* }" --loopback --one-thr
 	echo "    (exit code $?)"
 sed 's/^/    /' "$one"
 
+# Memory windows: bind + 8-byte inline WRITE through the window (+ LOCAL_INV for type 2) as a
+# loop, each completion polled; then its system calls (type 2) over a short and a longer run.
+for ty in 2 1; do
+	log "qhca-mw-bench --type $ty -n $mw_n"
+	timeout 300 "$bin/qhca-mw-bench" --type "$ty" -n "$mw_n" >"$out/mw.qhca.$ty" 2>&1 ||
+		echo "    (exit code $?)"
+	sed 's/^/    /' "$out/mw.qhca.$ty"
+done
+for n in $mw_sc_small $mw_sc_big; do
+	log "strace -c -f: qhca-mw-bench --type 2 -n $n"
+	timeout 300 strace -c -f -o "$out/strace.mw.qhca.$n" "$bin/qhca-mw-bench" --type 2 -n "$n" \
+		>"$out/strace.mw.qhca.$n.out" 2>&1 || { echo "    failed:"; tail -5 "$out/strace.mw.qhca.$n.out"; }
+done
+
 # ---- rxe ----
 log "rxe: modprobe rdma_rxe; rdma link add rxe0 type rxe netdev lo"
 modprobe rdma_rxe || echo "bench: modprobe rdma_rxe failed"
@@ -149,6 +171,28 @@ for w in "${workloads[@]}"; do
 	[ $rc = 0 ] || { echo "    (exit code $rc)"; sed 's/^/    client: /' "$f" | tail -5; sed 's/^/    server: /' "$f.server" | tail -5; }
 	i=$((i + 1))
 done
+
+# The memory-window loop on rxe0: rxe-mw-bench, the same loop on libibverbs.
+for ty in 2 1; do
+	f=$out/mw.rxe.$ty
+	log "rxe-mw-bench -d rxe0 -x 1 --type $ty -n $mw_n"
+	rc=0
+	if [ -x "$mwx" ]; then
+		timeout 300 "$mwx" -d rxe0 -x 1 --type "$ty" -n "$mw_n" >"$f" 2>&1
+		rc=$?
+	else
+		echo "$mwx is missing (scripts/bench.sh builds it)" >"$f"
+	fi
+	sed 's/^/    /' "$f"
+	[ $rc = 0 ] || echo "    (exit code $rc)"
+done
+if [ -x "$mwx" ]; then
+	for n in $mw_sc_small $mw_sc_big; do
+		log "strace -c -f: rxe-mw-bench -d rxe0 -x 1 --type 2 -n $n"
+		timeout 300 strace -c -f -o "$out/strace.mw.rxe.$n" "$mwx" -d rxe0 -x 1 --type 2 -n "$n" \
+			>"$out/strace.mw.rxe.$n.out" 2>&1 || { echo "    failed:"; tail -5 "$out/strace.mw.rxe.$n.out"; }
+	done
+fi
 
 # ---- system calls per post ----
 # calls FILE: the total of an strace -c summary.
@@ -263,6 +307,44 @@ for s in qhca rxe; do
 done
 echo "(total/N counts setup too: open, mmap, verbs commands, the TCP exchange; marginal = the extra"
 echo " calls per extra post, i.e. what the data path costs)"
+echo "=================================================================================================="
+
+# Memory windows, side by side: the "mw typeN ops N ops_per_sec X usec_per_op Y" lines of both
+# programs; a side whose run failed is "n/a", with the reason (the run's last line) below.
+# mwcol FILE NAME: the value after NAME on the "mw" line of FILE.
+mwcol() { awk -v want="$2" '$1 == "mw" { for (i = 2; i < NF; i++) if ($i == want) { print $(i + 1); exit } }' "$1" 2>/dev/null; }
+# mw_ops N: the operations a run of -n N makes (N / 10, at least 1, of warm-up first).
+mw_ops() { echo $(($1 + ($1 / 10 > 0 ? $1 / 10 : 1))); }
+echo
+echo "memory windows: bind a window over an 8-byte word of the target, 8-byte inline RDMA WRITE through it,"
+echo "LOCAL_INV it (type 2B); type 1: bind to the next key (ibv_bind_mw) + WRITE, no invalidation; -n $mw_n"
+mfmt='%-24s %13s %12s %13s %12s %10s\n'
+printf "$mfmt" window 'qhca[ops/s]' 'qhca[us/op]' 'rxe[ops/s]' 'rxe[us/op]' qhca/rxe
+why=()
+for ty in 2 1; do
+	qo=$(mwcol "$out/mw.qhca.$ty" ops_per_sec) qu=$(mwcol "$out/mw.qhca.$ty" usec_per_op)
+	ro=$(mwcol "$out/mw.rxe.$ty" ops_per_sec) ru=$(mwcol "$out/mw.rxe.$ty" usec_per_op)
+	[ -n "$qo" ] || why+=("qhca type $ty: n/a: $(tail -n1 "$out/mw.qhca.$ty" 2>/dev/null)")
+	[ -n "$ro" ] || why+=("rxe type $ty: n/a: $(tail -n1 "$out/mw.rxe.$ty" 2>/dev/null)")
+	if [ "$ty" = 2 ]; then w="type 2B: bind+write+inv"; else w="type 1: bind+write"; fi
+	printf "$mfmt" "$w" "${qo:-n/a}" "${qu:-n/a}" "${ro:-n/a}" "${ru:-n/a}" "$(div "$qo" "$ro")"
+done
+for l in "${why[@]}"; do echo "  $l"; done
+mw_d=$(($(mw_ops "$mw_sc_big") - $(mw_ops "$mw_sc_small")))
+mwsc=()
+for s in qhca rxe; do
+	lo=$(calls "$out/strace.mw.$s.$mw_sc_small" 2>/dev/null) hi=$(calls "$out/strace.mw.$s.$mw_sc_big" 2>/dev/null)
+	if num "$lo" && num "$hi"; then
+		mwsc+=("$s $(awk -v a="$lo" -v b="$hi" -v n="$mw_d" 'BEGIN { printf "%.3f", (b - a) / n }') (totals $lo, $hi)")
+	else
+		mwsc+=("$s n/a")
+	fi
+done
+echo "system calls per type 2B operation (strace -c -f, marginal between -n $mw_sc_small and -n $mw_sc_big): ${mwsc[0]}; ${mwsc[1]}"
+echo "(the same loop in two programs, since qhca has no verbs provider yet (issue 12): qhca-mw-bench on the"
+echo " qhca provider, rxe-mw-bench on libibverbs with rxe0 (-x 1); both QPs and the window in one process on one"
+echo " context (loopback), every request signaled and its completion polled before the next is posted;"
+echo " ops/s and us/op are means over the run, after -n/10 warm-up operations; qhca/rxe > 1: qhca faster)"
 echo "=================================================================================================="
 
 # On-demand paging: reg_mr of 1 GiB pinned against on demand, and a write_bw stream of 64 KiB

@@ -16,8 +16,9 @@ APT_PACKAGES=(
 	seabios qemu-system-data ipxe-qemu
 	# VM runner: vng needs udev to carry the guest's exit code back; busybox for the guest's tools
 	udev busybox-static strace
-	# The peer benchmarks compare against: Soft-RoCE (rxe) through rdma-core, with perftest
-	rdma-core ibverbs-utils ibverbs-providers perftest iproute2
+	# The peer benchmarks compare against: Soft-RoCE (rxe) through rdma-core, with perftest;
+	# libibverbs-dev builds rxe-mw-bench (provider/tools/c), the memory-window loop on verbs
+	rdma-core ibverbs-utils ibverbs-providers perftest iproute2 libibverbs-dev
 )
 
 setup_apt_sources() {
