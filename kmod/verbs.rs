@@ -117,15 +117,21 @@ fn read_handle(arg: usize, allowed: u32) -> Result<(u32, u32)> {
     Ok((a.handle, a.flags))
 }
 
-/// Sends one of the destroy commands (`in[0]` = context, `in[1]` = handle).
+/// Sends one of the destroy commands (`in[0]` = context, `in[1]` = handle, `in[2]` = flags:
+/// DEREG_MR's `QHCA_DEREG_MR_*`, 0 for the others).
 ///
 /// Fault injection (debugfs `refuse_destroys`): answers `EINVAL` without asking the device, as a
 /// device that refuses would, leaving the object in it.
-fn destroy_in_device(dev: &QhcaDevice, uar: u32, op: u32, handle: u32) -> Result {
+fn destroy_in_device(dev: &QhcaDevice, uar: u32, op: u32, handle: u32, flags: u32) -> Result {
     if crate::debugfs::take(&crate::debugfs::REFUSE_DESTROYS) {
         return Err(EINVAL);
     }
-    dev.exec(Cmd::new(op).input(0, uar.into()).input(1, handle.into()))?;
+    dev.exec(
+        Cmd::new(op)
+            .input(0, uar.into())
+            .input(1, handle.into())
+            .input(2, flags.into()),
+    )?;
     Ok(())
 }
 
@@ -285,13 +291,13 @@ impl Verbs<'_> {
                     objs.mrs.retain(|m| m.key != h);
                     return Ok(0);
                 }
-                // Windows bound to it: the device says BAD_STATE (EBUSY) unless told to
-                // unbind them.
-                return self.dereg_pinned(objs, h, flags);
             }
-            destroy_in_device(self.dev, self.uar, op, h)?;
+            // DEREG_MR of a region with windows bound to it: the device says BAD_STATE (EBUSY)
+            // unless the flags tell it to unbind them.
+            destroy_in_device(self.dev, self.uar, op, h, flags)?;
             match op {
                 uapi::QHCA_CMD_DEALLOC_PD => objs.pds.retain(|p| *p != h),
+                uapi::QHCA_CMD_DEREG_MR => objs.mrs.retain(|m| m.key != h),
                 uapi::QHCA_CMD_DEALLOC_MW => objs.mws.retain(|w| !w.named_by(h)),
                 uapi::QHCA_CMD_DESTROY_CQ => {
                     self.ctx.remove_cq(h);
@@ -304,21 +310,6 @@ impl Verbs<'_> {
             }
             Ok(0)
         })
-    }
-
-    /// DEREG_MR of a pinned region: the device forgets it, then its pages are unpinned.
-    fn dereg_pinned(&self, objs: &mut Objects, key: u32, flags: u32) -> Result<isize> {
-        if crate::debugfs::take(&crate::debugfs::REFUSE_DESTROYS) {
-            return Err(EINVAL);
-        }
-        self.dev.exec(
-            Cmd::new(uapi::QHCA_CMD_DEREG_MR)
-                .input(0, self.uar.into())
-                .input(1, key.into())
-                .input(2, flags.into()),
-        )?;
-        objs.mrs.retain(|m| m.key != key);
-        Ok(0)
     }
 
     /// `QHCA_IOCTL_REG_MR`: pins the region and hands the device its translation, or registers
@@ -787,7 +778,7 @@ impl Objects {
             let Some(uar) = uar.filter(|_| device_alive) else {
                 return true;
             };
-            match destroy_in_device(dev, uar, op, h) {
+            match destroy_in_device(dev, uar, op, h, 0) {
                 Ok(()) => true,
                 // The queue died on the way: the device is stopped now.
                 Err(_) if dev.cmdq.is_dead() => true,

@@ -21,9 +21,6 @@
 /* A window key's index: generation << QHCA_MW_INDEX_BITS | slot. */
 #define QHCA_MW_INDEX_MASK  (~QHCA_MW_KEY_FLAG >> QHCA_KEY_TAG_BITS)
 #define QHCA_MW_SLOT_MASK   (QHCA_LIMIT_MAX_MW - 1)
-#define QHCA_MW_REMOTE      (QHCA_ACCESS_REMOTE_READ | \
-                             QHCA_ACCESS_REMOTE_WRITE | \
-                             QHCA_ACCESS_REMOTE_ATOMIC)
 
 static uint32_t qhca_mw_key(const QhcaMw *mw)
 {
@@ -183,7 +180,7 @@ uint8_t qhca_mw_bind(QhcaState *s, QhcaQp *qp, const struct qhca_wqe_bind *b,
         *why = "bind: the new key is not the window's with a new tag";
         return QHCA_WC_MW_BIND_ERR;
     }
-    if (b->access & ~QHCA_MW_REMOTE) {
+    if (b->access & ~QHCA_ACCESS_REMOTE) {
         *why = "bind: rights other than remote ones";
         return QHCA_WC_MW_BIND_ERR;
     }

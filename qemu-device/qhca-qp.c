@@ -296,8 +296,7 @@ uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
     }
     if (a.timeout > 31 || a.retry_cnt > 7 || a.rnr_retry > 7 ||
         a.min_rnr_timer > 31 ||
-        (access & ~(QHCA_ACCESS_REMOTE_WRITE | QHCA_ACCESS_REMOTE_READ |
-                    QHCA_ACCESS_REMOTE_ATOMIC)) ||
+        (access & ~QHCA_ACCESS_REMOTE) ||
         dest_qpn > QHCA_DB_QN_MASK || rq_psn > 0xffffff ||
         sq_psn > 0xffffff) {
         return QHCA_CMD_BAD_PARAM;

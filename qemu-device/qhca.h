@@ -570,6 +570,11 @@ static inline bool qhca_ready(const QhcaState *s)
     return (s->status & QHCA_STATUS_READY) && !s->reset_pending;
 }
 
+/* The remote rights: what a QP accepts as responder, what a window may have. */
+#define QHCA_ACCESS_REMOTE      (QHCA_ACCESS_REMOTE_READ | \
+                                 QHCA_ACCESS_REMOTE_WRITE | \
+                                 QHCA_ACCESS_REMOTE_ATOMIC)
+
 /* The last tag an MR index may carry before it is retired. */
 #define QHCA_MR_TAG_LAST        ((1u << QHCA_KEY_TAG_BITS) - 1)
 #define QHCA_QPN_GEN_MASK       ((1u << (24 - QHCA_QPN_INDEX_BITS)) - 1)

@@ -21,8 +21,8 @@
 use std::sync::Arc;
 
 use qhca_uapi::{
-    qhca_ioc_alloc_mw, qhca_ioc_handle, QHCA_ACCESS_REMOTE_ATOMIC, QHCA_ACCESS_REMOTE_READ,
-    QHCA_ACCESS_REMOTE_WRITE, QHCA_KEY_TAG_BITS, QHCA_MW_TYPE_1, QHCA_MW_TYPE_2A, QHCA_MW_TYPE_2B,
+    qhca_ioc_alloc_mw, qhca_ioc_handle, QHCA_KEY_TAG_BITS, QHCA_MW_TYPE_1, QHCA_MW_TYPE_2A,
+    QHCA_MW_TYPE_2B,
 };
 
 use crate::error::Result;
@@ -65,9 +65,8 @@ pub fn inc_rkey(key: u32) -> u32 {
 pub struct Mw {
     pd: Arc<PdInner>,
     ty: MwType,
-    /// The key as allocated: DEALLOC_MW names the window by it.
-    alloc_key: u32,
-    /// The key of the last bind this value built (or the allocated one).
+    /// The key of the last bind this value built (or the allocated one). Any tag names the
+    /// window to DEALLOC_MW.
     key: u32,
 }
 
@@ -82,7 +81,6 @@ impl Pd {
         Ok(Mw {
             pd: self.inner.clone(),
             ty,
-            alloc_key: req.key,
             key: req.key,
         })
     }
@@ -141,16 +139,12 @@ impl Mw {
     pub fn invalidate(&self) -> WrOp {
         WrOp::LocalInv { rkey: self.key }
     }
-
-    /// The remote rights a window may have.
-    pub const REMOTE_RIGHTS: Access =
-        Access(QHCA_ACCESS_REMOTE_READ | QHCA_ACCESS_REMOTE_WRITE | QHCA_ACCESS_REMOTE_ATOMIC);
 }
 
 impl Drop for Mw {
     fn drop(&mut self) {
         let mut req = qhca_ioc_handle::request();
-        req.handle = self.alloc_key;
+        req.handle = self.key;
         // A failure (device gone) leaves nothing of ours reachable: a window exposes only
         // memory of regions, which unbind their windows when they go.
         let _ = self.pd.ctx.ioctl("DEALLOC_MW", sys::dealloc_mw, &mut req);

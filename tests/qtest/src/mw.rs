@@ -10,8 +10,7 @@ use qhca_uapi::*;
 
 use crate::hca::Hca;
 use crate::verbs::{
-    bring_to_rts, create_cq, create_qp, modify_qp, obj_cmd, take_events, ConnParams, Cq, Mem, Qp,
-    QpAttr, QpCaps, SendWr,
+    bring_to_rts, create_cq, create_qp, obj_cmd, reconnect, ConnParams, Cq, Mem, Qp, QpCaps, SendWr,
 };
 
 /// Where the bind segment sits in a send WQE.
@@ -143,26 +142,12 @@ impl Link {
     }
     /// Both QPs back to RTS after an error (same QPNs), with empty queues and CQs.
     pub fn reconnect(&mut self, h: &mut Hca, p: &ConnParams, psn: u32) {
-        // The QP_ERR events first, so that they do not meet the commands' completions.
-        take_events(h);
-        for q in [&mut self.a, &mut self.b] {
-            let st = modify_qp(
-                h,
-                q.uar,
-                q.qpn,
-                &QpAttr {
-                    mask: QHCA_QP_ATTR_STATE,
-                    state: QHCA_QPS_RESET as u8,
-                    ..Default::default()
-                },
-            );
-            assert_eq!(st, QHCA_CMD_OK, "QP {:#x} to RESET", q.qpn);
-            q.sq_pi = 0;
-            q.rq_pi = 0;
-        }
-        while self.acq.poll(h).is_some() {}
-        while self.bcq.poll(h).is_some() {}
-        bring_to_rts(h, &self.a, self.b.qpn, psn, p);
-        bring_to_rts(h, &self.b, self.a.qpn, psn, p);
+        reconnect(
+            h,
+            [&mut self.a, &mut self.b],
+            [&mut self.acq, &mut self.bcq],
+            p,
+            psn,
+        );
     }
 }

@@ -767,29 +767,42 @@ impl Pair {
 
     /// Both QPs back to RTS after an error, with fresh PSNs and empty queues.
     pub fn reconnect(&mut self, h: &mut Hca, p: &ConnParams, psn: u32) {
-        // The QP_ERR events first, so that they do not meet the commands' completions.
-        take_events(h);
-        for q in [&mut self.a, &mut self.b] {
-            let st = modify_qp(
-                h,
-                q.uar,
-                q.qpn,
-                &QpAttr {
-                    mask: QHCA_QP_ATTR_STATE,
-                    state: QHCA_QPS_RESET as u8,
-                    ..Default::default()
-                },
-            );
-            assert_eq!(st, QHCA_CMD_OK);
-            q.sq_pi = 0;
-            q.rq_pi = 0;
-        }
-        // Drain whatever the flush left in the CQs.
-        while self.scq.poll(h).is_some() {}
-        while self.rcq.poll(h).is_some() {}
-        bring_to_rts(h, &self.a, self.b.qpn, psn, p);
-        bring_to_rts(h, &self.b, self.a.qpn, psn, p);
+        reconnect(
+            h,
+            [&mut self.a, &mut self.b],
+            [&mut self.scq, &mut self.rcq],
+            p,
+            psn,
+        );
     }
+}
+
+/// Two QPs connected to each other back to RTS after an error (same QPNs, first PSN `psn`),
+/// with empty queues, and whatever the flush left in their CQs drained.
+pub fn reconnect(h: &mut Hca, qps: [&mut Qp; 2], cqs: [&mut Cq; 2], p: &ConnParams, psn: u32) {
+    // The QP_ERR events first, so that they do not meet the commands' completions.
+    take_events(h);
+    let [a, b] = qps;
+    for q in [&mut *a, &mut *b] {
+        let st = modify_qp(
+            h,
+            q.uar,
+            q.qpn,
+            &QpAttr {
+                mask: QHCA_QP_ATTR_STATE,
+                state: QHCA_QPS_RESET as u8,
+                ..Default::default()
+            },
+        );
+        assert_eq!(st, QHCA_CMD_OK, "QP {:#x} to RESET", q.qpn);
+        q.sq_pi = 0;
+        q.rq_pi = 0;
+    }
+    for cq in cqs {
+        while cq.poll(h).is_some() {}
+    }
+    bring_to_rts(h, a, b.qpn, psn, p);
+    bring_to_rts(h, b, a.qpn, psn, p);
 }
 
 /// Deterministic test pattern.

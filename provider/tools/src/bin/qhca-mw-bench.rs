@@ -170,11 +170,5 @@ fn run(o: &Opts) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match parse(&args).and_then(|o| run(&o)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("qhca-mw-bench: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    bench::exit("qhca-mw-bench", parse(&args).and_then(|o| run(&o)))
 }

@@ -431,11 +431,5 @@ fn main() -> ExitCode {
         Some(n) => neighbour_main(&o, n),
         None => run(&o),
     });
-    match res {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("qhca-odp-bench: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    bench::exit("qhca-odp-bench", res)
 }

@@ -187,11 +187,5 @@ fn run(o: &Opts) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match parse(&args).and_then(|o| run(&o)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("qhca-rcache-bench: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    bench::exit("qhca-rcache-bench", parse(&args).and_then(|o| run(&o)))
 }

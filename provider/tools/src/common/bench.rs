@@ -1,16 +1,29 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! What qhca-odp-bench and qhca-rcache-bench share: sizes on the command line, fresh anonymous
-//! memory, two QPs of one context connected to each other, and a WRITE stream.
+//! What qhca-odp-bench, qhca-rcache-bench and qhca-mw-bench share: sizes on the command line,
+//! fresh anonymous memory, two QPs of one context connected to each other, a WRITE stream, and
+//! the exit status.
 
 #![allow(dead_code)] // each tool uses part of it
 
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use qhca::{ConnInfo, ConnOpts, Context, Cq, PageBuf, Pd, Qp, QpCaps, SendWr, Sge, Wc, WrOp};
 
 use super::tsc;
+
+/// A tool's exit status: success, or its error on stderr after its name and failure.
+pub fn exit(tool: &str, res: Result<(), String>) -> ExitCode {
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{tool}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 /// `64k`, `1M`, `1G` or plain bytes.
 pub fn parse_size(s: &str) -> Option<usize> {

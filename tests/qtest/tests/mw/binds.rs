@@ -65,11 +65,7 @@ fn rebinding_changes_the_key() {
     let mut t = T::new();
 
     // Type 1: a bind of a bound window moves it; the old key stops working at once.
-    let mw = t.alloc(QHCA_MW_TYPE_1);
-    let mut l = t.link();
-    let k1 = inc_key(mw);
-    let b = t.win(mw, k1, 0, 512, RW);
-    t.bind_b(&mut l, &b);
+    let (mw, k1, mut l) = t.bound(QHCA_MW_TYPE_1, 0, 512, RW);
     t.write_ok(&mut l, 0, 64, k1, "type 1, first key");
     // mw_key's tag is not checked.
     let k2 = inc_key(k1);
@@ -88,11 +84,7 @@ fn rebinding_changes_the_key() {
 
     for ty in TYPE2 {
         let what = format!("type {ty}");
-        let mw = t.alloc(ty);
-        let mut l = t.link();
-        let k1 = inc_key(mw);
-        let b = t.win(mw, k1, 0, 512, RW);
-        t.bind_b(&mut l, &b);
+        let (mw, k1, mut l) = t.bound(ty, 0, 512, RW);
         t.write_ok(&mut l, 0, 64, k1, &what);
         // Bound: a bind is refused, from another QP of the PD as from its own.
         let mut l2 = t.link();
@@ -136,11 +128,7 @@ fn type2_windows_belong_to_their_qp_type1_to_their_pd() {
     let mut t = T::new();
     for ty in TYPE2 {
         let what = format!("type {ty}");
-        let mw = t.alloc(ty);
-        let mut l = t.link();
-        let k = inc_key(mw);
-        let b = t.win(mw, k, 0, 512, RW);
-        t.bind_b(&mut l, &b);
+        let (_, k, mut l) = t.bound(ty, 0, 512, RW);
         t.write_ok(&mut l, 0, 64, k, &what);
         let mut l2 = t.link();
         t.write_refused(
@@ -416,20 +404,12 @@ fn window_rights_are_enforced() {
     t.write_refused(&mut l0, 0, 16, mr, "the region's own key");
 
     // READ only.
-    let mw = t.alloc(QHCA_MW_TYPE_1);
-    let mut l = t.link();
-    let k = inc_key(mw);
-    let b = t.win(mw, k, 0, 512, QHCA_ACCESS_REMOTE_READ);
-    t.bind_b(&mut l, &b);
+    let (_, k, mut l) = t.bound(QHCA_MW_TYPE_1, 0, 512, QHCA_ACCESS_REMOTE_READ);
     t.read_ok(&mut l, 0, 512, k, "READ-only window");
     t.write_refused(&mut l, 0, 16, k, "WRITE through a READ-only window");
 
     // WRITE only (type 2A).
-    let mw = t.alloc(QHCA_MW_TYPE_2A);
-    let mut l = t.link();
-    let k = inc_key(mw);
-    let b = t.win(mw, k, 512, 512, QHCA_ACCESS_REMOTE_WRITE);
-    t.bind_b(&mut l, &b);
+    let (_, k, mut l) = t.bound(QHCA_MW_TYPE_2A, 512, 512, QHCA_ACCESS_REMOTE_WRITE);
     t.write_ok(&mut l, 512, 512, k, "WRITE-only window");
     t.read_refused(&mut l, 512, 16, k, "READ through a WRITE-only window");
 
@@ -450,11 +430,7 @@ fn window_rights_are_enforced() {
         assert_eq!(c.opcode as u32, QHCA_WC_FETCH_ADD, "{c:?}");
         c
     };
-    let mw = t.alloc(QHCA_MW_TYPE_2B);
-    let mut l = t.link();
-    let k = inc_key(mw);
-    let b = t.win(mw, k, 1024, 64, QHCA_ACCESS_REMOTE_ATOMIC);
-    t.bind_b(&mut l, &b);
+    let (_, k, mut l) = t.bound(QHCA_MW_TYPE_2B, 1024, 64, QHCA_ACCESS_REMOTE_ATOMIC);
     let orig = u64::from_le_bytes(t.model[1032..1040].try_into().unwrap());
     let c = fadd(&mut t, &mut l, 1032, k);
     assert_eq!(c.status as u32, QHCA_WC_SUCCESS, "{c:?}");
@@ -487,11 +463,7 @@ fn window_rights_are_enforced() {
     t.write_refused(&mut lr, 0, 64, k, "WRITE, QP without REMOTE_WRITE");
 
     // A window's key is no local key.
-    let mw = t.alloc(QHCA_MW_TYPE_1);
-    let mut l = t.link();
-    let k = inc_key(mw);
-    let b = t.win(mw, k, 0, 512, RW);
-    t.bind_b(&mut l, &b);
+    let (_, k, _l) = t.bound(QHCA_MW_TYPE_1, 0, 512, RW);
     let mut l2 = t.link();
     let tgt = t.tgt;
     let c = t.post(&mut l2, &SendWr::write(tgt, 16, k, tgt + 1024, k));

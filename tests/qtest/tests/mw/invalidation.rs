@@ -69,11 +69,7 @@ fn local_invalidate() {
     }
 
     // Type 1 windows and regions are not invalidated by LOCAL_INV.
-    let mw = t.alloc(QHCA_MW_TYPE_1);
-    let mut l = t.link();
-    let k = inc_key(mw);
-    let b = t.win(mw, k, 0, 256, RW);
-    t.bind_b(&mut l, &b);
+    let (_, k, mut l) = t.bound(QHCA_MW_TYPE_1, 0, 256, RW);
     let mut l2 = t.link();
     let st = t.local_inv(&mut l2.a, &mut l2.acq, k);
     assert_eq!(st, QHCA_WC_LOC_QP_OP_ERR, "LOCAL_INV of a type 1 window");

@@ -142,6 +142,17 @@ impl T {
         assert_eq!(c.status as u32, QHCA_WC_SUCCESS, "bind {b:?}: {c:?}");
     }
 
+    /// A new window of type `ty` bound through a new link's `b` to its next key over `len`
+    /// bytes at `off` of the target with `access`: the window, that key and the link.
+    fn bound(&mut self, ty: u32, off: u64, len: u64, access: u32) -> (u32, u32, Link) {
+        let mw = self.alloc(ty);
+        let mut l = self.link();
+        let k = inc_key(mw);
+        let b = self.win(mw, k, off, len, access);
+        self.bind_b(&mut l, &b);
+        (mw, k, l)
+    }
+
     /// A bind through `l.b` that must fail with MW_BIND_ERR: `l.b` goes to ERR.
     fn bind_refused(&mut self, l: &mut Link, b: &Bind, what: &str) {
         let c = self.bind(&mut l.b, &mut l.bcq, b);

@@ -420,11 +420,7 @@ fn context_teardown_frees_bound_windows() {
 
     // The device is sound afterwards: a new context binds and uses a window.
     let mut t = T::on(t.h);
-    let mw = t.alloc(QHCA_MW_TYPE_2A);
-    let mut l = t.link();
-    let k = inc_key(mw);
-    let b = t.win(mw, k, 0, 512, RW);
-    t.bind_b(&mut l, &b);
+    let (_, k, mut l) = t.bound(QHCA_MW_TYPE_2A, 0, 512, RW);
     t.write_ok(&mut l, 0, 512, k, "a new context");
 
     // A device reset with windows bound leaves nothing behind either.

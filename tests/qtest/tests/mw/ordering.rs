@@ -21,48 +21,14 @@ fn bind_completes_in_sq_order() {
     let mw = t.alloc(QHCA_MW_TYPE_2A);
     let mut l = t.link();
     let k = inc_key(mw);
-    l.b.post_recv(&mut t.h, 0x30, &[(rcv, 64, rcv_key)]);
-    let data = t.data(2000);
-    t.h.qt.memwrite(t.src, &data);
-    let wqe = SendWr {
-        wr_id: 0x10,
-        ..SendWr::write(t.src, 2000, t.lkey, plain, plain_key)
-    }
-    .encode();
-    l.a.write_send_raw(&mut t.h, &wqe);
-    let b = t.win(mw, k, 0, 1024, RW);
-    l.a.write_bind(&mut t.h, 0x11, QHCA_WQE_SIGNALED, &b);
-    let wqe = SendWr {
-        wr_id: 0x12,
-        opcode: QHCA_WR_SEND,
-        flags: QHCA_WQE_SIGNALED,
-        inline: Some(k.to_le_bytes().to_vec()),
-        ..Default::default()
-    }
-    .encode();
-    l.a.write_send_raw(&mut t.h, &wqe);
-    l.a.ring_sq(&mut t.h);
-    let got: Vec<_> = (0..3)
-        .map(|_| {
-            let c = l.acq.wait(&mut t.h);
-            (c.wr_id, c.opcode as u32, c.status as u32, c.wqe_index)
-        })
-        .collect();
-    assert_eq!(
-        got,
-        vec![
-            (0x10, QHCA_WC_RDMA_WRITE, QHCA_WC_SUCCESS, 0),
-            (0x11, QHCA_WC_BIND_MW, QHCA_WC_SUCCESS, 1),
-            (0x12, QHCA_WC_SEND, QHCA_WC_SUCCESS, 2),
-        ],
-        "CQEs in SQ order"
-    );
-    assert_eq!(t.h.qt.memread(plain, 2000), data);
-    let r = l.bcq.wait(&mut t.h);
-    assert_eq!(
-        (r.wr_id, r.status as u32, r.byte_len),
-        (0x30, 0, 4),
-        "{r:?}"
+    write_bind_send(
+        &mut t,
+        &mut l,
+        (plain, plain_key),
+        (rcv, rcv_key),
+        2000,
+        (mw, k, 1024),
+        "CQEs in SQ order",
     );
     let told = u32::from_le_bytes(t.h.qt.memread(rcv, 4).try_into().unwrap());
     assert_eq!(told, k);
@@ -104,12 +70,7 @@ fn bind_completes_in_sq_order() {
     l.a.ring_sq(&mut t.h);
     l.acq.expect_empty(&mut t.h);
     l.b.post_recv(&mut t.h, 0x31, &[(rcv, 64, rcv_key)]);
-    let got: Vec<_> = (0..2)
-        .map(|_| {
-            let c = l.acq.wait(&mut t.h);
-            (c.wr_id, c.opcode as u32, c.status as u32, c.wqe_index)
-        })
-        .collect();
+    let got = cqes(&mut t, &mut l.acq, 2);
     assert_eq!(
         got,
         vec![
@@ -162,12 +123,7 @@ fn bind_completes_in_sq_order() {
     .encode();
     l.a.write_send_raw(&mut t.h, &wqe);
     l.a.ring_sq(&mut t.h);
-    let got: Vec<_> = (0..3)
-        .map(|_| {
-            let c = l.acq.wait(&mut t.h);
-            (c.wr_id, c.opcode as u32, c.status as u32, c.wqe_index)
-        })
-        .collect();
+    let got = cqes(&mut t, &mut l.acq, 3);
     assert_eq!(
         got,
         vec![
@@ -178,6 +134,59 @@ fn bind_completes_in_sq_order() {
         "a failed bind (a region without MW_BIND) in SQ order"
     );
     t.went_to_err(&[l.a.qpn]);
+}
+
+/// With a receive (wr_id 0x30) posted on `l.b` at `rcv`, under one doorbell on `l.a`: a
+/// signalled WRITE (0x10) of `len` fresh bytes from the source page to `dst`, the signalled bind
+/// (0x11) of window `mw` to key `k` over the first `win_len` bytes of the target, and a
+/// signalled SEND (0x12) carrying `k` inline. Checks that the three complete in SQ order
+/// (`what`), that the bytes landed, and that the receive took the 4-byte key.
+fn write_bind_send(
+    t: &mut T,
+    l: &mut Link,
+    (dst, dst_key): (u64, u32),
+    (rcv, rcv_key): (u64, u32),
+    len: u32,
+    (mw, k, win_len): (u32, u32, u64),
+    what: &str,
+) {
+    l.b.post_recv(&mut t.h, 0x30, &[(rcv, 64, rcv_key)]);
+    let data = t.data(len as usize);
+    t.h.qt.memwrite(t.src, &data);
+    let wqe = SendWr {
+        wr_id: 0x10,
+        ..SendWr::write(t.src, len, t.lkey, dst, dst_key)
+    }
+    .encode();
+    l.a.write_send_raw(&mut t.h, &wqe);
+    let b = t.win(mw, k, 0, win_len, RW);
+    l.a.write_bind(&mut t.h, 0x11, QHCA_WQE_SIGNALED, &b);
+    let wqe = SendWr {
+        wr_id: 0x12,
+        opcode: QHCA_WR_SEND,
+        flags: QHCA_WQE_SIGNALED,
+        inline: Some(k.to_le_bytes().to_vec()),
+        ..Default::default()
+    }
+    .encode();
+    l.a.write_send_raw(&mut t.h, &wqe);
+    l.a.ring_sq(&mut t.h);
+    assert_eq!(
+        cqes(t, &mut l.acq, 3),
+        vec![
+            (0x10, QHCA_WC_RDMA_WRITE, QHCA_WC_SUCCESS, 0),
+            (0x11, QHCA_WC_BIND_MW, QHCA_WC_SUCCESS, 1),
+            (0x12, QHCA_WC_SEND, QHCA_WC_SUCCESS, 2),
+        ],
+        "{what}"
+    );
+    assert_eq!(t.h.qt.memread(dst, len as usize), data);
+    let r = l.bcq.wait(&mut t.h);
+    assert_eq!(
+        (r.wr_id, r.status as u32, r.byte_len),
+        (0x30, 0, 4),
+        "{r:?}"
+    );
 }
 
 /// Every CQE of the next `n` on `cq`: (wr_id, opcode, status, wqe_index).
@@ -414,48 +423,14 @@ fn retransmission_runs_nothing_twice() {
     let mw = t.alloc(QHCA_MW_TYPE_2A);
     let mut l = t.link();
     let k = inc_key(mw);
-    l.b.post_recv(&mut t.h, 0x30, &[(rcv, 64, rcv_key)]);
-    let data = t.data(64);
-    t.h.qt.memwrite(t.src, &data);
-    let wqe = SendWr {
-        wr_id: 0x10,
-        ..SendWr::write(t.src, 64, t.lkey, plain, plain_key)
-    }
-    .encode();
-    l.a.write_send_raw(&mut t.h, &wqe);
-    let b = t.win(mw, k, 0, 512, RW);
-    l.a.write_bind(&mut t.h, 0x11, QHCA_WQE_SIGNALED, &b);
-    let wqe = SendWr {
-        wr_id: 0x12,
-        opcode: QHCA_WR_SEND,
-        flags: QHCA_WQE_SIGNALED,
-        inline: Some(k.to_le_bytes().to_vec()),
-        ..Default::default()
-    }
-    .encode();
-    l.a.write_send_raw(&mut t.h, &wqe);
-    l.a.ring_sq(&mut t.h);
-    let got: Vec<_> = (0..3)
-        .map(|_| {
-            let c = l.acq.wait(&mut t.h);
-            (c.wr_id, c.opcode as u32, c.status as u32, c.wqe_index)
-        })
-        .collect();
-    assert_eq!(
-        got,
-        vec![
-            (0x10, QHCA_WC_RDMA_WRITE, QHCA_WC_SUCCESS, 0),
-            (0x11, QHCA_WC_BIND_MW, QHCA_WC_SUCCESS, 1),
-            (0x12, QHCA_WC_SEND, QHCA_WC_SUCCESS, 2),
-        ],
-        "go-back-N over a bind"
-    );
-    assert_eq!(t.h.qt.memread(plain, 64), data);
-    let r = l.bcq.wait(&mut t.h);
-    assert_eq!(
-        (r.wr_id, r.status as u32, r.byte_len),
-        (0x30, 0, 4),
-        "{r:?}"
+    write_bind_send(
+        &mut t,
+        &mut l,
+        (plain, plain_key),
+        (rcv, rcv_key),
+        64,
+        (mw, k, 512),
+        "go-back-N over a bind",
     );
     l.bcq.expect_empty(&mut t.h);
     // The window is bound through a, once, with the key: b's WRITE with it lands.

@@ -435,22 +435,7 @@ pub(super) fn nosys_mw_main(dev: &Path, ops: u32, seccomp: bool) -> i32 {
         return nosys_exit::SETUP;
     };
     let mut wc = [Wc::default(); 4];
-    let mut wait = |cq: &mut Cq, id: u64| {
-        let mut spins = 0u64;
-        loop {
-            if cq.poll(&mut wc) == 1 {
-                if wc[0].status != WcStatus::Success || wc[0].wr_id != id {
-                    crate::sys::exit_now(nosys_exit::WC_STATUS);
-                }
-                return;
-            }
-            spins += 1;
-            if spins > 2_000_000_000 {
-                crate::sys::exit_now(nosys_exit::STALL);
-            }
-            std::hint::spin_loop();
-        }
-    };
+    let mut wait = |cq: &mut Cq, id: u64| process::nosys_wait(cq, &mut wc, id);
     process::say(&format!("loop {ops} ops"));
     if seccomp && crate::sys::forbid_syscalls().is_err() {
         return nosys_exit::SECCOMP;

@@ -529,26 +529,32 @@ fn nosys_main(dev: &Path, ops: u32, seccomp: bool) -> i32 {
         if qp.post_send(&[SendWr::inline(i, op, &v)]).is_err() {
             crate::sys::exit_now(nosys_exit::POST);
         }
-        let mut spins = 0u64;
-        loop {
-            let n = cq.poll(&mut wc);
-            if n == 1 {
-                if wc[0].status != WcStatus::Success || wc[0].wr_id != i {
-                    crate::sys::exit_now(nosys_exit::WC_STATUS);
-                }
-                break;
-            }
-            spins += 1;
-            if spins > 2_000_000_000 {
-                crate::sys::exit_now(nosys_exit::STALL);
-            }
-            std::hint::spin_loop();
-        }
+        nosys_wait(&mut cq, &mut wc, i);
         if mr.read_u64(64) != i {
             crate::sys::exit_now(nosys_exit::DATA);
         }
     }
     crate::sys::exit_now(nosys_exit::OK)
+}
+
+/// The no-syscall loops' wait: spins on `cq` (with `wc` as the poll buffer, allocated before the
+/// filter) until one completion arrives; exits the process unless it is `id`'s and successful, or
+/// if none comes within 2^31 polls.
+pub(super) fn nosys_wait(cq: &mut Cq, wc: &mut [Wc], id: u64) {
+    let mut spins = 0u64;
+    loop {
+        if cq.poll(wc) == 1 {
+            if wc[0].status != WcStatus::Success || wc[0].wr_id != id {
+                crate::sys::exit_now(nosys_exit::WC_STATUS);
+            }
+            return;
+        }
+        spins += 1;
+        if spins > 2_000_000_000 {
+            crate::sys::exit_now(nosys_exit::STALL);
+        }
+        std::hint::spin_loop();
+    }
 }
 
 /// Where `cargo build --release --examples` put the provider's example `name`: next to this
