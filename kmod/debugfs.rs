@@ -20,7 +20,9 @@
 //! - `odp_mapped_pages` (read): pages DMA-mapped for on-demand-paged regions right now.
 //! - `watched_regions` (read): watched regions (`QHCA_ACCESS_WATCHED`) not yet deregistered.
 //! - `watch_revocations` (read): watched regions revoked by a change of their mappings so far.
-//! - `qhcaN/state` (read): the device's contexts, command queue and lost events.
+//! - `qhcaN/state` (read): the device's contexts, command queue and lost events; while bound, the
+//!   objects the device holds by kind (its `NUM_*` registers, address handles included) and the
+//!   datagrams it delivered to no QP (`UD_NO_QP`).
 //! - `qhcaN/odp` (read): on-demand paging: faults handled, resumed OK and with an error, RESUMEs
 //!   the device refused (the QP moved on), INVALIDATE_ODP commands, pages mapped and unmapped,
 //!   prefetches (ADVISE_MR), faults dropped.

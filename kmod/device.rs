@@ -249,7 +249,29 @@ impl QhcaDevice {
             f,
             "events lost (EQ_OVERFLOWS): {}",
             self.eq_overflows.load(Relaxed)
-        )
+        )?;
+        // What the device holds, of every context, and the datagrams it delivered to no QP.
+        let counts = regs::with(&self.regs, |b| {
+            [
+                b.read32(regs::NUM_CTX),
+                b.read32(regs::NUM_PD),
+                b.read32(regs::NUM_MR),
+                b.read32(regs::NUM_CQ),
+                b.read32(regs::NUM_QP),
+                b.read32(regs::NUM_MW),
+                b.read32(regs::NUM_AH),
+                b.read32(regs::UD_NO_QP),
+            ]
+        });
+        if let Ok([ctx, pd, mr, cq, qp, mw, ah, no_qp]) = counts {
+            writeln!(
+                f,
+                "device objects: ctx {} pd {} mr {} cq {} qp {} mw {} ah {}",
+                ctx, pd, mr, cq, qp, mw, ah
+            )?;
+            writeln!(f, "datagrams to no QP (UD_NO_QP): {}", no_qp)?;
+        }
+        Ok(())
     }
 
     /// Tells every context once the command queue has died.
@@ -352,6 +374,10 @@ impl QhcaDevice {
         }
         if attr.caps & u64::from(uapi::QHCA_CAP_MW) == 0 {
             attr.max_mw = 0;
+        }
+        if attr.caps & u64::from(uapi::QHCA_CAP_UD) == 0 {
+            attr.max_ah = 0;
+            attr.odp_ud_caps = 0;
         }
         self.odp.reserve(attr.max_qp.min(4096))?;
         self.attr.populate(attr);
@@ -596,7 +622,7 @@ fn attr_from_le(le: &uapi::qhca_device_attr) -> uapi::qhca_device_attr {
         odp_general_caps: u64::from_le(le.odp_general_caps),
         odp_rc_caps: u32::from_le(le.odp_rc_caps),
         odp_ud_caps: u32::from_le(le.odp_ud_caps),
-        rsvd1: 0,
+        max_ah: u32::from_le(le.max_ah),
         rsvd2: 0,
     }
 }

@@ -294,7 +294,7 @@ fn start_device(pdev: &pci::Device<Bound>, dev: &QhcaDevice) -> Result {
     );
     dev_info!(
         pdev,
-        "qhca{}: max_qp {} max_qp_wr {} max_sge {} max_inline {} max_cq {} max_cqe {} max_mr {} max_mw {} max_pd {}\n",
+        "qhca{}: max_qp {} max_qp_wr {} max_sge {} max_inline {} max_cq {} max_cqe {} max_mr {} max_mw {} max_ah {} max_pd {}\n",
         dev.instance,
         attr.max_qp,
         attr.max_qp_wr,
@@ -304,6 +304,7 @@ fn start_device(pdev: &pci::Device<Bound>, dev: &QhcaDevice) -> Result {
         attr.max_cqe,
         attr.max_mr,
         attr.max_mw,
+        attr.max_ah,
         attr.max_pd
     );
     Ok(())

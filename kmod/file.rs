@@ -107,9 +107,12 @@ impl MiscDevice for QhcaFile {
             | uapi::QHCA_IOCTL_QUERY_QP
             | uapi::QHCA_IOCTL_DESTROY_QP
             | uapi::QHCA_IOCTL_QUERY_CTX
+            | uapi::QHCA_IOCTL_QUERY_CTX_V1
             | uapi::QHCA_IOCTL_ADVISE_MR
             | uapi::QHCA_IOCTL_ALLOC_MW
-            | uapi::QHCA_IOCTL_DEALLOC_MW => {}
+            | uapi::QHCA_IOCTL_DEALLOC_MW
+            | uapi::QHCA_IOCTL_CREATE_AH
+            | uapi::QHCA_IOCTL_DESTROY_AH => {}
             _ => return Err(ENOTTY),
         }
         this.ctx.check()?;

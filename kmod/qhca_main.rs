@@ -8,7 +8,7 @@
 //! - `device`: state shared by the binding and every open file; disassociation.
 //! - `context`: what the device reaches of one open file: doorbell mapping, events, poll.
 //! - `file`: `/dev/qhcaN`: per-process contexts, ioctl, mmap and poll.
-//! - `verbs`: a context's PDs, MRs, CQs and QPs.
+//! - `verbs`: a context's PDs, MRs, memory windows, CQs, QPs and address handles.
 //! - `odp`: on-demand-paged memory regions: page faults, invalidations, prefetch.
 //! - `watch`: watched pinned regions and the invalidation page (registration caches).
 //! - `pagelist`: two-level page lists.

@@ -34,15 +34,25 @@ regs! {
     CMDQ_BASE_HI = uapi::QHCA_REG_CMDQ_BASE_HI;
     CMDQ_LOG_SIZE = uapi::QHCA_REG_CMDQ_LOG_SIZE;
     CMDQ_PI = uapi::QHCA_REG_CMDQ_PI;
+    CMDQ_CI = uapi::QHCA_REG_CMDQ_CI;
     EQ_BASE_LO = uapi::QHCA_REG_EQ_BASE_LO;
     EQ_BASE_HI = uapi::QHCA_REG_EQ_BASE_HI;
     EQ_LOG_SIZE = uapi::QHCA_REG_EQ_LOG_SIZE;
     EQ_CI = uapi::QHCA_REG_EQ_CI;
+    EQ_PI = uapi::QHCA_REG_EQ_PI;
     INTR_CTRL = uapi::QHCA_REG_INTR_CTRL;
     GUEST_ERRORS = uapi::QHCA_REG_GUEST_ERRORS;
     DB_VIOLATIONS = uapi::QHCA_REG_DB_VIOLATIONS;
     EQ_OVERFLOWS = uapi::QHCA_REG_EQ_OVERFLOWS;
     FATAL_SYNDROME = uapi::QHCA_REG_FATAL_SYNDROME;
+    NUM_CTX = uapi::QHCA_REG_NUM_CTX;
+    NUM_PD = uapi::QHCA_REG_NUM_PD;
+    NUM_MR = uapi::QHCA_REG_NUM_MR;
+    NUM_CQ = uapi::QHCA_REG_NUM_CQ;
+    NUM_QP = uapi::QHCA_REG_NUM_QP;
+    NUM_MW = uapi::QHCA_REG_NUM_MW;
+    NUM_AH = uapi::QHCA_REG_NUM_AH;
+    UD_NO_QP = uapi::QHCA_REG_UD_NO_QP;
 }
 
 /// BAR0 as shared with open files: revoked when the device is unbound.

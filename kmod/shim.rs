@@ -469,6 +469,14 @@ pub(crate) fn task_size() -> u64 {
     unsafe { qhca_shim_task_size() }
 }
 
+/// True if the calling task has `CAP_NET_RAW` (in the initial user namespace), as the RDMA core
+/// asks of whoever sets a controlled Q_Key. Marks the task as having used a privilege if so.
+pub(crate) fn capable_net_raw() -> bool {
+    // SAFETY: `capable` checks the current task's credentials, which are always valid in process
+    // context (an ioctl); `CAP_NET_RAW` is a valid capability number.
+    unsafe { bindings::capable(bindings::CAP_NET_RAW as c_int) }
+}
+
 /// True if the calling task has been killed: long loops on its behalf stop.
 pub(crate) fn fatal_signal_pending() -> bool {
     // SAFETY: Reads the current task's signal state; no preconditions.

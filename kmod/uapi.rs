@@ -57,11 +57,13 @@ plain_abi_structs!(
     qhca_ioc_async_event,
     qhca_ioc_advise_mr,
     qhca_ioc_alloc_mw,
+    qhca_ioc_create_ah,
     qhca_qp_attr,
     qhca_ctx_stats,
     qhca_cmd_reg_mr,
     qhca_cmd_create_cq,
     qhca_cmd_create_qp,
+    qhca_cmd_create_ah,
 );
 
 const _: () = {
@@ -69,11 +71,33 @@ const _: () = {
     assert!(core::mem::size_of::<qhca_eqe>() == 32);
     assert!(core::mem::size_of::<qhca_device_attr>() == 128);
     assert!(core::mem::size_of::<qhca_ioc_query_device>() == 160);
+    assert!(core::mem::size_of::<qhca_ctx_stats>() == 96);
+    assert!(core::mem::size_of::<qhca_ioc_query_ctx>() == 0x70);
+    assert!(core::mem::size_of::<qhca_ah_attr>() == 24);
+    assert!(core::mem::size_of::<qhca_ioc_create_ah>() == 40);
+    // It overlays `qhca_cmd.in[]`, which must hold all of it.
+    assert!(core::mem::size_of::<qhca_cmd_create_ah>() == 40);
+    assert!(
+        core::mem::size_of::<qhca_cmd_create_ah>()
+            <= core::mem::size_of::<qhca_cmd>() - core::mem::offset_of!(qhca_cmd, in_)
+    );
     assert!(
         QHCA_IOCTL_QUERY_DEVICE
             == kernel::ioctl::_IOWR::<qhca_ioc_query_device>(
                 QHCA_IOC_MAGIC,
                 QHCA_IOC_NR_QUERY_DEVICE
             )
+    );
+    assert!(
+        QHCA_IOCTL_QUERY_CTX
+            == kernel::ioctl::_IOWR::<qhca_ioc_query_ctx>(QHCA_IOC_MAGIC, QHCA_IOC_NR_QUERY_CTX)
+    );
+    assert!(
+        QHCA_IOCTL_CREATE_AH
+            == kernel::ioctl::_IOWR::<qhca_ioc_create_ah>(QHCA_IOC_MAGIC, QHCA_IOC_NR_CREATE_AH)
+    );
+    assert!(
+        QHCA_IOCTL_DESTROY_AH
+            == kernel::ioctl::_IOWR::<qhca_ioc_handle>(QHCA_IOC_MAGIC, QHCA_IOC_NR_DESTROY_AH)
     );
 };

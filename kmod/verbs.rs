@@ -1,19 +1,25 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Verbs objects of one context: protection domains, memory regions and windows, completion
-//! queues and queue pairs, created and destroyed by ioctl.
+//! Verbs objects of one context: protection domains, memory regions and windows ([`mw`]),
+//! completion queues, queue pairs ([`qp`]) and address handles ([`ah`]), created and destroyed
+//! by ioctl.
 //!
 //! The device holds the objects' state; the driver keeps, per context, what it must undo when the
 //! file goes away (the handles, the pinned memory, the event routes) and enforces the destroy
-//! order: a PD with MRs, windows or QPs, or a CQ with QPs, is busy (and a region with windows
-//! bound to it, which only the device knows: binding is the process's own business). Handles are the device's numbers (a QPN
-//! carries a generation above its index), looked up only among the handles this file created.
+//! order: a PD with MRs, windows, QPs or AHs, or a CQ with QPs, is busy (and a region with
+//! windows bound to it, which only the device knows: binding is the process's own business).
+//! Handles are the device's numbers (a QPN or AH number carries a generation above its index),
+//! looked up only among the handles this file created.
 //! Every ioctl argument is checked here before the device checks it again; the device's word is
 //! final.
 //!
 //! Each ioctl runs in three steps: read and check the argument and pin user memory, with no lock
 //! held; then, under the bound-device lock and the file's objects, map, build the page list and
 //! run the command; then write the answer back, again with no lock held.
+
+mod ah;
+mod mw;
+mod qp;
 
 use crate::{
     cmdq::Cmd,
@@ -25,6 +31,7 @@ use crate::{
     uapi,
     watch::WatchedMr,
 };
+use ah::Ah;
 use kernel::{
     device::{Bound, Device},
     dma::{Coherent, CoherentBox},
@@ -34,6 +41,8 @@ use kernel::{
     transmute::{AsBytes, FromBytes},
     uaccess::{UserPtr, UserSlice, UserSliceWriter},
 };
+use mw::Mw;
+use qp::Qp;
 
 /// A region's memory: pinned, on-demand paged, or pinned and watched.
 enum MrMem {
@@ -48,29 +57,8 @@ struct Mr {
     mem: MrMem,
 }
 
-/// A memory window: the key as allocated (binds change its tag, not its index).
-struct Mw {
-    key: u32,
-    pdn: u32,
-}
-
-impl Mw {
-    /// Whether `key` names this window, whatever its tag.
-    fn named_by(&self, key: u32) -> bool {
-        (self.key ^ key) >> uapi::QHCA_KEY_TAG_BITS == 0
-    }
-}
-
 struct Cq {
     cqn: u32,
-    _mem: Umem,
-}
-
-struct Qp {
-    qpn: u32,
-    pdn: u32,
-    send_cqn: u32,
-    recv_cqn: u32,
     _mem: Umem,
 }
 
@@ -82,6 +70,7 @@ pub(crate) struct Objects {
     mws: KVec<Mw>,
     cqs: KVec<Cq>,
     qps: KVec<Qp>,
+    ahs: KVec<Ah>,
 }
 
 /// Reads an ioctl argument of type `T` from user space and checks its header: `size` must be
@@ -152,17 +141,20 @@ fn position<T>(v: &KVec<T>, f: impl Fn(&T) -> bool) -> Result<usize> {
     v.iter().position(f).ok_or(ENOENT)
 }
 
-/// `2^log` entries of `2^stride_log` bytes: the ring's size, or `EINVAL` if out of the ABI's
-/// limits.
-fn ring_bytes(log: u8, stride_log: u8, min_stride: u32, max_stride: u32) -> Result<u64> {
-    let (log, stride_log) = (u32::from(log), u32::from(stride_log));
-    if !(1..=uapi::QHCA_WQ_MAX_LOG).contains(&log)
-        || !(min_stride..=max_stride).contains(&stride_log)
-    {
-        return Err(EINVAL);
-    }
-    Ok(1u64 << (log + stride_log))
-}
+/// The argument of `QHCA_IOCTL_QUERY_CTX_V1`: `qhca_ioc_query_ctx` as it was before the UD
+/// counters (the first 64 bytes of the stats), by the size its ioctl number carries.
+const QUERY_CTX_V1_SIZE: usize = kernel::ioctl::_IOC_SIZE(uapi::QHCA_IOCTL_QUERY_CTX_V1);
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(QUERY_CTX_V1_SIZE == offset_of!(uapi::qhca_ioc_query_ctx, stats) + 64);
+    assert!(QUERY_CTX_V1_SIZE < size_of::<uapi::qhca_ioc_query_ctx>());
+    // The same ioctl but for the size.
+    use kernel::ioctl::{_IOC_DIR, _IOC_NR, _IOC_TYPE};
+    let (v1, now) = (uapi::QHCA_IOCTL_QUERY_CTX_V1, uapi::QHCA_IOCTL_QUERY_CTX);
+    assert!(_IOC_DIR(v1) == _IOC_DIR(now) && _IOC_TYPE(v1) == _IOC_TYPE(now));
+    assert!(_IOC_NR(v1) == _IOC_NR(now));
+};
 
 fn page_align(x: u64) -> u64 {
     (x + u64::from(uapi::QHCA_PAGE_SIZE) - 1) & !(u64::from(uapi::QHCA_PAGE_SIZE) - 1)
@@ -196,10 +188,12 @@ pub(crate) fn ioctl(
         uapi::QHCA_IOCTL_MODIFY_QP => v.modify_qp(arg),
         uapi::QHCA_IOCTL_QUERY_QP => v.query_qp(arg),
         uapi::QHCA_IOCTL_DESTROY_QP => v.destroy(arg, uapi::QHCA_CMD_DESTROY_QP),
-        uapi::QHCA_IOCTL_QUERY_CTX => v.query_ctx(arg),
+        uapi::QHCA_IOCTL_QUERY_CTX | uapi::QHCA_IOCTL_QUERY_CTX_V1 => v.query_ctx(arg, cmd),
         uapi::QHCA_IOCTL_ADVISE_MR => v.advise_mr(arg),
         uapi::QHCA_IOCTL_ALLOC_MW => v.alloc_mw(arg),
         uapi::QHCA_IOCTL_DEALLOC_MW => v.destroy(arg, uapi::QHCA_CMD_DEALLOC_MW),
+        uapi::QHCA_IOCTL_CREATE_AH => v.create_ah(arg),
+        uapi::QHCA_IOCTL_DESTROY_AH => v.destroy(arg, uapi::QHCA_CMD_DESTROY_AH),
         _ => Err(ENOTTY),
     }
 }
@@ -258,6 +252,7 @@ impl Verbs<'_> {
                     objs.mrs.iter().any(|m| m.pdn == h)
                         || objs.mws.iter().any(|w| w.pdn == h)
                         || objs.qps.iter().any(|q| q.pdn == h)
+                        || objs.ahs.iter().any(|x| x.pdn == h)
                 }
                 uapi::QHCA_CMD_DEREG_MR => {
                     position(&objs.mrs, |m| m.key == h)?;
@@ -265,6 +260,10 @@ impl Verbs<'_> {
                 }
                 uapi::QHCA_CMD_DEALLOC_MW => {
                     position(&objs.mws, |w| w.named_by(h))?;
+                    false
+                }
+                uapi::QHCA_CMD_DESTROY_AH => {
+                    position(&objs.ahs, |x| x.ah == h)?;
                     false
                 }
                 uapi::QHCA_CMD_DESTROY_CQ => {
@@ -299,6 +298,7 @@ impl Verbs<'_> {
                 uapi::QHCA_CMD_DEALLOC_PD => objs.pds.retain(|p| *p != h),
                 uapi::QHCA_CMD_DEREG_MR => objs.mrs.retain(|m| m.key != h),
                 uapi::QHCA_CMD_DEALLOC_MW => objs.mws.retain(|w| !w.named_by(h)),
+                uapi::QHCA_CMD_DESTROY_AH => objs.ahs.retain(|x| x.ah != h),
                 uapi::QHCA_CMD_DESTROY_CQ => {
                     self.ctx.remove_cq(h);
                     objs.cqs.retain(|c| c.cqn != h);
@@ -508,38 +508,6 @@ impl Verbs<'_> {
         Ok(0)
     }
 
-    /// `QHCA_IOCTL_ALLOC_MW`: an unbound window of the given type in one of this file's PDs.
-    fn alloc_mw(&self, arg: usize) -> Result<isize> {
-        let (mut a, out) = read_arg::<uapi::qhca_ioc_alloc_mw>(arg)?;
-        if a.key != 0
-            || a.rsvd != 0
-            || !(uapi::QHCA_MW_TYPE_1..=uapi::QHCA_MW_TYPE_2B).contains(&a.type_)
-        {
-            return Err(EINVAL);
-        }
-        if self.dev.attr()?.max_mw == 0 {
-            return Err(EOPNOTSUPP);
-        }
-        a.key = self.locked(|_, objs| {
-            position(&objs.pds, |&p| p == a.pdn)?;
-            objs.mws.reserve(1, GFP_KERNEL)?;
-            let cmd = Cmd::new(uapi::QHCA_CMD_ALLOC_MW)
-                .input(0, self.uar.into())
-                .input(1, a.pdn.into())
-                .input(2, a.type_.into());
-            let key = self.create(cmd, "key")?;
-            if key & uapi::QHCA_MW_KEY_FLAG == 0 {
-                // Not a window's key: a region's could be dereferenced through it.
-                dev_err!(self.dev.dev(), "device returned window key {:#x}\n", key);
-                self.dev.declare_dead();
-                return Err(EIO);
-            }
-            objs.mws.push(Mw { key, pdn: a.pdn }, GFP_KERNEL)?;
-            Ok(key)
-        })?;
-        write_arg(out, &a)
-    }
-
     /// `QHCA_IOCTL_CREATE_CQ`.
     fn create_cq(&self, arg: usize) -> Result<isize> {
         let (mut a, out) = read_arg::<uapi::qhca_ioc_create_cq>(arg)?;
@@ -583,124 +551,6 @@ impl Verbs<'_> {
         write_arg(out, &a)
     }
 
-    /// `QHCA_IOCTL_CREATE_QP`.
-    fn create_qp(&self, arg: usize) -> Result<isize> {
-        let (mut a, out) = read_arg::<uapi::qhca_ioc_create_qp>(arg)?;
-        let attr = self.dev.attr()?;
-        if a.rsvd0 != 0 || a.rsvd1 != 0 || a.qpn != 0 {
-            return Err(EINVAL);
-        }
-        let sq = ring_bytes(
-            a.sq_log,
-            a.sq_stride_log,
-            uapi::QHCA_SQ_MIN_STRIDE_LOG,
-            uapi::QHCA_SQ_MAX_STRIDE_LOG,
-        )?;
-        let rq = ring_bytes(
-            a.rq_log,
-            a.rq_stride_log,
-            uapi::QHCA_RQ_MIN_STRIDE_LOG,
-            uapi::QHCA_RQ_MAX_STRIDE_LOG,
-        )?;
-        let sq_room = (1u32 << a.sq_stride_log) - uapi::QHCA_WQE_DATA_OFFSET;
-        let rq_room = (1u32 << a.rq_stride_log) - 16;
-        if a.max_sge == 0
-            || u32::from(a.max_sge) > attr.max_sge
-            || u32::from(a.max_inline) > attr.max_inline
-            || 16 * u32::from(a.max_sge) > sq_room
-            || u32::from(a.max_inline) > sq_room
-            || 16 * u32::from(a.max_sge) > rq_room
-            || (1u32 << a.sq_log) > attr.max_qp_wr
-            || (1u32 << a.rq_log) > attr.max_qp_wr
-            || a.buf_addr % u64::from(uapi::QHCA_PAGE_SIZE) != 0
-            || a.buf_len < page_align(sq) + rq
-            || a.buf_len > page_align(sq) + page_align(rq)
-        {
-            return Err(EINVAL);
-        }
-        span_pages(a.buf_addr, a.buf_len)?;
-        // Checked before pinning (a bad handle costs no pin) and again under the lock (a
-        // concurrent destroy may have removed them in between).
-        let refs_exist = |objs: &Objects| -> Result {
-            position(&objs.pds, |&p| p == a.pdn)?;
-            position(&objs.cqs, |c| c.cqn == a.send_cqn)?;
-            position(&objs.cqs, |c| c.cqn == a.recv_cqn)?;
-            Ok(())
-        };
-        refs_exist(&self.objs.lock())?;
-        let mut mem = Umem::pin(a.buf_addr, a.buf_len, true)?;
-        a.qpn = self.locked(|bound, objs| {
-            refs_exist(objs)?;
-            objs.qps.reserve(1, GFP_KERNEL)?;
-            self.ctx.reserve()?;
-            mem.map(bound)?;
-            let list = PageList::new(bound, &mem)?;
-            let args = uapi::qhca_cmd_create_qp {
-                uar: self.uar.to_le(),
-                pdn: a.pdn.to_le(),
-                send_cqn: a.send_cqn.to_le(),
-                recv_cqn: a.recv_cqn.to_le(),
-                sq_log: a.sq_log,
-                sq_stride_log: a.sq_stride_log,
-                rq_log: a.rq_log,
-                rq_stride_log: a.rq_stride_log,
-                max_inline: a.max_inline.to_le(),
-                max_sge: a.max_sge.to_le(),
-                npages: list.npages().to_le(),
-                rsvd0: 0,
-                pages_addr: list.dma_address().to_le(),
-            };
-            let cmd = Cmd::new(uapi::QHCA_CMD_CREATE_QP).input_struct(&args);
-            let qpn = self.create(cmd, "qpn")?;
-            // Neither can fail: room was reserved above.
-            self.ctx.add_qp(qpn)?;
-            let qp = Qp {
-                qpn,
-                pdn: a.pdn,
-                send_cqn: a.send_cqn,
-                recv_cqn: a.recv_cqn,
-                _mem: mem,
-            };
-            objs.qps.push(qp, GFP_KERNEL)?;
-            Ok(qpn)
-        })?;
-        write_arg(out, &a)
-    }
-
-    /// `QHCA_IOCTL_MODIFY_QP`: the device checks the transition (`EINVAL` if invalid).
-    fn modify_qp(&self, arg: usize) -> Result<isize> {
-        let (a, _) = read_arg::<uapi::qhca_ioc_qp_attr>(arg)?;
-        let q = &a.attr;
-        if a.rsvd != 0
-            || q.mask == 0
-            || q.mask & !uapi::QHCA_QP_ATTR_ALL != 0
-            || q.rsvd1.iter().any(|&r| r != 0)
-        {
-            return Err(EINVAL);
-        }
-        let mut le = *q;
-        le.mask = q.mask.to_le();
-        le.access = q.access.to_le();
-        le.dest_qpn = q.dest_qpn.to_le();
-        le.rq_psn = q.rq_psn.to_le();
-        le.sq_psn = q.sq_psn.to_le();
-        self.locked(|bound, objs| {
-            position(&objs.qps, |x| x.qpn == a.qpn)?;
-            let mailbox: Coherent<[u8]> =
-                CoherentBox::<[u8]>::from_slice(bound, le.as_bytes(), GFP_KERNEL)?.into();
-            self.dev
-                .exec(
-                    Cmd::new(uapi::QHCA_CMD_MODIFY_QP)
-                        .input(0, self.uar.into())
-                        .input(1, a.qpn.into())
-                        .input(2, mailbox.dma_address()),
-                )
-                // BAD_STATE: not a transition from the QP's state.
-                .map_err(|e| if e == EBUSY { EINVAL } else { e })?;
-            Ok(0)
-        })
-    }
-
     /// Runs a query command into a fresh buffer of `SIZE` bytes and returns what the device wrote.
     fn query<const SIZE: usize>(&self, bound: &Device<Bound>, cmd: Cmd) -> Result<[u8; SIZE]> {
         let out: Coherent<[u8]> =
@@ -711,37 +561,22 @@ impl Verbs<'_> {
         Ok(bytes)
     }
 
-    /// `QHCA_IOCTL_QUERY_QP`.
-    fn query_qp(&self, arg: usize) -> Result<isize> {
-        const SIZE: usize = core::mem::size_of::<uapi::qhca_qp_attr>();
-        let (mut a, out) = read_arg::<uapi::qhca_ioc_qp_attr>(arg)?;
-        if a.rsvd != 0 || a.attr.as_bytes().iter().any(|&b| b != 0) {
-            return Err(EINVAL);
-        }
-        let bytes = self.locked(|bound, objs| {
-            position(&objs.qps, |x| x.qpn == a.qpn)?;
-            let cmd = Cmd::new(uapi::QHCA_CMD_QUERY_QP)
-                .input(0, self.uar.into())
-                .input(1, a.qpn.into());
-            self.query::<SIZE>(bound, cmd)
-        })?;
-        let le = uapi::qhca_qp_attr::from_bytes_copy(&bytes).ok_or(EIO)?;
-        a.attr = uapi::qhca_qp_attr {
-            mask: u32::from_le(le.mask),
-            access: u32::from_le(le.access),
-            dest_qpn: u32::from_le(le.dest_qpn),
-            rq_psn: u32::from_le(le.rq_psn),
-            sq_psn: u32::from_le(le.sq_psn),
-            ..le
-        };
-        write_arg(out, &a)
-    }
-
-    /// `QHCA_IOCTL_QUERY_CTX`: what the device counted for this context.
-    fn query_ctx(&self, arg: usize) -> Result<isize> {
+    /// `QHCA_IOCTL_QUERY_CTX`: what the device counted for this context. `ioctl` is the number
+    /// it came by: `QHCA_IOCTL_QUERY_CTX_V1`, of programs built before the UD counters, gets
+    /// the first [`QUERY_CTX_V1_SIZE`] bytes of the argument (its size field says so), no more.
+    fn query_ctx(&self, arg: usize, ioctl: u32) -> Result<isize> {
         const SIZE: usize = core::mem::size_of::<uapi::qhca_ctx_stats>();
-        let (mut a, out) = read_arg::<uapi::qhca_ioc_query_ctx>(arg)?;
-        if a.rsvd != 0 {
+        const FULL: usize = core::mem::size_of::<uapi::qhca_ioc_query_ctx>();
+        let len = if ioctl == uapi::QHCA_IOCTL_QUERY_CTX_V1 {
+            QUERY_CTX_V1_SIZE
+        } else {
+            FULL
+        };
+        let (mut reader, mut writer) = UserSlice::new(UserPtr::from_addr(arg), len).reader_writer();
+        let mut raw = [0u8; FULL];
+        reader.read_slice(&mut raw[..len])?;
+        let mut a = uapi::qhca_ioc_query_ctx::from_bytes_copy(&raw).ok_or(EINVAL)?;
+        if a.size as usize != len || a.comp_mask != 0 || a.rsvd != 0 {
             return Err(EINVAL);
         }
         let bytes = self.locked(|bound, _| {
@@ -756,16 +591,17 @@ impl Verbs<'_> {
             o.copy_from_slice(&u64::from_le_bytes(w).to_ne_bytes());
         }
         a.stats = uapi::qhca_ctx_stats::from_bytes_copy(&cpu).ok_or(EIO)?;
-        write_arg(out, &a)
+        writer.write_slice(&a.as_bytes()[..len])?;
+        Ok(0)
     }
 }
 
 impl Objects {
-    /// Destroys everything, in dependency order (QPs, CQs, MRs, PDs). Called when the file is
-    /// released, and at unbind ([`Ctx::release_objects`]). With `device_alive` false the device is stopped (unbound or failed) and forgot
-    /// the objects, so only the host resources are freed. A destroy the live device refuses
-    /// leaves an object the device may still use: its memory is leaked, pinned, rather than
-    /// freed under the device.
+    /// Destroys everything, in dependency order (QPs, AHs, CQs, windows, MRs, PDs). Called when
+    /// the file is released, and at unbind ([`Ctx::release_objects`]). With `device_alive` false
+    /// the device is stopped (unbound or failed) and forgot the objects, so only the host
+    /// resources are freed. A destroy the live device refuses leaves an object the device may
+    /// still use: its memory is leaked, pinned, rather than freed under the device.
     pub(crate) fn destroy_all(
         &mut self,
         dev: &QhcaDevice,
@@ -784,7 +620,13 @@ impl Objects {
                 Err(_) if dev.cmdq.is_dead() => true,
                 Err(e) => {
                     if dev.warn.allow() {
-                        let leak = if op == uapi::QHCA_CMD_DEALLOC_PD {
+                        let leak = if matches!(
+                            op,
+                            uapi::QHCA_CMD_DEALLOC_PD
+                                | uapi::QHCA_CMD_DEALLOC_MW
+                                | uapi::QHCA_CMD_DESTROY_AH
+                        ) {
+                            // Nothing of the host's is in these.
                             ""
                         } else {
                             "; the device may still use it: leaking its pinned memory"
@@ -807,6 +649,11 @@ impl Objects {
             if !gone(uapi::QHCA_CMD_DESTROY_QP, qp.qpn) {
                 core::mem::forget(qp);
             }
+        }
+        // Address handles once no QP can send through them, and before their PDs (the device
+        // refuses DEALLOC_PD while AHs name the PD).
+        while let Some(ah) = self.ahs.pop() {
+            gone(uapi::QHCA_CMD_DESTROY_AH, ah.ah);
         }
         while let Some(cq) = self.cqs.pop() {
             ctx.remove_cq(cq.cqn);

@@ -338,6 +338,8 @@ static uint8_t qhca_cmd_query_device(QhcaState *s, const struct qhca_cmd *cmd)
         .odp_general_caps = cpu_to_le64(QHCA_ODP_GENERAL_CAPS),
         .odp_rc_caps    = cpu_to_le32(QHCA_ODP_RC_CAPS),
         .max_mw         = cpu_to_le32(QHCA_LIMIT_MAX_MW),
+        .max_ah         = cpu_to_le32(QHCA_LIMIT_MAX_AH),
+        .odp_ud_caps    = cpu_to_le32(QHCA_ODP_UD_CAPS),
     };
 
     if (!qhca_cmd_unused_zero(cmd, true, 0) || !cmd->out_addr ||
@@ -402,6 +404,8 @@ static uint8_t qhca_cmd_exec(QhcaState *s, const struct qhca_cmd *cmd,
         return qhca_cmd_obj(s, cmd, data, pl);
     case QHCA_CMD_ALLOC_MW ... QHCA_CMD_DEALLOC_MW:
         return qhca_cmd_mw(s, cmd, data);
+    case QHCA_CMD_CREATE_AH ... QHCA_CMD_DESTROY_AH:
+        return qhca_cmd_ah(s, cmd, data);
     default:
         return QHCA_CMD_BAD_OPCODE;
     }

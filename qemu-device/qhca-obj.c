@@ -40,13 +40,15 @@ void qhca_obj_init(QhcaState *s)
     s->pd = g_new0(QhcaPd, QHCA_LIMIT_MAX_PD);
     s->mr = g_new0(QhcaMr, QHCA_LIMIT_MAX_MR);
     s->mw = g_new0(QhcaMw, QHCA_LIMIT_MAX_MW);
+    s->ah = g_new0(QhcaAh, QHCA_LIMIT_MAX_AH);
     s->cq = g_new0(QhcaCq, QHCA_LIMIT_MAX_CQ);
     s->qp = g_new0(QhcaQp, QHCA_LIMIT_MAX_QP);
 }
 
 bool qhca_objects_exist(const QhcaState *s)
 {
-    return s->num_pd || s->num_mr || s->num_cq || s->num_qp || s->num_mw;
+    return s->num_pd || s->num_mr || s->num_cq || s->num_qp || s->num_mw ||
+           s->num_ah;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -272,7 +274,7 @@ static uint8_t qhca_cmd_dealloc_pd(QhcaState *s, const struct qhca_cmd *cmd)
     if (!pd || pd->uar != cmd->in[0] || !qhca_uar_valid(s, cmd->in[0])) {
         return QHCA_CMD_BAD_RESOURCE;
     }
-    if (pd->nr_mr || pd->nr_mw || pd->nr_qp) {
+    if (pd->nr_mr || pd->nr_mw || pd->nr_qp || pd->nr_ah) {
         return QHCA_CMD_BAD_STATE;
     }
     qhca_pd_free(s, pd);
@@ -569,6 +571,10 @@ static uint8_t qhca_cmd_query_ctx(QhcaState *s, const struct qhca_cmd *cmd)
     st.odp_resp_faults = cpu_to_le64(ctx->odp_resp_faults);
     st.odp_fault_rnr_naks = cpu_to_le64(ctx->odp_fault_rnr_naks);
     st.odp_invalidations = cpu_to_le64(ctx->odp_invalidations);
+    st.ud_drop_qkey = cpu_to_le64(ctx->ud_drop_qkey);
+    st.ud_drop_no_recv = cpu_to_le64(ctx->ud_drop_no_recv);
+    st.ud_drop_too_long = cpu_to_le64(ctx->ud_drop_too_long);
+    st.ud_drop_fault = cpu_to_le64(ctx->ud_drop_fault);
     return qhca_cmd_out(s, cmd, &st, sizeof(st));
 }
 
@@ -616,6 +622,7 @@ void qhca_obj_free_ctx(QhcaState *s, uint32_t uar)
         }
     }
     qhca_mw_free_ctx(s, uar);
+    qhca_ah_free_ctx(s, uar);
     for (i = 0; i < QHCA_LIMIT_MAX_MR; i++) {
         if (s->mr[i].in_use && s->mr[i].uar == uar) {
             qhca_mr_free(s, &s->mr[i]);
@@ -654,6 +661,7 @@ void qhca_obj_fini(QhcaState *s)
     g_free(s->pd);
     g_free(s->mr);
     g_free(s->mw);
+    g_free(s->ah);
     g_free(s->cq);
     g_free(s->qp);
 }

@@ -50,6 +50,7 @@ static void qhca_reset_now(QhcaState *s)
     s->eq = (QhcaRing) { 0 };
     s->guest_errors = 0;
     s->db_violations = 0;
+    s->ud_no_qp = 0;
     s->eq_overflows = 0;
     s->fatal_syndrome = QHCA_FATAL_NONE;
     qhca_obj_reset(s);
@@ -223,8 +224,9 @@ static int qhca_pre_save(void *opaque)
 
     if (qhca_objects_exist(s)) {
         error_report("qhca: cannot migrate a device that holds verbs objects"
-                     " (%u PDs, %u MRs, %u MWs, %u CQs, %u QPs)",
-                     s->num_pd, s->num_mr, s->num_mw, s->num_cq, s->num_qp);
+                     " (%u PDs, %u MRs, %u MWs, %u CQs, %u QPs, %u AHs)",
+                     s->num_pd, s->num_mr, s->num_mw, s->num_cq, s->num_qp,
+                     s->num_ah);
         return -EBUSY;
     }
     if (s->cmd_active) {

@@ -40,7 +40,8 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     max_inline = le16_to_cpu(in.max_inline);
     max_sge = le16_to_cpu(in.max_sge);
     npages = le32_to_cpu(in.npages);
-    if (in.rsvd0) {
+    if (le32_to_cpu(in.type) != QHCA_QPT_RC &&
+        le32_to_cpu(in.type) != QHCA_QPT_UD) {
         return QHCA_CMD_BAD_PARAM;
     }
     if (!qhca_uar_valid(s, uar)) {
@@ -96,6 +97,7 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     qp->pdn = pdn;
     qp->scqn = scqn;
     qp->rcqn = rcqn;
+    qp->type = le32_to_cpu(in.type);
     qp->max_inline = max_inline;
     qp->max_sge = max_sge;
     qp->sq = (QhcaWq) { .log = in.sq_log, .stride_log = in.sq_stride_log };
@@ -117,7 +119,8 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     rcq->nr_qp++;
     s->num_qp++;
     data[0] = qp->qpn;
-    trace_qhca_obj("qp", "create", uar, qp->qpn);
+    trace_qhca_obj(qp->type == QHCA_QPT_UD ? "ud qp" : "qp", "create", uar,
+                   qp->qpn);
     return QHCA_CMD_OK;
 }
 
@@ -162,8 +165,9 @@ uint8_t qhca_cmd_destroy_qp(QhcaState *s, const struct qhca_cmd *cmd)
 /*
  * The QP state machine: for each (current, next) transition, the attributes
  * it requires and the ones it also accepts (IBA 11.2.4.2, reduced to what
- * qhca_qp_attr carries).  Without QHCA_QP_ATTR_STATE a modify is the
- * transition from the current state to itself.
+ * qhca_qp_attr carries), for RC and for UD QPs.  Without
+ * QHCA_QP_ATTR_STATE a modify is the transition from the current state to
+ * itself.
  */
 typedef struct QhcaQpTrans {
     uint32_t required;
@@ -172,10 +176,22 @@ typedef struct QhcaQpTrans {
 
 #define QHCA_QPS_NR (QHCA_QPS_ERR + 1)
 
-static const QhcaQpTrans *qhca_qp_trans(uint8_t cur, uint8_t next)
+static const QhcaQpTrans *qhca_qp_trans(uint8_t type, uint8_t cur,
+                                        uint8_t next)
 {
     static const QhcaQpTrans any_to_reset_or_err = { 0, 0 };
-    static const QhcaQpTrans table[QHCA_QPS_NR][QHCA_QPS_NR] = {
+    static const QhcaQpTrans ud[QHCA_QPS_NR][QHCA_QPS_NR] = {
+        [QHCA_QPS_RESET][QHCA_QPS_INIT] = { .required = QHCA_QP_ATTR_QKEY },
+        [QHCA_QPS_INIT][QHCA_QPS_INIT] = { .optional = QHCA_QP_ATTR_QKEY },
+        [QHCA_QPS_INIT][QHCA_QPS_RTR] = { .optional = QHCA_QP_ATTR_QKEY },
+        [QHCA_QPS_RTR][QHCA_QPS_RTR] = { .optional = QHCA_QP_ATTR_QKEY },
+        [QHCA_QPS_RTR][QHCA_QPS_RTS] = {
+            .required = QHCA_QP_ATTR_SQ_PSN,
+            .optional = QHCA_QP_ATTR_QKEY,
+        },
+        [QHCA_QPS_RTS][QHCA_QPS_RTS] = { .optional = QHCA_QP_ATTR_QKEY },
+    };
+    static const QhcaQpTrans rc[QHCA_QPS_NR][QHCA_QPS_NR] = {
         [QHCA_QPS_RESET][QHCA_QPS_INIT] = {
             .optional = QHCA_QP_ATTR_ACCESS,
         },
@@ -211,8 +227,8 @@ static const QhcaQpTrans *qhca_qp_trans(uint8_t cur, uint8_t next)
     if (cur >= QHCA_QPS_NR || next >= QHCA_QPS_NR) {
         return NULL;
     }
-    t = &table[cur][next];
-    /* An all-zero entry is only valid for RESET->INIT (listed above). */
+    t = type == QHCA_QPT_UD ? &ud[cur][next] : &rc[cur][next];
+    /* Every valid transition has a non-zero entry (RC RESET->INIT above). */
     if (!t->required && !t->optional) {
         return NULL;
     }
@@ -229,7 +245,7 @@ uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
 {
     struct qhca_qp_attr a;
     const QhcaQpTrans *t;
-    uint32_t mask, access, dest_qpn, rq_psn, sq_psn;
+    uint32_t mask, access, dest_qpn, rq_psn, sq_psn, qkey;
     uint8_t next;
     QhcaQp *qp;
     unsigned i;
@@ -252,6 +268,7 @@ uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
     dest_qpn = le32_to_cpu(a.dest_qpn);
     rq_psn = le32_to_cpu(a.rq_psn);
     sq_psn = le32_to_cpu(a.sq_psn);
+    qkey = le32_to_cpu(a.qkey);
     if (!mask || (mask & ~QHCA_QP_ATTR_ALL)) {
         return QHCA_CMD_BAD_PARAM;
     }
@@ -273,7 +290,8 @@ uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
         (!(mask & QHCA_QP_ATTR_ACCESS) && access) ||
         (!(mask & QHCA_QP_ATTR_DEST_QPN) && dest_qpn) ||
         (!(mask & QHCA_QP_ATTR_RQ_PSN) && rq_psn) ||
-        (!(mask & QHCA_QP_ATTR_SQ_PSN) && sq_psn)) {
+        (!(mask & QHCA_QP_ATTR_SQ_PSN) && sq_psn) ||
+        (!(mask & QHCA_QP_ATTR_QKEY) && qkey)) {
         return QHCA_CMD_BAD_PARAM;
     }
     /* Values. */
@@ -303,7 +321,7 @@ uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
     }
 
     next = (mask & QHCA_QP_ATTR_STATE) ? a.state : qp->state;
-    t = qhca_qp_trans(qp->state, next);
+    t = qhca_qp_trans(qp->type, qp->state, next);
     if (!t) {
         return QHCA_CMD_BAD_STATE;
     }
@@ -346,6 +364,9 @@ uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
     if (mask & QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC) {
         qp->max_dest_rd_atomic = a.max_dest_rd_atomic;
     }
+    if (mask & QHCA_QP_ATTR_QKEY) {
+        qp->qkey = qkey;
+    }
 
     if (next == QHCA_QPS_RESET) {
         qp->state = QHCA_QPS_RESET;
@@ -385,5 +406,6 @@ uint8_t qhca_cmd_query_qp(QhcaState *s, const struct qhca_cmd *cmd)
     a.dest_qpn = cpu_to_le32(qp->dest_qpn);
     a.rq_psn = cpu_to_le32(qp->rq_psn);
     a.sq_psn = cpu_to_le32(qp->sq_psn);
+    a.qkey = cpu_to_le32(qp->qkey);
     return qhca_cmd_out(s, cmd, &a, sizeof(a));
 }

@@ -195,6 +195,36 @@ uint8_t qhca_sge_check(QhcaState *s, uint32_t pdn,
     return *total > QHCA_MAX_MSG_SIZE ? QHCA_WC_LOC_LEN_ERR : QHCA_WC_SUCCESS;
 }
 
+/*
+ * Whether the first len bytes of a scatter list (every SGE checked by
+ * qhca_sge_check() for writing) can be written without a page fault:
+ * QHCA_WC_SUCCESS, QHCA_WC_ODP_FAULT or QHCA_WC_LOC_PROT_ERR.
+ */
+uint8_t qhca_sge_ready(QhcaState *s, uint32_t pdn,
+                       const struct qhca_sge *sge, unsigned n, uint64_t len)
+{
+    unsigned i;
+
+    for (i = 0; i < n && len; i++) {
+        uint64_t chunk = MIN(len, sge[i].length);
+        QhcaMr *mr;
+
+        if (!chunk) {
+            continue;
+        }
+        mr = qhca_mr_check(s, sge[i].lkey, pdn, sge[i].addr, chunk,
+                           QHCA_ACCESS_LOCAL_WRITE);
+        if (!mr) {
+            return QHCA_WC_LOC_PROT_ERR;
+        }
+        if (!qhca_mr_ready(s, mr, sge[i].addr, chunk, true)) {
+            return QHCA_WC_ODP_FAULT;
+        }
+        len -= chunk;
+    }
+    return QHCA_WC_SUCCESS;
+}
+
 static uint64_t qhca_wq_slot(const QhcaWq *wq, uint16_t idx)
 {
     return wq->offset +
@@ -279,18 +309,21 @@ static bool qhca_cq_post(QhcaState *s, QhcaCq *cq, struct qhca_cqe *cqe)
     return true;
 }
 
-/* wqe_index: the SQ or RQ index of the WQE this CQE completes. */
-void qhca_complete(QhcaState *s, QhcaQp *qp, uint32_t cqn,
-                   uint16_t wqe_index, uint64_t wr_id, uint8_t opcode,
-                   uint8_t status, uint32_t byte_len, uint8_t flags,
-                   uint32_t imm)
+/*
+ * wqe_index: the SQ or RQ index of the WQE this CQE completes; src_qp: the
+ * QP a received message came from.
+ */
+void qhca_complete_src(QhcaState *s, QhcaQp *qp, uint32_t cqn,
+                       uint16_t wqe_index, uint64_t wr_id, uint8_t opcode,
+                       uint8_t status, uint32_t byte_len, uint8_t flags,
+                       uint32_t imm, uint32_t src_qp)
 {
     struct qhca_cqe cqe = {
         .wr_id = cpu_to_le64(wr_id),
         .byte_len = cpu_to_le32(byte_len),
         .imm_data = cpu_to_le32(imm),
         .qpn = cpu_to_le32(qhca_qpn(s, qp)),
-        .src_qp = cpu_to_le32(opcode & QHCA_WC_RECV ? qp->dest_qpn : 0),
+        .src_qp = cpu_to_le32(src_qp),
         .opcode = opcode,
         .status = status,
         .flags = flags,
@@ -300,6 +333,16 @@ void qhca_complete(QhcaState *s, QhcaQp *qp, uint32_t cqn,
     if (!qhca_cq_post(s, &s->cq[cqn], &cqe) && qp->state != QHCA_QPS_ERR) {
         qhca_qp_set_error(s, qp, true);
     }
+}
+
+/* An RC completion: a received message came from the connected peer. */
+void qhca_complete(QhcaState *s, QhcaQp *qp, uint32_t cqn,
+                   uint16_t wqe_index, uint64_t wr_id, uint8_t opcode,
+                   uint8_t status, uint32_t byte_len, uint8_t flags,
+                   uint32_t imm)
+{
+    qhca_complete_src(s, qp, cqn, wqe_index, wr_id, opcode, status, byte_len,
+                      flags, imm, opcode & QHCA_WC_RECV ? qp->dest_qpn : 0);
 }
 
 void qhca_cq_arm_check(QhcaState *s, QhcaCq *cq)
@@ -502,9 +545,15 @@ static uint64_t qhca_qp_peer_guid(QhcaState *s, const QhcaQp *qp)
 
 void qhca_rc_recv(QhcaState *s, const QhcaPkt *pkt)
 {
-    QhcaQp *qp = qhca_qp_lookup(s, pkt->dest_qpn);
+    QhcaQp *qp;
 
-    if (!qp) {
+    if (pkt->opcode == QHCA_OP_UD_SEND_ONLY ||
+        pkt->opcode == QHCA_OP_UD_SEND_ONLY_IMM) {
+        qhca_ud_recv(s, pkt);
+        return;
+    }
+    qp = qhca_qp_lookup(s, pkt->dest_qpn);
+    if (!qp || qp->type != QHCA_QPT_RC) {
         trace_qhca_pkt_drop(pkt->dest_qpn, pkt->opcode, pkt->psn,
                             "no such QP");
         return;
@@ -599,12 +648,18 @@ static bool qhca_qp_turn(QhcaState *s, QhcaQp *qp, unsigned *budget)
 {
     if (qp->req_timer_fired) {
         qp->req_timer_fired = false;
-        if (qp->state == QHCA_QPS_RTS) {
+        if (qp->type == QHCA_QPT_UD) {
+            /* A page fault's event found the EQ full: raise it again. */
+            qp->req_wait = false;
+        } else if (qp->state == QHCA_QPS_RTS) {
             qhca_req_timeout(s, qp);
         }
     }
     if (qp->state == QHCA_QPS_ERR) {
         return qhca_qp_flush(s, qp, budget);
+    }
+    if (qp->type == QHCA_QPT_UD) {
+        return qp->state == QHCA_QPS_RTS && qhca_ud_run(s, qp, budget);
     }
     if (qp->resp_fault_ack) {
         qhca_resp_resume_ack(s, qp);

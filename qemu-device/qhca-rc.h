@@ -85,11 +85,17 @@ uint8_t qhca_sge_copy(QhcaState *s, uint32_t pdn, const struct qhca_sge *sge,
                       bool to_mem);
 uint8_t qhca_sge_check(QhcaState *s, uint32_t pdn, const struct qhca_sge *sge,
                        unsigned n, bool to_mem, uint64_t *total);
+uint8_t qhca_sge_ready(QhcaState *s, uint32_t pdn, const struct qhca_sge *sge,
+                       unsigned n, uint64_t len);
 bool qhca_wq_read(QhcaState *s, QhcaQp *qp, const QhcaWq *wq, uint16_t idx,
                   uint64_t off, void *buf, uint64_t len);
 void qhca_complete(QhcaState *s, QhcaQp *qp, uint32_t cqn, uint16_t wqe_index,
                    uint64_t wr_id, uint8_t opcode, uint8_t status,
                    uint32_t byte_len, uint8_t flags, uint32_t imm);
+void qhca_complete_src(QhcaState *s, QhcaQp *qp, uint32_t cqn,
+                       uint16_t wqe_index, uint64_t wr_id, uint8_t opcode,
+                       uint8_t status, uint32_t byte_len, uint8_t flags,
+                       uint32_t imm, uint32_t src_qp);
 void qhca_timer_arm(QhcaQp *qp, int64_t ns);
 void qhca_req_clear(QhcaQp *qp);
 void qhca_resp_clear(QhcaQp *qp);
@@ -120,6 +126,9 @@ void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget);
 void qhca_resp_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt);
 void qhca_resp_fault_resume(QhcaState *s, QhcaQp *qp, bool ok);
 void qhca_resp_resume_ack(QhcaState *s, QhcaQp *qp);
+
+/* qhca-ud.c */
+bool qhca_ud_run(QhcaState *s, QhcaQp *qp, unsigned *budget);
 
 /* qhca-mw.c */
 uint8_t qhca_mw_bind(QhcaState *s, QhcaQp *qp, const struct qhca_wqe_bind *b,

@@ -76,6 +76,10 @@ static uint32_t qhca_regs_value(QhcaState *s, hwaddr addr, bool *known)
         return s->num_qp;
     case QHCA_REG_NUM_MW:
         return s->num_mw;
+    case QHCA_REG_NUM_AH:
+        return s->num_ah;
+    case QHCA_REG_UD_NO_QP:
+        return s->ud_no_qp;
     default:
         *known = false;
         return 0;
@@ -248,6 +252,8 @@ static void qhca_regs_write(void *opaque, hwaddr addr, uint64_t data,
     case QHCA_REG_NUM_CQ:
     case QHCA_REG_NUM_QP:
     case QHCA_REG_NUM_MW:
+    case QHCA_REG_NUM_AH:
+    case QHCA_REG_UD_NO_QP:
         QHCA_GUEST_ERR(s, qhca_err_reg_ro,
                        "write to read-only register 0x%" PRIx64
                        " (value 0x%x)", (uint64_t)addr, val);

@@ -48,6 +48,9 @@ enum {
     QHCA_OP_FETCH_ADD               = 0x14,
     QHCA_OP_SEND_LAST_INV           = 0x16,
     QHCA_OP_SEND_ONLY_INV           = 0x17,
+    /* unreliable datagram (IBA Table 38: transport 011) */
+    QHCA_OP_UD_SEND_ONLY            = 0x64,
+    QHCA_OP_UD_SEND_ONLY_IMM        = 0x65,
 };
 
 /* AETH syndrome (IBA 9.7.5.1): bits 7..5 the kind, 4..0 its value. */
@@ -69,10 +72,18 @@ enum {
  * the source QPN is not in the BTH: RC knows it from the connection, and a
  * receiver derives it from the source address and UDP port; here the wire
  * carries it).  A QP accepts packets only from the peer it is connected to.
+ * A datagram (UD) also says which port it is for (dest_guid: the GRH's
+ * DGID) and carries the GRH fields its address handle gave it and the
+ * DETH's Q_Key; its source QPN is the DETH's.
  */
 typedef struct QhcaPkt {
     uint64_t src_guid;          /* the sending port */
     uint32_t src_qpn;           /* the sending QP */
+    uint64_t dest_guid;         /* UD: the port it is for */
+    uint32_t qkey;              /* UD: DETH */
+    uint32_t flow_label;        /* UD: GRH */
+    uint8_t traffic_class;      /* UD: GRH */
+    uint8_t hop_limit;          /* UD: GRH */
     uint8_t opcode;             /* BTH */
     bool ack_req;               /* BTH A bit */
     uint32_t dest_qpn;          /* BTH */
@@ -125,5 +136,7 @@ static inline void qhca_wire_send(QhcaWire *w, const QhcaPkt *pkt)
 
 /* qhca-rc.c: a packet arrived for device s. */
 void qhca_rc_recv(QhcaState *s, const QhcaPkt *pkt);
+/* qhca-ud.c: a datagram arrived for device s. */
+void qhca_ud_recv(QhcaState *s, const QhcaPkt *pkt);
 
 #endif /* HW_MISC_QHCA_WIRE_H */

@@ -46,7 +46,11 @@ QEMU_BUILD_BUG_ON(sizeof(struct qhca_cmd_reg_mr) != 40);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_cmd_create_cq) != 40);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_cmd_create_qp) != 40);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_qp_attr) != 64);
-QEMU_BUILD_BUG_ON(sizeof(struct qhca_ctx_stats) != 64);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_ctx_stats) != 96);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_ah_attr) != 24);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_cmd_create_ah) != 40);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_wqe_ud) != 16);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_grh) != QHCA_GRH_SIZE);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_cqe) != QHCA_CQE_SIZE);
 QEMU_BUILD_BUG_ON(offsetof(struct qhca_cqe, owner) != 31);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_cq_dbrec) != 64);
@@ -84,13 +88,15 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_FW_VERSION         ((0ull << 32) | (1ull << 16) | 0) /* 0.1.0 */
 #define QHCA_HW_VER             1
 #define QHCA_CAPS               (QHCA_CAP_UAR_ISOLATION | QHCA_CAP_RC | \
-                                 QHCA_CAP_ODP | QHCA_CAP_MW)
+                                 QHCA_CAP_ODP | QHCA_CAP_MW | QHCA_CAP_UD)
 #define QHCA_ODP_GENERAL_CAPS   (QHCA_ODP_SUPPORT | QHCA_ODP_SUPPORT_IMPLICIT)
 #define QHCA_ODP_RC_CAPS        (QHCA_ODP_SUPPORT_SEND | \
                                  QHCA_ODP_SUPPORT_RECV | \
                                  QHCA_ODP_SUPPORT_WRITE | \
                                  QHCA_ODP_SUPPORT_READ | \
                                  QHCA_ODP_SUPPORT_ATOMIC)
+/* UD: a send gathers from on-demand regions; receive buffers must be pinned. */
+#define QHCA_ODP_UD_CAPS        QHCA_ODP_SUPPORT_SEND
 #define QHCA_LIMIT_MAX_PD       1024
 #define QHCA_LIMIT_MAX_CQ       1024
 #define QHCA_LIMIT_MAX_CQE      4096
@@ -100,6 +106,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_LIMIT_MAX_INLINE   256
 #define QHCA_LIMIT_MAX_MR       4096    /* the max-mr property's maximum */
 #define QHCA_LIMIT_MAX_MW       (1u << QHCA_MW_INDEX_BITS)
+#define QHCA_LIMIT_MAX_AH       (1u << QHCA_AH_INDEX_BITS)
 #define QHCA_LIMIT_MAX_MR_SIZE  (1ull << 32)
 #define QHCA_LIMIT_PAGE_SIZES   4096ull
 /*
@@ -183,6 +190,10 @@ typedef struct QhcaContext {
     uint64_t odp_resp_faults;   /* ... and by its responders */
     uint64_t odp_fault_rnr_naks; /* RNR NAKs its responders sent for faults */
     uint64_t odp_invalidations; /* INVALIDATE_ODP commands on its regions */
+    uint64_t ud_drop_qkey;      /* datagrams its UD QPs dropped: Q_Key */
+    uint64_t ud_drop_no_recv;   /* ... no receive WQE */
+    uint64_t ud_drop_too_long;  /* ... did not fit the receive WQE */
+    uint64_t ud_drop_fault;     /* ... on-demand receive page not present */
 } QhcaContext;
 
 /*
@@ -210,6 +221,7 @@ typedef struct QhcaPd {
     uint32_t nr_mr;             /* MRs, windows and QPs that name this PD */
     uint32_t nr_mw;
     uint32_t nr_qp;
+    uint32_t nr_ah;
 } QhcaPd;
 
 /* QHCA_ODP_CHUNK_PAGES translations of an on-demand region (qhca-odp.c). */
@@ -268,6 +280,22 @@ typedef struct QhcaMw {
     uint64_t addr;
     uint64_t length;
 } QhcaMw;
+
+/*
+ * An address handle (qhca-ud.c): where a UD QP's datagrams go.  index is
+ * generation << QHCA_AH_INDEX_BITS | slot, as a window's.
+ */
+typedef struct QhcaAh {
+    bool in_use;
+    uint32_t index;
+    uint32_t uar;
+    uint32_t pdn;
+    uint8_t dgid[16];
+    uint32_t flow_label;
+    uint8_t traffic_class;
+    uint8_t hop_limit;
+    uint8_t sl;
+} QhcaAh;
 
 typedef struct QhcaCq {
     bool in_use;
@@ -354,6 +382,7 @@ struct QhcaQp {
     uint32_t pdn;
     uint32_t scqn;
     uint32_t rcqn;
+    uint8_t type;               /* QHCA_QPT_* */
     uint16_t max_inline;
     uint16_t max_sge;
     QhcaWq sq;
@@ -374,6 +403,7 @@ struct QhcaQp {
     uint32_t dest_qpn;
     uint32_t rq_psn;            /* responder: next expected PSN */
     uint32_t sq_psn;            /* requester: next PSN to send */
+    uint32_t qkey;              /* UD */
 
     /*
      * Requester: a window of messages in flight.  SQ indices [sq.ci,
@@ -475,6 +505,7 @@ struct QhcaState {
     QhcaPd *pd;
     QhcaMr *mr;
     QhcaMw *mw;
+    QhcaAh *ah;
     QhcaCq *cq;
     QhcaQp *qp;
     uint32_t num_ctx;
@@ -483,6 +514,8 @@ struct QhcaState {
     uint32_t num_cq;
     uint32_t num_qp;
     uint32_t num_mw;
+    uint32_t num_ah;
+    uint32_t ud_no_qp;          /* QHCA_REG_UD_NO_QP */
     uint64_t total_pages;
     uint32_t odp_chunks;        /* QhcaOdpChunks of every on-demand region */
     uint32_t fault_seq;         /* makes page-fault tokens unique */
@@ -496,6 +529,7 @@ struct QhcaState {
     uint32_t mr_next;           /* round-robin: where the searches start */
     uint32_t qp_next;
     uint32_t mw_next;
+    uint32_t ah_next;
 
     /* The command at the head of the queue while its page list is read. */
     bool cmd_active;
@@ -648,6 +682,10 @@ void qhca_qp_free(QhcaState *s, QhcaQp *qp);
 uint8_t qhca_cmd_mw(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data);
 void qhca_mw_free_ctx(QhcaState *s, uint32_t uar);
 void qhca_mw_unbind_mr(QhcaState *s, QhcaMr *mr);
+
+/* qhca-ud.c: address handles */
+uint8_t qhca_cmd_ah(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data);
+void qhca_ah_free_ctx(QhcaState *s, uint32_t uar);
 
 /* qhca-odp.c: on-demand paging */
 uint8_t qhca_cmd_odp(QhcaState *s, const struct qhca_cmd *cmd);

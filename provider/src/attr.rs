@@ -2,8 +2,9 @@
 
 //! What `QHCA_IOCTL_QUERY_DEVICE` reports, as a plain Rust struct.
 
-use qhca_uapi::{qhca_ioc_query_device, CAP_NAMES, QHCA_ABI_VERSION};
+use qhca_uapi::{qhca_ioc_query_device, CAP_NAMES, CAP_UD, QHCA_ABI_VERSION};
 
+use crate::ah::Gid;
 use crate::error::{Error, Result};
 
 /// The device's attributes and this context's resources, from `QHCA_IOCTL_QUERY_DEVICE`.
@@ -48,6 +49,8 @@ pub struct DeviceAttr {
     pub max_mr: u32,
     /// Largest number of memory windows (0: the device has none, no `QHCA_CAP_MW`).
     pub max_mw: u32,
+    /// Largest number of address handles (0: the device has no UD, no `QHCA_CAP_UD`).
+    pub max_ah: u32,
     /// Largest responder resources of one QP (`max_dest_rd_atomic`): RDMA READs and atomics it
     /// accepts in flight.
     pub max_qp_rd_atom: u16,
@@ -70,7 +73,7 @@ pub struct OdpCaps {
     pub general_caps: u64,
     /// For RC QPs: `QHCA_ODP_SUPPORT_SEND`, `_RECV`, `_WRITE`, `_READ`, `_ATOMIC`.
     pub rc_odp_caps: u32,
-    /// For UD QPs (none in this version).
+    /// For UD QPs: `QHCA_ODP_SUPPORT_SEND` (on-demand receive buffers are never faulted in).
     pub ud_odp_caps: u32,
 }
 
@@ -87,6 +90,15 @@ impl OdpCaps {
 
     /// The names of the set RC bits (`SEND`, `RECV`, `WRITE`, `READ`, `ATOMIC`).
     pub fn rc_names(&self) -> Vec<&'static str> {
+        Self::names(self.rc_odp_caps)
+    }
+
+    /// The names of the set UD bits (`SEND`).
+    pub fn ud_names(&self) -> Vec<&'static str> {
+        Self::names(self.ud_odp_caps)
+    }
+
+    fn names(bits: u32) -> Vec<&'static str> {
         [
             (qhca_uapi::QHCA_ODP_SUPPORT_SEND, "SEND"),
             (qhca_uapi::QHCA_ODP_SUPPORT_RECV, "RECV"),
@@ -95,7 +107,7 @@ impl OdpCaps {
             (qhca_uapi::QHCA_ODP_SUPPORT_ATOMIC, "ATOMIC"),
         ]
         .into_iter()
-        .filter(|(b, _)| self.rc_odp_caps & b != 0)
+        .filter(|(b, _)| bits & b != 0)
         .map(|(_, n)| n)
         .collect()
     }
@@ -131,6 +143,7 @@ impl DeviceAttr {
             max_inline: a.max_inline,
             max_mr: a.max_mr,
             max_mw: a.max_mw,
+            max_ah: a.max_ah,
             max_qp_rd_atom: a.max_qp_rd_atom,
             max_qp_init_rd_atom: a.max_qp_init_rd_atom,
             max_mr_size: a.max_mr_size,
@@ -146,6 +159,17 @@ impl DeviceAttr {
     /// True if every bit of `cap` (a `QHCA_CAP_*` value) is set.
     pub fn has_cap(&self, cap: u64) -> bool {
         self.caps & cap == cap
+    }
+
+    /// True if the device has UD QPs and address handles (`QHCA_CAP_UD`).
+    pub fn supports_ud(&self) -> bool {
+        self.has_cap(CAP_UD)
+    }
+
+    /// The GID of the device's port (index 0, the only one): `QHCA_GID_PREFIX` then the node
+    /// GUID, big-endian ([`Gid::from_guid`]). What a peer's address handle names to reach it.
+    pub fn port_gid(&self) -> Gid {
+        Gid::from_guid(self.node_guid)
     }
 
     /// The names of the capability bits that are set, lowest bit first; bits this provider does
@@ -228,9 +252,9 @@ mod tests {
                 page_size_cap: 0x1000,
                 odp_general_caps: 3,
                 odp_rc_caps: 0x1f,
-                odp_ud_caps: 0,
+                odp_ud_caps: 1,
                 max_mw: 21,
-                rsvd1: 0,
+                max_ah: 22,
                 rsvd2: 0,
             },
         }
@@ -261,6 +285,7 @@ mod tests {
                 max_inline: 17,
                 max_mr: 18,
                 max_mw: 21,
+                max_ah: 22,
                 max_qp_rd_atom: 19,
                 max_qp_init_rd_atom: 20,
                 max_mr_size: 1 << 40,
@@ -268,7 +293,7 @@ mod tests {
                 odp_caps: OdpCaps {
                     general_caps: 3,
                     rc_odp_caps: 0x1f,
-                    ud_odp_caps: 0,
+                    ud_odp_caps: 1,
                 },
             }
         );
@@ -277,7 +302,13 @@ mod tests {
             a.odp_caps.rc_names(),
             ["SEND", "RECV", "WRITE", "READ", "ATOMIC"]
         );
+        assert_eq!(a.odp_caps.ud_names(), ["SEND"]);
         assert!(a.has_cap(CAP_UAR_ISOLATION));
+        assert!(!a.supports_ud());
+        assert_eq!(
+            a.port_gid().to_string(),
+            "fe80:0000:0000:0000:5254:0012:3456:0001"
+        );
         assert!(!a.has_cap(1 << 5));
     }
 
@@ -322,6 +353,8 @@ mod tests {
     fn names_capabilities() {
         assert!(cap_names(0).is_empty());
         assert_eq!(cap_names(CAP_UAR_ISOLATION), ["UAR_ISOLATION"]);
+        assert_eq!(cap_names(CAP_UD | 8), ["MW", "UD"]);
+        assert_eq!(CAP_UD, 1 << 4);
         assert_eq!(
             cap_names(CAP_UAR_ISOLATION | (1 << 7) | (1 << 63)),
             ["UAR_ISOLATION", "BIT7", "BIT63"]

@@ -10,8 +10,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use qhca_uapi::{
-    qhca_ioc_async_event, qhca_ioc_query_ctx, qhca_ioc_query_device, QHCA_ASYNC_CQ_ERR,
-    QHCA_ASYNC_DEVICE_FATAL, QHCA_ASYNC_QP_FATAL,
+    qhca_ctx_stats, qhca_ioc_async_event, qhca_ioc_query_ctx, qhca_ioc_query_device,
+    QHCA_ASYNC_CQ_ERR, QHCA_ASYNC_DEVICE_FATAL, QHCA_ASYNC_QP_FATAL,
 };
 
 use crate::attr::DeviceAttr;
@@ -43,6 +43,41 @@ pub struct CtxStats {
     pub odp_fault_rnr_naks: u64,
     /// `INVALIDATE_ODP` commands on its regions.
     pub odp_invalidations: u64,
+    /// Datagrams its UD QPs dropped because their Q_Key was not the QP's.
+    pub ud_drop_qkey: u64,
+    /// Datagrams its UD QPs dropped because no receive request was posted.
+    pub ud_drop_no_recv: u64,
+    /// Datagrams its UD QPs dropped because the GRH and the message did not fit the receive
+    /// request's buffers.
+    pub ud_drop_too_long: u64,
+    /// Datagrams its UD QPs dropped because the receive buffer was on-demand memory not
+    /// present.
+    pub ud_drop_fault: u64,
+}
+
+impl CtxStats {
+    /// From the ABI struct.
+    pub fn from_raw(s: &qhca_ctx_stats) -> CtxStats {
+        CtxStats {
+            db_accepted: s.db_accepted,
+            db_violations: s.db_violations,
+            pkt_foreign: s.pkt_foreign,
+            rnr_retries: s.rnr_retries,
+            odp_req_faults: s.odp_req_faults,
+            odp_resp_faults: s.odp_resp_faults,
+            odp_fault_rnr_naks: s.odp_fault_rnr_naks,
+            odp_invalidations: s.odp_invalidations,
+            ud_drop_qkey: s.ud_drop_qkey,
+            ud_drop_no_recv: s.ud_drop_no_recv,
+            ud_drop_too_long: s.ud_drop_too_long,
+            ud_drop_fault: s.ud_drop_fault,
+        }
+    }
+
+    /// Datagrams dropped at this context's UD QPs, for any reason.
+    pub fn ud_drops(&self) -> u64 {
+        self.ud_drop_qkey + self.ud_drop_no_recv + self.ud_drop_too_long + self.ud_drop_fault
+    }
 }
 
 /// An asynchronous event of a context (`enum qhca_async_event_type`), as
@@ -165,6 +200,12 @@ impl Context {
     /// What `QUERY_DEVICE` said when the context was opened.
     pub fn attr(&self) -> &DeviceAttr {
         &self.attr
+    }
+
+    /// The GID of the device's port ([`DeviceAttr::port_gid`]): what a peer's address handle
+    /// ([`crate::AhAttr::dgid`]) names to send datagrams here.
+    pub fn gid(&self) -> crate::Gid {
+        self.attr.port_gid()
     }
 
     fn query_raw(&self, req: &mut qhca_ioc_query_device) -> Result<()> {
@@ -362,20 +403,40 @@ impl Context {
     }
 
     /// `QHCA_IOCTL_QUERY_CTX`: the device's counters for this context (doorbells, packets, RNR,
-    /// on-demand paging).
+    /// on-demand paging, datagrams dropped).
+    ///
+    /// A driver from before UD does not know this number (`ENOTTY`): the counters it has are
+    /// then read with `QHCA_IOCTL_QUERY_CTX_V1`, and the `ud_drop_*` ones are 0 (such a driver
+    /// has no UD QPs). If that fails too, the first error is returned.
     pub fn query_ctx(&self) -> Result<CtxStats> {
         let mut req = qhca_ioc_query_ctx::request();
-        self.ioctl("QUERY_CTX", sys::query_ctx, &mut req)?;
-        Ok(CtxStats {
-            db_accepted: req.stats.db_accepted,
-            db_violations: req.stats.db_violations,
-            pkt_foreign: req.stats.pkt_foreign,
-            rnr_retries: req.stats.rnr_retries,
-            odp_req_faults: req.stats.odp_req_faults,
-            odp_resp_faults: req.stats.odp_resp_faults,
-            odp_fault_rnr_naks: req.stats.odp_fault_rnr_naks,
-            odp_invalidations: req.stats.odp_invalidations,
-        })
+        match self.ioctl("QUERY_CTX", sys::query_ctx, &mut req) {
+            Ok(()) => Ok(CtxStats::from_raw(&req.stats)),
+            Err(
+                e @ Error::Ioctl {
+                    source: Errno::ENOTTY,
+                    ..
+                },
+            ) => {
+                let mut v1 = sys::QueryCtxV1::request();
+                if self.ioctl("QUERY_CTX", sys::query_ctx_v1, &mut v1).is_err() {
+                    return Err(e);
+                }
+                let c = v1.stats;
+                Ok(CtxStats::from_raw(&qhca_ctx_stats {
+                    db_accepted: c[0],
+                    db_violations: c[1],
+                    pkt_foreign: c[2],
+                    rnr_retries: c[3],
+                    odp_req_faults: c[4],
+                    odp_resp_faults: c[5],
+                    odp_fault_rnr_naks: c[6],
+                    odp_invalidations: c[7],
+                    ..qhca_ctx_stats::default()
+                }))
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 

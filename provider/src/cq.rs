@@ -29,7 +29,9 @@ use qhca_uapi::{
     QHCA_WC_REM_OP_ERR, QHCA_WC_RETRY_EXC_ERR, QHCA_WC_RNR_RETRY_EXC_ERR, QHCA_WC_SEND,
     QHCA_WC_SUCCESS, QHCA_WC_WR_FLUSH_ERR,
 };
-use qhca_uapi::{QHCA_CQE_WITH_INV, QHCA_WC_BIND_MW, QHCA_WC_LOCAL_INV, QHCA_WC_MW_BIND_ERR};
+use qhca_uapi::{
+    QHCA_CQE_WITH_GRH, QHCA_CQE_WITH_INV, QHCA_WC_BIND_MW, QHCA_WC_LOCAL_INV, QHCA_WC_MW_BIND_ERR,
+};
 
 use crate::context::{poll_fds, Context};
 use crate::doorbell::Doorbell;
@@ -166,7 +168,8 @@ pub enum WcOpcode {
     /// A LOCAL_INV of ours: the window is unbound.
     LocalInv,
     /// A receive request consumed by the peer's SEND (or SEND_WITH_IMM, then `imm` is set):
-    /// `byte_len` bytes landed in its SGEs; `src_qp` is the sending QP.
+    /// `byte_len` bytes landed in its SGEs; `src_qp` is the sending QP. On a UD QP the bytes
+    /// are a [`crate::Grh`] then the message ([`Wc::with_grh`]).
     Recv,
     /// A receive request consumed by the peer's RDMA WRITE_WITH_IMM. The data went where the
     /// WRITE said (the R_Key's region), not into the receive's SGEs, so the receive may have
@@ -221,8 +224,12 @@ pub struct Wc {
     pub invalidated_rkey: Option<u32>,
     /// The local QP.
     pub qpn: u32,
-    /// The remote QP (receive completions; 0 for send completions).
+    /// The remote QP (receive completions; 0 for send completions). On a UD QP the sending
+    /// QP of the sending port, which the GRH's `sgid` names.
     pub src_qp: u32,
+    /// A [`crate::Grh`] of [`crate::GRH_SIZE`] bytes starts the receive buffer, and `byte_len`
+    /// counts it (receives of UD QPs; `IBV_WC_GRH`).
+    pub with_grh: bool,
     /// Device-specific detail of an error.
     pub vendor_err: u8,
     /// True if this completion is of a receive request.
@@ -233,6 +240,15 @@ pub struct Wc {
 }
 
 impl Wc {
+    /// Bytes of the message itself: `byte_len` without the GRH of a UD receive.
+    pub fn msg_len(&self) -> u32 {
+        if self.with_grh {
+            self.byte_len.saturating_sub(crate::GRH_SIZE as u32)
+        } else {
+            self.byte_len
+        }
+    }
+
     /// Decodes a CQE (`struct qhca_cqe`, little-endian).
     pub fn decode(b: &[u8; CQE_SIZE]) -> Wc {
         let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
@@ -245,6 +261,7 @@ impl Wc {
             invalidated_rkey: (flags & QHCA_CQE_WITH_INV != 0).then(|| u32_at(IMM_DATA)),
             qpn: u32_at(QPN),
             src_qp: u32_at(SRC_QP),
+            with_grh: flags & QHCA_CQE_WITH_GRH != 0,
             opcode: WcOpcode::from_raw(b[OPCODE]),
             status: WcStatus::from_raw(b[STATUS]),
             vendor_err: b[VENDOR_ERR],

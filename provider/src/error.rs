@@ -224,6 +224,22 @@ pub enum PostReason {
         /// Total bytes.
         len: u64,
     },
+    /// A UD destination ([`crate::SendWr::to_ud`]) on a request for an RC QP, whose peer is
+    /// fixed at connection time.
+    #[error("a UD destination on a send of an RC QP")]
+    UdDestOnRc,
+    /// A send on a UD QP without a destination ([`crate::SendWr::to_ud`]).
+    #[error("a send on a UD QP needs a destination (SendWr::to_ud)")]
+    NoUdDest,
+    /// An operation other than SEND and SEND_WITH_IMM on a UD QP.
+    #[error("a UD QP sends only SEND and SEND_WITH_IMM")]
+    UdOpcode,
+    /// A datagram longer than [`crate::UD_MAX_MSG`] bytes (the port's MTU).
+    #[error("datagram of {len} bytes: at most {} (the MTU)", crate::UD_MAX_MSG)]
+    DatagramTooLong {
+        /// Total bytes.
+        len: u64,
+    },
 }
 
 /// `Result` with the provider's [`Error`].

@@ -54,16 +54,20 @@
 //! [`WrOp::SendInv`] from the peer) by work requests: no system call after
 //! [`Pd::alloc_mw`].
 //!
+//! Unreliable datagram QPs ([`Qp::new_ud`], [`QpType::Ud`]) send to an address handle
+//! ([`Pd::create_ah`], [`Ah`]) named in each request ([`SendWr::to_ud`]); a receive starts
+//! with a global route header ([`Grh`], [`GRH_SIZE`] bytes) naming the sender's port ([`Gid`]).
+//!
 //! `provider/examples/rc_write_imm.rs` is a complete two-process program: an RC connection
 //! over [`conn`]'s TCP exchange, a WRITE_WITH_IMM, then a READ back.
 //!
 //! Lifetimes: [`Pd`], [`Mr`], [`Cq`] and [`Qp`] hold an `Arc` of their [`Context`]; a [`Qp`]
-//! holds its PD and CQs, a [`Mr`] its PD, so nothing is destroyed under a user. Registered
-//! memory is owned by the region ([`MrBuf`]: [`Pd::reg_mr_buf`], [`Pd::reg_mr_box`]) and freed
-//! only after a successful deregistration, or borrowed through the `unsafe` [`Pd::reg_mr`],
-//! whose caller promises the same. Ring memory is freed only after the device object is
-//! destroyed, and leaked if the destroy fails. Everything safe here stays sound under
-//! `mem::forget` (which only leaks).
+//! holds its PD and CQs, a [`Mr`], [`Mw`] or [`Ah`] its PD, so nothing is destroyed under a
+//! user. Registered memory is owned by the region ([`MrBuf`]: [`Pd::reg_mr_buf`],
+//! [`Pd::reg_mr_box`]) and freed only after a successful deregistration, or borrowed through
+//! the `unsafe` [`Pd::reg_mr`], whose caller promises the same. Ring memory is freed only after
+//! the device object is destroyed, and leaked if the destroy fails. Everything safe here stays
+//! sound under `mem::forget` (which only leaks).
 //!
 //! What the types cannot enforce, and how it is handled:
 //!
@@ -77,6 +81,9 @@
 //!   Writes through [`Mr::write_at`] take `&mut`, so threads never race on a region.
 //! - Dropping a region while requests using it are outstanding is allowed: they then fail
 //!   with a protection error.
+//! - A UD destination ([`UdDest`]) is plain numbers too: the device checks, when it runs the
+//!   send, that the address handle it names exists and is of the QP's context and PD (a stale
+//!   one fails the request), and handle numbers carry a generation.
 //! - A completion names its WQE by index, which is checked against what is outstanding; a QP
 //!   that is reset or destroyed first removes its unpolled CQEs from its CQs, and QP numbers
 //!   carry a generation: no completion is ever credited to the wrong requests.
@@ -145,6 +152,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod ah;
 mod attr;
 pub mod conn;
 mod context;
@@ -165,6 +173,7 @@ mod watched;
 mod wq;
 mod wqe;
 
+pub use ah::{Ah, AhAttr, Gid, Grh, UdDest, GRH_SIZE, PORT_NUM, QKEY_CONTROLLED, UD_MAX_MSG};
 pub use attr::{cap_names, fw_version_string, guid_string, DeviceAttr, OdpCaps};
 pub use conn::ConnInfo;
 pub use context::{AsyncEvent, Context, CtxStats};
@@ -182,7 +191,7 @@ pub use odp::{Advice, OdpMr};
 pub use pd::{Access, Mr, MrBuf, Pd};
 pub use qhca_uapi::db::{DbType, DbWord};
 pub use qhca_uapi::QHCA_ABI_VERSION;
-pub use qp::{ConnOpts, Qp, QpAttr, QpInfo, QpState};
+pub use qp::{ConnOpts, Qp, QpAttr, QpInfo, QpState, QpType};
 pub use rcache::{CacheConfig, CacheMode, CacheStats, CachedMr, RegCache};
 pub use watched::WatchedMr;
 pub use wqe::{MwBind, RecvWr, SendFlags, SendWr, Sge, WrOp};

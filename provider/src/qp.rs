@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! Reliable-connected queue pairs: creation, state changes, and posting without a system call.
+//! Queue pairs, reliable connected and unreliable datagram ([`QpType`]): creation, state
+//! changes, and posting without a system call. `ud` has what is UD's own.
 //!
 //! Who writes what (the QP buffer: SQ slots, then the RQ at the next page boundary):
 //!
@@ -19,6 +20,7 @@ use qhca_uapi::{
     QHCA_QP_ATTR_RNR_RETRY, QHCA_QP_ATTR_RQ_PSN, QHCA_QP_ATTR_SQ_PSN, QHCA_QP_ATTR_STATE,
     QHCA_QP_ATTR_TIMEOUT,
 };
+use qhca_uapi::{QHCA_QPT_RC, QHCA_QPT_UD, QHCA_QP_ATTR_QKEY};
 
 use crate::conn::ConnInfo;
 use crate::context::Context;
@@ -32,6 +34,31 @@ use crate::sys::{self, Request};
 use crate::wq::WqShared;
 use crate::wqe::{check_recv_wr, check_send_wr, encode_recv_wqe, encode_send_wqe, RecvWr, SendWr};
 use crate::{DbType, DbWord};
+
+mod ud;
+
+/// The transport service of a QP (`enum qhca_qp_type`, as `ibv_qp_type`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum QpType {
+    /// Reliable connected: one peer QP, set at connection time ([`Qp::connect`]); every
+    /// operation.
+    #[default]
+    Rc,
+    /// Unreliable datagram: each send names its destination ([`crate::SendWr::to_ud`]);
+    /// SEND and SEND_WITH_IMM of at most [`crate::UD_MAX_MSG`] bytes; receives start with a
+    /// [`crate::Grh`]. See [`Qp::ud_ready`].
+    Ud,
+}
+
+impl QpType {
+    /// The raw value (`QHCA_QPT_*`).
+    pub fn raw(self) -> u32 {
+        match self {
+            QpType::Rc => QHCA_QPT_RC,
+            QpType::Ud => QHCA_QPT_UD,
+        }
+    }
+}
 
 /// QP states (`enum qhca_qp_state`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -106,6 +133,10 @@ pub struct QpAttr {
     /// RDMA READs and atomics accepted as responder (responder resources), 1..=16; INIT → RTR
     /// and RTR → RTR only.
     pub max_dest_rd_atomic: Option<u8>,
+    /// UD only: the Q_Key datagrams to this QP must carry (and the one its sends use when a
+    /// request's remote Q_Key has [`crate::QKEY_CONTROLLED`]). Required at RESET → INIT;
+    /// a value with [`crate::QKEY_CONTROLLED`] set needs `CAP_NET_RAW` (`EPERM`).
+    pub qkey: Option<u32>,
 }
 
 impl QpAttr {
@@ -133,6 +164,7 @@ impl QpAttr {
             QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC,
             self.max_dest_rd_atomic.is_some(),
         );
+        set(QHCA_QP_ATTR_QKEY, self.qkey.is_some());
         a.mask = mask;
         a.state = self.state.map_or(0, QpState::raw);
         a.access = self.access.map_or(0, |x| x.0);
@@ -146,14 +178,17 @@ impl QpAttr {
         a.min_rnr_timer = self.min_rnr_timer.unwrap_or(0);
         a.max_rd_atomic = self.max_rd_atomic.unwrap_or(0);
         a.max_dest_rd_atomic = self.max_dest_rd_atomic.unwrap_or(0);
+        a.qkey = self.qkey.unwrap_or(0);
         a
     }
 }
 
-/// What QUERY_QP reports: every attribute.
+/// What QUERY_QP reports: every attribute (`qkey` is a UD QP's, 0 on RC), and the QP's type
+/// when known ([`Qp::query`] knows it; the ABI struct alone does not say).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[allow(missing_docs)]
 pub struct QpInfo {
+    pub qp_type: Option<QpType>,
     pub state: QpState,
     pub access: Access,
     pub dest_qpn: u32,
@@ -166,12 +201,14 @@ pub struct QpInfo {
     pub min_rnr_timer: u8,
     pub max_rd_atomic: u8,
     pub max_dest_rd_atomic: u8,
+    pub qkey: u32,
 }
 
 impl QpInfo {
-    /// From the ABI struct.
+    /// From the ABI struct (`qp_type` `None`: the struct does not carry it).
     pub fn from_raw(a: &qhca_qp_attr) -> Self {
         QpInfo {
+            qp_type: None,
             state: QpState::from_raw(a.state),
             access: Access(a.access),
             dest_qpn: a.dest_qpn,
@@ -184,11 +221,12 @@ impl QpInfo {
             min_rnr_timer: a.min_rnr_timer,
             max_rd_atomic: a.max_rd_atomic,
             max_dest_rd_atomic: a.max_dest_rd_atomic,
+            qkey: a.qkey,
         }
     }
 }
 
-/// A queue pair (RC).
+/// A queue pair, RC ([`Qp::new`]) or UD ([`Qp::new_ud`]).
 ///
 /// It holds references to its PD and CQs, so they outlive it; it is destroyed on drop (its
 /// unpolled CQEs are then removed from its CQs), and its ring memory is freed only after the
@@ -205,6 +243,7 @@ impl QpInfo {
 #[derive(Debug)]
 pub struct Qp {
     qpn: u32,
+    qp_type: QpType,
     layout: QpLayout,
     db: Arc<Doorbell>,
     wq: Arc<WqShared>,
@@ -217,8 +256,25 @@ pub struct Qp {
 }
 
 impl Qp {
-    /// Creates a QP in RESET with the ring layout for `caps` ([`QpLayout::new`]).
+    /// Creates an RC QP in RESET with the ring layout for `caps` ([`QpLayout::new`]).
     pub fn new(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: &QpCaps) -> Result<Qp> {
+        Self::with_type(pd, send_cq, recv_cq, caps, QpType::Rc)
+    }
+
+    /// Creates a UD QP in RESET (`EOPNOTSUPP` on a device without UD,
+    /// [`crate::DeviceAttr::supports_ud`]); [`Qp::ud_ready`] brings it to RTS.
+    pub fn new_ud(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: &QpCaps) -> Result<Qp> {
+        Self::with_type(pd, send_cq, recv_cq, caps, QpType::Ud)
+    }
+
+    /// Creates a QP of type `qp_type` in RESET with the ring layout for `caps`.
+    pub fn with_type(
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: &QpCaps,
+        qp_type: QpType,
+    ) -> Result<Qp> {
         let layout = QpLayout::new(caps)?;
         let ctx: &Arc<Context> = &pd.inner.ctx;
         let db = ctx.doorbell()?;
@@ -233,6 +289,7 @@ impl Qp {
         req.rq_stride_log = layout.rq_stride_log as u8;
         req.max_inline = layout.max_inline.min(u32::from(u16::MAX)) as u16;
         req.max_sge = layout.max_sge as u16;
+        req.type_ = qp_type.raw();
         req.buf_addr = buf.addr();
         req.buf_len = buf.len() as u64;
         ctx.ioctl("CREATE_QP", sys::create_qp, &mut req)?;
@@ -242,6 +299,7 @@ impl Qp {
         }
         Ok(Qp {
             qpn: req.qpn,
+            qp_type,
             layout,
             db,
             wq,
@@ -256,6 +314,19 @@ impl Qp {
     /// the ring ([`Qp::ring`]) and the doorbell the way the device would.
     #[cfg(test)]
     pub(crate) fn fake(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: &QpCaps, qpn: u32) -> Result<Qp> {
+        Self::fake_typed(pd, send_cq, recv_cq, caps, qpn, QpType::Rc)
+    }
+
+    /// [`Qp::fake`] of another type.
+    #[cfg(test)]
+    pub(crate) fn fake_typed(
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: &QpCaps,
+        qpn: u32,
+        qp_type: QpType,
+    ) -> Result<Qp> {
         let layout = QpLayout::new(caps)?;
         let wq = Arc::new(WqShared::new(layout.sq_depth(), layout.rq_depth()));
         for cq in [send_cq, recv_cq] {
@@ -263,6 +334,7 @@ impl Qp {
         }
         Ok(Qp {
             qpn,
+            qp_type,
             layout,
             db: pd.inner.ctx.doorbell()?,
             wq,
@@ -282,6 +354,11 @@ impl Qp {
     /// The device's QP number.
     pub fn qpn(&self) -> u32 {
         self.qpn
+    }
+
+    /// Its transport service.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
     }
 
     /// The ring layout (depths, strides, limits).
@@ -348,7 +425,10 @@ impl Qp {
         let mut req = qhca_ioc_qp_attr::request();
         req.qpn = self.qpn;
         self.pd.ctx.ioctl("QUERY_QP", sys::query_qp, &mut req)?;
-        Ok(QpInfo::from_raw(&req.attr))
+        Ok(QpInfo {
+            qp_type: Some(self.qp_type),
+            ..QpInfo::from_raw(&req.attr)
+        })
     }
 
     /// RESET → INIT, granting `access` to peers.
@@ -412,9 +492,17 @@ impl Qp {
     /// So each side passes its own record as `local` and the other's as `remote`; the regions
     /// in the records play no part here. To connect a QP to itself, pass the same record twice.
     ///
-    /// Fails with [`Error::Invalid`] if `local.qpn` is not this QP or a PSN is wider than 24
-    /// bits, and with the MODIFY_QP errors.
+    /// Fails with [`Error::Invalid`] if this is a UD QP (see [`Qp::ud_ready`]), `local.qpn` is
+    /// not this QP or a PSN is wider than 24 bits, and with the MODIFY_QP errors.
     pub fn connect(&self, local: &ConnInfo, remote: &ConnInfo, opts: &ConnOpts) -> Result<()> {
+        if self.qp_type != QpType::Rc {
+            return Err(Error::Invalid {
+                what: format!(
+                    "connect on UD QP {:#x}: a UD QP has no peer (Qp::ud_ready)",
+                    self.qpn
+                ),
+            });
+        }
         if local.qpn != self.qpn {
             return Err(Error::Invalid {
                 what: format!(
@@ -469,7 +557,7 @@ impl Qp {
         let mut result = Ok(());
         let mut posted = 0;
         for (i, wr) in wrs.iter().enumerate() {
-            if let Err(reason) = check_send_wr(wr, &self.layout) {
+            if let Err(reason) = check_send_wr(wr, &self.layout, self.qp_type) {
                 result = Err(PostError { index: i, reason });
                 break;
             }

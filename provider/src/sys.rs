@@ -26,6 +26,9 @@ use qhca_uapi::{
     QHCA_IOCTL_MODIFY_QP, QHCA_IOCTL_QUERY_CTX, QHCA_IOCTL_QUERY_QP, QHCA_IOCTL_REG_MR,
 };
 use qhca_uapi::{qhca_ioc_alloc_mw, QHCA_IOCTL_ALLOC_MW, QHCA_IOCTL_DEALLOC_MW};
+use qhca_uapi::{
+    qhca_ioc_create_ah, QHCA_IOCTL_CREATE_AH, QHCA_IOCTL_DESTROY_AH, QHCA_IOCTL_QUERY_CTX_V1,
+};
 
 // The verbs ioctls. Each `# Safety` is the same: `data` must be valid for reads and writes of
 // one value of the named struct for the duration of the call (the driver copies exactly
@@ -127,6 +130,46 @@ verbs_ioctl!(
 );
 
 verbs_ioctl!(
+    query_ctx_v1,
+    QHCA_IOCTL_QUERY_CTX_V1,
+    QueryCtxV1,
+    "`QHCA_IOCTL_QUERY_CTX_V1`: QUERY_CTX as drivers before UD know it."
+);
+verbs_ioctl!(
+    create_ah,
+    QHCA_IOCTL_CREATE_AH,
+    qhca_ioc_create_ah,
+    "`QHCA_IOCTL_CREATE_AH`."
+);
+verbs_ioctl!(
+    destroy_ah,
+    QHCA_IOCTL_DESTROY_AH,
+    qhca_ioc_handle,
+    "`QHCA_IOCTL_DESTROY_AH`."
+);
+
+/// `struct qhca_ioc_query_ctx` as it was before UD ([`QHCA_IOCTL_QUERY_CTX_V1`]): the same
+/// header, and the first eight counters of `struct qhca_ctx_stats` (the ones before
+/// `ud_drop_qkey`). The header keeps only the number; this is the struct behind it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct QueryCtxV1 {
+    pub(crate) size: u32,
+    pub(crate) comp_mask: u32,
+    pub(crate) rsvd: u64,
+    pub(crate) stats: [u64; 8],
+}
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    use qhca_uapi::{qhca_ctx_stats, qhca_ioc_query_ctx};
+    assert!(size_of::<QueryCtxV1>() == qhca_uapi::ioctl::QUERY_CTX_V1_SIZE);
+    assert!(offset_of!(QueryCtxV1, stats) == offset_of!(qhca_ioc_query_ctx, stats));
+    // The eight counters V1 has are the first eight of today's, in the same order.
+    assert!(offset_of!(qhca_ctx_stats, ud_drop_qkey) == size_of::<[u64; 8]>());
+};
+
+verbs_ioctl!(
     get_async_event,
     QHCA_IOCTL_GET_ASYNC_EVENT,
     qhca_ioc_async_event,
@@ -163,7 +206,9 @@ request!(
     qhca_ioc_query_ctx,
     qhca_ioc_async_event,
     qhca_ioc_advise_mr,
-    qhca_ioc_alloc_mw
+    qhca_ioc_alloc_mw,
+    qhca_ioc_create_ah,
+    QueryCtxV1
 );
 
 // qhca_uapi checks QUERY_DEVICE's number against its struct; the verbs numbers are checked here
@@ -195,4 +240,7 @@ check_nr! {
     QHCA_IOCTL_QUERY_CTX, QHCA_IOC_NR_QUERY_CTX, qhca_ioc_query_ctx;
     QHCA_IOCTL_GET_ASYNC_EVENT, QHCA_IOC_NR_GET_ASYNC_EVENT, qhca_ioc_async_event;
     QHCA_IOCTL_ADVISE_MR, QHCA_IOC_NR_ADVISE_MR, qhca_ioc_advise_mr;
+    QHCA_IOCTL_CREATE_AH, QHCA_IOC_NR_CREATE_AH, qhca_ioc_create_ah;
+    QHCA_IOCTL_DESTROY_AH, QHCA_IOC_NR_DESTROY_AH, qhca_ioc_handle;
+    QHCA_IOCTL_QUERY_CTX_V1, QHCA_IOC_NR_QUERY_CTX, QueryCtxV1;
 }

@@ -14,11 +14,13 @@ use qhca_uapi::{
 use core::mem::{offset_of, size_of};
 
 use qhca_uapi::{
-    qhca_rwqe, qhca_sge, qhca_wqe_atomic, qhca_wqe_bind, qhca_wqe_ctrl, qhca_wqe_raddr,
+    qhca_rwqe, qhca_sge, qhca_wqe_atomic, qhca_wqe_bind, qhca_wqe_ctrl, qhca_wqe_raddr, qhca_wqe_ud,
 };
 
+use crate::ah::{UdDest, UD_MAX_MSG};
 use crate::error::PostReason;
 use crate::layout::{QpLayout, RWQE_HDR_SIZE, SGE_SIZE};
+use crate::qp::QpType;
 
 /// Offset of the control segment (`struct qhca_wqe_ctrl`) in a send WQE.
 pub const CTRL_OFFSET: usize = 0;
@@ -33,7 +35,12 @@ pub const DATA_OFFSET: usize = QHCA_WQE_DATA_OFFSET as usize;
 /// remote-address and atomic segments are in the others.
 pub const BIND_OFFSET: usize = RADDR_OFFSET;
 
+/// Offset of the UD segment (`struct qhca_wqe_ud`) of a send on a UD QP: where the
+/// remote-address segment is on an RC QP.
+pub const UD_OFFSET: usize = RADDR_OFFSET;
+
 const _: () = assert!(ATOMIC_OFFSET + size_of::<qhca_wqe_atomic>() == DATA_OFFSET);
+const _: () = assert!(size_of::<qhca_wqe_ud>() == size_of::<qhca_wqe_raddr>());
 const _: () = assert!(BIND_OFFSET + size_of::<qhca_wqe_bind>() == DATA_OFFSET);
 const _: () = assert!(size_of::<qhca_rwqe>() == RWQE_HDR_SIZE);
 const _: () = assert!(size_of::<qhca_sge>() == SGE_SIZE);
@@ -277,6 +284,9 @@ pub struct SendWr<'a> {
     pub inline: Option<&'a [u8]>,
     /// SIGNALED, SOLICITED, FENCE.
     pub flags: SendFlags,
+    /// Where a send of a UD QP goes (`None` on an RC QP, whose peer is fixed at connection
+    /// time); see [`SendWr::to_ud`].
+    pub ud: Option<UdDest>,
 }
 
 impl<'a> SendWr<'a> {
@@ -288,6 +298,7 @@ impl<'a> SendWr<'a> {
             sges,
             inline: None,
             flags: SendFlags::SIGNALED,
+            ud: None,
         }
     }
 
@@ -299,12 +310,30 @@ impl<'a> SendWr<'a> {
             sges: &[],
             inline: Some(data),
             flags: SendFlags::SIGNALED,
+            ud: None,
         }
     }
 
     /// The same request with other flags.
     pub fn with_flags(self, flags: SendFlags) -> Self {
         SendWr { flags, ..self }
+    }
+
+    /// The same request as a datagram to `dest`, for a UD QP (`ibv_send_wr.wr.ud`): only
+    /// [`WrOp::Send`] and [`WrOp::SendImm`], at most [`crate::UD_MAX_MSG`] bytes.
+    pub fn to_ud(self, dest: UdDest) -> Self {
+        SendWr {
+            ud: Some(dest),
+            ..self
+        }
+    }
+
+    /// Bytes of data it carries (inline or in its SGEs).
+    pub fn data_len(&self) -> u64 {
+        match self.inline {
+            Some(d) => d.len() as u64,
+            None => self.sges.iter().map(|s| u64::from(s.length)).sum(),
+        }
     }
 
     /// True if it writes a CQE on success.
@@ -361,6 +390,15 @@ pub fn set_raddr_seg(wqe: &mut [u8], raddr: u64, rkey: u32) {
     put_u32(seg, offset_of!(qhca_wqe_raddr, rkey), rkey);
 }
 
+/// The UD segment (`struct qhca_wqe_ud`) at [`UD_OFFSET`]; reserved bytes zero.
+pub fn set_ud_seg(wqe: &mut [u8], d: &UdDest) {
+    let seg = &mut wqe[UD_OFFSET..UD_OFFSET + size_of::<qhca_wqe_ud>()];
+    seg.fill(0);
+    put_u32(seg, offset_of!(qhca_wqe_ud, ah), d.ah);
+    put_u32(seg, offset_of!(qhca_wqe_ud, remote_qpn), d.remote_qpn);
+    put_u32(seg, offset_of!(qhca_wqe_ud, remote_qkey), d.remote_qkey);
+}
+
 /// The atomic segment (`struct qhca_wqe_atomic`) at [`ATOMIC_OFFSET`].
 pub fn set_atomic_seg(wqe: &mut [u8], swap_add: u64, compare: u64) {
     let seg = &mut wqe[ATOMIC_OFFSET..ATOMIC_OFFSET + size_of::<qhca_wqe_atomic>()];
@@ -401,8 +439,20 @@ pub fn set_rwqe_hdr(rwqe: &mut [u8], wr_id: u64, num_sge: u32) {
 }
 
 /// Checks a send request against the QP's limits (what the encoder needs to stay in its slot,
-/// and what the ABI requires of atomics).
-pub fn check_send_wr(wr: &SendWr<'_>, layout: &QpLayout) -> Result<(), PostReason> {
+/// and what the ABI requires of atomics and datagrams).
+pub fn check_send_wr(
+    wr: &SendWr<'_>,
+    layout: &QpLayout,
+    qp_type: QpType,
+) -> Result<(), PostReason> {
+    match (qp_type, wr.ud.is_some()) {
+        (QpType::Rc, true) => return Err(PostReason::UdDestOnRc),
+        (QpType::Ud, false) => return Err(PostReason::NoUdDest),
+        (QpType::Ud, true) if !matches!(wr.op, WrOp::Send | WrOp::SendImm(_)) => {
+            return Err(PostReason::UdOpcode)
+        }
+        _ => {}
+    }
     if wr.sges.len() > layout.max_sge as usize {
         return Err(PostReason::TooManySge {
             num_sge: wr.sges.len(),
@@ -432,6 +482,9 @@ pub fn check_send_wr(wr: &SendWr<'_>, layout: &QpLayout) -> Result<(), PostReaso
     let total: u64 = wr.sges.iter().map(|s| u64::from(s.length)).sum();
     if total > 1 << 31 {
         return Err(PostReason::MessageTooLong { len: total });
+    }
+    if qp_type == QpType::Ud && wr.data_len() > UD_MAX_MSG as u64 {
+        return Err(PostReason::DatagramTooLong { len: wr.data_len() });
     }
     if wr.op.atomic().is_some() {
         let raddr = wr.op.remote().map_or(0, |(a, _)| a);
@@ -464,6 +517,9 @@ pub fn encode_send_wqe(slot: &mut [u8], wr: &SendWr<'_>) {
     );
     if let WrOp::BindMw(b) = &wr.op {
         set_bind_seg(slot, b);
+    } else if let Some(d) = &wr.ud {
+        set_ud_seg(slot, d);
+        set_atomic_seg(slot, 0, 0);
     } else {
         let (raddr, rkey) = wr.op.remote().unwrap_or((0, 0));
         set_raddr_seg(slot, raddr, rkey);

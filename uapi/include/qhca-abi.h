@@ -107,6 +107,13 @@ typedef unsigned long long __u64;
 #define QHCA_REG_NUM_CQ         0x07c /* RO: completion queues alive */
 #define QHCA_REG_NUM_QP         0x080 /* RO: queue pairs alive */
 #define QHCA_REG_NUM_MW         0x084 /* RO: memory windows alive */
+#define QHCA_REG_NUM_AH         0x088 /* RO: address handles alive */
+/*
+ * RO: datagrams that reached no QP (addressed to another port, or to a QPN
+ * that is no UD QP in RTR or RTS).  Drops at a QP are counted for its
+ * context (struct qhca_ctx_stats).
+ */
+#define QHCA_REG_UD_NO_QP       0x08c
 
 #define QHCA_MAGIC 0x41434851u /* "QHCA" read as a little-endian u32 */
 
@@ -132,6 +139,7 @@ typedef unsigned long long __u64;
 #define QHCA_CAP_RC             (1ull << 1) /* reliable connected QPs (loopback wire) */
 #define QHCA_CAP_ODP            (1ull << 2) /* on-demand-paging regions: see "On-demand paging" */
 #define QHCA_CAP_MW             (1ull << 3) /* memory windows, types 1, 2A and 2B: see "Memory windows" */
+#define QHCA_CAP_UD             (1ull << 4) /* unreliable datagram QPs: see "Unreliable datagram" */
 
 /* Queue sizing limits. */
 #define QHCA_QUEUE_MIN_LOG      1
@@ -174,6 +182,8 @@ enum qhca_cmd_opcode {
 	/* Memory windows; see "Memory windows" below. */
 	QHCA_CMD_ALLOC_MW     = 0x13, /* in[0] = uar, in[1] = pdn, in[2] = QHCA_MW_TYPE_*; out: data[0] = key */
 	QHCA_CMD_DEALLOC_MW   = 0x14, /* in[0] = uar, in[1] = key (its tag is not checked) */
+	QHCA_CMD_CREATE_AH    = 0x15, /* in: struct qhca_cmd_create_ah; out: data[0] = ah */
+	QHCA_CMD_DESTROY_AH   = 0x16, /* in[0] = uar, in[1] = ah */
 	QHCA_CMD_MAX, /* first unassigned opcode */
 };
 
@@ -254,9 +264,9 @@ struct qhca_device_attr {
 	/* As struct ibv_odp_caps; 0 without QHCA_CAP_ODP. */
 	__u64 odp_general_caps;    /* QHCA_ODP_SUPPORT, QHCA_ODP_SUPPORT_IMPLICIT */
 	__u32 odp_rc_caps;         /* QHCA_ODP_SUPPORT_SEND ... _ATOMIC for RC QPs */
-	__u32 odp_ud_caps;         /* the same for UD QPs: 0 in this version */
+	__u32 odp_ud_caps;         /* the same for UD QPs: QHCA_ODP_SUPPORT_SEND */
 	__u32 max_mw;              /* memory windows; 0 without QHCA_CAP_MW */
-	__u32 rsvd1;
+	__u32 max_ah;              /* address handles; 0 without QHCA_CAP_UD */
 	__u64 rsvd2;
 };
 
@@ -272,7 +282,7 @@ struct qhca_device_attr {
 
 /* ------------------------------------------------------------------------ */
 /* Verbs objects: protection domains, memory regions, completion queues and  */
-/* reliable-connected queue pairs.                                           */
+/* queue pairs.                                                             */
 /*                                                                          */
 /* Memory the device reaches on behalf of a context (rings and MRs) is given */
 /* to it as a two-level page list.  The command's pages_addr is the DMA     */
@@ -397,6 +407,7 @@ enum qhca_wc_opcode {
 
 #define QHCA_CQE_WITH_IMM       (1u << 0) /* struct qhca_cqe.flags: imm_data is valid */
 #define QHCA_CQE_WITH_INV       (1u << 1) /* a SEND_WITH_INV invalidated the key in imm_data */
+#define QHCA_CQE_WITH_GRH       (1u << 2) /* UD: a struct qhca_grh starts the receive buffer */
 
 /* 32 bytes. */
 struct qhca_cqe {
@@ -405,7 +416,8 @@ struct qhca_cqe {
 	__u32 imm_data;   /* as the sender gave it (network order is the user's business);
 			   * with QHCA_CQE_WITH_INV the key it invalidated */
 	__u32 qpn;
-	__u32 src_qp;     /* receive CQEs: the QPN of the QP that sent the message */
+	__u32 src_qp;     /* receive CQEs: the QPN of the QP that sent the message
+			   * (UD: its port is the GRH's sgid) */
 	__u8  opcode;     /* enum qhca_wc_opcode */
 	__u8  status;     /* enum qhca_wc_status */
 	__u8  vendor_err;
@@ -434,7 +446,9 @@ struct qhca_cqe {
  * a 16-byte atomic segment, then from offset 64 either num_sge data segments
  * or, with QHCA_WQE_INLINE, inline_len bytes of data.  A BIND_MW WQE has a
  * struct qhca_wqe_bind in place of the remote-address and atomic segments;
- * LOCAL_INV and BIND_MW have no data (num_sge 0, not INLINE).
+ * LOCAL_INV and BIND_MW have no data (num_sge 0, not INLINE).  A send WQE
+ * of a UD QP has a struct qhca_wqe_ud in place of the remote-address
+ * segment (see "Unreliable datagram").
  */
 #define QHCA_SQ_MIN_STRIDE_LOG  7  /* 128 B: 64 B of headers + 4 SGEs */
 #define QHCA_SQ_MAX_STRIDE_LOG  11
@@ -523,6 +537,12 @@ enum qhca_qp_state {
  */
 #define QHCA_QPN_INDEX_BITS     10
 
+/* Transport service of a QP (CREATE_QP). */
+enum qhca_qp_type {
+	QHCA_QPT_RC = 0, /* reliable connected */
+	QHCA_QPT_UD = 1, /* unreliable datagram */
+};
+
 /* QHCA_CMD_CREATE_QP input, overlaying qhca_cmd.in[]. */
 struct qhca_cmd_create_qp {
 	__u32 uar;
@@ -536,7 +556,7 @@ struct qhca_cmd_create_qp {
 	__u16 max_inline;
 	__u16 max_sge;    /* per send and per receive WQE */
 	__u32 npages;
-	__u32 rsvd0;
+	__u32 type;       /* enum qhca_qp_type */
 	__u64 pages_addr;
 };
 
@@ -553,7 +573,8 @@ struct qhca_cmd_create_qp {
 #define QHCA_QP_ATTR_MIN_RNR_TIMER (1u << 9)
 #define QHCA_QP_ATTR_MAX_RD_ATOMIC      (1u << 10) /* RTR->RTS, RTS->RTS; 1..max_qp_init_rd_atom */
 #define QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC (1u << 11) /* INIT->RTR, RTR->RTR; 1..max_qp_rd_atom */
-#define QHCA_QP_ATTR_ALL        0xfffu
+#define QHCA_QP_ATTR_QKEY       (1u << 12) /* UD only: RESET->INIT (required), then any */
+#define QHCA_QP_ATTR_ALL        0x1fffu
 
 /*
  * max_rd_atomic (the initiator depth) and max_dest_rd_atomic (the responder
@@ -583,7 +604,8 @@ struct qhca_qp_attr {
 	__u32 dest_qpn;
 	__u32 rq_psn;        /* 24 bits */
 	__u32 sq_psn;        /* 24 bits */
-	__u32 rsvd1[9];
+	__u32 qkey;          /* UD: the Q_Key datagrams to this QP must carry */
+	__u32 rsvd1[8];
 };
 
 /* QHCA_CMD_QUERY_CTX output: what the device counted for one context. */
@@ -596,6 +618,11 @@ struct qhca_ctx_stats {
 	__u64 odp_resp_faults; /* page faults raised by its QPs as responders */
 	__u64 odp_fault_rnr_naks; /* RNR NAKs its responders sent because of a fault */
 	__u64 odp_invalidations;  /* INVALIDATE_ODP commands on its regions */
+	/* Datagrams its UD QPs dropped (see "Unreliable datagram"): */
+	__u64 ud_drop_qkey;     /* the Q_Key did not match the QP's */
+	__u64 ud_drop_no_recv;  /* no receive WQE was posted */
+	__u64 ud_drop_too_long; /* GRH + message larger than the receive WQE's buffers */
+	__u64 ud_drop_fault;    /* the receive buffer was on demand and not present */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -651,6 +678,99 @@ enum qhca_mw_type {
 /* DEREG_MR (command in[2], ioctl flags): unbind the region's windows. */
 #define QHCA_DEREG_MR_UNBIND_MWS (1u << 0)
 #define QHCA_MW_INDEX_BITS      12
+
+/* ------------------------------------------------------------------------ */
+/* Unreliable datagram (IBA 9.8, 10.2.5, 11.4.1.2).                         */
+/*                                                                          */
+/* A UD QP (CREATE_QP type QHCA_QPT_UD) sends and receives datagrams: one   */
+/* packet each, SEND or SEND_WITH_IMM only, at most QHCA_UD_MAX_MSG bytes   */
+/* (the port's MTU), no ACK, no retry, no PSN check.  Its states are those */
+/* of RC with other attributes: RESET->INIT needs QHCA_QP_ATTR_QKEY, RTR->  */
+/* RTS needs QHCA_QP_ATTR_SQ_PSN, and every transition accepts QKEY; no    */
+/* other attribute is accepted.  It receives in RTR and RTS, sends in RTS. */
+/*                                                                          */
+/* Where a datagram goes is an address handle: CREATE_AH in a PD names a    */
+/* port by its GID (dgid) plus the GRH fields to send with.  A port's GID   */
+/* (index 0, the only one) is QHCA_GID_PREFIX followed by its node GUID,    */
+/* both big-endian: fe80::/64 with the GUID as the interface identifier.   */
+/* The AH number is generation << QHCA_AH_INDEX_BITS | slot (as a QPN), so  */
+/* a destroyed AH's number names nothing for 2^11 creations of the slot.   */
+/* A send WQE names the AH, the remote QPN and a Q_Key (struct              */
+/* qhca_wqe_ud); a Q_Key with QHCA_QKEY_CONTROLLED set means the QP's own  */
+/* (IBA 10.2.5: only a privileged process may set such a Q_Key on a QP:     */
+/* the driver refuses MODIFY_QP with it, EPERM, without CAP_NET_RAW).  The  */
+/* WQE completes once its packet has left: an AH that is not the QP's       */
+/* context's and PD's (or is gone), an opcode other than SEND/SEND_WITH_IMM */
+/* or more than QHCA_UD_MAX_MSG bytes complete with QHCA_WC_LOC_QP_OP_ERR   */
+/* (the length: QHCA_WC_LOC_LEN_ERR) and the QP goes to ERR.               */
+/*                                                                          */
+/* The device stamps every datagram with the sending port and QPN; the      */
+/* process cannot choose them.  A receiving QP takes a datagram from any   */
+/* source whose Q_Key matches its own, into its oldest receive WQE: a       */
+/* struct qhca_grh (QHCA_GRH_SIZE bytes: the sender's port GID, the AH's    */
+/* traffic class, flow label and hop limit) at the start of the buffers,    */
+/* then the message; byte_len = QHCA_GRH_SIZE + message; the CQE has        */
+/* QHCA_CQE_WITH_GRH and src_qp = the sending QPN.  A datagram whose Q_Key  */
+/* differs, that finds no receive WQE, that does not fit the WQE's buffers  */
+/* (GRH included), or whose buffer is an on-demand page not present, is     */
+/* dropped -- nothing written, the WQE stays posted -- and counted in the   */
+/* receiving context's struct qhca_ctx_stats.  One addressed to another     */
+/* port or to a QPN that is no UD QP in RTR/RTS is counted in               */
+/* QHCA_REG_UD_NO_QP.  A receive WQE the device cannot use (a bad L_Key,    */
+/* no local write) completes with an error and the QP goes to ERR, as RC.  */
+/* Not in this version: multicast, and on-demand receive buffers (they are */
+/* never faulted in: odp_ud_caps has QHCA_ODP_SUPPORT_SEND only).           */
+/* ------------------------------------------------------------------------ */
+
+#define QHCA_UD_MAX_MSG         4096
+#define QHCA_GRH_SIZE           40
+#define QHCA_GID_PREFIX         0xfe80000000000000ull
+#define QHCA_AH_INDEX_BITS      12
+#define QHCA_QKEY_CONTROLLED    (1u << 31)
+
+/*
+ * Where datagrams go (CREATE_AH; the fields of struct ibv_ah_attr and its
+ * ibv_global_route that mean something on this fabric).  24 bytes.
+ */
+struct qhca_ah_attr {
+	__u8  dgid[16];      /* the destination port's GID, as on the wire */
+	__u32 flow_label;    /* 20 bits */
+	__u8  traffic_class;
+	__u8  hop_limit;
+	__u8  sl;            /* 0..15; carried, not acted on */
+	__u8  port_num;      /* the local port: 1 */
+};
+
+/* QHCA_CMD_CREATE_AH input, overlaying qhca_cmd.in[] (40 bytes). */
+struct qhca_cmd_create_ah {
+	__u32 uar;
+	__u32 pdn;
+	struct qhca_ah_attr attr;
+	__u64 rsvd;
+};
+
+/* The UD segment of a send WQE of a UD QP, at offset 32. */
+struct qhca_wqe_ud {
+	__u32 ah;
+	__u32 remote_qpn;
+	__u32 remote_qkey;   /* QHCA_QKEY_CONTROLLED set: the QP's own Q_Key */
+	__u32 rsvd;
+};
+
+/*
+ * The global route header at the start of a UD receive buffer: struct
+ * ibv_grh, and like it in network byte order (big-endian), unlike the rest
+ * of this file.  paylen is what IBA's would be: BTH, DETH, ImmDt, the
+ * message padded to 4 bytes, ICRC.
+ */
+struct qhca_grh {
+	__u32 version_tclass_flow; /* 6 << 28 | traffic_class << 20 | flow_label */
+	__u16 paylen;
+	__u8  next_hdr;            /* 0x1b: a BTH follows */
+	__u8  hop_limit;
+	__u8  sgid[16];
+	__u8  dgid[16];
+};
 
 /* ------------------------------------------------------------------------ */
 /* On-demand paging (ODP).                                                  */
@@ -791,10 +911,12 @@ struct qhca_ioc_query_device {
 #define QHCA_IOC_NR_ADVISE_MR    0x0d
 #define QHCA_IOC_NR_ALLOC_MW     0x0e
 #define QHCA_IOC_NR_DEALLOC_MW   0x0f
+#define QHCA_IOC_NR_CREATE_AH    0x10
+#define QHCA_IOC_NR_DESTROY_AH   0x11
 
 /*
  * ALLOC_PD (out: handle), DEALLOC_PD, DEREG_MR, DEALLOC_MW, DESTROY_CQ,
- * DESTROY_QP (in: handle).
+ * DESTROY_QP, DESTROY_AH (in: handle).
  */
 struct qhca_ioc_handle {
 	__u32 size;
@@ -847,7 +969,7 @@ struct qhca_ioc_create_qp {
 	__u8  rq_stride_log;
 	__u16 max_inline;
 	__u16 max_sge;
-	__u32 rsvd0;
+	__u32 type;       /* enum qhca_qp_type */
 	__u64 buf_addr;   /* page aligned: the SQ, then the RQ at the next page boundary */
 	__u64 buf_len;
 	__u32 qpn;        /* out */
@@ -877,6 +999,20 @@ struct qhca_ioc_alloc_mw {
 	__u32 rsvd;
 };
 
+/* CREATE_AH: an address handle in pdn; DESTROY_AH takes a qhca_ioc_handle. */
+struct qhca_ioc_create_ah {
+	__u32 size;
+	__u32 comp_mask;
+	__u32 pdn;
+	__u32 ah;         /* out */
+	struct qhca_ah_attr attr;
+};
+
+/*
+ * QUERY_CTX.  The stats grew with UD (ud_drop_*); QHCA_IOCTL_QUERY_CTX_V1,
+ * the struct as it was before (the first 64 bytes of the stats), is still
+ * answered for programs built then.
+ */
 struct qhca_ioc_query_ctx {
 	__u32 size;
 	__u32 comp_mask;
@@ -894,11 +1030,14 @@ struct qhca_ioc_query_ctx {
 #define QHCA_IOCTL_MODIFY_QP    0xc050ca08u
 #define QHCA_IOCTL_QUERY_QP     0xc050ca09u
 #define QHCA_IOCTL_DESTROY_QP   0xc010ca0au
-#define QHCA_IOCTL_QUERY_CTX    0xc050ca0bu
+#define QHCA_IOCTL_QUERY_CTX    0xc070ca0bu
+#define QHCA_IOCTL_QUERY_CTX_V1 0xc050ca0bu
 #define QHCA_IOCTL_GET_ASYNC_EVENT 0xc020ca0cu
 #define QHCA_IOCTL_ADVISE_MR    0xc028ca0du
 #define QHCA_IOCTL_ALLOC_MW     0xc018ca0eu
 #define QHCA_IOCTL_DEALLOC_MW   0xc010ca0fu
+#define QHCA_IOCTL_CREATE_AH    0xc028ca10u
+#define QHCA_IOCTL_DESTROY_AH   0xc010ca11u
 
 /*
  * ADVISE_MR: fault [addr, addr + length) of an on-demand region into the

@@ -44,6 +44,8 @@ pub const QHCA_REG_NUM_MR: u32 = 120;
 pub const QHCA_REG_NUM_CQ: u32 = 124;
 pub const QHCA_REG_NUM_QP: u32 = 128;
 pub const QHCA_REG_NUM_MW: u32 = 132;
+pub const QHCA_REG_NUM_AH: u32 = 136;
+pub const QHCA_REG_UD_NO_QP: u32 = 140;
 pub const QHCA_MAGIC: u32 = 1094928465;
 pub const QHCA_CTRL_ENABLE: u32 = 1;
 pub const QHCA_CTRL_RESET: u32 = 2;
@@ -58,6 +60,7 @@ pub const QHCA_CAP_UAR_ISOLATION: u32 = 1;
 pub const QHCA_CAP_RC: u32 = 2;
 pub const QHCA_CAP_ODP: u32 = 4;
 pub const QHCA_CAP_MW: u32 = 8;
+pub const QHCA_CAP_UD: u32 = 16;
 pub const QHCA_QUEUE_MIN_LOG: u32 = 1;
 pub const QHCA_QUEUE_MAX_LOG: u32 = 12;
 pub const QHCA_EQE_OWNER: u32 = 1;
@@ -87,6 +90,7 @@ pub const QHCA_CQ_MIN_LOG: u32 = 1;
 pub const QHCA_CQ_MAX_LOG: u32 = 16;
 pub const QHCA_CQE_WITH_IMM: u32 = 1;
 pub const QHCA_CQE_WITH_INV: u32 = 2;
+pub const QHCA_CQE_WITH_GRH: u32 = 4;
 pub const QHCA_CQE_OWNER: u32 = 1;
 pub const QHCA_SQ_MIN_STRIDE_LOG: u32 = 7;
 pub const QHCA_SQ_MAX_STRIDE_LOG: u32 = 11;
@@ -111,10 +115,16 @@ pub const QHCA_QP_ATTR_RNR_RETRY: u32 = 256;
 pub const QHCA_QP_ATTR_MIN_RNR_TIMER: u32 = 512;
 pub const QHCA_QP_ATTR_MAX_RD_ATOMIC: u32 = 1024;
 pub const QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC: u32 = 2048;
-pub const QHCA_QP_ATTR_ALL: u32 = 4095;
+pub const QHCA_QP_ATTR_QKEY: u32 = 4096;
+pub const QHCA_QP_ATTR_ALL: u32 = 8191;
 pub const QHCA_MW_KEY_FLAG: u32 = 2147483648;
 pub const QHCA_DEREG_MR_UNBIND_MWS: u32 = 1;
 pub const QHCA_MW_INDEX_BITS: u32 = 12;
+pub const QHCA_UD_MAX_MSG: u32 = 4096;
+pub const QHCA_GRH_SIZE: u32 = 40;
+pub const QHCA_GID_PREFIX: i64 = -108086391056891904;
+pub const QHCA_AH_INDEX_BITS: u32 = 12;
+pub const QHCA_QKEY_CONTROLLED: u32 = 2147483648;
 pub const QHCA_ODP_IMPLICIT_LENGTH: u64 = 144115188075855872;
 pub const QHCA_ODP_PRESENT: u32 = 1;
 pub const QHCA_ODP_WRITABLE: u32 = 2;
@@ -146,6 +156,8 @@ pub const QHCA_IOC_NR_GET_ASYNC_EVENT: u32 = 12;
 pub const QHCA_IOC_NR_ADVISE_MR: u32 = 13;
 pub const QHCA_IOC_NR_ALLOC_MW: u32 = 14;
 pub const QHCA_IOC_NR_DEALLOC_MW: u32 = 15;
+pub const QHCA_IOC_NR_CREATE_AH: u32 = 16;
+pub const QHCA_IOC_NR_DESTROY_AH: u32 = 17;
 pub const QHCA_IOCTL_ALLOC_PD: u32 = 3222325761;
 pub const QHCA_IOCTL_DEALLOC_PD: u32 = 3222325762;
 pub const QHCA_IOCTL_REG_MR: u32 = 3224422915;
@@ -156,11 +168,14 @@ pub const QHCA_IOCTL_CREATE_QP: u32 = 3224947207;
 pub const QHCA_IOCTL_MODIFY_QP: u32 = 3226520072;
 pub const QHCA_IOCTL_QUERY_QP: u32 = 3226520073;
 pub const QHCA_IOCTL_DESTROY_QP: u32 = 3222325770;
-pub const QHCA_IOCTL_QUERY_CTX: u32 = 3226520075;
+pub const QHCA_IOCTL_QUERY_CTX: u32 = 3228617227;
+pub const QHCA_IOCTL_QUERY_CTX_V1: u32 = 3226520075;
 pub const QHCA_IOCTL_GET_ASYNC_EVENT: u32 = 3223374348;
 pub const QHCA_IOCTL_ADVISE_MR: u32 = 3223898637;
 pub const QHCA_IOCTL_ALLOC_MW: u32 = 3222850062;
 pub const QHCA_IOCTL_DEALLOC_MW: u32 = 3222325775;
+pub const QHCA_IOCTL_CREATE_AH: u32 = 3223898640;
+pub const QHCA_IOCTL_DESTROY_AH: u32 = 3222325777;
 pub const QHCA_ADVISE_FLAG_FLUSH: u32 = 1;
 pub const QHCA_MMAP_UAR: u32 = 0;
 pub const QHCA_MMAP_INVAL: u32 = 4096;
@@ -191,7 +206,9 @@ pub const QHCA_CMD_RESUME: qhca_cmd_opcode = 17;
 pub const QHCA_CMD_REVOKE_PAGES: qhca_cmd_opcode = 18;
 pub const QHCA_CMD_ALLOC_MW: qhca_cmd_opcode = 19;
 pub const QHCA_CMD_DEALLOC_MW: qhca_cmd_opcode = 20;
-pub const QHCA_CMD_MAX: qhca_cmd_opcode = 21;
+pub const QHCA_CMD_CREATE_AH: qhca_cmd_opcode = 21;
+pub const QHCA_CMD_DESTROY_AH: qhca_cmd_opcode = 22;
+pub const QHCA_CMD_MAX: qhca_cmd_opcode = 23;
 pub type qhca_cmd_opcode = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -256,7 +273,7 @@ pub struct qhca_device_attr {
     pub odp_rc_caps: __u32,
     pub odp_ud_caps: __u32,
     pub max_mw: __u32,
-    pub rsvd1: __u32,
+    pub max_ah: __u32,
     pub rsvd2: __u64,
 }
 #[repr(C)]
@@ -393,6 +410,9 @@ pub const QHCA_QPS_RTR: qhca_qp_state = 2;
 pub const QHCA_QPS_RTS: qhca_qp_state = 3;
 pub const QHCA_QPS_ERR: qhca_qp_state = 6;
 pub type qhca_qp_state = core::ffi::c_uint;
+pub const QHCA_QPT_RC: qhca_qp_type = 0;
+pub const QHCA_QPT_UD: qhca_qp_type = 1;
+pub type qhca_qp_type = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct qhca_cmd_create_qp {
@@ -407,7 +427,7 @@ pub struct qhca_cmd_create_qp {
     pub max_inline: __u16,
     pub max_sge: __u16,
     pub npages: __u32,
-    pub rsvd0: __u32,
+    pub type_: __u32,
     pub pages_addr: __u64,
 }
 #[repr(C)]
@@ -426,7 +446,8 @@ pub struct qhca_qp_attr {
     pub dest_qpn: __u32,
     pub rq_psn: __u32,
     pub sq_psn: __u32,
-    pub rsvd1: [__u32; 9usize],
+    pub qkey: __u32,
+    pub rsvd1: [__u32; 8usize],
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -439,11 +460,51 @@ pub struct qhca_ctx_stats {
     pub odp_resp_faults: __u64,
     pub odp_fault_rnr_naks: __u64,
     pub odp_invalidations: __u64,
+    pub ud_drop_qkey: __u64,
+    pub ud_drop_no_recv: __u64,
+    pub ud_drop_too_long: __u64,
+    pub ud_drop_fault: __u64,
 }
 pub const QHCA_MW_TYPE_1: qhca_mw_type = 1;
 pub const QHCA_MW_TYPE_2A: qhca_mw_type = 2;
 pub const QHCA_MW_TYPE_2B: qhca_mw_type = 3;
 pub type qhca_mw_type = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ah_attr {
+    pub dgid: [__u8; 16usize],
+    pub flow_label: __u32,
+    pub traffic_class: __u8,
+    pub hop_limit: __u8,
+    pub sl: __u8,
+    pub port_num: __u8,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_cmd_create_ah {
+    pub uar: __u32,
+    pub pdn: __u32,
+    pub attr: qhca_ah_attr,
+    pub rsvd: __u64,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_wqe_ud {
+    pub ah: __u32,
+    pub remote_qpn: __u32,
+    pub remote_qkey: __u32,
+    pub rsvd: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_grh {
+    pub version_tclass_flow: __u32,
+    pub paylen: __u16,
+    pub next_hdr: __u8,
+    pub hop_limit: __u8,
+    pub sgid: [__u8; 16usize],
+    pub dgid: [__u8; 16usize],
+}
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct qhca_eqe_page_fault {
@@ -519,7 +580,7 @@ pub struct qhca_ioc_create_qp {
     pub rq_stride_log: __u8,
     pub max_inline: __u16,
     pub max_sge: __u16,
-    pub rsvd0: __u32,
+    pub type_: __u32,
     pub buf_addr: __u64,
     pub buf_len: __u64,
     pub qpn: __u32,
@@ -543,6 +604,15 @@ pub struct qhca_ioc_alloc_mw {
     pub type_: __u32,
     pub key: __u32,
     pub rsvd: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ioc_create_ah {
+    pub size: __u32,
+    pub comp_mask: __u32,
+    pub pdn: __u32,
+    pub ah: __u32,
+    pub attr: qhca_ah_attr,
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]

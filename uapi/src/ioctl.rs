@@ -8,6 +8,10 @@
 //! updated fails to compile in every crate that includes this file.
 
 use super::bindings::{
+    qhca_ctx_stats, qhca_ioc_create_ah, QHCA_IOCTL_CREATE_AH, QHCA_IOCTL_DESTROY_AH,
+    QHCA_IOCTL_QUERY_CTX_V1, QHCA_IOC_NR_CREATE_AH, QHCA_IOC_NR_DESTROY_AH,
+};
+use super::bindings::{
     qhca_ioc_advise_mr, qhca_ioc_alloc_mw, qhca_ioc_async_event, qhca_ioc_create_cq,
     qhca_ioc_create_qp, qhca_ioc_handle, qhca_ioc_qp_attr, qhca_ioc_query_ctx,
     qhca_ioc_query_device, qhca_ioc_reg_mr, QHCA_IOCTL_ADVISE_MR, QHCA_IOCTL_ALLOC_PD,
@@ -110,4 +114,20 @@ check_iowr! {
     QHCA_IOCTL_ADVISE_MR = QHCA_IOC_NR_ADVISE_MR, qhca_ioc_advise_mr;
     QHCA_IOCTL_ALLOC_MW = QHCA_IOC_NR_ALLOC_MW, qhca_ioc_alloc_mw;
     QHCA_IOCTL_DEALLOC_MW = QHCA_IOC_NR_DEALLOC_MW, qhca_ioc_handle;
+    QHCA_IOCTL_CREATE_AH = QHCA_IOC_NR_CREATE_AH, qhca_ioc_create_ah;
+    QHCA_IOCTL_DESTROY_AH = QHCA_IOC_NR_DESTROY_AH, qhca_ioc_handle;
 }
+
+/// Size of the argument of [`QHCA_IOCTL_QUERY_CTX_V1`]: `struct qhca_ioc_query_ctx` as it was
+/// before UD, whose stats were the first 64 bytes of today's `struct qhca_ctx_stats`.
+pub const QUERY_CTX_V1_SIZE: usize = core::mem::size_of::<qhca_ioc_query_ctx>() - V1_STATS_GREW_BY;
+
+/// What `struct qhca_ctx_stats` grew by since [`QHCA_IOCTL_QUERY_CTX_V1`]: four `ud_drop_*`
+/// counters.
+const V1_STATS_GREW_BY: usize = 4 * core::mem::size_of::<u64>();
+
+// The old number stays `_IOWR` of the old size, with the same nr as today's QUERY_CTX.
+const _: () = assert!(
+    QHCA_IOCTL_QUERY_CTX_V1 == iowr(QHCA_IOC_MAGIC, QHCA_IOC_NR_QUERY_CTX, QUERY_CTX_V1_SIZE)
+);
+const _: () = assert!(core::mem::size_of::<qhca_ctx_stats>() - V1_STATS_GREW_BY == 64);

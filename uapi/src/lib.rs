@@ -54,6 +54,8 @@ pub const CAP_RC: u64 = QHCA_CAP_RC as u64;
 pub const CAP_ODP: u64 = QHCA_CAP_ODP as u64;
 /// [`QHCA_CAP_MW`] as a bit of the 64-bit `caps` field.
 pub const CAP_MW: u64 = QHCA_CAP_MW as u64;
+/// [`QHCA_CAP_UD`] as a bit of the 64-bit `caps` field.
+pub const CAP_UD: u64 = QHCA_CAP_UD as u64;
 
 /// Every capability bit this ABI version defines, with its name (the `QHCA_CAP_` suffix).
 pub const CAP_NAMES: &[(u64, &str)] = &[
@@ -61,6 +63,7 @@ pub const CAP_NAMES: &[(u64, &str)] = &[
     (CAP_RC, "RC"),
     (CAP_ODP, "ODP"),
     (CAP_MW, "MW"),
+    (CAP_UD, "UD"),
 ];
 
 /// The capability bits this ABI version knows about.

@@ -41,3 +41,78 @@ fn matches_well_known_linux_ioctls() {
 fn oversized_argument_is_rejected() {
     let _ = iowr(QHCA_IOC_MAGIC, 1, 1 << 14);
 }
+
+#[test]
+fn unreliable_datagram_numbers() {
+    assert_eq!(
+        QHCA_IOCTL_CREATE_AH,
+        iowr(
+            QHCA_IOC_MAGIC,
+            QHCA_IOC_NR_CREATE_AH,
+            size_of::<qhca_ioc_create_ah>()
+        )
+    );
+    assert_eq!(QHCA_IOCTL_CREATE_AH, 0xc028_ca10);
+    assert_eq!(
+        QHCA_IOCTL_DESTROY_AH,
+        iowr(
+            QHCA_IOC_MAGIC,
+            QHCA_IOC_NR_DESTROY_AH,
+            size_of::<qhca_ioc_handle>()
+        )
+    );
+    assert_eq!(QHCA_IOCTL_DESTROY_AH, 0xc010_ca11);
+    assert_eq!(ioc_nr(QHCA_IOCTL_CREATE_AH), 0x10);
+    assert_eq!(ioc_nr(QHCA_IOCTL_DESTROY_AH), 0x11);
+}
+
+#[test]
+fn query_ctx_grew_and_kept_its_old_number() {
+    assert_eq!(QHCA_IOCTL_QUERY_CTX, 0xc070_ca0b);
+    assert_eq!(
+        ioc_size(QHCA_IOCTL_QUERY_CTX) as usize,
+        size_of::<qhca_ioc_query_ctx>()
+    );
+    assert_eq!(QHCA_IOCTL_QUERY_CTX_V1, 0xc050_ca0b);
+    assert_eq!(
+        QHCA_IOCTL_QUERY_CTX_V1,
+        iowr(QHCA_IOC_MAGIC, QHCA_IOC_NR_QUERY_CTX, 80)
+    );
+    assert_eq!(
+        ioc_size(QHCA_IOCTL_QUERY_CTX_V1) as usize,
+        QUERY_CTX_V1_SIZE
+    );
+    assert_eq!(
+        ioc_nr(QHCA_IOCTL_QUERY_CTX_V1),
+        ioc_nr(QHCA_IOCTL_QUERY_CTX)
+    );
+}
+
+#[test]
+fn every_number_is_distinct() {
+    let all = [
+        QHCA_IOCTL_QUERY_DEVICE,
+        QHCA_IOCTL_ALLOC_PD,
+        QHCA_IOCTL_DEALLOC_PD,
+        QHCA_IOCTL_REG_MR,
+        QHCA_IOCTL_DEREG_MR,
+        QHCA_IOCTL_CREATE_CQ,
+        QHCA_IOCTL_DESTROY_CQ,
+        QHCA_IOCTL_CREATE_QP,
+        QHCA_IOCTL_MODIFY_QP,
+        QHCA_IOCTL_QUERY_QP,
+        QHCA_IOCTL_DESTROY_QP,
+        QHCA_IOCTL_QUERY_CTX,
+        QHCA_IOCTL_GET_ASYNC_EVENT,
+        QHCA_IOCTL_ADVISE_MR,
+        QHCA_IOCTL_ALLOC_MW,
+        QHCA_IOCTL_DEALLOC_MW,
+        QHCA_IOCTL_CREATE_AH,
+        QHCA_IOCTL_DESTROY_AH,
+    ];
+    for (i, a) in all.iter().enumerate() {
+        // One nr each, in order: the table above is the header's, nr 0x00..=0x11.
+        assert_eq!(ioc_nr(*a) as usize, i, "{a:#x}");
+        assert_eq!(ioc_type(*a), QHCA_IOC_MAGIC);
+    }
+}

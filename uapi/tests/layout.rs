@@ -70,7 +70,7 @@ fn every_struct_and_field() {
         odp_rc_caps @ 104,
         odp_ud_caps @ 108,
         max_mw @ 112,
-        rsvd1 @ 116,
+        max_ah @ 116,
         rsvd2 @ 120,
     });
     check_layout!(qhca_eqe_page_fault, size 32, align 8, {
@@ -169,7 +169,7 @@ fn every_struct_and_field() {
         max_inline @ 20,
         max_sge @ 22,
         npages @ 24,
-        rsvd0 @ 28,
+        type_ @ 28,
         pages_addr @ 32,
     });
     check_layout!(qhca_qp_attr, size 64, align 4, {
@@ -186,9 +186,10 @@ fn every_struct_and_field() {
         dest_qpn @ 16,
         rq_psn @ 20,
         sq_psn @ 24,
-        rsvd1 @ 28,
+        qkey @ 28,
+        rsvd1 @ 32,
     });
-    check_layout!(qhca_ctx_stats, size 64, align 8, {
+    check_layout!(qhca_ctx_stats, size 96, align 8, {
         db_accepted @ 0,
         db_violations @ 8,
         pkt_foreign @ 16,
@@ -197,6 +198,10 @@ fn every_struct_and_field() {
         odp_resp_faults @ 40,
         odp_fault_rnr_naks @ 48,
         odp_invalidations @ 56,
+        ud_drop_qkey @ 64,
+        ud_drop_no_recv @ 72,
+        ud_drop_too_long @ 80,
+        ud_drop_fault @ 88,
     });
     check_layout!(qhca_ioc_query_device, size 160, align 8, {
         size @ 0,
@@ -245,7 +250,7 @@ fn every_struct_and_field() {
         rq_stride_log @ 23,
         max_inline @ 24,
         max_sge @ 26,
-        rsvd0 @ 28,
+        type_ @ 28,
         buf_addr @ 32,
         buf_len @ 40,
         qpn @ 48,
@@ -258,7 +263,7 @@ fn every_struct_and_field() {
         rsvd @ 12,
         attr @ 16,
     });
-    check_layout!(qhca_ioc_query_ctx, size 80, align 8, {
+    check_layout!(qhca_ioc_query_ctx, size 112, align 8, {
         size @ 0,
         comp_mask @ 4,
         rsvd @ 8,
@@ -289,6 +294,41 @@ fn every_struct_and_field() {
         key @ 16,
         rsvd @ 20,
     });
+    check_layout!(qhca_ioc_create_ah, size 40, align 4, {
+        size @ 0,
+        comp_mask @ 4,
+        pdn @ 8,
+        ah @ 12,
+        attr @ 16,
+    });
+    check_layout!(qhca_ah_attr, size 24, align 4, {
+        dgid @ 0,
+        flow_label @ 16,
+        traffic_class @ 20,
+        hop_limit @ 21,
+        sl @ 22,
+        port_num @ 23,
+    });
+    check_layout!(qhca_cmd_create_ah, size 40, align 8, {
+        uar @ 0,
+        pdn @ 4,
+        attr @ 8,
+        rsvd @ 32,
+    });
+    check_layout!(qhca_wqe_ud, size 16, align 4, {
+        ah @ 0,
+        remote_qpn @ 4,
+        remote_qkey @ 8,
+        rsvd @ 12,
+    });
+    check_layout!(qhca_grh, size 40, align 4, {
+        version_tclass_flow @ 0,
+        paylen @ 4,
+        next_hdr @ 6,
+        hop_limit @ 7,
+        sgid @ 8,
+        dgid @ 24,
+    });
     check_layout!(qhca_inval_entry, size 32, align 8, {
         seq @ 0,
         start @ 8,
@@ -316,7 +356,8 @@ fn field_types_have_the_header_widths() {
     let a = q.attr;
     let _: (u32, u32, u64, u64, u64) =
         (a.abi_version, a.num_uars, a.caps, a.node_guid, a.fw_version);
-    let _: (u64, u64, u32, u32, u64) = (a.max_mr_size, a.page_size_cap, a.max_mw, a.rsvd1, a.rsvd2);
+    let _: (u64, u64, u32, u32, u64) =
+        (a.max_mr_size, a.page_size_cap, a.max_mw, a.max_ah, a.rsvd2);
     let _: (u64, u32, u32) = (a.odp_general_caps, a.odp_rc_caps, a.odp_ud_caps);
     let e = qhca_eqe::default();
     let _: (u8, u8, u16, u32, [u64; 2], [u8; 7], u8) = (
@@ -325,6 +366,40 @@ fn field_types_have_the_header_widths() {
     let c = qhca_cmd::default();
     let _: (u16, u16, u32, u64, u32, u32, [u64; 5]) = (
         c.opcode, c.flags, c.token, c.out_addr, c.out_len, c.rsvd0, c.in_,
+    );
+    // Unreliable datagram.
+    let ah = qhca_ioc_create_ah::default();
+    let _: (u32, u32, u32, u32) = (ah.size, ah.comp_mask, ah.pdn, ah.ah);
+    let at = ah.attr;
+    let _: ([u8; 16], u32, u8, u8, u8, u8) = (
+        at.dgid,
+        at.flow_label,
+        at.traffic_class,
+        at.hop_limit,
+        at.sl,
+        at.port_num,
+    );
+    let ud = qhca_wqe_ud::default();
+    let _: (u32, u32, u32, u32) = (ud.ah, ud.remote_qpn, ud.remote_qkey, ud.rsvd);
+    let g = qhca_grh::default();
+    let _: (u32, u16, u8, u8, [u8; 16], [u8; 16]) = (
+        g.version_tclass_flow,
+        g.paylen,
+        g.next_hdr,
+        g.hop_limit,
+        g.sgid,
+        g.dgid,
+    );
+    let qa = qhca_qp_attr::default();
+    let _: (u32, [u32; 8]) = (qa.qkey, qa.rsvd1);
+    let _: u32 = qhca_ioc_create_qp::default().type_;
+    let _: u32 = qhca_cmd_create_qp::default().type_;
+    let st = qhca_ctx_stats::default();
+    let _: (u64, u64, u64, u64) = (
+        st.ud_drop_qkey,
+        st.ud_drop_no_recv,
+        st.ud_drop_too_long,
+        st.ud_drop_fault,
     );
 }
 
@@ -352,11 +427,38 @@ fn constants_the_other_layers_rely_on() {
     assert_eq!(CAP_RC, 2);
     assert_eq!(CAP_ODP, 4);
     assert_eq!(CAP_MW, 8);
+    assert_eq!(CAP_UD, 16);
     assert_eq!(
         CAP_KNOWN_MASK,
-        CAP_UAR_ISOLATION | CAP_RC | CAP_ODP | CAP_MW
+        CAP_UAR_ISOLATION | CAP_RC | CAP_ODP | CAP_MW | CAP_UD
     );
     assert_eq!(QHCA_MW_KEY_FLAG, 1 << 31);
     assert_eq!(QHCA_ODP_MAP_MAX, 512);
     assert_eq!(QHCA_EQE_OWNER, 1);
+}
+
+#[test]
+fn unreliable_datagram_constants() {
+    assert_eq!(QHCA_CAP_UD, 1 << 4);
+    assert_eq!(QHCA_REG_NUM_AH, 0x088);
+    assert_eq!(QHCA_REG_UD_NO_QP, 0x08c);
+    assert_eq!(QHCA_CMD_CREATE_AH, 0x15);
+    assert_eq!(QHCA_CMD_DESTROY_AH, 0x16);
+    assert_eq!(QHCA_CMD_MAX, 0x17);
+    assert_eq!(QHCA_CQE_WITH_GRH, 1 << 2);
+    assert_eq!(QHCA_QPT_RC, 0);
+    assert_eq!(QHCA_QPT_UD, 1);
+    assert_eq!(QHCA_QP_ATTR_QKEY, 1 << 12);
+    assert_eq!(QHCA_QP_ATTR_ALL, 0x1fff);
+    assert_eq!(QHCA_UD_MAX_MSG, 4096);
+    assert_eq!(QHCA_GRH_SIZE as usize, core::mem::size_of::<qhca_grh>());
+    // bindgen types this one i64 (it does not fit one); the bits are what matter.
+    assert_eq!(QHCA_GID_PREFIX as u64, 0xfe80_0000_0000_0000);
+    assert_eq!(QHCA_AH_INDEX_BITS, 12);
+    assert_eq!(QHCA_QKEY_CONTROLLED, 1 << 31);
+    // The CREATE_AH command fits the command's input words.
+    assert!(
+        core::mem::size_of::<qhca_cmd_create_ah>()
+            <= core::mem::size_of_val(&qhca_cmd::default().in_)
+    );
 }

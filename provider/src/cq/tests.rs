@@ -64,6 +64,7 @@ fn decodes_every_field() {
             invalidated_rkey: None,
             qpn: 0x42,
             src_qp: 0x43,
+            with_grh: false,
             vendor_err: 0x7e,
             is_recv: true,
             wqe_index: 0x0708,
@@ -87,6 +88,49 @@ fn decodes_every_field() {
     b[27] = 2;
     let wc = Wc::decode(&b);
     assert_eq!((wc.imm, wc.invalidated_rkey), (None, Some(0x8000_1234)));
+    assert!(!wc.with_grh);
+}
+
+/// A UD receive: QHCA_CQE_WITH_GRH (bit 2 of flags) beside WITH_IMM, byte_len counting the
+/// GRH, src_qp the sender; the GRH itself is in the buffer, big-endian.
+#[test]
+fn decodes_a_ud_receive_and_its_grh() {
+    use crate::{Gid, Grh, GRH_SIZE};
+    let mut b = cqe(5, 0x80, 0, 0x42, Some(0x0102_0304));
+    b[8..12].copy_from_slice(&(GRH_SIZE as u32 + 100).to_le_bytes());
+    b[20..24].copy_from_slice(&0x1_0007u32.to_le_bytes());
+    b[27] = 0b101;
+    let wc = Wc::decode(&b);
+    assert!(wc.with_grh && wc.is_recv);
+    assert_eq!(
+        (wc.opcode, wc.imm, wc.src_qp, wc.byte_len, wc.msg_len()),
+        (WcOpcode::Recv, Some(0x0102_0304), 0x1_0007, 140, 100)
+    );
+    // Without the flag (RC), byte_len is all message.
+    b[27] = 0;
+    assert_eq!(Wc::decode(&b).msg_len(), 140);
+
+    let sender = Gid::from_guid(0x5254_0012_3456_0002);
+    let mut buf = vec![0u8; GRH_SIZE + 100];
+    buf[..4].copy_from_slice(&(6u32 << 28 | 0x12 << 20 | 0xabcde).to_be_bytes());
+    buf[4..6].copy_from_slice(&124u16.to_be_bytes());
+    buf[6] = 0x1b;
+    buf[7] = 64;
+    buf[8..24].copy_from_slice(&sender.raw);
+    buf[24..40].copy_from_slice(&Gid::from_guid(1).raw);
+    let g = Grh::parse(&buf).unwrap();
+    assert_eq!(
+        (
+            g.ip_version,
+            g.traffic_class,
+            g.flow_label,
+            g.paylen,
+            g.next_hdr,
+            g.hop_limit
+        ),
+        (6, 0x12, 0xabcde, 124, 0x1b, 64)
+    );
+    assert_eq!((g.sgid, g.dgid), (sender, Gid::from_guid(1)));
 }
 
 #[test]

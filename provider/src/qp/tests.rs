@@ -31,8 +31,8 @@ fn attr_mask_follows_the_fields_set() {
         (2, 0x12_3456, 0xab_cdef, 10, 12)
     );
     assert_eq!(
-        (a.max_rd_atomic, a.max_dest_rd_atomic, a.rsvd1),
-        (0, 0, [0; 9])
+        (a.max_rd_atomic, a.max_dest_rd_atomic, a.qkey, a.rsvd1),
+        (0, 0, 0, [0; 8])
     );
     let all = QpAttr {
         state: Some(QpState::Err),
@@ -47,6 +47,7 @@ fn attr_mask_follows_the_fields_set() {
         min_rnr_timer: Some(1),
         max_rd_atomic: Some(3),
         max_dest_rd_atomic: Some(4),
+        qkey: Some(5),
     }
     .to_raw();
     assert_eq!(all.mask, qhca_uapi::QHCA_QP_ATTR_ALL);
@@ -56,6 +57,7 @@ fn attr_mask_follows_the_fields_set() {
     assert_eq!(info.state, QpState::Err);
     assert_eq!(info.access, Access::ALL);
     assert_eq!((info.max_rd_atomic, info.max_dest_rd_atomic), (3, 4));
+    assert_eq!((all.qkey, info.qkey), (5, 5));
 }
 
 /// connect() sets the responder resources at INIT → RTR and the initiator depth at RTR →
@@ -390,4 +392,85 @@ fn poll_wait_times_out_and_stops_on_a_dead_context() {
         Err(Error::Disassociated { .. })
     ));
     assert!(t.elapsed() < Duration::from_secs(1));
+}
+
+/// UD: the type goes to CREATE_QP, the Q_Key to MODIFY_QP (QHCA_QP_ATTR_QKEY); ud_ready's
+/// three steps carry only what the device accepts of a UD QP.
+#[test]
+fn ud_attrs_and_transitions() {
+    assert_eq!((QpType::Rc.raw(), QpType::Ud.raw()), (0, 1));
+    assert_eq!(QpType::default(), QpType::Rc);
+    let [init, rtr, rts] = ud::ud_ready_attrs(0x1111_1111, 0x12_3456).map(|a| a.to_raw());
+    assert_eq!(init.mask, QHCA_QP_ATTR_STATE | QHCA_QP_ATTR_QKEY);
+    assert_eq!((init.state, init.qkey), (1, 0x1111_1111));
+    assert_eq!(rtr.mask, QHCA_QP_ATTR_STATE);
+    assert_eq!(rtr.state, 2);
+    assert_eq!(rts.mask, QHCA_QP_ATTR_STATE | QHCA_QP_ATTR_SQ_PSN);
+    assert_eq!((rts.state, rts.sq_psn, rts.qkey), (3, 0x12_3456, 0));
+    let info = QpInfo::from_raw(&init);
+    assert_eq!((info.qkey, info.qp_type), (0x1111_1111, None));
+
+    let dev = FakeDevice::new("ud");
+    let pd = Pd::fake(&dev.ctx, 3);
+    let cq = Cq::fake(&dev.ctx, 9, 8).unwrap();
+    let rc = Qp::fake(&pd, &cq, &cq, &QpCaps::default(), 0x42).unwrap();
+    let ud = Qp::fake_typed(&pd, &cq, &cq, &QpCaps::default(), 0x43, QpType::Ud).unwrap();
+    assert_eq!((rc.qp_type(), ud.qp_type()), (QpType::Rc, QpType::Ud));
+    // UD transitions on an RC QP, connect on a UD QP: refused before the driver is asked.
+    for r in [
+        rc.ud_ready(1),
+        rc.to_init_ud(1),
+        rc.to_rtr_ud(),
+        rc.to_rts_ud(0),
+    ] {
+        assert!(matches!(r, Err(Error::Invalid { .. })), "{r:?}");
+    }
+    let me = ud.conn_info(0);
+    let e = ud.connect(&me, &me, &ConnOpts::default()).unwrap_err();
+    assert!(e.to_string().contains("UD QP 0x43"), "{e}");
+    assert!(matches!(ud.to_rts_ud(1 << 24), Err(Error::Invalid { .. })));
+    // The right ones reach the driver (which the fake device is not).
+    assert!(matches!(
+        ud.ud_ready(7),
+        Err(Error::Ioctl {
+            op: "MODIFY_QP",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn ud_post_writes_the_ud_segment_and_checks_the_type() {
+    use crate::{SendWr, UdDest, WrOp};
+    let dev = FakeDevice::new("udpost");
+    let pd = Pd::fake(&dev.ctx, 3);
+    let cq = Cq::fake(&dev.ctx, 9, 8).unwrap();
+    let caps = QpCaps {
+        max_send_wr: 4,
+        max_recv_wr: 2,
+        max_sge: 1,
+        max_inline: 16,
+    };
+    let mut ud = Qp::fake_typed(&pd, &cq, &cq, &caps, 0x43, QpType::Ud).unwrap();
+    let mut rc = Qp::fake(&pd, &cq, &cq, &caps, 0x42).unwrap();
+    let dest = UdDest {
+        ah: 0x2001,
+        remote_qpn: 0x401,
+        remote_qkey: 0x11,
+    };
+    let to = SendWr::inline(1, WrOp::Send, b"hi").to_ud(dest);
+    let no_dest = SendWr::inline(2, WrOp::Send, b"hi");
+    // The UD QP takes the first, refuses the second (after posting the first).
+    let e = ud.post_send(&[to, no_dest]).unwrap_err();
+    assert_eq!((e.index, e.reason), (1, PostReason::NoUdDest));
+    assert_eq!(dev.last_doorbell(), DbWord::new(DbType::Sq, 0x43, 1));
+    let slot0 = bytes(ud.ring(), 0, 66);
+    assert_eq!(slot0[32..36], 0x2001u32.to_le_bytes());
+    assert_eq!(slot0[36..40], 0x401u32.to_le_bytes());
+    assert_eq!(slot0[40..44], 0x11u32.to_le_bytes());
+    assert_eq!(slot0[64..66], *b"hi");
+    // The RC QP refuses a destination.
+    let e = rc.post_send(&[to]).unwrap_err();
+    assert_eq!((e.index, e.reason), (0, PostReason::UdDestOnRc));
+    assert_eq!(rc.send_outstanding(), 0);
 }

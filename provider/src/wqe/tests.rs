@@ -55,6 +55,11 @@ fn expect_hdr(
     v
 }
 
+/// [`check_send_wr`] for an RC QP, as most tests post.
+fn check_rc(wr: &SendWr<'_>, l: &QpLayout) -> Result<(), PostReason> {
+    check_send_wr(wr, l, QpType::Rc)
+}
+
 fn sge_bytes(s: &Sge) -> Vec<u8> {
     let mut v = Vec::new();
     v.extend(s.addr.to_le_bytes());
@@ -68,7 +73,7 @@ fn send_with_two_sges_byte_for_byte() {
     let sges = [SGE_A, SGE_B];
     let wr = SendWr::new(0xdead_beef_0000_0001, WrOp::SendImm(0x0a0b_0c0d), &sges)
         .with_flags(SendFlags::SIGNALED | SendFlags::SOLICITED);
-    check_send_wr(&wr, &layout()).unwrap();
+    check_rc(&wr, &layout()).unwrap();
     let mut slot = vec![0xa5u8; 128];
     encode_send_wqe(&mut slot, &wr);
     let mut want = expect_hdr(
@@ -165,7 +170,7 @@ fn every_opcode_encodes_its_segments() {
     ];
     for (op, code, imm, raddr, rkey, sa, cmp) in cases {
         let wr = SendWr::new(42, op, &one).with_flags(SendFlags::NONE);
-        check_send_wr(&wr, &layout()).unwrap();
+        check_rc(&wr, &layout()).unwrap();
         let mut slot = vec![0xffu8; 128];
         encode_send_wqe(&mut slot, &wr);
         let mut want = expect_hdr(42, code, 0, 1, imm, 0, raddr, rkey, sa, cmp);
@@ -179,7 +184,7 @@ fn window_operations_byte_for_byte() {
     // SEND_WITH_INV: the key where the immediate goes; a SEND otherwise.
     let one = [SGE_B];
     let wr = SendWr::new(3, WrOp::SendInv { rkey: 0x8000_1205 }, &one);
-    check_send_wr(&wr, &layout()).unwrap();
+    check_rc(&wr, &layout()).unwrap();
     let mut slot = vec![0xffu8; 128];
     encode_send_wqe(&mut slot, &wr);
     let mut want = expect_hdr(3, 9, 1, 1, 0x8000_1205, 0, 0, 0, 0, 0);
@@ -188,7 +193,7 @@ fn window_operations_byte_for_byte() {
 
     // LOCAL_INV: the key in imm_data, nothing else.
     let wr = SendWr::new(4, WrOp::LocalInv { rkey: 0x8000_1206 }, &[]);
-    check_send_wr(&wr, &layout()).unwrap();
+    check_rc(&wr, &layout()).unwrap();
     encode_send_wqe(&mut slot, &wr);
     assert_eq!(
         slot[..64],
@@ -205,7 +210,7 @@ fn window_operations_byte_for_byte() {
         access: 2,
     };
     let wr = SendWr::new(5, WrOp::BindMw(bind), &[]);
-    check_send_wr(&wr, &layout()).unwrap();
+    check_rc(&wr, &layout()).unwrap();
     encode_send_wqe(&mut slot, &wr);
     let mut want = expect_hdr(5, 8, 1, 0, 0, 0, 0, 0, 0, 0)[..32].to_vec();
     want.extend(0x1122_3344_5566_7788u64.to_le_bytes());
@@ -218,11 +223,11 @@ fn window_operations_byte_for_byte() {
     // Local operations carry no data.
     for op in [WrOp::BindMw(bind), WrOp::LocalInv { rkey: 1 }] {
         assert_eq!(
-            check_send_wr(&SendWr::new(6, op, &one), &layout()),
+            check_rc(&SendWr::new(6, op, &one), &layout()),
             Err(PostReason::DataOnLocalOp)
         );
         assert_eq!(
-            check_send_wr(&SendWr::inline(6, op, b"x"), &layout()),
+            check_rc(&SendWr::inline(6, op, b"x"), &layout()),
             Err(PostReason::InlineNotAllowed)
         );
     }
@@ -240,7 +245,7 @@ fn inline_write_byte_for_byte() {
         &data,
     )
     .with_flags(SendFlags::FENCE | SendFlags::SIGNALED);
-    check_send_wr(&wr, &layout()).unwrap();
+    check_rc(&wr, &layout()).unwrap();
     let mut slot = vec![0u8; 256];
     encode_send_wqe(&mut slot, &wr);
     let mut want = expect_hdr(1, 0, 0b1101, 0, 0, 100, 0x5000, 0x77, 0, 0);
@@ -257,7 +262,7 @@ fn checks_against_caps_and_atomic_rules() {
     let l = layout();
     let three = [SGE_B; 3];
     assert_eq!(
-        check_send_wr(&SendWr::new(0, WrOp::Send, &three), &l),
+        check_rc(&SendWr::new(0, WrOp::Send, &three), &l),
         Err(PostReason::TooManySge {
             num_sge: 3,
             max_sge: 2
@@ -265,14 +270,14 @@ fn checks_against_caps_and_atomic_rules() {
     );
     let big = [0u8; 101];
     assert_eq!(
-        check_send_wr(&SendWr::inline(0, WrOp::Send, &big), &l),
+        check_rc(&SendWr::inline(0, WrOp::Send, &big), &l),
         Err(PostReason::InlineTooLong {
             len: 101,
             max_inline: 100
         })
     );
     assert_eq!(
-        check_send_wr(
+        check_rc(
             &SendWr::inline(0, WrOp::Read { raddr: 0, rkey: 0 }, &big[..8]),
             &l
         ),
@@ -280,14 +285,14 @@ fn checks_against_caps_and_atomic_rules() {
     );
     let mut both = SendWr::inline(0, WrOp::Send, &big[..8]);
     both.sges = &three[..1];
-    assert_eq!(check_send_wr(&both, &l), Err(PostReason::InlineAndSge));
+    assert_eq!(check_rc(&both, &l), Err(PostReason::InlineAndSge));
     let empty = [Sge { length: 0, ..SGE_B }];
     assert_eq!(
-        check_send_wr(&SendWr::new(0, WrOp::Send, &empty), &l),
+        check_rc(&SendWr::new(0, WrOp::Send, &empty), &l),
         Err(PostReason::EmptySge { sge: 0 })
     );
     let fa = |raddr, s: &[Sge]| {
-        check_send_wr(
+        check_rc(
             &SendWr::new(
                 0,
                 WrOp::FetchAdd {
@@ -333,7 +338,7 @@ fn checks_against_caps_and_atomic_rules() {
         ..SGE_B
     }; 1];
     assert_eq!(
-        check_send_wr(&SendWr::new(0, WrOp::Send, &huge), &l),
+        check_rc(&SendWr::new(0, WrOp::Send, &huge), &l),
         Err(PostReason::MessageTooLong {
             len: u64::from(u32::MAX)
         })
@@ -367,4 +372,130 @@ fn recv_wqe_byte_for_byte() {
         &layout()
     )
     .is_err());
+}
+
+const DEST: UdDest = UdDest {
+    ah: 0x0000_1003,
+    remote_qpn: 0x0042_0401,
+    remote_qkey: 0x1122_3344,
+};
+
+/// A UD send: struct qhca_wqe_ud at offset 32 in place of the remote-address segment (ah,
+/// remote_qpn, remote_qkey, rsvd), the atomic segment zero, the data at 64.
+#[test]
+fn ud_send_byte_for_byte() {
+    let one = [SGE_B];
+    let wr = SendWr::new(7, WrOp::SendImm(0xcafe), &one).to_ud(DEST);
+    assert_eq!(wr.ud, Some(DEST));
+    check_send_wr(&wr, &layout(), QpType::Ud).unwrap();
+    let mut slot = vec![0xa5u8; 128];
+    encode_send_wqe(&mut slot, &wr);
+    let mut want = expect_hdr(7, 3, 1, 1, 0xcafe, 0, 0, 0, 0, 0)[..32].to_vec();
+    want.extend(0x0000_1003u32.to_le_bytes());
+    want.extend(0x0042_0401u32.to_le_bytes());
+    want.extend(0x1122_3344u32.to_le_bytes());
+    want.extend([0; 4]);
+    want.extend([0; 16]);
+    want.extend(sge_bytes(&SGE_B));
+    assert_eq!(slot[..80], want[..]);
+    assert!(slot[80..].iter().all(|&b| b == 0xa5));
+
+    // Inline, with the QP's own Q_Key.
+    let dest = UdDest {
+        remote_qkey: crate::QKEY_CONTROLLED,
+        ..DEST
+    };
+    let wr = SendWr::inline(8, WrOp::Send, b"datagram").to_ud(dest);
+    check_send_wr(&wr, &layout(), QpType::Ud).unwrap();
+    encode_send_wqe(&mut slot, &wr);
+    assert_eq!(slot[8..12], [2, 0b101, 0, 0]);
+    assert_eq!(slot[16..20], 8u32.to_le_bytes());
+    assert_eq!(
+        slot[UD_OFFSET + 8..UD_OFFSET + 12],
+        0x8000_0000u32.to_le_bytes()
+    );
+    assert_eq!(slot[64..72], *b"datagram");
+
+    // The same slot reused for an RC WRITE gets its raddr segment back, rsvd zero.
+    let wr = SendWr::new(9, WrOp::Write { raddr: 5, rkey: 6 }, &one);
+    encode_send_wqe(&mut slot, &wr);
+    assert_eq!(slot[..64], expect_hdr(9, 0, 1, 1, 0, 0, 5, 6, 0, 0)[..]);
+}
+
+#[test]
+fn ud_rules() {
+    let l = layout();
+    let one = [SGE_B];
+    // A destination belongs on a UD QP, and a UD QP needs one.
+    assert_eq!(
+        check_send_wr(
+            &SendWr::new(0, WrOp::Send, &one).to_ud(DEST),
+            &l,
+            QpType::Rc
+        ),
+        Err(PostReason::UdDestOnRc)
+    );
+    assert_eq!(
+        check_send_wr(&SendWr::new(0, WrOp::Send, &one), &l, QpType::Ud),
+        Err(PostReason::NoUdDest)
+    );
+    // SEND and SEND_WITH_IMM only.
+    for op in [
+        WrOp::Write { raddr: 0, rkey: 1 },
+        WrOp::WriteImm {
+            raddr: 0,
+            rkey: 1,
+            imm: 2,
+        },
+        WrOp::Read { raddr: 0, rkey: 1 },
+        WrOp::FetchAdd {
+            raddr: 0,
+            rkey: 1,
+            add: 1,
+        },
+        WrOp::SendInv { rkey: 3 },
+        WrOp::LocalInv { rkey: 3 },
+    ] {
+        assert_eq!(
+            check_send_wr(&SendWr::new(0, op, &one).to_ud(DEST), &l, QpType::Ud),
+            Err(PostReason::UdOpcode),
+            "{op:?}"
+        );
+    }
+    // At most QHCA_UD_MAX_MSG bytes, over every SGE.
+    let max = [
+        Sge {
+            length: 4000,
+            ..SGE_B
+        },
+        Sge {
+            length: 96,
+            ..SGE_B
+        },
+    ];
+    let wr = SendWr::new(0, WrOp::Send, &max).to_ud(DEST);
+    assert_eq!(wr.data_len(), crate::UD_MAX_MSG as u64);
+    check_send_wr(&wr, &l, QpType::Ud).unwrap();
+    let over = [
+        max[0],
+        Sge {
+            length: 97,
+            ..SGE_B
+        },
+    ];
+    assert_eq!(
+        check_send_wr(
+            &SendWr::new(0, WrOp::Send, &over).to_ud(DEST),
+            &l,
+            QpType::Ud
+        ),
+        Err(PostReason::DatagramTooLong { len: 4097 })
+    );
+    // An RC SEND of the same length is fine.
+    check_rc(&SendWr::new(0, WrOp::Send, &over), &l).unwrap();
+    let e = crate::PostError {
+        index: 0,
+        reason: PostReason::DatagramTooLong { len: 4097 },
+    };
+    assert!(e.to_string().contains("at most 4096"), "{e}");
 }

@@ -11,7 +11,8 @@
 //! - [`qmp`]: a minimal QMP client, for migration;
 //! - [`rng`]: the deterministic generator behind the fuzz-style test;
 //! - [`verbs`]: PDs, MRs, CQs, QPs, WQEs and CQEs from the test side;
-//! - [`mw`]: memory windows: ALLOC_MW/DEALLOC_MW, BIND_MW, LOCAL_INV and SEND_WITH_INV WQEs.
+//! - [`mw`]: memory windows: ALLOC_MW/DEALLOC_MW, BIND_MW, LOCAL_INV and SEND_WITH_INV WQEs;
+//! - [`ud`]: unreliable datagram: address handles, UD QPs and WQEs, the GRH.
 //!
 //! The QEMU binary comes from `$QHCA_QEMU`; `scripts/test.sh` sets it after building QEMU.
 
@@ -21,6 +22,7 @@ pub mod pci;
 pub mod qmp;
 pub mod qtest;
 pub mod rng;
+pub mod ud;
 pub mod verbs;
 pub mod wire;
 

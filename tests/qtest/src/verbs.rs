@@ -22,11 +22,15 @@ pub const PL_ENTRIES: usize = QHCA_PL_PAGE_ENTRIES as usize;
 /// A bump allocator of guest RAM.
 pub struct Mem {
     next: u64,
+    end: u64,
 }
 
 impl Default for Mem {
     fn default() -> Self {
-        Mem { next: VERBS_RAM }
+        Mem {
+            next: VERBS_RAM,
+            end: RAM_SIZE,
+        }
     }
 }
 
@@ -35,10 +39,19 @@ impl Mem {
     pub fn alloc(&mut self, h: &mut Hca, len: u64) -> u64 {
         let a = self.next;
         let len = len.max(1).div_ceil(PAGE) * PAGE;
-        assert!(a + len <= RAM_SIZE, "test RAM exhausted");
+        assert!(a + len <= self.end, "test RAM exhausted");
         self.next += len;
         h.qt.memset(a, len as usize, 0);
         a
+    }
+
+    /// An allocator of its own over the next `len` bytes of this one.
+    pub fn carve(&mut self, h: &mut Hca, len: u64) -> Mem {
+        let next = self.alloc(h, len);
+        Mem {
+            next,
+            end: next + len,
+        }
     }
 
     /// A page list for the contiguous buffer at `addr` (page aligned down), `npages` long:
@@ -391,6 +404,7 @@ pub struct QpAttr {
     pub dest_qpn: u32,
     pub rq_psn: u32,
     pub sq_psn: u32,
+    pub qkey: u32,
 }
 
 impl QpAttr {
@@ -409,6 +423,7 @@ impl QpAttr {
         put32(&mut b, 16, self.dest_qpn);
         put32(&mut b, 20, self.rq_psn);
         put32(&mut b, 24, self.sq_psn);
+        put32(&mut b, 28, self.qkey);
         b
     }
 
@@ -427,6 +442,7 @@ impl QpAttr {
             dest_qpn: get32(b, 16),
             rq_psn: get32(b, 20),
             sq_psn: get32(b, 24),
+            qkey: get32(b, 28),
         }
     }
 }
@@ -478,14 +494,18 @@ pub struct CtxStats {
     pub odp_resp_faults: u64,
     pub odp_fault_rnr_naks: u64,
     pub odp_invalidations: u64,
+    pub ud_drop_qkey: u64,
+    pub ud_drop_no_recv: u64,
+    pub ud_drop_too_long: u64,
+    pub ud_drop_fault: u64,
 }
 
 /// QUERY_CTX: (status, every counter).
 pub fn query_ctx_stats(h: &mut Hca, uar: u32) -> (u32, CtxStats) {
     let out = MAILBOX + 0x2000;
-    h.qt.memset(out, 64, 0xee);
-    let st = obj_cmd_out(h, QHCA_CMD_QUERY_CTX, [uar as u64, 0, 0, 0, 0], out, 64);
-    let b = h.qt.memread(out, 64);
+    h.qt.memset(out, 96, 0xee);
+    let st = obj_cmd_out(h, QHCA_CMD_QUERY_CTX, [uar as u64, 0, 0, 0, 0], out, 96);
+    let b = h.qt.memread(out, 96);
     let c = CtxStats {
         db_accepted: get64(&b, 0),
         db_violations: get64(&b, 8),
@@ -495,6 +515,10 @@ pub fn query_ctx_stats(h: &mut Hca, uar: u32) -> (u32, CtxStats) {
         odp_resp_faults: get64(&b, 40),
         odp_fault_rnr_naks: get64(&b, 48),
         odp_invalidations: get64(&b, 56),
+        ud_drop_qkey: get64(&b, 64),
+        ud_drop_no_recv: get64(&b, 72),
+        ud_drop_too_long: get64(&b, 80),
+        ud_drop_fault: get64(&b, 88),
     };
     (st, c)
 }

@@ -36,7 +36,7 @@ const _: () = {
     assert!(offset_of!(qhca_device_attr, odp_rc_caps) == 104);
     assert!(offset_of!(qhca_device_attr, odp_ud_caps) == 108);
     assert!(offset_of!(qhca_device_attr, max_mw) == 112);
-    assert!(offset_of!(qhca_device_attr, rsvd1) == 116);
+    assert!(offset_of!(qhca_device_attr, max_ah) == 116);
 };
 
 fn u16_at(b: &[u8], o: usize) -> u16 {
@@ -129,7 +129,7 @@ pub fn decode_attr(b: &[u8]) -> qhca_device_attr {
         odp_rc_caps: u32_at(b, 104),
         odp_ud_caps: u32_at(b, 108),
         max_mw: u32_at(b, 112),
-        rsvd1: u32_at(b, 116),
+        max_ah: u32_at(b, 116),
         rsvd2: u64_at(b, 120),
     }
 }

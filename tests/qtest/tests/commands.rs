@@ -63,12 +63,13 @@ fn query_device_reports_attributes() {
                 | QHCA_ODP_SUPPORT_WRITE
                 | QHCA_ODP_SUPPORT_READ
                 | QHCA_ODP_SUPPORT_ATOMIC,
-            0
+            QHCA_ODP_SUPPORT_SEND
         ),
         "ODP capabilities, as ibv_odp_caps: {a:?}"
     );
     assert_ne!(a.caps & CAP_ODP, 0, "QHCA_CAP_ODP: {a:?}");
-    assert_eq!((a.max_mw, a.rsvd1, a.rsvd2), (4096, 0, 0), "{a:?}");
+    assert_ne!(a.caps & CAP_UD, 0, "QHCA_CAP_UD: {a:?}");
+    assert_eq!((a.max_mw, a.max_ah, a.rsvd2), (4096, 4096, 0), "{a:?}");
     assert!(
         b[ATTR_SIZE..].iter().all(|&x| x == 0xaa),
         "device wrote past the 128-byte attribute struct"

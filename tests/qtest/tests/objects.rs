@@ -376,7 +376,7 @@ fn cq_and_qp_validation() {
         );
     }
     let mut b = create_qp_bytes(uar, pdn, cqn, cqn, &good, n as u32, list);
-    b[28] = 1; // rsvd0
+    b[28] = 2; // type: neither QHCA_QPT_RC nor QHCA_QPT_UD
     assert_eq!(
         obj_cmd(&mut h, QHCA_CMD_CREATE_QP, in_words(&b)).0,
         QHCA_CMD_BAD_PARAM
@@ -464,7 +464,7 @@ fn cq_and_qp_validation() {
         (
             "unknown mask bit",
             QpAttr {
-                mask: rtr.mask | 1 << 12,
+                mask: rtr.mask | 1 << 13,
                 ..rtr
             },
         ),
@@ -598,7 +598,7 @@ fn cq_and_qp_validation() {
         QHCA_CMD_BAD_PARAM
     );
     assert_eq!(
-        obj_cmd_out(&mut h, QHCA_CMD_QUERY_CTX, [uar as u64, 0, 0, 0, 0], 0, 64),
+        obj_cmd_out(&mut h, QHCA_CMD_QUERY_CTX, [uar as u64, 0, 0, 0, 0], 0, 96),
         QHCA_CMD_BAD_PARAM
     );
     assert_eq!(
@@ -606,8 +606,19 @@ fn cq_and_qp_validation() {
             &mut h,
             QHCA_CMD_QUERY_CTX,
             [uar as u64, 0, 0, 0, 0],
+            MAILBOX,
+            95
+        ),
+        QHCA_CMD_BAD_PARAM,
+        "QUERY_CTX into less than struct qhca_ctx_stats"
+    );
+    assert_eq!(
+        obj_cmd_out(
+            &mut h,
+            QHCA_CMD_QUERY_CTX,
+            [uar as u64, 0, 0, 0, 0],
             BEYOND_RAM,
-            64
+            96
         ),
         QHCA_CMD_DMA_ERROR
     );

@@ -242,7 +242,9 @@ fn query_device(t: &mut T, cfg: &Config) -> CaseResult {
     );
     check_eq!(t, a.max_qp_rd_atom, 16, "max_qp_rd_atom");
     check_eq!(t, a.max_qp_init_rd_atom, 16, "max_qp_init_rd_atom");
-    check_eq!(t, q.attr.rsvd1, 0, "attr.rsvd1");
+    check_eq!(t, q.attr.max_ah, 4096, "attr.max_ah");
+    check!(t, a.supports_ud(), "QHCA_CAP_UD in caps {:#x}", a.caps);
+    check_eq!(t, a.max_ah, 4096, "max_ah");
     check_eq!(t, q.attr.rsvd2, 0, "attr.rsvd2");
     // Memory windows: advertised, with the device's limit.
     check!(
@@ -273,7 +275,7 @@ fn query_device(t: &mut T, cfg: &Config) -> CaseResult {
         0x1f,
         "SEND RECV WRITE READ ATOMIC on RC"
     );
-    check_eq!(t, a.odp_caps.ud_odp_caps, 0);
+    check_eq!(t, a.odp_caps.ud_odp_caps, 0x1, "SEND on UD");
     check_eq!(t, q.attr.num_uars, cfg.expect_num_uars);
     Ok(())
 }

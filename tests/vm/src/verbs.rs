@@ -3,7 +3,8 @@
 //! The verbs cases: PDs, MRs, CQs and RC QPs on the real device, every opcode byte for byte,
 //! the protection and RNR error paths, isolation between processes, cleanup after kill -9, a
 //! data path without system calls, the driver's destroy-order and state checks, and on-demand
-//! paging (`odp`), watched regions and the registration cache, memory windows (`mw`).
+//! paging (`odp`), watched regions and the registration cache, memory windows (`mw`),
+//! unreliable datagram (`ud`).
 //!
 //! They always run (see [`crate::cases::all`]); the helper processes they start are this
 //! binary's `__verbs_*` subcommands ([`helper_main`]).
@@ -30,6 +31,7 @@ mod odp_changes;
 mod process;
 mod protection;
 mod rcache;
+mod ud;
 mod watch;
 
 pub use process::helper_main;
@@ -113,6 +115,11 @@ pub fn cases() -> Vec<Case<Config>> {
         mw::verbs_mw_dereg_with_window_bound,
         mw::verbs_mw_zero_syscalls,
         mw::verbs_mw_ioctl_checks,
+        ud::verbs_ud_datagrams,
+        ud::verbs_ud_drops,
+        ud::verbs_ud_many_to_one,
+        ud::verbs_ud_one_to_many,
+        ud::verbs_ud_ah_checks,
     ]
 }
 
@@ -211,6 +218,7 @@ enum ObjKind {
     Mw,
     Cq,
     Qp,
+    Ah,
 }
 
 /// Destroys an object by its handle with the raw ioctl, bypassing the provider (which has no
@@ -220,7 +228,7 @@ enum ObjKind {
 fn destroy_raw(ctx: &Context, kind: ObjKind, handle: u32) -> Result<(), Errno> {
     use qhca_uapi::{
         qhca_ioc_handle, QHCA_IOCTL_DEALLOC_MW, QHCA_IOCTL_DEALLOC_PD, QHCA_IOCTL_DEREG_MR,
-        QHCA_IOCTL_DESTROY_CQ, QHCA_IOCTL_DESTROY_QP,
+        QHCA_IOCTL_DESTROY_AH, QHCA_IOCTL_DESTROY_CQ, QHCA_IOCTL_DESTROY_QP,
     };
     use std::os::fd::AsRawFd;
     let req = match kind {
@@ -229,6 +237,7 @@ fn destroy_raw(ctx: &Context, kind: ObjKind, handle: u32) -> Result<(), Errno> {
         ObjKind::Mw => QHCA_IOCTL_DEALLOC_MW,
         ObjKind::Cq => QHCA_IOCTL_DESTROY_CQ,
         ObjKind::Qp => QHCA_IOCTL_DESTROY_QP,
+        ObjKind::Ah => QHCA_IOCTL_DESTROY_AH,
     };
     // struct qhca_ioc_handle: size, comp_mask, handle, flags (0).
     let mut buf = crate::sys::IoctlBuf::new();

@@ -32,6 +32,15 @@ CHECK_IOCTL(GET_ASYNC_EVENT, struct qhca_ioc_async_event);
 CHECK_IOCTL(ADVISE_MR, struct qhca_ioc_advise_mr);
 CHECK_IOCTL(ALLOC_MW, struct qhca_ioc_alloc_mw);
 CHECK_IOCTL(DEALLOC_MW, struct qhca_ioc_handle);
+CHECK_IOCTL(CREATE_AH, struct qhca_ioc_create_ah);
+CHECK_IOCTL(DESTROY_AH, struct qhca_ioc_handle);
+/* QUERY_CTX as it was before UD: the same nr, the struct without the four ud_drop_* counters. */
+_Static_assert(QHCA_IOCTL_QUERY_CTX_V1 ==
+		       _IOWR(QHCA_IOC_MAGIC, QHCA_IOC_NR_QUERY_CTX,
+			     char[sizeof(struct qhca_ioc_query_ctx) - 4 * sizeof(__u64)]),
+	       "QHCA_IOCTL_QUERY_CTX_V1 is not _IOWR of the 80-byte query_ctx");
+_Static_assert(_IOC_SIZE(QHCA_IOCTL_QUERY_CTX_V1) == 80, "QUERY_CTX_V1 size");
+_Static_assert(_IOC_SIZE(QHCA_IOCTL_QUERY_CTX) == 0x70, "QUERY_CTX size");
 _Static_assert(_IOC_SIZE(QHCA_IOCTL_QUERY_DEVICE) == 160, "ioctl size");
 _Static_assert(_IOC_TYPE(QHCA_IOCTL_QUERY_DEVICE) == QHCA_IOC_MAGIC, "ioctl magic");
 
@@ -78,7 +87,7 @@ CHECK_OFF(struct qhca_device_attr, odp_general_caps, 96);
 CHECK_OFF(struct qhca_device_attr, odp_rc_caps, 104);
 CHECK_OFF(struct qhca_device_attr, odp_ud_caps, 108);
 CHECK_OFF(struct qhca_device_attr, max_mw, 112);
-CHECK_OFF(struct qhca_device_attr, rsvd1, 116);
+CHECK_OFF(struct qhca_device_attr, max_ah, 116);
 CHECK_OFF(struct qhca_device_attr, rsvd2, 120);
 
 CHECK_SIZE(struct qhca_eqe_page_fault, 32);
@@ -177,7 +186,7 @@ CHECK_OFF(struct qhca_cmd_create_qp, rq_stride_log, 19);
 CHECK_OFF(struct qhca_cmd_create_qp, max_inline, 20);
 CHECK_OFF(struct qhca_cmd_create_qp, max_sge, 22);
 CHECK_OFF(struct qhca_cmd_create_qp, npages, 24);
-CHECK_OFF(struct qhca_cmd_create_qp, rsvd0, 28);
+CHECK_OFF(struct qhca_cmd_create_qp, type, 28);
 CHECK_OFF(struct qhca_cmd_create_qp, pages_addr, 32);
 
 CHECK_SIZE(struct qhca_qp_attr, 64);
@@ -194,9 +203,10 @@ CHECK_OFF(struct qhca_qp_attr, access, 12);
 CHECK_OFF(struct qhca_qp_attr, dest_qpn, 16);
 CHECK_OFF(struct qhca_qp_attr, rq_psn, 20);
 CHECK_OFF(struct qhca_qp_attr, sq_psn, 24);
-CHECK_OFF(struct qhca_qp_attr, rsvd1, 28);
+CHECK_OFF(struct qhca_qp_attr, qkey, 28);
+CHECK_OFF(struct qhca_qp_attr, rsvd1, 32);
 
-CHECK_SIZE(struct qhca_ctx_stats, 64);
+CHECK_SIZE(struct qhca_ctx_stats, 96);
 CHECK_OFF(struct qhca_ctx_stats, db_accepted, 0);
 CHECK_OFF(struct qhca_ctx_stats, db_violations, 8);
 CHECK_OFF(struct qhca_ctx_stats, pkt_foreign, 16);
@@ -205,6 +215,10 @@ CHECK_OFF(struct qhca_ctx_stats, odp_req_faults, 32);
 CHECK_OFF(struct qhca_ctx_stats, odp_resp_faults, 40);
 CHECK_OFF(struct qhca_ctx_stats, odp_fault_rnr_naks, 48);
 CHECK_OFF(struct qhca_ctx_stats, odp_invalidations, 56);
+CHECK_OFF(struct qhca_ctx_stats, ud_drop_qkey, 64);
+CHECK_OFF(struct qhca_ctx_stats, ud_drop_no_recv, 72);
+CHECK_OFF(struct qhca_ctx_stats, ud_drop_too_long, 80);
+CHECK_OFF(struct qhca_ctx_stats, ud_drop_fault, 88);
 
 CHECK_SIZE(struct qhca_ioc_query_device, 160);
 CHECK_OFF(struct qhca_ioc_query_device, size, 0);
@@ -253,7 +267,7 @@ CHECK_OFF(struct qhca_ioc_create_qp, rq_log, 22);
 CHECK_OFF(struct qhca_ioc_create_qp, rq_stride_log, 23);
 CHECK_OFF(struct qhca_ioc_create_qp, max_inline, 24);
 CHECK_OFF(struct qhca_ioc_create_qp, max_sge, 26);
-CHECK_OFF(struct qhca_ioc_create_qp, rsvd0, 28);
+CHECK_OFF(struct qhca_ioc_create_qp, type, 28);
 CHECK_OFF(struct qhca_ioc_create_qp, buf_addr, 32);
 CHECK_OFF(struct qhca_ioc_create_qp, buf_len, 40);
 CHECK_OFF(struct qhca_ioc_create_qp, qpn, 48);
@@ -266,7 +280,7 @@ CHECK_OFF(struct qhca_ioc_qp_attr, qpn, 8);
 CHECK_OFF(struct qhca_ioc_qp_attr, rsvd, 12);
 CHECK_OFF(struct qhca_ioc_qp_attr, attr, 16);
 
-CHECK_SIZE(struct qhca_ioc_query_ctx, 80);
+CHECK_SIZE(struct qhca_ioc_query_ctx, 112);
 CHECK_OFF(struct qhca_ioc_query_ctx, size, 0);
 CHECK_OFF(struct qhca_ioc_query_ctx, comp_mask, 4);
 CHECK_OFF(struct qhca_ioc_query_ctx, rsvd, 8);
@@ -296,6 +310,44 @@ CHECK_OFF(struct qhca_ioc_alloc_mw, pdn, 8);
 CHECK_OFF(struct qhca_ioc_alloc_mw, type, 12);
 CHECK_OFF(struct qhca_ioc_alloc_mw, key, 16);
 CHECK_OFF(struct qhca_ioc_alloc_mw, rsvd, 20);
+
+CHECK_SIZE(struct qhca_ah_attr, 24);
+CHECK_OFF(struct qhca_ah_attr, dgid, 0);
+CHECK_OFF(struct qhca_ah_attr, flow_label, 16);
+CHECK_OFF(struct qhca_ah_attr, traffic_class, 20);
+CHECK_OFF(struct qhca_ah_attr, hop_limit, 21);
+CHECK_OFF(struct qhca_ah_attr, sl, 22);
+CHECK_OFF(struct qhca_ah_attr, port_num, 23);
+
+CHECK_SIZE(struct qhca_cmd_create_ah, 40);
+CHECK_OFF(struct qhca_cmd_create_ah, uar, 0);
+CHECK_OFF(struct qhca_cmd_create_ah, pdn, 4);
+CHECK_OFF(struct qhca_cmd_create_ah, attr, 8);
+CHECK_OFF(struct qhca_cmd_create_ah, rsvd, 32);
+_Static_assert(sizeof(struct qhca_cmd_create_ah) <= sizeof(((struct qhca_cmd *)0)->in),
+	       "CREATE_AH input fits the command");
+
+CHECK_SIZE(struct qhca_wqe_ud, 16);
+CHECK_OFF(struct qhca_wqe_ud, ah, 0);
+CHECK_OFF(struct qhca_wqe_ud, remote_qpn, 4);
+CHECK_OFF(struct qhca_wqe_ud, remote_qkey, 8);
+CHECK_OFF(struct qhca_wqe_ud, rsvd, 12);
+
+CHECK_SIZE(struct qhca_grh, 40);
+CHECK_OFF(struct qhca_grh, version_tclass_flow, 0);
+CHECK_OFF(struct qhca_grh, paylen, 4);
+CHECK_OFF(struct qhca_grh, next_hdr, 6);
+CHECK_OFF(struct qhca_grh, hop_limit, 7);
+CHECK_OFF(struct qhca_grh, sgid, 8);
+CHECK_OFF(struct qhca_grh, dgid, 24);
+_Static_assert(sizeof(struct qhca_grh) == QHCA_GRH_SIZE, "QHCA_GRH_SIZE");
+
+CHECK_SIZE(struct qhca_ioc_create_ah, 40);
+CHECK_OFF(struct qhca_ioc_create_ah, size, 0);
+CHECK_OFF(struct qhca_ioc_create_ah, comp_mask, 4);
+CHECK_OFF(struct qhca_ioc_create_ah, pdn, 8);
+CHECK_OFF(struct qhca_ioc_create_ah, ah, 12);
+CHECK_OFF(struct qhca_ioc_create_ah, attr, 16);
 
 CHECK_SIZE(struct qhca_inval_entry, 32);
 CHECK_OFF(struct qhca_inval_entry, seq, 0);

@@ -78,6 +78,8 @@ fn render(dev: &DeviceInfo, attr: &DeviceAttr) -> String {
     field(&mut s, i, "transport", "qhca (emulated)");
     field(&mut s, i, "fw_ver", attr.fw_version_string());
     field(&mut s, i, "node_guid", attr.node_guid_string());
+    // The one port's GID (index 0), what ibv_devinfo -v prints as GID[  0].
+    field(&mut s, i, "port_gid", attr.port_gid());
     field(
         &mut s,
         i,
@@ -136,6 +138,7 @@ fn render(dev: &DeviceInfo, attr: &DeviceAttr) -> String {
     field(&mut s, i, "max_cqe", attr.max_cqe);
     field(&mut s, i, "max_mr", attr.max_mr);
     field(&mut s, i, "max_mw", attr.max_mw);
+    field(&mut s, i, "max_ah", attr.max_ah);
     field(&mut s, i, "max_pd", attr.max_pd);
     field(&mut s, i, "max_qp_rd_atom", attr.max_qp_rd_atom);
     field(&mut s, i, "max_qp_init_rd_atom", attr.max_qp_init_rd_atom);
@@ -161,6 +164,12 @@ fn render(dev: &DeviceInfo, attr: &DeviceAttr) -> String {
         i,
         "rc_odp_caps",
         format_args!("0x{:x} {}", odp.rc_odp_caps, odp.rc_names().join(" ")),
+    );
+    field(
+        &mut s,
+        i,
+        "ud_odp_caps",
+        format_args!("0x{:x} {}", odp.ud_odp_caps, odp.ud_names().join(" ")),
     );
     s
 }
@@ -277,6 +286,7 @@ mod tests {
             vendor_part_id: 0x4843,
             hw_ver: 1,
             max_qp: 64,
+            max_ah: 512,
             ..Default::default()
         };
         let text = render(&dev, &attr);
@@ -297,6 +307,8 @@ mod tests {
             "                                UAR_ISOLATION",
             "                                BIT9",
             "        max_qp:                 64",
+            "        max_ah:                 512",
+            "        port_gid:               fe80:0000:0000:0000:5254:0012:3456:0001",
         ] {
             assert!(lines.contains(&want), "missing {want:?} in:\n{text}");
         }

@@ -8,16 +8,23 @@
 //! qhca-perf MODE [options] --loopback                                         (both, one process)
 //! ```
 //!
-//! MODE is write_lat, write_bw, send_lat, read_lat or atomic_lat. The client prints
-//! perftest's columns. Like perftest, it times with the cycle counter (`rdtsc`, calibrated
-//! against the clock once at start), so its timed loops make no system call even on a guest
-//! whose clocksource the vDSO cannot read.
+//! MODE is write_lat, write_bw, send_lat, send_bw, read_lat or atomic_lat on RC QPs, or
+//! ud_send_lat / ud_send_bw on UD QPs (perftest's `ib_send_lat -c UD` / `ib_send_bw -c UD`).
+//! The client prints perftest's columns. Like perftest, it times with the cycle counter
+//! (`rdtsc`, calibrated against the clock once at start), so its timed loops make no system
+//! call even on a guest whose clocksource the vDSO cannot read.
+//!
+//! send_bw and ud_send_bw: the client sends, the server keeps receives posted and, after the
+//! run, tells the client how many messages arrived (on UD, a datagram that finds no receive
+//! posted is dropped); the client prints that under the table.
 
 #[path = "../common/mod.rs"]
 mod common;
 
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use common::{setup, spin_until, tsc, wait_wc, Opts, Report, Role, Side, HEADER};
 use qhca::conn;
@@ -28,7 +35,8 @@ Usage: qhca-perf MODE [options] [HOST]
 Measures qhca latency or bandwidth like perftest. Without HOST: the server side; with HOST: the
 client, which prints the results; with --loopback: both sides in this process, on two QPs.
 
-Modes: write_lat write_bw send_lat read_lat atomic_lat
+Modes: write_lat write_bw send_lat send_bw read_lat atomic_lat (RC)
+       ud_send_lat ud_send_bw (UD: perftest's -c UD; at most 4096 bytes and the MTU)
 
 Options:
   -s, --size=BYTES      message size (default 2; atomic_lat: always 8; k/M suffixes)
@@ -36,7 +44,8 @@ Options:
   -d, --ib-dev=NAME     device (default: the first qhca device)
   -p, --port=PORT       TCP port for the connection exchange (default 18515)
   -m, --mtu=BYTES       path MTU: 256, 512, 1024, 2048 or 4096 (default 4096)
-  -t, --tx-depth=N      outstanding requests in write_bw (default 128)
+  -t, --tx-depth=N      outstanding requests in write_bw and send_bw (default 128)
+  -r, --rx-depth=N      receives kept posted by send_bw's receiver (default 512)
       --loopback        run server and client in this process
       --one-thread      with --loopback, write_lat only: one thread drives both QPs in
                         turn (the device's latency, without a handoff between threads)
@@ -49,8 +58,11 @@ enum Mode {
     WriteLat,
     WriteBw,
     SendLat,
+    SendBw,
     ReadLat,
     AtomicLat,
+    UdSendLat,
+    UdSendBw,
 }
 
 impl Mode {
@@ -59,12 +71,31 @@ impl Mode {
             "write_lat" => Mode::WriteLat,
             "write_bw" => Mode::WriteBw,
             "send_lat" => Mode::SendLat,
+            "send_bw" => Mode::SendBw,
             "read_lat" => Mode::ReadLat,
             "atomic_lat" => Mode::AtomicLat,
+            "ud_send_lat" => Mode::UdSendLat,
+            "ud_send_bw" => Mode::UdSendBw,
             _ => return None,
         })
     }
+
+    /// On UD QPs.
+    fn is_ud(self) -> bool {
+        matches!(self, Mode::UdSendLat | Mode::UdSendBw)
+    }
+
+    /// A stream of SENDs to a receiver that keeps receives posted.
+    fn is_send_bw(self) -> bool {
+        matches!(self, Mode::SendBw | Mode::UdSendBw)
+    }
 }
+
+/// Receives perftest's bandwidth tests keep posted (its default `--rx-depth`).
+const BW_RX_DEPTH: u32 = 512;
+/// How long a send_bw receiver waits for more once the sender says it is done (datagrams
+/// still on their way).
+const DRAIN: Duration = Duration::from_millis(20);
 
 /// Tag of iteration `i` in the last byte of a write_lat message: never 0 (the buffer's initial
 /// value), and different from the previous iteration's.
@@ -180,9 +211,12 @@ fn run_one_thread(o: &Opts) -> qhca::Result<Report> {
     })
 }
 
+/// SEND ping-pong, as ib_send_lat: each side keeps receives posted (reposting each one as it
+/// completes, before it answers, so a UD datagram always finds one); the client sends, the
+/// server answers when its receive completes.
 fn send_lat(s: &mut Side, o: &Opts, client: bool) -> qhca::Result<Option<Report>> {
     let size = o.size;
-    let recv_sge = [s.mr.sge(0, size as u32)];
+    let recv_sge = [s.mr.sge(0, s.recv_len(size))];
     let send_sge = [s.mr.sge(s.slot, size as u32)];
     let mut inline = vec![0u8; size.min(s.max_inline as usize)];
     s.mr.read_at(s.slot, &mut inline);
@@ -224,7 +258,7 @@ fn send_lat(s: &mut Side, o: &Opts, client: bool) -> qhca::Result<Option<Report>
         } else {
             SendFlags::NONE
         };
-        s.qp.post_send(&[message(s, WrOp::Send, &send_sge, &inline).with_flags(flags)])?;
+        s.qp.post_send(&[s.route(message(s, WrOp::Send, &send_sge, &inline).with_flags(flags))])?;
         if client {
             wait_recv(s)?;
             samples.push(tsc::us(tsc::now() - t0) / 2.0);
@@ -276,11 +310,17 @@ fn one_sided_lat(s: &mut Side, o: &Opts, mode: Mode) -> qhca::Result<Report> {
 }
 
 fn write_bw(s: &mut Side, o: &Opts) -> qhca::Result<Report> {
-    let size = o.size;
     let op = WrOp::Write {
         raddr: s.remote.addr,
         rkey: s.remote.rkey,
     };
+    stream_bw(s, o, op, "write")
+}
+
+/// Streams `o.iters` requests of `op` from our source half, `tx_depth` outstanding, every one
+/// signaled (as perftest's bandwidth tests), each completion a sample.
+fn stream_bw(s: &mut Side, o: &Opts, op: WrOp, what: &str) -> qhca::Result<Report> {
+    let size = o.size;
     let sge = [s.mr.sge(s.slot, size as u32)];
     let depth = u64::from(o.tx_depth.min(s.qp.layout().sq_depth()));
     let mut samples = Vec::with_capacity(o.iters as usize);
@@ -291,14 +331,14 @@ fn write_bw(s: &mut Side, o: &Opts) -> qhca::Result<Report> {
     let mut every = common::Every::new();
     while done < o.iters {
         while posted < o.iters && posted - done < depth {
-            s.qp.post_send(&[SendWr::new(posted, op, &sge)])?;
+            s.qp.post_send(&[s.route(SendWr::new(posted, op, &sge))])?;
             posted += 1;
         }
         let n = s.cq.poll(&mut wcs);
         for wc in &wcs[..n] {
             if !wc.status.is_ok() {
                 return Err(qhca::Error::Invalid {
-                    what: format!("write {} failed: {:?}", wc.wr_id, wc.status),
+                    what: format!("{what} {} failed: {:?}", wc.wr_id, wc.status),
                 });
             }
             let now = tsc::now();
@@ -311,7 +351,7 @@ fn write_bw(s: &mut Side, o: &Opts) -> qhca::Result<Report> {
             every.tick(
                 &s.ctx,
                 common::COMPLETION_TIMEOUT * 10,
-                "write_bw completions",
+                "bandwidth completions",
             )?;
         } else {
             every = common::Every::new();
@@ -324,15 +364,124 @@ fn write_bw(s: &mut Side, o: &Opts) -> qhca::Result<Report> {
     ))
 }
 
+/// An I/O error on the TCP stream, as the provider's.
+fn io_err(op: &'static str) -> impl Fn(std::io::Error) -> qhca::Error {
+    move |e| qhca::Error::Sys {
+        op,
+        source: qhca::Errno::from_raw(e.raw_os_error().unwrap_or(qhca::Errno::EIO as i32)),
+    }
+}
+
+/// send_bw's sender (the client), as ib_send_bw's: SENDs streamed `tx_depth` deep from our
+/// source half, every one signaled, to a receiver that keeps receives posted. Returns the
+/// report and how many messages the receiver got (fewer on UD if it dropped some: no receive
+/// posted in time).
+fn send_bw(s: &mut Side, o: &Opts) -> qhca::Result<(Report, u64)> {
+    conn::sync(&mut s.stream)?; // the receiver's receives are posted
+    let r = stream_bw(s, o, WrOp::Send, "send")?;
+    conn::sync(&mut s.stream)?; // done sending
+    let mut got = [0u8; 8];
+    s.stream
+        .read_exact(&mut got)
+        .map_err(io_err("receive the count of messages received"))?;
+    Ok((r, u64::from_le_bytes(got)))
+}
+
+/// True once the peer has written something on the stream (its "done" sync byte), without
+/// taking it.
+fn peer_spoke(stream: &TcpStream) -> qhca::Result<bool> {
+    stream
+        .set_nonblocking(true)
+        .map_err(io_err("set O_NONBLOCK"))?;
+    let r = stream.peek(&mut [0u8; 1]);
+    stream
+        .set_nonblocking(false)
+        .map_err(io_err("clear O_NONBLOCK"))?;
+    match r {
+        Ok(0) => Err(qhca::Error::PeerClosed { during: "send_bw" }),
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+        Err(e) => Err(io_err("peek at the stream")(e)),
+    }
+}
+
+/// send_bw's receiver (the server): keeps its whole receive queue posted into one buffer,
+/// reposting each receive as it completes, until `iters` messages arrived or, once the sender
+/// says it is done, nothing more arrives for [`DRAIN`] (UD drops what finds no receive). Then
+/// tells the sender how many arrived.
+fn send_bw_receiver(s: &mut Side, o: &Opts) -> qhca::Result<()> {
+    let recv_sge = [s.mr.sge(0, s.recv_len(o.size))];
+    let depth = s.qp.layout().rq_depth() as usize;
+    let wrs = vec![
+        RecvWr {
+            wr_id: 0,
+            sges: &recv_sge,
+        };
+        depth
+    ];
+    s.qp.post_recv(&wrs)?;
+    conn::sync(&mut s.stream)?;
+    let mut wcs = [qhca::Wc::default(); 16];
+    let mut got = 0u64;
+    let mut every = common::Every::new();
+    let mut sender_done = false;
+    let mut last = tsc::now();
+    let mut last_peek = last;
+    let (peek_every, drain) = (tsc::ticks(Duration::from_millis(1)), tsc::ticks(DRAIN));
+    while got < o.iters {
+        let n = s.cq.poll(&mut wcs);
+        if let Some(wc) = wcs[..n].iter().find(|wc| !wc.status.is_ok() || !wc.is_recv) {
+            return Err(qhca::Error::Invalid {
+                what: format!("receive failed: {:?} {:?}", wc.opcode, wc.status),
+            });
+        }
+        if n > 0 {
+            got += n as u64;
+            s.qp.post_recv(&wrs[..n])?;
+            every = common::Every::new();
+            last = tsc::now();
+            continue;
+        }
+        every.tick(&s.ctx, common::COMPLETION_TIMEOUT * 10, "send_bw receives")?;
+        let now = tsc::now();
+        if now.wrapping_sub(last_peek) >= peek_every {
+            last_peek = now;
+            if !sender_done {
+                sender_done = peer_spoke(&s.stream)?;
+                last = now;
+            } else if now.wrapping_sub(last) >= drain {
+                break;
+            }
+        }
+        std::hint::spin_loop();
+    }
+    conn::sync(&mut s.stream)?;
+    s.stream
+        .write_all(&got.to_le_bytes())
+        .map_err(io_err("send the count of messages received"))
+}
+
+/// What the client measured, and for send_bw how many messages the receiver got.
+type Outcome = (Report, Option<u64>);
+
 /// Runs `mode` on a connected side; the client returns the report.
-fn run(mode: Mode, o: &Opts, role: Role<'_>) -> qhca::Result<Option<Report>> {
+fn run(mode: Mode, o: &Opts, role: Role<'_>) -> qhca::Result<Option<Outcome>> {
     let client = matches!(role, Role::Client(_));
     let mut s = setup(o, role)?;
+    let only = |r: Option<Report>| r.map(|r| (r, None));
     let r = match (mode, client) {
-        (Mode::WriteLat, _) => write_lat(&mut s, o, client)?,
-        (Mode::SendLat, _) => send_lat(&mut s, o, client)?,
-        (Mode::WriteBw, true) => Some(write_bw(&mut s, o)?),
-        (Mode::ReadLat | Mode::AtomicLat, true) => Some(one_sided_lat(&mut s, o, mode)?),
+        (Mode::WriteLat, _) => only(write_lat(&mut s, o, client)?),
+        (Mode::SendLat | Mode::UdSendLat, _) => only(send_lat(&mut s, o, client)?),
+        (Mode::WriteBw, true) => Some((write_bw(&mut s, o)?, None)),
+        (Mode::SendBw | Mode::UdSendBw, true) => {
+            let (r, got) = send_bw(&mut s, o)?;
+            Some((r, Some(got)))
+        }
+        (Mode::SendBw | Mode::UdSendBw, false) => {
+            send_bw_receiver(&mut s, o)?;
+            None
+        }
+        (Mode::ReadLat | Mode::AtomicLat, true) => Some((one_sided_lat(&mut s, o, mode)?, None)),
         // One-sided modes: the server only lends its memory.
         (_, false) => None,
     };
@@ -340,12 +489,41 @@ fn run(mode: Mode, o: &Opts, role: Role<'_>) -> qhca::Result<Option<Report>> {
     Ok(r)
 }
 
-fn print(mode: Mode, r: &Report) {
+fn print(mode: Mode, (r, got): &Outcome) {
     println!("{:-<100}", "");
     println!(" qhca-perf {mode:?}");
     println!("{HEADER}");
     println!("{}", r.line());
     println!("{:-<100}", "");
+    if let Some(got) = got {
+        println!(
+            " the receiver got {got} of {} messages ({} dropped)",
+            r.iters,
+            r.iters.saturating_sub(*got)
+        );
+    }
+}
+
+/// The options `mode` runs with: UD or RC, and the receive depth and RNR retries of
+/// perftest's bandwidth tests for send_bw.
+fn mode_opts(mode: Mode, mut o: Opts) -> Result<Opts, String> {
+    o.ud = mode.is_ud();
+    if o.ud {
+        let max = qhca::UD_MAX_MSG.min(o.mtu as usize);
+        if o.size > max {
+            return Err(format!(
+                "a UD message is at most the MTU: {} bytes > {max}",
+                o.size
+            ));
+        }
+    }
+    if mode.is_send_bw() {
+        if o.rx_depth == 0 {
+            o.rx_depth = BW_RX_DEPTH;
+        }
+        o.rnr_retry = 7;
+    }
+    Ok(o)
 }
 
 fn main_result(o: Opts) -> Result<(), String> {
@@ -362,13 +540,14 @@ fn main_result(o: Opts) -> Result<(), String> {
     if o.size > u32::MAX as usize / 2 {
         return Err("size too large".into());
     }
+    let o = mode_opts(mode, o)?;
     let err = |e: qhca::Error| e.to_string();
     // Times are read from the cycle counter, as perftest does: measure its rate now, so that
     // no timed loop reads the clock.
     tsc::calibrate();
     if o.one_thread {
         let r = run_one_thread(&o).map_err(err)?;
-        print(mode, &r);
+        print(mode, &(r, None));
         return Ok(());
     }
     if o.loopback {
@@ -435,15 +614,47 @@ mod tests {
             "write_lat",
             "write_bw",
             "send_lat",
+            "send_bw",
             "read_lat",
             "atomic_lat",
+            "ud_send_lat",
+            "ud_send_bw",
         ] {
-            assert!(Mode::parse(m).is_some(), "{m}");
+            let mode = Mode::parse(m).unwrap_or_else(|| panic!("{m}"));
+            assert_eq!(mode.is_ud(), m.starts_with("ud_"), "{m}");
+            assert_eq!(mode.is_send_bw(), m.ends_with("send_bw"), "{m}");
         }
         assert_eq!(Mode::parse("bogus"), None);
         assert_eq!(tag(0), 1);
         assert_eq!(tag(254), 255);
         assert_eq!(tag(255), 1);
         assert!((0..1000).all(|i| tag(i) != 0 && tag(i) != tag(i + 1)));
+    }
+
+    #[test]
+    fn mode_options() {
+        let o = |size, mtu| Opts {
+            size,
+            mtu,
+            ..Opts::default()
+        };
+        let u = mode_opts(Mode::UdSendBw, o(4096, 4096)).unwrap();
+        assert!(u.ud);
+        assert_eq!((u.rx_depth, u.rnr_retry), (BW_RX_DEPTH, 7));
+        assert!(mode_opts(Mode::UdSendLat, o(4097, 4096)).is_err());
+        assert!(mode_opts(Mode::UdSendLat, o(2048, 1024)).is_err());
+        let r = mode_opts(Mode::SendLat, o(1 << 20, 4096)).unwrap();
+        assert!(!r.ud);
+        assert_eq!(r.rx_depth, 0);
+        assert_eq!(r.rnr_retry, Opts::default().rnr_retry);
+        let b = mode_opts(
+            Mode::SendBw,
+            Opts {
+                rx_depth: 64,
+                ..o(65536, 4096)
+            },
+        )
+        .unwrap();
+        assert_eq!((b.ud, b.rx_depth, b.rnr_retry), (false, 64, 7));
     }
 }

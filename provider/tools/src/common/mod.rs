@@ -7,12 +7,16 @@
 
 pub mod tsc;
 
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
 use qhca::conn::{self, ConnInfo};
-use qhca::{Access, ConnOpts, Context, Cq, DeviceInfo, Error, MrBuf, Pd, Qp, QpCaps, Wc, WcStatus};
+use qhca::{
+    Access, Ah, AhAttr, ConnOpts, Context, Cq, DeviceInfo, Error, Gid, MrBuf, Pd, Qp, QpCaps,
+    SendWr, UdDest, Wc, WcStatus, GRH_SIZE,
+};
 
 /// Options both tools take.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +33,12 @@ pub struct Opts {
     pub mtu: u32,
     /// `-t N`: send queue depth (outstanding requests in bandwidth tests).
     pub tx_depth: u32,
+    /// `-r N`: receive queue depth (receives kept posted); 0: as `tx_depth`.
+    pub rx_depth: u32,
+    /// Unreliable datagram instead of RC (set by the tool from its mode, not an option).
+    pub ud: bool,
+    /// RC RNR retries (set by the tool: perftest's bandwidth tests retry for ever, 7).
+    pub rnr_retry: u8,
     /// `-c`: check the data of every message (pingpong).
     pub check: bool,
     /// `--loopback`: both sides in this process, on two QPs.
@@ -51,6 +61,9 @@ impl Default for Opts {
             iters: 1000,
             mtu: 4096,
             tx_depth: 128,
+            rx_depth: 0,
+            ud: false,
+            rnr_retry: ConnOpts::default().rnr_retry,
             check: false,
             loopback: false,
             one_thread: false,
@@ -96,6 +109,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
             "-n" | "--iters" => o.iters = num(&name, val())?,
             "-m" | "--mtu" => o.mtu = num(&name, val())?,
             "-t" | "--tx-depth" => o.tx_depth = num(&name, val())?,
+            "-r" | "--rx-depth" => o.rx_depth = num(&name, val())?,
             "-c" | "--chk" | "--check" => o.check = true,
             "--loopback" => o.loopback = true,
             "--one-thread" => o.one_thread = true,
@@ -118,6 +132,9 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
     if o.tx_depth == 0 || o.tx_depth > 1 << 15 {
         return Err(format!("tx depth {} is not in 1..=32768", o.tx_depth));
     }
+    if o.rx_depth > 1 << 15 {
+        return Err(format!("rx depth {} is not in 1..=32768", o.rx_depth));
+    }
     Ok(o)
 }
 
@@ -138,11 +155,24 @@ pub enum Role<'a> {
     Client(&'a str),
 }
 
+/// The Q_Key of the tools' UD QPs (perftest's `DEFF_QKEY`).
+pub const QKEY: u32 = 0x1111_1111;
+
+/// Where a UD side's datagrams go: the peer's QP through an address handle to its port.
+pub struct UdPeer {
+    pub dest: UdDest,
+    pub ah: Ah,
+}
+
 /// One side of a connection, ready to run: QP in RTS against the peer, a registered buffer of
 /// `2 * slot` bytes (the peer's target at 0, our source at `slot`), one CQ for both queues.
+///
+/// With [`Opts::ud`] the QP is UD, in RTS, and `ud` says where its datagrams go; at 0 is
+/// where datagrams land (a GRH, then the message), and `slot` has room for both.
 pub struct Side {
     // Field order is teardown order; the QP holds the CQ and PD anyway.
     pub qp: Qp,
+    pub ud: Option<UdPeer>,
     pub cq: Cq,
     pub mr: MrBuf,
     pub pd: Pd,
@@ -158,34 +188,89 @@ pub struct Side {
 /// The largest inline message the tools ask for.
 pub const MAX_INLINE: u32 = 64;
 
-/// Sets up one side: context, PD, buffer, CQ, QP; exchanges connection records; connects.
+impl Side {
+    /// Bytes a receive needs for a message of `size` bytes: the GRH first on UD.
+    pub fn recv_len(&self, size: usize) -> u32 {
+        (size + if self.ud.is_some() { GRH_SIZE } else { 0 }) as u32
+    }
+
+    /// `wr` as this side sends it: to the peer's QP through its address handle on UD, as it
+    /// is on RC (whose peer is fixed).
+    pub fn route<'a>(&self, wr: SendWr<'a>) -> SendWr<'a> {
+        match &self.ud {
+            Some(u) => wr.to_ud(u.dest),
+            None => wr,
+        }
+    }
+}
+
+/// Sends our port's GID and receives the peer's, after the connection records.
+fn exchange_gid(stream: &mut TcpStream, gid: Gid) -> qhca::Result<Gid> {
+    let mut raw = [0u8; 16];
+    stream
+        .write_all(&gid.raw)
+        .and_then(|()| stream.read_exact(&mut raw))
+        .map_err(|e| Error::Sys {
+            op: "exchange GIDs",
+            source: qhca::Errno::from_raw(e.raw_os_error().unwrap_or(qhca::Errno::EIO as i32)),
+        })?;
+    Ok(Gid { raw })
+}
+
+/// Sets up one side: context, PD, buffer, CQ, QP; exchanges connection records; connects
+/// (RC), or makes an address handle to the peer's port (UD, [`Opts::ud`]).
 pub fn setup(o: &Opts, role: Role<'_>) -> qhca::Result<Side> {
     let ctx = open_ctx(o.dev.as_deref())?;
     let pd = Pd::new(&ctx)?;
-    let slot = o.size.next_multiple_of(8).max(8);
+    let grh = if o.ud { GRH_SIZE } else { 0 };
+    let slot = (o.size + grh).next_multiple_of(8).max(8);
     let mr = pd.reg_mr_buf(2 * slot, Access::ALL)?;
     let depth = o.tx_depth.max(2);
-    let cq = Cq::new(&ctx, 2 * depth + 2, None)?;
+    let rx_depth = if o.rx_depth == 0 {
+        depth
+    } else {
+        o.rx_depth.max(2)
+    };
+    let cq = Cq::new(&ctx, depth + rx_depth + 2, None)?;
     let caps = QpCaps {
         max_send_wr: depth,
-        max_recv_wr: depth,
+        max_recv_wr: rx_depth,
         max_sge: 1,
         max_inline: MAX_INLINE,
     };
-    let qp = Qp::new(&pd, &cq, &cq, &caps)?;
+    let qp = if o.ud {
+        let qp = Qp::new_ud(&pd, &cq, &cq, &caps)?;
+        // Ready before the exchange: the peer may send as soon as it has our record.
+        qp.ud_ready(QKEY)?;
+        qp
+    } else {
+        Qp::new(&pd, &cq, &cq, &caps)?
+    };
     let local: ConnInfo = qp.conn_info(conn::random_psn()).with_region(&mr);
     let (mut stream, remote) = match role {
         Role::Server(l) => conn::accept_exchange(l, &local, EXCHANGE_TIMEOUT)?,
         Role::Client(addr) => conn::connect_exchange(addr, &local, EXCHANGE_TIMEOUT)?,
     };
-    let opts = ConnOpts {
-        path_mtu: o.mtu.trailing_zeros() as u8,
-        ..ConnOpts::default()
+    let ud = if o.ud {
+        let peer_gid = exchange_gid(&mut stream, ctx.gid())?;
+        let ah = pd.create_ah(&AhAttr::new(peer_gid))?;
+        Some(UdPeer {
+            dest: ah.dest(remote.qpn, QKEY),
+            ah,
+        })
+    } else {
+        let opts = ConnOpts {
+            path_mtu: o.mtu.trailing_zeros() as u8,
+            rnr_retry: o.rnr_retry,
+            ..ConnOpts::default()
+        };
+        qp.connect(&local, &remote, &opts)?;
+        None
     };
-    qp.connect(&local, &remote, &opts)?;
     conn::sync(&mut stream)?;
     Ok(Side {
         qp,
+        ud,
         cq,
         mr,
         pd,
@@ -375,12 +460,13 @@ mod tests {
         assert_eq!(o.port, 7000);
         assert_eq!(o.mtu, 1024);
         assert_eq!(o.words, ["write_lat", "host"]);
-        let o = parse(args("--loopback -c -t 16 -s 1M --one-thread")).unwrap();
-        assert!(o.loopback && o.check && o.one_thread);
-        assert_eq!((o.tx_depth, o.size), (16, 1 << 20));
+        let o = parse(args("--loopback -c -t 16 -s 1M --one-thread -r 512")).unwrap();
+        assert!(o.loopback && o.check && o.one_thread && !o.ud);
+        assert_eq!((o.tx_depth, o.size, o.rx_depth), (16, 1 << 20, 512));
         assert_eq!(parse(args("")).unwrap(), Opts::default());
         for bad in [
             "-s 0", "-n 0", "-m 300", "-m 8192", "-t 0", "-x", "-s", "-s abc", "-p 70000",
+            "-r 40000",
         ] {
             assert!(parse(args(bad)).is_err(), "{bad}");
         }

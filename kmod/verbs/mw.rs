@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory windows (`QHCA_IOCTL_ALLOC_MW`; DEALLOC_MW goes through [`Verbs::destroy`]). Binding
+//! and invalidating them is the process's business, on its QPs: the driver keeps only the key
+//! and the PD, so that the PD stays busy and the window is freed at close.
+
+use super::{position, read_arg, write_arg, Verbs};
+use crate::{cmdq::Cmd, uapi};
+use kernel::prelude::*;
+
+/// A memory window: the key as allocated (binds change its tag, not its index).
+pub(super) struct Mw {
+    pub(super) key: u32,
+    pub(super) pdn: u32,
+}
+
+impl Mw {
+    /// Whether `key` names this window, whatever its tag.
+    pub(super) fn named_by(&self, key: u32) -> bool {
+        (self.key ^ key) >> uapi::QHCA_KEY_TAG_BITS == 0
+    }
+}
+
+impl Verbs<'_> {
+    /// `QHCA_IOCTL_ALLOC_MW`: an unbound window of the given type in one of this file's PDs.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for a bad type or a nonzero output or reserved field; `EOPNOTSUPP` without
+    /// windows; `ENOENT` for a PD this file did not create; what the device answers.
+    pub(super) fn alloc_mw(&self, arg: usize) -> Result<isize> {
+        let (mut a, out) = read_arg::<uapi::qhca_ioc_alloc_mw>(arg)?;
+        if a.key != 0
+            || a.rsvd != 0
+            || !(uapi::QHCA_MW_TYPE_1..=uapi::QHCA_MW_TYPE_2B).contains(&a.type_)
+        {
+            return Err(EINVAL);
+        }
+        if self.dev.attr()?.max_mw == 0 {
+            return Err(EOPNOTSUPP);
+        }
+        a.key = self.locked(|_, objs| {
+            position(&objs.pds, |&p| p == a.pdn)?;
+            objs.mws.reserve(1, GFP_KERNEL)?;
+            let cmd = Cmd::new(uapi::QHCA_CMD_ALLOC_MW)
+                .input(0, self.uar.into())
+                .input(1, a.pdn.into())
+                .input(2, a.type_.into());
+            let key = self.create(cmd, "key")?;
+            if key & uapi::QHCA_MW_KEY_FLAG == 0 {
+                // Not a window's key: a region's could be dereferenced through it.
+                dev_err!(self.dev.dev(), "device returned window key {:#x}\n", key);
+                self.dev.declare_dead();
+                return Err(EIO);
+            }
+            // Cannot fail: room was reserved above.
+            objs.mws.push(Mw { key, pdn: a.pdn }, GFP_KERNEL)?;
+            Ok(key)
+        })?;
+        write_arg(out, &a)
+    }
+}

@@ -1,0 +1,479 @@
+/*
+ * qhca: an emulated RDMA host channel adapter -- unreliable datagram
+ *
+ * Address handles (CREATE_AH, DESTROY_AH), the UD sender (a QP turn takes
+ * send WQEs in order, each one datagram that leaves at once and completes
+ * at once: no PSN window, no ACK, no retry) and the UD receiver (a datagram
+ * lands in the QP's oldest receive WQE behind a GRH, or is dropped and
+ * counted).  The rules are in the ABI header and docs/qhca.rst,
+ * "Unreliable datagram".  What RC and UD share (memory through keys,
+ * completion queues, QP state, the wire, the scheduler) is in qhca-rc.c.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/bswap.h"
+#include "qhca-rc.h"
+#include "trace.h"
+
+#define QHCA_AH_SLOT_MASK   (QHCA_LIMIT_MAX_AH - 1)
+#define QHCA_AH_GEN_MASK    ((1u << (24 - QHCA_AH_INDEX_BITS)) - 1)
+
+/* IBA header sizes, for the GRH's PayLen. */
+#define QHCA_BTH_SIZE       12
+#define QHCA_DETH_SIZE      8
+#define QHCA_IMMDT_SIZE     4
+#define QHCA_ICRC_SIZE      4
+#define QHCA_GRH_NEXT_BTH   0x1b
+
+/* ------------------------------------------------------------------------ */
+/* address handles                                                          */
+
+/* The AH that number names, generation included. */
+static QhcaAh *qhca_ah_lookup(QhcaState *s, uint64_t number)
+{
+    QhcaAh *ah = &s->ah[number & QHCA_AH_SLOT_MASK];
+
+    return number <= UINT32_MAX && ah->in_use && ah->index == number ? ah
+                                                                     : NULL;
+}
+
+/* The port GID of the port whose node GUID is guid. */
+static void qhca_port_gid(uint64_t guid, uint8_t *gid)
+{
+    stq_be_p(gid, QHCA_GID_PREFIX);
+    stq_be_p(gid + 8, guid);
+}
+
+/* The node GUID of the port gid names on this fabric, or 0 if none. */
+static uint64_t qhca_gid_guid(const uint8_t *gid)
+{
+    return ldq_be_p(gid) == QHCA_GID_PREFIX ? ldq_be_p(gid + 8) : 0;
+}
+
+static void qhca_ah_free(QhcaState *s, QhcaAh *ah)
+{
+    trace_qhca_obj("ah", "destroy", ah->uar, ah->index);
+    s->pd[ah->pdn].nr_ah--;
+    ah->in_use = false;
+    s->num_ah--;
+}
+
+static uint8_t qhca_cmd_create_ah(QhcaState *s, const struct qhca_cmd *cmd,
+                                  uint64_t *data)
+{
+    struct qhca_cmd_create_ah in;
+    uint32_t uar, pdn, n, flow;
+    QhcaPd *pd;
+
+    if (!qhca_cmd_unused_zero(cmd, false, 5)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    qhca_cmd_in_bytes(cmd, &in, sizeof(in));
+    uar = le32_to_cpu(in.uar);
+    pdn = le32_to_cpu(in.pdn);
+    flow = le32_to_cpu(in.attr.flow_label);
+    /* The GID: any 16 bytes (a port not on the fabric loses datagrams). */
+    if (in.rsvd || flow >= 1u << 20 || in.attr.sl > 15 ||
+        in.attr.port_num != 1) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (!qhca_uar_valid(s, uar)) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    pd = qhca_pd_lookup(s, pdn);
+    if (!pd || pd->uar != uar) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    for (n = 0; n < QHCA_LIMIT_MAX_AH; n++) {
+        uint32_t slot = (s->ah_next + n) & QHCA_AH_SLOT_MASK;
+        QhcaAh *ah = &s->ah[slot];
+        uint32_t gen;
+
+        if (ah->in_use) {
+            continue;
+        }
+        /* The next generation of the slot; 0 is skipped, so no AH is 0. */
+        gen = ((ah->index >> QHCA_AH_INDEX_BITS) + 1) & QHCA_AH_GEN_MASK;
+        *ah = (QhcaAh) {
+            .in_use = true,
+            .index = MAX(gen, 1) << QHCA_AH_INDEX_BITS | slot,
+            .uar = uar,
+            .pdn = pdn,
+            .flow_label = flow,
+            .traffic_class = in.attr.traffic_class,
+            .hop_limit = in.attr.hop_limit,
+            .sl = in.attr.sl,
+        };
+        memcpy(ah->dgid, in.attr.dgid, sizeof(ah->dgid));
+        pd->nr_ah++;
+        s->num_ah++;
+        s->ah_next = (slot + 1) & QHCA_AH_SLOT_MASK;
+        data[0] = ah->index;
+        trace_qhca_obj("ah", "create", uar, ah->index);
+        return QHCA_CMD_OK;
+    }
+    return QHCA_CMD_NO_RESOURCES;
+}
+
+static uint8_t qhca_cmd_destroy_ah(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    QhcaAh *ah;
+
+    if (!qhca_cmd_unused_zero(cmd, false, 2)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    ah = qhca_ah_lookup(s, cmd->in[1]);
+    if (!ah || ah->uar != cmd->in[0] || !qhca_uar_valid(s, cmd->in[0])) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    qhca_ah_free(s, ah);
+    return QHCA_CMD_OK;
+}
+
+uint8_t qhca_cmd_ah(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data)
+{
+    switch (cmd->opcode) {
+    case QHCA_CMD_CREATE_AH:
+        return qhca_cmd_create_ah(s, cmd, data);
+    case QHCA_CMD_DESTROY_AH:
+        return qhca_cmd_destroy_ah(s, cmd);
+    default:
+        return QHCA_CMD_BAD_OPCODE;
+    }
+}
+
+void qhca_ah_free_ctx(QhcaState *s, uint32_t uar)
+{
+    uint32_t i;
+
+    for (i = 0; i < QHCA_LIMIT_MAX_AH; i++) {
+        if (s->ah[i].in_use && s->ah[i].uar == uar) {
+            qhca_ah_free(s, &s->ah[i]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* sender                                                                   */
+
+/* The WQE at sq.ci failed before its datagram left: it completes so. */
+static void qhca_ud_bad_wqe(QhcaState *s, QhcaQp *qp, uint64_t wr_id,
+                            uint8_t opcode, uint8_t status, const char *why)
+{
+    trace_qhca_err_wqe(qhca_qpn(s, qp), qp->sq.ci, why);
+    qemu_log_mask(LOG_GUEST_ERROR, "qhca: UD QP %u send WQE %u: %s\n",
+                  qhca_qpn(s, qp), qp->sq.ci, why);
+    qp->sq.ci++;
+    qhca_complete(s, qp, qp->scqn, qp->sq.ci - 1, wr_id,
+                  qhca_wc_opcode(opcode), status, 0, 0, 0);
+    qhca_qp_set_error(s, qp, true);
+}
+
+/*
+ * Reads and checks the WQE at sq.ci, gathers its message into pkt and
+ * fills in the header its AH and UD segment give.  Returns a
+ * qhca_wc_status, or QHCA_WC_ODP_FAULT (s->fault says where).
+ */
+static uint8_t qhca_ud_build(QhcaState *s, QhcaQp *qp, QhcaSendWqe *w,
+                             QhcaPkt *pkt, const char **why)
+{
+    struct {
+        struct qhca_wqe_ctrl ctrl;
+        struct qhca_wqe_ud ud;
+    } hdr;
+    struct qhca_sge sge[QHCA_LIMIT_MAX_SGE];
+    uint32_t qkey, remote_qpn;
+    uint64_t total;
+    QhcaAh *ah;
+    unsigned i;
+    uint8_t st;
+
+    if (!qhca_wq_read(s, qp, &qp->sq, qp->sq.ci, 0, &hdr, sizeof(hdr))) {
+        *why = "ring unreachable";
+        return QHCA_WC_LOC_QP_OP_ERR;
+    }
+    w->wr_id = le64_to_cpu(hdr.ctrl.wr_id);
+    w->opcode = hdr.ctrl.opcode;
+    w->flags = hdr.ctrl.flags;
+    w->num_sge = hdr.ctrl.num_sge;
+    w->imm = le32_to_cpu(hdr.ctrl.imm_data);
+    w->inline_len = le32_to_cpu(hdr.ctrl.inline_len);
+    remote_qpn = le32_to_cpu(hdr.ud.remote_qpn);
+    qkey = le32_to_cpu(hdr.ud.remote_qkey);
+    if ((w->opcode != QHCA_WR_SEND && w->opcode != QHCA_WR_SEND_WITH_IMM) ||
+        (w->flags & ~(QHCA_WQE_SIGNALED | QHCA_WQE_SOLICITED |
+                      QHCA_WQE_INLINE | QHCA_WQE_FENCE)) ||
+        hdr.ctrl.rsvd0 || hdr.ctrl.rsvd1[0] || hdr.ctrl.rsvd1[1] ||
+        hdr.ctrl.rsvd1[2] || hdr.ud.rsvd || remote_qpn > QHCA_DB_QN_MASK) {
+        *why = "not a SEND, bad flags or reserved field";
+        return QHCA_WC_LOC_QP_OP_ERR;
+    }
+    ah = qhca_ah_lookup(s, le32_to_cpu(hdr.ud.ah));
+    if (!ah || ah->uar != qp->uar || ah->pdn != qp->pdn) {
+        *why = "no such address handle in the QP's PD";
+        return QHCA_WC_LOC_QP_OP_ERR;
+    }
+
+    if (w->flags & QHCA_WQE_INLINE) {
+        if (w->num_sge) {
+            *why = "inline data with SGEs";
+            return QHCA_WC_LOC_QP_OP_ERR;
+        }
+        if (w->inline_len > qp->max_inline) {
+            *why = "inline data longer than max_inline";
+            return QHCA_WC_LOC_LEN_ERR;
+        }
+        if (!qhca_wq_read(s, qp, &qp->sq, qp->sq.ci, QHCA_WQE_DATA_OFFSET,
+                          pkt->payload, w->inline_len)) {
+            *why = "ring unreachable";
+            return QHCA_WC_LOC_QP_OP_ERR;
+        }
+        total = w->inline_len;
+    } else {
+        if (w->inline_len || w->num_sge > qp->max_sge) {
+            *why = "inline_len without INLINE, or too many SGEs";
+            return QHCA_WC_LOC_QP_OP_ERR;
+        }
+        if (!qhca_wq_read(s, qp, &qp->sq, qp->sq.ci, QHCA_WQE_DATA_OFFSET,
+                          sge, w->num_sge * sizeof(sge[0]))) {
+            *why = "ring unreachable";
+            return QHCA_WC_LOC_QP_OP_ERR;
+        }
+        for (i = 0; i < w->num_sge; i++) {
+            w->sge[i].addr = le64_to_cpu(sge[i].addr);
+            w->sge[i].length = le32_to_cpu(sge[i].length);
+            w->sge[i].lkey = le32_to_cpu(sge[i].lkey);
+        }
+        st = qhca_sge_check(s, qp->pdn, w->sge, w->num_sge, false, &total);
+        if (st != QHCA_WC_SUCCESS) {
+            *why = "local SGE refused";
+            return st;
+        }
+        if (total > QHCA_UD_MAX_MSG) {
+            *why = "datagram longer than the port's MTU";
+            return QHCA_WC_LOC_LEN_ERR;
+        }
+        st = qhca_sge_copy(s, qp->pdn, w->sge, w->num_sge, 0, pkt->payload,
+                           total, false);
+        if (st != QHCA_WC_SUCCESS) {
+            *why = "local SGE unreachable";
+            return st;
+        }
+    }
+
+    pkt->opcode = w->opcode == QHCA_WR_SEND_WITH_IMM ?
+                  QHCA_OP_UD_SEND_ONLY_IMM : QHCA_OP_UD_SEND_ONLY;
+    pkt->imm = w->opcode == QHCA_WR_SEND_WITH_IMM ? w->imm : 0;
+    pkt->len = total;
+    pkt->psn = qp->sq_psn;
+    pkt->dest_qpn = remote_qpn;
+    /* IBA 10.2.5: the high-order bit set means the QP's own Q_Key. */
+    pkt->qkey = qkey & QHCA_QKEY_CONTROLLED ? qp->qkey : qkey;
+    pkt->dest_guid = qhca_gid_guid(ah->dgid);
+    pkt->flow_label = ah->flow_label;
+    pkt->traffic_class = ah->traffic_class;
+    pkt->hop_limit = ah->hop_limit;
+    return QHCA_WC_SUCCESS;
+}
+
+/*
+ * The UD part of a QP turn in RTS: one datagram per WQE, in SQ order, a
+ * budget unit each.  true if it stopped for the budget alone.
+ */
+bool qhca_ud_run(QhcaState *s, QhcaQp *qp, unsigned *budget)
+{
+    while (qp->state == QHCA_QPS_RTS) {
+        QhcaSendWqe w = { 0 };
+        const char *why = NULL;
+        QhcaPkt *pkt;
+        uint8_t st;
+
+        if (qp->req_fault_failed) {
+            /* The page the WQE at sq.ci needed could not be had. */
+            struct qhca_wqe_ctrl ctrl = { 0 };
+
+            qp->req_fault_failed = false;
+            qhca_wq_read(s, qp, &qp->sq, qp->sq.ci, 0, &ctrl, sizeof(ctrl));
+            qhca_ud_bad_wqe(s, qp, le64_to_cpu(ctrl.wr_id), ctrl.opcode,
+                            QHCA_WC_LOC_PROT_ERR, "page fault not resolved");
+            break;
+        }
+        if (qp->req_wait || qp->req_fault || qp->sq.ci == qp->sq.pi) {
+            return false;
+        }
+        if (!*budget) {
+            return true;
+        }
+        (*budget)--;
+        pkt = qhca_pkt_new();
+        st = qhca_ud_build(s, qp, &w, pkt, &why);
+        if (st == QHCA_WC_ODP_FAULT) {
+            /* Nothing left; the WQE is built again after RESUME. */
+            g_free(pkt);
+            qhca_req_fault(s, qp, qp->sq.ci, false);
+            return false;
+        }
+        if (st != QHCA_WC_SUCCESS) {
+            g_free(pkt);
+            qhca_ud_bad_wqe(s, qp, w.wr_id, w.opcode, st, why);
+            break;
+        }
+        QHCA_TRACE_STEP(QHCA_REQ_SEND, qhca_req_send, qhca_qpn(s, qp),
+                        qp->sq.ci, pkt->opcode, pkt->psn, pkt->len);
+        qp->sq_psn = psn_add(qp->sq_psn, 1);
+        qp->sq.ci++;
+        if (!s->reset_pending) {
+            pkt->src_guid = s->node_guid;
+            pkt->src_qpn = qhca_qpn(s, qp);
+            qhca_wire_send(s->wire, pkt);
+        }
+        g_free(pkt);
+        /* The wire may have run the receiver (this very QP, even). */
+        if (w.flags & QHCA_WQE_SIGNALED) {
+            qhca_complete(s, qp, qp->scqn, qp->sq.ci - 1, w.wr_id,
+                          QHCA_WC_SEND, QHCA_WC_SUCCESS, 0, 0, 0);
+        }
+    }
+    return qp->state == QHCA_QPS_ERR;
+}
+
+/* ------------------------------------------------------------------------ */
+/* receiver                                                                 */
+
+static void qhca_ud_drop(QhcaState *s, const QhcaPkt *pkt, uint64_t *counter,
+                         const char *why)
+{
+    if (counter) {
+        (*counter)++;
+    } else {
+        qhca_count(&s->ud_no_qp);
+    }
+    trace_qhca_pkt_drop(pkt->dest_qpn, pkt->opcode, pkt->psn, why);
+}
+
+/* The receive WQE at rq.ci cannot be used: it completes so, QP to ERR. */
+static void qhca_ud_bad_rwqe(QhcaState *s, QhcaQp *qp, uint64_t wr_id,
+                             uint8_t status, const char *why)
+{
+    trace_qhca_err_wqe(qhca_qpn(s, qp), qp->rq.ci, why);
+    qemu_log_mask(LOG_GUEST_ERROR, "qhca: UD QP %u receive WQE %u: %s\n",
+                  qhca_qpn(s, qp), qp->rq.ci, why);
+    qp->rq.ci++;
+    qhca_complete(s, qp, qp->rcqn, qp->rq.ci - 1, wr_id, QHCA_WC_RECV,
+                  status, 0, 0, 0);
+    qhca_qp_set_error(s, qp, true);
+}
+
+/* The GRH the receiver finds in front of the message. */
+static void qhca_ud_grh(QhcaState *s, const QhcaPkt *pkt,
+                        struct qhca_grh *grh)
+{
+    uint32_t paylen = QHCA_BTH_SIZE + QHCA_DETH_SIZE +
+                      (pkt->opcode == QHCA_OP_UD_SEND_ONLY_IMM ?
+                       QHCA_IMMDT_SIZE : 0) +
+                      ROUND_UP(pkt->len, 4) + QHCA_ICRC_SIZE;
+
+    grh->version_tclass_flow = cpu_to_be32(6u << 28 |
+                                           (uint32_t)pkt->traffic_class << 20 |
+                                           pkt->flow_label);
+    grh->paylen = cpu_to_be16(paylen);
+    grh->next_hdr = QHCA_GRH_NEXT_BTH;
+    grh->hop_limit = pkt->hop_limit;
+    qhca_port_gid(pkt->src_guid, grh->sgid);
+    qhca_port_gid(pkt->dest_guid, grh->dgid);
+}
+
+void qhca_ud_recv(QhcaState *s, const QhcaPkt *pkt)
+{
+    QhcaQp *qp = qhca_qp_lookup(s, pkt->dest_qpn);
+    struct qhca_sge sge[QHCA_LIMIT_MAX_SGE];
+    struct qhca_rwqe hdr;
+    struct qhca_grh grh;
+    QhcaContext *ctx;
+    uint32_t num_sge;
+    uint64_t total, wr_id;
+    unsigned i;
+    uint8_t st;
+
+    if (pkt->dest_guid != s->node_guid) {
+        qhca_ud_drop(s, pkt, NULL, "UD: no such port");
+        return;
+    }
+    if (!qp || qp->type != QHCA_QPT_UD ||
+        (qp->state != QHCA_QPS_RTR && qp->state != QHCA_QPS_RTS)) {
+        qhca_ud_drop(s, pkt, NULL, "UD: no UD QP ready to receive");
+        return;
+    }
+    ctx = &s->ctx[qp->uar];
+    if (pkt->qkey != qp->qkey) {
+        qhca_ud_drop(s, pkt, &ctx->ud_drop_qkey, "UD: Q_Key mismatch");
+        return;
+    }
+    if (qp->rq.ci == qp->rq.pi) {
+        qhca_ud_drop(s, pkt, &ctx->ud_drop_no_recv, "UD: no receive WQE");
+        return;
+    }
+
+    if (!qhca_wq_read(s, qp, &qp->rq, qp->rq.ci, 0, &hdr, sizeof(hdr))) {
+        qhca_ud_bad_rwqe(s, qp, 0, QHCA_WC_LOC_QP_OP_ERR,
+                         "receive ring unreachable");
+        return;
+    }
+    wr_id = le64_to_cpu(hdr.wr_id);
+    num_sge = le32_to_cpu(hdr.num_sge);
+    if (num_sge > qp->max_sge || hdr.rsvd ||
+        !qhca_wq_read(s, qp, &qp->rq, qp->rq.ci, sizeof(hdr), sge,
+                      num_sge * sizeof(sge[0]))) {
+        qhca_ud_bad_rwqe(s, qp, wr_id, QHCA_WC_LOC_QP_OP_ERR,
+                         "malformed receive WQE");
+        return;
+    }
+    for (i = 0; i < num_sge; i++) {
+        sge[i].addr = le64_to_cpu(sge[i].addr);
+        sge[i].length = le32_to_cpu(sge[i].length);
+        sge[i].lkey = le32_to_cpu(sge[i].lkey);
+    }
+    st = qhca_sge_check(s, qp->pdn, sge, num_sge, true, &total);
+    if (st != QHCA_WC_SUCCESS) {
+        qhca_ud_bad_rwqe(s, qp, wr_id, st, "receive SGE refused");
+        return;
+    }
+    if (total < QHCA_GRH_SIZE + (uint64_t)pkt->len) {
+        qhca_ud_drop(s, pkt, &ctx->ud_drop_too_long,
+                     "UD: larger than the receive WQE");
+        return;
+    }
+    /* Every page present before anything is written. */
+    st = qhca_sge_ready(s, qp->pdn, sge, num_sge,
+                        QHCA_GRH_SIZE + (uint64_t)pkt->len);
+    if (st == QHCA_WC_ODP_FAULT) {
+        qhca_ud_drop(s, pkt, &ctx->ud_drop_fault,
+                     "UD: receive page not present");
+        return;
+    }
+    qhca_ud_grh(s, pkt, &grh);
+    if (st == QHCA_WC_SUCCESS) {
+        st = qhca_sge_copy(s, qp->pdn, sge, num_sge, 0, &grh, sizeof(grh),
+                           true);
+    }
+    if (st == QHCA_WC_SUCCESS) {
+        st = qhca_sge_copy(s, qp->pdn, sge, num_sge, sizeof(grh),
+                           (void *)pkt->payload, pkt->len, true);
+    }
+    if (st != QHCA_WC_SUCCESS) {
+        qhca_ud_bad_rwqe(s, qp, wr_id, st == QHCA_WC_ODP_FAULT ?
+                         QHCA_WC_LOC_ACCESS_ERR : st,
+                         "receive buffer unreachable");
+        return;
+    }
+    trace_qhca_ud_recv(qhca_qpn(s, qp), qp->rq.ci, pkt->src_qpn, pkt->len);
+    qp->rq.ci++;
+    qhca_complete_src(s, qp, qp->rcqn, qp->rq.ci - 1, wr_id, QHCA_WC_RECV,
+                      QHCA_WC_SUCCESS, QHCA_GRH_SIZE + pkt->len,
+                      QHCA_CQE_WITH_GRH |
+                      (pkt->opcode == QHCA_OP_UD_SEND_ONLY_IMM ?
+                       QHCA_CQE_WITH_IMM : 0),
+                      pkt->imm, pkt->src_qpn);
+}
