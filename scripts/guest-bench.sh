@@ -2,9 +2,13 @@
 # Runs INSIDE the bench VM (scripts/bench.sh boots it): the same workloads on qhca (qhca-perf
 # --loopback: both QPs in one process) and on Soft-RoCE (rdma_rxe bound to lo, perftest server and
 # client in this guest over 127.0.0.1), then the two tables, the qhca/rxe ratios and the system
-# calls per post on each side (strace -c -f over a fixed number of posts). Then memory windows: a
-# window bound, written through and invalidated as a loop, qhca-mw-bench on qhca and rxe-mw-bench
-# (the same loop on libibverbs, built by scripts/bench.sh) on rxe0.
+# calls per post on each side (strace -c -f over a fixed number of posts). The workloads are RC
+# (write, send, read) and, beside send_lat and send_bw, UD datagrams: ud_send_lat and ud_send_bw,
+# which run perftest with -c UD (skipped on rxe, with the reason, if the message is larger than
+# rxe0's active MTU, perftest's limit for UD); for send_bw and ud_send_bw the tables also give how
+# many messages qhca-perf's receiver got (UD drops a datagram that finds no receive posted). Then
+# memory windows: a window bound, written through and invalidated as a loop, qhca-mw-bench on qhca
+# and rxe-mw-bench (the same loop on libibverbs, built by scripts/bench.sh) on rxe0.
 #
 #   guest-bench.sh QHCA_KO BIN [quick]
 #
@@ -23,12 +27,18 @@ workloads=(
 	"write_lat write_lat ib_write_lat 8 5000"
 	"write_lat write_lat ib_write_lat 64 5000"
 	"send_lat send_lat ib_send_lat 8 5000"
+	"ud_send_lat ud_send_lat ib_send_lat 8 5000"
 	"read_lat read_lat ib_read_lat 8 5000"
 	"write_bw write_bw ib_write_bw 64 20000"
 	"write_bw write_bw ib_write_bw 65536 1000"
 	"write_bw write_bw ib_write_bw 1048576 200"
+	"send_bw send_bw ib_send_bw 65536 1000"
+	"ud_send_bw ud_send_bw ib_send_bw 64 20000"
+	"ud_send_bw ud_send_bw ib_send_bw 1024 5000"
 )
-depth=128          # write_bw outstanding requests, both sides
+# (The first row must stay write_lat 8: the one-thread run and the reference figure use it. A
+# name ending in _bw is a bandwidth row, any other a latency row; a name starting with ud_ is UD.)
+depth=128          # *_bw outstanding requests (-t), both sides
 sc_mode=write_bw   # the system-call count: this mode, this size, sc_small and sc_big posts
 sc_bytes=64
 sc_small=1000
@@ -97,9 +107,9 @@ i=0
 for w in "${workloads[@]}"; do
 	set -- $w
 	f=$out/qhca.$i
-	log "qhca-perf $2 -s $4 -n $5 --loopback"
 	args=("$2" -s "$4" -n "$5" --loopback)
-	[ "$2" = write_bw ] && args+=(-t "$depth")
+	case $2 in *_bw) args+=(-t "$depth") ;; esac
+	log "qhca-perf ${args[*]}"
 	timeout 300 "$perf" "${args[@]}" >"$f" 2>&1
 	rc=$?
 	sed 's/^/    /' "$f"
@@ -137,15 +147,25 @@ rdma link add rxe0 type rxe netdev lo || echo "bench: rdma link add failed"
 for _ in $(seq 50); do ibv_devices 2>/dev/null | grep -q rxe0 && break; sleep 0.1; done
 rdma link show
 ibv_devinfo -d rxe0 | grep -E 'hca_id|state|active_mtu|transport' | sed 's/^/    /'
+# The port's active MTU in bytes (empty if unknown): perftest refuses a UD message larger.
+rxe_mtu=$(ibv_devinfo -d rxe0 2>/dev/null | awk '/active_mtu/ { print $2; exit }')
 
-# perftest W BIN BYTES ITERS OUT [CLIENT-PREFIX...]: a server in the background, then the client
-# (under CLIENT-PREFIX, e.g. strace) writing its output to OUT.
+# ptx MODE: perftest's options for a workload besides device, GID, size, count and port: the
+# depth of the bandwidth tests (as qhca-perf's -t) and -c UD for the UD ones.
+ptx() {
+	case $1 in *_bw) echo -n " -t $depth" ;; esac
+	case $1 in ud_*) echo -n " -c UD" ;; esac
+}
+
+# perftest MODE BIN BYTES ITERS OUT [CLIENT-PREFIX...]: a server in the background, then the
+# client (under CLIENT-PREFIX, e.g. strace) writing its output to OUT; both with MODE's options.
 perftest() {
-	local b=$1 s=$2 n=$3 f=$4
-	shift 4
+	local m=$1 b=$2 s=$3 n=$4 f=$5
+	shift 5
 	local p=$port
 	local a=(-d rxe0 -x 1 -s "$s" -n "$n" -p "$p")
-	case $b in *_bw) a+=(-t "$depth") ;; esac
+	# shellcheck disable=SC2207 # ptx's words, split on purpose
+	a+=($(ptx "$m"))
 	port=$((port + 1))
 	timeout 300 "$b" "${a[@]}" >"$f.server" 2>&1 &
 	local spid=$!
@@ -160,14 +180,29 @@ perftest() {
 	return $rc
 }
 
+declare -A skip # rxe.I: why workload I did not run on rxe
 i=0
 for w in "${workloads[@]}"; do
 	set -- $w
 	f=$out/rxe.$i
-	log "$3 -d rxe0 -x 1 -s $4 -n $5$([ "$1" = write_bw ] && echo " -t $depth") (server &, then client to 127.0.0.1)"
-	perftest "$3" "$4" "$5" "$f"
+	log "$3 -d rxe0 -x 1 -s $4 -n $5$(ptx "$2") (server &, then client to 127.0.0.1)"
+	# A UD message larger than the port's MTU: perftest would refuse it; clamping it would no
+	# longer be the workload qhca ran, so the row is left out on rxe, with the reason.
+	case $2 in ud_*)
+		if [ -n "$rxe_mtu" ] && [ "$4" -gt "$rxe_mtu" ]; then
+			skip[rxe.$i]="rxe0's active_mtu is $rxe_mtu bytes, less than the $4-byte UD message"
+			echo "skipped: ${skip[rxe.$i]}" >"$f"
+			echo "    skipped: ${skip[rxe.$i]}"
+			i=$((i + 1))
+			continue
+		fi
+		;;
+	esac
+	perftest "$2" "$3" "$4" "$5" "$f"
 	rc=$?
 	grep -E '#bytes|^ *[0-9]+ +[0-9]+ ' "$f" | sed 's/^/    /'
+	# ib_send_bw's server prints its own line: the receiver's view.
+	case $2 in *send_bw) grep -E '^ *[0-9]+ +[0-9]+ ' "$f.server" | sed 's/^/    server: /' ;; esac
 	[ $rc = 0 ] || { echo "    (exit code $rc)"; sed 's/^/    client: /' "$f" | tail -5; sed 's/^/    server: /' "$f.server" | tail -5; }
 	i=$((i + 1))
 done
@@ -207,7 +242,7 @@ for n in $sc_small $sc_big; do
 	echo "    syscalls: ${sc[qhca.$n]:-?}; top:"
 	sed -n '3,7p' "$out/strace.qhca.$n" | sed 's/^/      /'
 	log "strace -c -f: ib_$sc_mode -s $sc_bytes -n $n -t $depth (client side)"
-	perftest "ib_$sc_mode" "$sc_bytes" "$n" "$out/strace.rxe.$n.out" strace -c -f -o "$out/strace.rxe.$n" ||
+	perftest "$sc_mode" "ib_$sc_mode" "$sc_bytes" "$n" "$out/strace.rxe.$n.out" strace -c -f -o "$out/strace.rxe.$n" ||
 		{ echo "    failed:"; tail -5 "$out/strace.rxe.$n.out"; }
 	sc[rxe.$n]=$(calls "$out/strace.rxe.$n")
 	echo "    syscalls: ${sc[rxe.$n]:-?}; top:"
@@ -235,9 +270,12 @@ div3() { if num "$1" && num "$2"; then awk -v a="$1" -v b="$2" 'BEGIN { printf "
 # perftest's MB/sec is 2^20 bytes per second; qhca-perf's MB/s is 10^6. Tables use 10^6.
 mib2mb() { if num "$1"; then awk -v a="$1" 'BEGIN { printf "%.2f", a * 1.048576 }'; else echo "?"; fi; }
 v() { local x; x=$(col "$1" "$2"); echo "${x:-?}"; }
-fmt='%-10s %8s %6s %13s %13s %13s %12s %14s\n'
+fmt='%-12s %8s %6s %13s %13s %13s %12s %14s\n'
 
-declare -A typ bw
+# recv_got FILE: "N of M, K dropped" from qhca-perf's line under a send_bw table.
+recv_got() { sed -n 's/^ *the receiver got \([0-9]* of [0-9]*\) messages (\([0-9]* dropped\)).*/\1, \2/p' "$1"; }
+
+declare -A typ bw got
 echo
 echo "=================================================================================================="
 echo "qhca: qhca-perf --loopback (server and client QPs in one process, one context each)"
@@ -250,12 +288,23 @@ for w in "${workloads[@]}"; do
 	bw[qhca.$i]=$(v "$f" 'BW[MB/s]')
 	printf "$fmt" "$1" "$4" "$(v "$f" '#iterations')" "$(v "$f" 't_min[usec]')" "${typ[qhca.$i]}" \
 		"$(v "$f" 't_max[usec]')" "${bw[qhca.$i]}" "$(v "$f" 'MsgRate[Mpps]')"
+	case $1 in *send_bw) got[qhca.$i]=$(recv_got "$f") ;; esac
 	i=$((i + 1))
 done
 printf "$fmt" "write_lat*" 8 "$(v "$one" '#iterations')" "$(v "$one" 't_min[usec]')" \
 	"$(v "$one" 't_typical[usec]')" "$(v "$one" 't_max[usec]')" "$(v "$one" 'BW[MB/s]')" "$(v "$one" 'MsgRate[Mpps]')"
 echo "(write_lat*: one thread drives both QPs in turn (--one-thread): the device's round trip without"
 echo " the handoff between two spinning threads; the other rows use two threads, as perftest's two processes do)"
+gl=()
+i=0
+for w in "${workloads[@]}"; do
+	set -- $w
+	case $1 in *send_bw) gl+=("$1 $4 B: ${got[qhca.$i]:-?}") ;; esac
+	i=$((i + 1))
+done
+echo "(send_bw, ud_send_bw: BW is the sender's; the messages the receiver got (on UD, a datagram that"
+echo " finds no receive posted is dropped):"
+printf ' %s\n' "${gl[@]}" | sed '$s/$/)/'
 echo
 echo "rxe: perftest on rdma_rxe bound to lo (server and client processes in this guest, 127.0.0.1, -x 1)"
 printf "$fmt" workload bytes iters 't_min[us]' 't_typical[us]' 't_max[us]' 'BW[MB/s]' 'MsgRate[Mpps]'
@@ -263,7 +312,10 @@ i=0
 for w in "${workloads[@]}"; do
 	set -- $w
 	f=$out/rxe.$i
-	if [ "$1" = write_bw ]; then
+	if [ -n "${skip[rxe.$i]:-}" ]; then
+		typ[rxe.$i]=- bw[rxe.$i]=-
+		printf "$fmt" "$1" "$4" - - - - - -
+	elif [[ $1 == *_bw ]]; then
 		typ[rxe.$i]=-
 		bw[rxe.$i]=$(mib2mb "$(v "$f" 'BW_average[MB/sec]')")
 		printf "$fmt" "$1" "$4" "$(v "$f" '#iterations')" - - - "${bw[rxe.$i]}" "$(v "$f" 'MsgRate[Mpps]')"
@@ -277,19 +329,29 @@ for w in "${workloads[@]}"; do
 done
 echo "(rxe BW is perftest's BW average converted from MiB/s to MB/s = 10^6 B/s, like qhca-perf's;"
 echo " perftest's latency tests print no bandwidth; qhca-perf's BW for them is bytes/round trip.)"
-echo
-echo "qhca / rxe   (latency: t_typical ratio, lower is better for qhca; bandwidth: BW ratio, higher is better)"
-rfmt='%-10s %8s %12s %12s %10s\n'
-printf "$rfmt" workload bytes qhca rxe qhca/rxe
 i=0
 for w in "${workloads[@]}"; do
 	set -- $w
-	if [ "$1" = write_bw ]; then a=${bw[qhca.$i]} b=${bw[rxe.$i]} u=MB/s; else a=${typ[qhca.$i]} b=${typ[rxe.$i]} u=us; fi
-	printf "$rfmt" "$1" "$4" "$a $u" "$b $u" "$(div "$a" "$b")"
+	[ -n "${skip[rxe.$i]:-}" ] && echo "($1 $4 B: not run on rxe: ${skip[rxe.$i]})"
+	i=$((i + 1))
+done
+echo
+echo "qhca / rxe   (latency: t_typical ratio, lower is better for qhca; bandwidth: BW ratio, higher is better)"
+rfmt='%-12s %8s %12s %12s %10s%s\n'
+printf "$rfmt" workload bytes qhca rxe qhca/rxe ""
+i=0
+for w in "${workloads[@]}"; do
+	set -- $w
+	if [[ $1 == *_bw ]]; then a=${bw[qhca.$i]} b=${bw[rxe.$i]} u=MB/s; else a=${typ[qhca.$i]} b=${typ[rxe.$i]} u=us; fi
+	r="$b $u"
+	[ -n "${skip[rxe.$i]:-}" ] && r="not run"
+	note=""
+	case $1 in *send_bw) note="   (qhca receiver: ${got[qhca.$i]:-?})" ;; esac
+	printf "$rfmt" "$1" "$4" "$a $u" "$r" "$(div "$a" "$b")" "$note"
 	i=$((i + 1))
 done
 a=$(v "$one" 't_typical[usec]')
-printf "$rfmt" "write_lat*" 8 "$a us" "${typ[rxe.0]} us" "$(div "$a" "${typ[rxe.0]}")"
+printf "$rfmt" "write_lat*" 8 "$a us" "${typ[rxe.0]} us" "$(div "$a" "${typ[rxe.0]}")" ""
 echo
 # The figure the issue measured by hand on a kernel built from virtme-ng's default config (no
 # lockdep): how far this boot's rxe is from a plain kernel's.

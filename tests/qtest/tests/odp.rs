@@ -10,6 +10,7 @@
 
 use qhca_qtest::abi::*;
 use qhca_qtest::hca::STEP_NS;
+use qhca_qtest::ud::*;
 use qhca_qtest::verbs::*;
 use qhca_qtest::Hca;
 
@@ -730,4 +731,77 @@ fn the_implicit_region_covers_any_address() {
         assert_eq!(p.scq.wait(&mut h).status, QHCA_WC_SUCCESS as u8);
         assert_eq!(h.qt.memread(dst, 64), vec![0x6b; 64]);
     }
+}
+
+/// A UD send gathering from an on-demand region (odp_ud_caps SEND): the QP stops at the WQE
+/// until RESUME, then the datagram goes out whole; an unresolved fault fails the WQE. A receive
+/// buffer whose page is not present drops the datagram (counted), with no fault raised.
+#[test]
+fn ud_send_faults_and_resumes() {
+    let (mut h, mut p) = start();
+    let qkey = 0x77;
+    let caps = QpCaps::default();
+    let qp = |h: &mut Hca, p: &mut Pair| {
+        let (scqn, rcqn) = (p.scq.cqn, p.rcq.cqn);
+        let (st, q) = create_qp_typed(h, &mut p.m, p.uar, p.pdn, scqn, rcqn, &caps, QHCA_QPT_UD);
+        assert_eq!(st, QHCA_CMD_OK);
+        ud_to_rts(h, &q, qkey, 0);
+        q
+    };
+    let (mut a, mut b) = (qp(&mut h, &mut p), qp(&mut h, &mut p));
+    let (st, ah) = create_ah(
+        &mut h,
+        p.uar,
+        p.pdn,
+        &AhAttr::to(port_gid(0x5148_4341_0000_0001)),
+    );
+    assert_eq!(st, QHCA_CMD_OK);
+    let (st, key) = reg_odp(&mut h, &p, VA, 2 * PAGE, LOCAL);
+    assert_eq!(st, QHCA_CMD_OK);
+    let phys = p.m.alloc(&mut h, 2 * PAGE);
+    h.qt.memwrite(phys + PAGE - 8, &pattern(16, 5));
+    let (dst, dkey) = p.buf(&mut h, PAGE, 0xee, LOCAL);
+    b.post_recv(&mut h, 0x1, &[(dst, 64, dkey)]);
+    // 16 bytes across the two pages of the region.
+    a.post_ud(
+        &mut h,
+        &UdWr::send(0x5, ah, b.qpn, qkey, &[(VA + PAGE - 8, 16, key)]),
+    );
+    let f = faults(&mut h);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!((f[0].qpn, f[0].key, f[0].va), (a.qpn, key, VA + PAGE - 8));
+    p.rcq.expect_empty(&mut h);
+    map(&mut h, &mut p, key, VA, 2 * PAGE, phys, false);
+    assert_eq!(
+        resume(&mut h, p.uar, f[0].token, QHCA_RESUME_OK),
+        QHCA_CMD_OK
+    );
+    let c = p.scq.wait(&mut h);
+    assert_eq!((c.wr_id, c.status as u32), (0x5, QHCA_WC_SUCCESS));
+    let c = p.rcq.wait(&mut h);
+    assert_eq!((c.wr_id, c.byte_len, c.src_qp), (0x1, 40 + 16, a.qpn));
+    assert_eq!(h.qt.memread(dst + 40, 16), pattern(16, 5));
+
+    // A receive buffer in the region, its page not present: dropped, no fault.
+    let (st, rkey) = reg_odp(&mut h, &p, VA + 0x10_0000, PAGE, LOCAL);
+    assert_eq!(st, QHCA_CMD_OK);
+    a.post_recv(&mut h, 0x2, &[(VA + 0x10_0000, 64, rkey)]);
+    a.post_ud(&mut h, &UdWr::send(0x6, ah, a.qpn, qkey, &[(dst, 8, dkey)]));
+    assert_eq!(p.scq.wait(&mut h).status as u32, QHCA_WC_SUCCESS);
+    assert!(faults(&mut h).is_empty(), "a UD receiver raises no fault");
+    assert_eq!(query_ctx_stats(&mut h, p.uar).1.ud_drop_fault, 1);
+
+    // Unresolved: the WQE fails, the QP goes to ERR.
+    assert_eq!(invalidate(&mut h, &p, key, VA / PAGE, 2), QHCA_CMD_OK);
+    a.post_ud(&mut h, &UdWr::send(0x7, ah, b.qpn, qkey, &[(VA, 8, key)]));
+    let f = faults(&mut h);
+    assert_eq!(f.len(), 1);
+    assert_eq!(
+        resume(&mut h, p.uar, f[0].token, QHCA_RESUME_ERROR),
+        QHCA_CMD_OK
+    );
+    let c = p.scq.wait(&mut h);
+    assert_eq!((c.wr_id, c.status as u32), (0x7, QHCA_WC_LOC_PROT_ERR));
+    let ev = event_keys(&take_events(&mut h));
+    assert_eq!(ev, [(QHCA_EQE_QP_ERR, a.qpn as u64, p.uar as u64)]);
 }
