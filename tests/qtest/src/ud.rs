@@ -11,8 +11,8 @@ use qhca_uapi::*;
 
 use crate::hca::Hca;
 use crate::verbs::{
-    alloc_pd, create_cq, create_qp_bytes, in_words, modify_qp, obj_cmd, qp_layout, reg_mr, Cq, Mem,
-    Qp, QpAttr, QpCaps, SendWr, PAGE,
+    alloc_pd, create_cq, create_qp_typed, in_words, modify_qp, obj_cmd, reg_mr, Cq, Mem, Qp,
+    QpAttr, QpCaps, SendWr,
 };
 
 /// Where the UD segment sits in a send WQE.
@@ -97,41 +97,6 @@ pub fn create_ah(h: &mut Hca, uar: u32, pdn: u32, a: &AhAttr) -> (u32, u32) {
 /// DESTROY_AH: status.
 pub fn destroy_ah(h: &mut Hca, uar: u32, ah: u32) -> u32 {
     obj_cmd(h, QHCA_CMD_DESTROY_AH, [uar as u64, ah as u64, 0, 0, 0]).0
-}
-
-/// CREATE_QP of a QP of `ty` (`QHCA_QPT_*`, or anything): (status, QP).
-#[allow(clippy::too_many_arguments)]
-pub fn create_qp_typed(
-    h: &mut Hca,
-    m: &mut Mem,
-    uar: u32,
-    pdn: u32,
-    scqn: u32,
-    rcqn: u32,
-    c: &QpCaps,
-    ty: u32,
-) -> (u32, Qp) {
-    let (rq_off, n) = qp_layout(c);
-    let base = m.alloc(h, n * PAGE);
-    let list = m.page_list(h, base, n);
-    let mut b = create_qp_bytes(uar, pdn, scqn, rcqn, c, n as u32, list);
-    b[28..32].copy_from_slice(&ty.to_le_bytes());
-    let (st, d) = obj_cmd(h, QHCA_CMD_CREATE_QP, in_words(&b));
-    (
-        st,
-        Qp {
-            qpn: d as u32,
-            uar,
-            base,
-            sq_log: c.sq_log,
-            sq_stride_log: c.sq_stride_log,
-            rq_log: c.rq_log,
-            rq_stride_log: c.rq_stride_log,
-            rq_off,
-            sq_pi: 0,
-            rq_pi: 0,
-        },
-    )
 }
 
 /// MODIFY_QP to `state` with `mask` (STATE added) and `qkey`/`sq_psn`: status.

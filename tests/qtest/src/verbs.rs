@@ -366,10 +366,26 @@ pub fn create_qp(
     rcqn: u32,
     c: &QpCaps,
 ) -> (u32, Qp) {
+    create_qp_typed(h, m, uar, pdn, scqn, rcqn, c, QHCA_QPT_RC)
+}
+
+/// CREATE_QP of a QP of `ty` (`QHCA_QPT_*`, or anything): (status, QP).
+#[allow(clippy::too_many_arguments)]
+pub fn create_qp_typed(
+    h: &mut Hca,
+    m: &mut Mem,
+    uar: u32,
+    pdn: u32,
+    scqn: u32,
+    rcqn: u32,
+    c: &QpCaps,
+    ty: u32,
+) -> (u32, Qp) {
     let (rq_off, n) = qp_layout(c);
     let base = m.alloc(h, n * PAGE);
     let list = m.page_list(h, base, n);
-    let b = create_qp_bytes(uar, pdn, scqn, rcqn, c, n as u32, list);
+    let mut b = create_qp_bytes(uar, pdn, scqn, rcqn, c, n as u32, list);
+    b[28..32].copy_from_slice(&ty.to_le_bytes());
     let (st, d) = obj_cmd(h, QHCA_CMD_CREATE_QP, in_words(&b));
     (
         st,

@@ -26,6 +26,25 @@ fn ud_qp(pd: &Pd, cq: &Cq, caps: &QpCaps, qkey: u32) -> qhca::Result<Qp> {
     Ok(qp)
 }
 
+/// Two UD QPs with Q_Key [`QKEY`] on one context, in a [`Pair`] (`a` completes on `cq_a`, `b`
+/// on `cq_b`).
+fn ud_pair(cfg: &Config) -> Result<Pair, Fail> {
+    let ctx = Arc::new(Context::open(&cfg.dev)?);
+    let pd = Pd::new(&ctx)?;
+    let cq_a = Cq::new(&ctx, 64, None)?;
+    let cq_b = Cq::new(&ctx, 64, None)?;
+    let a = ud_qp(&pd, &cq_a, &ud_caps(16, 16), QKEY)?;
+    let b = ud_qp(&pd, &cq_b, &ud_caps(16, 16), QKEY)?;
+    Ok(Pair {
+        a,
+        b,
+        cq_a,
+        cq_b,
+        pd,
+        ctx,
+    })
+}
+
 /// Posts one receive of `len` bytes at `off` of `mr` on `qp`.
 fn post_recv(qp: &mut Qp, mr: &MrBuf, wr_id: u64, off: usize, len: u32) -> Result<(), Fail> {
     let sge = [mr.sge(off, len)];
@@ -37,12 +56,14 @@ fn post_recv(qp: &mut Qp, mr: &MrBuf, wr_id: u64, off: usize, len: u32) -> Resul
 /// GRH (version, traffic class, flow label, hop limit, PayLen, both GIDs), the CQE's source
 /// QPN, length and flags; nothing written past the message.
 pub(super) fn verbs_ud_datagrams(t: &mut T, cfg: &Config) -> CaseResult {
-    let ctx = Arc::new(Context::open(&cfg.dev)?);
-    let pd = Pd::new(&ctx)?;
-    let mut cq_a = Cq::new(&ctx, 64, None)?;
-    let mut cq_b = Cq::new(&ctx, 64, None)?;
-    let mut a = ud_qp(&pd, &cq_a, &ud_caps(16, 16), QKEY)?;
-    let mut b = ud_qp(&pd, &cq_b, &ud_caps(16, 16), QKEY)?;
+    let Pair {
+        mut a,
+        mut b,
+        mut cq_a,
+        mut cq_b,
+        pd,
+        ctx,
+    } = ud_pair(cfg)?;
     let gid = ctx.gid();
     check_eq!(
         t,
@@ -156,12 +177,14 @@ pub(super) fn verbs_ud_datagrams(t: &mut T, cfg: &Config) -> CaseResult {
 /// dropped, counted in QUERY_CTX, nothing written, the receive left for the next datagram
 /// that fits; the sender is not told (its sends succeed).
 pub(super) fn verbs_ud_drops(t: &mut T, cfg: &Config) -> CaseResult {
-    let ctx = Arc::new(Context::open(&cfg.dev)?);
-    let pd = Pd::new(&ctx)?;
-    let mut cq_a = Cq::new(&ctx, 64, None)?;
-    let mut cq_b = Cq::new(&ctx, 64, None)?;
-    let mut a = ud_qp(&pd, &cq_a, &ud_caps(16, 16), QKEY)?;
-    let mut b = ud_qp(&pd, &cq_b, &ud_caps(16, 16), QKEY)?;
+    let Pair {
+        mut a,
+        mut b,
+        mut cq_a,
+        mut cq_b,
+        pd,
+        ctx,
+    } = ud_pair(cfg)?;
     let ah = pd.create_ah(&AhAttr::new(ctx.gid()))?;
     let mut src = pd.reg_mr_buf(4096, Access::LOCAL_WRITE)?;
     src.write_at(0, &pattern(3, 4096));
