@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The bench command: boots ONE VM and runs the same workloads on qhca (qhca-perf --loopback) and on
-# Linux Soft-RoCE (rdma_rxe on lo, perftest), side by side; prints both tables, the qhca/rxe ratios
-# and the system calls per post on each side; then memory windows (bind + write + invalidate as a
-# loop: qhca-mw-bench on qhca, rxe-mw-bench, built here with gcc, on rxe) and the qhca-only on-demand
-# paging and registration cache benches. The full output goes to ~/.cache/qhca/logs/bench.log.
+# The bench command: boots ONE VM and runs the same perftest binaries with the same arguments on qhca
+# (Debian's perftest, unmodified, through the verbs layer: LD_PRELOAD=libqhca_verbs.so) and on Linux
+# Soft-RoCE (rdma_rxe on lo), side by side; prints both tables, the qhca/rxe ratios and the system
+# calls per post of the perftest client on each side; qhca-perf's one-thread write_lat (what
+# perftest cannot do); then memory windows (bind + write + invalidate as a loop: qhca-mw-bench on
+# qhca, rxe-mw-bench, built here with gcc, on rxe) and the qhca-only on-demand paging and
+# registration cache benches. The full output goes to ~/.cache/qhca/logs/bench.log.
 #
 #   scripts/bench.sh [quick]      ("quick": a tenth of the iterations, to check the script)
 #
@@ -32,8 +34,8 @@ make -C "$kcopy/kmod" KDIR="$BKDIR" LLVM=-19 >"$kcopy/build.log" 2>&1 ||
 	{ tail -30 "$kcopy/build.log" >&2; die "module build for the bench kernel failed ($kcopy/build.log)"; }
 BKO=$kcopy/kmod/qhca.ko
 
-# The memory-window loop on libibverbs, for rxe (qhca has no verbs provider yet, issue 12), next to
-# qhca-mw-bench, which runs the same loop on the qhca provider.
+# The memory-window loop on libibverbs, for rxe, next to qhca-mw-bench, which runs the same loop on
+# the qhca provider.
 step "gcc: rxe-mw-bench (provider/tools/c/rxe-mw-bench.c, against libibverbs)"
 echo '#include <infiniband/verbs.h>' | gcc -E -x c - >/dev/null 2>&1 ||
 	die "infiniband/verbs.h not found: libibverbs-dev is missing (scripts/setup-host.sh installs it)"

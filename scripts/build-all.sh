@@ -8,6 +8,10 @@ KDIR=$("$QHCA_ROOT/scripts/build-kernel.sh" | tail -n1)
 QEMU=$("$QHCA_ROOT/scripts/build-qemu.sh" | tail -n1)
 KO=$("$QHCA_ROOT/scripts/build-kmod.sh" "$KDIR" | tail -n1)
 step "cargo: building the provider, tools and guest test binaries"
-(cd "$QHCA_ROOT" && cargo build -q --release --workspace --bins --examples) || die "cargo build failed"
+(cd "$QHCA_ROOT" && cargo build -q --release --workspace --lib --bins --examples) || die "cargo build failed"
+step "gcc: qhca-verbs-check (tests/verbs-c/*.c, an unmodified libibverbs program)"
+gcc -O2 -Wall -Wextra -Werror -o "$QHCA_ROOT/target/release/qhca-verbs-check" \
+	"$QHCA_ROOT"/tests/verbs-c/*.c -libverbs ||
+	die "building qhca-verbs-check failed (gcc, see above)"
 BIN=$QHCA_ROOT/target/release
 export KDIR QEMU KO BIN

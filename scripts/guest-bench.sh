@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Runs INSIDE the bench VM (scripts/bench.sh boots it): the same workloads on qhca (qhca-perf
-# --loopback: both QPs in one process) and on Soft-RoCE (rdma_rxe bound to lo, perftest server and
-# client in this guest over 127.0.0.1), then the two tables, the qhca/rxe ratios and the system
-# calls per post on each side (strace -c -f over a fixed number of posts). The workloads are RC
-# (write, send, read) and, beside send_lat and send_bw, UD datagrams: ud_send_lat and ud_send_bw,
-# which run perftest with -c UD (skipped on rxe, with the reason, if the message is larger than
-# rxe0's active MTU, perftest's limit for UD); for send_bw and ud_send_bw the tables also give how
-# many messages qhca-perf's receiver got (UD drops a datagram that finds no receive posted). Then
+# Runs INSIDE the bench VM (scripts/bench.sh boots it): the same perftest binaries with the same
+# arguments on qhca (Debian's perftest, unmodified, with libqhca_verbs.so preloaded: -d qhca0 -x 0)
+# and on Soft-RoCE (rdma_rxe bound to lo: -d rxe0 -x 1; each device's own GID index is the only
+# argument that differs), server and client in this guest over 127.0.0.1, then the two tables, the
+# qhca/rxe ratios and the system calls per post on each side (strace -c -f of the perftest client
+# over a fixed number of posts). The workloads are RC (write, send, read) and, beside send_lat and
+# send_bw, UD datagrams: ud_send_lat and ud_send_bw, which run perftest with -c UD (skipped on rxe,
+# with the reason, if the message is larger than rxe0's active MTU, perftest's limit for UD); for
+# send_bw and ud_send_bw the tables also give the server's line (the receiver's view; UD drops a
+# datagram that finds no receive posted). qhca-perf stays for what perftest cannot do: write_lat
+# with one thread driving both QPs (write_lat*, the device's own round trip). Then
 # memory windows: a window bound, written through and invalidated as a loop, qhca-mw-bench on qhca
 # and rxe-mw-bench (the same loop on libibverbs, built by scripts/bench.sh) on rxe0.
 #
@@ -102,20 +105,75 @@ col() {
 # Ports for perftest: a fresh one per run, so TIME_WAIT never gets in the way.
 port=18600
 
-log "qhca: qhca-perf --loopback (server and client QPs in one process)"
-i=0
-for w in "${workloads[@]}"; do
-	set -- $w
-	f=$out/qhca.$i
-	args=("$2" -s "$4" -n "$5" --loopback)
-	case $2 in *_bw) args+=(-t "$depth") ;; esac
-	log "qhca-perf ${args[*]}"
-	timeout 300 "$perf" "${args[@]}" >"$f" 2>&1
-	rc=$?
-	sed 's/^/    /' "$f"
-	[ $rc = 0 ] || echo "    (exit code $rc)"
-	i=$((i + 1))
-done
+# ptx MODE: perftest's options for a workload besides device, GID, size, count and port: the
+# depth of the bandwidth tests (as qhca-perf's -t) and -c UD for the UD ones.
+ptx() {
+	case $1 in *_bw) echo -n " -t $depth" ;; esac
+	case $1 in ud_*) echo -n " -c UD" ;; esac
+}
+
+# The device and GID index of each side, and what is preloaded (the verbs layer on qhca).
+layer=$bin/libqhca_verbs.so
+declare -A dev=([qhca]="-d qhca0 -x 0" [rxe]="-d rxe0 -x 1")
+declare -A pre=([qhca]="$layer" [rxe]="")
+
+# perftest SIDE MODE BIN BYTES ITERS OUT [CLIENT-PREFIX...]: a server in the background, then the
+# client (under CLIENT-PREFIX, e.g. strace) writing its output to OUT; both with MODE's options,
+# on SIDE's device.
+perftest() {
+	local side=$1 m=$2 b=$3 s=$4 n=$5 f=$6
+	shift 6
+	local p=$port
+	# shellcheck disable=SC2206 # the device's words, split on purpose
+	local a=(${dev[$side]} -s "$s" -n "$n" -p "$p")
+	# shellcheck disable=SC2207 # ptx's words, split on purpose
+	a+=($(ptx "$m"))
+	port=$((port + 1))
+	LD_PRELOAD=${pre[$side]} timeout 300 "$b" "${a[@]}" >"$f.server" 2>&1 &
+	local spid=$!
+	# The client gives up at once if nobody is listening yet.
+	for _ in $(seq 100); do
+		ss -ltn 2>/dev/null | grep -q ":$p " && break
+		sleep 0.1
+	done
+	LD_PRELOAD=${pre[$side]} timeout 300 "$@" "$b" "${a[@]}" 127.0.0.1 >"$f" 2>&1
+	local rc=$?
+	wait "$spid"
+	return $rc
+}
+
+# perftest_all SIDE: every workload on SIDE, outputs in $out/SIDE.I.
+perftest_all() {
+	local side=$1 i=0 w
+	for w in "${workloads[@]}"; do
+		set -- $w
+		f=$out/$side.$i
+		log "${pre[$side]:+LD_PRELOAD=${pre[$side]} }$3 ${dev[$side]} -s $4 -n $5$(ptx "$2") (server &, then client to 127.0.0.1)"
+		# A UD message larger than the port's MTU: perftest would refuse it; clamping it would no
+		# longer be the workload qhca ran, so the row is left out on rxe, with the reason.
+		case $side.$2 in rxe.ud_*)
+			if [ -n "$rxe_mtu" ] && [ "$4" -gt "$rxe_mtu" ]; then
+				skip[$side.$i]="rxe0's active_mtu is $rxe_mtu bytes, less than the $4-byte UD message"
+				echo "skipped: ${skip[$side.$i]}" >"$f"
+				echo "    skipped: ${skip[$side.$i]}"
+				i=$((i + 1))
+				continue
+			fi
+			;;
+		esac
+		perftest "$side" "$2" "$3" "$4" "$5" "$f"
+		rc=$?
+		grep -E '#bytes|^ *[0-9]+ +[0-9]+ ' "$f" | sed 's/^/    /'
+		# ib_send_bw's server prints its own line: the receiver's view.
+		case $2 in *send_bw) grep -E '^ *[0-9]+ +[0-9]+ ' "$f.server" | sed 's/^/    server: /' ;; esac
+		[ $rc = 0 ] || { echo "    (exit code $rc)"; sed 's/^/    client: /' "$f" | tail -5; sed 's/^/    server: /' "$f.server" | tail -5; }
+		i=$((i + 1))
+	done
+}
+
+declare -A skip # SIDE.I: why workload I did not run on SIDE
+log "qhca: perftest with $layer preloaded, on qhca0"
+perftest_all qhca
 
 # One thread driving both QPs in turn: the device's own round trip, with no handoff between two
 # spinning threads (which on 2 vCPUs over a 2-core host costs most of a two-thread write_lat).
@@ -150,62 +208,7 @@ ibv_devinfo -d rxe0 | grep -E 'hca_id|state|active_mtu|transport' | sed 's/^/   
 # The port's active MTU in bytes (empty if unknown): perftest refuses a UD message larger.
 rxe_mtu=$(ibv_devinfo -d rxe0 2>/dev/null | awk '/active_mtu/ { print $2; exit }')
 
-# ptx MODE: perftest's options for a workload besides device, GID, size, count and port: the
-# depth of the bandwidth tests (as qhca-perf's -t) and -c UD for the UD ones.
-ptx() {
-	case $1 in *_bw) echo -n " -t $depth" ;; esac
-	case $1 in ud_*) echo -n " -c UD" ;; esac
-}
-
-# perftest MODE BIN BYTES ITERS OUT [CLIENT-PREFIX...]: a server in the background, then the
-# client (under CLIENT-PREFIX, e.g. strace) writing its output to OUT; both with MODE's options.
-perftest() {
-	local m=$1 b=$2 s=$3 n=$4 f=$5
-	shift 5
-	local p=$port
-	local a=(-d rxe0 -x 1 -s "$s" -n "$n" -p "$p")
-	# shellcheck disable=SC2207 # ptx's words, split on purpose
-	a+=($(ptx "$m"))
-	port=$((port + 1))
-	timeout 300 "$b" "${a[@]}" >"$f.server" 2>&1 &
-	local spid=$!
-	# The client gives up at once if nobody is listening yet.
-	for _ in $(seq 100); do
-		ss -ltn 2>/dev/null | grep -q ":$p " && break
-		sleep 0.1
-	done
-	timeout 300 "$@" "$b" "${a[@]}" 127.0.0.1 >"$f" 2>&1
-	local rc=$?
-	wait "$spid"
-	return $rc
-}
-
-declare -A skip # rxe.I: why workload I did not run on rxe
-i=0
-for w in "${workloads[@]}"; do
-	set -- $w
-	f=$out/rxe.$i
-	log "$3 -d rxe0 -x 1 -s $4 -n $5$(ptx "$2") (server &, then client to 127.0.0.1)"
-	# A UD message larger than the port's MTU: perftest would refuse it; clamping it would no
-	# longer be the workload qhca ran, so the row is left out on rxe, with the reason.
-	case $2 in ud_*)
-		if [ -n "$rxe_mtu" ] && [ "$4" -gt "$rxe_mtu" ]; then
-			skip[rxe.$i]="rxe0's active_mtu is $rxe_mtu bytes, less than the $4-byte UD message"
-			echo "skipped: ${skip[rxe.$i]}" >"$f"
-			echo "    skipped: ${skip[rxe.$i]}"
-			i=$((i + 1))
-			continue
-		fi
-		;;
-	esac
-	perftest "$2" "$3" "$4" "$5" "$f"
-	rc=$?
-	grep -E '#bytes|^ *[0-9]+ +[0-9]+ ' "$f" | sed 's/^/    /'
-	# ib_send_bw's server prints its own line: the receiver's view.
-	case $2 in *send_bw) grep -E '^ *[0-9]+ +[0-9]+ ' "$f.server" | sed 's/^/    server: /' ;; esac
-	[ $rc = 0 ] || { echo "    (exit code $rc)"; sed 's/^/    client: /' "$f" | tail -5; sed 's/^/    server: /' "$f.server" | tail -5; }
-	i=$((i + 1))
-done
+perftest_all rxe
 
 # The memory-window loop on rxe0: rxe-mw-bench, the same loop on libibverbs.
 for ty in 2 1; do
@@ -234,19 +237,14 @@ fi
 calls() { awk '$NF == "total" { print $4 }' "$1"; }
 declare -A sc
 for n in $sc_small $sc_big; do
-	log "strace -c -f: qhca-perf $sc_mode -s $sc_bytes -n $n -t $depth --loopback"
-	timeout 300 strace -c -f -o "$out/strace.qhca.$n" "$perf" "$sc_mode" -s "$sc_bytes" -n "$n" -t "$depth" --loopback >"$out/strace.qhca.$n.out" 2>&1 ||
-		{ echo "    failed:"; tail -5 "$out/strace.qhca.$n.out"; }
-	sc[qhca.$n]=$(calls "$out/strace.qhca.$n")
-	echo "    $(grep -E '^ *[0-9]+ +[0-9]+ ' "$out/strace.qhca.$n.out")"
-	echo "    syscalls: ${sc[qhca.$n]:-?}; top:"
-	sed -n '3,7p' "$out/strace.qhca.$n" | sed 's/^/      /'
-	log "strace -c -f: ib_$sc_mode -s $sc_bytes -n $n -t $depth (client side)"
-	perftest "$sc_mode" "ib_$sc_mode" "$sc_bytes" "$n" "$out/strace.rxe.$n.out" strace -c -f -o "$out/strace.rxe.$n" ||
-		{ echo "    failed:"; tail -5 "$out/strace.rxe.$n.out"; }
-	sc[rxe.$n]=$(calls "$out/strace.rxe.$n")
-	echo "    syscalls: ${sc[rxe.$n]:-?}; top:"
-	sed -n '3,7p' "$out/strace.rxe.$n" | sed 's/^/      /'
+	for side in qhca rxe; do
+		log "strace -c -f: ib_$sc_mode ${dev[$side]} -s $sc_bytes -n $n -t $depth (client side)"
+		perftest "$side" "$sc_mode" "ib_$sc_mode" "$sc_bytes" "$n" "$out/strace.$side.$n.out" strace -c -f -o "$out/strace.$side.$n" ||
+			{ echo "    failed:"; tail -5 "$out/strace.$side.$n.out"; }
+		sc[$side.$n]=$(calls "$out/strace.$side.$n")
+		echo "    syscalls: ${sc[$side.$n]:-?}; top:"
+		sed -n '3,7p' "$out/strace.$side.$n" | sed 's/^/      /'
+	done
 done
 
 rdma link delete rxe0 2>/dev/null
@@ -272,69 +270,54 @@ mib2mb() { if num "$1"; then awk -v a="$1" 'BEGIN { printf "%.2f", a * 1.048576 
 v() { local x; x=$(col "$1" "$2"); echo "${x:-?}"; }
 fmt='%-12s %8s %6s %13s %13s %13s %12s %14s\n'
 
-# recv_got FILE: "N of M, K dropped" from qhca-perf's line under a send_bw table.
-recv_got() { sed -n 's/^ *the receiver got \([0-9]* of [0-9]*\) messages (\([0-9]* dropped\)).*/\1, \2/p' "$1"; }
 
-declare -A typ bw got
+declare -A typ bw
+# table SIDE: perftest's results on SIDE.
+table() {
+	local side=$1 i=0 w f
+	printf "$fmt" workload bytes iters 't_min[us]' 't_typical[us]' 't_max[us]' 'BW[MB/s]' 'MsgRate[Mpps]'
+	for w in "${workloads[@]}"; do
+		set -- $w
+		f=$out/$side.$i
+		if [ -n "${skip[$side.$i]:-}" ]; then
+			typ[$side.$i]=- bw[$side.$i]=-
+			printf "$fmt" "$1" "$4" - - - - - -
+		elif [[ $1 == *_bw ]]; then
+			typ[$side.$i]=-
+			bw[$side.$i]=$(mib2mb "$(v "$f" 'BW_average[MB/sec]')")
+			printf "$fmt" "$1" "$4" "$(v "$f" '#iterations')" - - - "${bw[$side.$i]}" "$(v "$f" 'MsgRate[Mpps]')"
+		else
+			typ[$side.$i]=$(v "$f" 't_typical[usec]')
+			bw[$side.$i]=-
+			printf "$fmt" "$1" "$4" "$(v "$f" '#iterations')" "$(v "$f" 't_min[usec]')" "${typ[$side.$i]}" \
+				"$(v "$f" 't_max[usec]')" - -
+		fi
+		i=$((i + 1))
+	done
+	i=0
+	for w in "${workloads[@]}"; do
+		set -- $w
+		[ -n "${skip[$side.$i]:-}" ] && echo "($1 $4 B: not run on $side: ${skip[$side.$i]})"
+		case $1 in *send_bw) echo "($1 $4 B, the server (receiver): $(grep -E '^ *[0-9]+ +[0-9]+ ' "$out/$side.$i.server" 2>/dev/null | head -n1 | tr -s ' '))" ;; esac
+		i=$((i + 1))
+	done
+}
 echo
 echo "=================================================================================================="
-echo "qhca: qhca-perf --loopback (server and client QPs in one process, one context each)"
-printf "$fmt" workload bytes iters 't_min[us]' 't_typical[us]' 't_max[us]' 'BW[MB/s]' 'MsgRate[Mpps]'
-i=0
-for w in "${workloads[@]}"; do
-	set -- $w
-	f=$out/qhca.$i
-	typ[qhca.$i]=$(v "$f" 't_typical[usec]')
-	bw[qhca.$i]=$(v "$f" 'BW[MB/s]')
-	printf "$fmt" "$1" "$4" "$(v "$f" '#iterations')" "$(v "$f" 't_min[usec]')" "${typ[qhca.$i]}" \
-		"$(v "$f" 't_max[usec]')" "${bw[qhca.$i]}" "$(v "$f" 'MsgRate[Mpps]')"
-	case $1 in *send_bw) got[qhca.$i]=$(recv_got "$f") ;; esac
-	i=$((i + 1))
-done
-printf "$fmt" "write_lat*" 8 "$(v "$one" '#iterations')" "$(v "$one" 't_min[usec]')" \
-	"$(v "$one" 't_typical[usec]')" "$(v "$one" 't_max[usec]')" "$(v "$one" 'BW[MB/s]')" "$(v "$one" 'MsgRate[Mpps]')"
-echo "(write_lat*: one thread drives both QPs in turn (--one-thread): the device's round trip without"
-echo " the handoff between two spinning threads; the other rows use two threads, as perftest's two processes do)"
-gl=()
-i=0
-for w in "${workloads[@]}"; do
-	set -- $w
-	case $1 in *send_bw) gl+=("$1 $4 B: ${got[qhca.$i]:-?}") ;; esac
-	i=$((i + 1))
-done
-echo "(send_bw, ud_send_bw: BW is the sender's; the messages the receiver got (on UD, a datagram that"
-echo " finds no receive posted is dropped):"
-printf ' %s\n' "${gl[@]}" | sed '$s/$/)/'
+echo "qhca: perftest on qhca0 through the verbs layer (LD_PRELOAD=libqhca_verbs.so; server and client"
+echo "processes in this guest, 127.0.0.1, -x 0)"
+table qhca
 echo
 echo "rxe: perftest on rdma_rxe bound to lo (server and client processes in this guest, 127.0.0.1, -x 1)"
+table rxe
+echo "(BW is perftest's BW average converted from MiB/s to MB/s = 10^6 B/s; perftest's latency tests"
+echo " print no bandwidth. The same binaries with the same arguments on both sides, but -d and -x.)"
+echo
+echo "qhca-perf write_lat --loopback --one-thread (what perftest cannot do: one thread drives both QPs in"
+echo "turn, the device's round trip without the handoff between two spinning processes):"
 printf "$fmt" workload bytes iters 't_min[us]' 't_typical[us]' 't_max[us]' 'BW[MB/s]' 'MsgRate[Mpps]'
-i=0
-for w in "${workloads[@]}"; do
-	set -- $w
-	f=$out/rxe.$i
-	if [ -n "${skip[rxe.$i]:-}" ]; then
-		typ[rxe.$i]=- bw[rxe.$i]=-
-		printf "$fmt" "$1" "$4" - - - - - -
-	elif [[ $1 == *_bw ]]; then
-		typ[rxe.$i]=-
-		bw[rxe.$i]=$(mib2mb "$(v "$f" 'BW_average[MB/sec]')")
-		printf "$fmt" "$1" "$4" "$(v "$f" '#iterations')" - - - "${bw[rxe.$i]}" "$(v "$f" 'MsgRate[Mpps]')"
-	else
-		typ[rxe.$i]=$(v "$f" 't_typical[usec]')
-		bw[rxe.$i]=-
-		printf "$fmt" "$1" "$4" "$(v "$f" '#iterations')" "$(v "$f" 't_min[usec]')" "${typ[rxe.$i]}" \
-			"$(v "$f" 't_max[usec]')" - -
-	fi
-	i=$((i + 1))
-done
-echo "(rxe BW is perftest's BW average converted from MiB/s to MB/s = 10^6 B/s, like qhca-perf's;"
-echo " perftest's latency tests print no bandwidth; qhca-perf's BW for them is bytes/round trip.)"
-i=0
-for w in "${workloads[@]}"; do
-	set -- $w
-	[ -n "${skip[rxe.$i]:-}" ] && echo "($1 $4 B: not run on rxe: ${skip[rxe.$i]})"
-	i=$((i + 1))
-done
+printf "$fmt" "write_lat*" 8 "$(v "$one" '#iterations')" "$(v "$one" 't_min[usec]')" \
+	"$(v "$one" 't_typical[usec]')" "$(v "$one" 't_max[usec]')" "$(v "$one" 'BW[MB/s]')" "$(v "$one" 'MsgRate[Mpps]')"
 echo
 echo "qhca / rxe   (latency: t_typical ratio, lower is better for qhca; bandwidth: BW ratio, higher is better)"
 rfmt='%-12s %8s %12s %12s %10s%s\n'
@@ -345,9 +328,7 @@ for w in "${workloads[@]}"; do
 	if [[ $1 == *_bw ]]; then a=${bw[qhca.$i]} b=${bw[rxe.$i]} u=MB/s; else a=${typ[qhca.$i]} b=${typ[rxe.$i]} u=us; fi
 	r="$b $u"
 	[ -n "${skip[rxe.$i]:-}" ] && r="not run"
-	note=""
-	case $1 in *send_bw) note="   (qhca receiver: ${got[qhca.$i]:-?})" ;; esac
-	printf "$rfmt" "$1" "$4" "$a $u" "$r" "$(div "$a" "$b")" "$note"
+	printf "$rfmt" "$1" "$4" "$a $u" "$r" "$(div "$a" "$b")" ""
 	i=$((i + 1))
 done
 a=$(v "$one" 't_typical[usec]')
@@ -359,7 +340,7 @@ echo "rxe write_lat 8 B t_typical: ${typ[rxe.0]:-?} us on $(uname -r) (lockdep $
 	"reference on a plain distribution-like kernel: 23.4 us"
 echo "clocksource at the end: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)"
 echo
-echo "system calls per post: $sc_mode $sc_bytes B, -t $depth, strace -c -f (qhca: the whole --loopback process; rxe: the client)"
+echo "system calls per post: ib_$sc_mode $sc_bytes B, -t $depth, strace -c -f of the perftest client on each side"
 sfmt='%-6s %14s %14s %14s %14s %24s\n'
 printf "$sfmt" side "calls@n=$sc_small" "calls@n=$sc_big" "total/$sc_small" "total/$sc_big" "marginal ($sc_big-$sc_small)"
 for s in qhca rxe; do
@@ -403,8 +384,8 @@ for s in qhca rxe; do
 	fi
 done
 echo "system calls per type 2B operation (strace -c -f, marginal between -n $mw_sc_small and -n $mw_sc_big): ${mwsc[0]}; ${mwsc[1]}"
-echo "(the same loop in two programs, since qhca has no verbs provider yet (issue 12): qhca-mw-bench on the"
-echo " qhca provider, rxe-mw-bench on libibverbs with rxe0 (-x 1); both QPs and the window in one process on one"
+echo "(the same loop in two programs: qhca-mw-bench on the qhca provider, rxe-mw-bench on libibverbs with"
+echo " rxe0 (-x 1); both QPs and the window in one process on one"
 echo " context (loopback), every request signaled and its completion polled before the next is posted;"
 echo " ops/s and us/op are means over the run, after -n/10 warm-up operations; qhca/rxe > 1: qhca faster)"
 echo "=================================================================================================="

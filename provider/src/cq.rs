@@ -705,6 +705,11 @@ impl Cq {
         self.inner.eventfd.as_ref().map(AsFd::as_fd)
     }
 
+    /// How many CQEs the ring holds: at least what [`Cq::new`] was asked for.
+    pub fn entries(&self) -> u32 {
+        1 << self.inner.state().ring.log
+    }
+
     /// The consumer index published so far.
     pub fn ci(&self) -> u32 {
         self.inner.state().ring.ci()

@@ -44,6 +44,8 @@ pub fn all() -> Vec<Case<Config>> {
     let at = v.len() - 2;
     v.splice(at..at, crate::verbs::cases());
     let at = v.len() - 2;
+    v.splice(at..at, crate::ibverbs::cases());
+    let at = v.len() - 2;
     v.splice(at..at, crate::disassociate::cases());
     let at = v.len() - 2;
     v.splice(at..at, crate::disassociate::destructive_cases());

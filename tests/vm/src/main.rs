@@ -27,6 +27,7 @@
 mod cases;
 mod disassociate;
 mod harness;
+mod ibverbs;
 mod sys;
 mod system;
 mod verbs;

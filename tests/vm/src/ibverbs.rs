@@ -1,0 +1,443 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! Unmodified libibverbs programs on qhca through the verbs layer (`libqhca_verbs.so`,
+//! preloaded): Debian's `ibv_devices`, `ibv_devinfo`, `ibv_rc_pingpong` and perftest, server
+//! and client in this guest, each passing its own checks; our C program `qhca-verbs-check`
+//! (tests/verbs-c/), whose battery asserts what the layer does and whose post/poll loop must
+//! make no system call; and rxe beside qhca in one device list.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::harness::{Case, CaseResult, Fail, T};
+use crate::system::{self, describe, Config};
+use crate::{bail, check, check_eq, require};
+
+/// The cases of this section, in order.
+pub fn cases() -> Vec<Case<Config>> {
+    macro_rules! cases {
+        ($($name:ident),* $(,)?) => { vec![$(Case { name: stringify!($name), run: $name }),*] };
+    }
+    cases![
+        ibverbs_devices_lists_qhca,
+        ibverbs_devinfo,
+        ibverbs_rxe_beside_qhca,
+        ibverbs_rc_pingpong,
+        ibverbs_rc_pingpong_events,
+        ibverbs_check_battery,
+        ibverbs_zero_syscalls,
+        perftest_write_lat,
+        perftest_write_bw,
+        perftest_read_lat,
+        perftest_read_bw,
+        perftest_send_lat,
+        perftest_send_bw,
+        perftest_atomic_lat,
+        perftest_send_lat_ud,
+    ]
+}
+
+/// A file next to this binary (cargo's release directory): the layer and the C program.
+fn beside_me(name: &str) -> Result<PathBuf, Fail> {
+    let exe = std::env::current_exe()?;
+    let p = exe.with_file_name(name);
+    if !p.exists() {
+        bail!("{} not found (scripts/build-all.sh builds it)", p.display());
+    }
+    Ok(p)
+}
+
+/// The preloaded verbs layer.
+fn layer() -> Result<PathBuf, Fail> {
+    beside_me("libqhca_verbs.so")
+}
+
+/// A Debian tool by name, or the case fails (setup-host.sh installs them).
+fn tool(name: &str) -> Result<PathBuf, Fail> {
+    match system::find_tool(name) {
+        Some(p) => Ok(p),
+        None => bail!("{name} not found (ibverbs-utils and perftest: scripts/setup-host.sh)"),
+    }
+}
+
+/// `prog args..` with the layer preloaded.
+fn verbs_cmd(prog: &Path, args: &[&str]) -> Result<Command, Fail> {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("LD_PRELOAD", layer()?)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    Ok(c)
+}
+
+fn run(prog: &Path, args: &[&str]) -> Result<Output, Fail> {
+    Ok(verbs_cmd(prog, args)?.output()?)
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Waits for `child` up to `limit`, killing it after; its output, or `None` if it was killed.
+fn wait_output(mut child: Child, limit: Duration) -> Result<Option<Output>, Fail> {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if child.try_wait()?.is_some() {
+            return Ok(Some(child.wait_with_output()?));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(None)
+}
+
+/// True once a TCP socket listens on `port` (any address).
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|s| {
+            s.lines().skip(1).any(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|a| format!("{a} ").ends_with(&want))
+                    && l.split_whitespace().nth(3) == Some("0A")
+            })
+        })
+    })
+}
+
+/// A server and a client of one program (perftest or a pingpong), both preloaded, the client
+/// connecting to 127.0.0.1 on `port`: both must exit 0 within `limit`. Returns their output.
+fn pair(
+    t: &mut T,
+    prog: &Path,
+    args: &[&str],
+    port: u16,
+    port_flag: &str,
+    limit: Duration,
+) -> Result<(String, String), Fail> {
+    let p = port.to_string();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend([port_flag, &p]);
+    let server = verbs_cmd(prog, &all)?.spawn()?;
+    let up = system::wait_for(Duration::from_secs(10), || listening(port));
+    let mut client_args = all.clone();
+    client_args.push("127.0.0.1");
+    let client = verbs_cmd(prog, &client_args)?.spawn()?;
+    let c = wait_output(client, limit)?;
+    let s = wait_output(server, Duration::from_secs(10))?;
+    require!(t, up, "the server did not listen on port {port}");
+    let (Some(c), Some(s)) = (c, s) else {
+        bail!("{} {:?}: timed out after {limit:?}", prog.display(), args);
+    };
+    check!(t, c.status.success(), "client: {}", describe(&c));
+    check!(t, s.status.success(), "server: {}", describe(&s));
+    let (ct, st) = (text(&c), text(&s));
+    print!("{ct}");
+    Ok((ct, st))
+}
+
+fn ibverbs_devices_lists_qhca(t: &mut T, cfg: &Config) -> CaseResult {
+    let out = run(&tool("ibv_devices")?, &[])?;
+    check!(t, out.status.success(), "{}", describe(&out));
+    let name = device_name(cfg);
+    let line = text(&out)
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name.as_str()))
+        .map(str::to_owned);
+    require!(t, line.is_some(), "{name} not listed: {}", text(&out));
+    // The node GUID, as ibv_get_device_guid gives it: 16 hex digits, not zero.
+    let guid = line
+        .unwrap_or_default()
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or("")
+        .to_owned();
+    check!(
+        t,
+        guid.len() == 16 && u64::from_str_radix(&guid, 16).is_ok_and(|g| g != 0),
+        "GUID {guid:?}"
+    );
+    Ok(())
+}
+
+/// `qhca0` for `/dev/qhca0`.
+fn device_name(cfg: &Config) -> String {
+    cfg.dev
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "qhca0".into())
+}
+
+fn ibverbs_devinfo(t: &mut T, cfg: &Config) -> CaseResult {
+    let name = device_name(cfg);
+    let out = run(&tool("ibv_devinfo")?, &["-v", "-d", &name])?;
+    check!(t, out.status.success(), "{}", describe(&out));
+    let s = text(&out);
+    for want in [
+        format!("hca_id:\t{name}"),
+        "state:\t\t\tPORT_ACTIVE (4)".into(),
+        "active_mtu:\t\t4096 (5)".into(),
+        "link_layer:\t\tEthernet".into(),
+        "phys_port_cnt:\t\t\t1".into(),
+        "GID[  0]:\t\tfe80:".into(),
+    ] {
+        check!(t, s.contains(&want), "no {want:?} in:\n{s}");
+    }
+    Ok(())
+}
+
+/// rxe on `lo` beside qhca: one list has both, and a program reaches rxe through the real
+/// libibverbs (ibv_devinfo on rxe0, with the layer preloaded).
+fn ibverbs_rxe_beside_qhca(t: &mut T, cfg: &Config) -> CaseResult {
+    let rdma = tool("rdma")?;
+    let modprobe = tool("modprobe")?;
+    let out = system::run_tool(&modprobe, &[OsStr::new("rdma_rxe")])?;
+    require!(
+        t,
+        out.status.success(),
+        "modprobe rdma_rxe: {}",
+        describe(&out)
+    );
+    let args = ["link", "add", "rxe0", "type", "rxe", "netdev", "lo"].map(OsStr::new);
+    let out = system::run_tool(&rdma, &args)?;
+    require!(t, out.status.success(), "rdma link add: {}", describe(&out));
+    let res = (|| -> CaseResult {
+        let listed = |s: &str, n: &str| s.lines().any(|l| l.split_whitespace().next() == Some(n));
+        let devices = tool("ibv_devices")?;
+        let mut s = String::new();
+        let seen = system::wait_for(Duration::from_secs(5), || {
+            s = run(&devices, &[]).map(|o| text(&o)).unwrap_or_default();
+            listed(&s, "rxe0")
+        });
+        check!(t, seen, "rxe0 not listed: {s}");
+        check!(
+            t,
+            listed(&s, &device_name(cfg)),
+            "qhca not listed beside rxe0: {s}"
+        );
+        let out = run(&tool("ibv_devinfo")?, &["-d", "rxe0"])?;
+        check!(t, out.status.success(), "{}", describe(&out));
+        check!(t, text(&out).contains("hca_id:\trxe0"), "{}", text(&out));
+        Ok(())
+    })();
+    let args = ["link", "delete", "rxe0"].map(OsStr::new);
+    let out = system::run_tool(&rdma, &args)?;
+    check!(
+        t,
+        out.status.success(),
+        "rdma link delete: {}",
+        describe(&out)
+    );
+    res
+}
+
+fn ibverbs_rc_pingpong(t: &mut T, cfg: &Config) -> CaseResult {
+    let name = device_name(cfg);
+    // -c: each side checks the received buffer; 4 KiB messages.
+    let args = ["-d", &name, "-c", "-s", "4096", "-n", "500"];
+    let (c, s) = pair(
+        t,
+        &tool("ibv_rc_pingpong")?,
+        &args,
+        18600,
+        "-p",
+        Duration::from_secs(60),
+    )?;
+    for (who, out) in [("client", &c), ("server", &s)] {
+        check!(t, out.contains("500 iters in"), "{who}: {out}");
+    }
+    Ok(())
+}
+
+fn ibverbs_rc_pingpong_events(t: &mut T, cfg: &Config) -> CaseResult {
+    let name = device_name(cfg);
+    // -e: completion channel and events; -g 0: addressed by GID.
+    let args = ["-d", &name, "-e", "-g", "0", "-n", "200"];
+    let (c, s) = pair(
+        t,
+        &tool("ibv_rc_pingpong")?,
+        &args,
+        18601,
+        "-p",
+        Duration::from_secs(60),
+    )?;
+    for (who, out) in [("client", &c), ("server", &s)] {
+        check!(t, out.contains("200 iters in"), "{who}: {out}");
+        check!(t, out.contains("GID fe80:"), "{who}: {out}");
+    }
+    Ok(())
+}
+
+fn ibverbs_check_battery(t: &mut T, cfg: &Config) -> CaseResult {
+    let prog = beside_me("qhca-verbs-check")?;
+    let name = device_name(cfg);
+    let c = verbs_cmd(&prog, &["checks", &name])?.spawn()?;
+    let Some(out) = wait_output(c, Duration::from_secs(120))? else {
+        bail!("qhca-verbs-check checks: timed out");
+    };
+    let s = text(&out);
+    print!("{s}");
+    for l in s.lines().filter(|l| l.starts_with("FAIL ")) {
+        check!(t, false, "{l}");
+    }
+    let last = s.lines().rfind(|l| l.starts_with("verbs-check: "));
+    let counts = last.and_then(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        Some((
+            w.get(1)?.parse::<u32>().ok()?,
+            w.get(3)?.parse::<u32>().ok()?,
+        ))
+    });
+    require!(t, counts.is_some(), "no closing line: {}", describe(&out));
+    let (passed, failed) = counts.unwrap_or_default();
+    check_eq!(t, failed, 0);
+    check!(t, passed >= 10, "only {passed} checks ran");
+    check!(t, out.status.success(), "{}", describe(&out));
+    Ok(())
+}
+
+/// Operations of the C program's post/poll loop.
+const NOSYS_OPS: &str = "10000";
+
+/// The C program's loop of inline WRITE + poll, 10,000 times through the layer, under a
+/// seccomp filter that kills it on any system call (or, on a kernel without seccomp filters,
+/// under strace, which must see none between the loop's marker and the exit).
+fn ibverbs_zero_syscalls(t: &mut T, cfg: &Config) -> CaseResult {
+    let prog = beside_me("qhca-verbs-check")?;
+    let name = device_name(cfg);
+    let out = run(&prog, &["nosys", &name, NOSYS_OPS])?;
+    let marker = format!("loop {NOSYS_OPS} ops");
+    if out.status.code() == Some(15) {
+        // No seccomp filters in this kernel: strace.
+        let Some(strace) = system::find_tool("strace") else {
+            bail!("neither seccomp filters nor strace are available to count system calls");
+        };
+        let log =
+            std::env::temp_dir().join(format!("qhca-verbs-nosys-{}.strace", std::process::id()));
+        // The layer is preloaded into the program only (-E), not into strace.
+        let c2 = Command::new(strace)
+            .arg("-f")
+            .arg("-o")
+            .arg(&log)
+            .arg("-E")
+            .arg(format!("LD_PRELOAD={}", layer()?.display()))
+            .arg(&prog)
+            .args(["nosys", &name, NOSYS_OPS, "--no-seccomp"])
+            .stdin(Stdio::null())
+            .output()?;
+        let trace = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_file(&log);
+        check!(t, c2.status.success(), "{}", describe(&c2));
+        let lines: Vec<&str> = trace.lines().collect();
+        let start = lines
+            .iter()
+            .position(|l| l.contains(&format!("write(1, \"{marker}")));
+        let end = start.and_then(|s| {
+            lines[s..]
+                .iter()
+                .position(|l| l.contains("exit_group("))
+                .map(|e| s + e)
+        });
+        require!(
+            t,
+            start.is_some() && end.is_some(),
+            "no loop marker or exit in the trace"
+        );
+        let (s, e) = (start.unwrap_or(0), end.unwrap_or(0));
+        let calls: Vec<&&str> = lines[s + 1..e]
+            .iter()
+            .filter(|l| !l.contains("+++") && !l.contains("---"))
+            .collect();
+        check_eq!(t, calls.len(), 0, "system calls in the loop: {calls:?}");
+        return Ok(());
+    }
+    check!(
+        t,
+        !system::killed_by_signal(&out.status, Signal::SIGSYS),
+        "the loop made a system call (killed by SIGSYS): {}",
+        describe(&out)
+    );
+    check_eq!(t, out.status.code(), Some(0), "{}", describe(&out));
+    check!(t, text(&out).contains(&marker), "{}", describe(&out));
+    Ok(())
+}
+
+/// A perftest tool, server and client on qhca, with `args`: both finish and the client prints
+/// a result row for `size`.
+/// Atomics have their one size (8) and take no `-s`.
+fn perftest(
+    t: &mut T,
+    cfg: &Config,
+    prog: &str,
+    args: &[&str],
+    size: &str,
+    port: u16,
+) -> CaseResult {
+    let name = device_name(cfg);
+    let mut all = vec!["-d", name.as_str()];
+    if !prog.starts_with("ib_atomic") {
+        all.extend(["-s", size]);
+    }
+    all.extend_from_slice(args);
+    let (c, _) = pair(t, &tool(prog)?, &all, port, "-p", Duration::from_secs(120))?;
+    let row = c
+        .lines()
+        .any(|l| l.split_whitespace().next() == Some(size) && l.split_whitespace().count() >= 4);
+    check!(t, row, "{prog}: no result row for {size} bytes in:\n{c}");
+    check!(
+        t,
+        c.contains("Device         : ") && c.contains(&name),
+        "{prog}: {c}"
+    );
+    Ok(())
+}
+
+fn perftest_write_lat(t: &mut T, cfg: &Config) -> CaseResult {
+    perftest(t, cfg, "ib_write_lat", &["-n", "2000"], "8", 18610)
+}
+
+fn perftest_write_bw(t: &mut T, cfg: &Config) -> CaseResult {
+    perftest(t, cfg, "ib_write_bw", &["-n", "2000"], "65536", 18611)
+}
+
+fn perftest_read_lat(t: &mut T, cfg: &Config) -> CaseResult {
+    perftest(t, cfg, "ib_read_lat", &["-n", "2000"], "8", 18612)
+}
+
+fn perftest_read_bw(t: &mut T, cfg: &Config) -> CaseResult {
+    perftest(t, cfg, "ib_read_bw", &["-n", "2000"], "65536", 18613)
+}
+
+fn perftest_send_lat(t: &mut T, cfg: &Config) -> CaseResult {
+    perftest(t, cfg, "ib_send_lat", &["-n", "2000"], "8", 18614)
+}
+
+fn perftest_send_bw(t: &mut T, cfg: &Config) -> CaseResult {
+    perftest(t, cfg, "ib_send_bw", &["-n", "2000"], "4096", 18615)
+}
+
+fn perftest_atomic_lat(t: &mut T, cfg: &Config) -> CaseResult {
+    perftest(t, cfg, "ib_atomic_lat", &["-n", "2000"], "8", 18616)
+}
+
+fn perftest_send_lat_ud(t: &mut T, cfg: &Config) -> CaseResult {
+    perftest(
+        t,
+        cfg,
+        "ib_send_lat",
+        &["-c", "UD", "-n", "2000"],
+        "1024",
+        18617,
+    )
+}

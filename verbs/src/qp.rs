@@ -1,0 +1,753 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! Queue pairs: create, modify, query, destroy, and the posting ops the program's inline
+//! `ibv_post_send` / `ibv_post_recv` call (the provider's post: ring memory and one doorbell
+//! store per batch, no system call).
+
+use core::cell::UnsafeCell;
+use core::ffi::{c_int, c_uint};
+use core::ptr::{self, null_mut};
+use std::sync::Mutex;
+
+use qhca::{PostError, QpAttr, QpCaps, QpState, QpType, RecvWr, SendWr, Sge, WrOp};
+
+use crate::ah::Ah;
+use crate::cq::Cq;
+use crate::device::Ctx;
+use crate::ffi::*;
+use crate::misc::{debug, fail_errno, fail_null, lock, set_errno, unsupported, unsupported_null};
+use crate::mr::{access_from_ibv, access_to_ibv, Mr, Mw, Pd};
+use crate::obj::{impl_obj, Obj};
+use crate::real::forward;
+use crate::wr::{send_flags, send_op, sges, Refused};
+
+/// Work requests converted and handed to the provider at once (one doorbell store each).
+const BATCH: usize = 8;
+
+/// What a post needs under the QP's lock: the provider's QP and scratch room for the
+/// scatter/gather lists and inline data of one batch.
+struct Posting {
+    qp: qhca::Qp,
+    sges: Vec<Sge>,
+    inline: Vec<u8>,
+}
+
+/// A queue pair.
+#[repr(C)]
+pub(crate) struct Qp {
+    ibv: UnsafeCell<ibv_qp>,
+    posting: Mutex<Posting>,
+    sig_all: bool,
+    cap: ibv_qp_cap,
+}
+impl_obj!(Qp, ibv_qp);
+
+fn ibv_state(s: QpState) -> ibv_qp_state {
+    match s {
+        QpState::Reset => IBV_QPS_RESET,
+        QpState::Init => IBV_QPS_INIT,
+        QpState::Rtr => IBV_QPS_RTR,
+        QpState::Rts => IBV_QPS_RTS,
+        QpState::Err | QpState::Unknown(_) => IBV_QPS_ERR,
+    }
+}
+
+fn qhca_state(s: ibv_qp_state) -> Option<QpState> {
+    Some(match s {
+        IBV_QPS_RESET => QpState::Reset,
+        IBV_QPS_INIT => QpState::Init,
+        IBV_QPS_RTR => QpState::Rtr,
+        IBV_QPS_RTS => QpState::Rts,
+        IBV_QPS_ERR => QpState::Err,
+        _ => return None,
+    })
+}
+
+/// The caps a QP gets for `want` (at least as much of everything), or why not.
+fn caps(want: &ibv_qp_cap, attr: &qhca::DeviceAttr) -> Result<QpCaps, &'static str> {
+    let max_sge = want.max_send_sge.max(want.max_recv_sge).max(1);
+    if want.max_send_wr > attr.max_qp_wr || want.max_recv_wr > attr.max_qp_wr {
+        return Err("more work requests than the device's max_qp_wr");
+    }
+    if max_sge > attr.max_sge {
+        return Err("more scatter/gather entries than the device's max_sge");
+    }
+    if want.max_inline_data > attr.max_inline {
+        return Err("more inline data than the device's max_inline");
+    }
+    Ok(QpCaps {
+        max_send_wr: want.max_send_wr.max(1),
+        max_recv_wr: want.max_recv_wr.max(1),
+        max_sge,
+        max_inline: want.max_inline_data,
+    })
+}
+
+fn create(pd: &Pd, ctx: &Ctx, init: &mut ibv_qp_init_attr) -> *mut ibv_qp {
+    let qp_type = match init.qp_type {
+        IBV_QPT_RC => QpType::Rc,
+        IBV_QPT_UD => QpType::Ud,
+        _ => return unsupported_null("ibv_create_qp of a type other than RC and UD"),
+    };
+    if !init.srq.is_null() {
+        return unsupported_null("ibv_create_qp with an SRQ");
+    }
+    // SAFETY: the program passes live CQs (or NULL, refused next).
+    let (scq, rcq) = unsafe { (Cq::ours(init.send_cq), Cq::ours(init.recv_cq)) };
+    let (Some((scq, sctx)), Some((rcq, rctx))) = (scq, rcq) else {
+        debug(format_args!("ibv_create_qp: the CQs must be qhca CQs"));
+        set_errno(libc::EINVAL);
+        return null_mut();
+    };
+    if !ptr::eq(sctx, ctx) || !ptr::eq(rctx, ctx) {
+        debug(format_args!(
+            "ibv_create_qp: the CQs are of another context"
+        ));
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    let want = match caps(&init.cap, &ctx.attr) {
+        Ok(c) => c,
+        Err(why) => {
+            debug(format_args!("ibv_create_qp: {why}"));
+            set_errno(libc::EINVAL);
+            return null_mut();
+        }
+    };
+    let qp = {
+        let s = lock(&scq.cq);
+        if ptr::eq(scq, rcq) {
+            qhca::Qp::with_type(&pd.pd, &s, &s, &want, qp_type)
+        } else {
+            let r = lock(&rcq.cq);
+            qhca::Qp::with_type(&pd.pd, &s, &r, &want, qp_type)
+        }
+    };
+    let qp = match qp {
+        Ok(qp) => qp,
+        Err(e) => return fail_null("ibv_create_qp", &e),
+    };
+    let l = *qp.layout();
+    let cap = ibv_qp_cap {
+        max_send_wr: 1 << l.sq_log,
+        max_recv_wr: 1 << l.rq_log,
+        max_send_sge: l.max_sge,
+        max_recv_sge: l.max_sge,
+        max_inline_data: l.max_inline,
+    };
+    init.cap = cap;
+    // SAFETY: plain C data (pointers, integers, a pthread mutex and condition variable whose
+    // all-zero values are their static initializers): all-zero is valid.
+    let mut ibv: ibv_qp = unsafe { core::mem::zeroed() };
+    ibv.context = ctx.ibv();
+    ibv.qp_context = init.qp_context;
+    ibv.pd = pd.ibv();
+    ibv.send_cq = init.send_cq;
+    ibv.recv_cq = init.recv_cq;
+    ibv.handle = qp.qpn();
+    ibv.qp_num = qp.qpn();
+    ibv.state = IBV_QPS_RESET;
+    ibv.qp_type = init.qp_type;
+    let qpn = qp.qpn();
+    let posting = Posting {
+        sges: vec![Sge::default(); BATCH * l.max_sge as usize],
+        inline: vec![0; BATCH * l.max_inline as usize],
+        qp,
+    };
+    pd.hold();
+    scq.hold();
+    rcq.hold();
+    ctx.hold();
+    let p = Box::new(Qp {
+        ibv: UnsafeCell::new(ibv),
+        posting: Mutex::new(posting),
+        sig_all: init.sq_sig_all != 0,
+        cap,
+    })
+    .into_ibv();
+    ctx.register_qp(qpn, p);
+    p
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    init: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    // SAFETY: the program passes a live PD.
+    let Some((p, ctx)) = (unsafe { Pd::ours(pd) }) else {
+        return forward!(
+            ibv_create_qp(pd, init) as fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
+            null_mut()
+        );
+    };
+    if init.is_null() {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    // SAFETY: the program's attributes, which we update with the caps it got (as libibverbs).
+    create(p, ctx, unsafe { &mut *init })
+}
+
+/// `verbs_context.create_qp_ex`: what the inline `ibv_create_qp_ex` calls for anything beyond
+/// a PD: the extended work-request API (`send_ops_flags`) and the rest are not qhca's.
+pub(crate) unsafe extern "C" fn create_qp_ex_op(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    // SAFETY: the inline function passes the program's context and attributes.
+    let (Some(ctx), Some(a)) = (unsafe { Ctx::ours(context) }, unsafe { attr.as_mut() }) else {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    };
+    if a.comp_mask & !IBV_QP_INIT_ATTR_PD != 0 || a.create_flags != 0 {
+        return unsupported_null(
+            "ibv_create_qp_ex beyond a PD (send_ops_flags, create_flags, ...)",
+        );
+    }
+    // SAFETY: the program's PD.
+    let Some((pd, pctx)) = (unsafe { Pd::ours(a.pd) }) else {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    };
+    if !ptr::eq(pctx, ctx) {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    let mut init = ibv_qp_init_attr {
+        qp_context: a.qp_context,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: a.srq,
+        cap: a.cap,
+        qp_type: a.qp_type,
+        sq_sig_all: a.sq_sig_all,
+    };
+    let qp = create(pd, ctx, &mut init);
+    a.cap = init.cap;
+    qp
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    // SAFETY: the program passes a live QP.
+    if unsafe { Qp::ours(qp) }.is_some() {
+        // No extended work-request API: as libibverbs for a QP made without send_ops_flags.
+        return null_mut();
+    }
+    forward!(
+        ibv_qp_to_qp_ex(qp) as fn(*mut ibv_qp) -> *mut ibv_qp_ex,
+        null_mut()
+    )
+}
+
+/// The provider's attributes for `ibv_modify_qp(attr, mask)`, or the errno.
+fn modify_attr(a: &ibv_qp_attr, mask: c_int, ctx: &Ctx) -> Result<QpAttr, c_int> {
+    let mask = mask as c_uint;
+    let has = |bit: c_uint| mask & bit != 0;
+    let supported = IBV_QP_STATE
+        | IBV_QP_CUR_STATE
+        | IBV_QP_ACCESS_FLAGS
+        | IBV_QP_PKEY_INDEX
+        | IBV_QP_PORT
+        | IBV_QP_QKEY
+        | IBV_QP_AV
+        | IBV_QP_PATH_MTU
+        | IBV_QP_TIMEOUT
+        | IBV_QP_RETRY_CNT
+        | IBV_QP_RNR_RETRY
+        | IBV_QP_RQ_PSN
+        | IBV_QP_MAX_QP_RD_ATOMIC
+        | IBV_QP_MIN_RNR_TIMER
+        | IBV_QP_SQ_PSN
+        | IBV_QP_MAX_DEST_RD_ATOMIC
+        | IBV_QP_DEST_QPN;
+    if mask & !supported != 0 {
+        return Err(unsupported(
+            "ibv_modify_qp of alternate paths, path migration, caps or rate limits",
+        ));
+    }
+    let bad = |why: core::fmt::Arguments<'_>| {
+        debug(format_args!("ibv_modify_qp: {why}"));
+        libc::EINVAL
+    };
+    let mut q = QpAttr::default();
+    if has(IBV_QP_STATE) {
+        q.state =
+            Some(qhca_state(a.qp_state).ok_or_else(|| bad(format_args!("state {}", a.qp_state)))?);
+    }
+    if has(IBV_QP_ACCESS_FLAGS) {
+        // A QP's rights are the remote ones; the rest (LOCAL_WRITE, which perftest sets for
+        // SEND, MW_BIND, ...) means nothing for a QP and is ignored, as by rdma-core's
+        // providers and the kernel.
+        let remote = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+        let acc = access_from_ibv(a.qp_access_flags & remote)
+            .map_err(|b| bad(format_args!("access bits {b:#x}")))?;
+        q.access = Some(acc);
+    }
+    if has(IBV_QP_PKEY_INDEX) && a.pkey_index != 0 {
+        return Err(bad(format_args!(
+            "P_Key index {}: the table has 0 only",
+            a.pkey_index
+        )));
+    }
+    if has(IBV_QP_PORT) && a.port_num != qhca::PORT_NUM {
+        return Err(bad(format_args!("port {}: port 1 only", a.port_num)));
+    }
+    if has(IBV_QP_AV) {
+        let av = &a.ah_attr;
+        if av.port_num != 0 && av.port_num != qhca::PORT_NUM {
+            return Err(bad(format_args!("address vector port {}", av.port_num)));
+        }
+        // SAFETY: a GID is 16 bytes whichever union member is read.
+        if av.is_global != 0 && unsafe { av.grh.dgid.raw } != ctx.attr.port_gid().raw {
+            return Err(bad(format_args!(
+                "an address vector to another GID: qhca's wire is the device's own loopback"
+            )));
+        }
+    }
+    if has(IBV_QP_QKEY) {
+        q.qkey = Some(a.qkey);
+    }
+    if has(IBV_QP_PATH_MTU) {
+        if !(IBV_MTU_256..=IBV_MTU_4096).contains(&a.path_mtu) {
+            return Err(bad(format_args!("path MTU {}", a.path_mtu)));
+        }
+        q.path_mtu = Some(a.path_mtu as u8 + 7);
+    }
+    if has(IBV_QP_TIMEOUT) {
+        q.timeout = Some(a.timeout);
+    }
+    if has(IBV_QP_RETRY_CNT) {
+        q.retry_cnt = Some(a.retry_cnt);
+    }
+    if has(IBV_QP_RNR_RETRY) {
+        q.rnr_retry = Some(a.rnr_retry);
+    }
+    if has(IBV_QP_RQ_PSN) {
+        q.rq_psn = Some(a.rq_psn);
+    }
+    if has(IBV_QP_SQ_PSN) {
+        q.sq_psn = Some(a.sq_psn);
+    }
+    if has(IBV_QP_MIN_RNR_TIMER) {
+        q.min_rnr_timer = Some(a.min_rnr_timer);
+    }
+    // 0 (no READs or atomics at all) is taken as 1, the device's least.
+    if has(IBV_QP_MAX_QP_RD_ATOMIC) {
+        q.max_rd_atomic = Some(a.max_rd_atomic.max(1));
+    }
+    if has(IBV_QP_MAX_DEST_RD_ATOMIC) {
+        q.max_dest_rd_atomic = Some(a.max_dest_rd_atomic.max(1));
+    }
+    if has(IBV_QP_DEST_QPN) {
+        q.dest_qpn = Some(a.dest_qp_num);
+    }
+    Ok(q)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    // SAFETY: the program passes a live QP.
+    let Some((q, ctx)) = (unsafe { Qp::ours(qp) }) else {
+        return forward!(
+            ibv_modify_qp(qp, attr, mask) as fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int,
+            libc::ENOSYS
+        );
+    };
+    // SAFETY: the program passes its attributes.
+    let Some(a) = (unsafe { attr.as_ref() }) else {
+        return libc::EINVAL;
+    };
+    let qa = match modify_attr(a, mask, ctx) {
+        Ok(qa) => qa,
+        Err(e) => return e,
+    };
+    let r = lock(&q.posting).qp.modify(&qa);
+    match r {
+        Ok(()) => {
+            if let Some(s) = qa.state {
+                // SAFETY: a single field store into our own object (as libibverbs does).
+                unsafe { (*q.ibv()).state = ibv_state(s) };
+            }
+            0
+        }
+        Err(e) => fail_errno("ibv_modify_qp", &e),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: the program passes a live QP.
+    let Some((q, ctx)) = (unsafe { Qp::ours(qp) }) else {
+        return forward!(
+            ibv_query_qp(qp, attr, mask, init)
+                as fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int,
+            libc::ENOSYS
+        );
+    };
+    if attr.is_null() {
+        return libc::EINVAL;
+    }
+    let info = match lock(&q.posting).qp.query() {
+        Ok(i) => i,
+        Err(e) => return fail_errno("ibv_query_qp", &e),
+    };
+    // SAFETY: plain C data; all-zero is valid.
+    let mut a: ibv_qp_attr = unsafe { core::mem::zeroed() };
+    a.qp_state = ibv_state(info.state);
+    a.cur_qp_state = a.qp_state;
+    a.path_mtu = if info.path_mtu >= 8 {
+        c_uint::from(info.path_mtu) - 7
+    } else {
+        IBV_MTU_4096
+    };
+    a.qkey = info.qkey;
+    a.rq_psn = info.rq_psn;
+    a.sq_psn = info.sq_psn;
+    a.dest_qp_num = info.dest_qpn;
+    a.qp_access_flags = access_to_ibv(info.access);
+    a.cap = q.cap;
+    a.ah_attr.port_num = qhca::PORT_NUM;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid.raw = ctx.attr.port_gid().raw;
+    a.ah_attr.grh.hop_limit = 64;
+    a.max_rd_atomic = info.max_rd_atomic;
+    a.max_dest_rd_atomic = info.max_dest_rd_atomic;
+    a.min_rnr_timer = info.min_rnr_timer;
+    a.port_num = qhca::PORT_NUM;
+    a.timeout = info.timeout;
+    a.retry_cnt = info.retry_cnt;
+    a.rnr_retry = info.rnr_retry;
+    // SAFETY: the program passes room for the attributes.
+    unsafe { attr.write(a) };
+    if !init.is_null() {
+        // SAFETY: our own object's program-visible struct, read field by field.
+        let v = unsafe { &*q.ibv() };
+        let i = ibv_qp_init_attr {
+            qp_context: v.qp_context,
+            send_cq: v.send_cq,
+            recv_cq: v.recv_cq,
+            srq: null_mut(),
+            cap: q.cap,
+            qp_type: v.qp_type,
+            sq_sig_all: c_int::from(q.sig_all),
+        };
+        // SAFETY: the program passes room for the init attributes.
+        unsafe { init.write(i) };
+    }
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    // SAFETY: the program passes a live QP.
+    let Some((q, ctx)) = (unsafe { Qp::ours(qp) }) else {
+        return forward!(ibv_destroy_qp(qp) as fn(*mut ibv_qp) -> c_int, libc::ENOSYS);
+    };
+    let qpn = lock(&q.posting).qp.qpn();
+    ctx.unregister(Some(qpn), None, qp as usize);
+    // SAFETY: our own live object's program-visible struct: the PD and CQs it holds, which
+    // are live (their destroy verbs are EBUSY while this QP is).
+    unsafe {
+        let v = &*q.ibv();
+        for cq in [v.send_cq, v.recv_cq] {
+            if let Some((c, _)) = Cq::ours(cq) {
+                c.release();
+            }
+        }
+        if let Some((p, _)) = Pd::ours(v.pd) {
+            p.release();
+        }
+    }
+    ctx.release();
+    // SAFETY: made by `create`, the program's last use. Dropping the provider's QP destroys
+    // it (its unpolled CQEs leave the CQs; its rings are leaked if the destroy fails).
+    drop(unsafe { Qp::from_ibv(qp) });
+    0
+}
+
+fn refused(what: &Refused) -> c_int {
+    debug(format_args!("ibv_post_send: {}", what.0));
+    libc::EINVAL
+}
+
+/// Copies the bytes `list` names into `out` (inline data); returns how many.
+///
+/// # Safety
+///
+/// Each entry names readable memory of the program (ibv_post_send(3) with IBV_SEND_INLINE).
+unsafe fn gather(list: &[ibv_sge], out: &mut [u8]) -> Result<usize, Refused> {
+    let mut n = 0usize;
+    for s in list {
+        let len = s.length as usize;
+        let end = n
+            .checked_add(len)
+            .filter(|&e| e <= out.len())
+            .ok_or(Refused("more inline data than the QP allows"))?;
+        // SAFETY: the caller's promise for the source; `out[n..end]` is in bounds; a raw copy,
+        // since the program's buffer is not ours to reference.
+        unsafe { ptr::copy_nonoverlapping(s.addr as *const u8, out[n..end].as_mut_ptr(), len) };
+        n = end;
+    }
+    Ok(n)
+}
+
+/// The UD destination of a send request on a UD QP.
+///
+/// # Safety
+///
+/// `wr` is the program's request; its `ah` is NULL or a live address handle.
+unsafe fn ud_dest(wr: &ibv_send_wr) -> Result<qhca::UdDest, Refused> {
+    // SAFETY: the UD member, which a UD QP's sends use.
+    let ud = unsafe { wr.wr.ud };
+    // SAFETY: the caller's promise.
+    let (ah, _) =
+        unsafe { Ah::ours(ud.ah) }.ok_or(Refused("a UD send needs a qhca address handle"))?;
+    Ok(ah.ah.dest(ud.remote_qpn, ud.remote_qkey))
+}
+
+/// The window and region keys of a BIND_MW request.
+///
+/// # Safety
+///
+/// `wr` is the program's request; its window and region are NULL or live.
+unsafe fn bind_keys(wr: &ibv_send_wr) -> Result<(u32, u32), Refused> {
+    // SAFETY: the bind member, which BIND_MW uses.
+    let b = unsafe { wr.__bindgen_anon_2.bind_mw };
+    // SAFETY: the caller's promise.
+    let (mw, _) =
+        unsafe { Mw::ours(b.mw) }.ok_or(Refused("BIND_MW of a window that is not qhca's"))?;
+    // SAFETY: our own live window's program-visible struct.
+    let mw_key = unsafe { (*mw.ibv()).rkey };
+    if b.bind_info.length == 0 {
+        return Ok((mw_key, 0));
+    }
+    // SAFETY: the caller's promise.
+    let (mr, _) = unsafe { Mr::ours(b.bind_info.mr) }
+        .ok_or(Refused("BIND_MW to a region that is not qhca's"))?;
+    // SAFETY: our own live region's program-visible struct.
+    Ok((mw_key, unsafe { (*mr.ibv()).lkey }))
+}
+
+/// `ops.post_send`: what the inline `ibv_post_send` calls.
+pub(crate) unsafe extern "C" fn post_send_op(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    // SAFETY: the inline function passes the program's QP, whose context has this op: ours,
+    // made by `create` as a `Qp`.
+    let q = unsafe { &*qp.cast::<Qp>() };
+    let mut guard = lock(&q.posting);
+    let Posting {
+        qp: pq,
+        sges: sge_buf,
+        inline: inl_buf,
+    } = &mut *guard;
+    let ud = pq.qp_type() == QpType::Ud;
+    let max_sge = pq.layout().max_sge as usize;
+    let max_inline = pq.layout().max_inline as usize;
+    let mut cur = wr;
+    while !cur.is_null() {
+        let mut wrs = [SendWr::new(0, WrOp::Send, &[]); BATCH];
+        let mut heads = [null_mut::<ibv_send_wr>(); BATCH];
+        let mut binds = [(null_mut::<ibv_mw>(), 0u32); BATCH];
+        let mut sge_chunks = sge_buf.chunks_mut(max_sge.max(1));
+        let mut inl_chunks = inl_buf.chunks_mut(max_inline.max(1));
+        let mut n = 0;
+        let mut refusal = None;
+        while n < BATCH && !cur.is_null() {
+            // SAFETY: the program's list of live requests, NULL-terminated.
+            let w = unsafe { &*cur };
+            let sge_chunk = sge_chunks.next().unwrap_or_default();
+            let inl_chunk = inl_chunks.next().unwrap_or_default();
+            // SAFETY: the request's objects are live (ibv_post_send(3)).
+            match unsafe { convert(w, ud, q.sig_all, sge_chunk, inl_chunk) } {
+                Ok(s) => {
+                    if let WrOp::BindMw(b) = s.op {
+                        // SAFETY: checked live by `convert`.
+                        binds[n] = (unsafe { w.__bindgen_anon_2.bind_mw.mw }, b.new_key);
+                    }
+                    wrs[n] = s;
+                    heads[n] = cur;
+                    n += 1;
+                    cur = w.next;
+                }
+                Err(r) => {
+                    refusal = Some(r);
+                    break;
+                }
+            }
+        }
+        let posted = pq.post_send(&wrs[..n]);
+        let k = match &posted {
+            Ok(()) => n,
+            Err(PostError { index, .. }) => *index,
+        };
+        for &(mw, key) in &binds[..k] {
+            // SAFETY: a window of ours checked live by `convert`.
+            if let Some((w, _)) = unsafe { Mw::ours(mw) } {
+                w.set_rkey(key);
+            }
+        }
+        let err = match (posted, refusal) {
+            (Err(e), _) => {
+                debug(format_args!("ibv_post_send: {e}"));
+                Some((heads[e.index], e.errno() as c_int))
+            }
+            (Ok(()), Some(r)) => Some((cur, refused(&r))),
+            (Ok(()), None) => None,
+        };
+        if let Some((at, errno)) = err {
+            if !bad.is_null() {
+                // SAFETY: the program passes room for the failed request's address.
+                unsafe { *bad = at };
+            }
+            return errno;
+        }
+    }
+    0
+}
+
+/// One send request as the provider's.
+///
+/// # Safety
+///
+/// `w` is the program's request, whose SGEs (inline), address handle, window and region are
+/// live.
+unsafe fn convert<'a>(
+    w: &ibv_send_wr,
+    ud: bool,
+    sig_all: bool,
+    sge_out: &'a mut [Sge],
+    inl_out: &'a mut [u8],
+) -> Result<SendWr<'a>, Refused> {
+    // SAFETY: the caller's promise (BIND_MW's window and region).
+    let op = send_op(w, || unsafe { bind_keys(w) })?;
+    let flags = send_flags(w.send_flags, sig_all)?;
+    let list: &[ibv_sge] = match usize::try_from(w.num_sge) {
+        // SAFETY: the program passes `num_sge` entries at `sg_list`.
+        Ok(n) if n > 0 => unsafe { core::slice::from_raw_parts(w.sg_list, n) },
+        _ => &[],
+    };
+    let mut s = if w.send_flags & IBV_SEND_INLINE != 0 && op.may_inline() {
+        // SAFETY: the caller's promise.
+        let n = unsafe { gather(list, inl_out)? };
+        SendWr::inline(w.wr_id, op, &inl_out[..n])
+    } else {
+        let n = sges(list, sge_out)?;
+        SendWr::new(w.wr_id, op, &sge_out[..n])
+    };
+    s = s.with_flags(flags);
+    if ud {
+        // SAFETY: the caller's promise.
+        s = s.to_ud(unsafe { ud_dest(w)? });
+    }
+    Ok(s)
+}
+
+/// Posts one operation with no data (a type 1 window's bind): `ibv_bind_mw`.
+///
+/// # Safety
+///
+/// `qp` is a live QP (ours or not: one that is not ours is refused).
+pub(crate) unsafe fn post_one(qp: *mut ibv_qp, wr_id: u64, op: WrOp, flags: c_uint) -> c_int {
+    // SAFETY: the caller's promise.
+    let Some((q, _)) = (unsafe { Qp::ours(qp) }) else {
+        return libc::EINVAL;
+    };
+    let flags = match send_flags(flags, q.sig_all) {
+        Ok(f) => f,
+        Err(r) => return refused(&r),
+    };
+    let wr = SendWr::new(wr_id, op, &[]).with_flags(flags);
+    match lock(&q.posting).qp.post_send(&[wr]) {
+        Ok(()) => 0,
+        Err(e) => {
+            debug(format_args!("ibv_bind_mw: {e}"));
+            e.errno() as c_int
+        }
+    }
+}
+
+/// `ops.post_recv`: what the inline `ibv_post_recv` calls.
+pub(crate) unsafe extern "C" fn post_recv_op(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: as in `post_send_op`.
+    let q = unsafe { &*qp.cast::<Qp>() };
+    let mut guard = lock(&q.posting);
+    let Posting {
+        qp: pq,
+        sges: sge_buf,
+        ..
+    } = &mut *guard;
+    let max_sge = pq.layout().max_sge as usize;
+    let mut cur = wr;
+    while !cur.is_null() {
+        let mut wrs = [RecvWr {
+            wr_id: 0,
+            sges: &[],
+        }; BATCH];
+        let mut heads = [null_mut::<ibv_recv_wr>(); BATCH];
+        let mut chunks = sge_buf.chunks_mut(max_sge.max(1));
+        let mut n = 0;
+        let mut refusal = None;
+        while n < BATCH && !cur.is_null() {
+            // SAFETY: the program's list of live requests, NULL-terminated.
+            let w = unsafe { &*cur };
+            let out = chunks.next().unwrap_or_default();
+            let list: &[ibv_sge] = match usize::try_from(w.num_sge) {
+                // SAFETY: the program passes `num_sge` entries at `sg_list`.
+                Ok(k) if k > 0 => unsafe { core::slice::from_raw_parts(w.sg_list, k) },
+                _ => &[],
+            };
+            match sges(list, out) {
+                Ok(k) => {
+                    wrs[n] = RecvWr {
+                        wr_id: w.wr_id,
+                        sges: &out[..k],
+                    };
+                    heads[n] = cur;
+                    n += 1;
+                    cur = w.next;
+                }
+                Err(r) => {
+                    refusal = Some(r);
+                    break;
+                }
+            }
+        }
+        let err = match (pq.post_recv(&wrs[..n]), refusal) {
+            (Err(e), _) => {
+                debug(format_args!("ibv_post_recv: {e}"));
+                Some((heads[e.index], e.errno() as c_int))
+            }
+            (Ok(()), Some(r)) => {
+                debug(format_args!("ibv_post_recv: {}", r.0));
+                Some((cur, libc::EINVAL))
+            }
+            (Ok(()), None) => None,
+        };
+        if let Some((at, errno)) = err {
+            if !bad.is_null() {
+                // SAFETY: the program passes room for the failed request's address.
+                unsafe { *bad = at };
+            }
+            return errno;
+        }
+    }
+    0
+}
