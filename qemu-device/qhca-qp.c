@@ -14,9 +14,10 @@
 #include "qhca.h"
 #include "trace.h"
 
-#define QHCA_WQ_LIMIT_LOG 12    /* QHCA_LIMIT_MAX_QP_WR */
+#define QHCA_WQ_LIMIT_LOG 15    /* QHCA_LIMIT_MAX_QP_WR */
 
 QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_QP_WR != 1u << QHCA_WQ_LIMIT_LOG);
+QEMU_BUILD_BUG_ON(QHCA_WQ_LIMIT_LOG > QHCA_WQ_MAX_LOG);
 
 uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
                            uint64_t *data, QhcaPageList *pl)

@@ -334,7 +334,9 @@ fn cq_and_qp_validation() {
             },
             n as u32,
         ),
-        ("sq too deep", QpCaps { sq_log: 13, ..good }, n as u32),
+        // Deeper than max_qp_wr (2^15, the ABI's QHCA_WQ_MAX_LOG).
+        ("sq too deep", QpCaps { sq_log: 16, ..good }, n as u32),
+        ("rq too deep", QpCaps { rq_log: 16, ..good }, n as u32),
         (
             "max_sge over the limit",
             QpCaps {
