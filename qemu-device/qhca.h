@@ -99,9 +99,9 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_ODP_UD_CAPS        QHCA_ODP_SUPPORT_SEND
 #define QHCA_LIMIT_MAX_PD       1024
 #define QHCA_LIMIT_MAX_CQ       1024
-#define QHCA_LIMIT_MAX_CQE      65536   /* 2^QHCA_CQ_MAX_LOG, the ABI's largest */
+#define QHCA_LIMIT_MAX_CQE      65536   /* 2^QHCA_CQ_MAX_LOG */
 #define QHCA_LIMIT_MAX_QP       1024
-#define QHCA_LIMIT_MAX_QP_WR    32768   /* 2^QHCA_WQ_MAX_LOG, the ABI's largest */
+#define QHCA_LIMIT_MAX_QP_WR    32768   /* 2^QHCA_WQ_MAX_LOG */
 #define QHCA_LIMIT_MAX_SGE      16
 #define QHCA_LIMIT_MAX_INLINE   256
 #define QHCA_LIMIT_MAX_MR       4096    /* the max-mr property's maximum */

@@ -600,23 +600,47 @@ pub(crate) unsafe extern "C" fn post_send_op(
                 w.set_rkey(key);
             }
         }
-        let err = match (posted, refusal) {
-            (Err(e), _) => {
-                debug(format_args!("ibv_post_send: {e}"));
-                Some((heads[e.index], e.errno() as c_int))
-            }
-            (Ok(()), Some(r)) => Some((cur, refused(&r))),
-            (Ok(()), None) => None,
-        };
-        if let Some((at, errno)) = err {
-            if !bad.is_null() {
-                // SAFETY: the program passes room for the failed request's address.
-                unsafe { *bad = at };
-            }
+        // SAFETY: the program passes room for the failed request's address (or NULL).
+        if let Some(errno) =
+            unsafe { batch_end("ibv_post_send", posted, refusal, &heads, cur, bad) }
+        {
             return errno;
         }
     }
     0
+}
+
+/// The end of one batch of a post: `None` if all of it was posted, else the errno, with
+/// `*bad` set to the first request not posted (the provider's refusal at its index, or ours at
+/// `cur`, the request that was being converted), as rdma-core's `bad_wr`.
+///
+/// # Safety
+///
+/// `bad` is NULL or points to room for a request's address.
+unsafe fn batch_end<W>(
+    verb: &str,
+    posted: Result<(), PostError>,
+    refusal: Option<Refused>,
+    heads: &[*mut W],
+    cur: *mut W,
+    bad: *mut *mut W,
+) -> Option<c_int> {
+    let (at, errno) = match (posted, refusal) {
+        (Err(e), _) => {
+            debug(format_args!("{verb}: {e}"));
+            (heads[e.index], e.errno() as c_int)
+        }
+        (Ok(()), Some(r)) => {
+            debug(format_args!("{verb}: {}", r.0));
+            (cur, libc::EINVAL)
+        }
+        (Ok(()), None) => return None,
+    };
+    if !bad.is_null() {
+        // SAFETY: the caller's promise.
+        unsafe { *bad = at };
+    }
+    Some(errno)
 }
 
 /// One send request as the provider's.
@@ -730,22 +754,11 @@ pub(crate) unsafe extern "C" fn post_recv_op(
                 }
             }
         }
-        let err = match (pq.post_recv(&wrs[..n]), refusal) {
-            (Err(e), _) => {
-                debug(format_args!("ibv_post_recv: {e}"));
-                Some((heads[e.index], e.errno() as c_int))
-            }
-            (Ok(()), Some(r)) => {
-                debug(format_args!("ibv_post_recv: {}", r.0));
-                Some((cur, libc::EINVAL))
-            }
-            (Ok(()), None) => None,
-        };
-        if let Some((at, errno)) = err {
-            if !bad.is_null() {
-                // SAFETY: the program passes room for the failed request's address.
-                unsafe { *bad = at };
-            }
+        let posted = pq.post_recv(&wrs[..n]);
+        // SAFETY: the program passes room for the failed request's address (or NULL).
+        if let Some(errno) =
+            unsafe { batch_end("ibv_post_recv", posted, refusal, &heads, cur, bad) }
+        {
             return errno;
         }
     }
