@@ -10,8 +10,9 @@
 # send_bw and ud_send_bw the tables also give the server's line (the receiver's view; UD drops a
 # datagram that finds no receive posted). qhca-perf stays for what perftest cannot do: write_lat
 # with one thread driving both QPs (write_lat*, the device's own round trip). Then
-# memory windows: a window bound, written through and invalidated as a loop, qhca-mw-bench on qhca
-# and rxe-mw-bench (the same loop on libibverbs, built by scripts/bench.sh) on rxe0.
+# memory windows: a window bound, written through and invalidated as a loop, rxe-mw-bench (a
+# libibverbs program, built by scripts/bench.sh) on qhca0 through the verbs layer and on rxe0, and
+# qhca-mw-bench (the same loop on the provider's API) on qhca beside them.
 #
 #   guest-bench.sh QHCA_KO BIN [quick]
 #
@@ -186,15 +187,21 @@ sed 's/^/    /' "$one"
 
 # Memory windows: bind + 8-byte inline WRITE through the window (+ LOCAL_INV for type 2) as a
 # loop, each completion polled; then its system calls (type 2) over a short and a longer run.
+# The same binary as on rxe (rxe-mw-bench, a libibverbs program) through the verbs layer, and
+# qhca-mw-bench, the loop on the provider's own API, beside it.
 for ty in 2 1; do
-	log "qhca-mw-bench --type $ty -n $mw_n"
-	timeout 300 "$bin/qhca-mw-bench" --type "$ty" -n "$mw_n" >"$out/mw.qhca.$ty" 2>&1 ||
+	log "LD_PRELOAD=$layer rxe-mw-bench -d qhca0 -x 0 --type $ty -n $mw_n"
+	LD_PRELOAD=$layer timeout 300 "$mwx" -d qhca0 -x 0 --type "$ty" -n "$mw_n" >"$out/mw.qhca.$ty" 2>&1 ||
 		echo "    (exit code $?)"
 	sed 's/^/    /' "$out/mw.qhca.$ty"
+	log "qhca-mw-bench --type $ty -n $mw_n"
+	timeout 300 "$bin/qhca-mw-bench" --type "$ty" -n "$mw_n" >"$out/mw.provider.$ty" 2>&1 ||
+		echo "    (exit code $?)"
+	sed 's/^/    /' "$out/mw.provider.$ty"
 done
 for n in $mw_sc_small $mw_sc_big; do
-	log "strace -c -f: qhca-mw-bench --type 2 -n $n"
-	timeout 300 strace -c -f -o "$out/strace.mw.qhca.$n" "$bin/qhca-mw-bench" --type 2 -n "$n" \
+	log "strace -c -f: LD_PRELOAD=$layer rxe-mw-bench -d qhca0 -x 0 --type 2 -n $n"
+	LD_PRELOAD=$layer timeout 300 strace -c -f -o "$out/strace.mw.qhca.$n" "$mwx" -d qhca0 -x 0 --type 2 -n "$n" \
 		>"$out/strace.mw.qhca.$n.out" 2>&1 || { echo "    failed:"; tail -5 "$out/strace.mw.qhca.$n.out"; }
 done
 
@@ -367,10 +374,12 @@ why=()
 for ty in 2 1; do
 	qo=$(mwcol "$out/mw.qhca.$ty" ops_per_sec) qu=$(mwcol "$out/mw.qhca.$ty" usec_per_op)
 	ro=$(mwcol "$out/mw.rxe.$ty" ops_per_sec) ru=$(mwcol "$out/mw.rxe.$ty" usec_per_op)
+	po=$(mwcol "$out/mw.provider.$ty" ops_per_sec) pu=$(mwcol "$out/mw.provider.$ty" usec_per_op)
 	[ -n "$qo" ] || why+=("qhca type $ty: n/a: $(tail -n1 "$out/mw.qhca.$ty" 2>/dev/null)")
 	[ -n "$ro" ] || why+=("rxe type $ty: n/a: $(tail -n1 "$out/mw.rxe.$ty" 2>/dev/null)")
 	if [ "$ty" = 2 ]; then w="type 2B: bind+write+inv"; else w="type 1: bind+write"; fi
 	printf "$mfmt" "$w" "${qo:-n/a}" "${qu:-n/a}" "${ro:-n/a}" "${ru:-n/a}" "$(div "$qo" "$ro")"
+	printf "$mfmt" "  qhca-mw-bench" "${po:-n/a}" "${pu:-n/a}" "" "" ""
 done
 for l in "${why[@]}"; do echo "  $l"; done
 mw_d=$(($(mw_ops "$mw_sc_big") - $(mw_ops "$mw_sc_small")))
@@ -384,8 +393,8 @@ for s in qhca rxe; do
 	fi
 done
 echo "system calls per type 2B operation (strace -c -f, marginal between -n $mw_sc_small and -n $mw_sc_big): ${mwsc[0]}; ${mwsc[1]}"
-echo "(the same loop in two programs: qhca-mw-bench on the qhca provider, rxe-mw-bench on libibverbs with"
-echo " rxe0 (-x 1); both QPs and the window in one process on one"
+echo "(the same binary on both sides: rxe-mw-bench, on qhca0 through the verbs layer (-x 0) and on rxe0"
+echo " (-x 1); qhca-mw-bench is the same loop on the provider's own API; both QPs and the window in one process on one"
 echo " context (loopback), every request signaled and its completion polled before the next is posted;"
 echo " ops/s and us/op are means over the run, after -n/10 warm-up operations; qhca/rxe > 1: qhca faster)"
 echo "=================================================================================================="
