@@ -11,6 +11,7 @@
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use core::ptr::null_mut;
+use std::collections::HashSet;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -30,6 +31,10 @@ pub(crate) struct Channel {
     ibv: UnsafeCell<ibv_comp_channel>,
     epoll: OwnedFd,
     users: AtomicUsize,
+    /// The CQs in the epoll set (their addresses, the events' tokens). `ibv_get_cq_event` takes
+    /// an event's CQ only if it is still here, under this lock, which `ibv_destroy_cq` takes to
+    /// remove it: a CQ is never reached after its destroy began.
+    members: Mutex<HashSet<u64>>,
 }
 impl_obj!(Channel, ibv_comp_channel);
 
@@ -81,6 +86,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
         ibv: UnsafeCell::new(ibv),
         epoll,
         users: AtomicUsize::new(0),
+        members: Mutex::new(HashSet::new()),
     })
     .into_ibv()
 }
@@ -214,6 +220,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     });
     let p = c.into_ibv();
     if let (Some(ch), Some(efd)) = (ch, efd) {
+        let mut members = lock(&ch.members);
         if epoll_ctl(
             &ch.epoll,
             libc::EPOLL_CTL_ADD,
@@ -229,6 +236,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             set_errno(e.raw_os_error().unwrap_or(libc::EIO));
             return null_mut();
         }
+        members.insert(p as u64);
         ch.users.fetch_add(1, Ordering::Relaxed);
     }
     ctx.hold();
@@ -246,7 +254,17 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         debug(format_args!("ibv_destroy_cq: QPs still use the CQ"));
         return libc::EBUSY;
     }
-    // As libibverbs: wait until every completion event handed out is acknowledged.
+    // Out of the channel first (no event hands it out any more), then, as libibverbs, wait
+    // until every completion event handed out is acknowledged.
+    // SAFETY: a channel recorded at creation is live while it has CQs (its destroy is EBUSY).
+    let ch = unsafe { Channel::ours(c.channel()) }.map(|(ch, _)| ch);
+    if let Some(ch) = ch {
+        let mut members = lock(&ch.members);
+        members.remove(&(cq as u64));
+        if let Some(fd) = lock(&c.cq).event_fd() {
+            epoll_ctl(&ch.epoll, libc::EPOLL_CTL_DEL, fd.as_raw_fd(), 0, 0);
+        }
+    }
     let mut ev = lock(&c.events);
     while ev.0 != ev.1 {
         ev = c.acked.wait(ev).unwrap_or_else(|e| e.into_inner());
@@ -254,11 +272,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     drop(ev);
     let cqn = lock(&c.cq).cqn();
     ctx.unregister(None, Some(cqn), cq as usize);
-    // SAFETY: a channel recorded at creation is live while it has CQs (its destroy is EBUSY).
-    if let Some((ch, _)) = unsafe { Channel::ours(c.channel()) } {
-        if let Some(fd) = lock(&c.cq).event_fd() {
-            epoll_ctl(&ch.epoll, libc::EPOLL_CTL_DEL, fd.as_raw_fd(), 0, 0);
-        }
+    if let Some(ch) = ch {
         ch.users.fetch_sub(1, Ordering::Relaxed);
     }
     ctx.release();
@@ -335,15 +349,21 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             set_errno(libc::EAGAIN);
             return -1;
         }
-        if ev.u64 == CONTEXT_TOKEN || ctx.ctx.is_dead() {
+        // (A copy: `epoll_event` is packed.)
+        let token = ev.u64;
+        if token == CONTEXT_TOKEN || ctx.ctx.is_dead() {
             debug(format_args!("ibv_get_cq_event: the device is gone"));
             set_errno(libc::EIO);
             return -1;
         }
-        // SAFETY: the token of a CQ's eventfd is the CQ's address; a CQ leaves the set before
-        // it is freed (`ibv_destroy_cq`), and the program does not destroy a CQ while it waits
-        // for its events.
-        let c = unsafe { &*(ev.u64 as *const Cq) };
+        // The CQ only if it is still a member, and its event taken under that lock: its
+        // destroy removes it under the same lock first, so it is live here.
+        let members = lock(&ch.members);
+        if !members.contains(&token) {
+            continue; // destroyed since: its last event is gone with it
+        }
+        // SAFETY: a member's token is the address of a live CQ of ours (above).
+        let c = unsafe { &*(token as *const Cq) };
         let fd = lock(&c.cq).event_fd().map(|f| f.as_raw_fd());
         let Some(fd) = fd else { continue };
         let mut v = [0u8; 8];
@@ -352,6 +372,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             continue; // another thread took this event
         }
         lock(&c.events).0 += 1;
+        drop(members);
         // SAFETY: the program passes room for the CQ and its context.
         unsafe {
             if !cq_out.is_null() {

@@ -259,21 +259,22 @@ impl Ctx {
         lock(&self.cqs).insert(cqn, cq as usize);
     }
 
-    /// Forgets a QP or CQ for asynchronous events, after waiting until every event handed out
-    /// for it is acknowledged (as libibverbs's destroy verbs do).
+    /// Forgets a QP or CQ for asynchronous events, then waits until every event handed out
+    /// for it is acknowledged (as libibverbs's destroy verbs do). Under the `unacked` lock,
+    /// which `ibv_get_async_event` holds from its lookup to its count: once this has taken the
+    /// object out, no event names it any more.
     pub(crate) fn unregister(&self, qpn: Option<u32>, cqn: Option<u32>, obj: usize) {
         let mut unacked = lock(&self.unacked);
-        while unacked.get(&obj).is_some_and(|&n| n > 0) {
-            unacked = self.acked.wait(unacked).unwrap_or_else(|e| e.into_inner());
-        }
-        unacked.remove(&obj);
-        drop(unacked);
         if let Some(n) = qpn {
             lock(&self.qps).remove(&n);
         }
         if let Some(n) = cqn {
             lock(&self.cqs).remove(&n);
         }
+        while unacked.get(&obj).is_some_and(|&n| n > 0) {
+            unacked = self.acked.wait(unacked).unwrap_or_else(|e| e.into_inner());
+        }
+        unacked.remove(&obj);
     }
 
     fn unacked(&self) -> MutexGuard<'_, HashMap<usize, u32>> {
@@ -461,6 +462,7 @@ unsafe extern "C" fn query_device_ex_op(
     ex.odp_caps.per_transport_caps.rc_odp_caps = odp.rc_odp_caps;
     ex.odp_caps.per_transport_caps.ud_odp_caps = odp.ud_odp_caps;
     ex.phys_port_cnt_ex = 1;
+    ex.device_cap_flags_ex = u64::from(ex.orig_attr.device_cap_flags);
     let n = attr_size.min(size_of::<ibv_device_attr_ex>());
     // SAFETY: the program passes `attr_size` writable bytes at `attr`; we copy at most that
     // many from our value, and zero what it has beyond ours.
@@ -811,10 +813,14 @@ pub unsafe extern "C" fn ibv_get_async_event(
         };
         // SAFETY: plain C data; all-zero is valid.
         let mut out: ibv_async_event = unsafe { core::mem::zeroed() };
+        // The lookup and the count under one lock (see `Ctx::unregister`), so that the object
+        // cannot be destroyed in between.
+        let mut unacked = ctx.unacked();
         if let Some(obj) = async_event(ctx, ev, &mut out) {
             if obj != 0 {
-                *ctx.unacked().entry(obj).or_insert(0) += 1;
+                *unacked.entry(obj).or_insert(0) += 1;
             }
+            drop(unacked);
             // SAFETY: the program passes room for an event.
             unsafe { event.write(out) };
             return 0;
@@ -853,10 +859,8 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
     // SAFETY: the object of a live event is live (its destroy waits for this ack).
     let ours = ctx_of.and_then(|c| unsafe { Ctx::ours(c) });
     let Some(ctx) = ours else {
-        if obj == 0 {
-            // A port or device event: nothing is counted for it, here or in libibverbs.
-            return;
-        }
+        // The real library's (SRQ and WQ events, whose objects we do not look at, included);
+        // for a port or device event of ours it does nothing.
         forward!(
             ibv_ack_async_event(event) as fn(*mut ibv_async_event) -> (),
             ()

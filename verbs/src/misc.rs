@@ -28,10 +28,17 @@ fn debugging() -> bool {
     *ON.get_or_init(|| std::env::var_os("QHCA_VERBS_DEBUG").is_some_and(|v| v != "0"))
 }
 
+/// One line on stderr, ignoring errors (`eprintln!` panics on a write error, and a panic in
+/// an `extern "C"` function aborts the program).
+fn say(msg: core::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "qhca-verbs: {msg}");
+}
+
 /// One line on stderr when `QHCA_VERBS_DEBUG` is set.
 pub(crate) fn debug(msg: core::fmt::Arguments<'_>) {
     if debugging() {
-        eprintln!("qhca-verbs: {msg}");
+        say(msg);
     }
 }
 
@@ -66,7 +73,9 @@ pub fn unsupported_once(verb: &str) -> c_int {
         .get_or_insert_with(HashSet::new)
         .insert(verb.to_owned());
     if first {
-        eprintln!("qhca-verbs: {verb} is not supported on qhca devices (EOPNOTSUPP)");
+        say(format_args!(
+            "{verb} is not supported on qhca devices (EOPNOTSUPP)"
+        ));
     }
     set_errno(libc::EOPNOTSUPP);
     libc::EOPNOTSUPP
@@ -229,8 +238,10 @@ macro_rules! not_on_qhca {
     )*};
 }
 
-fn neg(verb: &str) -> c_int {
-    -unsupported(verb)
+/// `ibv_query_qp_data_in_order`'s answer for a qhca QP: 0, no ordering promised (what
+/// rdma-core answers for a provider without the op; the result is flags, not an errno).
+fn not_in_order(_verb: &str) -> c_int {
+    0
 }
 
 not_on_qhca! {
@@ -243,7 +254,7 @@ not_on_qhca! {
     fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int = unsupported, libc::ENOSYS;
     fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int = unsupported, libc::ENOSYS;
     fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int = unsupported, libc::ENOSYS;
-    fn ibv_query_qp_data_in_order(qp: *mut ibv_qp, op: ibv_wr_opcode, flags: u32) -> c_int = neg, 0;
+    fn ibv_query_qp_data_in_order(qp: *mut ibv_qp, op: ibv_wr_opcode, flags: u32) -> c_int = not_in_order, 0;
     fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> c_int = unsupported, libc::ENOSYS;
     fn ibv_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> *mut ibv_mr = unsupported_null, null_mut();
     fn ibv_import_mr(pd: *mut ibv_pd, mr_handle: u32) -> *mut ibv_mr = unsupported_null, null_mut();

@@ -140,7 +140,8 @@ enum Region {
 #[repr(C)]
 pub(crate) struct Mr {
     ibv: UnsafeCell<ibv_mr>,
-    region: Region,
+    /// `None` after a failed deregistration (the object is kept for the program's pointer).
+    region: Option<Region>,
 }
 impl_obj!(Mr, ibv_mr);
 
@@ -194,7 +195,7 @@ fn reg(pd: &Pd, ctx: &Ctx, addr: *mut c_void, length: usize, access: c_uint) -> 
     let on_demand = matches!(region, Region::OnDemand(_));
     let mr = Box::new(Mr {
         ibv: UnsafeCell::new(ibv),
-        region,
+        region: Some(region),
     });
     pd.hold();
     ctx.hold();
@@ -286,30 +287,35 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     let Some((pd, _)) = (unsafe { Pd::ours((*mr).pd) }) else {
         return libc::EINVAL;
     };
+    // SAFETY: our own live region's program-visible struct.
+    let lkey = unsafe { (*mr).lkey };
+    // Out of `ibv_advise_mr`'s reach before the object can go away.
+    lock(&pd.odp).remove(&lkey);
     // SAFETY: made by `reg`; the program does not use it after a successful deregistration,
-    // and after a failed one we give it back untouched (`Box::leak` below).
-    let m = unsafe { Mr::from_ibv(mr) };
-    // SAFETY: the program-visible struct of our own live object; no reference to it is held.
-    let lkey = unsafe { (*m.ibv()).lkey };
-    let Mr { ibv, region } = *m;
-    // Kept until the deregistration is known to have succeeded (the program's pointer).
-    let res = match region {
-        Region::Pinned(r) => r.dereg(),
-        Region::OnDemand(r) => {
-            lock(&pd.odp).remove(&lkey);
-            r.dereg()
+    // and after a failed one the same allocation is given back (`Box::leak` below), so the
+    // program's pointer stays valid.
+    let mut m = unsafe { Mr::from_ibv(mr) };
+    let res = match m.region.take() {
+        Some(Region::Pinned(r)) => r.dereg(),
+        Some(Region::OnDemand(r)) => r.dereg(),
+        // A deregistration failed before: the registration's fate is the device's now.
+        None => {
+            let _ = Box::leak(m);
+            return libc::EINVAL;
         }
     };
     match res {
         Ok(()) => {
             pd.release();
             ctx.release();
+            drop(m);
             0
         }
         Err(e) => {
-            // The registration may still be live: the program's pointer stays valid (the
-            // region is leaked), and the memory must not be reused (ibv_dereg_mr(3)).
-            let _ = Box::leak(Box::new(ibv));
+            // The registration may still be live (the provider leaks what it cannot release),
+            // and the memory must not be reused (ibv_dereg_mr(3)); the program's pointer stays
+            // valid, with no region behind it.
+            let _ = Box::leak(m);
             fail_errno("ibv_dereg_mr", &e)
         }
     }
@@ -339,17 +345,20 @@ pub(crate) unsafe extern "C" fn advise_mr_op(
     for i in 0..num_sge as usize {
         // SAFETY: the program passes `num_sge` entries.
         let sge = unsafe { *sg_list.add(i) };
-        let Some(&m) = lock(&p.odp).get(&sge.lkey) else {
+        // The map's lock is held across the advice: `ibv_dereg_mr` takes the region out of the
+        // map under it before freeing anything.
+        let odp = lock(&p.odp);
+        let Some(&m) = odp.get(&sge.lkey) else {
             debug(format_args!(
                 "ibv_advise_mr: L_Key {:#x} is no on-demand region of the PD",
                 sge.lkey
             ));
             return libc::EINVAL;
         };
-        // SAFETY: in the map only while the region is registered (`ibv_dereg_mr` removes it
-        // first); the program does not advise a region it is deregistering.
+        // SAFETY: in the map only while the region is registered, and it stays so while we
+        // hold the lock (above).
         let m = unsafe { &*(m as *const Mr) };
-        let Region::OnDemand(r) = &m.region else {
+        let Some(Region::OnDemand(r)) = &m.region else {
             return libc::EINVAL;
         };
         if let Err(e) = r.advise(advice, sge.addr, u64::from(sge.length), flush) {

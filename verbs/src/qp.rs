@@ -114,14 +114,25 @@ fn create(pd: &Pd, ctx: &Ctx, init: &mut ibv_qp_init_attr) -> *mut ibv_qp {
             return null_mut();
         }
     };
-    let qp = {
+    let qp = if ptr::eq(scq, rcq) {
         let s = lock(&scq.cq);
-        if ptr::eq(scq, rcq) {
-            qhca::Qp::with_type(&pd.pd, &s, &s, &want, qp_type)
+        qhca::Qp::with_type(&pd.pd, &s, &s, &want, qp_type)
+    } else {
+        // In address order, so that two threads creating QPs over the same two CQs the other
+        // way round cannot deadlock.
+        let (first, second) = if (scq as *const Cq) < (rcq as *const Cq) {
+            (scq, rcq)
         } else {
-            let r = lock(&rcq.cq);
-            qhca::Qp::with_type(&pd.pd, &s, &r, &want, qp_type)
-        }
+            (rcq, scq)
+        };
+        let a = lock(&first.cq);
+        let b = lock(&second.cq);
+        let (s, r) = if ptr::eq(first, scq) {
+            (&a, &b)
+        } else {
+            (&b, &a)
+        };
+        qhca::Qp::with_type(&pd.pd, s, r, &want, qp_type)
     };
     let qp = match qp {
         Ok(qp) => qp,
@@ -200,6 +211,10 @@ pub(crate) unsafe extern "C" fn create_qp_ex_op(
         set_errno(libc::EINVAL);
         return null_mut();
     };
+    if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
     if a.comp_mask & !IBV_QP_INIT_ATTR_PD != 0 || a.create_flags != 0 {
         return unsupported_null(
             "ibv_create_qp_ex beyond a PD (send_ops_flags, create_flags, ...)",
@@ -406,6 +421,10 @@ pub unsafe extern "C" fn ibv_query_qp(
     let mut a: ibv_qp_attr = unsafe { core::mem::zeroed() };
     a.qp_state = ibv_state(info.state);
     a.cur_qp_state = a.qp_state;
+    // As libibverbs: the QP's own `state` follows what the device says (it may have gone to
+    // ERR on its own).
+    // SAFETY: a single field store into our own object.
+    unsafe { (*q.ibv()).state = a.qp_state };
     a.path_mtu = if info.path_mtu >= 8 {
         c_uint::from(info.path_mtu) - 7
     } else {

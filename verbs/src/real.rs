@@ -13,9 +13,6 @@ pub(crate) struct Sym {
     addr: AtomicPtr<c_void>,
 }
 
-/// What `Sym::addr` holds once the lookup found nothing.
-const MISSING: *mut c_void = core::ptr::dangling_mut();
-
 impl Sym {
     pub(crate) const fn new(name: &'static CStr) -> Sym {
         Sym {
@@ -25,19 +22,38 @@ impl Sym {
     }
 
     /// The address of the next definition, `None` if no library after us defines it (a
-    /// program that does not link libibverbs).
+    /// program that does not link libibverbs). Found in the global scope after us
+    /// (`RTLD_NEXT`), or else in a libibverbs.so.1 loaded locally (`dlopen` with `RTLD_LOCAL`
+    /// by a plugin, as UCX or libfabric load theirs). A miss is not remembered: the library may
+    /// be loaded later.
     pub(crate) fn get(&self) -> Option<*mut c_void> {
-        let mut p = self.addr.load(Ordering::Acquire);
-        if p.is_null() {
-            // SAFETY: `name` is a NUL-terminated string that lives for ever; RTLD_NEXT asks for
-            // the next object after ours in the lookup order, and dlsym has no other
-            // precondition.
-            let found = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
-            p = if found.is_null() { MISSING } else { found };
-            // Racing lookups store the same address.
-            self.addr.store(p, Ordering::Release);
+        let p = self.addr.load(Ordering::Acquire);
+        if !p.is_null() {
+            return Some(p);
         }
-        (p != MISSING).then_some(p)
+        // SAFETY: `name` is a NUL-terminated string that lives for ever; RTLD_NEXT asks for the
+        // next object after ours in the lookup order, and dlsym has no other precondition.
+        let mut found = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
+        if found.is_null() {
+            // SAFETY: a NUL-terminated name; RTLD_NOLOAD only returns a handle to a library
+            // that is already loaded (taking a reference, which we keep: it stays loaded).
+            let h = unsafe {
+                libc::dlopen(
+                    c"libibverbs.so.1".as_ptr(),
+                    libc::RTLD_NOW | libc::RTLD_NOLOAD,
+                )
+            };
+            if !h.is_null() {
+                // SAFETY: a live handle and a NUL-terminated name.
+                found = unsafe { libc::dlsym(h, self.name.as_ptr()) };
+            }
+        }
+        if found.is_null() {
+            return None;
+        }
+        // Racing lookups store the same address.
+        self.addr.store(found, Ordering::Release);
+        Some(found)
     }
 
     pub(crate) fn name(&self) -> &'static str {
