@@ -15,12 +15,13 @@
 
 #include <infiniband/verbs.h>
 
-#define PORT		1
-#define TIMEOUT_MS	5000	/* for any one completion or event */
-#define QUIET_MS	200	/* to see that nothing (more) arrives */
+#define PORT       1
+#define TIMEOUT_MS 5000 /* for any one completion or event */
+#define QUIET_MS   200  /* to see that nothing (more) arrives */
 
-#define REMOTE_ALL	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
-			 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+#define REMOTE_ALL                                                             \
+    (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |                        \
+     IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 
 /* ------------------------------------------------------------------------ */
 /* Reporting */
@@ -29,26 +30,25 @@
 extern char why[640];
 
 /* Records why the current check fails; returns -1. */
-__attribute__((format(printf, 2, 3)))
-int failf(int line, const char *fmt, ...);
+__attribute__((format(printf, 2, 3))) int failf(int line, const char *fmt, ...);
 
-#define FAIL(...)	failf(__LINE__, __VA_ARGS__)
+#define FAIL(...) failf(__LINE__, __VA_ARGS__)
 
 /* Fails the check (goto out, where it cleans up) unless @cond holds. */
-#define CHECK(cond, ...)					\
-	do {							\
-		if (!(cond)) {					\
-			FAIL(__VA_ARGS__);			\
-			goto out;				\
-		}						\
-	} while (0)
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            FAIL(__VA_ARGS__);                                                 \
+            goto out;                                                          \
+        }                                                                      \
+    } while (0)
 
 /* A helper that already recorded why it failed. */
-#define TRY(call)						\
-	do {							\
-		if ((call) < 0)					\
-			goto out;				\
-	} while (0)
+#define TRY(call)                                                              \
+    do {                                                                       \
+        if ((call) < 0)                                                        \
+            goto out;                                                          \
+    } while (0)
 
 int64_t now_ms(void);
 const char *wc_str(enum ibv_wc_status s);
@@ -57,19 +57,19 @@ const char *wc_str(enum ibv_wc_status s);
 /* The context every check shares, and the objects they make */
 
 struct env {
-	struct ibv_device **list;
-	struct ibv_device *dev;
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	struct ibv_device_attr attr;
-	union ibv_gid gid;
+    struct ibv_device **list;
+    struct ibv_device *dev;
+    struct ibv_context *ctx;
+    struct ibv_pd *pd;
+    struct ibv_device_attr attr;
+    union ibv_gid gid;
 };
 
 /* A page-aligned, zeroed buffer registered with @access. */
 struct region {
-	uint8_t *buf;
-	size_t len;
-	struct ibv_mr *mr;
+    uint8_t *buf;
+    size_t len;
+    struct ibv_mr *mr;
 };
 
 int region_new(struct ibv_pd *pd, struct region *r, size_t len, int access);
@@ -77,27 +77,27 @@ int region_free(struct region *r);
 
 static inline uint64_t addr_of(const void *p)
 {
-	return (uint64_t)(uintptr_t)p;
+    return (uint64_t)(uintptr_t)p;
 }
 
 /* Two QPs of one context, each with its own CQ. */
 struct pair {
-	struct ibv_cq *cq_a, *cq_b;
-	struct ibv_qp *a, *b;
-	struct ibv_qp_cap cap;		/* what a got */
+    struct ibv_cq *cq_a, *cq_b;
+    struct ibv_qp *a, *b;
+    struct ibv_qp_cap cap; /* what a got */
 };
 
 struct pair_opts {
-	int sig_all;
-	struct ibv_comp_channel *channel;	/* cq_a's */
-	void *cq_context;			/* cq_a's */
+    int sig_all;
+    struct ibv_comp_channel *channel; /* cq_a's */
+    void *cq_context;                 /* cq_a's */
 };
 
 struct ibv_qp *qp_new(struct ibv_pd *pd, struct ibv_cq *cq,
-		      enum ibv_qp_type type, int sig_all,
-		      struct ibv_qp_cap *cap);
+                      enum ibv_qp_type type, int sig_all,
+                      struct ibv_qp_cap *cap);
 int rc_connect(struct ibv_qp *qp, uint32_t dest_qpn, uint32_t sq_psn,
-	       uint32_t rq_psn);
+               uint32_t rq_psn);
 int pair_destroy(struct pair *p);
 int connected_pair(struct env *e, struct pair *p, const struct pair_opts *o);
 
@@ -106,15 +106,15 @@ int connected_pair(struct env *e, struct pair *p, const struct pair_opts *o);
 
 int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc, int n, int ms);
 int expect_quiet(struct ibv_cq *cq, int ms, const char *what);
-int post_and_wait(struct ibv_qp *qp, struct ibv_send_wr *wr,
-		  struct ibv_cq *cq, struct ibv_wc *wc, int n);
+int post_and_wait(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_cq *cq,
+                  struct ibv_wc *wc, int n);
 int post_recv(struct ibv_qp *qp, uint64_t wr_id, void *buf, uint32_t len,
-	      uint32_t lkey);
+              uint32_t lkey);
 int wc_ok(const struct ibv_wc *wc, uint64_t wr_id, enum ibv_wc_opcode opcode);
 int wc_err(const struct ibv_wc *wc, uint64_t wr_id, enum ibv_wc_status status);
 int rdma_write(struct ibv_qp *qp, struct ibv_cq *cq, const void *src,
-	       uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
-	       uint64_t wr_id, struct ibv_wc *wc);
+               uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey,
+               uint64_t wr_id, struct ibv_wc *wc);
 void fill(uint8_t *p, size_t len, uint8_t seed);
 
 /* ------------------------------------------------------------------------ */
