@@ -3,8 +3,10 @@
  *
  * CREATE_QP, MODIFY_QP (the state machine of the IB spec's QP states, with
  * the attributes each transition requires and allows), QUERY_QP and
- * DESTROY_QP.  The rest of the verbs objects, and what this file shares
- * with them (lookups, page lists, command helpers), are in qhca-obj.c.
+ * DESTROY_QP; and reading work queue entries from the rings (a slot, a
+ * receive WQE, a send WQE's data), which the RC and UD engines share.  The
+ * rest of the verbs objects, and what this file shares with them (lookups,
+ * page lists, command helpers), are in qhca-obj.c.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -12,6 +14,7 @@
 #include "qemu/osdep.h"
 #include "qemu/bswap.h"
 #include "qhca.h"
+#include "qhca-rc.h"
 #include "trace.h"
 
 #define QHCA_WQ_LIMIT_LOG 15    /* QHCA_LIMIT_MAX_QP_WR */
@@ -409,4 +412,107 @@ uint8_t qhca_cmd_query_qp(QhcaState *s, const struct qhca_cmd *cmd)
     a.sq_psn = cpu_to_le32(qp->sq_psn);
     a.qkey = cpu_to_le32(qp->qkey);
     return qhca_cmd_out(s, cmd, &a, sizeof(a));
+}
+
+/* ------------------------------------------------------------------------ */
+/* work queue entries                                                       */
+
+static uint64_t qhca_wq_slot(const QhcaWq *wq, uint16_t idx)
+{
+    return wq->offset +
+           ((uint64_t)(idx & ((1u << wq->log) - 1)) << wq->stride_log);
+}
+
+bool qhca_wq_read(QhcaState *s, QhcaQp *qp, const QhcaWq *wq,
+                  uint16_t idx, uint64_t off, void *buf, uint64_t len)
+{
+    return qhca_pl_rw(s, qp->pages, qp->npages, qhca_wq_slot(wq, idx) + off,
+                      buf, len, false);
+}
+
+/*
+ * The receive WQE at the RQ's consumer index: its wr_id (0 if even the header
+ * is unreachable) and its SGEs in host order.  false if the device cannot use
+ * it, *why saying why (the caller completes it with LOC_QP_OP_ERR).
+ */
+bool qhca_rwqe_read(QhcaState *s, QhcaQp *qp, uint64_t *wr_id,
+                    struct qhca_sge *sge, uint32_t *num_sge, const char **why)
+{
+    struct qhca_rwqe hdr;
+    unsigned i;
+
+    *wr_id = 0;
+    if (!qhca_wq_read(s, qp, &qp->rq, qp->rq.ci, 0, &hdr, sizeof(hdr))) {
+        *why = "receive ring unreachable";
+        return false;
+    }
+    *wr_id = le64_to_cpu(hdr.wr_id);
+    *num_sge = le32_to_cpu(hdr.num_sge);
+    if (*num_sge > qp->max_sge || hdr.rsvd ||
+        !qhca_wq_read(s, qp, &qp->rq, qp->rq.ci, sizeof(hdr), sge,
+                      *num_sge * sizeof(sge[0]))) {
+        *why = "malformed receive WQE";
+        return false;
+    }
+    for (i = 0; i < *num_sge; i++) {
+        sge[i].addr = le64_to_cpu(sge[i].addr);
+        sge[i].length = le32_to_cpu(sge[i].length);
+        sge[i].lkey = le32_to_cpu(sge[i].lkey);
+    }
+    return true;
+}
+
+/*
+ * The data of send WQE @idx, whose control segment is in @w already: its
+ * inline bytes into @inline_dst, or its SGEs into w->sge, checked against the
+ * QP's PD (for writing, for a READ's or an atomic's results).  Sets
+ * w->length.  Returns the completion status, *why saying what was wrong.
+ */
+uint8_t qhca_send_wqe_data(QhcaState *s, QhcaQp *qp, uint16_t idx,
+                           QhcaSendWqe *w, void *inline_dst, const char **why)
+{
+    struct qhca_sge sge[QHCA_LIMIT_MAX_SGE];
+    uint64_t total;
+    unsigned i;
+    uint8_t st;
+
+    if (w->flags & QHCA_WQE_INLINE) {
+        if (qhca_wr_rd_atomic(w->opcode) || w->num_sge) {
+            *why = "inline data on a READ or atomic, or with SGEs";
+            return QHCA_WC_LOC_QP_OP_ERR;
+        }
+        if (w->inline_len > qp->max_inline) {
+            *why = "inline data longer than max_inline";
+            return QHCA_WC_LOC_LEN_ERR;
+        }
+        if (!qhca_wq_read(s, qp, &qp->sq, idx, QHCA_WQE_DATA_OFFSET,
+                          inline_dst, w->inline_len)) {
+            *why = "ring unreachable";
+            return QHCA_WC_LOC_QP_OP_ERR;
+        }
+        w->length = w->inline_len;
+        return QHCA_WC_SUCCESS;
+    }
+    if (w->inline_len || w->num_sge > qp->max_sge) {
+        *why = "inline_len without INLINE, or too many SGEs";
+        return QHCA_WC_LOC_QP_OP_ERR;
+    }
+    if (!qhca_wq_read(s, qp, &qp->sq, idx, QHCA_WQE_DATA_OFFSET,
+                      sge, w->num_sge * sizeof(sge[0]))) {
+        *why = "ring unreachable";
+        return QHCA_WC_LOC_QP_OP_ERR;
+    }
+    for (i = 0; i < w->num_sge; i++) {
+        w->sge[i].addr = le64_to_cpu(sge[i].addr);
+        w->sge[i].length = le32_to_cpu(sge[i].length);
+        w->sge[i].lkey = le32_to_cpu(sge[i].lkey);
+    }
+    st = qhca_sge_check(s, qp->pdn, w->sge, w->num_sge,
+                        qhca_wr_rd_atomic(w->opcode), &total);
+    if (st != QHCA_WC_SUCCESS) {
+        *why = "local SGE refused";
+        return st;
+    }
+    w->length = total;
+    return QHCA_WC_SUCCESS;
 }

@@ -336,9 +336,7 @@ static bool qhca_req_start(QhcaState *s, QhcaQp *qp)
             struct qhca_wqe_bind bind;
         };
     } hdr;
-    struct qhca_sge sge[QHCA_LIMIT_MAX_SGE];
-    uint64_t total;
-    unsigned i;
+    const char *why;
     uint8_t st;
 
     QEMU_BUILD_BUG_ON(sizeof(hdr) != QHCA_WQE_DATA_OFFSET);
@@ -393,47 +391,10 @@ static bool qhca_req_start(QhcaState *s, QhcaQp *qp)
         return true;
     }
 
-    if (w->flags & QHCA_WQE_INLINE) {
-        if (qhca_wr_rd_atomic(w->opcode) || w->num_sge) {
-            qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_QP_OP_ERR,
-                             "inline data on a READ or atomic, or with SGEs");
-            return true;
-        }
-        if (w->inline_len > qp->max_inline) {
-            qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_LEN_ERR,
-                             "inline data longer than max_inline");
-            return true;
-        }
-        if (!qhca_wq_read(s, qp, &qp->sq, idx, QHCA_WQE_DATA_OFFSET,
-                          w->inline_data, w->inline_len)) {
-            qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_QP_OP_ERR, "ring unreachable");
-            return true;
-        }
-        w->length = w->inline_len;
-    } else {
-        bool to_mem = qhca_wr_rd_atomic(w->opcode);
-
-        if (w->inline_len || w->num_sge > qp->max_sge) {
-            qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_QP_OP_ERR,
-                             "inline_len without INLINE, or too many SGEs");
-            return true;
-        }
-        if (!qhca_wq_read(s, qp, &qp->sq, idx, QHCA_WQE_DATA_OFFSET,
-                          sge, w->num_sge * sizeof(sge[0]))) {
-            qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_QP_OP_ERR, "ring unreachable");
-            return true;
-        }
-        for (i = 0; i < w->num_sge; i++) {
-            w->sge[i].addr = le64_to_cpu(sge[i].addr);
-            w->sge[i].length = le32_to_cpu(sge[i].length);
-            w->sge[i].lkey = le32_to_cpu(sge[i].lkey);
-        }
-        st = qhca_sge_check(s, qp->pdn, w->sge, w->num_sge, to_mem, &total);
-        if (st != QHCA_WC_SUCCESS) {
-            qhca_req_bad_wqe(s, qp, st, "local SGE refused");
-            return true;
-        }
-        w->length = total;
+    st = qhca_send_wqe_data(s, qp, idx, w, w->inline_data, &why);
+    if (st != QHCA_WC_SUCCESS) {
+        qhca_req_bad_wqe(s, qp, st, why);
+        return true;
     }
     if ((w->opcode == QHCA_WR_ATOMIC_CMP_AND_SWP ||
          w->opcode == QHCA_WR_ATOMIC_FETCH_AND_ADD) && w->length != 8) {

@@ -133,31 +133,15 @@ void qhca_resp_resume_ack(QhcaState *s, QhcaQp *qp)
 /* Takes the receive WQE at rq.ci; false if it is malformed (QP to ERR). */
 static bool qhca_resp_take_rwqe(QhcaState *s, QhcaQp *qp, uint32_t psn)
 {
-    struct qhca_rwqe hdr;
-    struct qhca_sge sge[QHCA_LIMIT_MAX_SGE];
-    unsigned i;
+    const char *why;
 
-    if (!qhca_wq_read(s, qp, &qp->rq, qp->rq.ci, 0, &hdr, sizeof(hdr))) {
-        qp->resp_wr_id = 0;
+    if (!qhca_rwqe_read(s, qp, &qp->resp_wr_id, qp->resp_sge,
+                        &qp->resp_num_sge, &why)) {
         qhca_resp_recv_fail(s, qp, psn, QHCA_WC_LOC_QP_OP_ERR,
-                            QHCA_NAK_REM_OP, "receive ring unreachable");
+                            QHCA_NAK_REM_OP, why);
         return false;
     }
-    qp->resp_wr_id = le64_to_cpu(hdr.wr_id);
-    qp->resp_num_sge = le32_to_cpu(hdr.num_sge);
     qp->resp_off = 0;
-    if (qp->resp_num_sge > qp->max_sge || hdr.rsvd ||
-        !qhca_wq_read(s, qp, &qp->rq, qp->rq.ci, sizeof(hdr), sge,
-                      qp->resp_num_sge * sizeof(sge[0]))) {
-        qhca_resp_recv_fail(s, qp, psn, QHCA_WC_LOC_QP_OP_ERR,
-                            QHCA_NAK_REM_OP, "malformed receive WQE");
-        return false;
-    }
-    for (i = 0; i < qp->resp_num_sge; i++) {
-        qp->resp_sge[i].addr = le64_to_cpu(sge[i].addr);
-        qp->resp_sge[i].length = le32_to_cpu(sge[i].length);
-        qp->resp_sge[i].lkey = le32_to_cpu(sge[i].lkey);
-    }
     qp->resp_have_rwqe = true;
     return true;
 }

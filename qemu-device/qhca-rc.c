@@ -225,19 +225,6 @@ uint8_t qhca_sge_ready(QhcaState *s, uint32_t pdn,
     return QHCA_WC_SUCCESS;
 }
 
-static uint64_t qhca_wq_slot(const QhcaWq *wq, uint16_t idx)
-{
-    return wq->offset +
-           ((uint64_t)(idx & ((1u << wq->log) - 1)) << wq->stride_log);
-}
-
-bool qhca_wq_read(QhcaState *s, QhcaQp *qp, const QhcaWq *wq,
-                  uint16_t idx, uint64_t off, void *buf, uint64_t len)
-{
-    return qhca_pl_rw(s, qp->pages, qp->npages, qhca_wq_slot(wq, idx) + off,
-                      buf, len, false);
-}
-
 /* ------------------------------------------------------------------------ */
 /* completion queues                                                        */
 

@@ -183,11 +183,9 @@ static uint8_t qhca_ud_build(QhcaState *s, QhcaQp *qp, QhcaSendWqe *w,
         struct qhca_wqe_ctrl ctrl;
         struct qhca_wqe_ud ud;
     } hdr;
-    struct qhca_sge sge[QHCA_LIMIT_MAX_SGE];
     uint32_t qkey, remote_qpn;
     uint64_t total;
     QhcaAh *ah;
-    unsigned i;
     uint8_t st;
 
     if (!qhca_wq_read(s, qp, &qp->sq, qp->sq.ci, 0, &hdr, sizeof(hdr))) {
@@ -216,41 +214,13 @@ static uint8_t qhca_ud_build(QhcaState *s, QhcaQp *qp, QhcaSendWqe *w,
         return QHCA_WC_LOC_QP_OP_ERR;
     }
 
-    if (w->flags & QHCA_WQE_INLINE) {
-        if (w->num_sge) {
-            *why = "inline data with SGEs";
-            return QHCA_WC_LOC_QP_OP_ERR;
-        }
-        if (w->inline_len > qp->max_inline) {
-            *why = "inline data longer than max_inline";
-            return QHCA_WC_LOC_LEN_ERR;
-        }
-        if (!qhca_wq_read(s, qp, &qp->sq, qp->sq.ci, QHCA_WQE_DATA_OFFSET,
-                          pkt->payload, w->inline_len)) {
-            *why = "ring unreachable";
-            return QHCA_WC_LOC_QP_OP_ERR;
-        }
-        total = w->inline_len;
-    } else {
-        if (w->inline_len || w->num_sge > qp->max_sge) {
-            *why = "inline_len without INLINE, or too many SGEs";
-            return QHCA_WC_LOC_QP_OP_ERR;
-        }
-        if (!qhca_wq_read(s, qp, &qp->sq, qp->sq.ci, QHCA_WQE_DATA_OFFSET,
-                          sge, w->num_sge * sizeof(sge[0]))) {
-            *why = "ring unreachable";
-            return QHCA_WC_LOC_QP_OP_ERR;
-        }
-        for (i = 0; i < w->num_sge; i++) {
-            w->sge[i].addr = le64_to_cpu(sge[i].addr);
-            w->sge[i].length = le32_to_cpu(sge[i].length);
-            w->sge[i].lkey = le32_to_cpu(sge[i].lkey);
-        }
-        st = qhca_sge_check(s, qp->pdn, w->sge, w->num_sge, false, &total);
-        if (st != QHCA_WC_SUCCESS) {
-            *why = "local SGE refused";
-            return st;
-        }
+    /* Inline bytes straight into the datagram. */
+    st = qhca_send_wqe_data(s, qp, qp->sq.ci, w, pkt->payload, why);
+    if (st != QHCA_WC_SUCCESS) {
+        return st;
+    }
+    total = w->length;
+    if (!(w->flags & QHCA_WQE_INLINE)) {
         if (total > QHCA_UD_MAX_MSG) {
             *why = "datagram longer than the port's MTU";
             return QHCA_WC_LOC_LEN_ERR;
@@ -389,12 +359,11 @@ void qhca_ud_recv(QhcaState *s, const QhcaPkt *pkt)
 {
     QhcaQp *qp = qhca_qp_lookup(s, pkt->dest_qpn);
     struct qhca_sge sge[QHCA_LIMIT_MAX_SGE];
-    struct qhca_rwqe hdr;
     struct qhca_grh grh;
     QhcaContext *ctx;
     uint32_t num_sge;
     uint64_t total, wr_id;
-    unsigned i;
+    const char *why;
     uint8_t st;
 
     if (pkt->dest_guid != s->node_guid) {
@@ -416,24 +385,9 @@ void qhca_ud_recv(QhcaState *s, const QhcaPkt *pkt)
         return;
     }
 
-    if (!qhca_wq_read(s, qp, &qp->rq, qp->rq.ci, 0, &hdr, sizeof(hdr))) {
-        qhca_ud_bad_rwqe(s, qp, 0, QHCA_WC_LOC_QP_OP_ERR,
-                         "receive ring unreachable");
+    if (!qhca_rwqe_read(s, qp, &wr_id, sge, &num_sge, &why)) {
+        qhca_ud_bad_rwqe(s, qp, wr_id, QHCA_WC_LOC_QP_OP_ERR, why);
         return;
-    }
-    wr_id = le64_to_cpu(hdr.wr_id);
-    num_sge = le32_to_cpu(hdr.num_sge);
-    if (num_sge > qp->max_sge || hdr.rsvd ||
-        !qhca_wq_read(s, qp, &qp->rq, qp->rq.ci, sizeof(hdr), sge,
-                      num_sge * sizeof(sge[0]))) {
-        qhca_ud_bad_rwqe(s, qp, wr_id, QHCA_WC_LOC_QP_OP_ERR,
-                         "malformed receive WQE");
-        return;
-    }
-    for (i = 0; i < num_sge; i++) {
-        sge[i].addr = le64_to_cpu(sge[i].addr);
-        sge[i].length = le32_to_cpu(sge[i].length);
-        sge[i].lkey = le32_to_cpu(sge[i].lkey);
     }
     st = qhca_sge_check(s, qp->pdn, sge, num_sge, true, &total);
     if (st != QHCA_WC_SUCCESS) {
