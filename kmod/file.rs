@@ -96,6 +96,14 @@ impl MiscDevice for QhcaFile {
         match cmd {
             uapi::QHCA_IOCTL_GET_ASYNC_EVENT => return this.get_async_event(arg),
             uapi::QHCA_IOCTL_QUERY_DEVICE => return this.query_device(arg),
+            uapi::QHCA_IOCTL_QUERY_PORT => {
+                this.ctx.check()?;
+                return crate::port::query_port(&this.dev, arg);
+            }
+            uapi::QHCA_IOCTL_SET_GID => {
+                this.ctx.check()?;
+                return crate::port::set_gid(&this.dev, arg);
+            }
             uapi::QHCA_IOCTL_ALLOC_PD
             | uapi::QHCA_IOCTL_DEALLOC_PD
             | uapi::QHCA_IOCTL_REG_MR
@@ -112,6 +120,7 @@ impl MiscDevice for QhcaFile {
             | uapi::QHCA_IOCTL_ALLOC_MW
             | uapi::QHCA_IOCTL_DEALLOC_MW
             | uapi::QHCA_IOCTL_CREATE_AH
+            | uapi::QHCA_IOCTL_CREATE_AH_V1
             | uapi::QHCA_IOCTL_DESTROY_AH => {}
             _ => return Err(ENOTTY),
         }

@@ -9,6 +9,7 @@
 //! - `context`: what the device reaches of one open file: doorbell mapping, events, poll.
 //! - `file`: `/dev/qhcaN`: per-process contexts, ioctl, mmap and poll.
 //! - `verbs`: a context's PDs, MRs, memory windows, CQs, QPs and address handles.
+//! - `port`: the port: its attributes and GID table.
 //! - `odp`: on-demand-paged memory regions: page faults, invalidations, prefetch.
 //! - `watch`: watched pinned regions and the invalidation page (registration caches).
 //! - `pagelist`: two-level page lists.
@@ -24,6 +25,7 @@ mod driver;
 mod file;
 mod odp;
 mod pagelist;
+mod port;
 mod regs;
 mod shim;
 mod uapi;

@@ -477,6 +477,15 @@ pub(crate) fn capable_net_raw() -> bool {
     unsafe { bindings::capable(bindings::CAP_NET_RAW as c_int) }
 }
 
+/// True if the calling task has `CAP_NET_ADMIN` (in the initial user namespace), as setting an
+/// address of a network interface needs (the port's GID table). Marks the task as having used a
+/// privilege if so.
+pub(crate) fn capable_net_admin() -> bool {
+    // SAFETY: `capable` checks the current task's credentials, which are always valid in process
+    // context (an ioctl); `CAP_NET_ADMIN` is a valid capability number.
+    unsafe { bindings::capable(bindings::CAP_NET_ADMIN as c_int) }
+}
+
 /// True if the calling task has been killed: long loops on its behalf stop.
 pub(crate) fn fatal_signal_pending() -> bool {
     // SAFETY: Reads the current task's signal state; no preconditions.

@@ -58,12 +58,17 @@ plain_abi_structs!(
     qhca_ioc_advise_mr,
     qhca_ioc_alloc_mw,
     qhca_ioc_create_ah,
+    qhca_ioc_query_port,
+    qhca_ioc_set_gid,
     qhca_qp_attr,
+    qhca_ah_attr,
     qhca_ctx_stats,
     qhca_cmd_reg_mr,
     qhca_cmd_create_cq,
     qhca_cmd_create_qp,
     qhca_cmd_create_ah,
+    qhca_cmd_set_gid,
+    qhca_port_attr,
 );
 
 const _: () = {
@@ -73,8 +78,10 @@ const _: () = {
     assert!(core::mem::size_of::<qhca_ioc_query_device>() == 160);
     assert!(core::mem::size_of::<qhca_ctx_stats>() == 96);
     assert!(core::mem::size_of::<qhca_ioc_query_ctx>() == 0x70);
-    assert!(core::mem::size_of::<qhca_ah_attr>() == 24);
-    assert!(core::mem::size_of::<qhca_ioc_create_ah>() == 40);
+    assert!(core::mem::size_of::<qhca_ah_attr>() == 32);
+    assert!(core::mem::size_of::<qhca_ioc_create_ah>() == 48);
+    assert!(core::mem::size_of::<qhca_ioc_query_port>() == 576);
+    assert!(core::mem::size_of::<qhca_ioc_set_gid>() == 40);
     // It overlays `qhca_cmd.in[]`, which must hold all of it.
     assert!(core::mem::size_of::<qhca_cmd_create_ah>() == 40);
     assert!(
@@ -99,5 +106,13 @@ const _: () = {
     assert!(
         QHCA_IOCTL_DESTROY_AH
             == kernel::ioctl::_IOWR::<qhca_ioc_handle>(QHCA_IOC_MAGIC, QHCA_IOC_NR_DESTROY_AH)
+    );
+    assert!(
+        QHCA_IOCTL_QUERY_PORT
+            == kernel::ioctl::_IOWR::<qhca_ioc_query_port>(QHCA_IOC_MAGIC, QHCA_IOC_NR_QUERY_PORT)
+    );
+    assert!(
+        QHCA_IOCTL_SET_GID
+            == kernel::ioctl::_IOWR::<qhca_ioc_set_gid>(QHCA_IOC_MAGIC, QHCA_IOC_NR_SET_GID)
     );
 };

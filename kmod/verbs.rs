@@ -192,7 +192,7 @@ pub(crate) fn ioctl(
         uapi::QHCA_IOCTL_ADVISE_MR => v.advise_mr(arg),
         uapi::QHCA_IOCTL_ALLOC_MW => v.alloc_mw(arg),
         uapi::QHCA_IOCTL_DEALLOC_MW => v.destroy(arg, uapi::QHCA_CMD_DEALLOC_MW),
-        uapi::QHCA_IOCTL_CREATE_AH => v.create_ah(arg),
+        uapi::QHCA_IOCTL_CREATE_AH | uapi::QHCA_IOCTL_CREATE_AH_V1 => v.create_ah(arg, cmd),
         uapi::QHCA_IOCTL_DESTROY_AH => v.destroy(arg, uapi::QHCA_CMD_DESTROY_AH),
         _ => Err(ENOTTY),
     }

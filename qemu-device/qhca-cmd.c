@@ -406,6 +406,8 @@ static uint8_t qhca_cmd_exec(QhcaState *s, const struct qhca_cmd *cmd,
         return qhca_cmd_mw(s, cmd, data);
     case QHCA_CMD_CREATE_AH ... QHCA_CMD_DESTROY_AH:
         return qhca_cmd_ah(s, cmd, data);
+    case QHCA_CMD_QUERY_PORT ... QHCA_CMD_SET_GID:
+        return qhca_cmd_port(s, cmd);
     default:
         return QHCA_CMD_BAD_OPCODE;
     }

@@ -55,6 +55,7 @@ static void qhca_reset_now(QhcaState *s)
     s->fatal_syndrome = QHCA_FATAL_NONE;
     qhca_obj_reset(s);
     qhca_ctx_reset(s);
+    qhca_port_reset(s);
 }
 
 void qhca_reset(QhcaState *s)
@@ -132,6 +133,8 @@ static void qhca_reset_hold(Object *obj, ResetType type)
     qhca_reset(QHCA(obj));
 }
 
+static void qhca_exit(PCIDevice *pdev);
+
 static void qhca_realize(PCIDevice *pdev, Error **errp)
 {
     QhcaState *s = QHCA(pdev);
@@ -154,8 +157,19 @@ static void qhca_realize(PCIDevice *pdev, Error **errp)
                    QHCA_LIMIT_MAX_MR, s->max_mr);
         return;
     }
+    qemu_macaddr_default_if_unset(&s->conf.macaddr);
     if (!s->node_guid) {
-        error_setg(errp, "node-guid must not be zero");
+        /* The MAC's EUI-64, as a NIC's link-local address has it. */
+        const uint8_t *m = s->conf.macaddr.a;
+
+        s->node_guid = (uint64_t)(m[0] ^ 2) << 56 | (uint64_t)m[1] << 48 |
+                       (uint64_t)m[2] << 40 | 0xfffeull << 24 |
+                       (uint64_t)m[3] << 16 | (uint64_t)m[4] << 8 | m[5];
+    }
+    if (s->loss_drop > 1000 || s->loss_dup > 1000 ||
+        s->loss_reorder > 1000) {
+        error_setg(errp, "x-loss-drop, x-loss-dup and x-loss-reorder are"
+                   " per mille: 0..1000");
         return;
     }
 
@@ -192,6 +206,11 @@ static void qhca_realize(PCIDevice *pdev, Error **errp)
                                     &DEVICE(pdev)->mem_reentrancy_guard);
     qhca_obj_init(s);
     qhca_engine_init(s);
+    qhca_port_init(s);
+    if (!qhca_roce_realize(s, errp)) {
+        qhca_exit(pdev);
+        return;
+    }
 
     trace_qhca_realize(s->num_uars, s->node_guid, s->max_queue_log);
 }
@@ -200,6 +219,7 @@ static void qhca_exit(PCIDevice *pdev)
 {
     QhcaState *s = QHCA(pdev);
 
+    qhca_roce_unrealize(s);
     qhca_pl_release(s, &s->pl);
     qhca_obj_fini(s);
     qhca_engine_fini(s);
@@ -291,6 +311,37 @@ static const VMStateDescription qhca_vmstate_ctx = {
     },
 };
 
+/* The GID table, when the driver has set an entry (checked on arrival). */
+static bool qhca_port_needed(void *opaque)
+{
+    QhcaState *s = opaque;
+    unsigned i;
+
+    for (i = 1; i < QHCA_GID_TABLE_LEN; i++) {
+        if (s->gid[i].flags) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static int qhca_port_load(void *opaque, int version_id)
+{
+    return qhca_port_post_load(opaque) ? 0 : -EINVAL;
+}
+
+static const VMStateDescription qhca_vmstate_port = {
+    .name = "qhca/port",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .needed = qhca_port_needed,
+    .post_load = qhca_port_load,
+    .fields = (const VMStateField[]) {
+        VMSTATE_BUFFER_UNSAFE(gid, QhcaState, 1, sizeof_field(QhcaState, gid)),
+        VMSTATE_END_OF_LIST()
+    },
+};
+
 static const VMStateDescription qhca_vmstate = {
     .name = "qhca",
     .version_id = 1,
@@ -316,6 +367,10 @@ static const VMStateDescription qhca_vmstate = {
                                              qhca_vmstate_ctx, QhcaContext),
         VMSTATE_END_OF_LIST()
     },
+    .subsections = (const VMStateDescription * const []) {
+        &qhca_vmstate_port,
+        NULL
+    },
 };
 
 static const Property qhca_properties[] = {
@@ -324,8 +379,12 @@ static const Property qhca_properties[] = {
     DEFINE_PROP_UINT32("max-mr", QhcaState, max_mr, QHCA_LIMIT_MAX_MR),
     DEFINE_PROP_BOOL("x-wire-queued", QhcaState, wire_queued, false),
     DEFINE_PROP_UINT64("x-wire-drop", QhcaState, wire_drop, 0),
-    DEFINE_PROP_UINT64("node-guid", QhcaState, node_guid,
-                       QHCA_DEFAULT_NODE_GUID),
+    DEFINE_PROP_UINT64("node-guid", QhcaState, node_guid, 0),
+    DEFINE_NIC_PROPERTIES(QhcaState, conf),
+    DEFINE_PROP_UINT32("x-loss-drop", QhcaState, loss_drop, 0),
+    DEFINE_PROP_UINT32("x-loss-dup", QhcaState, loss_dup, 0),
+    DEFINE_PROP_UINT32("x-loss-reorder", QhcaState, loss_reorder, 0),
+    DEFINE_PROP_UINT64("x-loss-seed", QhcaState, loss_seed, 1),
     DEFINE_PROP_UINT32("max-queue-log", QhcaState, max_queue_log,
                        QHCA_QUEUE_MAX_LOG),
 };
@@ -359,8 +418,17 @@ static void qhca_class_init(ObjectClass *oc, void *data)
         "Loopback packets wait for the engine's bottom half instead of"
         " arriving at once (a fabric with latency; for tests)");
     object_class_property_set_description(oc, "node-guid",
-        "Node GUID reported by QUERY_DEVICE (non-zero, default"
-        " 0x5148434100000001; give each device its own)");
+        "Node GUID reported by QUERY_DEVICE, and the interface identifier"
+        " of GID 0 (default, or 0: the MAC's EUI-64)");
+    object_class_property_set_description(oc, "x-loss-drop",
+        "RoCEv2 frames the port loses on purpose, per mille (tests)");
+    object_class_property_set_description(oc, "x-loss-dup",
+        "RoCEv2 frames the port sends twice, per mille (tests)");
+    object_class_property_set_description(oc, "x-loss-reorder",
+        "RoCEv2 frames the port holds back behind the next one, per mille"
+        " (tests)");
+    object_class_property_set_description(oc, "x-loss-seed",
+        "Seed of the x-loss-* choices, for a repeatable run");
     object_class_property_set_description(oc, "max-queue-log",
         "Largest log2(entries) of the command and event queues,"
         " reported in CMDQ_MAX_LOG (1..12)");

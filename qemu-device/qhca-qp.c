@@ -117,6 +117,7 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     qp->rnr_retry = 7;
     qp->max_rd_atomic = QHCA_LIMIT_MAX_RD_ATOMIC;
     qp->max_dest_rd_atomic = QHCA_LIMIT_MAX_RD_ATOMIC;
+    qhca_av_default(s, &qp->av);
     qhca_engine_qp_reset(s, qp);
     pd->nr_qp++;
     scq->nr_qp++;
@@ -206,7 +207,7 @@ static const QhcaQpTrans *qhca_qp_trans(uint8_t type, uint8_t cur,
             .required = QHCA_QP_ATTR_DEST_QPN | QHCA_QP_ATTR_RQ_PSN |
                         QHCA_QP_ATTR_PATH_MTU,
             .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER |
-                        QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC,
+                        QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC | QHCA_QP_ATTR_AV,
         },
         [QHCA_QPS_RTR][QHCA_QPS_RTR] = {
             .optional = QHCA_QP_ATTR_ACCESS | QHCA_QP_ATTR_MIN_RNR_TIMER |
@@ -248,11 +249,12 @@ static bool qhca_qp_state_valid(uint8_t st)
 uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
 {
     struct qhca_qp_attr a;
+    static const struct qhca_ah_attr no_av;
     const QhcaQpTrans *t;
     uint32_t mask, access, dest_qpn, rq_psn, sq_psn, qkey;
-    uint8_t next;
+    uint8_t next, st;
+    QhcaAv av;
     QhcaQp *qp;
-    unsigned i;
 
     if (!qhca_cmd_unused_zero(cmd, false, 3)) {
         return QHCA_CMD_BAD_PARAM;
@@ -276,11 +278,6 @@ uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
     if (!mask || (mask & ~QHCA_QP_ATTR_ALL)) {
         return QHCA_CMD_BAD_PARAM;
     }
-    for (i = 0; i < ARRAY_SIZE(a.rsvd1); i++) {
-        if (a.rsvd1[i]) {
-            return QHCA_CMD_BAD_PARAM;
-        }
-    }
     /* Fields the mask does not name must be zero, like reserved ones. */
     if ((!(mask & QHCA_QP_ATTR_STATE) && a.state) ||
         (!(mask & QHCA_QP_ATTR_PATH_MTU) && a.path_mtu) ||
@@ -295,7 +292,8 @@ uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
         (!(mask & QHCA_QP_ATTR_DEST_QPN) && dest_qpn) ||
         (!(mask & QHCA_QP_ATTR_RQ_PSN) && rq_psn) ||
         (!(mask & QHCA_QP_ATTR_SQ_PSN) && sq_psn) ||
-        (!(mask & QHCA_QP_ATTR_QKEY) && qkey)) {
+        (!(mask & QHCA_QP_ATTR_QKEY) && qkey) ||
+        (!(mask & QHCA_QP_ATTR_AV) && memcmp(&a.av, &no_av, sizeof(no_av)))) {
         return QHCA_CMD_BAD_PARAM;
     }
     /* Values. */
@@ -334,7 +332,17 @@ uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
         return QHCA_CMD_BAD_PARAM;
     }
 
+    if (mask & QHCA_QP_ATTR_AV) {
+        st = qhca_av_load(s, &a.av, &av);
+        if (st != QHCA_CMD_OK) {
+            return st;
+        }
+    }
+
     trace_qhca_qp_modify(qhca_qpn(s, qp), qp->state, next, mask);
+    if (mask & QHCA_QP_ATTR_AV) {
+        qp->av = av;
+    }
     if (mask & QHCA_QP_ATTR_ACCESS) {
         qp->access = access;
     }
@@ -411,6 +419,9 @@ uint8_t qhca_cmd_query_qp(QhcaState *s, const struct qhca_cmd *cmd)
     a.rq_psn = cpu_to_le32(qp->rq_psn);
     a.sq_psn = cpu_to_le32(qp->sq_psn);
     a.qkey = cpu_to_le32(qp->qkey);
+    if (qp->type == QHCA_QPT_RC) {
+        qhca_av_store(&qp->av, &a.av);
+    }
     return qhca_cmd_out(s, cmd, &a, sizeof(a));
 }
 

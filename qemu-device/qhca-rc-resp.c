@@ -25,6 +25,15 @@ static void qhca_resp_send(QhcaState *s, QhcaQp *qp, QhcaPkt *pkt)
     qhca_rc_send(s, qp, pkt);
 }
 
+/*
+ * A message is done (IBA 9.7.5.1.2: a SEND or RDMA WRITE placed whole, an
+ * RDMA READ or atomic taken): the MSN every later AETH carries.
+ */
+static void qhca_resp_msg_done(QhcaQp *qp)
+{
+    qp->resp_msn = (qp->resp_msn + 1) & QHCA_PSN_MASK;
+}
+
 static void qhca_resp_ack(QhcaState *s, QhcaQp *qp, uint32_t psn,
                           uint8_t syndrome)
 {
@@ -33,6 +42,7 @@ static void qhca_resp_ack(QhcaState *s, QhcaQp *qp, uint32_t psn,
     pkt->opcode = QHCA_OP_ACK;
     pkt->psn = psn;
     pkt->syndrome = syndrome;
+    pkt->msn = qp->resp_msn;
     qhca_resp_send(s, qp, pkt);
     g_free(pkt);
 }
@@ -295,6 +305,8 @@ static void qhca_resp_read(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
     r->va = req->va;
     r->rkey = req->rkey;
     r->len = req->dma_len;
+    qhca_resp_msg_done(qp);
+    r->msn = qp->resp_msn;
     qp->rq_psn = psn_add(req->psn, n);
     qhca_resp_res_kick(s, qp);
 }
@@ -358,6 +370,7 @@ void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget)
         memset(pkt, 0, offsetof(QhcaPkt, payload));
         pkt->psn = psn_add(r->psn, i);
         pkt->syndrome = QHCA_AETH_ACK;
+        pkt->msn = r->msn;
         if (r->atomic) {
             pkt->opcode = QHCA_OP_ATOMIC_ACK;
             pkt->orig = r->orig;
@@ -465,6 +478,8 @@ static void qhca_resp_atomic(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
     trace_qhca_resp_atomic(qhca_qpn(s, qp), req->psn, orig);
     r->orig = orig;
     r->next = 0;
+    qhca_resp_msg_done(qp);
+    r->msn = qp->resp_msn;
     qp->rq_psn = psn_add(req->psn, 1);
     qhca_resp_res_kick(s, qp);
 }
@@ -543,6 +558,7 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
                           QHCA_WC_RECV, QHCA_WC_SUCCESS, qp->resp_off, flags,
                           data);
             qp->rq.ci++;
+            qhca_resp_msg_done(qp);
             qhca_resp_clear(qp);
         }
     } else {
@@ -615,6 +631,7 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
         }
         qp->rq_psn = psn_add(pkt->psn, 1);
         if (ends) {
+            qhca_resp_msg_done(qp);
             qhca_resp_clear(qp);
         }
     }

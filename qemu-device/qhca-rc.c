@@ -448,6 +448,7 @@ void qhca_engine_qp_reset(QhcaState *s, QhcaQp *qp)
     qhca_resp_res_clear(qp);
     qhca_odp_clear(qp);
     qp->resp_nak_sent = false;
+    qp->resp_msn = 0;
 }
 
 void qhca_engine_qp_destroy(QhcaState *s, QhcaQp *qp)
@@ -514,20 +515,14 @@ void qhca_rc_send(QhcaState *s, QhcaQp *qp, QhcaPkt *pkt)
         /* The device is being reset: nothing leaves it any more. */
         return;
     }
-    pkt->src_guid = s->node_guid;
+    memcpy(pkt->sgid, qp->av.sgid, sizeof(pkt->sgid));
+    memcpy(pkt->dgid, qp->av.dgid, sizeof(pkt->dgid));
+    pkt->traffic_class = qp->av.traffic_class;
+    pkt->hop_limit = qp->av.hop_limit;
+    pkt->flow_label = qp->av.flow_label;
     pkt->src_qpn = qhca_qpn(s, qp);
     pkt->dest_qpn = qp->dest_qpn;
     qhca_wire_send(s->wire, pkt);
-}
-
-/*
- * The port a QP's peer sits behind.  The loopback wire reaches only this
- * device, so that is every QP's peer port; a wire to other devices will
- * take it from the QP's address vector.
- */
-static uint64_t qhca_qp_peer_guid(QhcaState *s, const QhcaQp *qp)
-{
-    return s->node_guid;
 }
 
 void qhca_rc_recv(QhcaState *s, const QhcaPkt *pkt)
@@ -546,20 +541,25 @@ void qhca_rc_recv(QhcaState *s, const QhcaPkt *pkt)
         return;
     }
     /*
-     * RC: requests and responses alike come only from the connected peer.
-     * Anything else (another QP that names this one as its destination, a
-     * stale generation of the peer's index) could fail the responder, forge
-     * ACKs, READ responses or data: dropped, counted for the QP's owner.
+     * RC: requests and responses alike come only from the connected peer:
+     * its address, to this QP's address, and (when the wire knows it) its
+     * QPN.  Anything else (another QP that names this one as its
+     * destination, a stale generation of the peer's index, another host)
+     * could fail the responder, forge ACKs, READ responses or data:
+     * dropped, counted for the QP's owner.
      */
-    if (pkt->src_qpn != qp->dest_qpn ||
-        pkt->src_guid != qhca_qp_peer_guid(s, qp)) {
+    if ((pkt->src_qpn != QHCA_SRC_QPN_UNKNOWN &&
+         pkt->src_qpn != qp->dest_qpn) ||
+        memcmp(pkt->sgid, qp->av.dgid, sizeof(pkt->sgid)) ||
+        memcmp(pkt->dgid, qp->av.sgid, sizeof(pkt->dgid))) {
         s->ctx[qp->uar].pkt_foreign++;
         trace_qhca_pkt_foreign(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
-                               pkt->src_guid, pkt->src_qpn, qp->dest_qpn);
-        qemu_log_mask(LOG_GUEST_ERROR, "qhca: QP 0x%x: packet from port 0x%"
+                               ldq_be_p(pkt->sgid + 8), pkt->src_qpn,
+                               qp->dest_qpn);
+        qemu_log_mask(LOG_GUEST_ERROR, "qhca: QP 0x%x: packet from GID ..%"
                       PRIx64 " QP 0x%x dropped: its peer is QP 0x%x\n",
-                      qhca_qpn(s, qp), pkt->src_guid, pkt->src_qpn,
-                      qp->dest_qpn);
+                      qhca_qpn(s, qp), ldq_be_p(pkt->sgid + 8),
+                      pkt->src_qpn, qp->dest_qpn);
         return;
     }
     if (pkt->opcode >= QHCA_OP_READ_RESP_FIRST &&

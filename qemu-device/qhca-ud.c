@@ -20,11 +20,6 @@
 #define QHCA_AH_SLOT_MASK   (QHCA_LIMIT_MAX_AH - 1)
 #define QHCA_AH_GEN_MASK    ((1u << (24 - QHCA_AH_INDEX_BITS)) - 1)
 
-/* IBA header sizes, for the GRH's PayLen. */
-#define QHCA_BTH_SIZE       12
-#define QHCA_DETH_SIZE      8
-#define QHCA_IMMDT_SIZE     4
-#define QHCA_ICRC_SIZE      4
 #define QHCA_GRH_NEXT_BTH   0x1b
 
 /* ------------------------------------------------------------------------ */
@@ -39,19 +34,6 @@ static QhcaAh *qhca_ah_lookup(QhcaState *s, uint64_t number)
                                                                      : NULL;
 }
 
-/* The port GID of the port whose node GUID is guid. */
-static void qhca_port_gid(uint64_t guid, uint8_t *gid)
-{
-    stq_be_p(gid, QHCA_GID_PREFIX);
-    stq_be_p(gid + 8, guid);
-}
-
-/* The node GUID of the port gid names on this fabric, or 0 if none. */
-static uint64_t qhca_gid_guid(const uint8_t *gid)
-{
-    return ldq_be_p(gid) == QHCA_GID_PREFIX ? ldq_be_p(gid + 8) : 0;
-}
-
 static void qhca_ah_free(QhcaState *s, QhcaAh *ah)
 {
     trace_qhca_obj("ah", "destroy", ah->uar, ah->index);
@@ -64,8 +46,10 @@ static uint8_t qhca_cmd_create_ah(QhcaState *s, const struct qhca_cmd *cmd,
                                   uint64_t *data)
 {
     struct qhca_cmd_create_ah in;
-    uint32_t uar, pdn, n, flow;
+    uint32_t uar, pdn, n;
     QhcaPd *pd;
+    QhcaAv av;
+    uint8_t st;
 
     if (!qhca_cmd_unused_zero(cmd, false, 5)) {
         return QHCA_CMD_BAD_PARAM;
@@ -73,11 +57,13 @@ static uint8_t qhca_cmd_create_ah(QhcaState *s, const struct qhca_cmd *cmd,
     qhca_cmd_in_bytes(cmd, &in, sizeof(in));
     uar = le32_to_cpu(in.uar);
     pdn = le32_to_cpu(in.pdn);
-    flow = le32_to_cpu(in.attr.flow_label);
-    /* The GID: any 16 bytes (a port not on the fabric loses datagrams). */
-    if (in.rsvd || flow >= 1u << 20 || in.attr.sl > 15 ||
-        in.attr.port_num != 1) {
-        return QHCA_CMD_BAD_PARAM;
+    /*
+     * The destination GID: any of the source entry's kind (a port not on
+     * the fabric loses the datagrams).
+     */
+    st = qhca_av_load(s, &in.attr, &av);
+    if (st != QHCA_CMD_OK) {
+        return st;
     }
     if (!qhca_uar_valid(s, uar)) {
         return QHCA_CMD_BAD_RESOURCE;
@@ -101,12 +87,8 @@ static uint8_t qhca_cmd_create_ah(QhcaState *s, const struct qhca_cmd *cmd,
             .index = MAX(gen, 1) << QHCA_AH_INDEX_BITS | slot,
             .uar = uar,
             .pdn = pdn,
-            .flow_label = flow,
-            .traffic_class = in.attr.traffic_class,
-            .hop_limit = in.attr.hop_limit,
-            .sl = in.attr.sl,
+            .av = av,
         };
-        memcpy(ah->dgid, in.attr.dgid, sizeof(ah->dgid));
         pd->nr_ah++;
         s->num_ah++;
         s->ah_next = (slot + 1) & QHCA_AH_SLOT_MASK;
@@ -241,10 +223,11 @@ static uint8_t qhca_ud_build(QhcaState *s, QhcaQp *qp, QhcaSendWqe *w,
     pkt->dest_qpn = remote_qpn;
     /* IBA 10.2.5: the high-order bit set means the QP's own Q_Key. */
     pkt->qkey = qkey & QHCA_QKEY_CONTROLLED ? qp->qkey : qkey;
-    pkt->dest_guid = qhca_gid_guid(ah->dgid);
-    pkt->flow_label = ah->flow_label;
-    pkt->traffic_class = ah->traffic_class;
-    pkt->hop_limit = ah->hop_limit;
+    memcpy(pkt->sgid, ah->av.sgid, sizeof(pkt->sgid));
+    memcpy(pkt->dgid, ah->av.dgid, sizeof(pkt->dgid));
+    pkt->flow_label = ah->av.flow_label;
+    pkt->traffic_class = ah->av.traffic_class;
+    pkt->hop_limit = ah->av.hop_limit;
     return QHCA_WC_SUCCESS;
 }
 
@@ -295,7 +278,6 @@ bool qhca_ud_run(QhcaState *s, QhcaQp *qp, unsigned *budget)
         qp->sq_psn = psn_add(qp->sq_psn, 1);
         qp->sq.ci++;
         if (!s->reset_pending) {
-            pkt->src_guid = s->node_guid;
             pkt->src_qpn = qhca_qpn(s, qp);
             qhca_wire_send(s->wire, pkt);
         }
@@ -336,37 +318,48 @@ static void qhca_ud_bad_rwqe(QhcaState *s, QhcaQp *qp, uint64_t wr_id,
     qhca_qp_set_error(s, qp, true);
 }
 
-/* The GRH the receiver finds in front of the message. */
-static void qhca_ud_grh(QhcaState *s, const QhcaPkt *pkt,
-                        struct qhca_grh *grh)
+/*
+ * The GRH the receiver finds in front of the message: between IPv6 GIDs
+ * struct qhca_grh; between IPv4 ones, as RoCEv2 has it, 20 bytes of zeros
+ * and the IPv4 header the datagram came with.
+ */
+static void qhca_ud_grh(QhcaState *s, const QhcaPkt *pkt, uint8_t *buf)
 {
     uint32_t paylen = QHCA_BTH_SIZE + QHCA_DETH_SIZE +
                       (pkt->opcode == QHCA_OP_UD_SEND_ONLY_IMM ?
                        QHCA_IMMDT_SIZE : 0) +
                       ROUND_UP(pkt->len, 4) + QHCA_ICRC_SIZE;
+    struct qhca_grh grh;
 
-    grh->version_tclass_flow = cpu_to_be32(6u << 28 |
-                                           (uint32_t)pkt->traffic_class << 20 |
-                                           pkt->flow_label);
-    grh->paylen = cpu_to_be16(paylen);
-    grh->next_hdr = QHCA_GRH_NEXT_BTH;
-    grh->hop_limit = pkt->hop_limit;
-    qhca_port_gid(pkt->src_guid, grh->sgid);
-    qhca_port_gid(pkt->dest_guid, grh->dgid);
+    if (qhca_gid_is_v4(pkt->sgid)) {
+        memset(buf, 0, QHCA_GRH_SIZE - QHCA_IPV4_SIZE);
+        qhca_ipv4_header(buf + QHCA_GRH_SIZE - QHCA_IPV4_SIZE, pkt,
+                         QHCA_UDP_SIZE + paylen);
+        return;
+    }
+    grh.version_tclass_flow = cpu_to_be32(6u << 28 |
+                                          (uint32_t)pkt->traffic_class << 20 |
+                                          pkt->flow_label);
+    grh.paylen = cpu_to_be16(paylen);
+    grh.next_hdr = QHCA_GRH_NEXT_BTH;
+    grh.hop_limit = pkt->hop_limit;
+    memcpy(grh.sgid, pkt->sgid, sizeof(grh.sgid));
+    memcpy(grh.dgid, pkt->dgid, sizeof(grh.dgid));
+    memcpy(buf, &grh, sizeof(grh));
 }
 
 void qhca_ud_recv(QhcaState *s, const QhcaPkt *pkt)
 {
     QhcaQp *qp = qhca_qp_lookup(s, pkt->dest_qpn);
     struct qhca_sge sge[QHCA_LIMIT_MAX_SGE];
-    struct qhca_grh grh;
+    uint8_t grh[QHCA_GRH_SIZE];
     QhcaContext *ctx;
     uint32_t num_sge;
     uint64_t total, wr_id;
     const char *why;
     uint8_t st;
 
-    if (pkt->dest_guid != s->node_guid) {
+    if (!qhca_gid_ours(s, pkt->dgid)) {
         qhca_ud_drop(s, pkt, NULL, "UD: no such port");
         return;
     }
@@ -407,9 +400,9 @@ void qhca_ud_recv(QhcaState *s, const QhcaPkt *pkt)
                      "UD: receive page not present");
         return;
     }
-    qhca_ud_grh(s, pkt, &grh);
+    qhca_ud_grh(s, pkt, grh);
     if (st == QHCA_WC_SUCCESS) {
-        st = qhca_sge_copy(s, qp->pdn, sge, num_sge, 0, &grh, sizeof(grh),
+        st = qhca_sge_copy(s, qp->pdn, sge, num_sge, 0, grh, sizeof(grh),
                            true);
     }
     if (st == QHCA_WC_SUCCESS) {

@@ -1,11 +1,13 @@
 /*
  * qhca: an emulated RDMA host channel adapter -- the loopback wire
  *
- * Every packet the engine sends is delivered, unchanged, to the same
- * device's receive path: both ends of every connection are QPs of this
- * device.  Nothing is lost or reordered, so the engine's retransmission
- * paths run only on NAKs and on packets the responder drops (a destination
- * QP that does not exist or is not ready), as on a real fabric.
+ * Every packet the engine sends for one of the port's own GIDs is
+ * delivered, unchanged, to the same device's receive path: both ends of the
+ * connection are QPs of this device.  Nothing is lost or reordered, so the
+ * engine's retransmission paths run only on NAKs and on packets the
+ * responder drops (a destination QP that does not exist or is not ready),
+ * as on a real fabric.  A packet for any other GID leaves on the port's
+ * netdev (qhca-roce.c), or, without one, is dropped: no route.
  *
  * By default a packet is delivered at once, from inside send(), so that a
  * small message completes within the doorbell that started it.  With the
@@ -40,6 +42,15 @@ static void qhca_loopback_send(QhcaWire *w, const QhcaPkt *pkt)
                              pkt->psn);
         return;
     }
+    if (!qhca_gid_ours(w->s, pkt->dgid)) {
+        if (w->s->roce) {
+            qhca_roce_send(w->s->roce, pkt);
+        } else {
+            w->s->port.tx_no_route++;
+            trace_qhca_wire_no_route(pkt->opcode, pkt->dest_qpn, pkt->psn);
+        }
+        return;
+    }
     if (w->s->wire_queued) {
         QhcaPkt *copy = g_new(QhcaPkt, 1);
 
@@ -60,12 +71,16 @@ static bool qhca_loopback_poll(QhcaWire *w, unsigned *budget)
         qhca_rc_recv(w->s, pkt);
         g_free(pkt);
     }
+    if (w->s->roce && qhca_roce_poll(w->s->roce, budget)) {
+        return true;
+    }
     return !g_queue_is_empty(&lb->queue);
 }
 
 static bool qhca_loopback_pending(QhcaWire *w)
 {
-    return !g_queue_is_empty(&container_of(w, QhcaLoopback, w)->queue);
+    return !g_queue_is_empty(&container_of(w, QhcaLoopback, w)->queue) ||
+           (w->s->roce && qhca_roce_pending(w->s->roce));
 }
 
 static void qhca_loopback_reset(QhcaWire *w)
@@ -73,6 +88,9 @@ static void qhca_loopback_reset(QhcaWire *w)
     QhcaLoopback *lb = container_of(w, QhcaLoopback, w);
 
     g_queue_clear_full(&lb->queue, g_free);
+    if (w->s->roce) {
+        qhca_roce_reset(w->s->roce);
+    }
 }
 
 static void qhca_loopback_free(QhcaWire *w)

@@ -6,9 +6,9 @@
  * packet, decoded, plus up to one path MTU of payload) and hands them to a
  * QhcaWire; the wire delivers packets to qhca_rc_recv() of the device at the
  * other end.  The loopback wire (qhca-wire.c) delivers to the device itself;
- * a RoCEv2 wire over a QEMU netdev would encode the same fields as
- * BTH/RETH/AETH/AtomicETH/ImmDt/IETH in UDP port 4791 and plug in here without
- * touching the engine.
+ * a packet for another port's GID leaves on the port's netdev as a RoCEv2
+ * frame (qhca-roce.c: BTH/RETH/AETH/AtomicETH/ImmDt/IETH in UDP port 4791),
+ * and frames that arrive there come back to qhca_rc_recv() the same way.
  *
  * A wire may deliver synchronously, from inside send(): the engine never
  * sends from its receive path of a response, so the nesting stays bounded
@@ -65,25 +65,53 @@ enum {
 
 #define QHCA_PSN_MASK           0xffffffu
 
+/* Header sizes (IBA 9.2-9.4; RoCEv2 Annex A17). */
+#define QHCA_ETH_SIZE           14
+#define QHCA_IPV4_SIZE          20
+#define QHCA_IPV6_SIZE          40
+#define QHCA_UDP_SIZE           8
+#define QHCA_BTH_SIZE           12
+#define QHCA_DETH_SIZE          8
+#define QHCA_RETH_SIZE          16
+#define QHCA_AETH_SIZE          4
+#define QHCA_ATOMIC_ETH_SIZE    28
+#define QHCA_ATOMIC_ACK_SIZE    8
+#define QHCA_IMMDT_SIZE         4
+#define QHCA_IETH_SIZE          4
+#define QHCA_ICRC_SIZE          4
+#define QHCA_ROCE_UDP_PORT      4791
+#define QHCA_FRAME_MAX          (QHCA_ETH_SIZE + QHCA_IPV6_SIZE + \
+                                 QHCA_UDP_SIZE + QHCA_BTH_SIZE + \
+                                 QHCA_ATOMIC_ETH_SIZE + 4096 + \
+                                 QHCA_ICRC_SIZE)
+
+#define QHCA_ETH_P_IPV4         0x0800
+#define QHCA_ETH_P_ARP          0x0806
+#define QHCA_ETH_P_IPV6         0x86dd
+#define QHCA_IPPROTO_UDP        17
+
 /*
  * A packet, decoded.  Fields the opcode does not carry are zero.  Every
- * packet says where it comes from: the sending port (its node GUID; on
- * RoCEv2 the source GID of the IP header) and the sending QP (on the wire
- * the source QPN is not in the BTH: RC knows it from the connection, and a
- * receiver derives it from the source address and UDP port; here the wire
- * carries it).  A QP accepts packets only from the peer it is connected to.
- * A datagram (UD) also says which port it is for (dest_guid: the GRH's
- * DGID) and carries the GRH fields its address handle gave it and the
- * DETH's Q_Key; its source QPN is the DETH's.
+ * packet says where it comes from and where it goes: the source and
+ * destination GIDs (on RoCEv2 the IP header's addresses, on the loopback
+ * wire the QP's address vector) and the GRH fields (RoCEv2: the IP header's
+ * traffic class, hop limit, flow label).  Between two QPs of one device the
+ * packet also carries the sending QP (src_qpn); a frame from the network
+ * does not (RC knows its peer from the connection, and a UD datagram's
+ * source QPN is the DETH's, also src_qpn): QHCA_SRC_QPN_UNKNOWN.  A QP
+ * accepts packets only from the peer it is connected to.  A datagram
+ * carries the DETH's Q_Key.
  */
+#define QHCA_SRC_QPN_UNKNOWN    UINT32_MAX
+
 typedef struct QhcaPkt {
-    uint64_t src_guid;          /* the sending port */
-    uint32_t src_qpn;           /* the sending QP */
-    uint64_t dest_guid;         /* UD: the port it is for */
+    uint8_t sgid[16];           /* the sending port's address */
+    uint8_t dgid[16];           /* the receiving port's address */
+    uint32_t src_qpn;           /* the sending QP, or QHCA_SRC_QPN_UNKNOWN */
     uint32_t qkey;              /* UD: DETH */
-    uint32_t flow_label;        /* UD: GRH */
-    uint8_t traffic_class;      /* UD: GRH */
-    uint8_t hop_limit;          /* UD: GRH */
+    uint32_t flow_label;        /* GRH / IPv6 */
+    uint8_t traffic_class;      /* GRH / IP */
+    uint8_t hop_limit;          /* GRH / IP */
     uint8_t opcode;             /* BTH */
     bool ack_req;               /* BTH A bit */
     uint32_t dest_qpn;          /* BTH */
@@ -126,6 +154,29 @@ struct QhcaWire {
 
 /* qhca-wire.c */
 QhcaWire *qhca_wire_loopback_new(QhcaState *s);
+
+/*
+ * qhca-net.c: the port's netdev, when it has one.  send() puts a packet
+ * for another port on it as a RoCEv2 frame; poll() delivers received frames
+ * (a budget of them) and says whether more wait.
+ */
+void qhca_roce_send(QhcaRoce *r, const QhcaPkt *pkt);
+bool qhca_roce_poll(QhcaRoce *r, unsigned *budget);
+bool qhca_roce_pending(QhcaRoce *r);
+void qhca_roce_reset(QhcaRoce *r);
+/* qhca-roce.c: RoCEv2 frames */
+size_t qhca_roce_encode(QhcaState *s, const QhcaPkt *pkt, uint8_t *frame);
+bool qhca_roce_decode(QhcaState *s, const uint8_t *buf, size_t size,
+                      QhcaPkt *pkt);
+bool qhca_roce_dropped(const char *why);
+/* Count a frame dropped in struct qhca_port_counters' field; false. */
+#define QHCA_RX_DROP(s, field, why) \
+    ((s)->port.field++, qhca_roce_dropped(why))
+/*
+ * The IPv4 header (QHCA_IPV4_SIZE bytes at hdr) of a packet between IPv4
+ * GIDs whose IP payload is ip_payload bytes (UDP header onwards).
+ */
+void qhca_ipv4_header(uint8_t *hdr, const QhcaPkt *pkt, uint32_t ip_payload);
 
 static inline void qhca_wire_send(QhcaWire *w, const QhcaPkt *pkt)
 {

@@ -11,6 +11,7 @@
 #define HW_MISC_QHCA_H
 
 #include "hw/pci/pci_device.h"
+#include "net/net.h"
 #include "qemu/log.h"
 #include "qemu/queue.h"
 #include "qemu/timer.h"
@@ -47,7 +48,12 @@ QEMU_BUILD_BUG_ON(sizeof(struct qhca_cmd_create_cq) != 40);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_cmd_create_qp) != 40);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_qp_attr) != 64);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_ctx_stats) != 96);
-QEMU_BUILD_BUG_ON(sizeof(struct qhca_ah_attr) != 24);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_ah_attr) != 32);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_gid_entry) != 24);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_cmd_set_gid) != 40);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_port_counters) != 160);
+QEMU_BUILD_BUG_ON(sizeof(struct qhca_port_attr) !=
+                  16 + 160 + 24 * QHCA_GID_TABLE_LEN);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_cmd_create_ah) != 40);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_wqe_ud) != 16);
 QEMU_BUILD_BUG_ON(sizeof(struct qhca_grh) != QHCA_GRH_SIZE);
@@ -67,7 +73,6 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 /* Property defaults and limits. */
 #define QHCA_DEFAULT_NUM_UARS   64
 #define QHCA_MAX_NUM_UARS       1024
-#define QHCA_DEFAULT_NODE_GUID  0x5148434100000001ull /* "QHCA" << 32 | 1 */
 
 /*
  * Work the command queue does per bottom-half run before yielding to the
@@ -88,7 +93,8 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_FW_VERSION         ((0ull << 32) | (1ull << 16) | 0) /* 0.1.0 */
 #define QHCA_HW_VER             1
 #define QHCA_CAPS               (QHCA_CAP_UAR_ISOLATION | QHCA_CAP_RC | \
-                                 QHCA_CAP_ODP | QHCA_CAP_MW | QHCA_CAP_UD)
+                                 QHCA_CAP_ODP | QHCA_CAP_MW | QHCA_CAP_UD | \
+                                 QHCA_CAP_PORT)
 #define QHCA_ODP_GENERAL_CAPS   (QHCA_ODP_SUPPORT | QHCA_ODP_SUPPORT_IMPLICIT)
 #define QHCA_ODP_RC_CAPS        (QHCA_ODP_SUPPORT_SEND | \
                                  QHCA_ODP_SUPPORT_RECV | \
@@ -282,6 +288,20 @@ typedef struct QhcaMw {
 } QhcaMw;
 
 /*
+ * An address vector, checked (qhca-port.c): the destination GID, the source
+ * GID as the table had it when the vector was made, and the GRH fields.
+ */
+typedef struct QhcaAv {
+    uint8_t dgid[16];
+    uint8_t sgid[16];
+    uint8_t sgid_index;
+    uint8_t traffic_class;
+    uint8_t hop_limit;
+    uint8_t sl;
+    uint32_t flow_label;
+} QhcaAv;
+
+/*
  * An address handle (qhca-ud.c): where a UD QP's datagrams go.  index is
  * generation << QHCA_AH_INDEX_BITS | slot, as a window's.
  */
@@ -290,11 +310,7 @@ typedef struct QhcaAh {
     uint32_t index;
     uint32_t uar;
     uint32_t pdn;
-    uint8_t dgid[16];
-    uint32_t flow_label;
-    uint8_t traffic_class;
-    uint8_t hop_limit;
-    uint8_t sl;
+    QhcaAv av;
 } QhcaAh;
 
 typedef struct QhcaCq {
@@ -366,6 +382,7 @@ typedef struct QhcaRdRes {
     uint32_t len;
     uint64_t va;
     uint64_t orig;              /* atomic: the value before it */
+    uint32_t msn;               /* the responder's MSN once it was taken */
 } QhcaRdRes;
 
 typedef struct QhcaQp QhcaQp;
@@ -401,7 +418,9 @@ struct QhcaQp {
     uint8_t max_dest_rd_atomic; /* responder: READs and atomics unanswered */
     uint32_t access;
     uint32_t dest_qpn;
+    QhcaAv av;                  /* RC: where the peer is */
     uint32_t rq_psn;            /* responder: next expected PSN */
+    uint32_t resp_msn;          /* responder: messages done (AETH MSN) */
     uint32_t sq_psn;            /* requester: next PSN to send */
     uint32_t qkey;              /* UD */
 
@@ -471,6 +490,7 @@ struct QhcaQp {
 };
 
 typedef struct QhcaWire QhcaWire;
+typedef struct QhcaRoce QhcaRoce;
 
 struct QhcaState {
     PCIDevice parent_obj;
@@ -486,6 +506,11 @@ struct QhcaState {
     uint32_t max_queue_log;
     bool wire_queued;           /* x-wire-queued: see qhca-wire.c */
     uint64_t wire_drop;         /* x-wire-drop: see qhca-wire.c (tests) */
+    NICConf conf;               /* mac, netdev */
+    uint32_t loss_drop;         /* x-loss-*: see qhca-roce.c (tests) */
+    uint32_t loss_dup;
+    uint32_t loss_reorder;
+    uint64_t loss_seed;
 
     /* BAR0 register file */
     uint32_t ctrl;              /* QHCA_CTRL_ENABLE; RESET self-clears */
@@ -563,6 +588,12 @@ struct QhcaState {
     QTAILQ_HEAD(, QhcaQp) run_list;
     uint32_t cq_arm_pending;    /* CQs with arm_pending set */
     QhcaWire *wire;
+
+    /* The port (qhca-port.c) and its RoCEv2 wire (qhca-roce.c), if any */
+    struct qhca_gid_entry gid[QHCA_GID_TABLE_LEN];
+    struct qhca_port_counters port; /* host order */
+    NICState *nic;
+    QhcaRoce *roce;
 };
 
 /* Counters saturate rather than wrap. */
@@ -686,6 +717,24 @@ void qhca_mw_unbind_mr(QhcaState *s, QhcaMr *mr);
 /* qhca-ud.c: address handles */
 uint8_t qhca_cmd_ah(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data);
 void qhca_ah_free_ctx(QhcaState *s, uint32_t uar);
+
+/* qhca-port.c: the port, its GID table and address vectors */
+void qhca_port_init(QhcaState *s);
+void qhca_port_reset(QhcaState *s);
+uint8_t qhca_cmd_port(QhcaState *s, const struct qhca_cmd *cmd);
+bool qhca_gid_ours(const QhcaState *s, const uint8_t *gid);
+bool qhca_gid_is_v4(const uint8_t *gid);
+bool qhca_ipv4_ours(const QhcaState *s, uint32_t ip);
+bool qhca_gid_eui64_mac(const uint8_t *gid, uint8_t *mac);
+uint8_t qhca_av_load(const QhcaState *s, const struct qhca_ah_attr *in,
+                     QhcaAv *av);
+void qhca_av_store(const QhcaAv *av, struct qhca_ah_attr *out);
+void qhca_av_default(const QhcaState *s, QhcaAv *av);
+bool qhca_port_post_load(QhcaState *s);
+
+/* qhca-net.c: the port on a QEMU netdev */
+bool qhca_roce_realize(QhcaState *s, Error **errp);
+void qhca_roce_unrealize(QhcaState *s);
 
 /* qhca-odp.c: on-demand paging */
 uint8_t qhca_cmd_odp(QhcaState *s, const struct qhca_cmd *cmd);

@@ -3,7 +3,10 @@
 //! Queue pairs: CREATE_QP (reliable connected or unreliable datagram), MODIFY_QP and QUERY_QP;
 //! DESTROY_QP goes through [`Verbs::destroy`].
 
-use super::{page_align, position, read_arg, write_arg, Objects, Verbs};
+use super::{
+    ah::{av_from_le, av_to_le, check_av},
+    page_align, position, read_arg, write_arg, Objects, Verbs,
+};
 use crate::{
     cmdq::Cmd,
     pagelist::{span_pages, PageList},
@@ -129,17 +132,24 @@ impl Verbs<'_> {
     ///
     /// # Errors
     ///
-    /// `EINVAL` for an empty or unknown mask, nonzero reserved fields or a transition the device
-    /// refuses; `EPERM` for a controlled Q_Key (`QHCA_QKEY_CONTROLLED`, IBA 10.2.5) without
+    /// `EINVAL` for an empty or unknown mask, nonzero reserved fields, an address vector that
+    /// [`check_av`] refuses (or one the mask does not name that is not all zero) or a
+    /// transition the device refuses; `EOPNOTSUPP` for an address vector on a device without a
+    /// port; `EPERM` for a controlled Q_Key (`QHCA_QKEY_CONTROLLED`, IBA 10.2.5) without
     /// `CAP_NET_RAW`; `ENOENT` for a QP this file did not create.
     pub(super) fn modify_qp(&self, arg: usize) -> Result<isize> {
         let (a, _) = read_arg::<uapi::qhca_ioc_qp_attr>(arg)?;
         let q = &a.attr;
-        if a.rsvd != 0
-            || q.mask == 0
-            || q.mask & !uapi::QHCA_QP_ATTR_ALL != 0
-            || q.rsvd1.iter().any(|&r| r != 0)
-        {
+        if a.rsvd != 0 || q.mask == 0 || q.mask & !uapi::QHCA_QP_ATTR_ALL != 0 {
+            return Err(EINVAL);
+        }
+        if q.mask & uapi::QHCA_QP_ATTR_AV != 0 {
+            check_av(&q.av)?;
+            if self.dev.attr()?.caps & u64::from(uapi::QHCA_CAP_PORT) == 0 {
+                return Err(EOPNOTSUPP);
+            }
+        } else if q.av.as_bytes().iter().any(|&b| b != 0) {
+            // Like every field the mask does not name.
             return Err(EINVAL);
         }
         if q.mask & uapi::QHCA_QP_ATTR_QKEY != 0
@@ -155,6 +165,7 @@ impl Verbs<'_> {
         le.rq_psn = q.rq_psn.to_le();
         le.sq_psn = q.sq_psn.to_le();
         le.qkey = q.qkey.to_le();
+        le.av = av_to_le(&q.av);
         self.locked(|bound, objs| {
             position(&objs.qps, |x| x.qpn == a.qpn)?;
             let mailbox: Coherent<[u8]> =
@@ -194,6 +205,7 @@ impl Verbs<'_> {
             rq_psn: u32::from_le(le.rq_psn),
             sq_psn: u32::from_le(le.sq_psn),
             qkey: u32::from_le(le.qkey),
+            av: av_from_le(&le.av),
             ..le
         };
         write_arg(out, &a)

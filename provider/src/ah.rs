@@ -23,14 +23,16 @@
 //! memory. So a [`UdDest`] is plain numbers and posting stays safe.
 
 use std::fmt;
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use qhca_uapi::{
-    qhca_ah_attr, qhca_grh, qhca_ioc_create_ah, qhca_ioc_handle, QHCA_GID_PREFIX, QHCA_GRH_SIZE,
+    qhca_ah_attr, qhca_grh, qhca_ioc_create_ah, qhca_ioc_handle, QHCA_GID_PREFIX,
+    QHCA_GID_TABLE_LEN, QHCA_GID_V4_PREFIX_HI, QHCA_GID_V4_PREFIX_LO, QHCA_GRH_SIZE,
     QHCA_QKEY_CONTROLLED, QHCA_UD_MAX_MSG,
 };
 
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
 use crate::pd::{Pd, PdInner};
 use crate::sys::{self, Request};
 
@@ -46,8 +48,10 @@ pub const PORT_NUM: u8 = 1;
 const _: () = assert!(core::mem::size_of::<qhca_grh>() == GRH_SIZE);
 
 /// A port's global identifier: 16 bytes as on the wire (`union ibv_gid`), a 64-bit subnet
-/// prefix then a 64-bit interface identifier, both big-endian. A qhca port's GID is
-/// `fe80::/64` with the node GUID as the interface identifier ([`Gid::from_guid`]).
+/// prefix then a 64-bit interface identifier, both big-endian. A qhca port's GID 0 is
+/// `fe80::/64` with the node GUID as the interface identifier ([`Gid::from_guid`]); its other
+/// GIDs are IPv4 addresses, IPv4-mapped (`::ffff:a.b.c.d`, [`Gid::from_ipv4`]), as RoCEv2
+/// names them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Gid {
     /// The bytes, in network order.
@@ -78,12 +82,37 @@ impl Gid {
     pub fn interface_id(&self) -> u64 {
         u64::from_be_bytes(self.raw[8..].try_into().expect("8 bytes"))
     }
+
+    /// The IPv4-mapped GID of `addr`: `::ffff:a.b.c.d` (`QHCA_GID_V4_PREFIX_*`, RFC 4291
+    /// 2.5.5.2), what RoCEv2 names an IPv4 address by.
+    pub fn from_ipv4(addr: Ipv4Addr) -> Gid {
+        Gid::from_parts(
+            QHCA_GID_V4_PREFIX_HI.into(),
+            QHCA_GID_V4_PREFIX_LO | u64::from(addr.to_bits()),
+        )
+    }
+
+    /// The IPv4 address of an IPv4-mapped GID; `None` for any other GID.
+    pub fn ipv4(&self) -> Option<Ipv4Addr> {
+        let v4 = self.subnet_prefix() == u64::from(QHCA_GID_V4_PREFIX_HI)
+            && self.interface_id() & 0xffff_ffff_0000_0000 == QHCA_GID_V4_PREFIX_LO;
+        v4.then(|| Ipv4Addr::from_bits(self.interface_id() as u32))
+    }
+
+    /// True for the all-zero GID (an empty table entry; "none named" in a connection record).
+    pub fn is_zero(&self) -> bool {
+        self.raw == [0; 16]
+    }
 }
 
 /// As `ibv_devinfo -v` prints a GID: eight groups of four hex digits, e.g.
-/// `fe80:0000:0000:0000:5254:0012:3456:0001`.
+/// `fe80:0000:0000:0000:5254:0012:3456:0001`; an IPv4-mapped GID as its address is written
+/// in IPv6 (RFC 4291 2.2), e.g. `::ffff:10.0.0.1`.
 impl fmt::Display for Gid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(v4) = self.ipv4() {
+            return write!(f, "::ffff:{v4}");
+        }
         for (i, pair) in self.raw.chunks(2).enumerate() {
             if i > 0 {
                 f.write_str(":")?;
@@ -100,12 +129,32 @@ impl From<[u8; 16]> for Gid {
     }
 }
 
-/// Where datagrams go (`struct ibv_ah_attr` with its `ibv_global_route`, on the device's one
-/// port): the destination port's GID and the GRH fields to send with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+impl From<Ipv4Addr> for Gid {
+    fn from(addr: Ipv4Addr) -> Gid {
+        Gid::from_ipv4(addr)
+    }
+}
+
+/// Entries in a port's GID table (`QHCA_GID_TABLE_LEN`): index 0, the link-local GID, and
+/// the ones the administrator sets ([`crate::Context::set_gid`]).
+pub const GID_TABLE_LEN: usize = QHCA_GID_TABLE_LEN as usize;
+
+/// An address vector (`struct ibv_ah_attr` with its `ibv_global_route`, on the device's one
+/// port): where datagrams ([`Pd::create_ah`]) or an RC QP's packets ([`crate::QpAttr::av`])
+/// go, the local GID they come from and the GRH fields to send with.
+///
+/// The device takes it when `sgid_index` names a valid entry of the port's GID table
+/// ([`crate::Context::query_port`]) and `dgid` is IPv4-mapped exactly when that entry is
+/// (`EINVAL` otherwise). A destination the port cannot reach just loses the packets.
+///
+/// `Default` is all zero (no destination, hop limit 0): build one with [`AhAttr::new`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AhAttr {
-    /// The destination port's GID ([`crate::Context::gid`] on its side).
+    /// The destination port's GID ([`crate::Context::gid`] on its side, or one of the IPv4
+    /// GIDs of its table).
     pub dgid: Gid,
+    /// The source: an entry of this port's GID table (0, the link-local GID, by default).
+    pub sgid_index: u8,
     /// IPv6-style flow label, 20 bits.
     pub flow_label: u32,
     /// Traffic class.
@@ -117,10 +166,12 @@ pub struct AhAttr {
 }
 
 impl AhAttr {
-    /// To `dgid`, with flow label, traffic class and service level 0 and hop limit 64.
+    /// To `dgid` from GID index 0, with flow label, traffic class and service level 0 and hop
+    /// limit 64.
     pub fn new(dgid: Gid) -> AhAttr {
         AhAttr {
             dgid,
+            sgid_index: 0,
             flow_label: 0,
             traffic_class: 0,
             hop_limit: 64,
@@ -128,14 +179,20 @@ impl AhAttr {
         }
     }
 
+    /// The same vector sent from GID index `sgid_index`.
+    pub fn from_index(self, sgid_index: u8) -> AhAttr {
+        AhAttr { sgid_index, ..self }
+    }
+
     /// Refuses what the ABI cannot carry (a flow label wider than 20 bits, a service level
-    /// above 15).
-    fn check(&self) -> Result<()> {
-        if self.flow_label >= 1 << 20 || self.sl > 15 {
+    /// above 15, a GID index beyond the table).
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.flow_label >= 1 << 20 || self.sl > 15 || self.sgid_index as usize >= GID_TABLE_LEN {
             return Err(Error::Invalid {
                 what: format!(
-                    "address handle with flow label {:#x} (20 bits) and SL {} (0..=15)",
-                    self.flow_label, self.sl
+                    "address vector with flow label {:#x} (20 bits), SL {} (0..=15) and GID \
+                     index {} (0..{GID_TABLE_LEN})",
+                    self.flow_label, self.sl, self.sgid_index
                 ),
             });
         }
@@ -151,6 +208,20 @@ impl AhAttr {
             hop_limit: self.hop_limit,
             sl: self.sl,
             port_num: PORT_NUM,
+            sgid_index: self.sgid_index,
+            rsvd: [0; 7],
+        }
+    }
+
+    /// From the ABI struct (what QUERY_QP reports of an RC QP).
+    pub fn from_raw(a: &qhca_ah_attr) -> AhAttr {
+        AhAttr {
+            dgid: Gid { raw: a.dgid },
+            sgid_index: a.sgid_index,
+            flow_label: a.flow_label,
+            traffic_class: a.traffic_class,
+            hop_limit: a.hop_limit,
+            sl: a.sl,
         }
     }
 }
@@ -170,19 +241,45 @@ pub struct Ah {
 }
 
 impl Pd {
-    /// `QHCA_IOCTL_CREATE_AH`: an address handle to `attr.dgid` (`EOPNOTSUPP` on a device
-    /// without UD, [`crate::DeviceAttr::supports_ud`]). Fails with [`Error::Invalid`] before
-    /// asking the driver if `attr` has a field out of range.
+    /// `QHCA_IOCTL_CREATE_AH`: an address handle to `attr.dgid` from GID `attr.sgid_index`
+    /// (`EOPNOTSUPP` on a device without UD, [`crate::DeviceAttr::supports_ud`]; `EINVAL` for
+    /// a source entry that is not valid or a destination of the other family, see
+    /// [`AhAttr`]). Fails with [`Error::Invalid`] before asking the driver if `attr` has a
+    /// field out of range.
+    ///
+    /// A driver from before the GID table does not know this number (`ENOTTY`): a handle from
+    /// GID index 0 is then asked for with `QHCA_IOCTL_CREATE_AH_V1`. If that fails too, the
+    /// first error is returned.
     pub fn create_ah(&self, attr: &AhAttr) -> Result<Ah> {
         attr.check()?;
         let mut req = qhca_ioc_create_ah::request();
         req.pdn = self.pdn();
         req.attr = attr.to_raw();
-        self.context()
-            .ioctl("CREATE_AH", sys::create_ah, &mut req)?;
+        let handle = match self.context().ioctl("CREATE_AH", sys::create_ah, &mut req) {
+            Ok(()) => req.ah,
+            Err(
+                e @ Error::Ioctl {
+                    source: Errno::ENOTTY,
+                    ..
+                },
+            ) if attr.sgid_index == 0 => {
+                let mut v1 = sys::CreateAhV1::request();
+                v1.pdn = req.pdn;
+                v1.attr = sys::AhAttrV1::from(&req.attr);
+                if self
+                    .context()
+                    .ioctl("CREATE_AH", sys::create_ah_v1, &mut v1)
+                    .is_err()
+                {
+                    return Err(e);
+                }
+                v1.ah
+            }
+            Err(e) => return Err(e),
+        };
         Ok(Ah {
             pd: self.inner.clone(),
-            handle: req.ah,
+            handle,
             attr: *attr,
         })
     }
@@ -240,19 +337,25 @@ pub struct UdDest {
 
 /// The global route header that starts every UD receive buffer (`struct qhca_grh`, as
 /// `struct ibv_grh`: big-endian on the wire, host integers here).
+///
+/// A datagram between IPv4 GIDs has, as RoCEv2 delivers one, 20 zero bytes and then the IPv4
+/// header in those [`GRH_SIZE`] bytes: [`Grh::parse`] reads that form too ([`Grh::ip_version`]
+/// 4), with the addresses as IPv4-mapped GIDs, the TOS as the traffic class and the TTL as the
+/// hop limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Grh {
-    /// IP version: 6.
+    /// IP version: 6, or 4 for a datagram between IPv4 GIDs.
     pub ip_version: u8,
-    /// The sender's address handle's traffic class.
+    /// The sender's address handle's traffic class (IPv4: the TOS).
     pub traffic_class: u8,
-    /// Its flow label (20 bits).
+    /// Its flow label (20 bits; IPv4: 0).
     pub flow_label: u32,
-    /// Payload length as IBA counts it (BTH, DETH, ImmDt, the message padded to 4, ICRC).
+    /// Payload length as IBA counts it (BTH, DETH, ImmDt, the message padded to 4, ICRC);
+    /// IPv4: the IPv4 total length less the IPv4 and UDP headers, the same bytes.
     pub paylen: u16,
-    /// Next header: `0x1b`, a BTH.
+    /// Next header: `0x1b`, a BTH (IPv4: the protocol, 17, UDP).
     pub next_hdr: u8,
-    /// Its hop limit.
+    /// Its hop limit (IPv4: the TTL).
     pub hop_limit: u8,
     /// The sending port's GID: who sent the datagram (with [`crate::Wc::src_qp`]).
     pub sgid: Gid,
@@ -260,10 +363,30 @@ pub struct Grh {
     pub dgid: Gid,
 }
 
+/// Where the IPv4 header starts in the GRH area of a datagram between IPv4 GIDs.
+const IPV4_AT: usize = 20;
+/// IPv4 and UDP headers: what an IPv4 total length counts beyond the IBA payload.
+const IPV4_UDP_LEN: u16 = 20 + 8;
+
 impl Grh {
     /// Decodes the first [`GRH_SIZE`] bytes of a receive buffer; `None` if there are fewer.
+    /// 20 zero bytes then an IPv4 header of 20 bytes is the IPv4 form (see [`Grh`]).
     pub fn parse(b: &[u8]) -> Option<Grh> {
         let b: &[u8; GRH_SIZE] = b.get(..GRH_SIZE)?.try_into().ok()?;
+        if b[..IPV4_AT].iter().all(|&x| x == 0) && b[IPV4_AT] == 0x45 {
+            let ip4 = &b[IPV4_AT..];
+            let addr = |at: usize| Ipv4Addr::new(ip4[at], ip4[at + 1], ip4[at + 2], ip4[at + 3]);
+            return Some(Grh {
+                ip_version: 4,
+                traffic_class: ip4[1],
+                flow_label: 0,
+                paylen: u16::from_be_bytes([ip4[2], ip4[3]]).saturating_sub(IPV4_UDP_LEN),
+                next_hdr: ip4[9],
+                hop_limit: ip4[8],
+                sgid: Gid::from_ipv4(addr(12)),
+                dgid: Gid::from_ipv4(addr(16)),
+            });
+        }
         let vtf = u32::from_be_bytes(b[0..4].try_into().expect("4 bytes"));
         let gid = |at: usize| Gid {
             raw: b[at..at + 16].try_into().expect("16 bytes"),
@@ -280,9 +403,30 @@ impl Grh {
         })
     }
 
-    /// The wire bytes (what the device writes; for tests and tools that fake a datagram).
+    /// The wire bytes (what the device writes; for tests and tools that fake a datagram): the
+    /// IPv4 form, checksum included, when `ip_version` is 4 (the GIDs' last four bytes are the
+    /// addresses).
     pub fn to_bytes(&self) -> [u8; GRH_SIZE] {
         let mut b = [0u8; GRH_SIZE];
+        if self.ip_version == 4 {
+            let ip4 = &mut b[IPV4_AT..];
+            ip4[0] = 0x45;
+            ip4[1] = self.traffic_class;
+            ip4[2..4].copy_from_slice(&self.paylen.wrapping_add(IPV4_UDP_LEN).to_be_bytes());
+            ip4[6] = 0x40; // DF
+            ip4[8] = self.hop_limit;
+            ip4[9] = self.next_hdr;
+            ip4[12..16].copy_from_slice(&self.sgid.raw[12..]);
+            ip4[16..20].copy_from_slice(&self.dgid.raw[12..]);
+            let sum = ip4
+                .chunks_exact(2)
+                .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+                .sum::<u32>();
+            let sum = (sum & 0xffff) + (sum >> 16);
+            let sum = (sum & 0xffff) + (sum >> 16);
+            ip4[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+            return b;
+        }
         let vtf = (u32::from(self.ip_version & 0xf) << 28)
             | (u32::from(self.traffic_class) << 20)
             | (self.flow_label & 0xf_ffff);
@@ -318,6 +462,40 @@ mod tests {
         );
     }
 
+    #[test]
+    fn ipv4_gids_are_mapped_and_print_as_addresses() {
+        let a = Ipv4Addr::new(10, 7, 0, 3);
+        let g = Gid::from_ipv4(a);
+        assert_eq!(
+            g.raw,
+            [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 7, 0, 3]
+        );
+        assert_eq!(Gid::from(a), g);
+        assert_eq!(g.ipv4(), Some(a));
+        assert_eq!(g.to_string(), "::ffff:10.7.0.3");
+        assert_eq!(
+            Gid::from_ipv4(Ipv4Addr::new(255, 0, 0, 1)).to_string(),
+            "::ffff:255.0.0.1"
+        );
+        // The same address as IPv6 agrees.
+        let v6: std::net::Ipv6Addr = "::ffff:10.7.0.3".parse().unwrap();
+        assert_eq!(v6.octets(), g.raw);
+        assert!(!g.is_zero() && Gid::default().is_zero());
+        // Not mapped: the link-local GID, ::ffff:0:0/96 with another prefix, ::a.b.c.d
+        // (IPv4-compatible), the zero GID.
+        for raw in [
+            Gid::from_guid(0x5254_0012_3456_0001).raw,
+            [0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 10, 7, 0, 3],
+            [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10, 7, 0, 3],
+            [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 7, 0, 3],
+            [0; 16],
+        ] {
+            let g = Gid { raw };
+            assert_eq!(g.ipv4(), None, "{raw:02x?}");
+            assert_eq!(g.to_string().len(), 39, "{g}");
+        }
+    }
+
     /// Every byte of a GRH as the header lays it out (offsets from the bindings, values
     /// big-endian), spelled out by hand.
     #[test]
@@ -351,6 +529,41 @@ mod tests {
         assert_eq!(Grh::parse(&[]), None);
     }
 
+    /// A datagram between IPv4 GIDs: 20 zero bytes, then the IPv4 header (from 10.7.0.9 to
+    /// 10.7.0.3, TOS 0x20, TTL 63, UDP, total length 64: an IBA payload of 36 bytes), checksum
+    /// computed by hand (0x4520 + 0x0040 + 0x4000 + 0x3f11 + 0x0a07 + 0x0009 + 0x0a07 + 0x0003
+    /// = 0xd88b: 0x2774).
+    #[test]
+    fn grh_parses_the_ipv4_form() {
+        let mut b = [0u8; GRH_SIZE];
+        b[20..].copy_from_slice(&[
+            0x45, 0x20, 0x00, 0x40, 0x00, 0x00, 0x40, 0x00, 63, 17, 0x27, 0x74, 10, 7, 0, 9, 10, 7,
+            0, 3,
+        ]);
+        let g = Grh::parse(&b).unwrap();
+        assert_eq!(
+            g,
+            Grh {
+                ip_version: 4,
+                traffic_class: 0x20,
+                flow_label: 0,
+                paylen: 36,
+                next_hdr: 17,
+                hop_limit: 63,
+                sgid: Gid::from_ipv4(Ipv4Addr::new(10, 7, 0, 9)),
+                dgid: Gid::from_ipv4(Ipv4Addr::new(10, 7, 0, 3)),
+            }
+        );
+        assert_eq!(g.to_bytes(), b);
+        // Not the IPv4 form: anything in the first 20 bytes, or another header length.
+        let mut c = b;
+        c[3] = 1;
+        assert_eq!(Grh::parse(&c).unwrap().ip_version, 0);
+        let mut c = b;
+        c[20] = 0x46;
+        assert_eq!(Grh::parse(&c).unwrap().ip_version, 0);
+    }
+
     #[test]
     fn ah_attr_to_raw_and_its_limits() {
         let a = AhAttr {
@@ -373,6 +586,12 @@ mod tests {
         .check()
         .is_err());
         assert!(AhAttr { sl: 16, ..a }.check().is_err());
+        assert_eq!(r.sgid_index, 0);
+        let b = a.from_index(15);
+        b.check().unwrap();
+        assert_eq!((b.to_raw().sgid_index, b.to_raw().rsvd), (15, [0; 7]));
+        assert_eq!(AhAttr::from_raw(&b.to_raw()), b);
+        assert!(a.from_index(16).check().is_err());
     }
 
     #[test]

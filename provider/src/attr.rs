@@ -2,7 +2,7 @@
 
 //! What `QHCA_IOCTL_QUERY_DEVICE` reports, as a plain Rust struct.
 
-use qhca_uapi::{qhca_ioc_query_device, CAP_NAMES, CAP_UD, QHCA_ABI_VERSION};
+use qhca_uapi::{qhca_ioc_query_device, CAP_NAMES, CAP_PORT, CAP_UD, QHCA_ABI_VERSION};
 
 use crate::ah::Gid;
 use crate::error::{Error, Result};
@@ -166,8 +166,15 @@ impl DeviceAttr {
         self.has_cap(CAP_UD)
     }
 
-    /// The GID of the device's port (index 0, the only one): `QHCA_GID_PREFIX` then the node
-    /// GUID, big-endian ([`Gid::from_guid`]). What a peer's address handle names to reach it.
+    /// The device has a port with a GID table (`QHCA_CAP_PORT`): [`crate::Context::query_port`],
+    /// IPv4 GIDs, address vectors on RC QPs.
+    pub fn has_port(&self) -> bool {
+        self.has_cap(CAP_PORT)
+    }
+
+    /// The GID of the device's port at index 0, the link-local one: `QHCA_GID_PREFIX` then the
+    /// node GUID, big-endian ([`Gid::from_guid`]). What a peer's address handle names to reach
+    /// it, unless it names one of the port's IPv4 GIDs ([`crate::Context::query_port`]).
     pub fn port_gid(&self) -> Gid {
         Gid::from_guid(self.node_guid)
     }

@@ -4,8 +4,11 @@
 //! needs to reach it (QP number, first PSN, a region's key, address and length), then both move
 //! their QPs to RTS.
 //!
-//! The record is 32 bytes, little-endian: magic `"QHCI"`, qpn, psn, rkey, addr (u64), len (u64).
-//! Each side passes its own record and the peer's to [`crate::Qp::connect`].
+//! The record is 56 bytes, little-endian: magic `"QHC2"`, qpn, psn, rkey, addr (u64), len
+//! (u64), then the sender's GID (16 bytes, as on the wire; all zero: none named), its index in
+//! the sender's GID table (u8) and 7 zero bytes. Each side passes its own record and the peer's
+//! to [`crate::Qp::connect`]. (Version 1, magic `"QHCI"`, was the first 32 bytes: a peer that
+//! sends one is told so.)
 //!
 //! Every helper waits at most the timeout it is given (or that [`set_timeouts`] put on the
 //! stream), and reports a peer that closed the connection as [`Error::PeerClosed`], not as an
@@ -16,12 +19,17 @@ use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+use crate::ah::Gid;
 use crate::error::{errno_of, Error, Result};
 
 /// Bytes of an encoded [`ConnInfo`].
-pub const CONN_INFO_LEN: usize = 32;
+pub const CONN_INFO_LEN: usize = 56;
 /// First four bytes of a record.
-pub const CONN_MAGIC: [u8; 4] = *b"QHCI";
+pub const CONN_MAGIC: [u8; 4] = *b"QHC2";
+/// First four bytes of a record of the first version (no GID).
+const CONN_MAGIC_V1: [u8; 4] = *b"QHCI";
+/// Bytes of a record of the first version.
+const CONN_INFO_V1_LEN: usize = 32;
 
 /// What one side tells the other.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -37,6 +45,12 @@ pub struct ConnInfo {
     pub addr: u64,
     /// Its length.
     pub len: u64,
+    /// The GID the sender's QP sends from, what the receiver's address vector names (all
+    /// zero: none named, the QPs talk through their port's GID 0; see
+    /// [`crate::Qp::connect`]). On UD, where the sender's datagrams come from.
+    pub gid: Gid,
+    /// That GID's index in the sender's GID table (its `sgid_index`).
+    pub gid_index: u8,
 }
 
 impl ConnInfo {
@@ -50,6 +64,17 @@ impl ConnInfo {
         }
     }
 
+    /// The same record naming the GID at `index` of the sender's port (see
+    /// [`crate::Context::query_port`]): the peer's QP then sends to `gid`, and this side's from
+    /// entry `index`.
+    pub fn with_gid(self, gid: Gid, index: u8) -> ConnInfo {
+        ConnInfo {
+            gid,
+            gid_index: index,
+            ..self
+        }
+    }
+
     /// The wire record.
     pub fn encode(&self) -> [u8; CONN_INFO_LEN] {
         let mut b = [0u8; CONN_INFO_LEN];
@@ -59,14 +84,29 @@ impl ConnInfo {
         b[12..16].copy_from_slice(&self.rkey.to_le_bytes());
         b[16..24].copy_from_slice(&self.addr.to_le_bytes());
         b[24..32].copy_from_slice(&self.len.to_le_bytes());
+        b[32..48].copy_from_slice(&self.gid.raw);
+        b[48] = self.gid_index;
         b
     }
 
-    /// Parses a wire record; [`Error::Protocol`] if the magic or the PSN is wrong.
+    /// Parses a wire record; [`Error::Protocol`] if the magic, the PSN or the reserved bytes
+    /// are wrong.
     pub fn decode(b: &[u8; CONN_INFO_LEN]) -> Result<ConnInfo> {
+        if b[0..4] == CONN_MAGIC_V1 {
+            return Err(Error::Protocol {
+                what: "a record of the first version (32 bytes, no GID): the peer runs an older \
+                       qhca"
+                    .into(),
+            });
+        }
         if b[0..4] != CONN_MAGIC {
             return Err(Error::Protocol {
                 what: format!("bad magic {:02x?}", &b[0..4]),
+            });
+        }
+        if b[49..].iter().any(|&x| x != 0) {
+            return Err(Error::Protocol {
+                what: format!("reserved bytes {:02x?} not zero", &b[49..]),
             });
         }
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
@@ -77,6 +117,10 @@ impl ConnInfo {
             rkey: u32_at(12),
             addr: u64_at(16),
             len: u64_at(24),
+            gid: Gid {
+                raw: b[32..48].try_into().expect("16 bytes"),
+            },
+            gid_index: b[48],
         };
         if info.psn > 0xff_ffff {
             return Err(Error::Protocol {
@@ -146,9 +190,16 @@ pub fn exchange(stream: &mut TcpStream, local: &ConnInfo) -> Result<ConnInfo> {
         .write_all(&local.encode())
         .map_err(net_err("send connection record", t))?;
     let mut b = [0u8; CONN_INFO_LEN];
+    // The first version's length first: a peer that sends one is told so, not waited for.
+    let (head, tail) = b.split_at_mut(CONN_INFO_V1_LEN);
     stream
-        .read_exact(&mut b)
+        .read_exact(head)
         .map_err(net_err("receive connection record", t))?;
+    if head[0..4] != CONN_MAGIC_V1 {
+        stream
+            .read_exact(tail)
+            .map_err(net_err("receive connection record", t))?;
+    }
     ConnInfo::decode(&b)
 }
 
@@ -241,19 +292,37 @@ mod tests {
         rkey: 0x0102_0304,
         addr: 0x7fff_0000_1000,
         len: 1 << 20,
+        gid: Gid {
+            raw: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 7, 0, 3],
+        },
+        gid_index: 2,
     };
 
     #[test]
     fn encodes_byte_for_byte_and_back() {
         let b = INFO.encode();
-        let mut want = Vec::from(*b"QHCI");
+        let mut want = Vec::from(*b"QHC2");
         want.extend(0x12_3456u32.to_le_bytes());
         want.extend(0xab_cdefu32.to_le_bytes());
         want.extend(0x0102_0304u32.to_le_bytes());
         want.extend(0x7fff_0000_1000u64.to_le_bytes());
         want.extend((1u64 << 20).to_le_bytes());
+        want.extend([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 7, 0, 3]);
+        want.extend([2, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(b[..], want[..]);
         assert_eq!(ConnInfo::decode(&b).unwrap(), INFO);
+        // No GID named: all zero.
+        let plain = ConnInfo {
+            gid: Gid::default(),
+            gid_index: 0,
+            ..INFO
+        };
+        assert_eq!(plain.encode()[32..], [0; 24]);
+        assert_eq!(
+            plain.with_gid(INFO.gid, 2),
+            INFO,
+            "with_gid sets the GID and its index"
+        );
     }
 
     #[test]
@@ -261,6 +330,18 @@ mod tests {
         let mut b = INFO.encode();
         b[0] = b'X';
         assert!(matches!(ConnInfo::decode(&b), Err(Error::Protocol { .. })));
+        let mut b = INFO.encode();
+        b[0..4].copy_from_slice(b"QHCI");
+        assert!(ConnInfo::decode(&b)
+            .unwrap_err()
+            .to_string()
+            .contains("first version"));
+        let mut b = INFO.encode();
+        b[55] = 1;
+        assert!(ConnInfo::decode(&b)
+            .unwrap_err()
+            .to_string()
+            .contains("reserved"));
         let mut b = INFO.encode();
         b[11] = 1; // PSN 0x01abcdef
         assert!(ConnInfo::decode(&b)

@@ -113,6 +113,17 @@ pub enum Error {
         during: &'static str,
     },
 
+    /// The port's GID table cannot do what was asked ([`crate::Context::add_ipv4`],
+    /// [`crate::Context::del_ipv4`]): the address is in it already (`EEXIST`), no entry is free
+    /// (`ENOSPC`), or the address is not in it (`ENOENT`).
+    #[error("GID table: {what}: {source}")]
+    GidTable {
+        /// What was asked (e.g. `add 10.0.0.1/24`).
+        what: String,
+        /// Why.
+        source: Errno,
+    },
+
     /// The driver speaks a different ABI version than this provider was built for.
     #[error("ABI mismatch: driver has ABI version {driver}, provider was built for {provider}")]
     AbiMismatch {
@@ -131,7 +142,8 @@ impl Error {
             | Error::Ioctl { source, .. }
             | Error::Mmap { source, .. }
             | Error::Discover { source, .. }
-            | Error::Sys { source, .. } => Some(*source),
+            | Error::Sys { source, .. }
+            | Error::GidTable { source, .. } => Some(*source),
             Error::Invalid { .. } => Some(Errno::EINVAL),
             Error::Disassociated { .. } => Some(Errno::ENODEV),
             Error::Timeout { .. } => Some(Errno::ETIMEDOUT),

@@ -58,6 +58,12 @@
 //! ([`Pd::create_ah`], [`Ah`]) named in each request ([`SendWr::to_ud`]); a receive starts
 //! with a global route header ([`Grh`], [`GRH_SIZE`] bytes) naming the sender's port ([`Gid`]).
 //!
+//! The device's port ([`Context::query_port`], [`PortAttr`]) has a GID table: entry 0, the
+//! link-local GID, and IPv4 addresses an administrator adds ([`Context::add_ipv4`]). An
+//! address vector ([`AhAttr`]: a handle's, or an RC QP's, [`QpAttr::av`]) sends from one
+//! entry (`sgid_index`) to a destination GID; an RC QP without one talks to its own port's
+//! GID 0, as before the table existed.
+//!
 //! `provider/examples/rc_write_imm.rs` is a complete two-process program: an RC connection
 //! over [`conn`]'s TCP exchange, a WRITE_WITH_IMM, then a READ back.
 //!
@@ -166,6 +172,7 @@ mod mem;
 mod mw;
 pub mod odp;
 mod pd;
+mod port;
 mod qp;
 pub mod rcache;
 mod sys;
@@ -173,7 +180,9 @@ mod watched;
 mod wq;
 mod wqe;
 
-pub use ah::{Ah, AhAttr, Gid, Grh, UdDest, GRH_SIZE, PORT_NUM, QKEY_CONTROLLED, UD_MAX_MSG};
+pub use ah::{
+    Ah, AhAttr, Gid, Grh, UdDest, GID_TABLE_LEN, GRH_SIZE, PORT_NUM, QKEY_CONTROLLED, UD_MAX_MSG,
+};
 pub use attr::{cap_names, fw_version_string, guid_string, DeviceAttr, OdpCaps};
 pub use conn::ConnInfo;
 pub use context::{AsyncEvent, Context, CtxStats};
@@ -189,6 +198,7 @@ pub use mem::{PageBuf, PAGE_SIZE};
 pub use mw::{inc_rkey, Mw, MwType};
 pub use odp::{Advice, OdpMr};
 pub use pd::{Access, Mr, MrBuf, Pd};
+pub use port::{GidEntry, PortAttr, PortCounters, PortState, Wire};
 pub use qhca_uapi::db::{DbType, DbWord};
 pub use qhca_uapi::QHCA_ABI_VERSION;
 pub use qp::{ConnOpts, Qp, QpAttr, QpInfo, QpState, QpType};

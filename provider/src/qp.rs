@@ -20,8 +20,9 @@ use qhca_uapi::{
     QHCA_QP_ATTR_RNR_RETRY, QHCA_QP_ATTR_RQ_PSN, QHCA_QP_ATTR_SQ_PSN, QHCA_QP_ATTR_STATE,
     QHCA_QP_ATTR_TIMEOUT,
 };
-use qhca_uapi::{QHCA_QPT_RC, QHCA_QPT_UD, QHCA_QP_ATTR_QKEY};
+use qhca_uapi::{QHCA_QPT_RC, QHCA_QPT_UD, QHCA_QP_ATTR_AV, QHCA_QP_ATTR_QKEY};
 
+use crate::ah::AhAttr;
 use crate::conn::ConnInfo;
 use crate::context::Context;
 use crate::cq::{Cq, CqInner};
@@ -137,6 +138,10 @@ pub struct QpAttr {
     /// request's remote Q_Key has [`crate::QKEY_CONTROLLED`]). Required at RESET → INIT;
     /// a value with [`crate::QKEY_CONTROLLED`] set needs `CAP_NET_RAW` (`EPERM`).
     pub qkey: Option<u32>,
+    /// RC only, INIT → RTR only: the peer's address, and the entry of this port's GID table
+    /// the QP sends from (see [`AhAttr`]). Until it is set, an RC QP talks to its own port's
+    /// GID 0 from GID 0 (both ends on this device).
+    pub av: Option<AhAttr>,
 }
 
 impl QpAttr {
@@ -165,6 +170,7 @@ impl QpAttr {
             self.max_dest_rd_atomic.is_some(),
         );
         set(QHCA_QP_ATTR_QKEY, self.qkey.is_some());
+        set(QHCA_QP_ATTR_AV, self.av.is_some());
         a.mask = mask;
         a.state = self.state.map_or(0, QpState::raw);
         a.access = self.access.map_or(0, |x| x.0);
@@ -179,12 +185,16 @@ impl QpAttr {
         a.max_rd_atomic = self.max_rd_atomic.unwrap_or(0);
         a.max_dest_rd_atomic = self.max_dest_rd_atomic.unwrap_or(0);
         a.qkey = self.qkey.unwrap_or(0);
+        if let Some(av) = &self.av {
+            a.av = av.to_raw();
+        }
         a
     }
 }
 
-/// What QUERY_QP reports: every attribute (`qkey` is a UD QP's, 0 on RC), and the QP's type
-/// when known ([`Qp::query`] knows it; the ABI struct alone does not say).
+/// What QUERY_QP reports: every attribute (`qkey` is a UD QP's, 0 on RC; `av` an RC QP's,
+/// all zero on UD), and the QP's type when known ([`Qp::query`] knows it; the ABI struct alone
+/// does not say).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[allow(missing_docs)]
 pub struct QpInfo {
@@ -202,6 +212,7 @@ pub struct QpInfo {
     pub max_rd_atomic: u8,
     pub max_dest_rd_atomic: u8,
     pub qkey: u32,
+    pub av: AhAttr,
 }
 
 impl QpInfo {
@@ -222,6 +233,7 @@ impl QpInfo {
             max_rd_atomic: a.max_rd_atomic,
             max_dest_rd_atomic: a.max_dest_rd_atomic,
             qkey: a.qkey,
+            av: AhAttr::from_raw(&a.av),
         }
     }
 }
@@ -401,6 +413,9 @@ impl Qp {
     /// unpolled CQEs are removed from its CQs (as rdma-core's mlx5 does), so none of them is
     /// polled, or credited to the QP's new requests, afterwards.
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
+        if let Some(av) = &attr.av {
+            av.check()?;
+        }
         let mut req = qhca_ioc_qp_attr::request();
         req.qpn = self.qpn;
         req.attr = attr.to_raw();
@@ -492,8 +507,14 @@ impl Qp {
     /// So each side passes its own record as `local` and the other's as `remote`; the regions
     /// in the records play no part here. To connect a QP to itself, pass the same record twice.
     ///
+    /// When the records name GIDs ([`ConnInfo::with_gid`]), INIT → RTR also sets the QP's
+    /// address vector ([`QpAttr::av`]): to `remote.gid`, from this port's entry
+    /// `local.gid_index`. Records without (the default) leave it unset: the QP talks to its own
+    /// port's GID 0, so both ends must be QPs of this device.
+    ///
     /// Fails with [`Error::Invalid`] if this is a UD QP (see [`Qp::ud_ready`]), `local.qpn` is
-    /// not this QP or a PSN is wider than 24 bits, and with the MODIFY_QP errors.
+    /// not this QP, a PSN is wider than 24 bits or only one record names a GID, and with the
+    /// MODIFY_QP errors.
     pub fn connect(&self, local: &ConnInfo, remote: &ConnInfo, opts: &ConnOpts) -> Result<()> {
         if self.qp_type != QpType::Rc {
             return Err(Error::Invalid {
@@ -514,6 +535,20 @@ impl Qp {
         if local.psn > 0xff_ffff || remote.psn > 0xff_ffff {
             return Err(Error::Invalid {
                 what: format!("PSNs {:#x} / {:#x}: 24 bits", local.psn, remote.psn),
+            });
+        }
+        if local.gid.is_zero() != remote.gid.is_zero() {
+            let (with, without) = if local.gid.is_zero() {
+                ("the peer's", "ours")
+            } else {
+                ("our", "the peer's")
+            };
+            return Err(Error::Invalid {
+                what: format!(
+                    "connect QP {:#x}: {with} record names a GID and {without} does not \
+                     (both or neither)",
+                    self.qpn
+                ),
             });
         }
         for attr in connect_attrs(local, remote, opts) {
@@ -650,8 +685,10 @@ impl Drop for Qp {
 }
 
 /// The three MODIFY_QPs of [`Qp::connect`]: RESET → INIT, INIT → RTR (with the responder
-/// resources), RTR → RTS (with the initiator depth).
+/// resources, and the address vector when the peer's record names a GID), RTR → RTS (with the
+/// initiator depth).
 fn connect_attrs(local: &ConnInfo, remote: &ConnInfo, opts: &ConnOpts) -> [QpAttr; 3] {
+    let av = (!remote.gid.is_zero()).then(|| AhAttr::new(remote.gid).from_index(local.gid_index));
     [
         QpAttr {
             state: Some(QpState::Init),
@@ -665,6 +702,7 @@ fn connect_attrs(local: &ConnInfo, remote: &ConnInfo, opts: &ConnOpts) -> [QpAtt
             path_mtu: Some(opts.path_mtu),
             min_rnr_timer: Some(opts.min_rnr_timer),
             max_dest_rd_atomic: Some(opts.max_dest_rd_atomic),
+            av,
             ..QpAttr::default()
         },
         QpAttr {

@@ -29,6 +29,10 @@ use qhca_uapi::{qhca_ioc_alloc_mw, QHCA_IOCTL_ALLOC_MW, QHCA_IOCTL_DEALLOC_MW};
 use qhca_uapi::{
     qhca_ioc_create_ah, QHCA_IOCTL_CREATE_AH, QHCA_IOCTL_DESTROY_AH, QHCA_IOCTL_QUERY_CTX_V1,
 };
+use qhca_uapi::{
+    qhca_ioc_query_port, qhca_ioc_set_gid, QHCA_IOCTL_CREATE_AH_V1, QHCA_IOCTL_QUERY_PORT,
+    QHCA_IOCTL_SET_GID,
+};
 
 // The verbs ioctls. Each `# Safety` is the same: `data` must be valid for reads and writes of
 // one value of the named struct for the duration of the call (the driver copies exactly
@@ -170,6 +174,74 @@ const _: () = {
 };
 
 verbs_ioctl!(
+    create_ah_v1,
+    QHCA_IOCTL_CREATE_AH_V1,
+    CreateAhV1,
+    "`QHCA_IOCTL_CREATE_AH_V1`: CREATE_AH as drivers before the GID table know it."
+);
+
+/// `struct qhca_ah_attr` as it was before the GID table ([`QHCA_IOCTL_CREATE_AH_V1`]): today's
+/// without `sgid_index` and the reserved bytes after it (the source is GID index 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct AhAttrV1 {
+    pub(crate) dgid: [u8; 16],
+    pub(crate) flow_label: u32,
+    pub(crate) traffic_class: u8,
+    pub(crate) hop_limit: u8,
+    pub(crate) sl: u8,
+    pub(crate) port_num: u8,
+}
+
+impl From<&qhca_uapi::qhca_ah_attr> for AhAttrV1 {
+    fn from(a: &qhca_uapi::qhca_ah_attr) -> AhAttrV1 {
+        AhAttrV1 {
+            dgid: a.dgid,
+            flow_label: a.flow_label,
+            traffic_class: a.traffic_class,
+            hop_limit: a.hop_limit,
+            sl: a.sl,
+            port_num: a.port_num,
+        }
+    }
+}
+
+/// `struct qhca_ioc_create_ah` as it was before the GID table ([`QHCA_IOCTL_CREATE_AH_V1`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CreateAhV1 {
+    pub(crate) size: u32,
+    pub(crate) comp_mask: u32,
+    pub(crate) pdn: u32,
+    pub(crate) ah: u32,
+    pub(crate) attr: AhAttrV1,
+}
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    use qhca_uapi::qhca_ah_attr;
+    assert!(size_of::<CreateAhV1>() == qhca_uapi::ioctl::CREATE_AH_V1_SIZE);
+    assert!(offset_of!(CreateAhV1, attr) == offset_of!(qhca_ioc_create_ah, attr));
+    // V1's fields are the first of today's, at the same offsets.
+    assert!(offset_of!(AhAttrV1, flow_label) == offset_of!(qhca_ah_attr, flow_label));
+    assert!(offset_of!(AhAttrV1, port_num) == offset_of!(qhca_ah_attr, port_num));
+    assert!(size_of::<AhAttrV1>() == offset_of!(qhca_ah_attr, sgid_index));
+};
+
+verbs_ioctl!(
+    query_port,
+    QHCA_IOCTL_QUERY_PORT,
+    qhca_ioc_query_port,
+    "`QHCA_IOCTL_QUERY_PORT`."
+);
+verbs_ioctl!(
+    set_gid,
+    QHCA_IOCTL_SET_GID,
+    qhca_ioc_set_gid,
+    "`QHCA_IOCTL_SET_GID`."
+);
+
+verbs_ioctl!(
     get_async_event,
     QHCA_IOCTL_GET_ASYNC_EVENT,
     qhca_ioc_async_event,
@@ -208,7 +280,10 @@ request!(
     qhca_ioc_advise_mr,
     qhca_ioc_alloc_mw,
     qhca_ioc_create_ah,
-    QueryCtxV1
+    qhca_ioc_query_port,
+    qhca_ioc_set_gid,
+    QueryCtxV1,
+    CreateAhV1
 );
 
 // qhca_uapi checks QUERY_DEVICE's number against its struct; the verbs numbers are checked here
@@ -243,4 +318,7 @@ check_nr! {
     QHCA_IOCTL_CREATE_AH, QHCA_IOC_NR_CREATE_AH, qhca_ioc_create_ah;
     QHCA_IOCTL_DESTROY_AH, QHCA_IOC_NR_DESTROY_AH, qhca_ioc_handle;
     QHCA_IOCTL_QUERY_CTX_V1, QHCA_IOC_NR_QUERY_CTX, QueryCtxV1;
+    QHCA_IOCTL_CREATE_AH_V1, QHCA_IOC_NR_CREATE_AH, CreateAhV1;
+    QHCA_IOCTL_QUERY_PORT, QHCA_IOC_NR_QUERY_PORT, qhca_ioc_query_port;
+    QHCA_IOCTL_SET_GID, QHCA_IOC_NR_SET_GID, qhca_ioc_set_gid;
 }

@@ -109,8 +109,8 @@ typedef unsigned long long __u64;
 #define QHCA_REG_NUM_MW         0x084 /* RO: memory windows alive */
 #define QHCA_REG_NUM_AH         0x088 /* RO: address handles alive */
 /*
- * RO: datagrams that reached no QP (addressed to another port, or to a QPN
- * that is no UD QP in RTR or RTS).  Drops at a QP are counted for its
+ * RO: datagrams that reached the port and no QP (addressed to a QPN that is
+ * no UD QP in RTR or RTS).  Drops at a QP are counted for its
  * context (struct qhca_ctx_stats).
  */
 #define QHCA_REG_UD_NO_QP       0x08c
@@ -140,6 +140,7 @@ typedef unsigned long long __u64;
 #define QHCA_CAP_ODP            (1ull << 2) /* on-demand-paging regions: see "On-demand paging" */
 #define QHCA_CAP_MW             (1ull << 3) /* memory windows, types 1, 2A and 2B: see "Memory windows" */
 #define QHCA_CAP_UD             (1ull << 4) /* unreliable datagram QPs: see "Unreliable datagram" */
+#define QHCA_CAP_PORT           (1ull << 5) /* a port with a GID table, address vectors on RC QPs: see "The port" */
 
 /* Queue sizing limits. */
 #define QHCA_QUEUE_MIN_LOG      1
@@ -184,6 +185,9 @@ enum qhca_cmd_opcode {
 	QHCA_CMD_DEALLOC_MW   = 0x14, /* in[0] = uar, in[1] = key (its tag is not checked) */
 	QHCA_CMD_CREATE_AH    = 0x15, /* in: struct qhca_cmd_create_ah; out: data[0] = ah */
 	QHCA_CMD_DESTROY_AH   = 0x16, /* in[0] = uar, in[1] = ah */
+	/* The port; see "The port" below.  SET_GID is the driver's, not a context's. */
+	QHCA_CMD_QUERY_PORT   = 0x17, /* out: struct qhca_port_attr */
+	QHCA_CMD_SET_GID      = 0x18, /* in: struct qhca_cmd_set_gid */
 	QHCA_CMD_MAX, /* first unassigned opcode */
 };
 
@@ -574,7 +578,8 @@ struct qhca_cmd_create_qp {
 #define QHCA_QP_ATTR_MAX_RD_ATOMIC      (1u << 10) /* RTR->RTS, RTS->RTS; 1..max_qp_init_rd_atom */
 #define QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC (1u << 11) /* INIT->RTR, RTR->RTR; 1..max_qp_rd_atom */
 #define QHCA_QP_ATTR_QKEY       (1u << 12) /* UD only: RESET->INIT (required), then any */
-#define QHCA_QP_ATTR_ALL        0x1fffu
+#define QHCA_QP_ATTR_AV         (1u << 13) /* RC only: INIT->RTR; the peer's address (see "The port") */
+#define QHCA_QP_ATTR_ALL        0x3fffu
 
 /*
  * max_rd_atomic (the initiator depth) and max_dest_rd_atomic (the responder
@@ -588,6 +593,22 @@ struct qhca_cmd_create_qp {
  * requester completes its oldest outstanding WQE (the READ still being
  * answered) with QHCA_WC_REM_INV_REQ_ERR, flushes the rest and goes to ERR.
  */
+
+/*
+ * An address vector: where a UD datagram (CREATE_AH) or an RC QP's packets
+ * (QHCA_QP_ATTR_AV) go; the fields of struct ibv_ah_attr and its
+ * ibv_global_route that mean something on this fabric.  32 bytes.
+ */
+struct qhca_ah_attr {
+	__u8  dgid[16];      /* the destination port's GID, as on the wire */
+	__u32 flow_label;    /* 20 bits */
+	__u8  traffic_class;
+	__u8  hop_limit;
+	__u8  sl;            /* 0..15; carried, not acted on */
+	__u8  port_num;      /* the local port: 1 */
+	__u8  sgid_index;    /* the source: a valid entry of the port's GID table */
+	__u8  rsvd[7];
+};
 
 /* MODIFY_QP mailbox and QUERY_QP output; 64 bytes. */
 struct qhca_qp_attr {
@@ -605,7 +626,7 @@ struct qhca_qp_attr {
 	__u32 rq_psn;        /* 24 bits */
 	__u32 sq_psn;        /* 24 bits */
 	__u32 qkey;          /* UD: the Q_Key datagrams to this QP must carry */
-	__u32 rsvd1[8];
+	struct qhca_ah_attr av; /* RC: where the peer is; until set, this port's GID 0 */
 };
 
 /* QHCA_CMD_QUERY_CTX output: what the device counted for one context. */
@@ -690,9 +711,8 @@ enum qhca_mw_type {
 /* other attribute is accepted.  It receives in RTR and RTS, sends in RTS. */
 /*                                                                          */
 /* Where a datagram goes is an address handle: CREATE_AH in a PD names a    */
-/* port by its GID (dgid) plus the GRH fields to send with.  A port's GID   */
-/* (index 0, the only one) is QHCA_GID_PREFIX followed by its node GUID,    */
-/* both big-endian: fe80::/64 with the GUID as the interface identifier.   */
+/* port by its GID (dgid), the local GID to send from (sgid_index) and the  */
+/* GRH fields to send with (see "The port" for GIDs).                       */
 /* The AH number is generation << QHCA_AH_INDEX_BITS | slot (as a QPN), so  */
 /* a destroyed AH's number names nothing for 2^11 creations of the slot.   */
 /* A send WQE names the AH, the remote QPN and a Q_Key (struct              */
@@ -714,9 +734,9 @@ enum qhca_mw_type {
 /* differs, that finds no receive WQE, that does not fit the WQE's buffers  */
 /* (GRH included), or whose buffer is an on-demand page not present, is     */
 /* dropped -- nothing written, the WQE stays posted -- and counted in the   */
-/* receiving context's struct qhca_ctx_stats.  One addressed to another     */
-/* port or to a QPN that is no UD QP in RTR/RTS is counted in               */
-/* QHCA_REG_UD_NO_QP.  A receive WQE the device cannot use (a bad L_Key,    */
+/* receiving context's struct qhca_ctx_stats.  One for a GID that is not   */
+/* the port's does not arrive (see "The port"); one addressed to a QPN that */
+/* is no UD QP in RTR/RTS is counted in QHCA_REG_UD_NO_QP.  A receive WQE the device cannot use (a bad L_Key,    */
 /* no local write) completes with an error and the QP goes to ERR, as RC.  */
 /* Not in this version: multicast, and on-demand receive buffers (they are */
 /* never faulted in: odp_ud_caps has QHCA_ODP_SUPPORT_SEND only).           */
@@ -728,25 +748,12 @@ enum qhca_mw_type {
 #define QHCA_AH_INDEX_BITS      12
 #define QHCA_QKEY_CONTROLLED    (1u << 31)
 
-/*
- * Where datagrams go (CREATE_AH; the fields of struct ibv_ah_attr and its
- * ibv_global_route that mean something on this fabric).  24 bytes.
- */
-struct qhca_ah_attr {
-	__u8  dgid[16];      /* the destination port's GID, as on the wire */
-	__u32 flow_label;    /* 20 bits */
-	__u8  traffic_class;
-	__u8  hop_limit;
-	__u8  sl;            /* 0..15; carried, not acted on */
-	__u8  port_num;      /* the local port: 1 */
-};
 
 /* QHCA_CMD_CREATE_AH input, overlaying qhca_cmd.in[] (40 bytes). */
 struct qhca_cmd_create_ah {
 	__u32 uar;
 	__u32 pdn;
 	struct qhca_ah_attr attr;
-	__u64 rsvd;
 };
 
 /* The UD segment of a send WQE of a UD QP, at offset 32. */
@@ -770,6 +777,106 @@ struct qhca_grh {
 	__u8  hop_limit;
 	__u8  sgid[16];
 	__u8  dgid[16];
+};
+
+/* ------------------------------------------------------------------------ */
+/* The port (QHCA_CAP_PORT).                                                */
+/*                                                                          */
+/* The device has one port, number 1, with a MAC address and a table of    */
+/* QHCA_GID_TABLE_LEN GIDs.  Entry 0 is fixed: QHCA_GID_PREFIX followed by  */
+/* the node GUID, both big-endian (fe80::/64 with the GUID as interface     */
+/* identifier; the GUID defaults to the MAC's EUI-64, so that GID is the    */
+/* port's IPv6 link-local address).  The driver sets entries 1.. with       */
+/* QHCA_CMD_SET_GID: IPv4 addresses, as IPv4-mapped GIDs (::ffff:a.b.c.d,   */
+/* QHCA_GID_V4_PREFIX), the only kind it takes in this version.             */
+/*                                                                          */
+/* Every packet carries its source and destination GIDs.  An RC QP sends to */
+/* its address vector (QHCA_QP_ATTR_AV at INIT->RTR; until then this port's */
+/* GID 0 from GID 0: both ends on this device).  An AV's sgid_index names a */
+/* valid entry, and its dgid is IPv4-mapped exactly when that entry is      */
+/* (QHCA_CMD_BAD_PARAM otherwise); the QP keeps the source GID it had then, */
+/* whatever later becomes of the entry.  An RC QP accepts a packet only     */
+/* from its peer: the source GID must be the AV's dgid and the destination  */
+/* GID the QP's source GID; between two QPs of this device the source QPN   */
+/* must be the QP's dest_qpn too (a RoCEv2 frame carries no source QPN).    */
+/* A datagram is taken when its destination GID is a valid entry.           */
+/*                                                                          */
+/* A packet for a GID of this port is delivered inside the device.  Others  */
+/* leave on the port's wire: without a netdev there is none, and they are   */
+/* dropped (tx_no_route; an RC requester then retries and fails with        */
+/* QHCA_WC_RETRY_EXC_ERR); with one they are RoCEv2 frames (see the device  */
+/* specification, docs/qhca.rst).                                           */
+/* ------------------------------------------------------------------------ */
+
+#define QHCA_GID_TABLE_LEN      16
+#define QHCA_GID_VALID          (1u << 0) /* struct qhca_gid_entry.flags */
+
+/* ::ffff:0:0/96 as the two big-endian halves of a GID. */
+#define QHCA_GID_V4_PREFIX_HI   0ull
+#define QHCA_GID_V4_PREFIX_LO   0x0000ffff00000000ull
+
+/* One entry of the GID table; 24 bytes. */
+struct qhca_gid_entry {
+	__u8  gid[16];
+	__u8  flags;         /* QHCA_GID_VALID */
+	__u8  prefix_len;    /* the address's subnet prefix (IPv4: 0..32), shown, not routed on */
+	__u8  rsvd[6];
+};
+
+/*
+ * QHCA_CMD_SET_GID input, overlaying qhca_cmd.in[] (40 bytes): entry
+ * 1..QHCA_GID_TABLE_LEN - 1 becomes entry (flags QHCA_GID_VALID with an
+ * IPv4-mapped gid) or invalid (flags 0, gid and prefix_len 0).
+ */
+struct qhca_cmd_set_gid {
+	__u32 index;
+	__u32 rsvd0;
+	struct qhca_gid_entry entry;
+	__u64 rsvd1;
+};
+
+/* struct qhca_port_attr.state */
+enum qhca_port_state {
+	QHCA_PORT_DOWN   = 1,  /* a netdev whose link is down */
+	QHCA_PORT_ACTIVE = 4,
+};
+
+/* struct qhca_port_attr.wire */
+enum qhca_port_wire {
+	QHCA_WIRE_NONE   = 0,  /* no netdev: only this device's own GIDs are reachable */
+	QHCA_WIRE_ROCEV2 = 1,  /* a QEMU netdev carrying RoCEv2 frames */
+};
+
+/* What the port counted since the device was reset; 160 bytes. */
+struct qhca_port_counters {
+	__u64 tx_frames;         /* RoCEv2 frames sent */
+	__u64 tx_bytes;          /* their bytes, Ethernet header to ICRC */
+	__u64 rx_frames;         /* RoCEv2 frames accepted */
+	__u64 rx_bytes;
+	__u64 tx_no_route;       /* packets for a GID the wire cannot reach */
+	__u64 tx_no_neigh;       /* packets dropped waiting for a neighbour's MAC */
+	__u64 rx_malformed;      /* frames whose headers do not parse or add up */
+	__u64 rx_bad_icrc;
+	__u64 rx_not_ours;       /* for another MAC or address, or UDP to another port */
+	__u64 rx_oversize;       /* payload above the path MTU of 4096 */
+	__u64 arp_rx;            /* ARP requests and replies received */
+	__u64 arp_tx;            /* ARP requests and replies sent */
+	__u64 test_dropped;      /* frames x-loss-drop lost on purpose (tests) */
+	__u64 test_duplicated;
+	__u64 test_reordered;
+	__u64 rsvd[5];
+};
+
+/* QHCA_CMD_QUERY_PORT output. */
+struct qhca_port_attr {
+	__u8  mac[6];
+	__u8  state;         /* enum qhca_port_state */
+	__u8  wire;          /* enum qhca_port_wire */
+	__u8  max_mtu;       /* log2(bytes): 12 */
+	__u8  gid_tbl_len;   /* QHCA_GID_TABLE_LEN */
+	__u8  rsvd0[6];
+	struct qhca_port_counters counters;
+	struct qhca_gid_entry gids[QHCA_GID_TABLE_LEN];
 };
 
 /* ------------------------------------------------------------------------ */
@@ -913,6 +1020,8 @@ struct qhca_ioc_query_device {
 #define QHCA_IOC_NR_DEALLOC_MW   0x0f
 #define QHCA_IOC_NR_CREATE_AH    0x10
 #define QHCA_IOC_NR_DESTROY_AH   0x11
+#define QHCA_IOC_NR_QUERY_PORT   0x12
+#define QHCA_IOC_NR_SET_GID      0x13
 
 /*
  * ALLOC_PD (out: handle), DEALLOC_PD, DEREG_MR, DEALLOC_MW, DESTROY_CQ,
@@ -999,13 +1108,40 @@ struct qhca_ioc_alloc_mw {
 	__u32 rsvd;
 };
 
-/* CREATE_AH: an address handle in pdn; DESTROY_AH takes a qhca_ioc_handle. */
+/*
+ * CREATE_AH: an address handle in pdn; DESTROY_AH takes a qhca_ioc_handle.
+ * QHCA_IOCTL_CREATE_AH_V1, the struct as it was before the address vector
+ * had sgid_index (40 bytes: attr without its last 8), is still answered
+ * for programs built then, with sgid_index 0.
+ */
 struct qhca_ioc_create_ah {
 	__u32 size;
 	__u32 comp_mask;
 	__u32 pdn;
 	__u32 ah;         /* out */
 	struct qhca_ah_attr attr;
+};
+
+/* QUERY_PORT: any context may ask. */
+struct qhca_ioc_query_port {
+	__u32 size;
+	__u32 comp_mask;
+	__u64 rsvd;
+	struct qhca_port_attr attr; /* out */
+};
+
+/*
+ * SET_GID: entry index (1 .. QHCA_GID_TABLE_LEN - 1) of the port's GID
+ * table, as QHCA_CMD_SET_GID takes it; needs CAP_NET_ADMIN (EPERM), as
+ * configuring a network interface's address does.  EINVAL for what the
+ * device refuses (not an IPv4-mapped unicast address, a duplicate).
+ */
+struct qhca_ioc_set_gid {
+	__u32 size;
+	__u32 comp_mask;
+	__u32 index;
+	__u32 rsvd;
+	struct qhca_gid_entry entry;
 };
 
 /*
@@ -1036,8 +1172,11 @@ struct qhca_ioc_query_ctx {
 #define QHCA_IOCTL_ADVISE_MR    0xc028ca0du
 #define QHCA_IOCTL_ALLOC_MW     0xc018ca0eu
 #define QHCA_IOCTL_DEALLOC_MW   0xc010ca0fu
-#define QHCA_IOCTL_CREATE_AH    0xc028ca10u
+#define QHCA_IOCTL_CREATE_AH    0xc030ca10u
+#define QHCA_IOCTL_CREATE_AH_V1 0xc028ca10u
 #define QHCA_IOCTL_DESTROY_AH   0xc010ca11u
+#define QHCA_IOCTL_QUERY_PORT   0xc240ca12u
+#define QHCA_IOCTL_SET_GID      0xc028ca13u
 
 /*
  * ADVISE_MR: fault [addr, addr + length) of an on-demand region into the

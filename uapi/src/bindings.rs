@@ -61,6 +61,7 @@ pub const QHCA_CAP_RC: u32 = 2;
 pub const QHCA_CAP_ODP: u32 = 4;
 pub const QHCA_CAP_MW: u32 = 8;
 pub const QHCA_CAP_UD: u32 = 16;
+pub const QHCA_CAP_PORT: u32 = 32;
 pub const QHCA_QUEUE_MIN_LOG: u32 = 1;
 pub const QHCA_QUEUE_MAX_LOG: u32 = 12;
 pub const QHCA_EQE_OWNER: u32 = 1;
@@ -116,7 +117,8 @@ pub const QHCA_QP_ATTR_MIN_RNR_TIMER: u32 = 512;
 pub const QHCA_QP_ATTR_MAX_RD_ATOMIC: u32 = 1024;
 pub const QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC: u32 = 2048;
 pub const QHCA_QP_ATTR_QKEY: u32 = 4096;
-pub const QHCA_QP_ATTR_ALL: u32 = 8191;
+pub const QHCA_QP_ATTR_AV: u32 = 8192;
+pub const QHCA_QP_ATTR_ALL: u32 = 16383;
 pub const QHCA_MW_KEY_FLAG: u32 = 2147483648;
 pub const QHCA_DEREG_MR_UNBIND_MWS: u32 = 1;
 pub const QHCA_MW_INDEX_BITS: u32 = 12;
@@ -125,6 +127,10 @@ pub const QHCA_GRH_SIZE: u32 = 40;
 pub const QHCA_GID_PREFIX: i64 = -108086391056891904;
 pub const QHCA_AH_INDEX_BITS: u32 = 12;
 pub const QHCA_QKEY_CONTROLLED: u32 = 2147483648;
+pub const QHCA_GID_TABLE_LEN: u32 = 16;
+pub const QHCA_GID_VALID: u32 = 1;
+pub const QHCA_GID_V4_PREFIX_HI: u32 = 0;
+pub const QHCA_GID_V4_PREFIX_LO: u64 = 281470681743360;
 pub const QHCA_ODP_IMPLICIT_LENGTH: u64 = 144115188075855872;
 pub const QHCA_ODP_PRESENT: u32 = 1;
 pub const QHCA_ODP_WRITABLE: u32 = 2;
@@ -158,6 +164,8 @@ pub const QHCA_IOC_NR_ALLOC_MW: u32 = 14;
 pub const QHCA_IOC_NR_DEALLOC_MW: u32 = 15;
 pub const QHCA_IOC_NR_CREATE_AH: u32 = 16;
 pub const QHCA_IOC_NR_DESTROY_AH: u32 = 17;
+pub const QHCA_IOC_NR_QUERY_PORT: u32 = 18;
+pub const QHCA_IOC_NR_SET_GID: u32 = 19;
 pub const QHCA_IOCTL_ALLOC_PD: u32 = 3222325761;
 pub const QHCA_IOCTL_DEALLOC_PD: u32 = 3222325762;
 pub const QHCA_IOCTL_REG_MR: u32 = 3224422915;
@@ -174,8 +182,11 @@ pub const QHCA_IOCTL_GET_ASYNC_EVENT: u32 = 3223374348;
 pub const QHCA_IOCTL_ADVISE_MR: u32 = 3223898637;
 pub const QHCA_IOCTL_ALLOC_MW: u32 = 3222850062;
 pub const QHCA_IOCTL_DEALLOC_MW: u32 = 3222325775;
-pub const QHCA_IOCTL_CREATE_AH: u32 = 3223898640;
+pub const QHCA_IOCTL_CREATE_AH: u32 = 3224422928;
+pub const QHCA_IOCTL_CREATE_AH_V1: u32 = 3223898640;
 pub const QHCA_IOCTL_DESTROY_AH: u32 = 3222325777;
+pub const QHCA_IOCTL_QUERY_PORT: u32 = 3259025938;
+pub const QHCA_IOCTL_SET_GID: u32 = 3223898643;
 pub const QHCA_ADVISE_FLAG_FLUSH: u32 = 1;
 pub const QHCA_MMAP_UAR: u32 = 0;
 pub const QHCA_MMAP_INVAL: u32 = 4096;
@@ -208,7 +219,9 @@ pub const QHCA_CMD_ALLOC_MW: qhca_cmd_opcode = 19;
 pub const QHCA_CMD_DEALLOC_MW: qhca_cmd_opcode = 20;
 pub const QHCA_CMD_CREATE_AH: qhca_cmd_opcode = 21;
 pub const QHCA_CMD_DESTROY_AH: qhca_cmd_opcode = 22;
-pub const QHCA_CMD_MAX: qhca_cmd_opcode = 23;
+pub const QHCA_CMD_QUERY_PORT: qhca_cmd_opcode = 23;
+pub const QHCA_CMD_SET_GID: qhca_cmd_opcode = 24;
+pub const QHCA_CMD_MAX: qhca_cmd_opcode = 25;
 pub type qhca_cmd_opcode = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -432,6 +445,18 @@ pub struct qhca_cmd_create_qp {
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ah_attr {
+    pub dgid: [__u8; 16usize],
+    pub flow_label: __u32,
+    pub traffic_class: __u8,
+    pub hop_limit: __u8,
+    pub sl: __u8,
+    pub port_num: __u8,
+    pub sgid_index: __u8,
+    pub rsvd: [__u8; 7usize],
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct qhca_qp_attr {
     pub mask: __u32,
     pub state: __u8,
@@ -447,7 +472,7 @@ pub struct qhca_qp_attr {
     pub rq_psn: __u32,
     pub sq_psn: __u32,
     pub qkey: __u32,
-    pub rsvd1: [__u32; 8usize],
+    pub av: qhca_ah_attr,
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -471,21 +496,10 @@ pub const QHCA_MW_TYPE_2B: qhca_mw_type = 3;
 pub type qhca_mw_type = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
-pub struct qhca_ah_attr {
-    pub dgid: [__u8; 16usize],
-    pub flow_label: __u32,
-    pub traffic_class: __u8,
-    pub hop_limit: __u8,
-    pub sl: __u8,
-    pub port_num: __u8,
-}
-#[repr(C)]
-#[derive(Debug, Default, Copy, Clone)]
 pub struct qhca_cmd_create_ah {
     pub uar: __u32,
     pub pdn: __u32,
     pub attr: qhca_ah_attr,
-    pub rsvd: __u64,
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -504,6 +518,60 @@ pub struct qhca_grh {
     pub hop_limit: __u8,
     pub sgid: [__u8; 16usize],
     pub dgid: [__u8; 16usize],
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_gid_entry {
+    pub gid: [__u8; 16usize],
+    pub flags: __u8,
+    pub prefix_len: __u8,
+    pub rsvd: [__u8; 6usize],
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_cmd_set_gid {
+    pub index: __u32,
+    pub rsvd0: __u32,
+    pub entry: qhca_gid_entry,
+    pub rsvd1: __u64,
+}
+pub const QHCA_PORT_DOWN: qhca_port_state = 1;
+pub const QHCA_PORT_ACTIVE: qhca_port_state = 4;
+pub type qhca_port_state = core::ffi::c_uint;
+pub const QHCA_WIRE_NONE: qhca_port_wire = 0;
+pub const QHCA_WIRE_ROCEV2: qhca_port_wire = 1;
+pub type qhca_port_wire = core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_port_counters {
+    pub tx_frames: __u64,
+    pub tx_bytes: __u64,
+    pub rx_frames: __u64,
+    pub rx_bytes: __u64,
+    pub tx_no_route: __u64,
+    pub tx_no_neigh: __u64,
+    pub rx_malformed: __u64,
+    pub rx_bad_icrc: __u64,
+    pub rx_not_ours: __u64,
+    pub rx_oversize: __u64,
+    pub arp_rx: __u64,
+    pub arp_tx: __u64,
+    pub test_dropped: __u64,
+    pub test_duplicated: __u64,
+    pub test_reordered: __u64,
+    pub rsvd: [__u64; 5usize],
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_port_attr {
+    pub mac: [__u8; 6usize],
+    pub state: __u8,
+    pub wire: __u8,
+    pub max_mtu: __u8,
+    pub gid_tbl_len: __u8,
+    pub rsvd0: [__u8; 6usize],
+    pub counters: qhca_port_counters,
+    pub gids: [qhca_gid_entry; 16usize],
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -613,6 +681,23 @@ pub struct qhca_ioc_create_ah {
     pub pdn: __u32,
     pub ah: __u32,
     pub attr: qhca_ah_attr,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ioc_query_port {
+    pub size: __u32,
+    pub comp_mask: __u32,
+    pub rsvd: __u64,
+    pub attr: qhca_port_attr,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ioc_set_gid {
+    pub size: __u32,
+    pub comp_mask: __u32,
+    pub index: __u32,
+    pub rsvd: __u32,
+    pub entry: qhca_gid_entry,
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]

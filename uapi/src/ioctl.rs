@@ -8,8 +8,10 @@
 //! updated fails to compile in every crate that includes this file.
 
 use super::bindings::{
-    qhca_ctx_stats, qhca_ioc_create_ah, QHCA_IOCTL_CREATE_AH, QHCA_IOCTL_DESTROY_AH,
-    QHCA_IOCTL_QUERY_CTX_V1, QHCA_IOC_NR_CREATE_AH, QHCA_IOC_NR_DESTROY_AH,
+    qhca_ah_attr, qhca_ctx_stats, qhca_ioc_create_ah, qhca_ioc_query_port, qhca_ioc_set_gid,
+    QHCA_IOCTL_CREATE_AH, QHCA_IOCTL_CREATE_AH_V1, QHCA_IOCTL_DESTROY_AH, QHCA_IOCTL_QUERY_CTX_V1,
+    QHCA_IOCTL_QUERY_PORT, QHCA_IOCTL_SET_GID, QHCA_IOC_NR_CREATE_AH, QHCA_IOC_NR_DESTROY_AH,
+    QHCA_IOC_NR_QUERY_PORT, QHCA_IOC_NR_SET_GID,
 };
 use super::bindings::{
     qhca_ioc_advise_mr, qhca_ioc_alloc_mw, qhca_ioc_async_event, qhca_ioc_create_cq,
@@ -116,7 +118,22 @@ check_iowr! {
     QHCA_IOCTL_DEALLOC_MW = QHCA_IOC_NR_DEALLOC_MW, qhca_ioc_handle;
     QHCA_IOCTL_CREATE_AH = QHCA_IOC_NR_CREATE_AH, qhca_ioc_create_ah;
     QHCA_IOCTL_DESTROY_AH = QHCA_IOC_NR_DESTROY_AH, qhca_ioc_handle;
+    QHCA_IOCTL_QUERY_PORT = QHCA_IOC_NR_QUERY_PORT, qhca_ioc_query_port;
+    QHCA_IOCTL_SET_GID = QHCA_IOC_NR_SET_GID, qhca_ioc_set_gid;
 }
+
+/// Size of the argument of [`QHCA_IOCTL_CREATE_AH_V1`]: `struct qhca_ioc_create_ah` as it was
+/// before the address vector had `sgid_index` (its `attr` 8 bytes shorter).
+pub const CREATE_AH_V1_SIZE: usize = core::mem::size_of::<qhca_ioc_create_ah>() - AH_ATTR_GREW_BY;
+
+/// What `struct qhca_ah_attr` grew by since [`QHCA_IOCTL_CREATE_AH_V1`]: `sgid_index` and
+/// reserved bytes, which the old struct's program leaves out (they read as 0).
+const AH_ATTR_GREW_BY: usize = 8;
+
+const _: () = assert!(
+    QHCA_IOCTL_CREATE_AH_V1 == iowr(QHCA_IOC_MAGIC, QHCA_IOC_NR_CREATE_AH, CREATE_AH_V1_SIZE)
+);
+const _: () = assert!(core::mem::size_of::<qhca_ah_attr>() - AH_ATTR_GREW_BY == 24);
 
 /// Size of the argument of [`QHCA_IOCTL_QUERY_CTX_V1`]: `struct qhca_ioc_query_ctx` as it was
 /// before UD, whose stats were the first 64 bytes of today's `struct qhca_ctx_stats`.

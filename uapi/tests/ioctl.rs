@@ -52,7 +52,10 @@ fn unreliable_datagram_numbers() {
             size_of::<qhca_ioc_create_ah>()
         )
     );
-    assert_eq!(QHCA_IOCTL_CREATE_AH, 0xc028_ca10);
+    assert_eq!(QHCA_IOCTL_CREATE_AH, 0xc030_ca10);
+    // The number from before sgid_index: the same nr, the old size.
+    assert_eq!(QHCA_IOCTL_CREATE_AH_V1, 0xc028_ca10);
+    assert_eq!(ioc_nr(QHCA_IOCTL_CREATE_AH_V1), QHCA_IOC_NR_CREATE_AH);
     assert_eq!(
         QHCA_IOCTL_DESTROY_AH,
         iowr(
@@ -64,6 +67,20 @@ fn unreliable_datagram_numbers() {
     assert_eq!(QHCA_IOCTL_DESTROY_AH, 0xc010_ca11);
     assert_eq!(ioc_nr(QHCA_IOCTL_CREATE_AH), 0x10);
     assert_eq!(ioc_nr(QHCA_IOCTL_DESTROY_AH), 0x11);
+}
+
+#[test]
+fn port_numbers() {
+    assert_eq!(QHCA_IOCTL_QUERY_PORT, 0xc240_ca12);
+    assert_eq!(
+        ioc_size(QHCA_IOCTL_QUERY_PORT) as usize,
+        size_of::<qhca_ioc_query_port>()
+    );
+    assert_eq!(QHCA_IOCTL_SET_GID, 0xc028_ca13);
+    assert_eq!(
+        ioc_size(QHCA_IOCTL_SET_GID) as usize,
+        size_of::<qhca_ioc_set_gid>()
+    );
 }
 
 #[test]

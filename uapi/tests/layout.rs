@@ -187,7 +187,7 @@ fn every_struct_and_field() {
         rq_psn @ 20,
         sq_psn @ 24,
         qkey @ 28,
-        rsvd1 @ 32,
+        av @ 32,
     });
     check_layout!(qhca_ctx_stats, size 96, align 8, {
         db_accepted @ 0,
@@ -294,26 +294,81 @@ fn every_struct_and_field() {
         key @ 16,
         rsvd @ 20,
     });
-    check_layout!(qhca_ioc_create_ah, size 40, align 4, {
+    check_layout!(qhca_ioc_create_ah, size 48, align 4, {
         size @ 0,
         comp_mask @ 4,
         pdn @ 8,
         ah @ 12,
         attr @ 16,
     });
-    check_layout!(qhca_ah_attr, size 24, align 4, {
+    check_layout!(qhca_ah_attr, size 32, align 4, {
         dgid @ 0,
         flow_label @ 16,
         traffic_class @ 20,
         hop_limit @ 21,
         sl @ 22,
         port_num @ 23,
+        sgid_index @ 24,
+        rsvd @ 25,
     });
-    check_layout!(qhca_cmd_create_ah, size 40, align 8, {
+    check_layout!(qhca_cmd_create_ah, size 40, align 4, {
         uar @ 0,
         pdn @ 4,
         attr @ 8,
-        rsvd @ 32,
+    });
+    // The port.
+    check_layout!(qhca_gid_entry, size 24, align 1, {
+        gid @ 0,
+        flags @ 16,
+        prefix_len @ 17,
+        rsvd @ 18,
+    });
+    check_layout!(qhca_cmd_set_gid, size 40, align 8, {
+        index @ 0,
+        rsvd0 @ 4,
+        entry @ 8,
+        rsvd1 @ 32,
+    });
+    check_layout!(qhca_port_counters, size 160, align 8, {
+        tx_frames @ 0,
+        tx_bytes @ 8,
+        rx_frames @ 16,
+        rx_bytes @ 24,
+        tx_no_route @ 32,
+        tx_no_neigh @ 40,
+        rx_malformed @ 48,
+        rx_bad_icrc @ 56,
+        rx_not_ours @ 64,
+        rx_oversize @ 72,
+        arp_rx @ 80,
+        arp_tx @ 88,
+        test_dropped @ 96,
+        test_duplicated @ 104,
+        test_reordered @ 112,
+        rsvd @ 120,
+    });
+    check_layout!(qhca_port_attr, size 560, align 8, {
+        mac @ 0,
+        state @ 6,
+        wire @ 7,
+        max_mtu @ 8,
+        gid_tbl_len @ 9,
+        rsvd0 @ 10,
+        counters @ 16,
+        gids @ 176,
+    });
+    check_layout!(qhca_ioc_query_port, size 576, align 8, {
+        size @ 0,
+        comp_mask @ 4,
+        rsvd @ 8,
+        attr @ 16,
+    });
+    check_layout!(qhca_ioc_set_gid, size 40, align 4, {
+        size @ 0,
+        comp_mask @ 4,
+        index @ 8,
+        rsvd @ 12,
+        entry @ 16,
     });
     check_layout!(qhca_wqe_ud, size 16, align 4, {
         ah @ 0,
@@ -371,13 +426,15 @@ fn field_types_have_the_header_widths() {
     let ah = qhca_ioc_create_ah::default();
     let _: (u32, u32, u32, u32) = (ah.size, ah.comp_mask, ah.pdn, ah.ah);
     let at = ah.attr;
-    let _: ([u8; 16], u32, u8, u8, u8, u8) = (
+    let _: ([u8; 16], u32, u8, u8, u8, u8, u8, [u8; 7]) = (
         at.dgid,
         at.flow_label,
         at.traffic_class,
         at.hop_limit,
         at.sl,
         at.port_num,
+        at.sgid_index,
+        at.rsvd,
     );
     let ud = qhca_wqe_ud::default();
     let _: (u32, u32, u32, u32) = (ud.ah, ud.remote_qpn, ud.remote_qkey, ud.rsvd);
@@ -391,7 +448,7 @@ fn field_types_have_the_header_widths() {
         g.dgid,
     );
     let qa = qhca_qp_attr::default();
-    let _: (u32, [u32; 8]) = (qa.qkey, qa.rsvd1);
+    let _: (u32, qhca_ah_attr) = (qa.qkey, qa.av);
     let _: u32 = qhca_ioc_create_qp::default().type_;
     let _: u32 = qhca_cmd_create_qp::default().type_;
     let st = qhca_ctx_stats::default();
@@ -428,9 +485,10 @@ fn constants_the_other_layers_rely_on() {
     assert_eq!(CAP_ODP, 4);
     assert_eq!(CAP_MW, 8);
     assert_eq!(CAP_UD, 16);
+    assert_eq!(CAP_PORT, 32);
     assert_eq!(
         CAP_KNOWN_MASK,
-        CAP_UAR_ISOLATION | CAP_RC | CAP_ODP | CAP_MW | CAP_UD
+        CAP_UAR_ISOLATION | CAP_RC | CAP_ODP | CAP_MW | CAP_UD | CAP_PORT
     );
     assert_eq!(QHCA_MW_KEY_FLAG, 1 << 31);
     assert_eq!(QHCA_ODP_MAP_MAX, 512);
@@ -444,12 +502,16 @@ fn unreliable_datagram_constants() {
     assert_eq!(QHCA_REG_UD_NO_QP, 0x08c);
     assert_eq!(QHCA_CMD_CREATE_AH, 0x15);
     assert_eq!(QHCA_CMD_DESTROY_AH, 0x16);
-    assert_eq!(QHCA_CMD_MAX, 0x17);
+    assert_eq!(QHCA_CMD_QUERY_PORT, 0x17);
+    assert_eq!(QHCA_CMD_SET_GID, 0x18);
+    assert_eq!(QHCA_CMD_MAX, 0x19);
     assert_eq!(QHCA_CQE_WITH_GRH, 1 << 2);
     assert_eq!(QHCA_QPT_RC, 0);
     assert_eq!(QHCA_QPT_UD, 1);
     assert_eq!(QHCA_QP_ATTR_QKEY, 1 << 12);
-    assert_eq!(QHCA_QP_ATTR_ALL, 0x1fff);
+    assert_eq!(QHCA_QP_ATTR_AV, 1 << 13);
+    assert_eq!(QHCA_QP_ATTR_ALL, 0x3fff);
+    assert_eq!(QHCA_GID_TABLE_LEN, 16);
     assert_eq!(QHCA_UD_MAX_MSG, 4096);
     assert_eq!(QHCA_GRH_SIZE as usize, core::mem::size_of::<qhca_grh>());
     // bindgen types this one i64 (it does not fit one); the bits are what matter.

@@ -18,16 +18,19 @@ use crate::ffi::*;
 use crate::misc::{debug, fail, fail_null, lock, set_errno};
 use crate::real::forward;
 
-/// `enum ibv_gid_type_sysfs` (rdma-core's driver.h), what `ibv_query_gid_type` reports.
+/// `enum ibv_gid_type_sysfs` (rdma-core's driver.h), what `ibv_query_gid_type` reports: every
+/// GID of a qhca port is RoCE v2, and an empty entry reads as `IB_ROCE_V1`, as libibverbs
+/// answers for one.
+const GID_TYPE_SYSFS_IB_ROCE_V1: c_uint = 0;
 const GID_TYPE_SYSFS_ROCE_V2: c_uint = 1;
-/// The port's only GID and P_Key index.
-const GID_TBL_LEN: c_int = 1;
 /// The default P_Key, full membership.
 const DEFAULT_PKEY: u16 = 0xffff;
-/// `IBV_QPF_GRH_REQUIRED` is not set: the loopback wire needs no GRH in an address vector.
+/// `IBV_QPF_GRH_REQUIRED` is not set: an address vector without a GRH keeps an RC QP on its
+/// port's GID 0, both ends on this device (as `ibv_rc_pingpong` without `-g` uses it).
 const PORT_FLAGS: u8 = 0;
-/// `enum ibv_port_attr.phys_state` 5: LinkUp.
+/// `enum ibv_port_attr.phys_state` 5: LinkUp; 3: Disabled (an Ethernet link that is down).
 const PHYS_STATE_LINK_UP: u8 = 5;
+const PHYS_STATE_DISABLED: u8 = 3;
 /// `ibv_port_attr.active_speed` 32: EDR.
 const SPEED_EDR: u8 = 32;
 /// `__VERBS_ABI_IS_EXTENDED`: `ibv_context.abi_compat` of a context inside a `verbs_context`.
@@ -473,20 +476,35 @@ unsafe extern "C" fn query_device_ex_op(
     0
 }
 
-/// The port's attributes: one ACTIVE Ethernet-like port, MTU 4096, one GID, one P_Key.
-pub(crate) fn port_attr() -> ibv_port_attr {
+/// Entries in the port's GID table: the device's ([`qhca::GID_TABLE_LEN`]), or GID 0 alone on
+/// a device without a port (no `QHCA_CAP_PORT`).
+fn gid_tbl_len(attr: &DeviceAttr) -> usize {
+    if attr.has_port() {
+        qhca::GID_TABLE_LEN
+    } else {
+        1
+    }
+}
+
+/// The port's attributes: one Ethernet-like port, MTU 4096, the device's GID table
+/// ([`gid_tbl_len`]), one P_Key; ACTIVE unless the device says its link is down (`down`).
+pub(crate) fn port_attr(attr: &DeviceAttr, down: bool) -> ibv_port_attr {
     // SAFETY: plain C data; all-zero is valid.
     let mut p: ibv_port_attr = unsafe { core::mem::zeroed() };
-    p.state = IBV_PORT_ACTIVE;
+    p.state = if down { IBV_PORT_DOWN } else { IBV_PORT_ACTIVE };
     p.max_mtu = IBV_MTU_4096;
     p.active_mtu = IBV_MTU_4096;
-    p.gid_tbl_len = GID_TBL_LEN;
+    p.gid_tbl_len = gid_tbl_len(attr) as c_int;
     p.max_msg_sz = 1 << 31;
     p.pkey_tbl_len = 1;
     p.max_vl_num = 1;
     p.active_width = 2; // 4X
     p.active_speed = SPEED_EDR;
-    p.phys_state = PHYS_STATE_LINK_UP;
+    p.phys_state = if down {
+        PHYS_STATE_DISABLED
+    } else {
+        PHYS_STATE_LINK_UP
+    };
     p.link_layer = IBV_LINK_LAYER_ETHERNET as u8;
     p.flags = PORT_FLAGS;
     p
@@ -512,13 +530,23 @@ unsafe extern "C" fn query_port_op(
     port_attr_len: usize,
 ) -> c_int {
     // SAFETY: the inline function passes the context it found this op in: ours.
-    if unsafe { Ctx::ours(context) }.is_none() || attr.is_null() {
+    let Some(ctx) = (unsafe { Ctx::ours(context) }) else {
+        return libc::EINVAL;
+    };
+    if attr.is_null() {
         return libc::EINVAL;
     }
     if let Err(e) = check_port(port_num) {
         return e;
     }
-    let p = port_attr();
+    // The link's state is the device's (a netdev whose link is down); a port it cannot be
+    // asked about is reported up, as before the port could be asked.
+    let down = ctx.attr.has_port()
+        && ctx
+            .ctx
+            .query_port()
+            .is_ok_and(|p| p.state == qhca::PortState::Down);
+    let p = port_attr(&ctx.attr, down);
     let n = port_attr_len.min(size_of::<ibv_port_attr>());
     // SAFETY: the program passes `port_attr_len` writable bytes at `attr`.
     unsafe {
@@ -555,20 +583,49 @@ pub unsafe extern "C" fn ibv_query_port(
     }
 }
 
-/// The GID at `index` of our port.
-fn gid(ctx: &Ctx, port_num: u8, index: c_int) -> Result<ibv_gid, c_int> {
-    check_port(port_num)?;
-    if index != 0 {
-        debug(format_args!(
-            "GID index {index}: the table has index 0 only"
-        ));
-        return Err(libc::EINVAL);
+/// The port's GID table, by index: `None` for an empty entry. Read from the device at each
+/// call (an administrator may change it at any time); GID 0 alone on a device without a port.
+fn gid_table(ctx: &Ctx) -> Result<Vec<Option<qhca::Gid>>, c_int> {
+    if !ctx.attr.has_port() {
+        return Ok(vec![Some(ctx.attr.port_gid())]);
     }
-    let mut g = ibv_gid::default();
-    g.raw = ctx.attr.port_gid().raw;
-    Ok(g)
+    let port = ctx.ctx.query_port().map_err(|e| {
+        debug(format_args!("GID table: {e}"));
+        crate::misc::errno(&e)
+    })?;
+    let mut table = vec![None; gid_tbl_len(&ctx.attr)];
+    for e in &port.gids {
+        if let Some(slot) = table.get_mut(usize::from(e.index)) {
+            *slot = Some(e.gid);
+        }
+    }
+    Ok(table)
 }
 
+/// The GID at `index` of our port: `None` if that entry is empty, `EINVAL` beyond the table.
+fn gid(ctx: &Ctx, port_num: u8, index: c_int) -> Result<Option<qhca::Gid>, c_int> {
+    check_port(port_num)?;
+    let table = gid_table(ctx)?;
+    let slot = usize::try_from(index).ok().and_then(|i| table.get(i));
+    match slot {
+        Some(g) => Ok(*g),
+        None => {
+            debug(format_args!(
+                "GID index {index}: the table has {} entries",
+                table.len()
+            ));
+            Err(libc::EINVAL)
+        }
+    }
+}
+
+fn ibv_gid_of(g: qhca::Gid) -> ibv_gid {
+    let mut out = ibv_gid::default();
+    out.raw = g.raw;
+    out
+}
+
+/// As libibverbs: an empty entry reads as the zero GID (and succeeds).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_gid(
     context: *mut ibv_context,
@@ -587,7 +644,7 @@ pub unsafe extern "C" fn ibv_query_gid(
     match gid(ctx, port_num, index) {
         Ok(g) if !out.is_null() => {
             // SAFETY: the program passes room for a GID.
-            unsafe { out.write(g) };
+            unsafe { out.write(ibv_gid_of(g.unwrap_or_default())) };
             0
         }
         // ibv_query_gid returns -1 on error (rdma-core's own does).
@@ -595,20 +652,18 @@ pub unsafe extern "C" fn ibv_query_gid(
     }
 }
 
-fn gid_entry(ctx: &Ctx, port_num: u32, index: u32) -> Result<ibv_gid_entry, c_int> {
-    let port = u8::try_from(port_num).map_err(|_| libc::EINVAL)?;
-    let index = c_int::try_from(index).map_err(|_| libc::EINVAL)?;
-    let g = gid(ctx, port, index)?;
-    Ok(ibv_gid_entry {
-        gid: g,
-        gid_index: 0,
+/// The table entry at `index`, RoCE v2 as every qhca GID is.
+fn gid_entry(port_num: u32, index: u32, g: qhca::Gid) -> ibv_gid_entry {
+    ibv_gid_entry {
+        gid: ibv_gid_of(g),
+        gid_index: index,
         port_num,
         gid_type: IBV_GID_TYPE_ROCE_V2,
         ndev_ifindex: 0,
-    })
+    }
 }
 
-/// What the inline `ibv_query_gid_ex` calls.
+/// What the inline `ibv_query_gid_ex` calls: `ENODATA` for an empty entry (as libibverbs).
 #[no_mangle]
 pub unsafe extern "C" fn _ibv_query_gid_ex(
     context: *mut ibv_context,
@@ -629,17 +684,22 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     if flags != 0 || entry.is_null() || entry_size < size_of::<ibv_gid_entry>() {
         return libc::EINVAL;
     }
-    match gid_entry(ctx, port_num, gid_index) {
-        Ok(e) => {
+    let (Ok(port), Ok(index)) = (u8::try_from(port_num), c_int::try_from(gid_index)) else {
+        return libc::EINVAL;
+    };
+    match gid(ctx, port, index) {
+        Ok(Some(g)) => {
             // SAFETY: the program passes room for `entry_size` >= one entry.
-            unsafe { entry.write(e) };
+            unsafe { entry.write(gid_entry(port_num, gid_index, g)) };
             0
         }
+        Ok(None) => libc::ENODATA,
         Err(e) => e,
     }
 }
 
-/// What the inline `ibv_query_gid_table` calls: our one GID per port.
+/// What the inline `ibv_query_gid_table` calls: the valid entries of our one port, in index
+/// order, `entry_size` bytes apart; `EINVAL` if there are more than `max_entries`.
 #[no_mangle]
 pub unsafe extern "C" fn _ibv_query_gid_table(
     context: *mut ibv_context,
@@ -656,23 +716,37 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
             -(libc::ENOSYS as isize)
         );
     };
-    if flags != 0 || entry_size < size_of::<ibv_gid_entry>() {
+    if flags != 0 || entry_size < size_of::<ibv_gid_entry>() || entries.is_null() {
         return -(libc::EINVAL as isize);
     }
-    if max_entries < 1 || entries.is_null() {
+    let table = match gid_table(ctx) {
+        Ok(t) => t,
+        Err(e) => return -(e as isize),
+    };
+    let valid: Vec<_> = (0u32..)
+        .zip(table)
+        .filter_map(|(i, g)| Some(gid_entry(u32::from(qhca::PORT_NUM), i, g?)))
+        .collect();
+    if valid.len() > max_entries {
         return -(libc::EINVAL as isize);
     }
-    match gid_entry(ctx, 1, 0) {
-        Ok(e) => {
-            // SAFETY: the program passes room for `max_entries` >= 1 entries.
-            unsafe { entries.write(e) };
-            1
-        }
-        Err(e) => -(e as isize),
+    for (n, e) in valid.iter().enumerate() {
+        // SAFETY: the program passes room for `max_entries` entries `entry_size` bytes apart
+        // (the inline function's contract), and `n < max_entries`; unaligned in case a larger
+        // entry size is not a multiple of the alignment.
+        unsafe {
+            entries
+                .cast::<u8>()
+                .add(n * entry_size)
+                .cast::<ibv_gid_entry>()
+                .write_unaligned(*e)
+        };
     }
+    valid.len() as isize
 }
 
-/// libibverbs's private `ibv_query_gid_type` (ibv_devinfo uses it).
+/// libibverbs's private `ibv_query_gid_type` (ibv_devinfo uses it): RoCE v2, or `IB_ROCE_V1`
+/// for an empty entry (as libibverbs answers for one).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_gid_type(
     context: *mut ibv_context,
@@ -691,12 +765,30 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     let Ok(index) = c_int::try_from(index) else {
         return -1;
     };
-    if gid(ctx, port_num, index).is_err() || type_.is_null() {
+    if type_.is_null() {
         return -1;
     }
+    let t = match gid(ctx, port_num, index) {
+        Ok(Some(_)) => GID_TYPE_SYSFS_ROCE_V2,
+        Ok(None) => GID_TYPE_SYSFS_IB_ROCE_V1,
+        Err(_) => return -1,
+    };
     // SAFETY: the program passes room for the enum.
-    unsafe { *type_ = GID_TYPE_SYSFS_ROCE_V2 };
+    unsafe { *type_ = t };
     0
+}
+
+/// The index of `g` in the port's GID table (`ibv_find_gid_index` of libibverbs).
+pub(crate) fn find_gid_index(ctx: &Ctx, g: qhca::Gid) -> Result<u8, c_int> {
+    let table = gid_table(ctx)?;
+    table
+        .iter()
+        .position(|e| *e == Some(g))
+        .map(|i| i as u8)
+        .ok_or_else(|| {
+            debug(format_args!("GID {g} is not in the port's table"));
+            libc::EINVAL
+        })
 }
 
 #[no_mangle]

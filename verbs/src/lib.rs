@@ -30,11 +30,19 @@
 //!
 //! # What a qhca device looks like to a verbs program
 //!
-//! One port, ACTIVE, link layer Ethernet (RoCE-like: LID 0, addressing by GID), active MTU
-//! 4096, a GID table of one entry (index 0: `fe80::/64` and the node GUID, the port's GID);
-//! one P_Key (0xffff). Its wire is the device's own loopback: every QP of a device reaches
-//! every other QP of that device, so a connection's address is only its QP number (an address
-//! vector naming another GID is refused).
+//! One port, ACTIVE (DOWN while the link of the device's netdev is down), link layer Ethernet
+//! (RoCE: LID 0, addressing by GID), active MTU 4096; one P_Key (0xffff). Its GID table is the
+//! device's, read at each query (16 entries): index 0 is `fe80::/64` and the node GUID, the
+//! link-local GID; the others are the IPv4 addresses an administrator gave the port
+//! (`qhca-info addr add`), IPv4-mapped, or empty (the zero GID, `ENODATA` from
+//! `ibv_query_gid_ex`, as libibverbs reports an empty entry); all are RoCE v2.
+//! An address vector (`ibv_create_ah`, `ibv_modify_qp` with `IBV_QP_AV` on RC) carries its
+//! `grh.sgid_index` and `grh.dgid` to the device, which refuses an entry that is not valid or a
+//! destination of the other family; a destination the port cannot reach loses the packets (an
+//! RC QP's requests then fail with `IBV_WC_RETRY_EXC_ERR`). An RC QP given no GRH talks to its
+//! own port's GID 0: every QP of a device reaches every other QP of that device by number.
+//! `ibv_init_ah_from_wc` answers a datagram from its GRH, or from the IPv4 header the device
+//! writes in the GRH's place for a datagram between IPv4 GIDs (as RoCEv2 does).
 //!
 //! Supported on qhca devices: the device list and open/close; query_device(_ex), query_port,
 //! query_gid(_ex, _table, _type), query_pkey, get_pkey_index; PDs; memory regions

@@ -256,8 +256,17 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
     )
 }
 
-/// The provider's attributes for `ibv_modify_qp(attr, mask)`, or the errno.
-fn modify_attr(a: &ibv_qp_attr, mask: c_int, ctx: &Ctx) -> Result<QpAttr, c_int> {
+/// The provider's attributes for `ibv_modify_qp(attr, mask)` of an RC (`rc`) or UD QP, or the
+/// errno.
+///
+/// An address vector (`IBV_QP_AV`) with a GRH goes to the device as it is, on RC: its source
+/// entry (`grh.sgid_index`) and destination (`grh.dgid`). The device refuses an entry that is
+/// not valid, or a destination of the other family (`EINVAL`); one the port cannot reach loses
+/// the packets and the QP's requests then fail with `IBV_WC_RETRY_EXC_ERR`, as on a real
+/// fabric. Without a GRH (`is_global` 0: `ibv_rc_pingpong` without `-g`) the QP keeps the
+/// device's default, its own port's GID 0: both ends on this device. A UD QP has no address
+/// vector (each send names a handle), and ignores one.
+fn modify_attr(a: &ibv_qp_attr, mask: c_int, ctx: &Ctx, rc: bool) -> Result<QpAttr, c_int> {
     let mask = mask as c_uint;
     let has = |bit: c_uint| mask & bit != 0;
     let supported = IBV_QP_STATE
@@ -314,11 +323,15 @@ fn modify_attr(a: &ibv_qp_attr, mask: c_int, ctx: &Ctx) -> Result<QpAttr, c_int>
         if av.port_num != 0 && av.port_num != qhca::PORT_NUM {
             return Err(bad(format_args!("address vector port {}", av.port_num)));
         }
-        // SAFETY: a GID is 16 bytes whichever union member is read.
-        if av.is_global != 0 && unsafe { av.grh.dgid.raw } != ctx.attr.port_gid().raw {
-            return Err(bad(format_args!(
-                "an address vector to another GID: qhca's wire is the device's own loopback"
-            )));
+        if rc && av.is_global != 0 {
+            // Port 0 is taken as the port, as before address vectors reached the device.
+            let av = ibv_ah_attr {
+                port_num: qhca::PORT_NUM,
+                ..*av
+            };
+            let v = crate::ah::ah_attr(&av, ctx.attr.port_gid())
+                .map_err(|why| bad(format_args!("address vector: {why}")))?;
+            q.av = Some(v);
         }
     }
     if has(IBV_QP_QKEY) {
@@ -378,7 +391,8 @@ pub unsafe extern "C" fn ibv_modify_qp(
     let Some(a) = (unsafe { attr.as_ref() }) else {
         return libc::EINVAL;
     };
-    let qa = match modify_attr(a, mask, ctx) {
+    let rc = lock(&q.posting).qp.qp_type() == qhca::QpType::Rc;
+    let qa = match modify_attr(a, mask, ctx, rc) {
         Ok(qa) => qa,
         Err(e) => return e,
     };
@@ -438,8 +452,20 @@ pub unsafe extern "C" fn ibv_query_qp(
     a.cap = q.cap;
     a.ah_attr.port_num = qhca::PORT_NUM;
     a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid.raw = ctx.attr.port_gid().raw;
-    a.ah_attr.grh.hop_limit = 64;
+    if info.qp_type == Some(qhca::QpType::Rc) {
+        // What the device holds: the address vector set at INIT -> RTR, or its default (this
+        // port's GID 0 from GID 0, hop limit 64).
+        let av = &info.av;
+        a.ah_attr.grh.dgid.raw = av.dgid.raw;
+        a.ah_attr.grh.sgid_index = av.sgid_index;
+        a.ah_attr.grh.flow_label = av.flow_label;
+        a.ah_attr.grh.traffic_class = av.traffic_class;
+        a.ah_attr.grh.hop_limit = av.hop_limit;
+        a.ah_attr.sl = av.sl;
+    } else {
+        a.ah_attr.grh.dgid.raw = ctx.attr.port_gid().raw;
+        a.ah_attr.grh.hop_limit = 64;
+    }
     a.max_rd_atomic = info.max_rd_atomic;
     a.max_dest_rd_atomic = info.max_dest_rd_atomic;
     a.min_rnr_timer = info.min_rnr_timer;

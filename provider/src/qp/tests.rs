@@ -31,8 +31,8 @@ fn attr_mask_follows_the_fields_set() {
         (2, 0x12_3456, 0xab_cdef, 10, 12)
     );
     assert_eq!(
-        (a.max_rd_atomic, a.max_dest_rd_atomic, a.qkey, a.rsvd1),
-        (0, 0, 0, [0; 8])
+        (a.max_rd_atomic, a.max_dest_rd_atomic, a.qkey, a.av.dgid),
+        (0, 0, 0, [0; 16])
     );
     let all = QpAttr {
         state: Some(QpState::Err),
@@ -48,9 +48,23 @@ fn attr_mask_follows_the_fields_set() {
         max_rd_atomic: Some(3),
         max_dest_rd_atomic: Some(4),
         qkey: Some(5),
+        av: Some(AhAttr {
+            flow_label: 0x1_2345,
+            ..AhAttr::new(crate::Gid::from_ipv4([10, 0, 0, 2].into())).from_index(3)
+        }),
     }
     .to_raw();
     assert_eq!(all.mask, qhca_uapi::QHCA_QP_ATTR_ALL);
+    assert_eq!(
+        (
+            all.av.sgid_index,
+            all.av.hop_limit,
+            all.av.port_num,
+            all.av.flow_label
+        ),
+        (3, 64, 1, 0x1_2345)
+    );
+    assert_eq!(all.av.dgid[10..], [0xff, 0xff, 10, 0, 0, 2]);
     assert_eq!((all.max_rd_atomic, all.max_dest_rd_atomic), (3, 4));
     assert_eq!((all.state, all.access), (6, 0xf));
     let info = QpInfo::from_raw(&all);
@@ -58,6 +72,8 @@ fn attr_mask_follows_the_fields_set() {
     assert_eq!(info.access, Access::ALL);
     assert_eq!((info.max_rd_atomic, info.max_dest_rd_atomic), (3, 4));
     assert_eq!((all.qkey, info.qkey), (5, 5));
+    assert_eq!(info.av.dgid.to_string(), "::ffff:10.0.0.2");
+    assert_eq!((info.av.sgid_index, info.av.flow_label), (3, 0x1_2345));
 }
 
 /// connect() sets the responder resources at INIT → RTR and the initiator depth at RTR →
@@ -95,6 +111,55 @@ fn connect_sets_the_rd_atomic_depths() {
     assert_eq!(rts.mask & QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC, 0);
     assert_ne!(rts.mask & QHCA_QP_ATTR_MAX_RD_ATOMIC, 0);
     assert_eq!((rts.sq_psn, rts.max_rd_atomic), (1, 3));
+    // Records without GIDs: no address vector (the port's GID 0, as before the table).
+    assert_eq!(rtr.mask & QHCA_QP_ATTR_AV, 0);
+}
+
+/// Records that name GIDs make INIT → RTR carry the address vector: to the peer's GID, from
+/// our entry; connect() refuses a pair where only one names a GID.
+#[test]
+fn connect_sets_the_address_vector_from_the_records_gids() {
+    let ours = crate::Gid::from_ipv4([10, 7, 0, 3].into());
+    let theirs = crate::Gid::from_ipv4([10, 7, 0, 4].into());
+    let me = ConnInfo {
+        qpn: 0x42,
+        psn: 1,
+        ..ConnInfo::default()
+    }
+    .with_gid(ours, 2);
+    let peer = ConnInfo {
+        qpn: 0x43,
+        psn: 2,
+        ..ConnInfo::default()
+    }
+    .with_gid(theirs, 5);
+    let [init, rtr, rts] = connect_attrs(&me, &peer, &ConnOpts::default()).map(|a| a.to_raw());
+    assert_eq!((init.mask | rts.mask) & QHCA_QP_ATTR_AV, 0);
+    assert_ne!(rtr.mask & QHCA_QP_ATTR_AV, 0);
+    assert_eq!((rtr.av.dgid, rtr.av.sgid_index), (theirs.raw, 2));
+    assert_eq!((rtr.av.port_num, rtr.av.hop_limit), (1, 64));
+
+    let f = FakeDevice::new("connect-gid");
+    let pd = crate::Pd::fake(&f.ctx, 1);
+    let cq = crate::Cq::fake(&f.ctx, 8, 1).unwrap();
+    let qp = Qp::fake(&pd, &cq, &cq, &QpCaps::default(), 0x42).unwrap();
+    let plain = ConnInfo {
+        gid: crate::Gid::default(),
+        ..peer
+    };
+    for (l, r) in [
+        (&me, &plain),
+        (
+            &ConnInfo {
+                gid: crate::Gid::default(),
+                ..me
+            },
+            &peer,
+        ),
+    ] {
+        let e = qp.connect(l, r, &ConnOpts::default()).unwrap_err();
+        assert!(e.to_string().contains("both or neither"), "{e}");
+    }
 }
 
 /// A context on an ordinary 4 KiB file: its "doorbell page" is the file, so the test reads

@@ -48,6 +48,36 @@ fn usage() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// `addr`: a bad address is a usage error (2) before any device is looked for; without
+/// devices, listing or changing them fails (1) and says why.
+#[test]
+fn addr_arguments_and_no_devices() {
+    for args in [
+        &["addr", "add", "10.0.0.1/33"][..],
+        &["addr", "add"],
+        &["qhca0", "addr", "del", "nohost"],
+        &["addr", "flush"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_qhca-info"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+    if has_devices() {
+        return;
+    }
+    for args in [&["addr"][..], &["addr", "add", "10.0.0.1/24"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_qhca-info"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no qhca devices found"), "{err}");
+    }
+}
+
 #[test]
 fn perf_and_pingpong_usage_and_bad_arguments() {
     for (exe, word) in [
@@ -58,6 +88,7 @@ fn perf_and_pingpong_usage_and_bad_arguments() {
         assert!(out.status.success());
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("--loopback") && text.contains(word), "{text}");
+        assert!(text.contains("--gid-index=N"), "{text}");
         let out = Command::new(exe).args(["-s", "0"]).output().unwrap();
         assert_eq!(out.status.code(), Some(2));
         let out = Command::new(exe).arg("--bogus").output().unwrap();

@@ -538,6 +538,25 @@ impl Hca {
         self.completion_of(c)
     }
 
+    /// Posts `c` and waits for its completion, taking the other events that come before it
+    /// (QP_ERR, CQ_ERR, ... of work the device does meanwhile on its own, e.g. for frames from
+    /// the network): (the completion, the others in order).
+    pub fn exec_amid_events(&mut self, c: &qhca_cmd) -> (qhca_eqe, Vec<qhca_eqe>) {
+        self.post(c);
+        let mut others = Vec::new();
+        loop {
+            let e = self.next_eqe();
+            if e.type_ as u32 == QHCA_EQE_CMD_DONE && e.token == c.token {
+                return (e, others);
+            }
+            assert!(
+                e.type_ as u32 != QHCA_EQE_CMD_DONE,
+                "completion of another command while waiting for {c:?}: {e:?}"
+            );
+            others.push(e);
+        }
+    }
+
     /// Posts `c` and returns its completion status.
     pub fn exec_status(&mut self, c: &qhca_cmd) -> u32 {
         self.exec(c).status as u32

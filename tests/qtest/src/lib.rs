@@ -12,16 +12,21 @@
 //! - [`rng`]: the deterministic generator behind the fuzz-style test;
 //! - [`verbs`]: PDs, MRs, CQs, QPs, WQEs and CQEs from the test side;
 //! - [`mw`]: memory windows: ALLOC_MW/DEALLOC_MW, BIND_MW, LOCAL_INV and SEND_WITH_INV WQEs;
-//! - [`ud`]: unreliable datagram: address handles, UD QPs and WQEs, the GRH.
+//! - [`ud`]: unreliable datagram: address handles, UD QPs and WQEs, the GRH;
+//! - [`port`]: QUERY_PORT, SET_GID, GIDs and address vectors;
+//! - [`roce`]: RoCEv2 frames and ARP as the test builds and checks them (its own codec and
+//!   ICRC), and [`roce::Peer`], the test as the far end of the port's netdev.
 //!
 //! The QEMU binary comes from `$QHCA_QEMU`; `scripts/test.sh` sets it after building QEMU.
 
 pub mod hca;
 pub mod mw;
 pub mod pci;
+pub mod port;
 pub mod qmp;
 pub mod qtest;
 pub mod rng;
+pub mod roce;
 pub mod ud;
 pub mod verbs;
 pub mod wire;

@@ -10,6 +10,7 @@ use core::mem::offset_of;
 use qhca_uapi::*;
 
 use crate::hca::Hca;
+pub use crate::port::{port_gid, AhAttr};
 use crate::verbs::{
     alloc_pd, create_cq, create_qp_typed, in_words, modify_qp, obj_cmd, reg_mr, Cq, Mem, Qp,
     QpAttr, QpCaps, SendWr,
@@ -23,64 +24,17 @@ const _: () = {
     assert!(offset_of!(qhca_wqe_ud, ah) == 0);
     assert!(offset_of!(qhca_wqe_ud, remote_qpn) == 4);
     assert!(offset_of!(qhca_wqe_ud, remote_qkey) == 8);
-    assert!(size_of::<qhca_ah_attr>() == 24);
-    assert!(offset_of!(qhca_ah_attr, flow_label) == 16);
-    assert!(offset_of!(qhca_ah_attr, port_num) == 23);
     assert!(size_of::<qhca_grh>() == QHCA_GRH_SIZE as usize);
 };
 
 pub const GRH: usize = QHCA_GRH_SIZE as usize;
-
-/// A port's GID: `QHCA_GID_PREFIX` and its node GUID, big-endian.
-pub fn port_gid(guid: u64) -> [u8; 16] {
-    let mut g = [0u8; 16];
-    g[..8].copy_from_slice(&QHCA_GID_PREFIX.to_be_bytes());
-    g[8..].copy_from_slice(&guid.to_be_bytes());
-    g
-}
-
-/// `struct qhca_ah_attr`, host side.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AhAttr {
-    pub dgid: [u8; 16],
-    pub flow_label: u32,
-    pub traffic_class: u8,
-    pub hop_limit: u8,
-    pub sl: u8,
-    pub port_num: u8,
-}
-
-impl AhAttr {
-    /// To the port with GID `dgid`: port 1, hop limit 64, the rest 0.
-    pub fn to(dgid: [u8; 16]) -> AhAttr {
-        AhAttr {
-            dgid,
-            flow_label: 0,
-            traffic_class: 0,
-            hop_limit: 64,
-            sl: 0,
-            port_num: 1,
-        }
-    }
-
-    fn encode(&self) -> [u8; 24] {
-        let mut b = [0u8; 24];
-        b[..16].copy_from_slice(&self.dgid);
-        b[16..20].copy_from_slice(&self.flow_label.to_le_bytes());
-        b[20] = self.traffic_class;
-        b[21] = self.hop_limit;
-        b[22] = self.sl;
-        b[23] = self.port_num;
-        b
-    }
-}
 
 /// `struct qhca_cmd_create_ah` as bytes.
 pub fn create_ah_bytes(uar: u32, pdn: u32, a: &AhAttr) -> [u8; 40] {
     let mut b = [0u8; 40];
     b[0..4].copy_from_slice(&uar.to_le_bytes());
     b[4..8].copy_from_slice(&pdn.to_le_bytes());
-    b[8..32].copy_from_slice(&a.encode());
+    b[8..40].copy_from_slice(&a.encode());
     b
 }
 

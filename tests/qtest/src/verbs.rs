@@ -12,6 +12,7 @@ use qhca_uapi::db::{DbType, DbWord};
 use qhca_uapi::*;
 
 use crate::hca::{Hca, RAM_SIZE};
+use crate::port::AhAttr;
 
 /// Where the verbs tests' memory starts (above everything `hca.rs` uses).
 pub const VERBS_RAM: u64 = 0x40_0000;
@@ -421,6 +422,8 @@ pub struct QpAttr {
     pub rq_psn: u32,
     pub sq_psn: u32,
     pub qkey: u32,
+    /// Where the peer is (RC, `QHCA_QP_ATTR_AV`); all zeros when the mask does not name it.
+    pub av: AhAttr,
 }
 
 impl QpAttr {
@@ -440,6 +443,7 @@ impl QpAttr {
         put32(&mut b, 20, self.rq_psn);
         put32(&mut b, 24, self.sq_psn);
         put32(&mut b, 28, self.qkey);
+        b[32..].copy_from_slice(&self.av.encode());
         b
     }
 
@@ -459,6 +463,7 @@ impl QpAttr {
             rq_psn: get32(b, 20),
             sq_psn: get32(b, 24),
             qkey: get32(b, 28),
+            av: AhAttr::decode(&b[32..64]),
         }
     }
 }
@@ -552,6 +557,8 @@ pub struct ConnParams {
     pub max_rd_atomic: u8,
     /// INIT -> RTR `max_dest_rd_atomic`; 0: not set (the device's 16).
     pub max_dest_rd_atomic: u8,
+    /// INIT -> RTR address vector; `None`: not set (GID 0 to GID 0, this device).
+    pub av: Option<AhAttr>,
 }
 
 impl Default for ConnParams {
@@ -565,6 +572,7 @@ impl Default for ConnParams {
             min_rnr_timer: 1,
             max_rd_atomic: 0,
             max_dest_rd_atomic: 0,
+            av: None,
         }
     }
 }
@@ -597,13 +605,15 @@ pub fn bring_to_rts(h: &mut Hca, qp: &Qp, dest: u32, psn: u32, p: &ConnParams) {
                     QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC
                 } else {
                     0
-                },
+                }
+                | if p.av.is_some() { QHCA_QP_ATTR_AV } else { 0 },
             state: QHCA_QPS_RTR as u8,
             dest_qpn: dest,
             rq_psn: psn,
             path_mtu: p.path_mtu,
             min_rnr_timer: p.min_rnr_timer,
             max_dest_rd_atomic: p.max_dest_rd_atomic,
+            av: p.av.unwrap_or_default(),
             ..Default::default()
         },
     );

@@ -69,6 +69,12 @@ fn query_device_reports_attributes() {
     );
     assert_ne!(a.caps & CAP_ODP, 0, "QHCA_CAP_ODP: {a:?}");
     assert_ne!(a.caps & CAP_UD, 0, "QHCA_CAP_UD: {a:?}");
+    assert_ne!(a.caps & CAP_PORT, 0, "QHCA_CAP_PORT: {a:?}");
+    assert_eq!(
+        a.caps & !CAP_KNOWN_MASK,
+        0,
+        "caps this ABI does not define: {a:?}"
+    );
     assert_eq!((a.max_mw, a.max_ah, a.rsvd2), (4096, 4096, 0), "{a:?}");
     assert!(
         b[ATTR_SIZE..].iter().all(|&x| x == 0xaa),

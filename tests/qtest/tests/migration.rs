@@ -2,7 +2,8 @@
 
 //! Live state survives migration: a device caught mid-flight (events waiting in the EQ, commands
 //! stalled behind it, a UAR table with a hole, non-zero counters, MSI-X armed) is saved by one
-//! QEMU and loaded by another, which carries on exactly where the first stopped.
+//! QEMU and loaded by another, which carries on exactly where the first stopped. The port's GID
+//! table migrates and is checked on arrival as SET_GID checks it.
 
 use qhca_qtest::abi::*;
 use qhca_qtest::hca::*;
@@ -386,4 +387,99 @@ fn verbs_objects_block_migration_until_freed() {
         stream.display()
     ));
     qa.wait_migration();
+}
+
+#[test]
+fn gid_table_migrates_and_is_checked_on_arrival() {
+    use qhca_qtest::port::{port_gid, query_port, set_gid, v4_gid, GidEntry};
+    let props = "num-uars=4,node-guid=0x77";
+    let stream = socket_path("migration-gids");
+    let qmp_a = socket_path("qmp-gids");
+    let mut a = Hca::start_with(props, &["-qmp", &qmp_arg(&qmp_a)]);
+    a.bring_up(3, 2);
+    assert_eq!(
+        set_gid(&mut a, 1, &GidEntry::v4([10, 0, 0, 1], 24)),
+        QHCA_CMD_OK
+    );
+    assert_eq!(
+        set_gid(&mut a, 9, &GidEntry::v4([10, 0, 0, 9], 32)),
+        QHCA_CMD_OK
+    );
+    // (Not asked of the source: QUERY_PORT's output in guest RAM would be in the stream too.)
+    let mut gids = [GidEntry::default(); 16];
+    gids[0] = GidEntry {
+        gid: port_gid(0x77),
+        flags: QHCA_GID_VALID as u8,
+        prefix_len: 64,
+        rsvd: [0; 6],
+    };
+    gids[1] = GidEntry::v4([10, 0, 0, 1], 24);
+    gids[9] = GidEntry::v4([10, 0, 0, 9], 32);
+    let mut qa = Qmp::connect(&qmp_a);
+    qa.ok(&format!(
+        r#"{{"execute":"migrate","arguments":{{"uri":"file:{}"}}}}"#,
+        stream.display()
+    ));
+    qa.wait_migration();
+    let (pi, ci) = (a.cmd_pi, a.eq_ci);
+    drop(a);
+    let good = std::fs::read(&stream).expect("migration stream");
+    let attach = |mut b: Hca| {
+        (b.cmdq_base, b.cmdq_log, b.eq_base, b.eq_log) = (CMDQ_RAM, 3, EQ_RAM, 2);
+        (b.cmd_pi, b.eq_ci) = (pi, ci);
+        b
+    };
+    let mut b = attach(load(props, &stream).expect("the stream with two GIDs"));
+    assert_eq!(query_port(&mut b).gids, gids, "the table after migration");
+    assert_eq!(
+        set_gid(&mut b, 2, &GidEntry::v4([10, 0, 0, 9], 24)),
+        QHCA_CMD_BAD_PARAM,
+        "10.0.0.9 is still entry 9's"
+    );
+    drop(b);
+
+    // The table as raw entries in the stream, entry 0 first (the SET_GID commands in the
+    // ring in guest RAM hold entries 1 and 9 too, so they are found from entry 0).
+    let at = |needle: &[u8]| {
+        let hits: Vec<usize> = good
+            .windows(needle.len())
+            .enumerate()
+            .filter(|(_, w)| w == &needle)
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(hits.len(), 1, "{needle:02x?} once in the stream");
+        hits[0]
+    };
+    let e0 = at(&port_gid(0x77));
+    let (e1, e9) = (e0 + 24, e0 + 9 * 24);
+    assert_eq!(
+        &good[e1..e1 + 18],
+        &[&v4_gid([10, 0, 0, 1])[..], &[1, 24]].concat()
+    );
+    assert_eq!(
+        &good[e9..e9 + 18],
+        &[&v4_gid([10, 0, 0, 9])[..], &[1, 32]].concat()
+    );
+    let path = socket_path("tampered-gids");
+    let cases: [(&str, usize, &[u8]); 7] = [
+        ("entry 9 a duplicate of entry 1", e9 + 15, &[1]),
+        ("entry 1 at 127.0.0.1", e1 + 12, &[127]),
+        ("entry 1 an IPv6 GID", e1, &[0xfe, 0x80]),
+        ("entry 1 flags 3", e1 + 16, &[3]),
+        ("entry 1 prefix 33", e1 + 17, &[33]),
+        ("entry 1 rsvd", e1 + 23, &[1]),
+        ("entry 0 another GUID", e0 + 15, &[0x78]),
+    ];
+    for (what, off, bytes) in cases {
+        let mut bad = good.clone();
+        bad[off..off + bytes.len()].copy_from_slice(bytes);
+        std::fs::write(&path, &bad).unwrap();
+        match load(props, &path) {
+            Ok(mut h) => panic!("a stream with {what} loaded: {:?}", query_port(&mut h).gids),
+            Err(e) => assert!(e.contains("qhca"), "{what}: refusal: {e}"),
+        }
+    }
+    // Nor does the right table load into a device with another node GUID.
+    let err = load("num-uars=4,node-guid=0x78", &stream).err();
+    assert!(err.is_some_and(|e| e.contains("qhca")), "another node GUID");
 }

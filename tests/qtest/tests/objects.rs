@@ -490,7 +490,7 @@ fn cq_and_qp_validation() {
     raw[10] = 1; // max_rd_atomic, outside the mask
     assert_eq!(modify_qp_raw(&mut h, uar, qpn, &raw), QHCA_CMD_BAD_PARAM);
     let mut raw = rtr.encode();
-    raw[63] = 1; // rsvd1
+    raw[63] = 1; // av.rsvd[6], and the mask has no QHCA_QP_ATTR_AV
     assert_eq!(modify_qp_raw(&mut h, uar, qpn, &raw), QHCA_CMD_BAD_PARAM);
     assert_eq!(modify_qp(&mut h, uar, qpn, &rtr), QHCA_CMD_OK);
     let rts = QpAttr {

@@ -10,6 +10,7 @@
 
 use qhca_qtest::abi::*;
 use qhca_qtest::hca::STEP_NS;
+use qhca_qtest::port::{eui64, DEFAULT_MAC};
 use qhca_qtest::ud::*;
 use qhca_qtest::verbs::*;
 use qhca_qtest::Hca;
@@ -749,11 +750,12 @@ fn ud_send_faults_and_resumes() {
         q
     };
     let (mut a, mut b) = (qp(&mut h, &mut p), qp(&mut h, &mut p));
+    // This port's GID 0 (the default node GUID: the default MAC's EUI-64).
     let (st, ah) = create_ah(
         &mut h,
         p.uar,
         p.pdn,
-        &AhAttr::to(port_gid(0x5148_4341_0000_0001)),
+        &AhAttr::to(port_gid(eui64(DEFAULT_MAC))),
     );
     assert_eq!(st, QHCA_CMD_OK);
     let (st, key) = reg_odp(&mut h, &p, VA, 2 * PAGE, LOCAL);

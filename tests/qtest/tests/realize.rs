@@ -3,7 +3,11 @@
 //! Bad properties fail `-device qhca,...` at realize: QEMU exits with status 1 (not a crash) and
 //! an error message naming the property.
 
+use qhca_qtest::abi::*;
+use qhca_qtest::hca::OUT_RAM;
+use qhca_qtest::port::{eui64, mac_str};
 use qhca_qtest::qtest::run_to_exit;
+use qhca_qtest::wire::{decode_attr, ATTR_SIZE};
 use qhca_qtest::Hca;
 
 /// Starts QEMU with `-device qhca,{props}` and checks that it refuses, with a message (after
@@ -69,8 +73,32 @@ fn max_mr_out_of_range() {
 }
 
 #[test]
-fn node_guid_zero() {
-    refuses("node-guid=0", "node-guid");
+fn loss_rates_are_per_mille() {
+    refuses("x-loss-drop=1001", "x-loss-drop");
+    refuses("x-loss-dup=4294967295", "x-loss-dup");
+    refuses("x-loss-reorder=1001", "x-loss-reorder");
+}
+
+#[test]
+fn netdev_that_does_not_exist() {
+    refuses("netdev=nope", "netdev");
+}
+
+/// node-guid 0 (the default) is the MAC's EUI-64; any other value is taken as it is.
+#[test]
+fn node_guid_zero_is_the_mac_eui64() {
+    let mac = [0x52, 0x54, 0x00, 0xab, 0xcd, 0xef];
+    for props in [
+        format!("mac={}", mac_str(mac)),
+        format!("node-guid=0,mac={}", mac_str(mac)),
+    ] {
+        let mut h = Hca::start(&props);
+        h.bring_up(3, 3);
+        assert_eq!(h.query_device(OUT_RAM, ATTR_SIZE as u32), QHCA_CMD_OK);
+        let a = decode_attr(&h.qt.memread(OUT_RAM, ATTR_SIZE));
+        assert_eq!(a.node_guid, 0x5054_00ff_feab_cdef, "{props}");
+        assert_eq!(a.node_guid, eui64(mac));
+    }
 }
 
 #[test]

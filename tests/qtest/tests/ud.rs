@@ -4,9 +4,10 @@
 //! placed behind a GRH with the sender's QPN in the CQE, and what is dropped and counted --
 //! a Q_Key that does not match, no receive WQE, a datagram larger than the WQE's buffers, a
 //! destination that is no UD QP -- without a byte written. Many senders to one receiver and one
-//! sender to many.
+//! sender to many. (Datagrams between IPv4 GIDs and their GRH area: `port.rs`.)
 
 use qhca_qtest::abi::*;
+use qhca_qtest::port::query_port;
 use qhca_qtest::ud::*;
 use qhca_qtest::verbs::*;
 use qhca_qtest::Hca;
@@ -242,7 +243,8 @@ fn datagrams_that_reach_no_qp_are_counted_by_the_device() {
     let here = u.ah(&mut h, &AhAttr::to(port_gid(GUID)));
     let elsewhere = u.ah(&mut h, &AhAttr::to(port_gid(GUID + 1)));
     // A QPN that names nothing (a's index, another generation), an RC QP, a QP not yet in
-    // RTR, and a port not on this fabric (a's own QPN there).
+    // RTR; and a port that is not this one (a's own QPN there): with no netdev it has no
+    // route, so it never reaches the device's receive side (the port's tx_no_route).
     let stale = a.qpn ^ 1 << QHCA_QPN_INDEX_BITS;
     let targets = [
         (here, stale),
@@ -257,7 +259,8 @@ fn datagrams_that_reach_no_qp_are_counted_by_the_device() {
         sent(&mut h, &mut u, &a, i as u64);
     }
     u.rcq.expect_empty(&mut h);
-    assert_eq!(h.reg(QHCA_REG_UD_NO_QP), 4);
+    assert_eq!(h.reg(QHCA_REG_UD_NO_QP), 3);
+    assert_eq!(query_port(&mut h).counters.tx_no_route, 1);
     assert!(h.qt.memread(dst, 192).iter().all(|&x| x == FILL));
     let (st, q) = query_qp(&mut h, u.uar, rc.qpn);
     assert_eq!(

@@ -4,7 +4,7 @@
 //! the protection and RNR error paths, isolation between processes, cleanup after kill -9, a
 //! data path without system calls, the driver's destroy-order and state checks, and on-demand
 //! paging (`odp`), watched regions and the registration cache, memory windows (`mw`),
-//! unreliable datagram (`ud`).
+//! unreliable datagram (`ud`), the port and its GID table (`port`).
 //!
 //! They always run (see [`crate::cases::all`]); the helper processes they start are this
 //! binary's `__verbs_*` subcommands ([`helper_main`]).
@@ -28,6 +28,7 @@ mod lifecycle;
 mod mw;
 mod odp;
 mod odp_changes;
+mod port;
 mod process;
 mod protection;
 mod rcache;
@@ -120,6 +121,12 @@ pub fn cases() -> Vec<Case<Config>> {
         ud::verbs_ud_many_to_one,
         ud::verbs_ud_one_to_many,
         ud::verbs_ud_ah_checks,
+        port::verbs_port_query,
+        port::verbs_port_set_gid,
+        port::verbs_port_addr_tool,
+        port::verbs_port_rc_unreachable,
+        port::verbs_port_rc_ipv4_gids,
+        port::verbs_port_tools_gid_index,
     ]
 }
 

@@ -34,6 +34,12 @@ CHECK_IOCTL(ALLOC_MW, struct qhca_ioc_alloc_mw);
 CHECK_IOCTL(DEALLOC_MW, struct qhca_ioc_handle);
 CHECK_IOCTL(CREATE_AH, struct qhca_ioc_create_ah);
 CHECK_IOCTL(DESTROY_AH, struct qhca_ioc_handle);
+CHECK_IOCTL(QUERY_PORT, struct qhca_ioc_query_port);
+CHECK_IOCTL(SET_GID, struct qhca_ioc_set_gid);
+_Static_assert(QHCA_IOCTL_CREATE_AH_V1 ==
+	       _IOC(_IOC_READ | _IOC_WRITE, QHCA_IOC_MAGIC, QHCA_IOC_NR_CREATE_AH,
+		    sizeof(struct qhca_ioc_create_ah) - 8),
+	       "CREATE_AH_V1 is the struct without sgid_index and its reserved bytes");
 /* QUERY_CTX as it was before UD: the same nr, the struct without the four ud_drop_* counters. */
 _Static_assert(QHCA_IOCTL_QUERY_CTX_V1 ==
 		       _IOWR(QHCA_IOC_MAGIC, QHCA_IOC_NR_QUERY_CTX,
@@ -204,7 +210,7 @@ CHECK_OFF(struct qhca_qp_attr, dest_qpn, 16);
 CHECK_OFF(struct qhca_qp_attr, rq_psn, 20);
 CHECK_OFF(struct qhca_qp_attr, sq_psn, 24);
 CHECK_OFF(struct qhca_qp_attr, qkey, 28);
-CHECK_OFF(struct qhca_qp_attr, rsvd1, 32);
+CHECK_OFF(struct qhca_qp_attr, av, 32);
 
 CHECK_SIZE(struct qhca_ctx_stats, 96);
 CHECK_OFF(struct qhca_ctx_stats, db_accepted, 0);
@@ -311,19 +317,20 @@ CHECK_OFF(struct qhca_ioc_alloc_mw, type, 12);
 CHECK_OFF(struct qhca_ioc_alloc_mw, key, 16);
 CHECK_OFF(struct qhca_ioc_alloc_mw, rsvd, 20);
 
-CHECK_SIZE(struct qhca_ah_attr, 24);
+CHECK_SIZE(struct qhca_ah_attr, 32);
 CHECK_OFF(struct qhca_ah_attr, dgid, 0);
 CHECK_OFF(struct qhca_ah_attr, flow_label, 16);
 CHECK_OFF(struct qhca_ah_attr, traffic_class, 20);
 CHECK_OFF(struct qhca_ah_attr, hop_limit, 21);
 CHECK_OFF(struct qhca_ah_attr, sl, 22);
 CHECK_OFF(struct qhca_ah_attr, port_num, 23);
+CHECK_OFF(struct qhca_ah_attr, sgid_index, 24);
+CHECK_OFF(struct qhca_ah_attr, rsvd, 25);
 
 CHECK_SIZE(struct qhca_cmd_create_ah, 40);
 CHECK_OFF(struct qhca_cmd_create_ah, uar, 0);
 CHECK_OFF(struct qhca_cmd_create_ah, pdn, 4);
 CHECK_OFF(struct qhca_cmd_create_ah, attr, 8);
-CHECK_OFF(struct qhca_cmd_create_ah, rsvd, 32);
 _Static_assert(sizeof(struct qhca_cmd_create_ah) <= sizeof(((struct qhca_cmd *)0)->in),
 	       "CREATE_AH input fits the command");
 
@@ -342,12 +349,31 @@ CHECK_OFF(struct qhca_grh, sgid, 8);
 CHECK_OFF(struct qhca_grh, dgid, 24);
 _Static_assert(sizeof(struct qhca_grh) == QHCA_GRH_SIZE, "QHCA_GRH_SIZE");
 
-CHECK_SIZE(struct qhca_ioc_create_ah, 40);
+CHECK_SIZE(struct qhca_ioc_create_ah, 48);
 CHECK_OFF(struct qhca_ioc_create_ah, size, 0);
 CHECK_OFF(struct qhca_ioc_create_ah, comp_mask, 4);
 CHECK_OFF(struct qhca_ioc_create_ah, pdn, 8);
 CHECK_OFF(struct qhca_ioc_create_ah, ah, 12);
 CHECK_OFF(struct qhca_ioc_create_ah, attr, 16);
+
+/* The port. */
+CHECK_SIZE(struct qhca_gid_entry, 24);
+CHECK_OFF(struct qhca_gid_entry, flags, 16);
+CHECK_OFF(struct qhca_gid_entry, prefix_len, 17);
+CHECK_SIZE(struct qhca_cmd_set_gid, 40);
+CHECK_OFF(struct qhca_cmd_set_gid, entry, 8);
+CHECK_OFF(struct qhca_cmd_set_gid, rsvd1, 32);
+_Static_assert(sizeof(struct qhca_cmd_set_gid) <= sizeof(((struct qhca_cmd *)0)->in),
+	       "SET_GID input fits in the command");
+CHECK_SIZE(struct qhca_port_counters, 160);
+CHECK_OFF(struct qhca_port_counters, test_reordered, 112);
+CHECK_SIZE(struct qhca_port_attr, 560);
+CHECK_OFF(struct qhca_port_attr, counters, 16);
+CHECK_OFF(struct qhca_port_attr, gids, 176);
+CHECK_SIZE(struct qhca_ioc_query_port, 576);
+CHECK_OFF(struct qhca_ioc_query_port, attr, 16);
+CHECK_SIZE(struct qhca_ioc_set_gid, 40);
+CHECK_OFF(struct qhca_ioc_set_gid, entry, 16);
 
 CHECK_SIZE(struct qhca_inval_entry, 32);
 CHECK_OFF(struct qhca_inval_entry, seq, 0);

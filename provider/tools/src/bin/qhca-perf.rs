@@ -46,6 +46,9 @@ Options:
   -m, --mtu=BYTES       path MTU: 256, 512, 1024, 2048 or 4096 (default 4096)
   -t, --tx-depth=N      outstanding requests in write_bw and send_bw (default 128)
   -r, --rx-depth=N      receives kept posted by send_bw's receiver (default 512)
+  -x, --gid-index=N     send from GID N of the port and name it to the peer (as
+                        perftest's -x; default: RC none named, both ends on one device;
+                        UD GID 0)
       --loopback        run server and client in this process
       --one-thread      with --loopback, write_lat only: one thread drives both QPs in
                         turn (the device's latency, without a handoff between threads)

@@ -3,7 +3,7 @@
 //! `qhca-pingpong`: ibv_rc_pingpong for qhca devices: SEND/RECV ping-pong over an RC QP.
 //!
 //! ```text
-//! qhca-pingpong [-s SIZE] [-n ITERS] [-c] [-d DEV] [-p PORT] [-m MTU]        (server)
+//! qhca-pingpong [-s SIZE] [-n ITERS] [-c] [-d DEV] [-p PORT] [-m MTU] [-x GID_INDEX] (server)
 //! qhca-pingpong [options] HOST                                              (client)
 //! qhca-pingpong [options] --loopback                                        (both)
 //! ```
@@ -34,6 +34,8 @@ Options:
   -d, --ib-dev=NAME     device (default: the first qhca device)
   -p, --port=PORT       TCP port for the connection exchange (default 18515)
   -m, --mtu=BYTES       path MTU (default 4096)
+  -x, --gid-index=N     send from GID N of the port and name it to the peer (as
+                        perftest's -x; default: none named, both ends on one device)
       --loopback        run server and client in this process
   -h, --help            show this help
 ";

@@ -7,7 +7,6 @@
 
 pub mod tsc;
 
-use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +45,11 @@ pub struct Opts {
     /// `--one-thread` (with `--loopback`): one thread drives both sides in turn, so no handoff
     /// between two spinning threads is measured: the device's own latency.
     pub one_thread: bool,
+    /// `-x N`: send from entry N of the port's GID table and name that GID in the connection
+    /// record, as perftest's `-x`: the peer's QP (RC) or address handle (UD) sends to it.
+    /// Without it an RC QP talks through its port's GID 0, both ends on one device, as before
+    /// the GID table; UD sends from GID 0.
+    pub gid_index: Option<u8>,
     /// Positional words: the mode (perf), then the server to connect to (client side).
     pub words: Vec<String>,
     /// `-h`.
@@ -67,6 +71,7 @@ impl Default for Opts {
             check: false,
             loopback: false,
             one_thread: false,
+            gid_index: None,
             words: Vec::new(),
             help: false,
         }
@@ -113,6 +118,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
             "-c" | "--chk" | "--check" => o.check = true,
             "--loopback" => o.loopback = true,
             "--one-thread" => o.one_thread = true,
+            "-x" | "--gid-index" => o.gid_index = Some(num(&name, val())?),
             s if s.starts_with('-') && s.len() > 1 => return Err(format!("unknown option {s}")),
             _ => o.words.push(a),
         }
@@ -134,6 +140,15 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
     }
     if o.rx_depth > 1 << 15 {
         return Err(format!("rx depth {} is not in 1..=32768", o.rx_depth));
+    }
+    if let Some(x) = o
+        .gid_index
+        .filter(|&x| usize::from(x) >= qhca::GID_TABLE_LEN)
+    {
+        return Err(format!(
+            "GID index {x} is not in 0..{}",
+            qhca::GID_TABLE_LEN
+        ));
     }
     Ok(o)
 }
@@ -204,17 +219,23 @@ impl Side {
     }
 }
 
-/// Sends our port's GID and receives the peer's, after the connection records.
-fn exchange_gid(stream: &mut TcpStream, gid: Gid) -> qhca::Result<Gid> {
-    let mut raw = [0u8; 16];
-    stream
-        .write_all(&gid.raw)
-        .and_then(|()| stream.read_exact(&mut raw))
-        .map_err(|e| Error::Sys {
-            op: "exchange GIDs",
-            source: qhca::Errno::from_raw(e.raw_os_error().unwrap_or(qhca::Errno::EIO as i32)),
-        })?;
-    Ok(Gid { raw })
+/// The GID at `index` of the context's port: GID 0 from the device's attributes, another
+/// from its GID table (an [`Error::Invalid`] naming the fix if that entry is empty).
+pub fn port_gid(ctx: &Context, index: u8) -> qhca::Result<Gid> {
+    if index == 0 {
+        return Ok(ctx.gid());
+    }
+    let port = ctx.query_port()?;
+    match port.gid(index) {
+        Some(e) => Ok(e.gid),
+        None => Err(Error::Invalid {
+            what: format!(
+                "GID index {index} is empty on {} (qhca-info addr lists the table, qhca-info \
+                 addr add gives the port an address)",
+                ctx.path().display()
+            ),
+        }),
+    }
 }
 
 /// Sets up one side: context, PD, buffer, CQ, QP; exchanges connection records; connects
@@ -246,14 +267,23 @@ pub fn setup(o: &Opts, role: Role<'_>) -> qhca::Result<Side> {
     } else {
         Qp::new(&pd, &cq, &cq, &caps)?
     };
-    let local: ConnInfo = qp.conn_info(conn::random_psn()).with_region(&mr);
+    let mut local: ConnInfo = qp.conn_info(conn::random_psn()).with_region(&mr);
+    // A GID in the record when asked for, and always on UD (the peer's handle names it).
+    let gid_index = o.gid_index.unwrap_or(0);
+    if o.gid_index.is_some() || o.ud {
+        local = local.with_gid(port_gid(&ctx, gid_index)?, gid_index);
+    }
     let (mut stream, remote) = match role {
         Role::Server(l) => conn::accept_exchange(l, &local, EXCHANGE_TIMEOUT)?,
         Role::Client(addr) => conn::connect_exchange(addr, &local, EXCHANGE_TIMEOUT)?,
     };
     let ud = if o.ud {
-        let peer_gid = exchange_gid(&mut stream, ctx.gid())?;
-        let ah = pd.create_ah(&AhAttr::new(peer_gid))?;
+        if remote.gid.is_zero() {
+            return Err(Error::Protocol {
+                what: "the peer's record names no GID (UD needs it)".into(),
+            });
+        }
+        let ah = pd.create_ah(&AhAttr::new(remote.gid).from_index(gid_index))?;
         Some(UdPeer {
             dest: ah.dest(remote.qpn, QKEY),
             ah,
@@ -464,9 +494,11 @@ mod tests {
         assert!(o.loopback && o.check && o.one_thread && !o.ud);
         assert_eq!((o.tx_depth, o.size, o.rx_depth), (16, 1 << 20, 512));
         assert_eq!(parse(args("")).unwrap(), Opts::default());
+        assert_eq!(parse(args("-x 3 host")).unwrap().gid_index, Some(3));
+        assert_eq!(parse(args("--gid-index=0")).unwrap().gid_index, Some(0));
         for bad in [
-            "-s 0", "-n 0", "-m 300", "-m 8192", "-t 0", "-x", "-s", "-s abc", "-p 70000",
-            "-r 40000",
+            "-s 0", "-n 0", "-m 300", "-m 8192", "-t 0", "-x", "-x 16", "-x 300", "-s", "-s abc",
+            "-p 70000", "-r 40000",
         ] {
             assert!(parse(args(bad)).is_err(), "{bad}");
         }

@@ -526,7 +526,7 @@ pub(super) fn verbs_ud_ah_checks(t: &mut T, cfg: &Config) -> CaseResult {
     };
     let unprivileged = std::thread::scope(|s| {
         s.spawn(|| {
-            drop_cap_net_raw()?;
+            drop_cap(CAP_NET_RAW)?;
             Ok::<_, std::io::Error>(set(&qp))
         })
         .join()
@@ -544,8 +544,12 @@ pub(super) fn verbs_ud_ah_checks(t: &mut T, cfg: &Config) -> CaseResult {
     Ok(())
 }
 
-/// Drops CAP_NET_RAW from the calling thread's effective set (capabilities are per thread).
-fn drop_cap_net_raw() -> std::io::Result<()> {
+/// `CAP_NET_RAW` (linux/capability.h).
+const CAP_NET_RAW: u32 = 13;
+
+/// Drops capability `cap` (below 32) from the calling thread's effective set (capabilities are
+/// per thread).
+pub(super) fn drop_cap(cap: u32) -> std::io::Result<()> {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -570,7 +574,7 @@ fn drop_cap_net_raw() -> std::io::Result<()> {
     if r != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    data[0].effective &= !(1 << 13/* CAP_NET_RAW */);
+    data[0].effective &= !(1 << cap);
     // SAFETY: capset reads `hdr` and two data structs at `data`, all initialised and live; it
     // changes the calling thread's capabilities only.
     let r = unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr()) };

@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The device's one port (`QHCA_CAP_PORT`): `QHCA_IOCTL_QUERY_PORT`, which any context may ask,
+//! and `QHCA_IOCTL_SET_GID`, which sets an entry of the port's GID table and needs
+//! `CAP_NET_ADMIN`, as configuring a network interface's address does.
+//!
+//! Neither names an object of the context, so neither needs its doorbell page: the commands are
+//! the driver's (`QHCA_CMD_QUERY_PORT`, `QHCA_CMD_SET_GID`). The argument is checked in full
+//! before the device is asked, and what the device answers is checked before user space sees
+//! it: the table's length is the ABI's at most, and an entry the device marks invalid, or that
+//! lies beyond that length, reads as all zero.
+
+use crate::{cmdq::Cmd, device::QhcaDevice, uapi};
+use kernel::{
+    dma::{Coherent, CoherentBox},
+    io::Io,
+    prelude::*,
+    transmute::FromBytes,
+    uaccess::{UserPtr, UserSlice},
+};
+
+/// Entries in the port's GID table (`QHCA_GID_TABLE_LEN`).
+const GID_TABLE_LEN: usize = uapi::QHCA_GID_TABLE_LEN as usize;
+
+/// An IPv4 address's prefix is at most 32 bits.
+const IPV4_PREFIX_MAX: u8 = 32;
+
+const _: () = {
+    use core::mem::size_of;
+    assert!(size_of::<uapi::qhca_gid_entry>() == 24);
+    assert!(size_of::<uapi::qhca_port_counters>() == 160);
+    assert!(size_of::<uapi::qhca_port_attr>() == 560);
+    assert!(GID_TABLE_LEN <= u8::MAX as usize);
+    // It overlays `qhca_cmd.in[]`, which must hold all of it.
+    assert!(
+        size_of::<uapi::qhca_cmd_set_gid>()
+            <= size_of::<uapi::qhca_cmd>() - core::mem::offset_of!(uapi::qhca_cmd, in_)
+    );
+    // Every counter is a u64, reserved ones included: converted as a run of u64s.
+    assert!(size_of::<uapi::qhca_port_counters>() % 8 == 0);
+};
+
+/// True if `gid` is IPv4-mapped (`::ffff:a.b.c.d`, `QHCA_GID_V4_PREFIX_*`).
+fn gid_is_v4(gid: &[u8; 16]) -> bool {
+    let mut hi = [0u8; 8];
+    let mut lo = [0u8; 8];
+    hi.copy_from_slice(&gid[..8]);
+    lo.copy_from_slice(&gid[8..]);
+    u64::from_be_bytes(hi) == u64::from(uapi::QHCA_GID_V4_PREFIX_HI)
+        && u64::from_be_bytes(lo) & 0xffff_ffff_0000_0000 == uapi::QHCA_GID_V4_PREFIX_LO
+}
+
+/// Checks an entry SET_GID may write: empty (flags, GID and prefix all zero), or valid with an
+/// IPv4-mapped GID and a prefix of at most 32 bits; reserved bytes zero. Whether the address is
+/// unicast and not already in the table is the device's to say.
+fn check_entry(e: &uapi::qhca_gid_entry) -> Result {
+    if e.rsvd.iter().any(|&b| b != 0) {
+        return Err(EINVAL);
+    }
+    match u32::from(e.flags) {
+        0 if e.prefix_len == 0 && e.gid.iter().all(|&b| b == 0) => Ok(()),
+        uapi::QHCA_GID_VALID if gid_is_v4(&e.gid) && e.prefix_len <= IPV4_PREFIX_MAX => Ok(()),
+        _ => Err(EINVAL),
+    }
+}
+
+/// What QUERY_PORT answered (little-endian), in CPU byte order and with nothing user space may
+/// not see: the table's length at most the ABI's, entries the device does not mark valid (or
+/// beyond that length) all zero, reserved fields zero.
+fn port_attr_from_le(le: &uapi::qhca_port_attr) -> uapi::qhca_port_attr {
+    let mut a = uapi::qhca_port_attr {
+        mac: le.mac,
+        state: le.state,
+        wire: le.wire,
+        max_mtu: le.max_mtu,
+        gid_tbl_len: le.gid_tbl_len.min(GID_TABLE_LEN as u8),
+        ..Default::default()
+    };
+    let c = &le.counters;
+    a.counters = uapi::qhca_port_counters {
+        tx_frames: u64::from_le(c.tx_frames),
+        tx_bytes: u64::from_le(c.tx_bytes),
+        rx_frames: u64::from_le(c.rx_frames),
+        rx_bytes: u64::from_le(c.rx_bytes),
+        tx_no_route: u64::from_le(c.tx_no_route),
+        tx_no_neigh: u64::from_le(c.tx_no_neigh),
+        rx_malformed: u64::from_le(c.rx_malformed),
+        rx_bad_icrc: u64::from_le(c.rx_bad_icrc),
+        rx_not_ours: u64::from_le(c.rx_not_ours),
+        rx_oversize: u64::from_le(c.rx_oversize),
+        arp_rx: u64::from_le(c.arp_rx),
+        arp_tx: u64::from_le(c.arp_tx),
+        test_dropped: u64::from_le(c.test_dropped),
+        test_duplicated: u64::from_le(c.test_duplicated),
+        test_reordered: u64::from_le(c.test_reordered),
+        rsvd: [0; 5],
+    };
+    let len = usize::from(a.gid_tbl_len);
+    for (out, e) in a.gids.iter_mut().zip(le.gids.iter()).take(len) {
+        if u32::from(e.flags) & uapi::QHCA_GID_VALID != 0 {
+            *out = uapi::qhca_gid_entry {
+                gid: e.gid,
+                flags: uapi::QHCA_GID_VALID as u8,
+                prefix_len: e.prefix_len.min(128),
+                rsvd: [0; 6],
+            };
+        }
+    }
+    a
+}
+
+impl QhcaDevice {
+    /// `EOPNOTSUPP` unless the device has a port (`QHCA_CAP_PORT`).
+    fn check_port_cap(&self) -> Result {
+        if self.attr()?.caps & u64::from(uapi::QHCA_CAP_PORT) == 0 {
+            return Err(EOPNOTSUPP);
+        }
+        Ok(())
+    }
+
+    /// Runs QUERY_PORT: the port's MAC, state, wire, counters and GID table, checked (see
+    /// [`port_attr_from_le`]).
+    ///
+    /// # Errors
+    ///
+    /// `EOPNOTSUPP` without a port, `ENODEV` after unbind, `EIO` after a device failure.
+    pub(crate) fn query_port(&self) -> Result<uapi::qhca_port_attr> {
+        const SIZE: usize = core::mem::size_of::<uapi::qhca_port_attr>();
+        self.check_port_cap()?;
+        let bytes = self.with_bound(|bound| {
+            let out: Coherent<[u8]> =
+                CoherentBox::<[u8]>::zeroed_slice(bound, SIZE, GFP_KERNEL)?.into();
+            self.exec(Cmd::new(uapi::QHCA_CMD_QUERY_PORT).output(out.dma_address(), SIZE as u32))?;
+            let mut bytes = [0u8; SIZE];
+            (&out).copy_to_slice(&mut bytes);
+            Ok(bytes)
+        })?;
+        let le = uapi::qhca_port_attr::from_bytes_copy(&bytes).ok_or(EIO)?;
+        Ok(port_attr_from_le(&le))
+    }
+
+    /// Runs SET_GID: entry `index` (1 .. `QHCA_GID_TABLE_LEN` - 1) becomes `entry`. The caller
+    /// checked both ([`check_entry`]).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for what the device refuses (not a unicast address, already in the table),
+    /// `ENODEV` after unbind, `EIO` after a device failure.
+    fn set_gid(&self, index: u32, entry: &uapi::qhca_gid_entry) -> Result {
+        let args = uapi::qhca_cmd_set_gid {
+            index: index.to_le(),
+            rsvd0: 0,
+            entry: *entry,
+            rsvd1: 0,
+        };
+        self.with_bound(|_| {
+            self.exec(Cmd::new(uapi::QHCA_CMD_SET_GID).input_struct(&args))?;
+            Ok(())
+        })
+    }
+}
+
+/// `QHCA_IOCTL_QUERY_PORT`.
+///
+/// # Errors
+///
+/// `EINVAL` for a bad header or a nonzero reserved or output field; `EFAULT` for memory that
+/// cannot be read or written; what [`QhcaDevice::query_port`] returns.
+pub(crate) fn query_port(dev: &QhcaDevice, arg: usize) -> Result<isize> {
+    let size = core::mem::size_of::<uapi::qhca_ioc_query_port>();
+    let (mut reader, mut writer) = UserSlice::new(UserPtr::from_addr(arg), size).reader_writer();
+    let mut req: uapi::qhca_ioc_query_port = reader.read()?;
+    if req.size as usize != size || req.comp_mask != 0 || req.rsvd != 0 {
+        return Err(EINVAL);
+    }
+    req.attr = dev.query_port()?;
+    writer.write(&req)?;
+    Ok(0)
+}
+
+/// `QHCA_IOCTL_SET_GID`.
+///
+/// # Errors
+///
+/// `EPERM` without `CAP_NET_ADMIN` (asked once the header is checked); `EINVAL` for a bad
+/// header, a nonzero reserved field, index 0 or beyond the table, an entry that is neither
+/// empty nor an IPv4-mapped GID with a prefix of at most 32 bits, or what the device refuses;
+/// `EOPNOTSUPP` without a port.
+pub(crate) fn set_gid(dev: &QhcaDevice, arg: usize) -> Result<isize> {
+    let size = core::mem::size_of::<uapi::qhca_ioc_set_gid>();
+    let mut reader = UserSlice::new(UserPtr::from_addr(arg), size).reader();
+    let req: uapi::qhca_ioc_set_gid = reader.read()?;
+    if req.size as usize != size || req.comp_mask != 0 || req.rsvd != 0 {
+        return Err(EINVAL);
+    }
+    if !crate::shim::capable_net_admin() {
+        return Err(EPERM);
+    }
+    if !(1..uapi::QHCA_GID_TABLE_LEN).contains(&req.index) {
+        return Err(EINVAL);
+    }
+    check_entry(&req.entry)?;
+    dev.check_port_cap()?;
+    dev.set_gid(req.index, &req.entry)?;
+    Ok(0)
+}

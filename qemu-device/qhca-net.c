@@ -1,0 +1,435 @@
+/*
+ * qhca: an emulated RDMA host channel adapter -- the port on a QEMU netdev
+ *
+ * With -device qhca,netdev=ID the port is a RoCEv2 port: packets for a GID
+ * that is not the port's own leave as frames (qhca-roce.c encodes them),
+ * and frames that arrive are decoded and handed to the engine through a
+ * queue its bottom half drains, a budget per run; while the queue is full
+ * the netdev holds them (can_receive), as a NIC's ring would.
+ *
+ * Addresses: an IPv4 GID's MAC is resolved with ARP (the port answers ARP
+ * for its own IPv4 GIDs and learns from ARP it sees for them); frames wait
+ * for the answer in a short queue per neighbour, and the request is sent
+ * again when a frame finds it unanswered after 100 ms.  An IPv6 GID reaches
+ * a link-local address whose interface identifier is a MAC's EUI-64, which
+ * gives the MAC itself; other IPv6 destinations have no route here.
+ *
+ * For tests, x-loss-drop, x-loss-dup and x-loss-reorder make the port lose,
+ * duplicate or hold back (behind the next frame, or for a millisecond) that
+ * many frames per mille of those it sends, chosen by a generator seeded
+ * with x-loss-seed.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/main-loop.h"
+#include "net/eth.h"
+#include "qhca-wire.h"
+#include "trace.h"
+
+#define QHCA_NEIGH_MAX          16      /* resolved or being resolved */
+#define QHCA_NEIGH_PENDING      16      /* frames waiting for one MAC */
+#define QHCA_ARP_RETRY_NS       (100 * SCALE_MS)
+#define QHCA_ROCE_RX_MAX        256     /* decoded packets waiting */
+#define QHCA_HOLD_NS            SCALE_MS
+#define QHCA_ARP_SIZE           28
+
+typedef struct QhcaFrame {
+    size_t len;
+    uint8_t data[];
+} QhcaFrame;
+
+typedef struct QhcaNeigh {
+    uint32_t ip;                /* 0: a free entry */
+    bool resolved;
+    uint8_t mac[ETH_ALEN];
+    int64_t asked_ns;           /* the last ARP request for it */
+    uint64_t used;              /* for eviction: the last use's sequence */
+    GQueue pending;             /* of QhcaFrame, their MAC not yet filled */
+} QhcaNeigh;
+
+struct QhcaRoce {
+    QhcaState *s;
+    GQueue rx;                  /* of QhcaPkt, decoded */
+    QhcaNeigh neigh[QHCA_NEIGH_MAX];
+    uint64_t use_seq;
+    uint64_t rng;               /* x-loss-*: xorshift64 state */
+    QhcaFrame *held;            /* x-loss-reorder: the frame held back */
+    QEMUTimer *hold_timer;
+    uint8_t frame[QHCA_FRAME_MAX];
+};
+
+/* ------------------------------------------------------------------------ */
+/* transmit                                                                 */
+
+static uint64_t qhca_roce_rand(QhcaRoce *r)
+{
+    r->rng ^= r->rng << 13;
+    r->rng ^= r->rng >> 7;
+    r->rng ^= r->rng << 17;
+    return r->rng;
+}
+
+static void qhca_roce_put(QhcaRoce *r, const uint8_t *buf, size_t len)
+{
+    r->s->port.tx_frames++;
+    r->s->port.tx_bytes += len;
+    qemu_send_packet(qemu_get_queue(r->s->nic), buf, len);
+}
+
+static void qhca_roce_release_held(QhcaRoce *r)
+{
+    QhcaFrame *f = r->held;
+
+    if (f) {
+        r->held = NULL;
+        timer_del(r->hold_timer);
+        qhca_roce_put(r, f->data, f->len);
+        g_free(f);
+    }
+}
+
+static void qhca_roce_hold_timer(void *opaque)
+{
+    qhca_roce_release_held(opaque);
+}
+
+/* One frame onto the netdev, through the x-loss-* tests if they are on. */
+static void qhca_roce_xmit(QhcaRoce *r, const uint8_t *buf, size_t len)
+{
+    QhcaState *s = r->s;
+    uint32_t roll;
+
+    if (!s->loss_drop && !s->loss_dup && !s->loss_reorder) {
+        qhca_roce_put(r, buf, len);
+        return;
+    }
+    roll = qhca_roce_rand(r) % 1000;
+    if (roll < s->loss_drop) {
+        s->port.test_dropped++;
+        return;
+    }
+    roll -= s->loss_drop;
+    if (roll < s->loss_dup) {
+        s->port.test_duplicated++;
+        qhca_roce_put(r, buf, len);
+        qhca_roce_put(r, buf, len);
+        qhca_roce_release_held(r);
+        return;
+    }
+    roll -= s->loss_dup;
+    if (roll < s->loss_reorder && !r->held) {
+        s->port.test_reordered++;
+        r->held = g_malloc(sizeof(QhcaFrame) + len);
+        r->held->len = len;
+        memcpy(r->held->data, buf, len);
+        timer_mod(r->hold_timer,
+                  qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) + QHCA_HOLD_NS);
+        return;
+    }
+    qhca_roce_put(r, buf, len);
+    qhca_roce_release_held(r);
+}
+
+static QhcaNeigh *qhca_neigh_find(QhcaRoce *r, uint32_t ip)
+{
+    unsigned i;
+
+    for (i = 0; i < QHCA_NEIGH_MAX; i++) {
+        if (r->neigh[i].ip == ip) {
+            return &r->neigh[i];
+        }
+    }
+    return NULL;
+}
+
+/* The entry for ip, made (evicting the least recently used) if need be. */
+static QhcaNeigh *qhca_neigh_get(QhcaRoce *r, uint32_t ip)
+{
+    QhcaNeigh *n = qhca_neigh_find(r, ip);
+    QhcaNeigh *victim = &r->neigh[0];
+    unsigned i;
+
+    if (n) {
+        return n;
+    }
+    for (i = 0; i < QHCA_NEIGH_MAX; i++) {
+        if (!r->neigh[i].ip) {
+            victim = &r->neigh[i];
+            break;
+        }
+        if (r->neigh[i].used < victim->used) {
+            victim = &r->neigh[i];
+        }
+    }
+    r->s->port.tx_no_neigh += g_queue_get_length(&victim->pending);
+    g_queue_clear_full(&victim->pending, g_free);
+    *victim = (QhcaNeigh) { .ip = ip };
+    g_queue_init(&victim->pending);
+    return victim;
+}
+
+static void qhca_arp_send(QhcaRoce *r, uint16_t op, uint32_t spa,
+                          const uint8_t *tha, uint32_t tpa)
+{
+    static const uint8_t bcast[ETH_ALEN] = {
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff
+    };
+    uint8_t f[QHCA_ETH_SIZE + QHCA_ARP_SIZE] = { 0 };
+    const uint8_t *mac = r->s->conf.macaddr.a;
+    uint8_t *a = f + QHCA_ETH_SIZE;
+
+    memcpy(f, op == 1 ? bcast : tha, ETH_ALEN);
+    memcpy(f + ETH_ALEN, mac, ETH_ALEN);
+    stw_be_p(f + 12, QHCA_ETH_P_ARP);
+    stw_be_p(a, 1);                             /* Ethernet */
+    stw_be_p(a + 2, QHCA_ETH_P_IPV4);
+    a[4] = ETH_ALEN;
+    a[5] = 4;
+    stw_be_p(a + 6, op);
+    memcpy(a + 8, mac, ETH_ALEN);
+    stl_be_p(a + 14, spa);
+    if (op == 2) {
+        memcpy(a + 18, tha, ETH_ALEN);
+    }
+    stl_be_p(a + 24, tpa);
+    r->s->port.arp_tx++;
+    trace_qhca_roce_arp_tx(op, spa, tpa);
+    /* ARP is not RoCE: no x-loss-*, and not in tx_frames. */
+    qemu_send_packet(qemu_get_queue(r->s->nic), f, sizeof(f));
+}
+
+/* The frame (its destination MAC to fill) to the IPv4 neighbour dip. */
+static void qhca_roce_to_ipv4(QhcaRoce *r, uint32_t sip, uint32_t dip,
+                              uint8_t *f, size_t len)
+{
+    QhcaNeigh *n = qhca_neigh_get(r, dip);
+    int64_t now = qemu_clock_get_ns(QEMU_CLOCK_REALTIME);
+    QhcaFrame *w;
+
+    n->used = ++r->use_seq;
+    if (n->resolved) {
+        memcpy(f, n->mac, ETH_ALEN);
+        qhca_roce_xmit(r, f, len);
+        return;
+    }
+    if (!n->asked_ns || now - n->asked_ns >= QHCA_ARP_RETRY_NS) {
+        n->asked_ns = now;
+        qhca_arp_send(r, 1, sip, NULL, dip);
+    }
+    if (g_queue_get_length(&n->pending) >= QHCA_NEIGH_PENDING) {
+        r->s->port.tx_no_neigh++;
+        return;
+    }
+    w = g_malloc(sizeof(QhcaFrame) + len);
+    w->len = len;
+    memcpy(w->data, f, len);
+    g_queue_push_tail(&n->pending, w);
+}
+
+void qhca_roce_send(QhcaRoce *r, const QhcaPkt *pkt)
+{
+    size_t len = qhca_roce_encode(r->s, pkt, r->frame);
+
+    if (!len) {
+        return;
+    }
+    if (qhca_gid_is_v4(pkt->sgid)) {
+        qhca_roce_to_ipv4(r, ldl_be_p(pkt->sgid + 12),
+                          ldl_be_p(pkt->dgid + 12), r->frame, len);
+    } else {
+        qhca_gid_eui64_mac(pkt->dgid, r->frame);
+        qhca_roce_xmit(r, r->frame, len);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* receive                                                                  */
+
+static void qhca_arp_recv(QhcaRoce *r, const uint8_t *buf, size_t size)
+{
+    QhcaState *s = r->s;
+    const uint8_t *a = buf + QHCA_ETH_SIZE;
+    uint32_t spa, tpa;
+    QhcaNeigh *n;
+    uint16_t op;
+    bool for_us;
+
+    if (size < QHCA_ETH_SIZE + QHCA_ARP_SIZE || lduw_be_p(a) != 1 ||
+        lduw_be_p(a + 2) != QHCA_ETH_P_IPV4 || a[4] != ETH_ALEN ||
+        a[5] != 4) {
+        QHCA_RX_DROP(s, rx_malformed, "ARP: not Ethernet/IPv4");
+        return;
+    }
+    op = lduw_be_p(a + 6);
+    spa = ldl_be_p(a + 14);
+    tpa = ldl_be_p(a + 24);
+    for_us = qhca_ipv4_ours(s, tpa);
+    s->port.arp_rx++;
+    trace_qhca_roce_arp_rx(op, spa, tpa);
+    if ((op != 1 && op != 2) || !spa || is_multicast_ether_addr(a + 8)) {
+        return;
+    }
+    /* RFC 826: update what we know of the sender; learn it if for us. */
+    n = qhca_neigh_find(r, spa);
+    if (!n && for_us) {
+        n = qhca_neigh_get(r, spa);
+        n->used = ++r->use_seq;
+    }
+    if (n) {
+        QhcaFrame *f;
+
+        n->resolved = true;
+        memcpy(n->mac, a + 8, ETH_ALEN);
+        while ((f = g_queue_pop_head(&n->pending))) {
+            memcpy(f->data, n->mac, ETH_ALEN);
+            qhca_roce_xmit(r, f->data, f->len);
+            g_free(f);
+        }
+    }
+    if (op == 1 && for_us) {
+        qhca_arp_send(r, 2, tpa, a + 8, spa);
+    }
+}
+
+static bool qhca_roce_can_receive(NetClientState *nc)
+{
+    QhcaState *s = qemu_get_nic_opaque(nc);
+
+    return !s->roce || g_queue_get_length(&s->roce->rx) < QHCA_ROCE_RX_MAX;
+}
+
+static ssize_t qhca_roce_receive(NetClientState *nc, const uint8_t *buf,
+                                 size_t size)
+{
+    QhcaState *s = qemu_get_nic_opaque(nc);
+    QhcaRoce *r = s->roce;
+    const uint8_t *mac = s->conf.macaddr.a;
+    QhcaPkt *pkt;
+    uint16_t type;
+
+    if (!r || !qhca_ready(s)) {
+        return size;
+    }
+    if (size < QHCA_ETH_SIZE) {
+        QHCA_RX_DROP(s, rx_malformed, "short frame");
+        return size;
+    }
+    type = lduw_be_p(buf + 12);
+    if (type == QHCA_ETH_P_ARP && (is_broadcast_ether_addr(buf) ||
+                                   !memcmp(buf, mac, ETH_ALEN))) {
+        qhca_arp_recv(r, buf, size);
+        return size;
+    }
+    if (memcmp(buf, mac, ETH_ALEN) ||
+        (type != QHCA_ETH_P_IPV4 && type != QHCA_ETH_P_IPV6)) {
+        /* The segment's other traffic: not counted, as a NIC's filter. */
+        return size;
+    }
+    if (size > QHCA_FRAME_MAX) {
+        QHCA_RX_DROP(s, rx_oversize, "frame too long");
+        return size;
+    }
+    pkt = g_new(QhcaPkt, 1);
+    memset(pkt, 0, offsetof(QhcaPkt, payload));
+    if (!qhca_roce_decode(s, buf, size, pkt)) {
+        g_free(pkt);
+        return size;
+    }
+    s->port.rx_frames++;
+    s->port.rx_bytes += size;
+    trace_qhca_roce_rx(pkt->opcode, pkt->dest_qpn, pkt->psn, size);
+    g_queue_push_tail(&r->rx, pkt);
+    qemu_bh_schedule(s->engine_bh);
+    return size;
+}
+
+bool qhca_roce_poll(QhcaRoce *r, unsigned *budget)
+{
+    bool was_full = g_queue_get_length(&r->rx) >= QHCA_ROCE_RX_MAX;
+    QhcaPkt *pkt;
+
+    while (*budget && (pkt = g_queue_pop_head(&r->rx))) {
+        (*budget)--;
+        qhca_rc_recv(r->s, pkt);
+        g_free(pkt);
+    }
+    if (was_full && g_queue_get_length(&r->rx) < QHCA_ROCE_RX_MAX) {
+        qemu_flush_queued_packets(qemu_get_queue(r->s->nic));
+    }
+    return !g_queue_is_empty(&r->rx);
+}
+
+bool qhca_roce_pending(QhcaRoce *r)
+{
+    return !g_queue_is_empty(&r->rx);
+}
+
+/* Device reset: what arrived, what waits for a MAC, what was held back. */
+void qhca_roce_reset(QhcaRoce *r)
+{
+    unsigned i;
+
+    g_queue_clear_full(&r->rx, g_free);
+    for (i = 0; i < QHCA_NEIGH_MAX; i++) {
+        g_queue_clear_full(&r->neigh[i].pending, g_free);
+        r->neigh[i] = (QhcaNeigh) { 0 };
+        g_queue_init(&r->neigh[i].pending);
+    }
+    timer_del(r->hold_timer);
+    g_free(r->held);
+    r->held = NULL;
+    r->rng = r->s->loss_seed | 1;
+    if (r->s->nic) {
+        qemu_flush_queued_packets(qemu_get_queue(r->s->nic));
+    }
+}
+
+static NetClientInfo qhca_net_info = {
+    .type = NET_CLIENT_DRIVER_NIC,
+    .size = sizeof(NICState),
+    .can_receive = qhca_roce_can_receive,
+    .receive = qhca_roce_receive,
+};
+
+/* realize: with a netdev, the port becomes a RoCEv2 port on it. */
+bool qhca_roce_realize(QhcaState *s, Error **errp)
+{
+    DeviceState *dev = DEVICE(s);
+    QhcaRoce *r;
+    unsigned i;
+
+    if (!s->conf.peers.ncs[0]) {
+        return true;
+    }
+    r = g_new0(QhcaRoce, 1);
+    r->s = s;
+    g_queue_init(&r->rx);
+    for (i = 0; i < QHCA_NEIGH_MAX; i++) {
+        g_queue_init(&r->neigh[i].pending);
+    }
+    r->rng = s->loss_seed | 1;
+    r->hold_timer = timer_new_ns(QEMU_CLOCK_VIRTUAL, qhca_roce_hold_timer, r);
+    s->roce = r;
+    s->nic = qemu_new_nic(&qhca_net_info, &s->conf,
+                          object_get_typename(OBJECT(s)), dev->id,
+                          &dev->mem_reentrancy_guard, s);
+    qemu_format_nic_info_str(qemu_get_queue(s->nic), s->conf.macaddr.a);
+    return true;
+}
+
+void qhca_roce_unrealize(QhcaState *s)
+{
+    QhcaRoce *r = s->roce;
+
+    if (!r) {
+        return;
+    }
+    qemu_del_nic(s->nic);
+    s->nic = NULL;
+    qhca_roce_reset(r);
+    timer_free(r->hold_timer);
+    s->roce = NULL;
+    g_free(r);
+}
