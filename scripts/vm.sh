@@ -1,28 +1,52 @@
 #!/usr/bin/env bash
 # Boots the guest kernel under our QEMU with virtme-ng and runs a command in it.
 #
-#   scripts/vm.sh [--uars N] [--iommu] [--append KERNEL_ARGS] [--] COMMAND...
+#   scripts/vm.sh [--uars N] [--iommu] [--append KERNEL_ARGS]
+#                 [--link LOCALPORT:REMOTEPORT [--node N | --mac MAC] [--qhca-port]] [--] COMMAND...
 #
 # The guest sees the host's root filesystem (read-only) and this repository; /tmp/qhca-vm is
 # shared read-write for results. Needs KDIR and QEMU in the environment (scripts/build-all.sh sets
 # them) or builds them first. Uses TCG: nested KVM on our CI machines hangs the guest at
 # "Decompressing Linux", so KVM is used only when QHCA_KVM=1. QHCA_QEMU_OPTS adds QEMU options (e.g. the
 # -trace options of qemu-device/docs/qhca.rst, "Tracing one message").
+#
+# --link joins the guest to an Ethernet segment shared with other QEMU processes on this host
+# (scripts/vm-pair.sh boots two such guests). In this QEMU: hub 0, joined to a dgram netdev that
+# sends to 127.0.0.1:REMOTEPORT and receives on 127.0.0.1:LOCALPORT (UDP, one Ethernet frame a
+# datagram), and a virtio-net-pci NIC on the hub with MAC 52:54:00:12:34:NN (NN = --node N in two
+# hex digits; default node 1) or --mac MAC. The guest gets QHCA_NET_MAC=MAC (and QHCA_NODE=N with
+# --node) in its environment; virtme-ng configures nothing on this NIC (it adds no NIC of its own
+# and runs no DHCP without its --network option, which we never pass): scripts/guest-net.sh finds it
+# by that MAC and sets its address. --qhca-port (with --link) adds a free port "qhcaport" on hub 0
+# and appends netdev=qhcaport,mac=QMAC to the -device qhca option, putting the HCA's own Ethernet
+# port on the same segment; QMAC is the NIC's MAC with its fifth byte plus one (52:54:00:12:35:NN),
+# since QEMU's default MAC is the same in every QEMU process. Only for a device that accepts these
+# properties. QHCA_LINK_RCVBUF sets the UDP socket's receive buffer (default 4 MiB; 0: the host's
+# default; see link_rcvbuf below).
 source "$(dirname "$0")/lib.sh"
 
+usage="usage: scripts/vm.sh [--uars N] [--iommu] [--append KERNEL_ARGS] [--link LOCALPORT:REMOTEPORT [--node N | --mac MAC] [--qhca-port]] [--] COMMAND..."
 uars=24
 append=()
 iommu=""
+link="" node="" mac="" qhca_port=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--uars) uars=$2; shift 2 ;;
 	--append) append=(--append "$2"); shift 2 ;;
 	--iommu) iommu=1; shift ;;
+	--link) link=$2; shift 2 ;;
+	--node) node=$2; shift 2 ;;
+	--mac) mac=$2; shift 2 ;;
+	--qhca-port) qhca_port=1; shift ;;
 	--) shift; break ;;
 	*) break ;;
 	esac
 done
-[ $# -gt 0 ] || die "usage: scripts/vm.sh [--uars N] [--iommu] [--append KERNEL_ARGS] [--] COMMAND..."
+[ $# -gt 0 ] || die "$usage"
+if [ -z "$link" ] && { [ -n "$node$mac" ] || [ -n "$qhca_port" ]; }; then
+	die "--node, --mac and --qhca-port need --link"
+fi
 if [ -z "${KDIR:-}" ] || [ -z "${QEMU:-}" ]; then
 	KDIR=$("$QHCA_ROOT/scripts/build-kernel.sh" | tail -n1)
 	QEMU=$("$QHCA_ROOT/scripts/build-qemu.sh" | tail -n1)
@@ -42,7 +66,76 @@ if [ -n "$iommu" ]; then
 	dev="-device intel-iommu,intremap=off $dev"
 	append=(--append "intel_iommu=on iommu=strict ${append[1]:-}")
 fi
+# link_rcvbuf PORT BYTES: once QEMU has bound 127.0.0.1:PORT, gives that socket a BYTES receive
+# buffer. QEMU's dgram netdev keeps the host's default (net.core.rmem_default, often 208 KiB, about
+# 90 frames): a burst from the peer guest (rxe sends a 64 KiB write as 64 frames, and perftest keeps
+# 128 writes in flight) overflows it while this QEMU's main loop waits for a host CPU, and the host
+# drops frames (RcvbufErrors in /proc/net/snmp). QEMU sets no option for it and vng closes inherited
+# descriptors, so the socket is taken from the running QEMU (pidfd_getfd, Linux 5.6; root) and
+# SO_RCVBUFFORCE set on the copy. QHCA_LINK_RCVBUF=0 leaves the host's default.
+link_rcvbuf() {
+	python3 - "$1" "$2" <<'PY' || echo "qhca: warning: the receive buffer of UDP port $1 stays the host's default" >&2
+import ctypes, os, socket, sys, time
+port, size = int(sys.argv[1]), int(sys.argv[2])
+libc = ctypes.CDLL(None, use_errno=True)
+def inode():
+    with open("/proc/net/udp") as f:
+        for line in list(f)[1:]:
+            w = line.split()
+            if int(w[1].split(":")[1], 16) == port:
+                return w[9]
+t0 = time.time()
+while time.time() - t0 < 120:
+    ino = inode()
+    for pid in filter(str.isdigit, os.listdir("/proc")) if ino else []:
+        try:
+            fds = [fd for fd in os.listdir(f"/proc/{pid}/fd")
+                   if os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{ino}]"]
+        except OSError:
+            continue
+        for fd in fds:
+            pidfd = libc.syscall(434, int(pid), 0)  # pidfd_open
+            dup = libc.syscall(438, pidfd, int(fd), 0) if pidfd >= 0 else -1  # pidfd_getfd
+            if dup < 0:
+                sys.exit(f"qhca: pidfd_getfd on QEMU (pid {pid}): {os.strerror(ctypes.get_errno())}")
+            s = socket.socket(fileno=dup)
+            s.setsockopt(socket.SOL_SOCKET, 33, size)  # SO_RCVBUFFORCE
+            print(f"qhca: UDP 127.0.0.1:{port} (QEMU pid {pid}): receive buffer "
+                  f"{s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)} bytes", file=sys.stderr)
+            s.close()
+            os.close(pidfd)
+            sys.exit(0)
+    time.sleep(0.2)
+sys.exit(f"qhca: no process bound UDP port {port} within 120 s")
+PY
+}
+# --link: the segment. Without it nothing changes (virtme-ng's own "-net none": no NIC at all).
+net="" genv=""
+if [ -n "$link" ]; then
+	[[ $link =~ ^([0-9]+):([0-9]+)$ ]] || die "--link wants LOCALPORT:REMOTEPORT, not '$link'"
+	lport=${BASH_REMATCH[1]} rport=${BASH_REMATCH[2]}
+	if [ -z "$mac" ]; then
+		if ! [[ ${node:-1} =~ ^[0-9]+$ ]] || [ "${node:-1}" -lt 1 ] || [ "${node:-1}" -gt 255 ]; then
+			die "--node wants a number in 1..255, not '$node'"
+		fi
+		mac=$(printf '52:54:00:12:34:%02x' "${node:-1}")
+	fi
+	[[ $mac =~ ^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$ ]] || die "--mac wants xx:xx:xx:xx:xx:xx, not '$mac'"
+	mac=${mac,,}
+	net="-netdev dgram,id=qhcalink,local.type=inet,local.host=127.0.0.1,local.port=$lport"
+	net+=",remote.type=inet,remote.host=127.0.0.1,remote.port=$rport"
+	net+=" -netdev hubport,id=qhcauplink,hubid=0,netdev=qhcalink"
+	# romfile= : no boot ROM (nothing boots from the network, and -L has no efi-virtio.rom).
+	net+=" -netdev hubport,id=qhcanic,hubid=0 -device virtio-net-pci,netdev=qhcanic,mac=$mac,romfile="
+	if [ -n "$qhca_port" ]; then
+		net+=" -netdev hubport,id=qhcaport,hubid=0"
+		qmac=$(printf '%s:%02x:%s' "${mac:0:11}" $(((16#${mac:12:2} + 1) % 256)) "${mac:15:2}")
+		dev+=",netdev=qhcaport,mac=$qmac"
+	fi
+	genv="QHCA_NET_MAC=$mac ${node:+QHCA_NODE=$node }"
+	[ "${QHCA_LINK_RCVBUF:-4194304}" = 0 ] || link_rcvbuf "$lport" "${QHCA_LINK_RCVBUF:-4194304}" &
+fi
 exec vng --run "$KDIR/arch/x86/boot/bzImage" "${kvm[@]}" --disable-microvm "${append[@]}" \
 	--qemu "$QEMU" --cpus 2 --memory 2G --rwdir /tmp/qhca-vm \
-	--qemu-opts="-L /usr/share/qemu -L /usr/share/seabios $dev ${QHCA_QEMU_OPTS:-}" \
-	--exec "QHCA_EXPECT_NUM_UARS=$uars $cmd"
+	--qemu-opts="-L /usr/share/qemu -L /usr/share/seabios $net $dev ${QHCA_QEMU_OPTS:-}" \
+	--exec "${genv}QHCA_EXPECT_NUM_UARS=$uars $cmd"
