@@ -10,9 +10,12 @@
  * Addresses: an IPv4 GID's MAC is resolved with ARP (the port answers ARP
  * for its own IPv4 GIDs and learns from ARP it sees for them); frames wait
  * for the answer in a short queue per neighbour, and the request is sent
- * again when a frame finds it unanswered after 100 ms.  An IPv6 GID reaches
- * a link-local address whose interface identifier is a MAC's EUI-64, which
- * gives the MAC itself; other IPv6 destinations have no route here.
+ * again when a frame finds it unanswered after 100 ms.  The port answers
+ * IPv6 neighbour solicitations for its IPv6 GIDs (RFC 4861; the link-local
+ * GID 0), so that a host resolves it as it resolves a NIC.  An IPv6 GID it
+ * sends to is a link-local address whose interface identifier is a MAC's
+ * EUI-64, which gives the MAC itself; other IPv6 destinations have no route
+ * here.
  *
  * For tests, x-loss-drop, x-loss-dup and x-loss-reorder make the port lose,
  * duplicate or hold back (behind the next frame, or for a millisecond) that
@@ -23,7 +26,9 @@
  */
 
 #include "qemu/osdep.h"
+#include "qemu/cutils.h"
 #include "qemu/main-loop.h"
+#include "net/checksum.h"
 #include "net/eth.h"
 #include "qhca-wire.h"
 #include "trace.h"
@@ -34,6 +39,11 @@
 #define QHCA_ROCE_RX_MAX        256     /* decoded packets waiting */
 #define QHCA_HOLD_NS            SCALE_MS
 #define QHCA_ARP_SIZE           28
+#define QHCA_IPPROTO_ICMPV6     58
+#define QHCA_ND_NS              135     /* neighbour solicitation */
+#define QHCA_ND_NA              136     /* neighbour advertisement */
+#define QHCA_ND_SIZE            24      /* type .. target address */
+#define QHCA_ND_OPT_TLLA        2       /* target link-layer address */
 
 typedef struct QhcaFrame {
     size_t len;
@@ -293,6 +303,84 @@ static void qhca_arp_recv(QhcaRoce *r, const uint8_t *buf, size_t size)
     }
 }
 
+/* The ICMPv6 checksum of @len bytes at @icmp between @ip6's addresses. */
+static uint16_t qhca_icmpv6_sum(const uint8_t *ip6, const uint8_t *icmp,
+                                size_t len)
+{
+    uint32_t sum = net_checksum_add(32, (uint8_t *)ip6 + 8);
+
+    sum += len + QHCA_IPPROTO_ICMPV6;
+    sum += net_checksum_add(len, (uint8_t *)icmp);
+    return net_checksum_finish(sum);
+}
+
+/*
+ * An IPv6 neighbour solicitation for one of the port's IPv6 GIDs, answered
+ * with an advertisement (RFC 4861 7.1.1 and 7.2.4); anything else IPv6 but
+ * RoCE is not the port's business and goes unanswered, uncounted.
+ */
+static void qhca_nd_recv(QhcaRoce *r, const uint8_t *buf, size_t size)
+{
+    enum { IP = QHCA_ETH_SIZE, ND = IP + QHCA_IPV6_SIZE };
+    static const uint8_t all_nodes[16] = { 0xff, 2, [15] = 1 };
+    QhcaState *s = r->s;
+    const uint8_t *ip = buf + IP, *ns = buf + ND, *o;
+    uint8_t f[ND + QHCA_ND_SIZE + 8] = { 0 };
+    const uint8_t *mac = s->conf.macaddr.a;
+    size_t plen;
+    bool dad;
+
+    if (size < ND + QHCA_ND_SIZE || ip[6] != QHCA_IPPROTO_ICMPV6 ||
+        ns[0] != QHCA_ND_NS) {
+        return;
+    }
+    plen = lduw_be_p(ip + 4);
+    if (ND + plen > size || plen < QHCA_ND_SIZE || ip[7] != 255 ||
+        ns[1] != 0 || qhca_icmpv6_sum(ip, ns, plen) != 0 ||
+        ns[8] == 0xff || !qhca_gid_ours(s, ns + 8) ||
+        qhca_gid_is_v4(ns + 8)) {
+        return;
+    }
+    /* Options, each a multiple of 8 bytes, none of length 0. */
+    for (o = ns + QHCA_ND_SIZE; o < ns + plen; o += o[1] * 8) {
+        if (o + 2 > ns + plen || !o[1] || o + o[1] * 8 > ns + plen) {
+            QHCA_RX_DROP(s, rx_malformed, "ND: a bad option");
+            return;
+        }
+    }
+    /* From the unspecified address: duplicate address detection. */
+    dad = buffer_is_zero(ip + 8, 16);
+    s->port.arp_rx++;
+
+    /* Ethernet: to the asker, or to all nodes for duplicate detection. */
+    if (dad) {
+        static const uint8_t mc[ETH_ALEN] = { 0x33, 0x33, 0, 0, 0, 1 };
+
+        memcpy(f, mc, ETH_ALEN);
+    } else {
+        memcpy(f, buf + ETH_ALEN, ETH_ALEN);
+    }
+    memcpy(f + ETH_ALEN, mac, ETH_ALEN);
+    stw_be_p(f + 12, QHCA_ETH_P_IPV6);
+    stl_be_p(f + IP, 0x60000000);
+    stw_be_p(f + IP + 4, QHCA_ND_SIZE + 8);
+    f[IP + 6] = QHCA_IPPROTO_ICMPV6;
+    f[IP + 7] = 255;
+    memcpy(f + IP + 8, ns + 8, 16);                 /* from the target */
+    memcpy(f + IP + 24, dad ? all_nodes : ip + 8, 16);
+    f[ND] = QHCA_ND_NA;
+    /* Override; solicited unless it answers duplicate detection. */
+    f[ND + 4] = dad ? 0x20 : 0x60;
+    memcpy(f + ND + 8, ns + 8, 16);
+    f[ND + QHCA_ND_SIZE] = QHCA_ND_OPT_TLLA;
+    f[ND + QHCA_ND_SIZE + 1] = 1;
+    memcpy(f + ND + QHCA_ND_SIZE + 2, mac, ETH_ALEN);
+    stw_be_p(f + ND + 2, qhca_icmpv6_sum(f + IP, f + ND, QHCA_ND_SIZE + 8));
+    s->port.arp_tx++;
+    trace_qhca_roce_nd(dad);
+    qemu_send_packet(qemu_get_queue(s->nic), f, sizeof(f));
+}
+
 static bool qhca_roce_can_receive(NetClientState *nc)
 {
     QhcaState *s = qemu_get_nic_opaque(nc);
@@ -320,6 +408,18 @@ static ssize_t qhca_roce_receive(NetClientState *nc, const uint8_t *buf,
     if (type == QHCA_ETH_P_ARP && (is_broadcast_ether_addr(buf) ||
                                    !memcmp(buf, mac, ETH_ALEN))) {
         qhca_arp_recv(r, buf, size);
+        return size;
+    }
+    if (type == QHCA_ETH_P_IPV6 && is_multicast_ether_addr(buf)) {
+        /* A solicitation goes to a solicited-node group (33:33:ff:..). */
+        qhca_nd_recv(r, buf, size);
+        return size;
+    }
+    if (type == QHCA_ETH_P_IPV6 && !memcmp(buf, mac, ETH_ALEN) &&
+        size >= QHCA_ETH_SIZE + QHCA_IPV6_SIZE &&
+        buf[QHCA_ETH_SIZE + 6] == QHCA_IPPROTO_ICMPV6) {
+        /* A unicast solicitation (a neighbour checking reachability). */
+        qhca_nd_recv(r, buf, size);
         return size;
     }
     if (memcmp(buf, mac, ETH_ALEN) ||

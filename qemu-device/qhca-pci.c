@@ -223,6 +223,9 @@ static void qhca_exit(PCIDevice *pdev)
     qhca_pl_release(s, &s->pl);
     qhca_obj_fini(s);
     qhca_engine_fini(s);
+    while (s->pkt_cached) {
+        g_free(s->pkt_cache[--s->pkt_cached]);
+    }
     qemu_bh_delete(s->cmd_bh);
     s->cmd_bh = NULL;
     msix_uninit_exclusive_bar(pdev);

@@ -24,12 +24,19 @@ bool qhca_gid_is_v4(const uint8_t *gid)
            (ldq_be_p(gid + 8) & QHCA_GID_V4_MASK_LO) == QHCA_GID_V4_PREFIX_LO;
 }
 
+/* The IPv4-mapped GID of ip: ::ffff:a.b.c.d. */
+void qhca_gid_from_ipv4(uint8_t *gid, uint32_t ip)
+{
+    stq_be_p(gid, QHCA_GID_V4_PREFIX_HI);
+    stq_be_p(gid + 8, QHCA_GID_V4_PREFIX_LO | ip);
+}
+
 /* The IPv4 address ip is one of the port's GIDs. */
 bool qhca_ipv4_ours(const QhcaState *s, uint32_t ip)
 {
-    uint8_t gid[16] = { 0 };
+    uint8_t gid[16];
 
-    stq_be_p(gid + 8, QHCA_GID_V4_PREFIX_LO | ip);
+    qhca_gid_from_ipv4(gid, ip);
     return qhca_gid_ours(s, gid);
 }
 

@@ -469,7 +469,7 @@ static void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
     QhcaReqSlot *sl = qhca_req_slot(qp, idx);
     QhcaSendWqe *w = &sl->wqe;
     uint32_t mtu = qhca_mtu(qp);
-    QhcaPkt *pkt = qhca_pkt_new();
+    QhcaPkt *pkt = qhca_pkt_new(s);
     uint32_t i = qp->req_next;
     uint8_t st;
 
@@ -525,13 +525,13 @@ static void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
                                pkt->payload, pkt->len, false);
             if (st == QHCA_WC_ODP_FAULT) {
                 /* Not sent; the cursor stays on it. */
-                g_free(pkt);
+                qhca_pkt_free(s, pkt);
                 qhca_req_fault(s, qp, idx, false);
                 return;
             }
             if (st != QHCA_WC_SUCCESS) {
                 /* Nothing more goes out; it completes so, in order. */
-                g_free(pkt);
+                qhca_pkt_free(s, pkt);
                 sl->status = st;
                 qhca_req_advance(s, qp);
                 return;
@@ -550,7 +550,7 @@ static void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
     QHCA_TRACE_STEP(QHCA_REQ_SEND, qhca_req_send, qhca_qpn(s, qp), idx,
                     pkt->opcode, pkt->psn, pkt->len);
     qhca_rc_send(s, qp, pkt);
-    g_free(pkt);
+    qhca_pkt_free(s, pkt);
     /*
      * The ACK timer, after the send: on the loopback wire the answer has
      * usually come back inside it, and then there is no timer to arm (a

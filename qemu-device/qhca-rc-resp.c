@@ -37,14 +37,14 @@ static void qhca_resp_msg_done(QhcaQp *qp)
 static void qhca_resp_ack(QhcaState *s, QhcaQp *qp, uint32_t psn,
                           uint8_t syndrome)
 {
-    QhcaPkt *pkt = qhca_pkt_new();
+    QhcaPkt *pkt = qhca_pkt_new(s);
 
     pkt->opcode = QHCA_OP_ACK;
     pkt->psn = psn;
     pkt->syndrome = syndrome;
     pkt->msn = qp->resp_msn;
     qhca_resp_send(s, qp, pkt);
-    g_free(pkt);
+    qhca_pkt_free(s, pkt);
 }
 
 /* A fatal responder error: NAK it, and the responder QP goes to ERR. */
@@ -351,7 +351,7 @@ static void qhca_resp_atomic_dup(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
 void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget)
 {
     uint32_t mtu = qhca_mtu(qp);
-    QhcaPkt *pkt = g_new(QhcaPkt, 1);
+    QhcaPkt *pkt = qhca_pkt_new(s);
 
     while (*budget && qp->rd_active && !qp->resp_fault_read &&
            (qp->state == QHCA_QPS_RTR || qp->state == QHCA_QPS_RTS)) {
@@ -424,7 +424,7 @@ void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget)
         qhca_resp_send(s, qp, pkt);
     }
 out:
-    g_free(pkt);
+    qhca_pkt_free(s, pkt);
 }
 
 static void qhca_resp_atomic(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)

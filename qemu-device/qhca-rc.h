@@ -48,14 +48,28 @@ static inline uint32_t qhca_mtu(const QhcaQp *qp)
 
 /*
  * A packet to build: the header fields zeroed, the payload not (nobody
- * reads past len), so that an ACK does not cost 4 KiB of memset.
+ * reads past len), so that an ACK does not cost 4 KiB of memset.  One the
+ * engine freed before if there is one (the engine runs under the BQL, and
+ * a packet being built may nest another: an ACK sent while the first is
+ * delivered).
  */
-static inline QhcaPkt *qhca_pkt_new(void)
+static inline QhcaPkt *qhca_pkt_new(QhcaState *s)
 {
-    QhcaPkt *pkt = g_new(QhcaPkt, 1);
+    QhcaPkt *pkt = s->pkt_cached ? s->pkt_cache[--s->pkt_cached]
+                                 : g_new(QhcaPkt, 1);
 
     memset(pkt, 0, offsetof(QhcaPkt, payload));
     return pkt;
+}
+
+/* Gives back a packet of qhca_pkt_new() (kept for the next, or freed). */
+static inline void qhca_pkt_free(QhcaState *s, QhcaPkt *pkt)
+{
+    if (s->pkt_cached < QHCA_PKT_CACHE) {
+        s->pkt_cache[s->pkt_cached++] = pkt;
+    } else {
+        g_free(pkt);
+    }
 }
 
 /* What a memory access through a key came to. */

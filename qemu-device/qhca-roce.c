@@ -361,10 +361,8 @@ bool qhca_roce_decode(QhcaState *s, const uint8_t *buf, size_t size,
         }
         iplen = QHCA_IPV4_SIZE;
         l4_len = tot - QHCA_IPV4_SIZE;
-        memset(pkt->sgid, 0, 16);
-        memset(pkt->dgid, 0, 16);
-        stq_be_p(pkt->sgid + 8, QHCA_GID_V4_PREFIX_LO | ldl_be_p(ip + 12));
-        stq_be_p(pkt->dgid + 8, QHCA_GID_V4_PREFIX_LO | ldl_be_p(ip + 16));
+        qhca_gid_from_ipv4(pkt->sgid, ldl_be_p(ip + 12));
+        qhca_gid_from_ipv4(pkt->dgid, ldl_be_p(ip + 16));
         pkt->traffic_class = ip[1];
         pkt->hop_limit = ip[8];
         pkt->flow_label = 0;

@@ -260,16 +260,16 @@ bool qhca_ud_run(QhcaState *s, QhcaQp *qp, unsigned *budget)
             return true;
         }
         (*budget)--;
-        pkt = qhca_pkt_new();
+        pkt = qhca_pkt_new(s);
         st = qhca_ud_build(s, qp, &w, pkt, &why);
         if (st == QHCA_WC_ODP_FAULT) {
             /* Nothing left; the WQE is built again after RESUME. */
-            g_free(pkt);
+            qhca_pkt_free(s, pkt);
             qhca_req_fault(s, qp, qp->sq.ci, false);
             return false;
         }
         if (st != QHCA_WC_SUCCESS) {
-            g_free(pkt);
+            qhca_pkt_free(s, pkt);
             qhca_ud_bad_wqe(s, qp, w.wr_id, w.opcode, st, why);
             break;
         }
@@ -281,7 +281,7 @@ bool qhca_ud_run(QhcaState *s, QhcaQp *qp, unsigned *budget)
             pkt->src_qpn = qhca_qpn(s, qp);
             qhca_wire_send(s->wire, pkt);
         }
-        g_free(pkt);
+        qhca_pkt_free(s, pkt);
         /* The wire may have run the receiver (this very QP, even). */
         if (w.flags & QHCA_WQE_SIGNALED) {
             qhca_complete(s, qp, qp->scqn, qp->sq.ci - 1, w.wr_id,

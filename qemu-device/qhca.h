@@ -151,6 +151,9 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
  * answered ones for duplicates whatever its max_dest_rd_atomic.
  */
 #define QHCA_LIMIT_MAX_RD_ATOMIC 16
+
+/* Free packets the engine keeps for reuse (QhcaState.pkt_cache). */
+#define QHCA_PKT_CACHE 8
 /*
  * Messages one QP keeps in flight: its SQ depth, at most this many (each
  * costs a copy of its WQE, ~600 bytes of host memory).
@@ -588,6 +591,12 @@ struct QhcaState {
     QTAILQ_HEAD(, QhcaQp) run_list;
     uint32_t cq_arm_pending;    /* CQs with arm_pending set */
     QhcaWire *wire;
+    /*
+     * Packets built and freed again by the engine (qhca_pkt_new/free): a
+     * few kept for the next, so that a message costs no malloc of 4 KiB.
+     */
+    struct QhcaPkt *pkt_cache[QHCA_PKT_CACHE];
+    unsigned pkt_cached;
 
     /* The port (qhca-port.c) and its RoCEv2 wire (qhca-roce.c), if any */
     struct qhca_gid_entry gid[QHCA_GID_TABLE_LEN];
@@ -724,6 +733,7 @@ void qhca_port_reset(QhcaState *s);
 uint8_t qhca_cmd_port(QhcaState *s, const struct qhca_cmd *cmd);
 bool qhca_gid_ours(const QhcaState *s, const uint8_t *gid);
 bool qhca_gid_is_v4(const uint8_t *gid);
+void qhca_gid_from_ipv4(uint8_t *gid, uint32_t ip);
 bool qhca_ipv4_ours(const QhcaState *s, uint32_t ip);
 bool qhca_gid_eui64_mac(const uint8_t *gid, uint8_t *mac);
 uint8_t qhca_av_load(const QhcaState *s, const struct qhca_ah_attr *in,

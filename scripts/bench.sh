@@ -9,6 +9,10 @@
 # The full output goes to ~/.cache/qhca/logs/bench.log.
 #
 #   scripts/bench.sh [quick]      ("quick": a tenth of the iterations, to check the script)
+#   scripts/bench.sh --pair       across TWO VMs instead (scripts/vm-pair.sh --qhca-port, the same
+#                                 bench kernel): perftest write_lat and write_bw at 64 B and 64 KiB,
+#                                 qhca <-> qhca, qhca <-> rxe and rxe <-> rxe (scripts/guest-pair.sh
+#                                 bench); log in ~/.cache/qhca/logs/bench-pair.log
 #
 # It boots the bench kernel (scripts/build-kernel.sh bench: the test kernel less lockdep and the
 # other debug options, which tax rxe's per-packet locking and not qhca's), with tsc=reliable so that
@@ -42,6 +46,20 @@ echo '#include <infiniband/verbs.h>' | gcc -E -x c - >/dev/null 2>&1 ||
 	die "infiniband/verbs.h not found: libibverbs-dev is missing (scripts/setup-host.sh installs it)"
 gcc -O2 -Wall -Wextra -o "$BIN/rxe-mw-bench" "$QHCA_ROOT/provider/tools/c/rxe-mw-bench.c" -libverbs ||
 	die "building rxe-mw-bench failed (gcc, see above)"
+
+if [ "${1:-}" = --pair ]; then
+	log=$QHCA_CACHE/logs/bench-pair.log
+	step "bench: booting two VMs (bench kernel, TCG, 2 vCPUs each) on one segment; about ten minutes; log: $log"
+	t=$(date +%s)
+	set +e
+	KDIR=$BKDIR "$QHCA_ROOT/scripts/vm-pair.sh" --timeout 1800 --append "tsc=reliable" --qhca-port -- \
+		bash "$QHCA_ROOT/scripts/guest-pair.sh" bench "$BKO" "$BIN" 2>&1 | tee "$log"
+	rc=${PIPESTATUS[0]}
+	echo
+	grep -a 'pair-bench: ' "$log" | sed 's/^\[vm2\] //'
+	echo "bench: wall time $(($(date +%s) - t)) s (VM boots included), exit code $rc" | tee -a "$log"
+	exit "$rc"
+fi
 
 step "bench: booting the VM (bench kernel, TCG, 2 vCPUs); qhca then rxe; about two minutes; log: $log"
 t=$(date +%s)

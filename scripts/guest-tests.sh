@@ -32,7 +32,8 @@ else
 	bad vmtest_ran "qhca-vmtest printed no closing line (exit code $rc)"
 fi
 
-# The tools, end to end on the device (the module is loaded again by the reload case).
+# The tools, end to end on the device (the module is loaded again by the reload case); not in
+# the wire section's VM (qhca-vmtest --wire), which runs only that section.
 bin=$(dirname "$vmtest")
 tool() { # NAME PATTERN COMMAND...: passes if COMMAND exits 0 and prints a line matching PATTERN
 	local name=$1 pat=$2 out
@@ -44,28 +45,24 @@ tool() { # NAME PATTERN COMMAND...: passes if COMMAND exits 0 and prints a line 
 	fi
 	sed 's/^/    /' <<<"$out"
 }
-tool tool_qhca_info '^hca_id: +qhca0' "$bin/qhca-info"
-tool tool_pingpong '^200 iters in .* usec/iter' "$bin/qhca-pingpong" --loopback -s 4096 -n 200
-tool tool_perf_write_lat '^ +8 +200 ' "$bin/qhca-perf" write_lat --loopback -s 8 -n 200
-tool tool_perf_write_bw '^ +65536 +200 ' "$bin/qhca-perf" write_bw --loopback -s 65536 -n 200
-tool tool_perf_write_lat_one_thread '^ +8 +200 ' "$bin/qhca-perf" write_lat --loopback --one-thread -s 8 -n 200
+if [ "${1:-}" != --wire ]; then
+	tool tool_qhca_info '^hca_id: +qhca0' "$bin/qhca-info"
+	tool tool_pingpong '^200 iters in .* usec/iter' "$bin/qhca-pingpong" --loopback -s 4096 -n 200
+	tool tool_perf_write_lat '^ +8 +200 ' "$bin/qhca-perf" write_lat --loopback -s 8 -n 200
+	tool tool_perf_write_bw '^ +65536 +200 ' "$bin/qhca-perf" write_bw --loopback -s 65536 -n 200
+	tool tool_perf_write_lat_one_thread '^ +8 +200 ' "$bin/qhca-perf" write_lat --loopback --one-thread -s 8 -n 200
+fi
 
 # Leave the driver as the tests found it, then check that unloading is clean.
 if lsmod | grep -q '^qhca '; then
 	if rmmod qhca; then ok module_unloads; else bad module_unloads "rmmod qhca failed"; fi
 fi
 
-# Any of these in the kernel log fails the suite, wherever they came from.
-splat='-+\[ cut here \]-+|WARNING:|BUG:|Oops|general protection fault|Kernel panic|'
-splat+='possible (recursive|circular|irq) lock|inconsistent lock state|lockdep is turned off|'
-splat+='UBSAN|KASAN|kfence|hung_task|INFO: task .* blocked|Call Trace:|RIP: |'
-# Behind the guest IOMMU: a device access the driver did not map (or had unmapped) is a bug,
-# except at the address the fault injection bad_dma_pages hands the device on purpose.
-splat+='DMAR: \[DMA (Read|Write)'
-injected='fault addr 0xdead00000000'
-if dmesg | grep -v -e "$injected" | grep -Eq -e "$splat"; then
+# shellcheck source=guest-splat.sh
+. "$(dirname "$0")/guest-splat.sh"
+if splats=$(qhca_kernel_splats); then
 	bad kernel_log_clean "the guest kernel log has a splat:"
-	dmesg | grep -v -e "$injected" | grep -E -B5 -A25 -e "$splat" | head -120
+	echo "$splats"
 else
 	ok kernel_log_clean
 fi

@@ -19,6 +19,8 @@ APT_PACKAGES=(
 	# The peer benchmarks compare against: Soft-RoCE (rxe) through rdma-core, with perftest;
 	# libibverbs-dev builds rxe-mw-bench (provider/tools/c), the memory-window loop on verbs
 	rdma-core ibverbs-utils ibverbs-providers perftest iproute2 libibverbs-dev
+	# The wire's capture (scripts/check-capture.py): Wireshark's dissectors, without the GUI
+	tshark
 )
 
 setup_apt_sources() {

@@ -10,12 +10,14 @@
 # The guests run COMMAND with
 #   QHCA_NODE=1|2  QHCA_SELF_IP=10.7.0.1|10.7.0.2  QHCA_PEER_IP=10.7.0.2|10.7.0.1  QHCA_NET_MAC=...
 # and nothing else configured: the command sources scripts/guest-net.sh first to bring its NIC up,
-# wait for the peer and meet it (scripts/guest-pair-rxe.sh does). A guest whose command ends is gone
+# wait for the peer and meet it (scripts/guest-pair.sh does). A guest whose command ends is gone
 # from the segment: the commands must meet (guest-net.sh's qhca_net_barrier, or their own traffic)
-# before either ends. The vm.sh options (--uars, --append, --iommu) go to both guests.
+# before either ends. The vm.sh options (--uars, --append, --iommu, --qhca-port: the HCA's port on
+# the segment too, MAC 52:54:00:12:35:0N) go to both guests.
 #
 #   scripts/vm-pair.sh -- bash scripts/guest-net.sh                # boot both, link up, meet, exit
-#   scripts/vm-pair.sh -- bash scripts/guest-pair-rxe.sh           # rxe <-> rxe perftest
+#   scripts/vm-pair.sh --qhca-port -- bash scripts/guest-pair.sh tests "$KO" "$BIN"
+#   scripts/vm-pair.sh --qhca-port -- bash scripts/guest-pair.sh bench "$KO" "$BIN"
 #
 # Each guest's output (console and command) goes to /tmp/qhca-vm/pair-PID/vmN.log and is printed
 # live with a "[vmN] " prefix. Exits 0 only if both commands exit 0 (vng hands the guest command's
@@ -25,7 +27,7 @@
 # run beside them on a small machine.
 source "$(dirname "$0")/lib.sh"
 
-usage="usage: scripts/vm-pair.sh [--timeout S] [--ports BASE] [vm.sh options...] -- COMMAND..."
+usage="usage: scripts/vm-pair.sh [--timeout S] [--ports BASE] [--uars N] [--append ARGS] [--iommu] [--qhca-port] -- COMMAND..."
 timeout=600
 base=""
 vmopts=()
@@ -33,9 +35,9 @@ while [ $# -gt 0 ]; do
 	case "$1" in
 	--timeout) timeout=$2; shift 2 ;;
 	--ports) base=$2; shift 2 ;;
-	--link | --node | --mac | --qhca-port) die "vm-pair.sh chooses $1 itself" ;;
+	--link | --nic | --node | --mac) die "vm-pair.sh chooses $1 itself" ;;
 	--uars | --append) vmopts+=("$1" "$2"); shift 2 ;;
-	--iommu) vmopts+=("$1"); shift ;;
+	--iommu | --qhca-port) vmopts+=("$1"); shift ;;
 	--) shift; break ;;
 	*) die "$usage" ;;
 	esac

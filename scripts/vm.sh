@@ -2,7 +2,8 @@
 # Boots the guest kernel under our QEMU with virtme-ng and runs a command in it.
 #
 #   scripts/vm.sh [--uars N] [--iommu] [--append KERNEL_ARGS]
-#                 [--link LOCALPORT:REMOTEPORT [--node N | --mac MAC] [--qhca-port]] [--] COMMAND...
+#                 [--link LOCALPORT:REMOTEPORT | --nic] [--node N | --mac MAC]
+#                 [--qhca-port] [--qhca2 PROPS] [--dump FILE] [--] COMMAND...
 #
 # The guest sees the host's root filesystem (read-only) and this repository; /tmp/qhca-vm is
 # shared read-write for results. Needs KDIR and QEMU in the environment (scripts/build-all.sh sets
@@ -21,15 +22,20 @@
 # and appends netdev=qhcaport,mac=QMAC to the -device qhca option, putting the HCA's own Ethernet
 # port on the same segment; QMAC is the NIC's MAC with its fifth byte plus one (52:54:00:12:35:NN),
 # since QEMU's default MAC is the same in every QEMU process. Only for a device that accepts these
-# properties. QHCA_LINK_RCVBUF sets the UDP socket's receive buffer (default 4 MiB; 0: the host's
+# properties. --nic builds the same segment without the dgram uplink: the guest's NIC and the HCA's
+# port (--qhca-port) meet on hub 0 inside this one QEMU, so that Linux's rxe on the NIC and qhca talk
+# RoCEv2 to each other in one guest. --qhca2 PROPS (with --qhca-port) adds a second qhca device on
+# the hub, with MAC 52:54:00:12:36:NN and the extra device properties PROPS (e.g. the x-loss-*
+# ones; "-" for none); it is /dev/qhca1. --dump FILE (with --qhca-port) records every frame the
+# first HCA's port sends or receives in FILE (pcap; QEMU's filter-dump). QHCA_LINK_RCVBUF sets the UDP socket's receive buffer (default 4 MiB; 0: the host's
 # default; see link_rcvbuf below).
 source "$(dirname "$0")/lib.sh"
 
-usage="usage: scripts/vm.sh [--uars N] [--iommu] [--append KERNEL_ARGS] [--link LOCALPORT:REMOTEPORT [--node N | --mac MAC] [--qhca-port]] [--] COMMAND..."
+usage="usage: scripts/vm.sh [--uars N] [--iommu] [--append KERNEL_ARGS] [--link LOCALPORT:REMOTEPORT | --nic] [--node N | --mac MAC] [--qhca-port] [--qhca2 PROPS] [--dump FILE] [--] COMMAND..."
 uars=24
 append=()
 iommu=""
-link="" node="" mac="" qhca_port=""
+link="" nic="" node="" mac="" qhca_port="" qhca2="" dump=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--uars) uars=$2; shift 2 ;;
@@ -38,14 +44,21 @@ while [ $# -gt 0 ]; do
 	--link) link=$2; shift 2 ;;
 	--node) node=$2; shift 2 ;;
 	--mac) mac=$2; shift 2 ;;
+	--nic) nic=1; shift ;;
 	--qhca-port) qhca_port=1; shift ;;
+	--qhca2) qhca2=$2; shift 2 ;;
+	--dump) dump=$2; shift 2 ;;
 	--) shift; break ;;
 	*) break ;;
 	esac
 done
 [ $# -gt 0 ] || die "$usage"
-if [ -z "$link" ] && { [ -n "$node$mac" ] || [ -n "$qhca_port" ]; }; then
-	die "--node, --mac and --qhca-port need --link"
+[ -n "$link" ] && nic=1
+if [ -z "$nic" ] && [ -n "$node$mac$qhca_port" ]; then
+	die "--node, --mac and --qhca-port need --link or --nic"
+fi
+if [ -z "$qhca_port" ] && [ -n "$qhca2$dump" ]; then
+	die "--qhca2 and --dump need --qhca-port"
 fi
 if [ -z "${KDIR:-}" ] || [ -z "${QEMU:-}" ]; then
 	KDIR=$("$QHCA_ROOT/scripts/build-kernel.sh" | tail -n1)
@@ -109,11 +122,9 @@ while time.time() - t0 < 120:
 sys.exit(f"qhca: no process bound UDP port {port} within 120 s")
 PY
 }
-# --link: the segment. Without it nothing changes (virtme-ng's own "-net none": no NIC at all).
+# --link / --nic: the segment. Without them nothing changes (virtme-ng's own "-net none": no NIC).
 net="" genv=""
-if [ -n "$link" ]; then
-	[[ $link =~ ^([0-9]+):([0-9]+)$ ]] || die "--link wants LOCALPORT:REMOTEPORT, not '$link'"
-	lport=${BASH_REMATCH[1]} rport=${BASH_REMATCH[2]}
+if [ -n "$nic" ]; then
 	if [ -z "$mac" ]; then
 		if ! [[ ${node:-1} =~ ^[0-9]+$ ]] || [ "${node:-1}" -lt 1 ] || [ "${node:-1}" -gt 255 ]; then
 			die "--node wants a number in 1..255, not '$node'"
@@ -122,18 +133,34 @@ if [ -n "$link" ]; then
 	fi
 	[[ $mac =~ ^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$ ]] || die "--mac wants xx:xx:xx:xx:xx:xx, not '$mac'"
 	mac=${mac,,}
-	net="-netdev dgram,id=qhcalink,local.type=inet,local.host=127.0.0.1,local.port=$lport"
-	net+=",remote.type=inet,remote.host=127.0.0.1,remote.port=$rport"
-	net+=" -netdev hubport,id=qhcauplink,hubid=0,netdev=qhcalink"
+	# mac_plus N: the NIC's MAC with N added to its fifth byte.
+	mac_plus() { printf '%s:%02x:%s' "${mac:0:11}" $(((16#${mac:12:2} + $1) % 256)) "${mac:15:2}"; }
+	if [ -n "$link" ]; then
+		[[ $link =~ ^([0-9]+):([0-9]+)$ ]] || die "--link wants LOCALPORT:REMOTEPORT, not '$link'"
+		lport=${BASH_REMATCH[1]} rport=${BASH_REMATCH[2]}
+		net="-netdev dgram,id=qhcalink,local.type=inet,local.host=127.0.0.1,local.port=$lport"
+		net+=",remote.type=inet,remote.host=127.0.0.1,remote.port=$rport"
+		net+=" -netdev hubport,id=qhcauplink,hubid=0,netdev=qhcalink "
+	fi
 	# romfile= : no boot ROM (nothing boots from the network, and -L has no efi-virtio.rom).
-	net+=" -netdev hubport,id=qhcanic,hubid=0 -device virtio-net-pci,netdev=qhcanic,mac=$mac,romfile="
+	net+="-netdev hubport,id=qhcanic,hubid=0 -device virtio-net-pci,netdev=qhcanic,mac=$mac,romfile="
 	if [ -n "$qhca_port" ]; then
 		net+=" -netdev hubport,id=qhcaport,hubid=0"
-		qmac=$(printf '%s:%02x:%s' "${mac:0:11}" $(((16#${mac:12:2} + 1) % 256)) "${mac:15:2}")
-		dev+=",netdev=qhcaport,mac=$qmac"
+		dev+=",netdev=qhcaport,mac=$(mac_plus 1)"
+		if [ -n "$dump" ]; then
+			mkdir -p "$(dirname "$dump")" && rm -f "$dump"
+			net+=" -object filter-dump,id=qhcadump,netdev=qhcaport,file=$dump"
+		fi
+		if [ -n "$qhca2" ]; then
+			net+=" -netdev hubport,id=qhcaport2,hubid=0"
+			dev+=" -device qhca,num-uars=$uars,netdev=qhcaport2,mac=$(mac_plus 2)"
+			[ "$qhca2" = - ] || dev+=",$qhca2"
+		fi
 	fi
 	genv="QHCA_NET_MAC=$mac ${node:+QHCA_NODE=$node }"
-	[ "${QHCA_LINK_RCVBUF:-4194304}" = 0 ] || link_rcvbuf "$lport" "${QHCA_LINK_RCVBUF:-4194304}" &
+	if [ -n "$link" ] && [ "${QHCA_LINK_RCVBUF:-4194304}" != 0 ]; then
+		link_rcvbuf "$lport" "${QHCA_LINK_RCVBUF:-4194304}" &
+	fi
 fi
 exec vng --run "$KDIR/arch/x86/boot/bzImage" "${kvm[@]}" --disable-microvm "${append[@]}" \
 	--qemu "$QEMU" --cpus 2 --memory 2G --rwdir /tmp/qhca-vm \

@@ -147,9 +147,9 @@ pub struct PortCounters {
     pub rx_not_ours: u64,
     /// Frames whose payload is above the path MTU of 4096.
     pub rx_oversize: u64,
-    /// ARP requests and replies received.
+    /// ARP requests and replies, and IPv6 neighbour solicitations answered, received.
     pub arp_rx: u64,
-    /// ARP requests and replies sent.
+    /// ARP requests and replies, and IPv6 neighbour advertisements, sent.
     pub arp_tx: u64,
     /// Frames the device's test property lost on purpose.
     pub test_dropped: u64,

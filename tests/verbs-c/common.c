@@ -131,6 +131,20 @@ struct ibv_qp *qp_new(struct ibv_pd *pd, struct ibv_cq *cq,
 int rc_connect(struct ibv_qp *qp, uint32_t dest_qpn, uint32_t sq_psn,
                uint32_t rq_psn)
 {
+    static const struct rc_path local = {
+        .mtu = IBV_MTU_1024,
+        .timeout = 14,
+        .rd_atomic = 1,
+        .dest_rd_atomic = 1,
+    };
+
+    return rc_connect_path(qp, dest_qpn, sq_psn, rq_psn, &local);
+}
+
+/* The same, on @path: addressed by GID if @path has one. */
+int rc_connect_path(struct ibv_qp *qp, uint32_t dest_qpn, uint32_t sq_psn,
+                    uint32_t rq_psn, const struct rc_path *path)
+{
     struct ibv_qp_attr a;
     int ret;
 
@@ -149,16 +163,18 @@ int rc_connect(struct ibv_qp *qp, uint32_t dest_qpn, uint32_t sq_psn,
 
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
+    a.path_mtu = path->mtu;
     a.dest_qp_num = dest_qpn;
     a.rq_psn = rq_psn;
-    a.max_dest_rd_atomic = 1;
+    a.max_dest_rd_atomic = path->dest_rd_atomic;
     a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 0;
-    a.ah_attr.dlid = 0;
-    a.ah_attr.sl = 0;
-    a.ah_attr.src_path_bits = 0;
     a.ah_attr.port_num = PORT;
+    if (path->dgid) {
+        a.ah_attr.is_global = 1;
+        a.ah_attr.grh.dgid = *path->dgid;
+        a.ah_attr.grh.sgid_index = path->sgid_index;
+        a.ah_attr.grh.hop_limit = 64;
+    }
     ret = ibv_modify_qp(qp, &a,
                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
                             IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -169,11 +185,11 @@ int rc_connect(struct ibv_qp *qp, uint32_t dest_qpn, uint32_t sq_psn,
 
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
+    a.timeout = path->timeout;
     a.retry_cnt = 7;
     a.rnr_retry = 7;
     a.sq_psn = sq_psn;
-    a.max_rd_atomic = 1;
+    a.max_rd_atomic = path->rd_atomic;
     ret = ibv_modify_qp(qp, &a,
                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                             IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |

@@ -6,7 +6,7 @@
  *
  *   LD_PRELOAD=target/release/libqhca_verbs.so qhca-verbs-check checks qhca0
  *
- * Two subcommands:
+ * Three subcommands:
  *
  *   qhca-verbs-check checks DEV
  *    A battery of checks on one context of DEV, each printing "ok NAME" or
@@ -24,6 +24,10 @@
  *    written value. Exit codes are those of qhca-vmtest's __verbs_nosys:
  *    0 ok, 10 setup failed, 11 post failed, 12 bad completion, 13 no
  *    completion within 2e9 polls, 14 wrong data, 15 no seccomp filter.
+ *
+ *   qhca-verbs-check wire DEV GID_INDEX PORT [HOST] [-r ROUNDS] [-u TIMEOUT]
+ *    Every RC opcode byte for byte, both ways, with a peer process on
+ *    another device or host reached over TCP (see wire.c).
  *
  * This file holds the table of checks and the loop that runs them, the
  * nosys subcommand, and main; the checks are in checks_device.c, checks_rc.c
@@ -92,7 +96,7 @@ static void on_alarm(int sig)
     _exit(2);
 }
 
-static int open_env(struct env *e, const char *name)
+int open_env(struct env *e, const char *name)
 {
     int n = 0, i;
 
@@ -326,14 +330,18 @@ static int run_nosys(const char *name, uint64_t ops, int seccomp)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: qhca-verbs-check checks DEV\n"
-                    "       qhca-verbs-check nosys DEV OPS [--no-seccomp]\n");
+    fprintf(stderr,
+            "usage: qhca-verbs-check checks DEV\n"
+            "       qhca-verbs-check nosys DEV OPS [--no-seccomp]\n"
+            "       qhca-verbs-check wire DEV GID_INDEX PORT [HOST] [-r ROUNDS] "
+            "[-u TIMEOUT]\n");
 }
 
 int main(int argc, char **argv)
 {
     char *end;
     unsigned long long ops;
+    int ret;
 
     if (argc == 3 && !strcmp(argv[1], "checks")) {
         return run_checks(argv[2]);
@@ -350,6 +358,13 @@ int main(int argc, char **argv)
             return 2;
         }
         return run_nosys(argv[2], ops, argc == 4);
+    }
+    if (argc >= 5 && !strcmp(argv[1], "wire")) {
+        ret = run_wire(argc - 2, argv + 2);
+        if (ret == 2) {
+            usage();
+        }
+        return ret;
     }
     usage();
     return 2;

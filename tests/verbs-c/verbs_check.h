@@ -98,8 +98,23 @@ struct ibv_qp *qp_new(struct ibv_pd *pd, struct ibv_cq *cq,
                       struct ibv_qp_cap *cap);
 int rc_connect(struct ibv_qp *qp, uint32_t dest_qpn, uint32_t sq_psn,
                uint32_t rq_psn);
+
+/* What rc_connect_path sets beyond the QPNs and PSNs. */
+struct rc_path {
+    enum ibv_mtu mtu;
+    const union ibv_gid *dgid; /* NULL: no GRH */
+    uint8_t sgid_index;
+    uint8_t timeout; /* local ACK timeout exponent */
+    uint8_t rd_atomic, dest_rd_atomic;
+};
+
+int rc_connect_path(struct ibv_qp *qp, uint32_t dest_qpn, uint32_t sq_psn,
+                    uint32_t rq_psn, const struct rc_path *path);
 int pair_destroy(struct pair *p);
 int connected_pair(struct env *e, struct pair *p, const struct pair_opts *o);
+
+/* Opens device @name into @e: context, attributes, GID 0, a PD (main.c). */
+int open_env(struct env *e, const char *name);
 
 /* ------------------------------------------------------------------------ */
 /* Posting and completions */
@@ -146,5 +161,8 @@ int check_comp_channel(struct env *e);
 int check_ud(struct env *e);
 int check_odp(struct env *e, const char **note);
 int check_memory_windows(struct env *e, const char **note);
+
+/* wire.c: the "wire" subcommand; @argv after "wire"; returns the exit code */
+int run_wire(int argc, char **argv);
 
 #endif /* VERBS_CHECK_H */

@@ -859,8 +859,8 @@ struct qhca_port_counters {
 	__u64 rx_bad_icrc;
 	__u64 rx_not_ours;       /* for another MAC or address, or UDP to another port */
 	__u64 rx_oversize;       /* payload above the path MTU of 4096 */
-	__u64 arp_rx;            /* ARP requests and replies received */
-	__u64 arp_tx;            /* ARP requests and replies sent */
+	__u64 arp_rx;            /* ARP, and IPv6 neighbour solicitations, received */
+	__u64 arp_tx;            /* ARP, and IPv6 neighbour advertisements, sent */
 	__u64 test_dropped;      /* frames x-loss-drop lost on purpose (tests) */
 	__u64 test_duplicated;
 	__u64 test_reordered;

@@ -219,10 +219,25 @@ fn load(props: &str, stream: &std::path::Path) -> Result<Hca, String> {
         &qmp_arg(&qmp),
     ]);
     let mut q = Qmp::connect(&qmp);
-    q.ok(&format!(
+    let cmd = format!(
         r#"{{"execute":"migrate-incoming","arguments":{{"uri":"file:{}"}}}}"#,
         stream.display()
-    ));
+    );
+    // QEMU must still be there to take the command; if it is not, say how it ended (a CI run
+    // once found the QMP socket closed here, with nothing else to go on).
+    if let Err(e) = q.try_execute(&cmd) {
+        let t0 = std::time::Instant::now();
+        let mut st = qt.exited();
+        while st.is_none() && t0.elapsed() < std::time::Duration::from_secs(2) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            st = qt.exited();
+        }
+        panic!(
+            "{cmd}: {e}; QEMU {}; stderr:\n{}",
+            st.map_or("still running".to_string(), |s| format!("exited: {s}")),
+            qt.final_stderr()
+        );
+    }
     let t0 = std::time::Instant::now();
     loop {
         if let Some(st) = qt.exited() {

@@ -10,7 +10,8 @@
 //! completion by the test's ACK; a WRITE and a READ from the test answered with an ACK and
 //! READ responses (multi-packet at MTU 1024); frames that are wrong in one way each (ICRC,
 //! source address, truncation, IPv4 checksum, size, UDP port, MAC) dropped, nothing written, no
-//! answer, the matching counter moved; `x-loss-drop`; 2000 frames of garbage.
+//! answer, the matching counter moved; `x-loss-drop`; 2000 frames of garbage; IPv6 neighbour
+//! solicitations for the link-local GID answered (also duplicate address detection), others not.
 
 use std::time::{Duration, Instant};
 
@@ -742,4 +743,121 @@ fn two_thousand_frames_of_garbage() {
     w.peer.send(&write_req(&w, 0x5000, 0, &[9; 33]).encode());
     expect_ack(&w, 0x5000);
     assert_eq!(w.h.qt.memread(w.buf, 34), [&[9; 33][..], &[FILL]].concat());
+}
+
+/// The test's own IPv6 link-local address (its MAC's EUI-64).
+const PEER_LL: [u8; 16] = [
+    0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0x00, 0xff, 0xfe, 0xaa, 0x00, 0x02,
+];
+
+/// The ICMPv6 checksum of `body` between `src` and `dst` (RFC 8200 8.1); 0 over a body whose
+/// checksum is right.
+fn icmpv6_sum(src: &[u8; 16], dst: &[u8; 16], body: &[u8]) -> u16 {
+    let mut pseudo = Vec::with_capacity(40 + body.len());
+    pseudo.extend_from_slice(src);
+    pseudo.extend_from_slice(dst);
+    pseudo.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 58]);
+    pseudo.extend_from_slice(body);
+    ip_checksum(&pseudo)
+}
+
+/// A neighbour solicitation from the test for `target`: from `src` (all zero for duplicate
+/// address detection), to the target's solicited-node group or, with `unicast`, to the device's
+/// MAC and `target` itself.
+fn ns_frame(src: [u8; 16], target: [u8; 16], hop_limit: u8, unicast: bool) -> Vec<u8> {
+    let mut dst = [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 0];
+    dst[13..].copy_from_slice(&target[13..]);
+    let mut mac = [0x33, 0x33, 0xff, 0, 0, 0];
+    mac[3..].copy_from_slice(&target[13..]);
+    if unicast {
+        (dst, mac) = (target, DEV_MAC);
+    }
+    let mut icmp = vec![135, 0, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(&target);
+    if src != [0; 16] {
+        // Source link-layer address.
+        icmp.extend_from_slice(&[1, 1]);
+        icmp.extend_from_slice(&PEER_MAC);
+    }
+    let sum = icmpv6_sum(&src, &dst, &icmp);
+    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    let mut f = Vec::new();
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&PEER_MAC);
+    f.extend_from_slice(&0x86ddu16.to_be_bytes());
+    f.extend_from_slice(&[0x60, 0, 0, 0]);
+    f.extend_from_slice(&(icmp.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[58, hop_limit]);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&icmp);
+    f
+}
+
+/// Checks `f` as the device's advertisement of `target` to `to` (MAC `to_mac`) with `flags`.
+fn check_na(f: &[u8], target: [u8; 16], to: [u8; 16], to_mac: [u8; 6], flags: u8) {
+    assert_eq!(f.len(), 14 + 40 + 32, "{f:02x?}");
+    assert_eq!(
+        (&f[..6], &f[6..12], &f[12..14]),
+        (&to_mac[..], &DEV_MAC[..], &[0x86, 0xdd][..])
+    );
+    let ip = &f[14..54];
+    assert_eq!(
+        (ip[0] >> 4, u16::from_be_bytes([ip[4], ip[5]]), ip[6], ip[7]),
+        (6, 32, 58, 255)
+    );
+    assert_eq!((&ip[8..24], &ip[24..40]), (&target[..], &to[..]));
+    let na = &f[54..];
+    let src: [u8; 16] = ip[8..24].try_into().unwrap();
+    assert_eq!(icmpv6_sum(&src, &to, na), 0, "ICMPv6 checksum: {na:02x?}");
+    assert_eq!(
+        (na[0], na[1], na[4], &na[5..8]),
+        (136, 0, flags, &[0u8; 3][..])
+    );
+    assert_eq!(&na[8..24], &target[..]);
+    assert_eq!(
+        (na[24], na[25], &na[26..32]),
+        (2, 1, &DEV_MAC[..]),
+        "target link-layer address"
+    );
+}
+
+#[test]
+fn ipv6_neighbour_solicitations_for_the_link_local_gid_are_answered() {
+    let mut w = world("");
+    let ll = query_port(&mut w.h).gids[0].gid;
+    assert_eq!(&ll[..8], &[0xfe, 0x80, 0, 0, 0, 0, 0, 0]);
+    let before = counters(&mut w);
+    // To the solicited-node group, then to the device's own MAC: answered, solicited.
+    for unicast in [false, true] {
+        w.peer.send(&ns_frame(PEER_LL, ll, 255, unicast));
+        let f = w.peer.recv(WAIT).expect("a neighbour advertisement");
+        check_na(&f, ll, PEER_LL, PEER_MAC, 0x60);
+    }
+    // Duplicate address detection (from ::): to all nodes, not solicited.
+    w.peer.send(&ns_frame([0; 16], ll, 255, false));
+    let f = w.peer.recv(WAIT).expect("an advertisement to all nodes");
+    let all_nodes = [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    check_na(&f, ll, all_nodes, [0x33, 0x33, 0, 0, 0, 1], 0x20);
+    // Not answered: another target, the port's IPv4 GID, a hop limit below 255 (from beyond
+    // the link), a wrong checksum.
+    let mut other = ll;
+    other[15] ^= 1;
+    w.peer.send(&ns_frame(PEER_LL, other, 255, false));
+    w.peer.send(&ns_frame(PEER_LL, v4_gid(DEV_IP), 255, false));
+    w.peer.send(&ns_frame(PEER_LL, ll, 254, false));
+    let mut bad = ns_frame(PEER_LL, ll, 255, false);
+    bad[14 + 40 + 2] ^= 0x10;
+    w.peer.send(&bad);
+    expect_nothing(&w);
+    let c = counters(&mut w);
+    assert_eq!(
+        (
+            c[ARP_RX] - before[ARP_RX],
+            c[ARP_TX] - before[ARP_TX],
+            c[TX_FRAMES] - before[TX_FRAMES]
+        ),
+        (3, 3, 0)
+    );
 }

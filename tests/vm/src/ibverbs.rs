@@ -42,7 +42,7 @@ pub fn cases() -> Vec<Case<Config>> {
 }
 
 /// A file next to this binary (cargo's release directory): the layer and the C program.
-fn beside_me(name: &str) -> Result<PathBuf, Fail> {
+pub(crate) fn beside_me(name: &str) -> Result<PathBuf, Fail> {
     let exe = std::env::current_exe()?;
     let p = exe.with_file_name(name);
     if !p.exists() {
@@ -52,12 +52,12 @@ fn beside_me(name: &str) -> Result<PathBuf, Fail> {
 }
 
 /// The preloaded verbs layer.
-fn layer() -> Result<PathBuf, Fail> {
+pub(crate) fn layer() -> Result<PathBuf, Fail> {
     beside_me("libqhca_verbs.so")
 }
 
 /// A Debian tool by name, or the case fails (setup-host.sh installs them).
-fn tool(name: &str) -> Result<PathBuf, Fail> {
+pub(crate) fn tool(name: &str) -> Result<PathBuf, Fail> {
     match system::find_tool(name) {
         Some(p) => Ok(p),
         None => bail!("{name} not found (ibverbs-utils and perftest: scripts/setup-host.sh)"),
@@ -79,7 +79,7 @@ fn run(prog: &Path, args: &[&str]) -> Result<Output, Fail> {
     Ok(verbs_cmd(prog, args)?.output()?)
 }
 
-fn text(out: &Output) -> String {
+pub(crate) fn text(out: &Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -88,7 +88,7 @@ fn text(out: &Output) -> String {
 }
 
 /// Waits for `child` up to `limit`, killing it after; its output, or `None` if it was killed.
-fn wait_output(mut child: Child, limit: Duration) -> Result<Option<Output>, Fail> {
+pub(crate) fn wait_output(mut child: Child, limit: Duration) -> Result<Option<Output>, Fail> {
     let end = Instant::now() + limit;
     while Instant::now() < end {
         if child.try_wait()?.is_some() {
@@ -102,7 +102,7 @@ fn wait_output(mut child: Child, limit: Duration) -> Result<Option<Output>, Fail
 }
 
 /// True once a TCP socket listens on `port` (any address).
-fn listening(port: u16) -> bool {
+pub(crate) fn listening(port: u16) -> bool {
     let want = format!(":{port:04X} ");
     ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
         std::fs::read_to_string(f).is_ok_and(|s| {

@@ -3,7 +3,7 @@
 //! qhca's VM test suite: built on the host, run as root inside the guest with the real driver.
 //!
 //! ```text
-//! qhca-vmtest [--list] [FILTER...]
+//! qhca-vmtest [--wire] [--list] [FILTER...]
 //! ```
 //!
 //! Runs every case whose name contains one of the FILTERs (all cases without one), prints
@@ -15,6 +15,9 @@
 //! ```
 //!
 //! and exits 0 only if nothing failed (1 otherwise, 2 on bad usage or configuration).
+//!
+//! `--wire` runs the RoCEv2 wire section instead (see [`wire`]), which needs the VM that
+//! `scripts/vm.sh --nic --qhca-port --qhca2 ..` boots; the suite's own cases never depend on it.
 //!
 //! Environment: `QHCA_EXPECT_NUM_UARS` (required: the `num-uars` QEMU was started with),
 //! `QHCA_KO` (the built qhca.ko, for the reload case), `QHCA_MODULE_NAME` (default `qhca`),
@@ -31,13 +34,16 @@ mod ibverbs;
 mod sys;
 mod system;
 mod verbs;
+mod wire;
 
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-Usage: qhca-vmtest [--list] [FILTER...]
+Usage: qhca-vmtest [--wire] [--list] [FILTER...]
 Runs the qhca VM test cases whose name contains a FILTER (all without one).
 
+  --wire      the RoCEv2 wire section instead (a VM booted with scripts/vm.sh --nic
+              --qhca-port --qhca2 PROPS: rxe on the NIC and two qhca ports on one segment)
   --list      list the cases in their default order and exit
   -h, --help  show this help
 
@@ -62,7 +68,9 @@ fn main() -> ExitCode {
         print!("{USAGE}");
         return ExitCode::SUCCESS;
     }
-    let all = cases::all();
+    let wire = args.iter().any(|a| a == "--wire");
+    let args: Vec<String> = args.into_iter().filter(|a| a != "--wire").collect();
+    let all = if wire { wire::cases() } else { cases::all() };
     if args.iter().any(|a| a == "--list") {
         for c in &all {
             println!("{}", c.name);

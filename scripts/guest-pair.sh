@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# Runs INSIDE both guests of scripts/vm-pair.sh --qhca-port: qhca and Linux's rxe on each guest,
+# one Ethernet segment between the guests, and RDMA across it.
+#
+#   scripts/vm-pair.sh --qhca-port -- bash scripts/guest-pair.sh tests QHCA_KO BIN
+#   scripts/vm-pair.sh --qhca-port -- bash scripts/guest-pair.sh bench QHCA_KO BIN
+#
+# Each guest brings its NIC up (scripts/guest-net.sh, MTU 9000, so that rxe's path MTU is 4096 as
+# qhca's), loads the driver, gives its HCA's port the address 10.7.0.1N/24 (N = its node), and runs
+# rxe0 on its NIC (10.7.0.N). Then, step by step, node 1 runs the server and node 2 the client
+# (again while the server does not listen yet), and the two meet before the next step
+# (qhca_net_barrier):
+#   tests  every RC opcode byte for byte both ways (qhca-verbs-check wire) qhca <-> qhca,
+#          rxe <-> qhca and qhca <-> rxe; ibv_rc_pingpong -c, qhca-pingpong, qhca-perf read_lat
+#          and perftest's write latency and bandwidth qhca <-> qhca; ibv_rc_pingpong -c rxe <-> qhca
+#          and perftest's write, read and send latency and write bandwidth between rxe and qhca,
+#          each both ways (READs with -o 16: rxe offers 128 outstanding READs, qhca 16; see README). Each guest prints "test pair_NAME ... ok|FAILED" for its side of
+#          each step, checks its kernel log, and ends with "pair-suite: N passed, M failed".
+#   bench  perftest ib_write_lat and ib_write_bw at 64 B and 64 KiB between qhca <-> qhca,
+#          qhca <-> rxe (qhca's client, rxe's server) and rxe <-> rxe on the same two guests; node 2
+#          ends with one line per result, "pair-bench: PAIR TEST SIZE VALUE UNIT".
+# qhca's side runs the Debian programs with the verbs layer (BIN/libqhca_verbs.so) preloaded, rxe's
+# side runs them as they are. QHCA_QP_TIMEOUT is perftest's -u (default 18: 1.07 s; a round trip
+# between two loaded TCG guests can take longer than perftest's default 67 ms), QHCA_PIN=0 keeps
+# perftest off CPU 1 (by default it runs there and the NIC's interrupts go to CPU 0).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+mode=${1:?usage: guest-pair.sh tests|bench QHCA_KO BIN}
+ko=${2:?usage: guest-pair.sh tests|bench QHCA_KO BIN}
+bin=${3:?usage: guest-pair.sh tests|bench QHCA_KO BIN}
+node=${QHCA_NODE:?QHCA_NODE is not set: run under scripts/vm-pair.sh}
+peer_nic=$QHCA_PEER_IP
+qpt=${QHCA_QP_TIMEOUT:-18}
+t0=$(date +%s)
+log() { echo "--- [$(($(date +%s) - t0))s] node $node: $*"; }
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "test $1 ... ok"; }
+bad() { fail=$((fail + 1)); echo "test $1 ... FAILED: $2"; }
+fatal() {
+	bad "${2:-pair_setup}" "$1"
+	echo "pair-suite: $pass passed, $fail failed"
+	exit 1
+}
+case "$mode" in tests | bench) ;; *) fatal "unknown mode $mode" ;; esac
+
+export QHCA_NET_MTU=9000
+# shellcheck source=guest-net.sh
+. "$here/guest-net.sh" || fatal "the network did not come up"
+# shellcheck source=guest-splat.sh
+. "$here/guest-splat.sh"
+
+# The driver and the port's address.
+mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+insmod "$ko" || fatal "insmod $ko"
+for _ in $(seq 50); do [ -c /dev/qhca0 ] && break; sleep 0.1; done
+qhca_ip=10.7.0.1$node
+"$bin/qhca-info" addr add "$qhca_ip/24" || fatal "qhca-info addr add $qhca_ip/24"
+# gid_index DEV IP: the index of IP's RoCEv2 GID in DEV's table (sysfs for rxe, qhca-info for qhca).
+gid_index() {
+	local dev=$1 ip=$2 want f
+	if [ "$dev" = rxe0 ]; then
+		# shellcheck disable=SC2086 # the address's four numbers, split on purpose
+		want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' ${ip//./ })
+		for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+			[ "$(cat "$f" 2>/dev/null)" = "$want" ] && echo "${f##*/}" && return 0
+		done
+		return 1
+	fi
+	# "gid 1 ::ffff:10.7.0.11 (10.7.0.11/24) RoCEv2"
+	"$bin/qhca-info" -d "$dev" addr show |
+		awk -v g="::ffff:$ip" '{ for (i = 1; i < NF; i++) if ($i == "gid" && $(i + 2) == g) { print $(i + 1); exit } }' | grep .
+}
+qhca_gidx=$(gid_index qhca0 "$qhca_ip") || fatal "no GID index for $qhca_ip on qhca0: $("$bin/qhca-info" addr show)"
+
+modprobe rdma_rxe || fatal "modprobe rdma_rxe"
+rdma link add rxe0 type rxe netdev "$QHCA_NET_IF" || fatal "rdma link add rxe0"
+rxe_gidx=""
+for _ in $(seq 100); do
+	rxe_gidx=$(gid_index rxe0 "$QHCA_SELF_IP") &&
+		[ "$(cat /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null)" = "4: ACTIVE" ] && break
+	rxe_gidx=""
+	sleep 0.1
+done
+[ -n "$rxe_gidx" ] || fatal "rxe0 has no active port with the GID of $QHCA_SELF_IP"
+log "qhca0 $qhca_ip (GID index $qhca_gidx), rxe0 on $QHCA_NET_IF $QHCA_SELF_IP (GID index $rxe_gidx)"
+
+pin=()
+if [ "${QHCA_PIN:-1}" = 1 ] && [ "$(nproc)" -ge 2 ]; then
+	pin=(taskset -c 1)
+	for f in "/sys/class/net/$QHCA_NET_IF/device/../msi_irqs"/*; do
+		[ -e "$f" ] && echo 1 >"/proc/irq/${f##*/}/smp_affinity" 2>/dev/null
+	done
+fi
+
+# side DEV: the command prefix and GID index of one end: qhca through the layer, rxe as it is.
+side() {
+	if [ "$1" = rxe0 ]; then
+		echo "$rxe_gidx"
+	else
+		echo "$qhca_gidx"
+	fi
+}
+out=/tmp/pair.$$
+barrier=7710
+# step NAME SERVER_DEV CLIENT_DEV PROG ARGS...: node 1 runs PROG -d SERVER_DEV, node 2 runs it
+# with -d CLIENT_DEV against node 1's NIC address; "@GIDX" and "@DEV" in ARGS are the end's own
+# GID index and device.
+# Returns PROG's exit code on this node; its output is in $out.
+step() {
+	local name=$1 sdev=$2 cdev=$3 prog=$4 dev gidx args=() a rc i env=()
+	shift 4
+	if [ "$node" = 1 ]; then dev=$sdev; else dev=$cdev; fi
+	gidx=$(side "$dev")
+	for a in "$@"; do
+		a=${a//@GIDX/$gidx}
+		args+=("${a//@DEV/$dev}")
+	done
+	[ "$dev" = rxe0 ] || env=(env "LD_PRELOAD=$bin/libqhca_verbs.so")
+	if [ "$node" = 1 ]; then
+		log "$name: server: $prog on $dev ${args[*]}"
+		timeout 400 "${env[@]}" "${pin[@]}" "$prog" "${args[@]}" >"$out" 2>&1
+		rc=$?
+	else
+		log "$name: client: $prog on $dev ${args[*]} $peer_nic"
+		for i in $(seq 60); do
+			timeout 400 "${env[@]}" "${pin[@]}" "$prog" "${args[@]}" "$peer_nic" >"$out" 2>&1
+			rc=$?
+			[ $rc = 0 ] && break
+			grep -q "Couldn't connect to" "$out" || break
+			sleep 1
+		done
+	fi
+	sed 's/^/    /' "$out"
+	barrier=$((barrier + 1))
+	qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet after $name)"
+	return $rc
+}
+# check NAME PATTERN STEP-ARGS...: a step that must exit 0 and print PATTERN ("client:PATTERN":
+# only the client must print it).
+check() {
+	local name=$1 pat=$2
+	shift 2
+	if [ "$node" = 1 ] && [ "${pat#client:}" != "$pat" ]; then pat=""; fi
+	pat=${pat#client:}
+	if step "$name" "$@" && { [ -z "$pat" ] || grep -Eq -e "$pat" "$out"; }; then
+		ok "$name"
+	else
+		bad "$name" "$(tail -n 3 "$out" | tr '\n' ' ')"
+	fi
+}
+
+wire() { # NAME SERVER_DEV CLIENT_DEV PORT
+	check "$1" '^wire: ok: 2 rounds' "$2" "$3" "$bin/qhca-verbs-check" wire "$(
+		[ "$node" = 1 ] && echo "$2" || echo "$3")" @GIDX "$4" -r 2 -u 18
+}
+# perftest PREFIX SERVER_DEV CLIENT_DEV PROG SIZE PORT ARGS...
+perftest() {
+	local name=$1 sdev=$2 cdev=$3 prog=$4 size=$5 port=$6 dev
+	shift 6
+	if [ "$node" = 1 ]; then dev=$sdev; else dev=$cdev; fi
+	step "$name" "$sdev" "$cdev" "$prog" -d "$dev" -x @GIDX -u "$qpt" -s "$size" -p "$port" "$@"
+}
+# row: perftest's first result row (it starts with the message size).
+row() { awk '$1 ~ /^[0-9]+$/ && NF >= 4 { print; exit }' "$out"; }
+
+if [ "$mode" = tests ]; then
+	wire pair_wire_qhca_qhca qhca0 qhca0 18800
+	wire pair_wire_rxe_qhca rxe0 qhca0 18801
+	wire pair_wire_qhca_rxe qhca0 rxe0 18802
+	check pair_rc_pingpong_qhca_qhca '^200 iters in' qhca0 qhca0 ibv_rc_pingpong \
+		-d qhca0 -g @GIDX -c -s 4096 -n 200 -p 18803
+	# Our own tools across the guests (-x as perftest's; the exchange on -p).
+	check pair_qhca_pingpong '^200 iters in' qhca0 qhca0 "$bin/qhca-pingpong" \
+		-x @GIDX -s 4096 -n 200 -p 18805
+	check pair_qhca_perf_read_lat 'client:^ +8 +300 ' qhca0 qhca0 "$bin/qhca-perf" read_lat \
+		-x @GIDX -s 8 -n 300 -p 18806
+	for t in "ib_write_lat 8 -n 500" "ib_write_bw 65536 -n 200"; do
+		# shellcheck disable=SC2086 # the test's words, split on purpose
+		set -- $t
+		if perftest "pair_$1_qhca_qhca" qhca0 qhca0 "$1" "$2" 18804 "${@:3}" && [ -n "$(row)" ]; then
+			ok "pair_$1_qhca_qhca"
+		else
+			bad "pair_$1_qhca_qhca" "$(tail -n 3 "$out" | tr '\n' ' ')"
+		fi
+	done
+	# rxe's programs on one guest, the same programs on qhca on the other.
+	check pair_rc_pingpong_rxe_qhca '^200 iters in' rxe0 qhca0 ibv_rc_pingpong \
+		-d @DEV -g @GIDX -c -s 4096 -n 200 -p 18807
+	port=18808
+	for t in "ib_write_lat 8 -n 300" "ib_read_lat 8 -n 300 -o 16" "ib_send_lat 8 -n 300" \
+		"ib_write_bw 65536 -n 100"; do
+		# shellcheck disable=SC2086 # the test's words, split on purpose
+		set -- $t
+		for dir in "rxe0 qhca0 rxe_qhca" "qhca0 rxe0 qhca_rxe"; do
+			# shellcheck disable=SC2086
+			set -- $dir "$@"
+			if perftest "pair_$4_$3" "$1" "$2" "$4" "$5" "$port" "${@:6}" &&
+				{ [ "$node" = 1 ] || [ -n "$(row)" ]; }; then
+				ok "pair_$4_$3"
+			else
+				bad "pair_$4_$3" "$(tail -n 3 "$out" | tr '\n' ' ')"
+			fi
+			shift 3
+			port=$((port + 1))
+		done
+	done
+	if splats=$(qhca_kernel_splats); then
+		bad pair_kernel_log_clean "the guest kernel log has a splat:"
+		echo "$splats"
+	else
+		ok pair_kernel_log_clean
+	fi
+	"$bin/qhca-info" | grep -E 'tx_frames|rx_frames|rx_bad_icrc|rx_malformed|rx_not_ours' | sed 's/^ */    /'
+	echo "pair-suite: $pass passed, $fail failed"
+	rm -f "$out"
+	[ "$fail" = 0 ]
+	exit
+fi
+
+# bench: node 2 reports.
+results=()
+for pair in "qhca0 qhca0 qhca<->qhca" "rxe0 qhca0 qhca<->rxe" "rxe0 rxe0 rxe<->rxe"; do
+	# shellcheck disable=SC2086
+	set -- $pair
+	sdev=$1 cdev=$2 label=$3
+	for t in "ib_write_lat 64 -n 1000" "ib_write_lat 65536 -n 300" \
+		"ib_write_bw 64 -n 5000" "ib_write_bw 65536 -n 1000"; do
+		# shellcheck disable=SC2086
+		set -- $t
+		prog=$1 size=$2
+		perftest "$label $prog $size" "$sdev" "$cdev" "$prog" "$size" 18820 "${@:3}" ||
+			log "$label $prog $size B failed"
+		[ "$node" = 2 ] || continue
+		# lat: #bytes #iterations t_min t_max t_typical ...; bw: #bytes #iter BW_peak BW_average ...
+		# shellcheck disable=SC2046
+		set -- $(row) "" "" "" "" ""
+		case "$prog" in
+		ib_write_lat) results+=("pair-bench: $label $prog $size B t_typical ${5:-?} us (t_min ${3:-?} us)") ;;
+		*) results+=("pair-bench: $label $prog $size B BW_average ${4:-?} MiB/s (msg rate ${5:-?} Mpps)") ;;
+		esac
+	done
+done
+printf '%s\n' "${results[@]}"
+rm -f "$out"

@@ -1,0 +1,559 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! The RoCEv2 wire, in one guest: `qhca-vmtest --wire` runs these cases (and only these) in a
+//! VM that `scripts/vm.sh --nic --qhca-port --qhca2 PROPS` boots, where one Ethernet segment
+//! (QEMU's hub 0) joins the guest's virtio-net NIC, on which Linux's Soft-RoCE (`rxe0`) runs,
+//! the port of qhca0, and the port of qhca1, whose device drops, duplicates and reorders a
+//! fraction of the frames it sends (`x-loss-*`). Every frame between them is a real RoCEv2
+//! frame: rxe parses ours and we parse rxe's.
+//!
+//! The segment: the NIC is 10.7.0.1/24 (MTU 9000, so that rxe's path MTU is 4096), qhca0 is
+//! 10.7.0.2, the lossy qhca1 10.7.0.3. The cases: the ports and ARP; hostile datagrams counted
+//! and dropped; every RC opcode byte for byte both ways (`qhca-verbs-check wire`, one program on
+//! both sides) between qhca and rxe, between the two qhca devices under loss, and between rxe
+//! and the lossy qhca; `ibv_rc_pingpong` and perftest (RC latency and bandwidth of every
+//! opcode, UD) between qhca and rxe, each both ways: qhca as the client of rxe's server and rxe
+//! as the client of qhca's. rxe's side runs the Debian programs as they are; qhca's side runs
+//! the same programs with the verbs layer preloaded.
+
+use std::ffi::OsStr;
+use std::net::{Ipv4Addr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use qhca::{Context, Gid, PortAttr, PortCounters, PortState, Wire};
+
+use crate::harness::{Case, CaseResult, Fail, T};
+use crate::ibverbs::{beside_me, layer, listening, text, tool, wait_output};
+use crate::system::{self, describe, Config};
+use crate::{bail, check, check_eq, require};
+
+/// The cases of this section, in order.
+pub fn cases() -> Vec<Case<Config>> {
+    macro_rules! cases {
+        ($($name:ident),* $(,)?) => { vec![$(Case { name: stringify!($name), run: $name }),*] };
+    }
+    cases![
+        wire_segment_up,
+        wire_arp_and_hostile_datagrams,
+        wire_rc_every_opcode_qhca_rxe,
+        wire_rc_every_opcode_qhca_qhca_lossy,
+        wire_rc_every_opcode_rxe_lossy_qhca,
+        wire_rc_pingpong_qhca_rxe,
+        wire_perftest_write_lat,
+        wire_perftest_read_lat,
+        wire_perftest_send_lat,
+        wire_perftest_atomic_lat,
+        wire_perftest_write_bw,
+        wire_perftest_read_bw,
+        wire_perftest_send_bw,
+        wire_perftest_send_lat_ud,
+    ]
+}
+
+const NIC_IP: Ipv4Addr = Ipv4Addr::new(10, 7, 0, 1);
+const QHCA_IP: Ipv4Addr = Ipv4Addr::new(10, 7, 0, 2);
+const LOSSY_IP: Ipv4Addr = Ipv4Addr::new(10, 7, 0, 3);
+const PREFIX: u8 = 24;
+/// The RoCEv2 UDP port.
+const ROCE_PORT: u16 = 4791;
+
+/// One end of a connection: a verbs device and the GID index of its IPv4 address.
+#[derive(Clone)]
+struct End {
+    dev: String,
+    gidx: u32,
+    /// Runs with the verbs layer preloaded (qhca) or as it is (rxe).
+    preload: bool,
+}
+
+/// The segment, once set up.
+#[derive(Clone)]
+struct Segment {
+    ifname: String,
+    rxe: End,
+    qhca: End,
+    lossy: End,
+    qhca_path: PathBuf,
+    lossy_path: PathBuf,
+    qhca_mac: String,
+}
+
+static SEGMENT: Mutex<Option<Segment>> = Mutex::new(None);
+
+/// The segment, set up by the first case that needs it (again if that failed).
+fn segment() -> Result<Segment, Fail> {
+    let mut g = SEGMENT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = g.as_ref() {
+        return Ok(s.clone());
+    }
+    let s = set_up()?;
+    *g = Some(s.clone());
+    Ok(s)
+}
+
+fn sh(prog: &str, args: &[&str]) -> Result<Output, Fail> {
+    let Some(p) = system::find_tool(prog) else {
+        bail!("{prog} not found");
+    };
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    system::run_tool(&p, &args)
+}
+
+fn sh_ok(prog: &str, args: &[&str]) -> Result<(), Fail> {
+    let out = sh(prog, args)?;
+    if !out.status.success() {
+        bail!("{prog} {}: {}", args.join(" "), describe(&out));
+    }
+    Ok(())
+}
+
+/// The interface with MAC `mac` (udev may still be naming it).
+fn interface_by_mac(mac: &str) -> Option<String> {
+    let mut found = None;
+    system::wait_for(Duration::from_secs(5), || {
+        found = std::fs::read_dir("/sys/class/net").ok().and_then(|d| {
+            d.flatten()
+                .find(|e| {
+                    std::fs::read_to_string(e.path().join("address"))
+                        .is_ok_and(|a| a.trim().eq_ignore_ascii_case(mac))
+                })
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+        });
+        found.is_some()
+    });
+    found
+}
+
+/// The GID index of `ip` on `rxe0`'s port, as sysfs shows it, once the port is active.
+fn rxe_gid_index(ip: Ipv4Addr) -> Option<u32> {
+    let o = ip.octets();
+    let want = format!(
+        "0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x}",
+        o[0], o[1], o[2], o[3]
+    );
+    let port = Path::new("/sys/class/infiniband/rxe0/ports/1");
+    let mut idx = None;
+    system::wait_for(Duration::from_secs(10), || {
+        let active =
+            std::fs::read_to_string(port.join("state")).is_ok_and(|s| s.trim() == "4: ACTIVE");
+        idx = std::fs::read_dir(port.join("gids")).ok().and_then(|d| {
+            d.flatten()
+                .find(|e| std::fs::read_to_string(e.path()).is_ok_and(|g| g.trim() == want))
+                .and_then(|e| e.file_name().to_str()?.parse().ok())
+        });
+        active && idx.is_some()
+    });
+    idx
+}
+
+fn set_up() -> Result<Segment, Fail> {
+    let Ok(mac) = std::env::var("QHCA_NET_MAC") else {
+        bail!("QHCA_NET_MAC is not set: boot with scripts/vm.sh --nic --qhca-port --qhca2 ..");
+    };
+    let Some(ifname) = interface_by_mac(&mac) else {
+        bail!("no interface with MAC {mac}");
+    };
+    let nic_cidr = format!("{NIC_IP}/{PREFIX}");
+    sh_ok("ip", &["addr", "flush", "dev", &ifname])?;
+    sh_ok("ip", &["link", "set", "dev", &ifname, "mtu", "9000", "up"])?;
+    sh_ok("ip", &["addr", "add", &nic_cidr, "dev", &ifname])?;
+    if !Path::new("/sys/class/infiniband/rxe0").exists() {
+        sh_ok("modprobe", &["rdma_rxe"])?;
+        sh_ok(
+            "rdma",
+            &["link", "add", "rxe0", "type", "rxe", "netdev", &ifname],
+        )?;
+    }
+    let Some(rxe_gidx) = rxe_gid_index(NIC_IP) else {
+        bail!("rxe0 has no active port with the GID of {NIC_IP}");
+    };
+    // The two HCAs, told apart by their ports' MACs (vm.sh: 52:54:00:12:35:NN and :36:NN).
+    let want = |plus: u8| -> Result<String, Fail> {
+        let b: Vec<u8> = mac
+            .split(':')
+            .map(|x| u8::from_str_radix(x, 16))
+            .collect::<Result<_, _>>()
+            .map_err(|e| Fail::new(file!(), line!(), format!("QHCA_NET_MAC {mac}: {e}")))?;
+        Ok(format!(
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            b[0],
+            b[1],
+            b[2],
+            b[3],
+            b[4].wrapping_add(plus),
+            b[5]
+        ))
+    };
+    let (qmac, lmac) = (want(1)?, want(2)?);
+    let (mut qhca, mut lossy) = (None, None);
+    for n in 0..4 {
+        let path = PathBuf::from(format!("/dev/qhca{n}"));
+        if !path.exists() {
+            continue;
+        }
+        let port = Context::open(&path)?.query_port()?;
+        if port.mac_string() == qmac {
+            qhca = Some(path);
+        } else if port.mac_string() == lmac {
+            lossy = Some(path);
+        }
+    }
+    let (Some(qhca_path), Some(lossy_path)) = (qhca, lossy) else {
+        bail!("no qhca device with port MAC {qmac} and one with {lmac}");
+    };
+    let gidx = |path: &Path, ip: Ipv4Addr| -> Result<u32, Fail> {
+        let ctx = Context::open(path)?;
+        let have = ctx.query_port()?.find(&Gid::from_ipv4(ip)).map(|e| e.index);
+        Ok(u32::from(match have {
+            Some(i) => i,
+            None => ctx.add_ipv4(ip, PREFIX)?,
+        }))
+    };
+    let name = |p: &Path| {
+        p.file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned()
+    };
+    Ok(Segment {
+        rxe: End {
+            dev: "rxe0".into(),
+            gidx: rxe_gidx,
+            preload: false,
+        },
+        qhca: End {
+            dev: name(&qhca_path),
+            gidx: gidx(&qhca_path, QHCA_IP)?,
+            preload: true,
+        },
+        lossy: End {
+            dev: name(&lossy_path),
+            gidx: gidx(&lossy_path, LOSSY_IP)?,
+            preload: true,
+        },
+        ifname,
+        qhca_path,
+        lossy_path,
+        qhca_mac: qmac,
+    })
+}
+
+fn port_of(path: &Path) -> Result<PortAttr, Fail> {
+    Ok(Context::open(path)?.query_port()?)
+}
+
+fn wire_segment_up(t: &mut T, _cfg: &Config) -> CaseResult {
+    let s = segment()?;
+    for (path, ip, end) in [
+        (&s.qhca_path, QHCA_IP, &s.qhca),
+        (&s.lossy_path, LOSSY_IP, &s.lossy),
+    ] {
+        let p = port_of(path)?;
+        check_eq!(t, p.state, PortState::Active, "{}", path.display());
+        check_eq!(t, p.wire, Wire::RoceV2, "{}: no netdev?", path.display());
+        let e = p.gid(end.gidx as u8);
+        check!(
+            t,
+            e.is_some_and(|e| e.ipv4() == Some(ip) && e.prefix_len == PREFIX),
+            "{}: GID {} is {e:?}",
+            path.display(),
+            end.gidx
+        );
+    }
+    let out = Command::new(tool("ibv_devinfo")?)
+        .args(["-d", "rxe0"])
+        .output()?;
+    check!(
+        t,
+        text(&out).contains("PORT_ACTIVE") && text(&out).contains("active_mtu:\t\t4096"),
+        "rxe0: {}",
+        text(&out)
+    );
+    Ok(())
+}
+
+/// The kernel resolves qhca's address by ARP (the device answers with its port's MAC), and
+/// datagrams to UDP 4791 that are not valid RoCEv2 packets for it are dropped and counted.
+fn wire_arp_and_hostile_datagrams(t: &mut T, _cfg: &Config) -> CaseResult {
+    let s = segment()?;
+    let before = port_of(&s.qhca_path)?.counters;
+    let sock = UdpSocket::bind((NIC_IP, 0))?;
+    let to = (QHCA_IP, ROCE_PORT);
+    // Too short for a BTH and its ICRC.
+    sock.send_to(&[0u8; 7], to)?;
+    // A well-formed SEND_ONLY to a QP nobody has, with an ICRC of zero.
+    let mut bth = [0u8; 16];
+    bth[0] = 0x04;
+    bth[2..4].copy_from_slice(&0xffffu16.to_be_bytes());
+    bth[5..8].copy_from_slice(&[0x12, 0x34, 0x56]);
+    sock.send_to(&bth, to)?;
+    let mut after = before;
+    let counted = system::wait_for(Duration::from_secs(10), || {
+        after = port_of(&s.qhca_path).map(|p| p.counters).unwrap_or(before);
+        after.rx_malformed > before.rx_malformed && after.rx_bad_icrc > before.rx_bad_icrc
+    });
+    check!(t, counted, "counters before {before:?}, after {after:?}");
+    check!(
+        t,
+        after.arp_tx > before.arp_tx || after.arp_rx > 0,
+        "no ARP: {after:?}"
+    );
+    let out = sh(
+        "ip",
+        &["neigh", "show", &QHCA_IP.to_string(), "dev", &s.ifname],
+    )?;
+    let neigh = String::from_utf8_lossy(&out.stdout).into_owned();
+    check!(
+        t,
+        neigh.contains(&format!("lladdr {}", s.qhca_mac)),
+        "the kernel's neighbour entry for {QHCA_IP}: {neigh:?}"
+    );
+    Ok(())
+}
+
+/// `prog args..`, preloaded with the verbs layer if `end` is qhca's.
+fn end_cmd(end: &End, prog: &Path, args: &[String]) -> Result<Command, Fail> {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if end.preload {
+        c.env("LD_PRELOAD", layer()?);
+    }
+    Ok(c)
+}
+
+/// `prog` as a server on `server` (its arguments from `args(server)`) and as its client on
+/// `client` connecting over TCP `port` to 127.0.0.1: both must exit 0 within `limit`. Returns
+/// the client's and the server's output.
+fn cross(
+    t: &mut T,
+    prog: &Path,
+    server: &End,
+    client: &End,
+    args: impl Fn(&End) -> Vec<String>,
+    port: u16,
+    limit: Duration,
+) -> Result<(String, String), Fail> {
+    let sv = end_cmd(server, prog, &args(server))?.spawn()?;
+    let up = system::wait_for(Duration::from_secs(15), || listening(port));
+    let mut ca = args(client);
+    ca.push("127.0.0.1".into());
+    let cl = end_cmd(client, prog, &ca)?.spawn()?;
+    let c = wait_output(cl, limit)?;
+    let s = wait_output(sv, Duration::from_secs(20))?;
+    require!(
+        t,
+        up,
+        "the server on {} did not listen on port {port}",
+        server.dev
+    );
+    let (Some(c), Some(s)) = (c, s) else {
+        bail!(
+            "{} between {} (server) and {} (client): timed out after {limit:?}",
+            prog.display(),
+            server.dev,
+            client.dev
+        );
+    };
+    let (ct, st) = (text(&c), text(&s));
+    print!("{ct}");
+    check!(
+        t,
+        c.status.success(),
+        "client on {}: {}\n{ct}\nserver on {}:\n{st}",
+        client.dev,
+        c.status,
+        server.dev
+    );
+    check!(
+        t,
+        s.status.success(),
+        "server on {}: {}\n{st}",
+        server.dev,
+        s.status
+    );
+    Ok((ct, st))
+}
+
+/// The wire check between `a` (server) and `b` (client), `rounds` rounds, on TCP `port`.
+fn every_opcode(t: &mut T, a: &End, b: &End, rounds: u32, port: u16) -> CaseResult {
+    let prog = beside_me("qhca-verbs-check")?;
+    let args = |e: &End| -> Vec<String> {
+        vec![
+            "wire".into(),
+            e.dev.clone(),
+            e.gidx.to_string(),
+            port.to_string(),
+            "-r".into(),
+            rounds.to_string(),
+        ]
+    };
+    let (c, s) = cross(t, &prog, a, b, args, port, Duration::from_secs(600))?;
+    for (who, out) in [("client", &c), ("server", &s)] {
+        check!(
+            t,
+            out.contains(&format!("wire: ok: {rounds} rounds")),
+            "{who}: {out}"
+        );
+        check!(t, out.contains("mtu 4096"), "{who}: not at MTU 4096: {out}");
+    }
+    Ok(())
+}
+
+fn wire_rc_every_opcode_qhca_rxe(t: &mut T, _cfg: &Config) -> CaseResult {
+    let s = segment()?;
+    every_opcode(t, &s.rxe, &s.qhca, 2, 18700)
+}
+
+/// The loss the lossy port injected while `f` ran: dropped, duplicated and reordered frames.
+fn under_loss(t: &mut T, s: &Segment, f: impl FnOnce(&mut T) -> CaseResult) -> CaseResult {
+    let before: PortCounters = port_of(&s.lossy_path)?.counters;
+    f(t)?;
+    let after = port_of(&s.lossy_path)?.counters;
+    println!(
+        "lossy port: {} frames sent, {} dropped, {} duplicated, {} reordered",
+        after.tx_frames - before.tx_frames,
+        after.test_dropped - before.test_dropped,
+        after.test_duplicated - before.test_duplicated,
+        after.test_reordered - before.test_reordered
+    );
+    check!(
+        t,
+        after.test_dropped > before.test_dropped
+            && after.test_duplicated > before.test_duplicated
+            && after.test_reordered > before.test_reordered,
+        "no loss was injected (x-loss-* on the second device?): {before:?} -> {after:?}"
+    );
+    Ok(())
+}
+
+fn wire_rc_every_opcode_qhca_qhca_lossy(t: &mut T, _cfg: &Config) -> CaseResult {
+    let s = segment()?;
+    under_loss(t, &s, |t| every_opcode(t, &s.qhca, &s.lossy, 3, 18701))
+}
+
+fn wire_rc_every_opcode_rxe_lossy_qhca(t: &mut T, _cfg: &Config) -> CaseResult {
+    let s = segment()?;
+    under_loss(t, &s, |t| every_opcode(t, &s.lossy, &s.rxe, 2, 18702))
+}
+
+/// `ibv_rc_pingpong -c` (each side checks the bytes it receives) by GID, both ways.
+fn wire_rc_pingpong_qhca_rxe(t: &mut T, _cfg: &Config) -> CaseResult {
+    let s = segment()?;
+    let prog = tool("ibv_rc_pingpong")?;
+    for (server, client, port) in [(&s.rxe, &s.qhca, 18703), (&s.qhca, &s.rxe, 18704)] {
+        let args = |e: &End| -> Vec<String> {
+            [
+                "-d",
+                &e.dev,
+                "-g",
+                &e.gidx.to_string(),
+                "-c",
+                "-s",
+                "4096",
+                "-n",
+                "300",
+            ]
+            .into_iter()
+            .chain(["-p", &port.to_string()])
+            .map(String::from)
+            .collect()
+        };
+        let (c, sv) = cross(
+            t,
+            &prog,
+            server,
+            client,
+            args,
+            port,
+            Duration::from_secs(120),
+        )?;
+        for (who, out) in [("client", &c), ("server", &sv)] {
+            check!(t, out.contains("300 iters in"), "{who}: {out}");
+        }
+    }
+    Ok(())
+}
+
+/// perftest's `prog` between qhca and rxe, both ways: each client prints a result row for
+/// `size`. READ and atomic tests get `-o 16`: perftest sets each side's max_rd_atomic to the
+/// other side's outstanding reads, which default to the device's own maximum (qhca 16, rxe
+/// 128), and a device refuses a depth above its maximum (qhca, like mlx5, with EINVAL).
+fn perftest(t: &mut T, prog: &str, extra: &[&str], size: &str, port: u16) -> CaseResult {
+    let s = segment()?;
+    let exe = tool(prog)?;
+    for (server, client, port) in [(&s.rxe, &s.qhca, port), (&s.qhca, &s.rxe, port + 1)] {
+        let args = |e: &End| -> Vec<String> {
+            let mut v: Vec<String> = ["-d", &e.dev, "-x", &e.gidx.to_string()]
+                .into_iter()
+                .map(String::from)
+                .collect();
+            if !prog.starts_with("ib_atomic") {
+                v.extend(["-s".into(), size.into()]);
+            }
+            if prog.starts_with("ib_atomic") || prog.starts_with("ib_read") {
+                v.extend(["-o".into(), "16".into()]);
+            }
+            v.extend(extra.iter().map(|a| a.to_string()));
+            v.extend(["-p".into(), port.to_string()]);
+            v
+        };
+        let (c, _) = cross(
+            t,
+            &exe,
+            server,
+            client,
+            args,
+            port,
+            Duration::from_secs(240),
+        )?;
+        let row = c.lines().any(|l| {
+            l.split_whitespace().next() == Some(size) && l.split_whitespace().count() >= 4
+        });
+        check!(
+            t,
+            row,
+            "{prog} {} -> {}: no result row for {size} bytes in:\n{c}",
+            client.dev,
+            server.dev
+        );
+    }
+    Ok(())
+}
+
+fn wire_perftest_write_lat(t: &mut T, _cfg: &Config) -> CaseResult {
+    perftest(t, "ib_write_lat", &["-n", "500"], "8", 18710)
+}
+
+fn wire_perftest_read_lat(t: &mut T, _cfg: &Config) -> CaseResult {
+    perftest(t, "ib_read_lat", &["-n", "500"], "8", 18712)
+}
+
+fn wire_perftest_send_lat(t: &mut T, _cfg: &Config) -> CaseResult {
+    perftest(t, "ib_send_lat", &["-n", "500"], "8", 18714)
+}
+
+fn wire_perftest_atomic_lat(t: &mut T, _cfg: &Config) -> CaseResult {
+    perftest(t, "ib_atomic_lat", &["-n", "500"], "8", 18716)
+}
+
+fn wire_perftest_write_bw(t: &mut T, _cfg: &Config) -> CaseResult {
+    perftest(t, "ib_write_bw", &["-n", "100"], "65536", 18718)
+}
+
+fn wire_perftest_read_bw(t: &mut T, _cfg: &Config) -> CaseResult {
+    perftest(t, "ib_read_bw", &["-n", "100"], "65536", 18720)
+}
+
+fn wire_perftest_send_bw(t: &mut T, _cfg: &Config) -> CaseResult {
+    perftest(t, "ib_send_bw", &["-n", "100"], "4096", 18722)
+}
+
+fn wire_perftest_send_lat_ud(t: &mut T, _cfg: &Config) -> CaseResult {
+    perftest(t, "ib_send_lat", &["-c", "UD", "-n", "500"], "1024", 18724)
+}
