@@ -52,7 +52,7 @@ step "kernel ($flavour): configuring (allnoconfig + ${frags[*]##*/}) in $out"
 "${KMAKE[@]}" -s olddefconfig >/dev/null
 # Fail loudly if Kconfig silently dropped something we rely on (an unmet dependency, a missing toolchain).
 for opt in CONFIG_RUST CONFIG_PCI_MSI CONFIG_INTEL_IOMMU CONFIG_9P_FS CONFIG_MODULES CONFIG_VIRTIO_PCI \
-	CONFIG_RDMA_RXE CONFIG_DEBUG_FS "${must_have[@]}"; do
+	CONFIG_RDMA_RXE CONFIG_DEBUG_FS CONFIG_TUN CONFIG_NET_NS "${must_have[@]}"; do
 	grep -Eq "^$opt=(y|m)" "$out/.config" || {
 		"${KMAKE[@]}" rustavailable || true
 		die "kernel config lost $opt (unmet dependency or toolchain missing)"

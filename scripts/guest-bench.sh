@@ -267,6 +267,44 @@ rc_n=1024
 [ "$quick" = quick ] && rc_n=128
 log "qhca-rcache-bench -s 64k -n $rc_n -b 64"
 rc_out=$("$bin/qhca-rcache-bench" -s 64k -n "$rc_n" -b 64 2>&1) || rc_out+=$'\nqhca-rcache-bench failed'
+# Push-push messaging (qhca only): the data channel against plain WRITEs on the same QPs.
+pp_n=20000
+[ "$quick" = quick ] && pp_n=2000
+log "qhca-pp-perf -n $pp_n"
+pp_out=$("$bin/qhca-pp-perf" -n "$pp_n" 2>&1) || pp_out+=$'\nqhca-pp-perf failed'
+# The split network driver: ping and iperf3 through it (host half here, I/O-unit half's
+# interface in a namespace of its own), and the same tools over lo, without it.
+splitnet_bench() {
+	local ns=qhca-ppb dir i
+	dir=$(mktemp -d)
+	ip netns del "$ns" 2>/dev/null
+	ip netns add "$ns" || return 1
+	"$bin/qhca-splitnet" iounit --listen 7481 --tun ppbio0 --addr 10.78.0.2/24 --netns "/run/netns/$ns" \
+		2>"$dir/io.log" &
+	local io=$!
+	"$bin/qhca-splitnet" host --connect 127.0.0.1:7481 --tun ppbhost0 --addr 10.78.0.1/24 2>"$dir/host.log" &
+	local host=$!
+	for i in $(seq 300); do grep -q "connected to the I/O unit" "$dir/host.log" && break; sleep 0.1; done
+	grep -q "connected to the I/O unit" "$dir/host.log" || { cat "$dir"/*.log; kill -9 $io $host; return 1; }
+	local sec=5 cnt=200
+	[ "$quick" = quick ] && sec=2 && cnt=50
+	echo "ping -c $cnt -i 0.01 (56 B), rtt min/avg/max/mdev:"
+	echo "  split driver: $(ping -c $cnt -i 0.01 -q 10.78.0.2 | awk -F' = ' '/^rtt/ {print $2}')"
+	echo "  lo          : $(ping -c $cnt -i 0.01 -q 127.0.0.1 | awk -F' = ' '/^rtt/ {print $2}')"
+	echo "iperf3 -t $sec (TCP, one stream), sender / receiver:"
+	ip netns exec "$ns" iperf3 -s -1 -p 5301 >/dev/null 2>&1 &
+	sleep 1
+	echo "  split driver: $(iperf3 -c 10.78.0.2 -p 5301 -t $sec -f m 2>&1 | awk '/sender|receiver/ {printf "%s %s  ", $7, $8}')"
+	iperf3 -s -1 -p 5302 >/dev/null 2>&1 &
+	sleep 1
+	echo "  lo          : $(iperf3 -c 127.0.0.1 -p 5302 -t $sec -f m 2>&1 | awk '/sender|receiver/ {printf "%s %s  ", $7, $8}')"
+	kill $host $io 2>/dev/null
+	wait $host $io 2>/dev/null
+	ip netns del "$ns"
+	rm -rf "$dir"
+}
+log "qhca-splitnet: ping and iperf3 through the split driver and over lo"
+sn_out=$(splitnet_bench 2>&1) || sn_out+=$'\nsplit driver bench failed'
 rmmod qhca 2>/dev/null
 
 # ---- tables ----
@@ -414,6 +452,19 @@ echo "==========================================================================
 echo
 echo "registration cache: qhca-rcache-bench -s 64k -n $rc_n -b 64 (qhca only, while it was loaded)"
 echo "$rc_out"
+echo "=================================================================================================="
+
+# Push-push: its data channel, and the split network driver on top of it.
+echo
+echo "push-push messaging: qhca-pp-perf -n $pp_n (both ends in one process on qhca0, one thread each; push ="
+echo " copy into the staging ring + WRITE WITH IMMEDIATE into a free element of a 64-element pool, the"
+echo " target releasing each delivery, replenishments batched 16 per update; write = plain WRITEs of the"
+echo " same size on the same QP and window into one element, no protocol)"
+echo "$pp_out"
+echo
+echo "split network driver (qhca-splitnet: host half's TUN here, I/O unit's TUN in a network namespace,"
+echo " MTU 1500) against the same tools over lo (no driver; the kernel's loopback, 64 KiB MTU):"
+echo "$sn_out"
 echo "=================================================================================================="
 
 # Any splat in the kernel log is worth knowing about.

@@ -21,6 +21,8 @@ APT_PACKAGES=(
 	rdma-core ibverbs-utils ibverbs-providers perftest iproute2 libibverbs-dev
 	# The wire's capture (scripts/check-capture.py): Wireshark's dissectors, without the GUI
 	tshark
+	# The split-model network driver's tests and bench (issue 10): Linux tools through its interface
+	iputils-ping socat iperf3
 )
 
 setup_apt_sources() {

@@ -48,6 +48,8 @@ pub fn all() -> Vec<Case<Config>> {
     let at = v.len() - 2;
     v.splice(at..at, crate::disassociate::cases());
     let at = v.len() - 2;
+    v.splice(at..at, crate::messaging::cases());
+    let at = v.len() - 2;
     v.splice(at..at, crate::disassociate::destructive_cases());
     v
 }

@@ -31,6 +31,7 @@ mod cases;
 mod disassociate;
 mod harness;
 mod ibverbs;
+mod messaging;
 mod sys;
 mod system;
 mod verbs;

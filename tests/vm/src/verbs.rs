@@ -29,7 +29,7 @@ mod mw;
 mod odp;
 mod odp_changes;
 mod port;
-mod process;
+pub(crate) mod process;
 mod protection;
 mod rcache;
 mod ud;

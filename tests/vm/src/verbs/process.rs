@@ -133,12 +133,12 @@ pub(super) fn verbs_doorbell_isolation(t: &mut T, cfg: &Config) -> CaseResult {
 }
 
 /// The driver's count of pinned user pages, over every context (debugfs).
-const PINNED_PAGES: &str = "/sys/kernel/debug/qhca/pinned_pages";
+pub(crate) const PINNED_PAGES: &str = "/sys/kernel/debug/qhca/pinned_pages";
 
 /// The device's live-object registers, QHCA_REG_NUM_CTX .. QHCA_REG_NUM_QP, read from BAR0
 /// through sysfs (`resource0`, mapped read-only; the registers are read-only and reading them has
 /// no side effect).
-pub(super) fn device_object_counts(cfg: &Config) -> Result<[(&'static str, u32); 5], Fail> {
+pub(crate) fn device_object_counts(cfg: &Config) -> Result<[(&'static str, u32); 5], Fail> {
     let bdf = match system::pci_bdf(cfg) {
         Ok(bdf) => bdf,
         Err(e) => bail!("PCI address of the device: {e}"),
