@@ -31,9 +31,24 @@
 //! | 8 | CfgUtilRequest | `code: u32`, `len: u32`, then `len` bytes |
 //! | 9 | CfgUtilReply | `code: u32`, `status: u32`, `len: u32`, reserved `u32`, then `len` bytes |
 //!
+//! In the two flush messages, bit 31 of a reference says whose pool it is: set, a pool of the
+//! request's *receiver* that its user returns ([`crate::Connection::return_pool`]); clear, a pool
+//! of the request's *sender* that its owner withdraws ([`crate::Connection::flush_pool`]). A
+//! reply echoes its request's references, and is sent only once no write into the pools can be
+//! in flight. Pool references are below 2^31.
+//!
 //! A pool's `elem_count` is 1..=[`MAX_POOL_ELEMS`], its `elem_size` 1..=[`MAX_ELEM_SIZE`],
 //! and `addr .. addr + elem_count * elem_size` must not wrap. Element `i` of a pool is the
 //! bytes at `addr + i * elem_size`.
+//!
+//! # Setup
+//!
+//! Over TCP, each side sends, in order: the control QP's and the data QP's
+//! [`qhca::conn::ConnInfo`] records, then a 16-byte hello: `"QPP1"`, the version (u16), the
+//! number of pools it advertises right after setup (u16; the peer asks for no pool before
+//! they are all in), its control and data receive depths (u32 each). A peer of another version
+//! is refused before anything is connected. The stream then stays open, unused: its end is how
+//! a side learns that the other died.
 //!
 //! # The transfer indication in immediate data
 //!
