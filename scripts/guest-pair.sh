@@ -14,7 +14,9 @@
 #          rxe <-> qhca and qhca <-> rxe; ibv_rc_pingpong -c, qhca-pingpong, qhca-perf read_lat
 #          and perftest's write latency and bandwidth qhca <-> qhca; ibv_rc_pingpong -c rxe <-> qhca
 #          and perftest's write, read and send latency and write bandwidth between rxe and qhca,
-#          each both ways (READs with -o 16: rxe offers 128 outstanding READs, qhca 16; see README). Each guest prints "test pair_NAME ... ok|FAILED" for its side of
+#          each both ways (READs with -o 16: rxe offers 128 outstanding READs, qhca 16; see README);
+#          the split network driver (qhca-splitnet) with its halves on the two guests, ping and
+#          socat through it. Each guest prints "test pair_NAME ... ok|FAILED" for its side of
 #          each step, checks its kernel log, and ends with "pair-suite: N passed, M failed".
 #   bench  perftest ib_write_lat and ib_write_bw at 64 B and 64 KiB between qhca <-> qhca,
 #          qhca <-> rxe (qhca's client, rxe's server) and rxe <-> rxe on the same two guests; node 2
@@ -126,7 +128,8 @@ step() {
 			timeout 400 "${env[@]}" "${pin[@]}" "$prog" "${args[@]}" "$peer_nic" >"$out" 2>&1
 			rc=$?
 			[ $rc = 0 ] && break
-			grep -q "Couldn't connect to" "$out" || break
+			# perftest's words, and ours (qhca-pingpong, qhca-perf) for a server not listening yet.
+			grep -Eq "Couldn't connect to|ECONNREFUSED" "$out" || break
 			sleep 1
 		done
 	fi
@@ -162,6 +165,39 @@ perftest() {
 }
 # row: perftest's first result row (it starts with the message size).
 row() { awk '$1 ~ /^[0-9]+$/ && NF >= 4 { print; exit }' "$out"; }
+
+# The split network driver across the guests: node 1 runs its I/O-unit half (the LAN side,
+# 10.79.0.2), node 2 its host half (10.79.0.1), over qhca's RoCEv2 port; node 2 pings and sends
+# a file by socat (the same bytes on both guests, so node 1 checks its sha256), node 1 pings back.
+splitnet_pair() {
+	local name=pair_splitnet_ping_tcp src=/tmp/pp-pair.src dst=/tmp/pp-pair.dst log=/tmp/pp-pair.log
+	local pid ok=1 i
+	seq 1 700000 >"$src"
+	rm -f "$dst"
+	if [ "$node" = 1 ]; then
+		"$bin/qhca-splitnet" iounit --listen 18830 --tun ppio0 --addr 10.79.0.2/24 -x "$qhca_gidx" \
+			2>"$log" &
+		pid=$!
+		for i in $(seq 100); do grep -q "interface ppio0 up" "$log" && break; sleep 0.1; done
+		timeout 180 socat -u TCP-LISTEN:7630,bind=10.79.0.2,reuseaddr "OPEN:$dst,creat,trunc" || ok=0
+		[ "$(sha256sum <"$src")" = "$(sha256sum <"$dst" 2>/dev/null)" ] || ok=0
+		ping -c 3 -W 10 10.79.0.1 >"$out" 2>&1 || ok=0
+	else
+		"$bin/qhca-splitnet" host --connect "$peer_nic:18830" --tun pphost0 --addr 10.79.0.1/24 \
+			-x "$qhca_gidx" 2>"$log" &
+		pid=$!
+		for i in $(seq 600); do grep -q "connected to the I/O unit" "$log" && break; sleep 0.1; done
+		ping -c 5 -W 10 10.79.0.2 >"$out" 2>&1 || ok=0
+		timeout 180 socat -u "OPEN:$src" TCP:10.79.0.2:7630,retry=100,interval=0.2 || ok=0
+	fi
+	barrier=$((barrier + 1))
+	qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet after $name)"
+	kill "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
+	sed 's/^/    /' "$log" "$out"
+	if [ "$ok" = 1 ]; then ok "$name"; else bad "$name" "$(tail -n 2 "$log" | tr '\n' ' ')"; fi
+	rm -f "$src" "$dst" "$log"
+}
 
 if [ "$mode" = tests ]; then
 	wire pair_wire_qhca_qhca qhca0 qhca0 18800
@@ -204,6 +240,7 @@ if [ "$mode" = tests ]; then
 			port=$((port + 1))
 		done
 	done
+	splitnet_pair
 	if splats=$(qhca_kernel_splats); then
 		bad pair_kernel_log_clean "the guest kernel log has a splat:"
 		echo "$splats"

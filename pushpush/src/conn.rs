@@ -31,7 +31,7 @@ pub struct Config {
     /// Pools this side advertises once connected (the peer writes into them).
     pub pools: Vec<PoolShape>,
     /// Receive requests posted on the data channel: the most elements this side advertises
-    /// at once, over all its pools.
+    /// at once, over all its pools, is this less 16 (receives are reposted 16 at a time).
     pub data_depth: u32,
     /// Control receives posted (of [`MAX_MSG`] bytes each).
     pub ctrl_depth: u32,
@@ -226,6 +226,8 @@ pub struct Connection {
     pub(crate) bench_done: u64,
     /// Pools of the peer's initial advertisement not received yet.
     pub(crate) peer_initial: u32,
+    /// Data-channel receives consumed and not reposted yet.
+    pub(crate) data_consumed: u32,
 }
 
 /// Accepts connections.
@@ -369,6 +371,7 @@ impl Connection {
             stats: Stats::default(),
             bench_done: 0,
             peer_initial: 0,
+            data_consumed: 0,
         })
     }
 
@@ -477,9 +480,13 @@ impl Connection {
             .values()
             .map(|p| u64::from(p.desc.elem_count))
             .sum();
-        if elems + u64::from(s.count) > u64::from(self.cfg.data_depth) {
+        let room = self
+            .cfg
+            .data_depth
+            .saturating_sub(crate::engine::REPOST_BATCH);
+        if elems + u64::from(s.count) > u64::from(room) {
             return Err(Error::Config(
-                "more elements than data_depth receives: raise Config::data_depth",
+                "more elements than data_depth less 16 receives: raise Config::data_depth",
             ));
         }
         let bytes: u64 = self
@@ -776,6 +783,7 @@ impl Connection {
     /// Pending replenishments are sent first: a side about to sleep sends what it holds.
     pub fn arm(&mut self) -> Result<bool> {
         self.send_updates()?;
+        self.repost_data_recv(true)?;
         self.cq.arm();
         let n = self.progress()?;
         Ok(n > 0 || !self.events.is_empty())

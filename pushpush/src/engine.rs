@@ -14,6 +14,9 @@ use crate::pool::{Flush, LocalState, RemotePool};
 use crate::wire::{self, ElemRef, Imm, Indication, Msg, PoolDesc, MAX_MSG};
 use crate::{Error, Result, RETURNED};
 
+/// Data-channel receives reposted together.
+pub(crate) const REPOST_BATCH: u32 = 16;
+
 /// Marks the plain WRITEs of [`Connection::bench_plain_writes`].
 const BENCH: u64 = 1 << 40;
 
@@ -83,10 +86,7 @@ impl Connection {
                         return Err(Error::Protocol(format!("{op:?} on the data channel")));
                     }
                 };
-                self.data.post_recv(&[qhca::RecvWr {
-                    wr_id: wc.wr_id,
-                    sges: &[],
-                }])?;
+                self.repost_data_recv(false)?;
                 let ind = Imm::decode(imm);
                 if ind.len != wc.byte_len {
                     return Err(Error::Protocol(format!(
@@ -106,6 +106,27 @@ impl Connection {
                 wc.wr_id
             ))),
         }
+    }
+
+    /// One data-channel receive was consumed: repost them [`REPOST_BATCH`] at a time (one
+    /// doorbell), or all now (`now`: before the side sleeps). Pools never advertise more than
+    /// `data_depth - REPOST_BATCH` elements, so a WRITE WITH IMMEDIATE always finds one.
+    pub(crate) fn repost_data_recv(&mut self, now: bool) -> Result<()> {
+        if !now {
+            self.data_consumed += 1;
+        }
+        if self.data_consumed == 0 || (!now && self.data_consumed < REPOST_BATCH) {
+            return Ok(());
+        }
+        let wrs: Vec<qhca::RecvWr<'_>> = (0..self.data_consumed)
+            .map(|_| qhca::RecvWr {
+                wr_id: TAG_DATA_RECV,
+                sges: &[],
+            })
+            .collect();
+        self.data.post_recv(&wrs)?;
+        self.data_consumed = 0;
+        Ok(())
     }
 
     /// The peer says it wrote `ind`: it must be an element of ours it was allowed to write.
@@ -402,11 +423,8 @@ impl Connection {
                 max: self.staging.size().min(wire::MAX_ELEM_SIZE as usize),
             });
         }
-        if self.inflight.len() >= self.cfg.send_window as usize {
-            self.progress()?;
-            if self.inflight.len() >= self.cfg.send_window as usize {
-                return Ok(None);
-            }
+        if !self.window_free()? {
+            return Ok(None);
         }
         let Some(pool_ref) = self.pick(data.len())? else {
             self.progress()?;
@@ -417,17 +435,85 @@ impl Connection {
             return Ok(None);
         };
         self.staging.mr.write_at(off, data);
+        let sge = self.staging.mr.sge(off, data.len() as u32);
+        self.post_push(pool_ref, sge, data.len() as u32, staged)
+            .map(Some)
+    }
+
+    /// [`Connection::push`] without the copy: `len` bytes at `offset` of `mr`, a region of this
+    /// connection's protection domain ([`Connection::reg_buf`]), go straight from there. The
+    /// bytes must not change until the push completes ([`Connection::pushes_in_flight`] back to
+    /// what it was before it). A region of another PD fails the WRITE, and the connection.
+    pub fn push_from(
+        &mut self,
+        mr: &qhca::Mr<'_>,
+        offset: usize,
+        len: usize,
+        deadline: Option<Instant>,
+    ) -> Result<ElemRef> {
+        loop {
+            if let Some(at) = self.try_push_from(mr, offset, len)? {
+                return Ok(at);
+            }
+            self.stats.push_waits += 1;
+            self.wait_progress(deadline, "a free element of the peer's")?;
+        }
+    }
+
+    /// [`Connection::push_from`] without waiting.
+    pub fn try_push_from(
+        &mut self,
+        mr: &qhca::Mr<'_>,
+        offset: usize,
+        len: usize,
+    ) -> Result<Option<ElemRef>> {
+        self.check()?;
+        if offset.checked_add(len).is_none_or(|e| e > mr.len()) {
+            return Err(Error::Config("push_from: outside the region"));
+        }
+        if len > wire::MAX_ELEM_SIZE as usize {
+            return Err(Error::TooLong {
+                len,
+                max: wire::MAX_ELEM_SIZE as usize,
+            });
+        }
+        if !self.window_free()? {
+            return Ok(None);
+        }
+        let Some(pool_ref) = self.pick(len)? else {
+            self.progress()?;
+            return Ok(None);
+        };
+        self.post_push(pool_ref, mr.sge(offset, len as u32), len as u32, 0)
+            .map(Some)
+    }
+
+    /// Whether a data-channel write may be posted now (after one round of progress if not).
+    fn window_free(&mut self) -> Result<bool> {
+        if self.inflight.len() >= self.cfg.send_window as usize {
+            self.progress()?;
+        }
+        Ok(self.inflight.len() < self.cfg.send_window as usize)
+    }
+
+    /// Posts the write of a push from `sge` into a free element of `pool_ref`.
+    fn post_push(
+        &mut self,
+        pool_ref: u32,
+        sge: qhca::Sge,
+        len: u32,
+        staged: usize,
+    ) -> Result<ElemRef> {
         let p = self.remote.get_mut(&pool_ref).expect("picked");
         let at = p.take();
         let raddr = p.desc.addr + u64::from(at.elem) * u64::from(p.desc.elem_size);
         let rkey = p.desc.rkey;
-        let len = data.len() as u32;
         let imm = Imm::encode(at, len);
         let op = match imm {
             Some(imm) => WrOp::WriteImm { raddr, rkey, imm },
             None => WrOp::Write { raddr, rkey },
         };
-        let sge = [self.staging.mr.sge(off, len)];
+        let sge = [sge];
         let sges: &[qhca::Sge] = if len == 0 { &[] } else { &sge };
         self.data
             .post_send(&[SendWr::new(TAG_DATA_SEND, op, sges)])?;
@@ -443,7 +529,18 @@ impl Connection {
             self.stats.pushed_indicated += 1;
         }
         self.stats.pushed_bytes += u64::from(len);
-        Ok(Some(at))
+        Ok(at)
+    }
+
+    /// Pushes posted and not yet completed.
+    pub fn pushes_in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Registers `len` bytes (zeroed) in this connection's protection domain, for
+    /// [`Connection::push_from`].
+    pub fn reg_buf(&self, len: usize) -> Result<qhca::MrBuf> {
+        Ok(self.pd.reg_mr_buf(len, qhca::Access::LOCAL_WRITE)?)
     }
 
     /// The peer's pool to push `len` bytes into: the smallest elements that fit with one

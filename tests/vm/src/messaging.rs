@@ -165,6 +165,13 @@ fn pp_exhaustion_and_replenish(t: &mut T, cfg_: &VmConfig) -> CaseResult {
     for d in held {
         a.release(d)?;
     }
+    // A zero-copy push, from a region of the connection's own PD.
+    let mut src = b.reg_buf(4096)?;
+    src.write_at(100, &message(9, 200));
+    b.push_from(&src, 100, 200, Some(Instant::now() + LONG))?;
+    let d = next_data(&mut a, &mut other)?;
+    check_eq!(t, verify(&a.read(&d)), Some(9), "the zero-copy push");
+    a.release(d)?;
     // The control channel, both message kinds.
     b.send_data(b"hello over SendData")?;
     let xid = b.request(7, b"what is your mtu")?;
@@ -213,7 +220,7 @@ fn pp_exhaustion_and_replenish(t: &mut T, cfg_: &VmConfig) -> CaseResult {
         Some((xid, 7, 0, 1500u32.to_le_bytes().to_vec())),
         "the reply echoes the transaction context"
     );
-    check_eq!(t, b.stats().pushed_imm, 5);
+    check_eq!(t, b.stats().pushed_imm, 6);
     Ok(())
 }
 
