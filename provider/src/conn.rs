@@ -203,13 +203,9 @@ pub fn exchange(stream: &mut TcpStream, local: &ConnInfo) -> Result<ConnInfo> {
     ConnInfo::decode(&b)
 }
 
-/// Server side: waits up to `timeout` for one connection on `listener`, then exchanges
-/// records with the same timeout, which stays set on the returned stream (for [`sync`]).
-pub fn accept_exchange(
-    listener: &TcpListener,
-    local: &ConnInfo,
-    timeout: Duration,
-) -> Result<(TcpStream, ConnInfo)> {
+/// Server side: waits up to `timeout` for one connection on `listener`; the returned stream
+/// has that timeout on every read and write ([`set_timeouts`]).
+pub fn accept(listener: &TcpListener, timeout: Duration) -> Result<TcpStream> {
     let mut pfd = [libc::pollfd {
         fd: listener.as_raw_fd(),
         events: libc::POLLIN,
@@ -221,21 +217,28 @@ pub fn accept_exchange(
             after: timeout,
         });
     }
-    let (mut s, _) = listener.accept().map_err(net_err("accept", timeout))?;
+    let (s, _) = listener.accept().map_err(net_err("accept", timeout))?;
     // The accepted socket inherits no O_NONBLOCK from a blocking listener; the timeouts bound
     // every later read and write.
     set_timeouts(&s, timeout)?;
+    Ok(s)
+}
+
+/// Server side: [`accept`], then [`exchange`] records with the same timeout, which stays set
+/// on the returned stream (for [`sync`]).
+pub fn accept_exchange(
+    listener: &TcpListener,
+    local: &ConnInfo,
+    timeout: Duration,
+) -> Result<(TcpStream, ConnInfo)> {
+    let mut s = accept(listener, timeout)?;
     let remote = exchange(&mut s, local)?;
     Ok((s, remote))
 }
 
-/// Client side: connects to `addr` within `timeout` and exchanges records with the same
-/// timeout, which stays set on the returned stream (for [`sync`]).
-pub fn connect_exchange(
-    addr: impl ToSocketAddrs,
-    local: &ConnInfo,
-    timeout: Duration,
-) -> Result<(TcpStream, ConnInfo)> {
+/// Client side: connects to `addr` (each address it resolves to in turn) within `timeout`;
+/// the returned stream has that timeout on every read and write ([`set_timeouts`]).
+pub fn connect(addr: impl ToSocketAddrs, timeout: Duration) -> Result<TcpStream> {
     let addrs: Vec<_> = addr
         .to_socket_addrs()
         .map_err(net_err("resolve the peer's address", timeout))?
@@ -245,15 +248,26 @@ pub fn connect_exchange(
     };
     for a in addrs {
         match TcpStream::connect_timeout(&a, timeout) {
-            Ok(mut s) => {
+            Ok(s) => {
                 set_timeouts(&s, timeout)?;
-                let remote = exchange(&mut s, local)?;
-                return Ok((s, remote));
+                return Ok(s);
             }
             Err(e) => last = net_err("connect", timeout)(e),
         }
     }
     Err(last)
+}
+
+/// Client side: [`connect`], then [`exchange`] records with the same timeout, which stays set
+/// on the returned stream (for [`sync`]).
+pub fn connect_exchange(
+    addr: impl ToSocketAddrs,
+    local: &ConnInfo,
+    timeout: Duration,
+) -> Result<(TcpStream, ConnInfo)> {
+    let mut s = connect(addr, timeout)?;
+    let remote = exchange(&mut s, local)?;
+    Ok((s, remote))
 }
 
 /// A barrier over the stream: both sides send one byte and wait for the other's, within the

@@ -13,149 +13,9 @@ use qhca::conn::{self as qconn, ConnInfo};
 use qhca::{Access, ConnOpts, Context, Cq, MrBuf, Pd, Qp, QpCaps, RecvWr};
 
 use crate::pool::{LocalPool, LocalState, RemotePool, Staging};
+use crate::types::{Config, Delivery, Event, PoolShape, Stats};
 use crate::wire::{self, Msg, PoolDesc, MAX_MSG};
 use crate::{Error, Result};
-
-/// A pool's shape: `count` elements of `size` bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PoolShape {
-    /// Elements.
-    pub count: u32,
-    /// Bytes per element.
-    pub size: u32,
-}
-
-/// How a connection is set up.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Pools this side advertises once connected (the peer writes into them).
-    pub pools: Vec<PoolShape>,
-    /// Receive requests posted on the data channel: the most elements this side advertises
-    /// at once, over all its pools, is this less 16 (receives are reposted 16 at a time).
-    pub data_depth: u32,
-    /// Control receives posted (of [`MAX_MSG`] bytes each).
-    pub ctrl_depth: u32,
-    /// Data-channel writes in flight.
-    pub send_window: u32,
-    /// Bytes of the registered ring pushes copy through (the largest push).
-    pub staging: usize,
-    /// Released elements gathered into one BufferRecvPoolUpdate (it is sent sooner whenever
-    /// the connection would otherwise wait).
-    pub update_batch: usize,
-    /// Pools a BufferRecvPoolGet from the peer may add, at most; 0 refuses them.
-    pub grant_pools: u32,
-    /// Bytes of all pools of this side together, at most (configured and granted).
-    pub max_pool_bytes: u64,
-    /// Elements of a pool this side asks for with BufferRecvPoolGet.
-    pub get_count: u32,
-    /// Setup, and how long a wait for the peer may take before the peer counts as gone.
-    pub timeout: Duration,
-    /// The GID table entry to talk from (across machines); `None`: the port's GID 0.
-    pub gid_index: Option<u8>,
-    /// log2 of the path MTU.
-    pub path_mtu: u8,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            pools: vec![
-                PoolShape {
-                    count: 64,
-                    size: 2048,
-                },
-                PoolShape {
-                    count: 16,
-                    size: 65536,
-                },
-            ],
-            data_depth: 512,
-            ctrl_depth: 64,
-            send_window: 64,
-            staging: 4 << 20,
-            update_batch: 16,
-            grant_pools: 8,
-            max_pool_bytes: 64 << 20,
-            get_count: 16,
-            timeout: Duration::from_secs(10),
-            gid_index: None,
-            path_mtu: 12,
-        }
-    }
-}
-
-/// Something that arrived.
-#[derive(Debug)]
-pub enum Event {
-    /// The peer pushed data into one of our pools: read it ([`Connection::read`]), then give
-    /// the element back ([`Connection::release`]).
-    Data(Delivery),
-    /// A SendData message's payload.
-    SendData(Vec<u8>),
-    /// A CfgUtilRequest: answer it with [`Connection::reply`] and the same `xid`.
-    CfgRequest {
-        /// Its transaction context.
-        xid: u64,
-        /// What is asked.
-        code: u32,
-        /// Its data.
-        data: Vec<u8>,
-    },
-    /// A CfgUtilReply to one of our requests.
-    CfgReply {
-        /// The request's transaction context.
-        xid: u64,
-        /// The request's code.
-        code: u32,
-        /// 0: done.
-        status: u32,
-        /// Its data.
-        data: Vec<u8>,
-    },
-    /// One of our pools is flushed and freed: deregistered, its memory gone.
-    PoolFreed(u32),
-    /// A pool of the peer's was flushed: we write into it no more.
-    PeerPoolGone(u32),
-}
-
-/// One pushed transfer in one of our elements. Hand it back with [`Connection::release`]; a
-/// delivery that is dropped instead keeps its element (and its pool) for ever.
-#[derive(Debug)]
-#[must_use = "a delivery holds its element until it is released"]
-pub struct Delivery {
-    pub(crate) conn: u64,
-    /// The element.
-    pub at: wire::ElemRef,
-    /// Bytes written.
-    pub len: u32,
-    /// The pool's context, as advertised.
-    pub context: u64,
-}
-
-/// Counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Pushes whose indication was the immediate data.
-    pub pushed_imm: u64,
-    /// Pushes indicated with BufferRDMAIndicate.
-    pub pushed_indicated: u64,
-    /// Bytes pushed.
-    pub pushed_bytes: u64,
-    /// Deliveries.
-    pub delivered: u64,
-    /// Elements replenished by us (in BufferRecvPoolUpdate messages).
-    pub replenished: u64,
-    /// BufferRecvPoolUpdate messages sent.
-    pub updates_sent: u64,
-    /// Times a push found no free element (or staging, or send slot) and waited.
-    pub push_waits: u64,
-    /// BufferRecvPoolGet messages sent.
-    pub pool_gets: u64,
-    /// Control messages sent and received.
-    pub ctrl_sent: u64,
-    /// Control messages received.
-    pub ctrl_received: u64,
-}
 
 /// Tags in the high bits of a work request id: which queue it is of.
 pub(crate) const TAG_CTRL_SEND: u64 = 1 << 60;
@@ -163,6 +23,9 @@ pub(crate) const TAG_CTRL_RECV: u64 = 2 << 60;
 pub(crate) const TAG_DATA_SEND: u64 = 3 << 60;
 pub(crate) const TAG_DATA_RECV: u64 = 4 << 60;
 pub(crate) const TAG_MASK: u64 = 0xf << 60;
+
+/// Empty polls between two checks of the setup stream (one `recv` system call).
+const LIVENESS_POLLS: u32 = 4096;
 
 /// Control sends in flight.
 pub(crate) const CTRL_SQ: u32 = 32;
@@ -220,7 +83,8 @@ pub struct Connection {
     pub(crate) granted: u32,
     /// Set once the connection failed; every later call returns it.
     pub(crate) broken: Option<String>,
-    pub(crate) last_liveness: Instant,
+    /// Empty polls so far, for [`Connection::liveness`].
+    pub(crate) idle_polls: u32,
     pub(crate) stats: Stats,
     /// Plain WRITEs of [`Connection::bench_plain_writes`] completed.
     pub(crate) bench_done: u64,
@@ -250,24 +114,7 @@ impl Listener {
     /// Waits up to `cfg.timeout` for one peer and sets the connection up. Nothing is
     /// created on the device until a peer is there.
     pub fn accept(&self, ctx: &Arc<Context>, cfg: &Config) -> Result<Connection> {
-        let mut pfd = [libc::pollfd {
-            fd: self.listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        let ms = cfg.timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd in our array, for the call's duration.
-        let r = unsafe { libc::poll(pfd.as_mut_ptr(), 1, ms) };
-        if r < 0 {
-            return Err(Error::io(
-                "poll the listener",
-                std::io::Error::last_os_error(),
-            ));
-        }
-        if r == 0 {
-            return Err(Error::Timeout("a peer to connect"));
-        }
-        let (stream, _) = self.listener.accept().map_err(|e| Error::io("accept", e))?;
+        let stream = qconn::accept(&self.listener, cfg.timeout)?;
         Connection::over(ctx, stream, cfg)
     }
 }
@@ -280,23 +127,12 @@ impl Connection {
         addr: impl ToSocketAddrs,
         cfg: &Config,
     ) -> Result<Connection> {
-        let addrs: Vec<_> = addr
-            .to_socket_addrs()
-            .map_err(|e| Error::io("resolve the peer", e))?
-            .collect();
-        let mut last = Error::Config("the peer's address resolves to nothing");
-        for a in addrs {
-            match TcpStream::connect_timeout(&a, cfg.timeout) {
-                Ok(s) => return Connection::over(ctx, s, cfg),
-                Err(e) => last = Error::io("connect", e),
-            }
-        }
-        Err(last)
+        let stream = qconn::connect(addr, cfg.timeout)?;
+        Connection::over(ctx, stream, cfg)
     }
 
-    /// Sets the connection up over an established stream.
+    /// Sets the connection up over an established stream (with `cfg.timeout` set on it).
     fn over(ctx: &Arc<Context>, mut stream: TcpStream, cfg: &Config) -> Result<Connection> {
-        qconn::set_timeouts(&stream, cfg.timeout)?;
         let mut c = Connection::objects(ctx, cfg)?;
         let (ci, di) = c.local_infos()?;
         let rc = qconn::exchange(&mut stream, &ci)?;
@@ -367,7 +203,7 @@ impl Connection {
             pool_get_pending: false,
             granted: 0,
             broken: None,
-            last_liveness: Instant::now(),
+            idle_polls: 0,
             stats: Stats::default(),
             bench_done: 0,
             peer_initial: 0,
@@ -434,12 +270,8 @@ impl Connection {
         for slot in 0..self.cfg.ctrl_depth {
             self.post_ctrl_recv(slot)?;
         }
-        for i in 0..self.cfg.data_depth {
-            self.data.post_recv(&[RecvWr {
-                wr_id: TAG_DATA_RECV | u64::from(i),
-                sges: &[],
-            }])?;
-        }
+        self.data_consumed = self.cfg.data_depth;
+        self.repost_data_recv(true)?;
         qconn::sync(&mut stream)?;
         stream
             .set_nonblocking(true)
@@ -853,12 +685,16 @@ impl Connection {
         Error::Closed(why)
     }
 
-    /// Checks the stream for the peer having gone, at most every 20 ms unless `now`.
+    /// Checks the stream for the peer having gone: once in [`LIVENESS_POLLS`] calls, unless
+    /// `now`. Counted, not timed: an idle spin reads no clock (on a guest whose clocksource the
+    /// vDSO cannot read, each read would be a system call).
     pub(crate) fn liveness(&mut self, now: bool) -> Result<()> {
-        if !now && self.last_liveness.elapsed() < Duration::from_millis(20) {
-            return Ok(());
+        if !now {
+            self.idle_polls = self.idle_polls.wrapping_add(1);
+            if self.idle_polls % LIVENESS_POLLS != 0 {
+                return Ok(());
+            }
         }
-        self.last_liveness = Instant::now();
         let Some(fd) = self.stream.as_ref().map(AsRawFd::as_raw_fd) else {
             return Ok(());
         };

@@ -7,10 +7,10 @@ use std::time::Instant;
 use qhca::{SendWr, Wc, WcOpcode, WcStatus, WrOp};
 
 use crate::conn::{
-    Connection, Delivery, Event, Inflight, TAG_CTRL_RECV, TAG_CTRL_SEND, TAG_DATA_RECV,
-    TAG_DATA_SEND, TAG_MASK,
+    Connection, Inflight, TAG_CTRL_RECV, TAG_CTRL_SEND, TAG_DATA_RECV, TAG_DATA_SEND, TAG_MASK,
 };
 use crate::pool::{Flush, LocalState, RemotePool};
+use crate::types::{Delivery, Event};
 use crate::wire::{self, ElemRef, Imm, Indication, Msg, PoolDesc, MAX_MSG};
 use crate::{Error, Result, RETURNED};
 

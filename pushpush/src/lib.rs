@@ -60,9 +60,11 @@
 mod conn;
 mod engine;
 mod pool;
+mod types;
 pub mod wire;
 
-pub use conn::{Config, Connection, Delivery, Event, Listener, PoolShape, Stats};
+pub use conn::{Connection, Listener};
+pub use types::{Config, Delivery, Event, PoolShape, Stats};
 pub use wire::ElemRef;
 
 /// Pool references are below this: bit 31 of a reference in a flush message says whose pool

@@ -162,6 +162,8 @@ struct Side {
     ctx: Arc<qhca::Context>,
     cfg: Config,
     st: Counters,
+    /// A delivered packet on its way to the interface (grown to the largest delivery).
+    rx: Vec<u8>,
 }
 
 impl Side {
@@ -227,10 +229,12 @@ impl Side {
     fn event(&mut self, c: &mut Connection, ev: Event) -> Result<(), End> {
         match ev {
             Event::Data(d) => {
-                let mut pkt = vec![0u8; d.len as usize];
-                let n = c.read_into(&d, &mut pkt);
+                if self.rx.len() < d.len as usize {
+                    self.rx.resize(d.len as usize, 0);
+                }
+                let n = c.read_into(&d, &mut self.rx);
                 c.release(d)?;
-                self.tun.send(&pkt[..n]).map_err(End::Tun)?;
+                self.tun.send(&self.rx[..n]).map_err(End::Tun)?;
                 self.st.rx_packets += 1;
                 self.st.rx_bytes += n as u64;
             }
@@ -355,6 +359,7 @@ fn run(o: Opts) -> Result<(), String> {
         ctx,
         cfg,
         st: Counters::default(),
+        rx: vec![0; 65536],
     };
     side.log(format!("interface {} up", side.tun.name()));
     let mut quiet_since: Option<Instant> = None;
@@ -369,7 +374,9 @@ fn run(o: Opts) -> Result<(), String> {
                 quiet_since = None;
                 side.serve(c).map_err(|e| e.to_string())?;
             }
-            Err(e @ (pushpush::Error::Io { .. } | pushpush::Error::Timeout(_))) => {
+            Err(
+                e @ pushpush::Error::Qhca(qhca::Error::Sys { .. } | qhca::Error::Timeout { .. }),
+            ) => {
                 // No peer yet (refused, nobody connecting): say so once, keep trying.
                 if quiet_since.is_none() {
                     side.log(format!("no peer yet ({e}); retrying"));
