@@ -109,6 +109,8 @@ void qhca_busy_exit(QhcaState *s)
 /*
  * Every DMA of the device goes through these: none once a reset is pending
  * (the reset is what the device is doing, conceptually, from then on).
+ * &s->parent_obj, not PCI_DEVICE(s): several DMAs per message, and the
+ * checked QOM cast is a type lookup each time.
  */
 MemTxResult qhca_dma_read(QhcaState *s, dma_addr_t addr, void *buf,
                           dma_addr_t len)
@@ -116,7 +118,7 @@ MemTxResult qhca_dma_read(QhcaState *s, dma_addr_t addr, void *buf,
     if (s->reset_pending) {
         return MEMTX_ERROR;
     }
-    return pci_dma_read(PCI_DEVICE(s), addr, buf, len);
+    return pci_dma_read(&s->parent_obj, addr, buf, len);
 }
 
 MemTxResult qhca_dma_write(QhcaState *s, dma_addr_t addr, const void *buf,
@@ -125,7 +127,7 @@ MemTxResult qhca_dma_write(QhcaState *s, dma_addr_t addr, const void *buf,
     if (s->reset_pending) {
         return MEMTX_ERROR;
     }
-    return pci_dma_write(PCI_DEVICE(s), addr, buf, len);
+    return pci_dma_write(&s->parent_obj, addr, buf, len);
 }
 
 static void qhca_reset_hold(Object *obj, ResetType type)

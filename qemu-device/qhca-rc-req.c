@@ -50,7 +50,8 @@ void qhca_req_progress(QhcaQp *qp)
     }
     if (qhca_req_outstanding(qp)) {
         qhca_req_arm_ack_timer(qp);
-    } else {
+    } else if (timer_pending(qp->timer)) {
+        /* timer_del takes the clock's timer-list lock even for no timer. */
         timer_del(qp->timer);
     }
 }

@@ -557,23 +557,23 @@ impl Qp {
         Ok(())
     }
 
-    /// Start of a ring slot.
-    fn slot(&mut self, rq: bool, index: u32) -> &mut [u8] {
-        let l = &self.layout;
+    /// A ring slot of `buf`, laid out by `l`. A function of the two fields, not of `&mut self`,
+    /// so that a post can hold its queue's lock (in `self.wq`) while it writes the slot.
+    fn slot<'b>(buf: &'b mut Option<PageBuf>, l: &QpLayout, rq: bool, index: u32) -> &'b mut [u8] {
         let (base, log, stride) = if rq {
             (l.rq_offset, l.rq_log, l.rq_stride())
         } else {
             (0, l.sq_log, l.sq_stride())
         };
         let off = base + ((index & ((1 << log) - 1)) as usize) * stride;
-        let buf = self.buf.as_ref().expect("present until drop");
+        let buf = buf.as_mut().expect("present until drop");
         debug_assert!(off + stride <= buf.len());
         // SAFETY:
         // - in bounds: `off + stride` is at most the ring's end, inside `buf` by the layout;
         // - exclusive: the slot is free (the caller took it from the tracker), so the device does
         //   not read it (it reads only slots up to the producer index rung, and this index is not
-        //   rung yet), and `&mut self` excludes any other slice of ours;
-        // - lifetime: the slice borrows `self`, which owns `buf`.
+        //   rung yet), and the `&mut` borrow of the QP's `buf` excludes any other slice of ours;
+        // - lifetime: the slice borrows that `&mut`, and the QP owns `buf`.
         unsafe { std::slice::from_raw_parts_mut(buf.as_ptr().add(off), stride) }
     }
 
@@ -587,8 +587,7 @@ impl Qp {
     /// [`PostReason::Disassociated`].
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         self.check_alive()?;
-        let wq = self.wq.clone();
-        let mut sq = wq.sq.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sq = self.wq.sq.lock().unwrap_or_else(|e| e.into_inner());
         let mut result = Ok(());
         let mut posted = 0;
         for (i, wr) in wrs.iter().enumerate() {
@@ -605,7 +604,7 @@ impl Qp {
                 break;
             }
             let index = sq.push();
-            encode_send_wqe(self.slot(false, index), wr);
+            encode_send_wqe(Self::slot(&mut self.buf, &self.layout, false, index), wr);
             posted += 1;
         }
         if posted > 0 {
@@ -631,8 +630,7 @@ impl Qp {
     /// (see [`crate::WcOpcode::RecvRdmaWithImm`]).
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         self.check_alive()?;
-        let wq = self.wq.clone();
-        let mut rq = wq.rq.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rq = self.wq.rq.lock().unwrap_or_else(|e| e.into_inner());
         let mut result = Ok(());
         let mut posted = 0;
         for (i, wr) in wrs.iter().enumerate() {
@@ -649,7 +647,7 @@ impl Qp {
                 break;
             }
             let index = rq.push();
-            encode_recv_wqe(self.slot(true, index), wr);
+            encode_recv_wqe(Self::slot(&mut self.buf, &self.layout, true, index), wr);
             posted += 1;
         }
         if posted > 0 {
