@@ -26,7 +26,7 @@ use std::time::Duration;
 use qhca::{Context, Gid, PortAttr, PortCounters, PortState, Wire};
 
 use crate::harness::{Case, CaseResult, Fail, T};
-use crate::ibverbs::{beside_me, layer, listening, text, tool, wait_output};
+use crate::ibverbs::{beside_me, layer, listening, rerun_clockless, text, tool, wait_output};
 use crate::system::{self, describe, Config};
 use crate::{bail, check, check_eq, require};
 
@@ -339,33 +339,15 @@ fn cross(
     port: u16,
     limit: Duration,
 ) -> Result<(String, String), Fail> {
-    // perftest calibrates its cycle counter against gettimeofday first and gives up ("Can't
-    // produce a report") when the samples correlate poorly (r^2 < 0.9), which a loaded TCG
-    // guest can cause on either side: a failed measurement, not a failed transfer, so that
-    // alone is retried (twice at most).
-    const NO_CLOCK: &str = "Can't produce a report";
-    let mut attempt = 0;
-    let (up, c, s) = loop {
+    let (up, c, s) = rerun_clockless(prog, || {
         let sv = end_cmd(server, prog, &args(server))?.spawn()?;
         let up = system::wait_for(Duration::from_secs(15), || listening(port));
         let mut ca = args(client);
         ca.push("127.0.0.1".into());
         let cl = end_cmd(client, prog, &ca)?.spawn()?;
         let c = wait_output(cl, limit)?;
-        let s = wait_output(sv, Duration::from_secs(20))?;
-        let clockless = [&c, &s]
-            .iter()
-            .any(|o| o.as_ref().is_some_and(|o| text(o).contains(NO_CLOCK)));
-        if clockless && attempt < 2 {
-            attempt += 1;
-            println!(
-                "    (perftest could not calibrate its clock: run {} again)",
-                prog.display()
-            );
-            continue;
-        }
-        break (up, c, s);
-    };
+        Ok((up, c, wait_output(sv, Duration::from_secs(20))?))
+    })?;
     require!(
         t,
         up,
