@@ -13,6 +13,11 @@
 #                                 bench kernel): perftest write_lat and write_bw at 64 B and 64 KiB,
 #                                 qhca <-> qhca, qhca <-> rxe and rxe <-> rxe (scripts/guest-pair.sh
 #                                 bench); log in ~/.cache/qhca/logs/bench-pair.log
+#   scripts/bench.sh --kernels    is the bench kernel fair to rxe? rxe alone (scripts/guest-rxe.sh,
+#                                 two rounds) on the bench kernel and on a plain distribution-like
+#                                 one (virtme-ng's default configuration, scripts/build-plain-kernel.sh,
+#                                 ~45 min to build once), one boot after the other; log in
+#                                 ~/.cache/qhca/logs/bench-kernels.log
 #
 # It boots the bench kernel (scripts/build-kernel.sh bench: the test kernel less lockdep and the
 # other debug options, which tax rxe's per-packet locking and not qhca's), with tsc=reliable so that
@@ -46,6 +51,31 @@ echo '#include <infiniband/verbs.h>' | gcc -E -x c - >/dev/null 2>&1 ||
 	die "infiniband/verbs.h not found: libibverbs-dev is missing (scripts/setup-host.sh installs it)"
 gcc -O2 -Wall -Wextra -o "$BIN/rxe-mw-bench" "$QHCA_ROOT/provider/tools/c/rxe-mw-bench.c" -libverbs ||
 	die "building rxe-mw-bench failed (gcc, see above)"
+
+if [ "${1:-}" = --kernels ]; then
+	log=$QHCA_CACHE/logs/bench-kernels.log
+	PKDIR=$("$QHCA_ROOT/scripts/build-plain-kernel.sh" | tail -n1)
+	t=$(date +%s)
+	: >"$log"
+	for k in bench plain; do
+		kdir=$BKDIR
+		[ $k = plain ] && kdir=$PKDIR
+		step "bench: rxe alone on the $k kernel ($kdir); about two minutes"
+		KDIR=$kdir "$QHCA_ROOT/scripts/vm.sh" --append "tsc=reliable" -- \
+			bash "$QHCA_ROOT/scripts/guest-rxe.sh" 2 2>&1 | sed "s/^/[$k] /" | tee -a "$log"
+	done
+	echo
+	echo "rxe alone, perftest over lo, TCG, 2 vCPUs, tsc=reliable; t_typical (us) or message rate (Mpps);"
+	echo "bench = our kernel less its debug options, plain = virtme-ng's default configuration"
+	printf '%-14s %-22s %-22s\n' workload "bench kernel" "plain kernel"
+	for w in write_lat_8 send_lat_8 read_lat_8 write_bw_64; do
+		b=$(awk -v w=$w '$1 == "[bench]" && $2 == "rxe-kernel:" && $4 == w { printf "%s ", $5 }' "$log")
+		p=$(awk -v w=$w '$1 == "[plain]" && $2 == "rxe-kernel:" && $4 == w { printf "%s ", $5 }' "$log")
+		printf '%-14s %-22s %-22s\n' "$w" "$b" "$p"
+	done | tee -a "$log"
+	echo "bench: wall time $(($(date +%s) - t)) s (VM boots included)" | tee -a "$log"
+	exit 0
+fi
 
 if [ "${1:-}" = --pair ]; then
 	log=$QHCA_CACHE/logs/bench-pair.log
