@@ -12,10 +12,10 @@
 //! IMMEDIATE each) into the target's pool of 64 elements of that size; the target takes each
 //! delivery and releases it at once (replenishments batched 16 to a BufferRecvPoolUpdate).
 //! That run's clock stops when its last WRITE has completed (the data is in place at the
-//! target); the zero-copy run's when the target has taken every delivery. Then the same with zero-copy pushes
-//! ([`Connection::push_from`]: from a region registered beforehand, no copy), and, on the same
-//! connection, the same number of plain WRITEs of the same size into one element, with the same
-//! window: what the data channel costs without the protocol.
+//! target). Then the same with zero-copy pushes ([`Connection::push_from`]: from a region
+//! registered beforehand, no copy), whose clock stops when the target has taken every delivery.
+//! Then, on the same connection, the same number of plain WRITEs of the same size into one
+//! element, with the same window: what the data channel costs without the protocol.
 
 use std::process::ExitCode;
 use std::sync::Arc;
