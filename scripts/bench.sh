@@ -28,30 +28,8 @@ log=$QHCA_CACHE/logs/bench.log
 mkdir -p "$(dirname "$log")"
 
 BKDIR=$("$QHCA_ROOT/scripts/build-kernel.sh" bench | tail -n1)
-# The module for the bench kernel, built in a copy so that kmod/qhca.ko stays the test kernel's.
-step "kmod: building qhca.ko for the bench kernel (a copy in $QHCA_CACHE/kmod-bench)"
-kcopy=$QHCA_CACHE/kmod-bench
-mkdir -p "$kcopy/kmod" "$kcopy/uapi/src"
-cp "$QHCA_ROOT"/kmod/{Kbuild,Makefile,*.rs,*.c,*.h} "$kcopy/kmod/"
-# Its submodules' directories too (kmod/odp/region.rs, ...).
-for d in "$QHCA_ROOT"/kmod/*/; do
-	cp -r "$d" "$kcopy/kmod/"
-done
-cp "$QHCA_ROOT/uapi/src/bindings.rs" "$kcopy/uapi/src/"
-export RUST_LIB_SRC
-RUST_LIB_SRC=$(rust_lib_src)
-make -C "$kcopy/kmod" KDIR="$BKDIR" LLVM=-19 >"$kcopy/build.log" 2>&1 ||
-	{ tail -30 "$kcopy/build.log" >&2; die "module build for the bench kernel failed ($kcopy/build.log)"; }
-BKO=$kcopy/kmod/qhca.ko
 
-# The memory-window loop on libibverbs, for both sides (qhca through the verbs layer), next to
-# qhca-mw-bench, which runs the same loop on the provider's API.
-step "gcc: rxe-mw-bench (provider/tools/c/rxe-mw-bench.c, against libibverbs)"
-echo '#include <infiniband/verbs.h>' | gcc -E -x c - >/dev/null 2>&1 ||
-	die "infiniband/verbs.h not found: libibverbs-dev is missing (scripts/setup-host.sh installs it)"
-gcc -O2 -Wall -Wextra -o "$BIN/rxe-mw-bench" "$QHCA_ROOT/provider/tools/c/rxe-mw-bench.c" -libverbs ||
-	die "building rxe-mw-bench failed (gcc, see above)"
-
+# --kernels boots no qhca: it needs neither the module nor the memory-window program below.
 if [ "${1:-}" = --kernels ]; then
 	log=$QHCA_CACHE/logs/bench-kernels.log
 	PKDIR=$("$QHCA_ROOT/scripts/build-plain-kernel.sh" | tail -n1)
@@ -76,6 +54,30 @@ if [ "${1:-}" = --kernels ]; then
 	echo "bench: wall time $(($(date +%s) - t)) s (VM boots included)" | tee -a "$log"
 	exit 0
 fi
+
+# The module for the bench kernel, built in a copy so that kmod/qhca.ko stays the test kernel's.
+step "kmod: building qhca.ko for the bench kernel (a copy in $QHCA_CACHE/kmod-bench)"
+kcopy=$QHCA_CACHE/kmod-bench
+mkdir -p "$kcopy/kmod" "$kcopy/uapi/src"
+cp "$QHCA_ROOT"/kmod/{Kbuild,Makefile,*.rs,*.c,*.h} "$kcopy/kmod/"
+# Its submodules' directories too (kmod/odp/region.rs, ...).
+for d in "$QHCA_ROOT"/kmod/*/; do
+	cp -r "$d" "$kcopy/kmod/"
+done
+cp "$QHCA_ROOT/uapi/src/bindings.rs" "$kcopy/uapi/src/"
+export RUST_LIB_SRC
+RUST_LIB_SRC=$(rust_lib_src)
+make -C "$kcopy/kmod" KDIR="$BKDIR" LLVM=-19 >"$kcopy/build.log" 2>&1 ||
+	{ tail -30 "$kcopy/build.log" >&2; die "module build for the bench kernel failed ($kcopy/build.log)"; }
+BKO=$kcopy/kmod/qhca.ko
+
+# The memory-window loop on libibverbs, for both sides (qhca through the verbs layer), next to
+# qhca-mw-bench, which runs the same loop on the provider's API.
+step "gcc: rxe-mw-bench (provider/tools/c/rxe-mw-bench.c, against libibverbs)"
+echo '#include <infiniband/verbs.h>' | gcc -E -x c - >/dev/null 2>&1 ||
+	die "infiniband/verbs.h not found: libibverbs-dev is missing (scripts/setup-host.sh installs it)"
+gcc -O2 -Wall -Wextra -o "$BIN/rxe-mw-bench" "$QHCA_ROOT/provider/tools/c/rxe-mw-bench.c" -libverbs ||
+	die "building rxe-mw-bench failed (gcc, see above)"
 
 if [ "${1:-}" = --pair ]; then
 	log=$QHCA_CACHE/logs/bench-pair.log
