@@ -158,6 +158,26 @@ void qhca_mw_unbind_mr(QhcaState *s, QhcaMr *mr)
     }
 }
 
+/*
+ * The QP qpn is destroyed: the type 2 windows bound to it are invalidated,
+ * so that no QP that gets its number later can use them.
+ */
+void qhca_mw_unbind_qp(QhcaState *s, uint32_t qpn)
+{
+    uint32_t i;
+
+    for (i = 0; i < QHCA_LIMIT_MAX_MW; i++) {
+        QhcaMw *mw = &s->mw[i];
+
+        if (mw->in_use && mw->bound && mw->type != QHCA_MW_TYPE_1 &&
+            mw->qpn == qpn) {
+            trace_qhca_obj("mw", "unbind by QP destroy", mw->uar,
+                           qhca_mw_key(mw));
+            qhca_mw_unbind(s, mw);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* the engine                                                               */
 
@@ -176,7 +196,7 @@ uint8_t qhca_mw_bind(QhcaState *s, QhcaQp *qp, const struct qhca_wqe_bind *b,
         return QHCA_WC_MW_BIND_ERR;
     }
     if ((b->new_key ^ qhca_mw_key(mw)) >> QHCA_KEY_TAG_BITS ||
-        (b->new_key & QHCA_MR_TAG_LAST) == mw->tag) {
+        (b->new_key & QHCA_KEY_TAG_MASK) == mw->tag) {
         *why = "bind: the new key is not the window's with a new tag";
         return QHCA_WC_MW_BIND_ERR;
     }
@@ -191,7 +211,7 @@ uint8_t qhca_mw_bind(QhcaState *s, QhcaQp *qp, const struct qhca_wqe_bind *b,
     if (mw->type == QHCA_MW_TYPE_1 && !b->length) {
         /* Unbinds: the region is not looked at. */
         qhca_mw_unbind(s, mw);
-        mw->tag = b->new_key & QHCA_MR_TAG_LAST;
+        mw->tag = b->new_key & QHCA_KEY_TAG_MASK;
         trace_qhca_obj("mw", "unbind", mw->uar, qhca_mw_key(mw));
         return QHCA_WC_SUCCESS;
     }
@@ -214,7 +234,7 @@ uint8_t qhca_mw_bind(QhcaState *s, QhcaQp *qp, const struct qhca_wqe_bind *b,
     mw->bound = true;
     mw->mr = mr;
     mr->nr_mw++;
-    mw->tag = b->new_key & QHCA_MR_TAG_LAST;
+    mw->tag = b->new_key & QHCA_KEY_TAG_MASK;
     mw->qpn = mw->type == QHCA_MW_TYPE_1 ? 0 : qhca_qpn(s, qp);
     mw->access = b->access;
     mw->addr = b->addr;
@@ -229,7 +249,7 @@ static QhcaMw *qhca_mw_bound2(QhcaState *s, uint32_t key)
     QhcaMw *mw = qhca_mw_lookup(s, key);
 
     if (!mw || mw->type == QHCA_MW_TYPE_1 || !mw->bound ||
-        mw->tag != (key & QHCA_MR_TAG_LAST)) {
+        mw->tag != (key & QHCA_KEY_TAG_MASK)) {
         return NULL;
     }
     return mw;
@@ -280,7 +300,7 @@ QhcaMr *qhca_rkey_check(QhcaState *s, QhcaQp *qp, uint32_t key, uint64_t va,
         return qhca_mr_check(s, key, qp->pdn, va, len, access);
     }
     mw = qhca_mw_lookup(s, key);
-    if (!mw || !mw->bound || mw->tag != (key & QHCA_MR_TAG_LAST) ||
+    if (!mw || !mw->bound || mw->tag != (key & QHCA_KEY_TAG_MASK) ||
         (mw->access & access) != access) {
         return NULL;
     }

@@ -16,9 +16,12 @@
  * again, validates again and creates the object, which takes the list.  An
  * error at any point leaves nothing behind.
  *
- * Names are never reused soon: MR key indices are handed out round-robin,
- * the tag bumped on each use and the index retired once its tags are used
- * up; a QPN carries a generation bumped on each use of its index.
+ * Names are never reused soon.  An MR key comes from a 31-bit sequence, so
+ * a value comes back only after 2^31 - 1 more registrations (and never
+ * while a region has it); slots are table entries found through a hash, so
+ * keys never run out.  A QPN carries a generation bumped on each use of its
+ * index, and is not handed out while a live QP names it as its peer
+ * (qhca-qp.c); a type 2 window goes with the QP it is bound to (qhca-mw.c).
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -32,7 +35,9 @@
 
 QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_CQE != 1u << QHCA_CQ_LIMIT_LOG);
 QEMU_BUILD_BUG_ON(QHCA_CQ_LIMIT_LOG > QHCA_CQ_MAX_LOG);
-QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_MR > (1u << (32 - QHCA_KEY_TAG_BITS)));
+QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_MR > UINT16_MAX);
+QEMU_BUILD_BUG_ON(QHCA_MR_HASH_SIZE & (QHCA_MR_HASH_SIZE - 1));
+QEMU_BUILD_BUG_ON(QHCA_MR_HASH_SIZE < 2 * QHCA_LIMIT_MAX_MR);
 QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_QP != 1u << QHCA_QPN_INDEX_BITS);
 QEMU_BUILD_BUG_ON(QHCA_PL_PAGE_ENTRIES * sizeof(uint64_t) != QHCA_PAGE_SIZE);
 
@@ -60,16 +65,70 @@ QhcaPd *qhca_pd_lookup(QhcaState *s, uint64_t pdn)
     return pdn < QHCA_LIMIT_MAX_PD && s->pd[pdn].in_use ? &s->pd[pdn] : NULL;
 }
 
+/* Where key's probe sequence starts in s->mr_hash. */
+static uint32_t qhca_mr_hash_home(uint32_t key)
+{
+    return (key * 0x9e3779b1u) >> (32 - ctz32(QHCA_MR_HASH_SIZE));
+}
+
+/* The s->mr_hash entry that holds key, or the empty one where it would go. */
+static uint32_t qhca_mr_hash_find(QhcaState *s, uint32_t key)
+{
+    uint32_t i = qhca_mr_hash_home(key);
+
+    while (s->mr_hash[i] && s->mr[s->mr_hash[i] - 1].key != key) {
+        i = (i + 1) & (QHCA_MR_HASH_SIZE - 1);
+    }
+    return i;
+}
+
 QhcaMr *qhca_mr_lookup(QhcaState *s, uint32_t key)
 {
-    uint32_t index = key >> QHCA_KEY_TAG_BITS;
-    QhcaMr *mr;
+    uint16_t e = s->mr_hash[qhca_mr_hash_find(s, key)];
 
-    if (index >= s->max_mr) {
-        return NULL;
+    return e ? &s->mr[e - 1] : NULL;
+}
+
+static void qhca_mr_hash_add(QhcaState *s, QhcaMr *mr)
+{
+    s->mr_hash[qhca_mr_hash_find(s, mr->key)] = mr - s->mr + 1;
+}
+
+/* Removes mr's entry and shifts the ones probed past it back into place. */
+static void qhca_mr_hash_del(QhcaState *s, QhcaMr *mr)
+{
+    const uint32_t mask = QHCA_MR_HASH_SIZE - 1;
+    uint32_t hole = qhca_mr_hash_find(s, mr->key), j = hole;
+
+    assert(s->mr_hash[hole] == mr - s->mr + 1);
+    for (;;) {
+        uint32_t home;
+
+        j = (j + 1) & mask;
+        if (!s->mr_hash[j]) {
+            break;
+        }
+        home = qhca_mr_hash_home(s->mr[s->mr_hash[j] - 1].key);
+        /* It stays unless its home lies cyclically in (hole, j]. */
+        if (((j - home) & mask) >= ((j - hole) & mask)) {
+            s->mr_hash[hole] = s->mr_hash[j];
+            hole = j;
+        }
     }
-    mr = &s->mr[index];
-    return mr->in_use && mr->tag == (key & QHCA_MR_TAG_LAST) ? mr : NULL;
+    s->mr_hash[hole] = 0;
+}
+
+/*
+ * The next key of the sequence 1..2^31-1 (never the window flag, never 0)
+ * that no live region has.  At most QHCA_LIMIT_MAX_MR are live, so this
+ * ends.
+ */
+static uint32_t qhca_mr_key_next(QhcaState *s)
+{
+    do {
+        s->mr_key_seq = s->mr_key_seq % (QHCA_MW_KEY_FLAG - 1) + 1;
+    } while (qhca_mr_lookup(s, s->mr_key_seq));
+    return s->mr_key_seq;
 }
 
 QhcaCq *qhca_cq_lookup(QhcaState *s, uint32_t cqn)
@@ -285,10 +344,7 @@ static uint8_t qhca_cmd_dealloc_pd(QhcaState *s, const struct qhca_cmd *cmd)
 /* ------------------------------------------------------------------------ */
 /* memory regions                                                           */
 
-/*
- * The next usable key index, round-robin from mr_next: not in use, and its
- * tags not used up.  NULL when every index is live or retired.
- */
+/* A free slot, round-robin from mr_next; NULL when max_mr are live. */
 static QhcaMr *qhca_mr_next_free(QhcaState *s)
 {
     uint32_t n;
@@ -296,7 +352,7 @@ static QhcaMr *qhca_mr_next_free(QhcaState *s)
     for (n = 0; n < s->max_mr; n++) {
         QhcaMr *mr = &s->mr[(s->mr_next + n) % s->max_mr];
 
-        if (!mr->in_use && mr->tag != QHCA_MR_TAG_LAST) {
+        if (!mr->in_use) {
             return mr;
         }
     }
@@ -377,7 +433,8 @@ static uint8_t qhca_cmd_reg_mr(QhcaState *s, const struct qhca_cmd *cmd,
         mr->pages = qhca_pl_take(pl);
     }
     mr->in_use = true;
-    mr->tag++;
+    mr->key = qhca_mr_key_next(s);
+    qhca_mr_hash_add(s, mr);
     mr->uar = uar;
     mr->pdn = pdn;
     mr->access = access;
@@ -388,19 +445,20 @@ static uint8_t qhca_cmd_reg_mr(QhcaState *s, const struct qhca_cmd *cmd,
     pd->nr_mr++;
     s->num_mr++;
     s->mr_next = (mr - s->mr + 1) % s->max_mr;
-    data[0] = (uint32_t)(mr - s->mr) << QHCA_KEY_TAG_BITS | mr->tag;
+    data[0] = mr->key;
     trace_qhca_obj("mr", "reg", uar, data[0]);
     return QHCA_CMD_OK;
 }
 
 static void qhca_mr_free(QhcaState *s, QhcaMr *mr)
 {
-    trace_qhca_obj("mr", "dereg", mr->uar,
-                   (uint32_t)(mr - s->mr) << QHCA_KEY_TAG_BITS | mr->tag);
+    trace_qhca_obj("mr", "dereg", mr->uar, mr->key);
+    qhca_mr_hash_del(s, mr);
     s->pd[mr->pdn].nr_mr--;
     qhca_page_list_free(s, &mr->pages, &mr->npages);
     qhca_odp_mr_free(s, mr);
     mr->in_use = false;
+    mr->key = 0;
     s->num_mr--;
 }
 
@@ -642,8 +700,8 @@ void qhca_obj_free_ctx(QhcaState *s, uint32_t uar)
 }
 
 /*
- * Device reset: every object goes; MR tags and QPN generations survive, so
- * that old keys and QPNs stay stale.
+ * Device reset: every object goes; the MR key sequence and QPN generations
+ * survive, so that old keys and QPNs stay stale.
  */
 void qhca_obj_reset(QhcaState *s)
 {

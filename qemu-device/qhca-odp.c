@@ -42,11 +42,6 @@
 QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_QP > (1u << QHCA_QPN_INDEX_BITS));
 QEMU_BUILD_BUG_ON(QHCA_ODP_MAP_MAX != QHCA_ODP_CHUNK_PAGES);
 
-static uint32_t qhca_mr_key(QhcaState *s, const QhcaMr *mr)
-{
-    return (uint32_t)(mr - s->mr) << QHCA_KEY_TAG_BITS | mr->tag;
-}
-
 void qhca_odp_mr_init(QhcaMr *mr)
 {
     mr->odp = true;
@@ -97,7 +92,7 @@ bool qhca_odp_ready(QhcaState *s, QhcaMr *mr, uint64_t va, uint64_t len,
         uint64_t vpn = a >> QHCA_PAGE_SHIFT;
 
         if (!qhca_odp_usable(qhca_odp_entry(mr, vpn), write)) {
-            s->fault.key = qhca_mr_key(s, mr);
+            s->fault.key = mr->key;
             s->fault.va = a;
             s->fault.len = end - a;
             s->fault.write = write;
@@ -292,7 +287,7 @@ static uint8_t qhca_cmd_map_odp(QhcaState *s, const struct qhca_cmd *cmd)
     for (i = 0; i < count; i++) {
         qhca_odp_set(s, mr, first + i, e[i]);
     }
-    trace_qhca_odp_map(qhca_mr_key(s, mr), first, count);
+    trace_qhca_odp_map(mr->key, first, count);
     return QHCA_CMD_OK;
 }
 
@@ -351,7 +346,7 @@ static uint8_t qhca_cmd_invalidate_odp(QhcaState *s,
         }
     }
     s->ctx[mr->uar].odp_invalidations++;
-    trace_qhca_odp_invalidate(qhca_mr_key(s, mr), first, count);
+    trace_qhca_odp_invalidate(mr->key, first, count);
     return QHCA_CMD_OK;
 }
 

@@ -417,8 +417,7 @@ static void qhca_class_init(ObjectClass *oc, void *data)
     object_class_property_set_description(oc, "num-uars",
         "Doorbell (UAR) pages in BAR2, one per driver context (1..1024)");
     object_class_property_set_description(oc, "max-mr",
-        "Memory-region key indices (1..4096); each index serves 255"
-        " registrations, then is retired");
+        "Memory regions held at once (1..4096)");
     object_class_property_set_description(oc, "x-wire-queued",
         "Loopback packets wait for the engine's bottom half instead of"
         " arriving at once (a fabric with latency; for tests)");

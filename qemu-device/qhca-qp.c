@@ -22,11 +22,45 @@
 QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_QP_WR != 1u << QHCA_WQ_LIMIT_LOG);
 QEMU_BUILD_BUG_ON(QHCA_WQ_LIMIT_LOG > QHCA_WQ_MAX_LOG);
 
+/* True if a live RC QP takes packets from qpn as its connected peer. */
+static bool qhca_qpn_is_peer(QhcaState *s, uint32_t qpn)
+{
+    uint32_t i;
+
+    for (i = 0; i < QHCA_LIMIT_MAX_QP; i++) {
+        const QhcaQp *q = &s->qp[i];
+
+        if (q->in_use && q->type == QHCA_QPT_RC && q->dest_qpn == qpn &&
+            (q->state == QHCA_QPS_RTR || q->state == QHCA_QPS_RTS)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * The number for a new QP in slot qp: its next generation (0 skipped, so no
+ * QPN is 0), passing over generations that a live RC QP still names as its
+ * peer: a QP whose peer was destroyed keeps accepting the peer's QPN until
+ * it leaves RTR/RTS, so that number must not come back meanwhile.  At most
+ * QHCA_LIMIT_MAX_QP - 1 numbers can be named, fewer than the generations.
+ */
+static uint32_t qhca_qpn_next(QhcaState *s, const QhcaQp *qp)
+{
+    uint32_t gen = qp->qpn >> QHCA_QPN_INDEX_BITS, qpn;
+
+    do {
+        gen = (gen + 1) & QHCA_QPN_GEN_MASK;
+        qpn = MAX(gen, 1) << QHCA_QPN_INDEX_BITS | (uint32_t)(qp - s->qp);
+    } while (qhca_qpn_is_peer(s, qpn));
+    return qpn;
+}
+
 uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
                            uint64_t *data, QhcaPageList *pl)
 {
     struct qhca_cmd_create_qp in;
-    uint32_t uar, pdn, scqn, rcqn, npages, n, gen;
+    uint32_t uar, pdn, scqn, rcqn, npages, n, qpn;
     uint16_t max_inline, max_sge;
     uint64_t sq_bytes, rq_off, rq_bytes;
     QhcaPd *pd;
@@ -90,12 +124,10 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     if (!pl->pages) {
         return qhca_pl_request(s, pl, le64_to_cpu(in.pages_addr), npages);
     }
-    /* The next generation of this index; 0 is skipped, so no QPN is 0. */
-    gen = ((qp->qpn >> QHCA_QPN_INDEX_BITS) + 1) & QHCA_QPN_GEN_MASK;
+    qpn = qhca_qpn_next(s, qp);
     memset(qp, 0, sizeof(*qp));
     qp->in_use = true;
-    qp->qpn = MAX(gen, 1) << QHCA_QPN_INDEX_BITS |
-              (uint32_t)(qp - s->qp);
+    qp->qpn = qpn;
     s->qp_next = (qp - s->qp + 1) % QHCA_LIMIT_MAX_QP;
     qp->uar = uar;
     qp->pdn = pdn;
@@ -133,6 +165,7 @@ void qhca_qp_free(QhcaState *s, QhcaQp *qp)
 {
     trace_qhca_obj("qp", "destroy", qp->uar, qp->qpn);
     qhca_engine_qp_destroy(s, qp);
+    qhca_mw_unbind_qp(s, qp->qpn);
     s->pd[qp->pdn].nr_qp--;
     s->cq[qp->scqn].nr_qp--;
     s->cq[qp->rcqn].nr_qp--;

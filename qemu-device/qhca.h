@@ -111,6 +111,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_LIMIT_MAX_SGE      16
 #define QHCA_LIMIT_MAX_INLINE   256
 #define QHCA_LIMIT_MAX_MR       4096    /* the max-mr property's maximum */
+#define QHCA_MR_HASH_SIZE       (2 * QHCA_LIMIT_MAX_MR)
 #define QHCA_LIMIT_MAX_MW       (1u << QHCA_MW_INDEX_BITS)
 #define QHCA_LIMIT_MAX_AH       (1u << QHCA_AH_INDEX_BITS)
 #define QHCA_LIMIT_MAX_MR_SIZE  (1ull << 32)
@@ -221,8 +222,9 @@ typedef struct QhcaPageList {
 /*
  * Verbs objects.  All of their state lives here, in device memory: the
  * guest hands over page lists at create time and never gets to change a
- * translation, a bound or an owner afterwards.  Handles are table indices
- * (keys: index << 8 | tag).
+ * translation, a bound or an owner afterwards.  Handles are table indices,
+ * but for MR keys (a sequence, looked up by hash: qhca-obj.c), QPNs, window
+ * keys and AH numbers (generation above the index).
  */
 typedef struct QhcaPd {
     bool in_use;
@@ -255,10 +257,10 @@ typedef struct QhcaMr {
     bool odp;
     GHashTable *odp_chunks;
     /*
-     * Bumped on every use of the index (1..255); an index whose tag reached
-     * QHCA_MR_TAG_LAST is retired once freed, so no key is ever reused.
+     * The key while in use (L_Key and R_Key), from the device's key sequence
+     * (qhca_mr_key_next()); found through s->mr_hash.
      */
-    uint8_t tag;
+    uint32_t key;
     uint32_t uar;
     uint32_t pdn;
     uint32_t access;            /* QHCA_ACCESS_* */
@@ -554,6 +556,12 @@ struct QhcaState {
         uint64_t len;
         bool write;
     } fault;
+    /*
+     * MR keys: the last one handed out, and the open-addressed table that
+     * finds a live region by key (slot + 1, 0 empty; at most half full).
+     */
+    uint32_t mr_key_seq;
+    uint16_t mr_hash[QHCA_MR_HASH_SIZE];
     uint32_t mr_next;           /* round-robin: where the searches start */
     uint32_t qp_next;
     uint32_t mw_next;
@@ -649,8 +657,8 @@ static inline bool qhca_ready(const QhcaState *s)
                                  QHCA_ACCESS_REMOTE_WRITE | \
                                  QHCA_ACCESS_REMOTE_ATOMIC)
 
-/* The last tag an MR index may carry before it is retired. */
-#define QHCA_MR_TAG_LAST        ((1u << QHCA_KEY_TAG_BITS) - 1)
+/* The consumer's part of a window key (ibv_inc_rkey). */
+#define QHCA_KEY_TAG_MASK       ((1u << QHCA_KEY_TAG_BITS) - 1)
 #define QHCA_QPN_GEN_MASK       ((1u << (24 - QHCA_QPN_INDEX_BITS)) - 1)
 
 /* qhca-pci.c */
@@ -722,6 +730,7 @@ void qhca_qp_free(QhcaState *s, QhcaQp *qp);
 uint8_t qhca_cmd_mw(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data);
 void qhca_mw_free_ctx(QhcaState *s, uint32_t uar);
 void qhca_mw_unbind_mr(QhcaState *s, QhcaMr *mr);
+void qhca_mw_unbind_qp(QhcaState *s, uint32_t qpn);
 
 /* qhca-ud.c: address handles */
 uint8_t qhca_cmd_ah(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data);

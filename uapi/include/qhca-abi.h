@@ -332,11 +332,12 @@ struct qhca_device_attr {
 #define QHCA_ACCESS_MW_BIND       (1u << 6)
 
 /*
- * A memory key is index << 8 | tag.  The device bumps the tag whenever an
- * index is reused, hands out indices round-robin, and retires an index for
- * good once its tags are used up, so a key, once deregistered, never names
- * a region again (REG_MR fails with NO_RESOURCES when every index is
- * retired).  L_Key and R_Key of a region are the same value.
+ * A memory region's key is opaque: the device takes it from a sequence of
+ * 31-bit values (1..2^31-1, QHCA_MW_KEY_FLAG clear), so a key, once
+ * deregistered, names no region until 2^31 - 1 more registrations, and keys
+ * never run out.  L_Key and R_Key of a region are the same value.  The low
+ * QHCA_KEY_TAG_BITS of a window's key are the consumer's (see "Memory
+ * windows").
  */
 #define QHCA_KEY_TAG_BITS       8
 
@@ -678,8 +679,8 @@ struct qhca_ctx_stats {
 /* with QHCA_WC_LOC_QP_OP_ERR (as rxe); a SEND_WITH_INV that names one is a */
 /* remote invalid request: its receive WQE completes with                   */
 /* QHCA_WC_REM_INV_REQ_ERR and the sender's with the same status.  A type 2 */
-/* window stays bound when its QP is destroyed (usable through no QP) until */
-/* LOCAL_INV from another QP of its PD, DEALLOC_MW or DEREG_MR as below.    */
+/* window is invalidated when its QP is destroyed, so that no QP that gets  */
+/* that QPN later can use it.                                               */
 /*                                                                          */
 /* A responder checks a window key on every packet as it checks a region's: */
 /* bound, exact key, PD (and QP), the window's rights and the QP's, byte    */

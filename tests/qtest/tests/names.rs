@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
 //! Names the device hands out are never reused soon, so that a stale one never names a new
-//! object: MR keys (index << 8 | tag, indices round-robin, an index retired once its 255 tags
-//! are used) and QPNs (generation << QHCA_QPN_INDEX_BITS | index).
+//! object, and never run out: MR keys (a 31-bit sequence, whatever slot a region takes), QPNs
+//! (generation << QHCA_QPN_INDEX_BITS | index; a number a live QP names as its peer is passed
+//! over), and type 2 windows, which go with the QP they are bound to.
 
 use std::collections::HashSet;
 
@@ -86,10 +87,12 @@ fn mr_keys_never_repeat() {
     );
 }
 
-/// With max-mr=2, each index serves 255 registrations and is then retired: 510 distinct keys,
-/// then NO_RESOURCES for good (a device reset does not bring the keys back).
+/// With max-mr=2 (two regions at once), keys never run out: far more registrations than the
+/// 255 per slot after which an 8-bit tag would wrap (or a slot be retired) all succeed, every
+/// key new, and the sequence goes on across a device reset. Two regions live at once keep
+/// different keys.
 #[test]
-fn mr_index_retired_when_its_tags_are_used_up() {
+fn mr_keys_never_run_out() {
     let mut h = Hca::start("max-mr=2");
     h.bring_up(5, 6);
     let (mut m, uar, pdn) = ctx(&mut h);
@@ -97,28 +100,172 @@ fn mr_index_retired_when_its_tags_are_used_up() {
     let list = m.page_list(&mut h, buf, 1);
     let reg = reg_mr_bytes(uar, pdn, buf, 64, 0, 1, list);
     let mut seen = HashSet::new();
-    loop {
+    let (st, held) = obj_cmd(&mut h, QHCA_CMD_REG_MR, in_words(&reg));
+    assert_eq!(st, QHCA_CMD_OK);
+    seen.insert(held as u32);
+    for i in 0..1200 {
         let (st, key) = obj_cmd(&mut h, QHCA_CMD_REG_MR, in_words(&reg));
+        assert_eq!(st, QHCA_CMD_OK, "REG_MR #{i}: {}", status_name(st));
+        let key = key as u32;
+        assert_eq!(
+            key & QHCA_MW_KEY_FLAG,
+            0,
+            "key {key:#x} has the window flag"
+        );
+        assert!(seen.insert(key), "key {key:#x} handed out again (#{i})");
+        // The slots are full: a third region is refused while two live.
+        if i == 0 {
+            let (st, _) = obj_cmd(&mut h, QHCA_CMD_REG_MR, in_words(&reg));
+            assert_eq!(st, QHCA_CMD_NO_RESOURCES, "a third region with max-mr=2");
+        }
+        assert_eq!(destroy(&mut h, QHCA_CMD_DEREG_MR, uar, key), QHCA_CMD_OK);
+        assert_eq!(
+            destroy(&mut h, QHCA_CMD_DEREG_MR, uar, key),
+            QHCA_CMD_BAD_RESOURCE,
+            "key {key:#x} dead once deregistered"
+        );
+    }
+    assert_eq!(h.reg(QHCA_REG_NUM_MR), 1);
+    h.bring_up(5, 6);
+    assert_eq!(h.reg(QHCA_REG_NUM_MR), 0, "regions after a reset");
+    let (mut m, uar, pdn) = ctx(&mut h);
+    let buf = m.alloc(&mut h, PAGE);
+    let list = m.page_list(&mut h, buf, 1);
+    let reg = reg_mr_bytes(uar, pdn, buf, 64, 0, 1, list);
+    for _ in 0..4 {
+        let (st, key) = obj_cmd(&mut h, QHCA_CMD_REG_MR, in_words(&reg));
+        assert_eq!(st, QHCA_CMD_OK, "REG_MR after a reset: {}", status_name(st));
+        assert!(seen.insert(key as u32), "key {key:#x} again after a reset");
+        assert_eq!(
+            destroy(&mut h, QHCA_CMD_DEREG_MR, uar, key as u32),
+            QHCA_CMD_OK
+        );
+    }
+}
+
+/// The lookup by key stays exact while regions come and go in every order: each live key finds
+/// its own region (DEREG_MR of the wrong context is refused, of the right one works once), dead
+/// keys find nothing.
+#[test]
+fn mr_keys_find_their_region() {
+    let mut h = Hca::start("num-uars=4,max-mr=64");
+    h.bring_up(5, 6);
+    let (mut m, uar, pdn) = ctx(&mut h);
+    let (_, other, _) = ctx(&mut h);
+    let buf = m.alloc(&mut h, PAGE);
+    let list = m.page_list(&mut h, buf, 1);
+    let reg = reg_mr_bytes(uar, pdn, buf, 64, 0, 1, list);
+    let mut rng = qhca_qtest::rng::Rng::new(7);
+    let mut live: Vec<u32> = Vec::new();
+    let mut dead: Vec<u32> = Vec::new();
+    for _ in 0..3000 {
+        if live.len() < 64 && (live.is_empty() || rng.below(3) != 0) {
+            let (st, key) = obj_cmd(&mut h, QHCA_CMD_REG_MR, in_words(&reg));
+            assert_eq!(st, QHCA_CMD_OK);
+            live.push(key as u32);
+        } else {
+            let key = live.swap_remove(rng.below(live.len() as u64) as usize);
+            assert_eq!(
+                destroy(&mut h, QHCA_CMD_DEREG_MR, other, key),
+                QHCA_CMD_BAD_RESOURCE
+            );
+            assert_eq!(destroy(&mut h, QHCA_CMD_DEREG_MR, uar, key), QHCA_CMD_OK);
+            dead.push(key);
+        }
+    }
+    for key in dead.iter().rev().take(200) {
+        assert_eq!(
+            destroy(&mut h, QHCA_CMD_DEREG_MR, uar, *key),
+            QHCA_CMD_BAD_RESOURCE
+        );
+    }
+    for key in live.drain(..) {
+        assert_eq!(destroy(&mut h, QHCA_CMD_DEREG_MR, uar, key), QHCA_CMD_OK);
+    }
+    assert_eq!(h.reg(QHCA_REG_NUM_MR), 0);
+}
+
+/// A QP whose peer is destroyed stays in RTS and keeps naming the peer's QPN: that number is
+/// not handed out again while it does, even to a process that holds every other QP slot and
+/// cycles the one left through all its generations (after which, before the fix, it got the
+/// peer's number and the orphan took its packets). Once the orphan leaves RTS, the number may
+/// come back.
+#[test]
+fn qpn_named_by_a_live_peer_does_not_come_back() {
+    let mut h = Hca::start("num-uars=4");
+    h.bring_up(5, 6);
+    let mut p = Pair::new(&mut h, &ConnParams::default());
+    let victim = p.b.qpn;
+    let index_mask = (1u32 << QHCA_QPN_INDEX_BITS) - 1;
+    assert_eq!(
+        destroy(&mut h, QHCA_CMD_DESTROY_QP, p.uar, victim),
+        QHCA_CMD_OK
+    );
+    let (st, a) = query_qp(&mut h, p.uar, p.a.qpn);
+    assert_eq!(
+        (st, a.state, a.dest_qpn),
+        (QHCA_CMD_OK, QHCA_QPS_RTS as u8, victim)
+    );
+
+    // Another context takes every free slot but the victim's, on one shared ring.
+    let (_, uar, pdn) = ctx(&mut h);
+    let (st, cq) = create_cq(&mut h, &mut p.m, uar, 4);
+    assert_eq!(st, QHCA_CMD_OK);
+    let caps = QpCaps {
+        sq_log: 0,
+        sq_stride_log: 7,
+        rq_log: 0,
+        rq_stride_log: 5,
+        max_inline: 0,
+        max_sge: 1,
+    };
+    let (_, n) = qp_layout(&caps);
+    let ring = p.m.alloc(&mut h, n * PAGE);
+    let list = p.m.page_list(&mut h, ring, n);
+    let create = create_qp_bytes(uar, pdn, cq.cqn, cq.cqn, &caps, n as u32, list);
+    let mut held = Vec::new();
+    loop {
+        let (st, qpn) = obj_cmd(&mut h, QHCA_CMD_CREATE_QP, in_words(&create));
         if st == QHCA_CMD_NO_RESOURCES {
             break;
         }
-        assert_eq!(st, QHCA_CMD_OK, "REG_MR: {}", status_name(st));
-        let key = key as u32;
-        assert!(key >> 8 < 2, "key {key:#x} beyond max-mr");
-        assert!(seen.insert(key), "key {key:#x} handed out again");
-        assert_eq!(destroy(&mut h, QHCA_CMD_DEREG_MR, uar, key), QHCA_CMD_OK);
-        assert!(seen.len() <= 510, "more than 255 keys per index");
+        assert_eq!(st, QHCA_CMD_OK);
+        held.push(qpn as u32);
     }
-    assert_eq!(seen.len(), 510, "255 keys per index, then retired");
-    assert_eq!(h.reg(QHCA_REG_NUM_MR), 0);
-    h.bring_up(5, 6);
-    let (_, uar, pdn) = ctx(&mut h);
-    let reg = reg_mr_bytes(uar, pdn, buf, 64, 0, 1, list);
-    assert_eq!(
-        obj_cmd(&mut h, QHCA_CMD_REG_MR, in_words(&reg)).0,
-        QHCA_CMD_NO_RESOURCES,
-        "retired for good, across a reset"
+    // Free the victim's slot only.
+    let pos = held
+        .iter()
+        .position(|q| q & index_mask == victim & index_mask)
+        .expect("a QP in the victim's slot");
+    let q = held.swap_remove(pos);
+    assert_eq!(destroy(&mut h, QHCA_CMD_DESTROY_QP, uar, q), QHCA_CMD_OK);
+    let gens = (1u32 << (24 - QHCA_QPN_INDEX_BITS)) - 1;
+    let cycle = |h: &mut Hca, n: u32| -> bool {
+        for _ in 0..n {
+            let (st, qpn) = obj_cmd(h, QHCA_CMD_CREATE_QP, in_words(&create));
+            assert_eq!(st, QHCA_CMD_OK);
+            let qpn = qpn as u32;
+            assert_eq!(qpn & index_mask, victim & index_mask, "the one free slot");
+            assert_eq!(destroy(h, QHCA_CMD_DESTROY_QP, uar, qpn), QHCA_CMD_OK);
+            if qpn == victim {
+                return true;
+            }
+        }
+        false
+    };
+    assert!(
+        !cycle(&mut h, gens + 4),
+        "QPN {victim:#x} handed out while QP {:#x} names it as its peer",
+        p.a.qpn
     );
+    // The orphan leaves RTS: the number is free to come back.
+    let err = QpAttr {
+        mask: QHCA_QP_ATTR_STATE,
+        state: QHCA_QPS_ERR as u8,
+        ..Default::default()
+    };
+    assert_eq!(modify_qp(&mut h, p.uar, p.a.qpn, &err), QHCA_CMD_OK);
+    assert!(cycle(&mut h, gens + 4), "QPN {victim:#x} never came back");
 }
 
 /// A QPN carries a generation: once a QP is destroyed and its index reused, the old QPN names
