@@ -9,6 +9,9 @@
 //! wake, the doorbell page is replaced by a harmless page of its own, and every ioctl but
 //! `GET_ASYNC_EVENT` fails with the reason (`ENODEV` after unbind, `EIO` after a device failure).
 //!
+//! A context serves its own page faults and prefetches ([`Ctx::faults`], run by its work item on
+//! the driver's fault workqueue: see [`crate::odp::service`]).
+//!
 //! The context also holds the verbs objects its file created ([`Ctx::objs`]), so that unbind,
 //! which reaches every open context through the device, can release what they hold of the device
 //! (DMA mappings, pinned pages, ODP regions) while the driver is still bound
@@ -16,6 +19,8 @@
 
 use crate::{
     device::QhcaDevice,
+    limits::Quota,
+    odp::FaultService,
     shim::{EventFd, InodeMapping, Umap},
     uapi,
     verbs::Objects,
@@ -31,6 +36,7 @@ use kernel::{
         poll::{PollCondVar, PollTable},
         Arc, Mutex,
     },
+    workqueue::{new_work, Work, WorkItem},
 };
 
 /// Asynchronous events a context queues before it loses some; the driver allocates the queue at
@@ -106,6 +112,10 @@ pub(crate) fn reserve_unlocked<S: Unpin, T>(
 /// See the module documentation.
 #[pin_data]
 pub(crate) struct Ctx {
+    /// The device the context was opened on (held across unbind, as the file holds it).
+    pub(crate) dev: Arc<QhcaDevice>,
+    /// What the context holds of the device's shared pools, charged to the user who opened it.
+    pub(crate) quota: Quota,
     pub(crate) umap: Umap,
     mapping: InodeMapping,
     #[pin]
@@ -121,13 +131,37 @@ pub(crate) struct Ctx {
     /// Where revocations of watched regions are published (mmap `QHCA_MMAP_INVAL`).
     #[pin]
     pub(crate) inval: InvalPage,
+    /// The page faults of this context's QPs and its prefetches, waiting for `fault_work`.
+    #[pin]
+    pub(crate) faults: FaultService,
+    #[pin]
+    fault_work: Work<Ctx>,
+}
+
+kernel::impl_has_work! {
+    impl HasWork<Self> for Ctx { self.fault_work }
+}
+
+impl WorkItem for Ctx {
+    type Pointer = Arc<Ctx>;
+
+    fn run(this: Arc<Ctx>) {
+        crate::odp::service::run(&this);
+    }
 }
 
 impl Ctx {
-    pub(crate) fn new(file: &File) -> Result<Arc<Self>> {
+    /// A context of `file`, opened by the calling process on `dev`: charged to the file's
+    /// effective UID, and limited unless the caller has `CAP_SYS_RESOURCE`.
+    pub(crate) fn new(file: &File, dev: &Arc<QhcaDevice>) -> Result<Arc<Self>> {
         let events = KVec::with_capacity(MAX_EVENTS, GFP_KERNEL)?;
+        let quota = dev
+            .limits
+            .account(file.cred().euid(), !crate::shim::capable_sys_resource())?;
         Arc::pin_init(
             try_pin_init!(Self {
+                dev: dev.clone(),
+                quota,
                 umap: Umap::new()?,
                 mapping: InodeMapping::new(file)?,
                 state <- new_mutex!(State {
@@ -143,6 +177,8 @@ impl Ctx {
                 objs <- new_mutex!(Objects::default()),
                 released: Atomic::new(false),
                 inval <- InvalPage::new()?,
+                faults <- FaultService::new(),
+                fault_work <- new_work!("qhca-fault"),
             }? Error),
             GFP_KERNEL,
         )
@@ -190,12 +226,15 @@ impl Ctx {
         Ok(())
     }
 
-    /// Makes room for one more CQ and QP route, so that adding one after the device created the
-    /// object cannot fail. Allocates with the state unlocked: the event dispatcher takes the
-    /// state under the event queue, which ODP invalidations (possibly from reclaim) wait for.
+    /// Makes room for one more CQ and QP route, and for the page faults of one more QP, so that
+    /// adding one after the device created the object cannot fail. Allocates with the state
+    /// unlocked: the event dispatcher takes the state under the event queue, which ODP
+    /// invalidations (possibly from reclaim) wait for. Callers serialise (the file's objects).
     pub(crate) fn reserve(&self) -> Result {
         reserve_unlocked(&self.state, |st| &mut st.cqs)?;
-        reserve_unlocked(&self.state, |st| &mut st.qps)
+        reserve_unlocked(&self.state, |st| &mut st.qps)?;
+        let nqps = self.state.lock().qps.len();
+        self.faults.reserve(nqps + 1)
     }
 
     /// True if QP `qpn` is this context's.
@@ -210,11 +249,15 @@ impl Ctx {
         }
     }
 
+    /// Forgets QP `qpn` (destroyed), and its page faults.
     pub(crate) fn remove_qp(&self, qpn: u32) {
-        let mut st = self.state.lock();
-        if let Some(pos) = st.qps.iter().position(|n| *n == qpn) {
-            let _ = st.qps.remove(pos);
+        {
+            let mut st = self.state.lock();
+            if let Some(pos) = st.qps.iter().position(|n| *n == qpn) {
+                let _ = st.qps.remove(pos);
+            }
         }
+        self.faults.forget_qp(qpn);
     }
 
     /// Queues an event; drops it (and counts the loss) when the queue is full.

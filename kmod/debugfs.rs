@@ -25,7 +25,10 @@
 //!   datagrams it delivered to no QP (`UD_NO_QP`).
 //! - `qhcaN/odp` (read): on-demand paging: faults handled, resumed OK and with an error, RESUMEs
 //!   the device refused (the QP moved on), INVALIDATE_ODP commands, pages mapped and unmapped,
-//!   prefetches (ADVISE_MR), faults dropped.
+//!   prefetches (ADVISE_MR), faults dropped (nobody waits: an unknown QP), faults resumed to be
+//!   raised again (invalidations kept racing with them).
+//! - `qhcaN/limits` (read): the per-user limits of the device's pools, and what each user holds
+//!   ([`crate::limits`]).
 //! - `qhcaN/inject_event` (write `TYPE DATA0 DATA1`): dispatches an asynchronous event as if the
 //!   device had posted it (a device that names the wrong context, a stale object).
 
@@ -187,6 +190,12 @@ pub(crate) struct DeviceDir {
     _inject: File<Arc<QhcaDevice>>,
     #[pin]
     _odp: File<Arc<QhcaDevice>>,
+    #[pin]
+    _limits: File<Arc<QhcaDevice>>,
+}
+
+fn show_limits(dev: &Arc<QhcaDevice>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    dev.limits.show(dev, f)
 }
 
 fn show_state(dev: &Arc<QhcaDevice>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -223,11 +232,12 @@ impl DeviceDir {
             Some(root) => root.subdir(name),
             None => Dir::new(name),
         };
-        let (a, b, c) = (dev.clone(), dev.clone(), dev.clone());
+        let (a, b, c, d) = (dev.clone(), dev.clone(), dev.clone(), dev.clone());
         try_pin_init!(Self {
             _state <- dir.read_callback_file(c"state", a, &show_state),
             _inject <- dir.write_callback_file(c"inject_event", b, &inject),
             _odp <- dir.read_callback_file(c"odp", c, &show_odp),
+            _limits <- dir.read_callback_file(c"limits", d, &show_limits),
             _dir: dir,
         }? Error)
     }

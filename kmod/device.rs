@@ -96,9 +96,12 @@ pub(crate) struct QhcaDevice {
     eq_warn: RateLimit,
     /// Set once the device is stopped (reset, bus mastering off): it does no more DMA.
     stopped: Atomic<bool>,
-    /// On-demand paging: regions by key, the fault worker's queues, counters.
+    /// On-demand paging: regions by key, the device's work queue, counters.
     #[pin]
     pub(crate) odp: crate::odp::OdpDevice,
+    /// What each user holds of the device's pools ([`crate::limits`]).
+    #[pin]
+    pub(crate) limits: crate::limits::Limits,
     /// The fault worker (runs [`crate::odp::work`] on `odp`'s queue).
     #[pin]
     odp_work: Work<QhcaDevice>,
@@ -140,6 +143,7 @@ impl QhcaDevice {
             eq_warn: RateLimit::new(),
             stopped: Atomic::new(false),
             odp <- odp,
+            limits <- crate::limits::Limits::new(),
             odp_work <- new_work!("qhca-odp"),
         }? Error))
     }
@@ -186,7 +190,6 @@ impl QhcaDevice {
     /// The threaded half of the event-queue interrupt.
     pub(crate) fn service_events(this: &Arc<Self>) {
         this.service_events_inner();
-        this.odp.kick(this);
     }
 
     fn service_events_inner(&self) {
@@ -218,17 +221,6 @@ impl QhcaDevice {
     /// Fault injection (debugfs `inject_event`): dispatches `ev` as if the device had posted it.
     pub(crate) fn inject_event(this: &Arc<Self>, ev: AsyncEvent) {
         this.on_event(ev);
-        this.odp.kick(this);
-    }
-
-    /// The doorbell page of the context that owns QP `qpn`, if any.
-    pub(crate) fn uar_of_qp(&self, qpn: u32) -> Option<u32> {
-        let files = self.files.lock();
-        files
-            .open
-            .iter()
-            .find(|c| c.owns_qp(qpn))
-            .and_then(|c| c.uar())
     }
 
     /// For debugfs `state`.
@@ -379,7 +371,6 @@ impl QhcaDevice {
             attr.max_ah = 0;
             attr.odp_ud_caps = 0;
         }
-        self.odp.reserve(attr.max_qp.min(4096))?;
         self.attr.populate(attr);
         self.attr.as_ref().ok_or(EIO)
     }
@@ -474,6 +465,7 @@ impl QhcaDevice {
                     dev_warn!(self.dev(), "FREE_UAR {} failed: {:?}\n", uar, e);
                 }
             }
+            ctx.quota.uncharge(crate::limits::Pool::Contexts, 1);
         }
         // Forgotten only now that its objects are gone: until then an unbind finds the context
         // and waits (on its objects' lock) for the DMA resources to be freed.
@@ -509,7 +501,8 @@ impl QhcaDevice {
             dev_info!(self.dev(), "unbound with {} open context(s)\n", n);
         }
         self.disassociate_all(ENODEV);
-        // The worker finishes what is queued (every command fails now), then stops.
+        // The fault service stops (its workers are not waited for); the device's work queue
+        // finishes what is queued (every command fails now), then goes.
         self.odp.shutdown();
         // One context at a time, with `files` released (the objects' lock comes before it). A
         // context closing meanwhile stays listed until its own release destroyed its objects
@@ -571,9 +564,10 @@ impl EqHost for QhcaDevice {
                 }
             }
             uapi::QHCA_EQE_PAGE_FAULT => {
-                // The caller kicks the worker once it let go of the event queue.
-                self.odp
-                    .queue_fault(self, crate::odp::PageFault::from_event(&ev));
+                let pf = crate::odp::PageFault::from_event(&ev);
+                let files = self.files.lock();
+                let owner = files.open.iter().find(|c| c.owns_qp(pf.qpn()));
+                self.odp.queue_fault(self, owner, pf);
             }
             kind => {
                 if self.warn.allow() {

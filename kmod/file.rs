@@ -70,7 +70,7 @@ impl MiscDevice for QhcaFile {
         // before the node is freed, takes the same mutex.
         let node = unsafe { &*kernel::container_of!(core::ptr::from_ref(misc), MiscNode, reg) };
         let dev = node.dev.clone();
-        let ctx = Ctx::new(file)?;
+        let ctx = Ctx::new(file, &node.dev)?;
         let shared = ctx.clone();
         let this = KBox::pin_init(
             try_pin_init!(Self {
@@ -181,7 +181,14 @@ impl QhcaFile {
             return Ok(u);
         }
         self.ctx.check()?;
-        let u = self.dev.with_bound(|_| self.dev.alloc_uar())?;
+        // A doorbell page is one of the device's contexts: charged to the user first.
+        self.ctx
+            .quota
+            .charge(&self.dev, crate::limits::Pool::Contexts, 1)?;
+        let u = self
+            .dev
+            .with_bound(|_| self.dev.alloc_uar())
+            .inspect_err(|_| self.ctx.quota.uncharge(crate::limits::Pool::Contexts, 1))?;
         // SAFETY:
         // - `u` is the doorbell page the device just allocated to this context, below
         //   `num_uars`, which probe checked against BAR2's length, so `uar_phys(u)` is one page

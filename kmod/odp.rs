@@ -8,11 +8,12 @@
 //! DMA-mapped and wrote into the device, so that it can unmap exactly those.
 //!
 //! - **Page faults.** The device posts `QHCA_EQE_PAGE_FAULT`; the event dispatcher (event-queue
-//!   lock held, so it neither allocates nor sends commands) queues it in [`OdpDevice`], and the
-//!   device's fault worker (an ordered workqueue) finds the region by key, resolves the pages
-//!   with HMM ([`OdpNotifier::fault`], `mmget_not_zero` first: an exiting process gets an
-//!   error), and under the region's lock, if no invalidation began since, DMA-maps them and sends
-//!   `QHCA_CMD_MAP_ODP`, then `QHCA_CMD_RESUME` (OK, or ERROR if anything failed).
+//!   lock held, so it neither allocates nor sends commands) queues it with the context that owns
+//!   the QP, whose own work item ([`service`]: one per context, on an unbound workqueue, so that
+//!   no process's faults wait for another's) finds the region by key, resolves the pages with
+//!   HMM ([`OdpNotifier::fault`], `mmget_not_zero` first: an exiting process gets an error), and
+//!   under the region's lock, if no invalidation began since, DMA-maps them and sends
+//!   `QHCA_CMD_MAP_ODP`, then `QHCA_CMD_RESUME` (OK, or ERROR if the pages cannot be had).
 //! - **Invalidations.** The notifier's callback ([`OdpMr::invalidate`]) takes the region's lock,
 //!   bumps the notifier's sequence (faults in flight retry), sends `QHCA_CMD_INVALIDATE_ODP` for
 //!   the pages it mapped in the range and, once the device answered (it no longer touches them),
@@ -28,13 +29,16 @@
 //! lock, then the command queue.
 
 mod region;
+pub(crate) mod service;
 
 pub(crate) use region::OdpMr;
+pub(crate) use service::FaultService;
 
 use crate::{
     cmdq::{AsyncEvent, Cmd},
     context::Ctx,
     device::QhcaDevice,
+    limits::Pool,
     shim::{self, FaultedPage, Invalidation, NotifierOwner, OdpNotifier, OwnedQueue},
     uapi,
 };
@@ -54,10 +58,9 @@ const PAGE_SHIFT: u32 = uapi::QHCA_PAGE_SHIFT;
 /// Pages in one chunk of a region's record, and the most one `MAP_ODP` (one fault, one prefetch
 /// step) maps: 2 MiB.
 const CHUNK: usize = uapi::QHCA_ODP_MAP_MAX as usize;
-/// Faults and retries before a fault gives up (each retry means an invalidation raced with it).
-const MAX_RETRIES: u32 = 64;
-/// Prefetches queued (without `QHCA_ADVISE_FLAG_FLUSH`) and not yet run, per device.
-const MAX_QUEUED_PREFETCHES: usize = 256;
+/// Tries of one mapping step before it gives up its turn (each retry means an invalidation
+/// raced with it): a fault is then resumed to be raised again, a prefetch step tried later.
+const MAX_RETRIES: u32 = 8;
 
 /// Pages DMA-mapped for ODP regions of every device right now (debugfs `odp_mapped_pages`).
 pub(crate) static MAPPED_PAGES: Atomic<i64> = Atomic::new(0);
@@ -73,6 +76,7 @@ pub(crate) struct Stats {
     pages_unmapped: Atomic<u64>,
     prefetches: Atomic<u64>,
     dropped_faults: Atomic<u64>,
+    fault_retries: Atomic<u64>,
 }
 
 fn add(c: &Atomic<u64>, n: u64) {
@@ -91,11 +95,12 @@ impl Stats {
             pages_unmapped: Atomic::new(0),
             prefetches: Atomic::new(0),
             dropped_faults: Atomic::new(0),
+            fault_retries: Atomic::new(0),
         }
     }
 
     pub(crate) fn show(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let lines: [(&str, &Atomic<u64>); 9] = [
+        let lines: [(&str, &Atomic<u64>); 10] = [
             ("faults", &self.faults),
             ("resumed_ok", &self.resumed_ok),
             ("resumed_error", &self.resumed_error),
@@ -105,6 +110,7 @@ impl Stats {
             ("pages_unmapped", &self.pages_unmapped),
             ("prefetches", &self.prefetches),
             ("dropped_faults", &self.dropped_faults),
+            ("fault_retries", &self.fault_retries),
         ];
         for (name, c) in lines {
             writeln!(f, "{}: {}", name, c.load(Relaxed))?;
@@ -125,6 +131,17 @@ pub(crate) struct PageFault {
 }
 
 impl PageFault {
+    /// True if `other` is raised by the same side (requester or responder) of the same QP: the
+    /// device has one fault outstanding per QP and side, so the later one replaces this one.
+    fn same_waiter(&self, other: &PageFault) -> bool {
+        self.qpn == other.qpn && (self.flags ^ other.flags) & uapi::QHCA_PF_RESPONDER as u8 == 0
+    }
+
+    /// The QP that waits.
+    pub(crate) fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
     /// Decodes `struct qhca_eqe_page_fault` from the generic event (already CPU byte order).
     pub(crate) fn from_event(ev: &AsyncEvent) -> Self {
         Self {
@@ -139,32 +156,29 @@ impl PageFault {
 }
 
 /// A prefetch queued by `ADVISE_MR` without `QHCA_ADVISE_FLAG_FLUSH`.
-struct Prefetch {
+pub(crate) struct Prefetch {
     mr: Arc<OdpMr>,
     addr: u64,
     len: u64,
     write: bool,
 }
 
-/// A device's ODP state: its regions by key, the faults and prefetches waiting for the worker,
-/// and the counters.
+/// A device's ODP state: its regions by key, the device's own work queue, and the counters.
+/// (Faults and prefetches are queued per context: [`service`].)
 #[pin_data]
 pub(crate) struct OdpDevice {
     /// Every live ODP region of every context, found by key.
     #[pin]
     mrs: Mutex<KVec<Arc<OdpMr>>>,
-    /// Faults posted by the device and not yet handled, oldest first. Pushed under the
-    /// event-queue lock: capacity is reserved up front for two outstanding faults per QP (a
-    /// requester's and a responder's), the most a working device raises.
-    #[pin]
-    faults: Mutex<KVec<PageFault>>,
-    #[pin]
-    prefetches: Mutex<KVec<Prefetch>>,
-    /// The fault worker's queue; `None` once the device is shut down.
+    /// The device's work queue (ordered): the unpinning after a watched region's revocation,
+    /// and death reports. Drained at unbind (nothing on it waits for user memory); `None` from
+    /// then on.
     #[pin]
     wq: Mutex<Option<OwnedQueue>>,
-    /// Set when an invalidation stopped the device (its INVALIDATE_ODP failed): the worker
-    /// tells the contexts, which an invalidation cannot do (telling them zaps mappings).
+    /// Set at unbind: the fault service queues nothing more, and its workers stop.
+    closed: Atomic<bool>,
+    /// Set when an invalidation stopped the device (its INVALIDATE_ODP failed): the device's
+    /// work tells the contexts, which an invalidation cannot do (telling them zaps mappings).
     death_pending: Atomic<bool>,
     pub(crate) stats: Stats,
 }
@@ -174,57 +188,45 @@ impl OdpDevice {
         let wq = OwnedQueue::new(instance)?;
         Ok(try_pin_init!(Self {
             mrs <- new_mutex!(KVec::new()),
-            faults <- new_mutex!(KVec::new()),
-            prefetches <- new_mutex!(KVec::new()),
             wq <- new_mutex!(Some(wq)),
+            closed: Atomic::new(false),
             death_pending: Atomic::new(false),
             stats: Stats::new(),
         }? Error))
     }
 
-    /// Reserves room for the faults of `max_qp` QPs (at probe, once the device said how many).
-    pub(crate) fn reserve(&self, max_qp: u32) -> Result {
-        let n = 2 * max_qp as usize + 64;
-        let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
-        let mut faults = self.faults.lock();
-        while let Some(f) = faults.pop() {
-            v.push(f, GFP_ATOMIC)?;
-        }
-        *faults = v;
-        Ok(())
-    }
-
-    /// Queues a page fault (event-queue lock held: never allocates). The caller then kicks the
-    /// worker ([`OdpDevice::kick`]).
-    pub(crate) fn queue_fault(&self, dev: &QhcaDevice, pf: PageFault) {
-        if self.faults.lock().push_within_capacity(pf).is_ok() {
-            return;
+    /// A page fault, from the event dispatcher (event-queue lock held: never allocates): queued
+    /// with the context that owns the QP, whose worker is kicked. A fault of no QP we know
+    /// (destroyed meanwhile, or a confused device) has nobody waiting: dropped and counted.
+    pub(crate) fn queue_fault(&self, dev: &QhcaDevice, owner: Option<&Arc<Ctx>>, pf: PageFault) {
+        if let Some(ctx) = owner {
+            if ctx.faults.push(pf) {
+                service::kick(ctx);
+                return;
+            }
         }
         add(&self.stats.dropped_faults, 1);
         if dev.warn.allow() {
             dev_warn!(
                 dev.dev(),
-                "page fault of QP {:#x} dropped: more outstanding than the device has QPs\n",
-                pf.qpn
+                "page fault of QP {:#x} (key {:#x}) dropped: {}\n",
+                pf.qpn,
+                pf.key,
+                if owner.is_some() {
+                    "no room"
+                } else {
+                    "no such QP"
+                }
             );
         }
     }
 
-    /// Runs the worker if something waits for it.
-    pub(crate) fn kick(&self, dev: &Arc<QhcaDevice>) {
-        if self.faults.lock().is_empty()
-            && self.prefetches.lock().is_empty()
-            && !self.death_pending.load(Relaxed)
-        {
-            return;
-        }
-        if let Some(wq) = self.wq.lock().as_ref() {
-            // Already queued (`Err`): it will find the new work.
-            let _ = wq.queue().enqueue(dev.clone());
-        }
+    /// True once the device is unbound.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Relaxed)
     }
 
-    /// Runs `f` with the worker's queue, unless the device is shut down (`None`).
+    /// Runs `f` with the device's work queue, unless the device is shut down (`None`).
     pub(crate) fn with_queue<R>(
         &self,
         f: impl FnOnce(&kernel::workqueue::Queue) -> R,
@@ -232,7 +234,7 @@ impl OdpDevice {
         self.wq.lock().as_ref().map(|wq| f(wq.queue()))
     }
 
-    /// From an invalidation that stopped the device: the worker reports the death.
+    /// From an invalidation that stopped the device: the device's work reports the death.
     pub(crate) fn report_death_later(&self, dev: &Arc<QhcaDevice>) {
         self.death_pending.store(true, Relaxed);
         if let Some(wq) = self.wq.lock().as_ref() {
@@ -240,14 +242,13 @@ impl OdpDevice {
         }
     }
 
-    /// Stops the worker, after it did what was queued (the device is stopped: every command
-    /// fails at once). No work is queued after this.
+    /// Unbind (the device is stopped: every command fails at once): the fault service stops
+    /// taking work and its workers stop (not waited for: one may be stuck on a process's
+    /// memory); the device's work queue finishes what is queued, then goes.
     pub(crate) fn shutdown(&self) {
+        self.closed.store(true, Relaxed);
         let wq = self.wq.lock().take();
         drop(wq);
-        // Queued prefetches hold their regions; nothing will run them now.
-        let stale = core::mem::take(&mut *self.prefetches.lock());
-        drop(stale);
     }
 
     fn find(&self, key: u32) -> Option<Arc<OdpMr>> {
@@ -264,100 +265,10 @@ impl OdpDevice {
     }
 }
 
-/// The device's fault worker: faults first, then queued prefetches one step at a time.
+/// The device's work: a death that an invalidation could not report.
 pub(crate) fn work(dev: &Arc<QhcaDevice>) {
     if dev.odp.death_pending.xchg(false, Relaxed) {
         dev.check_death();
-    }
-    loop {
-        loop {
-            let pf = {
-                let mut faults = dev.odp.faults.lock();
-                if faults.is_empty() {
-                    break;
-                }
-                faults.remove(0)
-            };
-            if let Ok(pf) = pf {
-                handle_fault(dev, pf);
-            }
-        }
-        let job = {
-            let mut p = dev.odp.prefetches.lock();
-            if p.is_empty() {
-                return;
-            }
-            p.remove(0)
-        };
-        let Ok(mut job) = job else { return };
-        // One step (at most one MAP_ODP), then the faults again; the rest goes back in front.
-        let step = job.mr.step_len(job.addr, job.len);
-        if job.mr.map(dev, job.addr, step, job.write).is_err() {
-            continue;
-        }
-        job.addr += step;
-        job.len -= step;
-        if job.len != 0 {
-            let mut p = dev.odp.prefetches.lock();
-            // Room: the job was just taken out.
-            if p.insert_within_capacity(0, job).is_err() {
-                continue;
-            }
-        }
-    }
-}
-
-/// Resolves one page fault and resumes the QP that waits.
-fn handle_fault(dev: &QhcaDevice, pf: PageFault) {
-    add(&dev.odp.stats.faults, 1);
-    let write = u32::from(pf.flags) & uapi::QHCA_PF_WRITE != 0;
-    let (uar, res) = match dev.odp.find(pf.key) {
-        Some(mr) => {
-            let res = if mr.ctx.owns_qp(pf.qpn) {
-                mr.ctx.check().and_then(|()| mr.fault(dev, &pf, write))
-            } else {
-                // A region and a QP of different contexts: the device is confused.
-                Err(EINVAL)
-            };
-            (mr.uar, res)
-        }
-        // An unknown key (deregistered meanwhile, or never ours): the QP still waits and is
-        // told so, through its own context's doorbell page.
-        None => match dev.uar_of_qp(pf.qpn) {
-            Some(uar) => (uar, Err(ENOENT)),
-            None => {
-                if dev.warn.allow() {
-                    dev_warn!(
-                        dev.dev(),
-                        "page fault for key {:#x} of unknown QP {:#x} dropped\n",
-                        pf.key,
-                        pf.qpn
-                    );
-                }
-                return;
-            }
-        },
-    };
-    let status = if res.is_ok() {
-        add(&dev.odp.stats.resumed_ok, 1);
-        uapi::QHCA_RESUME_OK
-    } else {
-        add(&dev.odp.stats.resumed_error, 1);
-        uapi::QHCA_RESUME_ERROR
-    };
-    let cmd = Cmd::new(uapi::QHCA_CMD_RESUME)
-        .input(0, uar.into())
-        .input(1, pf.token.into())
-        .input(2, status.into());
-    match dev.exec(cmd) {
-        Ok(_) => {}
-        // BAD_RESOURCE: the QP was reset or destroyed meanwhile; harmless.
-        Err(e) if e == EINVAL => add(&dev.odp.stats.resume_refused, 1),
-        Err(e) => {
-            if dev.warn.allow() {
-                dev_warn!(dev.dev(), "RESUME of QP {:#x} failed: {:?}\n", pf.qpn, e);
-            }
-        }
     }
 }
 

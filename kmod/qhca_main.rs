@@ -10,7 +10,9 @@
 //! - `file`: `/dev/qhcaN`: per-process contexts, ioctl, mmap and poll.
 //! - `verbs`: a context's PDs, MRs, memory windows, CQs, QPs and address handles.
 //! - `port`: the port: its attributes and GID table.
-//! - `odp`: on-demand-paged memory regions: page faults, invalidations, prefetch.
+//! - `odp`: on-demand-paged memory regions: page faults (served per context), invalidations,
+//!   prefetch.
+//! - `limits`: per-user limits on the device's shared pools.
 //! - `watch`: watched pinned regions and the invalidation page (registration caches).
 //! - `pagelist`: two-level page lists.
 //! - `debugfs`: `/sys/kernel/debug/qhca/` and fault injection.
@@ -23,6 +25,7 @@ mod debugfs;
 mod device;
 mod driver;
 mod file;
+mod limits;
 mod odp;
 mod pagelist;
 mod port;
@@ -34,12 +37,14 @@ mod watch;
 
 use kernel::{driver::Registration, pci, prelude::*};
 
-/// The module: debugfs first (probe reads its knobs), then the PCI driver. Dropped in declaration
-/// order: the driver (unbinding every device) before debugfs.
+/// The module: debugfs first (probe reads its knobs), the fault workqueue, then the PCI driver.
+/// Dropped in declaration order: the driver (unbinding every device), then the fault workqueue
+/// (waiting for the fault workers still running), then debugfs.
 #[pin_data]
 struct QhcaModule {
     #[pin]
     _driver: Registration<pci::Adapter<driver::QhcaDriver>>,
+    _faults: odp::service::FaultQueue,
     #[pin]
     _debugfs: debugfs::Global,
 }
@@ -48,6 +53,7 @@ impl kernel::InPlaceModule for QhcaModule {
     fn init(module: &'static kernel::ThisModule) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             _debugfs <- debugfs::Global::new(),
+            _faults: odp::service::FaultQueue::new()?,
             _driver <- Registration::new(<Self as kernel::ModuleMetadata>::NAME, module),
         })
     }
@@ -59,4 +65,38 @@ kernel::prelude::module! {
     authors: ["The qhca developers"],
     description: "qhca emulated RDMA host channel adapter",
     license: "GPL v2",
+    params: {
+        user_max_contexts: u32 {
+            default: 0,
+            description: "Contexts (doorbell pages) one user may hold per device (0: half)",
+        },
+        user_max_pds: u32 {
+            default: 0,
+            description: "Protection domains one user may hold per device (0: half)",
+        },
+        user_max_cqs: u32 {
+            default: 0,
+            description: "Completion queues one user may hold per device (0: half)",
+        },
+        user_max_qps: u32 {
+            default: 0,
+            description: "Queue pairs one user may hold per device (0: half)",
+        },
+        user_max_mrs: u32 {
+            default: 0,
+            description: "Memory regions one user may hold per device (0: half)",
+        },
+        user_max_mws: u32 {
+            default: 0,
+            description: "Memory windows one user may hold per device (0: half)",
+        },
+        user_max_ahs: u32 {
+            default: 0,
+            description: "Address handles one user may hold per device (0: half)",
+        },
+        user_max_odp_chunks: u32 {
+            default: 0,
+            description: "On-demand translation chunks (2 MiB) one user may hold per device (0: half)",
+        },
+    },
 }

@@ -223,6 +223,16 @@ struct qhca_umem {
 
 static atomic_long_t qhca_pinned_pages = ATOMIC_LONG_INIT(0);
 
+/*
+ * The direction of a mapping for the device: both ways only where the device
+ * may write (a writable region, or page); else to the device only, so that
+ * an IOMMU refuses a device write to a page the process may only read.
+ */
+static enum dma_data_direction qhca_dir(bool writable)
+{
+	return writable ? DMA_BIDIRECTIONAL : DMA_TO_DEVICE;
+}
+
 long qhca_shim_pinned_pages(void)
 {
 	return atomic_long_read(&qhca_pinned_pages);
@@ -323,7 +333,7 @@ int qhca_shim_umem_map(struct qhca_umem *u, struct device *dev)
 					u->npages << PAGE_SHIFT, GFP_KERNEL);
 	if (ret)
 		return ret;
-	ret = dma_map_sgtable(dev, &u->sgt, DMA_BIDIRECTIONAL, 0);
+	ret = dma_map_sgtable(dev, &u->sgt, qhca_dir(u->writable), 0);
 	if (ret) {
 		sg_free_table(&u->sgt);
 		return ret;
@@ -347,10 +357,10 @@ int qhca_shim_umem_map_pages(struct qhca_umem *u, struct device *dev)
 	if (!u->dma)
 		return -ENOMEM;
 	for (i = 0; i < u->npages; i++) {
-		u->dma[i] = dma_map_page(dev, u->pages[i], 0, PAGE_SIZE, DMA_BIDIRECTIONAL);
+		u->dma[i] = dma_map_page(dev, u->pages[i], 0, PAGE_SIZE, qhca_dir(u->writable));
 		if (dma_mapping_error(dev, u->dma[i])) {
 			while (i--)
-				dma_unmap_page(dev, u->dma[i], PAGE_SIZE, DMA_BIDIRECTIONAL);
+				dma_unmap_page(dev, u->dma[i], PAGE_SIZE, qhca_dir(u->writable));
 			kvfree(u->dma);
 			u->dma = NULL;
 			return -ENOMEM;
@@ -392,7 +402,8 @@ unsigned long qhca_shim_umem_take(struct qhca_umem *u, unsigned long first,
 
 /*
  * Unmaps (for @dev, which they were mapped for) and unpins pages taken out of
- * a umem.  Locks each page if @dirty: not from an invalidation.
+ * a umem.  @dirty is the umem's writable (the direction they were mapped
+ * with); locks each page if set: not from an invalidation.
  */
 void qhca_shim_umem_drop(struct device *dev, const struct qhca_umem_page *pages,
 			 unsigned long n, bool dirty)
@@ -402,7 +413,7 @@ void qhca_shim_umem_drop(struct device *dev, const struct qhca_umem_page *pages,
 	for (i = 0; i < n; i++) {
 		struct page *page = pages[i].page;
 
-		dma_unmap_page(dev, pages[i].dma, PAGE_SIZE, DMA_BIDIRECTIONAL);
+		dma_unmap_page(dev, pages[i].dma, PAGE_SIZE, qhca_dir(dirty));
 		unpin_user_pages_dirty_lock(&page, 1, dirty);
 	}
 }
@@ -454,7 +465,7 @@ void qhca_shim_umem_release(struct qhca_umem *u)
 		for (i = 0; i < u->npages; i++) {
 			if (!u->pages[i])
 				continue;
-			dma_unmap_page(u->dev, u->dma[i], PAGE_SIZE, DMA_BIDIRECTIONAL);
+			dma_unmap_page(u->dev, u->dma[i], PAGE_SIZE, qhca_dir(u->writable));
 			unpin_user_pages_dirty_lock(&u->pages[i], 1, u->writable);
 		}
 		kvfree(u->dma);
@@ -467,7 +478,7 @@ void qhca_shim_umem_release(struct qhca_umem *u)
 		return;
 	}
 	if (u->mapped) {
-		dma_unmap_sgtable(u->dev, &u->sgt, DMA_BIDIRECTIONAL, 0);
+		dma_unmap_sgtable(u->dev, &u->sgt, qhca_dir(u->writable), 0);
 		sg_free_table(&u->sgt);
 		put_device(u->dev);
 	}
@@ -520,7 +531,8 @@ struct qhca_odp {
 	struct mmu_interval_notifier mni;
 	struct mm_struct *mm;
 	const void *owner;
-	bool inserted;
+	struct mutex remove_lock;	/* serialises removals; no invalidation takes it */
+	bool inserted;			/* under remove_lock */
 };
 
 static bool qhca_odp_invalidate(struct mmu_interval_notifier *mni,
@@ -580,6 +592,7 @@ struct qhca_odp *qhca_shim_odp_new(u64 start, u64 len, const void *owner, bool w
 	o->mm = current->mm;
 	mmgrab(o->mm);
 	o->owner = owner;
+	mutex_init(&o->remove_lock);
 	ret = mmu_interval_notifier_insert(&o->mni, o->mm, start, len,
 					   watch ? &qhca_watch_ops : &qhca_odp_ops);
 	if (ret) {
@@ -594,16 +607,19 @@ struct qhca_odp *qhca_shim_odp_new(u64 start, u64 len, const void *owner, bool w
 }
 
 /*
- * No invalidation runs or will run once this returns.  Sleeps until those in
- * progress end, so the caller holds no lock an invalidation takes.  The
- * caller serialises calls.
+ * No invalidation runs or will run once this returns, whoever else calls it
+ * at the same time (a second caller waits for the first's removal).  Sleeps
+ * until those in progress end, so the caller holds no lock an invalidation
+ * takes.
  */
 void qhca_shim_odp_remove(struct qhca_odp *o)
 {
+	mutex_lock(&o->remove_lock);
 	if (o->inserted) {
 		mmu_interval_notifier_remove(&o->mni);
 		o->inserted = false;
 	}
+	mutex_unlock(&o->remove_lock);
 }
 
 void qhca_shim_odp_free(struct qhca_odp *o)
@@ -687,11 +703,11 @@ int qhca_shim_odp_fault(struct qhca_odp *o, u64 start, unsigned long npages, boo
 
 /*
  * DMA-maps one page that qhca_shim_odp_fault() found, for @dev (bound), while
- * its sequence is still current.
+ * its sequence is still current: both ways if the device may write it.
  */
-int qhca_shim_odp_dma_map(struct device *dev, u64 pfn, u64 *dma)
+int qhca_shim_odp_dma_map(struct device *dev, u64 pfn, bool writable, u64 *dma)
 {
-	dma_addr_t a = dma_map_page(dev, pfn_to_page(pfn), 0, PAGE_SIZE, DMA_BIDIRECTIONAL);
+	dma_addr_t a = dma_map_page(dev, pfn_to_page(pfn), 0, PAGE_SIZE, qhca_dir(writable));
 
 	if (dma_mapping_error(dev, a))
 		return -ENOMEM;
@@ -702,12 +718,13 @@ int qhca_shim_odp_dma_map(struct device *dev, u64 pfn, u64 *dma)
 /*
  * Undoes qhca_shim_odp_dma_map() once the device no longer uses the mapping,
  * before the page leaves the process (from the invalidation, or while the
- * notifier still guards it).  A page the device could write is marked dirty
- * (as ib_umem_odp_unmap_dma_pages() does): the kernel never saw those writes.
+ * notifier still guards it).  @dirty is the writable it was mapped with: a
+ * page the device could write is marked dirty (as
+ * ib_umem_odp_unmap_dma_pages() does): the kernel never saw those writes.
  */
 void qhca_shim_odp_dma_unmap(struct device *dev, u64 dma, u64 pfn, bool dirty)
 {
-	dma_unmap_page(dev, dma, PAGE_SIZE, DMA_BIDIRECTIONAL);
+	dma_unmap_page(dev, dma, PAGE_SIZE, qhca_dir(dirty));
 	if (dirty)
 		folio_mark_dirty(page_folio(pfn_to_page(pfn)));
 }
@@ -726,6 +743,12 @@ bool qhca_shim_fatal_signal_pending(void)
 struct workqueue_struct *qhca_shim_wq_new(unsigned int instance)
 {
 	return alloc_ordered_workqueue("qhca%u_odp", 0, instance);
+}
+
+/* The driver's page-fault queue: every context's work item may run at once. */
+struct workqueue_struct *qhca_shim_wq_new_unbound(const char *name)
+{
+	return alloc_workqueue("%s", WQ_UNBOUND, 0, name);
 }
 
 void qhca_shim_wq_destroy(struct workqueue_struct *wq)

@@ -72,11 +72,12 @@ void qhca_shim_odp_set_seq(struct qhca_odp *o, unsigned long seq);
 bool qhca_shim_odp_retry(struct qhca_odp *o, unsigned long seq);
 int qhca_shim_odp_fault(struct qhca_odp *o, u64 start, unsigned long npages, bool write,
 			u64 *out, unsigned long *seq);
-int qhca_shim_odp_dma_map(struct device *dev, u64 pfn, u64 *dma);
+int qhca_shim_odp_dma_map(struct device *dev, u64 pfn, bool writable, u64 *dma);
 void qhca_shim_odp_dma_unmap(struct device *dev, u64 dma, u64 pfn, bool dirty);
 u64 qhca_shim_task_size(void);
 bool qhca_shim_fatal_signal_pending(void);
 struct workqueue_struct *qhca_shim_wq_new(unsigned int instance);
+struct workqueue_struct *qhca_shim_wq_new_unbound(const char *name);
 void qhca_shim_wq_destroy(struct workqueue_struct *wq);
 
 #endif /* QHCA_SHIM_H */

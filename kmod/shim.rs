@@ -77,11 +77,17 @@ extern "C" {
         out: *mut u64,
         seq: *mut c_ulong,
     ) -> c_int;
-    fn qhca_shim_odp_dma_map(dev: *mut bindings::device, pfn: u64, dma: *mut u64) -> c_int;
+    fn qhca_shim_odp_dma_map(
+        dev: *mut bindings::device,
+        pfn: u64,
+        writable: bool,
+        dma: *mut u64,
+    ) -> c_int;
     fn qhca_shim_odp_dma_unmap(dev: *mut bindings::device, dma: u64, pfn: u64, dirty: bool);
     fn qhca_shim_task_size() -> u64;
     fn qhca_shim_fatal_signal_pending() -> bool;
     fn qhca_shim_wq_new(instance: c_uint) -> *mut bindings::workqueue_struct;
+    fn qhca_shim_wq_new_unbound(name: *const c_char) -> *mut bindings::workqueue_struct;
     fn qhca_shim_wq_destroy(wq: *mut bindings::workqueue_struct);
 }
 
@@ -463,6 +469,12 @@ pub(crate) unsafe fn drop_taken(dev: &Device, pages: &[TakenPage], dirty: bool) 
     }
 }
 
+/// True if the calling task has `CAP_SYS_RESOURCE` (it may go past resource limits).
+pub(crate) fn capable_sys_resource() -> bool {
+    // SAFETY: `capable` checks the current task's credentials; no other precondition.
+    unsafe { bindings::capable(bindings::CAP_SYS_RESOURCE as i32) }
+}
+
 /// The highest user address plus one of the calling process (`TASK_SIZE`).
 pub(crate) fn task_size() -> u64 {
     // SAFETY: Reads the current task's address-space limit; no preconditions.
@@ -599,8 +611,9 @@ impl OdpNotifier {
     /// Stops the invalidations: none runs once this returns. Sleeps until those in progress
     /// end, so the caller must hold no lock that the owner's invalidation takes.
     pub(crate) fn remove(&self) {
-        // SAFETY: `self.0` is live (type invariant); the shim makes a second call a no-op and
-        // callers serialise (the region's teardown runs once).
+        // SAFETY: `self.0` is live (type invariant). The shim serialises removals under the
+        // notifier's own mutex: a second call, concurrent or not, waits for the first and then
+        // does nothing, so any interleaving of callers is fine.
         unsafe { qhca_shim_odp_remove(self.0.as_ptr()) }
     }
 
@@ -651,7 +664,8 @@ impl OdpNotifier {
         unsafe { qhca_shim_odp_retry(self.0.as_ptr(), seq) }
     }
 
-    /// DMA-maps a page that [`OdpNotifier::fault`] returned, for `dev`.
+    /// DMA-maps a page that [`OdpNotifier::fault`] returned, for `dev`: both ways if
+    /// `writable` (the device may write it), else to the device only.
     ///
     /// # Safety
     ///
@@ -659,11 +673,18 @@ impl OdpNotifier {
     /// still current, under a lock that this notifier's invalidations take, and that lock is
     /// still held: so the page is still the process's and cannot be freed before an
     /// invalidation, which unmaps it ([`odp_dma_unmap`]) before that.
-    pub(crate) unsafe fn dma_map(&self, dev: &Device<Bound>, page: FaultedPage) -> Result<u64> {
+    pub(crate) unsafe fn dma_map(
+        &self,
+        dev: &Device<Bound>,
+        page: FaultedPage,
+        writable: bool,
+    ) -> Result<u64> {
         let mut dma = 0u64;
         // SAFETY: `dev` is bound; the page frame is a live page of the process (the caller's
         // promise), which the shim maps with `dma_map_page`.
-        to_result(unsafe { qhca_shim_odp_dma_map(raw_device(dev), page.pfn(), &mut dma) })?;
+        to_result(unsafe {
+            qhca_shim_odp_dma_map(raw_device(dev), page.pfn(), writable, &mut dma)
+        })?;
         Ok(dma)
     }
 }
@@ -672,7 +693,8 @@ impl OdpNotifier {
 ///
 /// # Safety
 ///
-/// `dma` is a live mapping that `dma_map` made of `pfn` for `dev`, unmapped only here; the device
+/// `dma` is a live mapping that `dma_map` made of `pfn` for `dev` with `writable` = `dirty`
+/// (the direction), unmapped only here; the device
 /// no longer uses it (it invalidated the page, destroyed the region, or was stopped); and the
 /// page is still the process's (an invalidation of it is in progress or has not begun).
 pub(crate) unsafe fn odp_dma_unmap(dev: &Device, dma: u64, pfn: u64, dirty: bool) {
@@ -689,7 +711,7 @@ impl Drop for OdpNotifier {
 }
 
 // SAFETY: The notifier is usable from any thread; the kernel serialises its tree, and the shim's
-// `inserted` flag is written only by `remove`/`drop`, which the region's teardown runs once.
+// `inserted` flag is read and written only under the notifier's own mutex (`remove`, `drop`).
 unsafe impl Send for OdpNotifier {}
 // SAFETY: See above; `fault` and `retry` may run concurrently.
 unsafe impl Sync for OdpNotifier {}
@@ -703,9 +725,19 @@ unsafe impl Sync for OdpNotifier {}
 pub(crate) struct OwnedQueue(NonNull<bindings::workqueue_struct>);
 
 impl OwnedQueue {
+    /// A device's ordered queue (`qhcaN_odp`): one work at a time, in order.
     pub(crate) fn new(instance: u32) -> Result<Self> {
         // SAFETY: No preconditions.
         let wq = unsafe { qhca_shim_wq_new(instance) };
+        // INVARIANT: non-null is a fresh workqueue that we own.
+        NonNull::new(wq).map(Self).ok_or(ENOMEM)
+    }
+
+    /// An unbound queue named `name`: its work items run at the same time, on any CPU.
+    pub(crate) fn new_unbound(name: &'static CStr) -> Result<Self> {
+        // SAFETY: `name` is a NUL-terminated string that lives for ever (the workqueue keeps
+        // a copy anyway).
+        let wq = unsafe { qhca_shim_wq_new_unbound(name.as_char_ptr()) };
         // INVARIANT: non-null is a fresh workqueue that we own.
         NonNull::new(wq).map(Self).ok_or(ENOMEM)
     }

@@ -25,6 +25,7 @@ use crate::{
     cmdq::Cmd,
     context::Ctx,
     device::QhcaDevice,
+    limits::Pool,
     odp::OdpMr,
     pagelist::{span_pages, PageList},
     shim::{EventFd, Umem},
@@ -212,6 +213,18 @@ impl Verbs<'_> {
         self.dev.with_bound(|bound| f(bound, &mut self.objs.lock()))
     }
 
+    /// Runs `f` (which creates one object of `pool`) with it charged to the context's user,
+    /// given back if `f` fails.
+    ///
+    /// # Errors
+    ///
+    /// `EDQUOT` if the user holds its share of the device's pool already (see
+    /// [`crate::limits`]), or what `f` returns.
+    fn charged<R>(&self, pool: Pool, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        self.ctx.quota.charge(self.dev, pool, 1)?;
+        f().inspect_err(|_| self.ctx.quota.uncharge(pool, 1))
+    }
+
     /// Runs a create command and checks the handle the device returned. An unusable handle
     /// means a broken device, which may still use the object's memory: it is stopped before
     /// the caller frees that memory.
@@ -229,7 +242,7 @@ impl Verbs<'_> {
         a.handle = self.locked(|_, objs| {
             objs.pds.reserve(1, GFP_KERNEL)?;
             let cmd = Cmd::new(uapi::QHCA_CMD_ALLOC_PD).input(0, self.uar.into());
-            let pdn = self.create(cmd, "pdn")?;
+            let pdn = self.charged(Pool::Pds, || self.create(cmd, "pdn"))?;
             objs.pds.push(pdn, GFP_KERNEL)?;
             Ok(pdn)
         })?;
@@ -288,26 +301,42 @@ impl Verbs<'_> {
                 if let Some(res) = closed {
                     res?;
                     objs.mrs.retain(|m| m.key != h);
+                    self.ctx.quota.uncharge(Pool::Mrs, 1);
                     return Ok(0);
                 }
             }
             // DEREG_MR of a region with windows bound to it: the device says BAD_STATE (EBUSY)
             // unless the flags tell it to unbind them.
             destroy_in_device(self.dev, self.uar, op, h, flags)?;
-            match op {
-                uapi::QHCA_CMD_DEALLOC_PD => objs.pds.retain(|p| *p != h),
-                uapi::QHCA_CMD_DEREG_MR => objs.mrs.retain(|m| m.key != h),
-                uapi::QHCA_CMD_DEALLOC_MW => objs.mws.retain(|w| !w.named_by(h)),
-                uapi::QHCA_CMD_DESTROY_AH => objs.ahs.retain(|x| x.ah != h),
+            let pool = match op {
+                uapi::QHCA_CMD_DEALLOC_PD => {
+                    objs.pds.retain(|p| *p != h);
+                    Pool::Pds
+                }
+                uapi::QHCA_CMD_DEREG_MR => {
+                    objs.mrs.retain(|m| m.key != h);
+                    Pool::Mrs
+                }
+                uapi::QHCA_CMD_DEALLOC_MW => {
+                    objs.mws.retain(|w| !w.named_by(h));
+                    Pool::Mws
+                }
+                uapi::QHCA_CMD_DESTROY_AH => {
+                    objs.ahs.retain(|x| x.ah != h);
+                    Pool::Ahs
+                }
                 uapi::QHCA_CMD_DESTROY_CQ => {
                     self.ctx.remove_cq(h);
                     objs.cqs.retain(|c| c.cqn != h);
+                    Pool::Cqs
                 }
                 _ => {
                     self.ctx.remove_qp(h);
                     objs.qps.retain(|q| q.qpn != h);
+                    Pool::Qps
                 }
-            }
+            };
+            self.ctx.quota.uncharge(pool, 1);
             Ok(0)
         })
     }
@@ -371,7 +400,7 @@ impl Verbs<'_> {
                 pages_addr: list.dma_address().to_le(),
             };
             let cmd = Cmd::new(uapi::QHCA_CMD_REG_MR).input_struct(&args);
-            let key = self.create(cmd, "key")?;
+            let key = self.charged(Pool::Mrs, || self.create(cmd, "key"))?;
             objs.mrs.push(
                 Mr {
                     key,
@@ -409,7 +438,7 @@ impl Verbs<'_> {
             position(&objs.pds, |&p| p == a.pdn)?;
             objs.mrs.reserve(1, GFP_KERNEL)?;
             mem.map_pages(bound)?;
-            let key = mr.register(bound, a.pdn, access, mem, seq)?;
+            let key = self.charged(Pool::Mrs, || mr.register(bound, a.pdn, access, mem, seq))?;
             // Cannot fail: room was reserved above.
             objs.mrs.push(
                 Mr {
@@ -457,7 +486,7 @@ impl Verbs<'_> {
         self.locked(|_, objs| {
             position(&objs.pds, |&p| p == a.pdn)?;
             objs.mrs.reserve(1, GFP_KERNEL)?;
-            let key = mr.register(self.dev)?;
+            let key = self.charged(Pool::Mrs, || mr.register(self.dev))?;
             // Cannot fail: room was reserved above.
             objs.mrs.push(
                 Mr {
@@ -542,7 +571,7 @@ impl Verbs<'_> {
                 ..Default::default()
             };
             let cmd = Cmd::new(uapi::QHCA_CMD_CREATE_CQ).input_struct(&args);
-            let cqn = self.create(cmd, "cqn")?;
+            let cqn = self.charged(Pool::Cqs, || self.create(cmd, "cqn"))?;
             // Neither can fail: room was reserved above.
             self.ctx.add_cq(cqn, efd)?;
             objs.cqs.push(Cq { cqn, _mem: mem }, GFP_KERNEL)?;
@@ -702,6 +731,18 @@ impl Objects {
         }
         while let Some(pd) = self.pds.pop() {
             gone(uapi::QHCA_CMD_DEALLOC_PD, pd);
+        }
+        // Everything is gone (or leaked to a device that is stopped or broken): the user's
+        // share comes back. (ODP regions gave back their chunks as they closed.)
+        for pool in [
+            Pool::Qps,
+            Pool::Ahs,
+            Pool::Cqs,
+            Pool::Mws,
+            Pool::Mrs,
+            Pool::Pds,
+        ] {
+            ctx.quota.uncharge(pool, u32::MAX);
         }
     }
 }

@@ -239,39 +239,31 @@ impl OdpMr {
         Ok(())
     }
 
-    /// `ADVISE_MR` without the flag: queues the prefetch for the worker.
+    /// `ADVISE_MR` without the flag: queues the prefetch with the region's context, whose
+    /// fault service runs it a step at a time.
     ///
     /// # Errors
     ///
-    /// `EAGAIN` if too many are queued, `ENODEV` once the device is shut down.
+    /// `EAGAIN` if the context has too many queued, `ENODEV` once the device is shut down.
     pub(crate) fn prefetch_async(
         self: &Arc<Self>,
-        dev: &Arc<QhcaDevice>,
+        dev: &QhcaDevice,
         addr: u64,
         len: u64,
         write: bool,
     ) -> Result {
-        add(&dev.odp.stats.prefetches, 1);
-        {
-            // Room first, unlocked: `kick` takes the queue from invalidations.
-            crate::context::reserve_unlocked(&dev.odp.prefetches, |p| p)?;
-            let mut p = dev.odp.prefetches.lock();
-            if p.len() >= MAX_QUEUED_PREFETCHES {
-                return Err(EAGAIN);
-            }
-            if dev.odp.wq.lock().is_none() {
-                return Err(ENODEV);
-            }
-            let job = Prefetch {
-                mr: self.clone(),
-                addr,
-                len,
-                write,
-            };
-            // Another prefetch took the room meanwhile: the caller may try again.
-            p.push_within_capacity(job).map_err(|_| EAGAIN)?;
+        if dev.odp.is_closed() {
+            return Err(ENODEV);
         }
-        dev.odp.kick(dev);
+        add(&dev.odp.stats.prefetches, 1);
+        let job = Prefetch {
+            mr: self.clone(),
+            addr,
+            len,
+            write,
+        };
+        self.ctx.faults.push_prefetch(job)?;
+        service::kick(&self.ctx);
         Ok(())
     }
 
@@ -290,6 +282,8 @@ impl OdpMr {
         }
         let notifier = self.notifier.as_ref().ok_or(ENOENT)?;
         let mut pages = KVec::from_elem(FaultedPage::default(), n, GFP_KERNEL)?;
+        // Pages whose mapping went from read-only to both ways in one step: (index, old DMA).
+        let mut upgraded: KVec<(usize, u64)> = KVec::with_capacity(n, GFP_KERNEL)?;
         for _ in 0..MAX_RETRIES {
             if self.state.lock().dead {
                 return Err(ENOENT);
@@ -318,6 +312,8 @@ impl OdpMr {
                 }
                 for (k, node) in spare.iter_mut().filter_map(Option::take) {
                     if st.chunks.get(&k).is_none() {
+                        // A chunk of the device's translations: the user's share first.
+                        self.ctx.quota.charge(dev, Pool::OdpChunks, 1)?;
                         st.chunks.insert(node);
                     }
                 }
@@ -342,13 +338,29 @@ impl OdpMr {
                             res = Err(EIO);
                             break;
                         }
-                        e.bits |= u64::from(writable) << 1;
+                        if writable && !e.writable() {
+                            // Mapped for the device to read only; now it may write: a mapping
+                            // both ways, and the old one goes once the device has the new.
+                            // SAFETY: as below.
+                            match unsafe { notifier.dma_map(bound, *page, true) } {
+                                Ok(dma) => {
+                                    // Room: at most one per page of the step.
+                                    let _ = upgraded.push_within_capacity((i, e.dma));
+                                    e.dma = dma;
+                                    e.bits |= 2;
+                                }
+                                Err(err) => {
+                                    res = Err(err);
+                                    break;
+                                }
+                            }
+                        }
                     } else {
                         // SAFETY: `page` came from `notifier.fault` with sequence `seq`, which
                         // `retry` just found current under `state`, the lock this region's
                         // invalidations take; we still hold it, and the record below makes the
                         // next invalidation of the page unmap it first.
-                        match unsafe { notifier.dma_map(bound, *page) } {
+                        match unsafe { notifier.dma_map(bound, *page, writable) } {
                             Ok(dma) => {
                                 *e = Entry {
                                     dma,
@@ -373,15 +385,41 @@ impl OdpMr {
                 }
                 add(&dev.odp.stats.pages_mapped, added);
                 MAPPED_PAGES.add(added as i64, Relaxed);
+                let res = res.and_then(|()| {
+                    let mailbox: Coherent<[u64]> = mailbox.into();
+                    let cmd = Cmd::new(uapi::QHCA_CMD_MAP_ODP)
+                        .input(0, self.uar.into())
+                        .input(1, self.key().into())
+                        .input(2, first)
+                        .input(3, n as u64)
+                        .input(4, mailbox.dma_address());
+                    dev.exec_no_report(cmd).map(drop)
+                });
+                // The pages mapped both ways now: the device has the new mappings (MAP_ODP
+                // completed), so the old ones go; or it never got them (an error before, a
+                // refused MAP_ODP) or uses nothing any more (stopped), so the new ones go and
+                // the record keeps the old.
+                for &(i, old) in upgraded.iter() {
+                    let vpn = first + i as u64;
+                    let Some(chunk) = st.chunks.get_mut(&(vpn / CHUNK as u64)) else {
+                        continue;
+                    };
+                    let e = &mut chunk.pages[(vpn % CHUNK as u64) as usize];
+                    let (gone, writable) = if res.is_ok() {
+                        (old, false)
+                    } else {
+                        let new = core::mem::replace(&mut e.dma, old);
+                        e.bits &= !2;
+                        (new, true)
+                    };
+                    // SAFETY: `gone` is a live mapping of `e.pfn()` made by `dma_map` with
+                    // `writable` and recorded nowhere else now; the device does not use it
+                    // (see above); the page is still the process's: we hold the lock its
+                    // invalidation takes, and no invalidation began since the fault.
+                    unsafe { shim::odp_dma_unmap(dev.dev(), gone, e.pfn(), writable) };
+                }
+                upgraded.clear();
                 res?;
-                let mailbox: Coherent<[u64]> = mailbox.into();
-                let cmd = Cmd::new(uapi::QHCA_CMD_MAP_ODP)
-                    .input(0, self.uar.into())
-                    .input(1, self.key().into())
-                    .input(2, first)
-                    .input(3, n as u64)
-                    .input(4, mailbox.dma_address());
-                dev.exec_no_report(cmd)?;
                 Ok(true)
             });
             dev.check_death();
@@ -416,18 +454,31 @@ impl OdpMr {
     /// Unmaps every recorded page in `[first, last]` (page numbers): first `INVALIDATE_ODP` for
     /// them (if `tell`), and if the device does not confirm, it is stopped before anything is
     /// unmapped. Called under the region's lock (`st`).
+    ///
+    /// The chunks are visited by key, each found afresh from the one after the last visited:
+    /// the range may start or end anywhere (inside a chunk, in a gap between chunks, beyond the
+    /// record), and removing an emptied chunk must not step back to an earlier one.
     fn unmap_locked(&self, st: &mut State, first: u64, last: u64, tell: bool) {
         let dev = &*self.dev;
-        let mut cursor = st.chunks.cursor_lower_bound_mut(&(first / CHUNK as u64));
-        while let Some(mut cur) = cursor {
+        let per = CHUNK as u64;
+        let last_chunk = last / per;
+        let mut next = first / per;
+        while first <= last && next <= last_chunk {
+            let Some(mut cur) = st.chunks.cursor_lower_bound_mut(&next) else {
+                break;
+            };
             let (&c, chunk) = cur.current_mut();
-            let base = c * CHUNK as u64;
-            if base > last {
+            if c > last_chunk {
                 break;
             }
-            let lo = first.max(base) - base;
-            let hi = last.min(base + CHUNK as u64 - 1) - base;
-            let range = &mut chunk.pages[lo as usize..=hi as usize];
+            // `first / per <= next <= c <= last / per`: the range meets this chunk, so both
+            // bounds fall inside it.
+            let base = c * per;
+            let lo = (first.max(base) - base) as usize;
+            let hi = (last.min(base + per - 1) - base) as usize;
+            let Some(range) = chunk.pages.get_mut(lo..=hi) else {
+                break;
+            };
             let lo_m = range.iter().position(|e| e.mapped());
             let hi_m = range.iter().rposition(|e| e.mapped());
             if let (Some(a), Some(b)) = (lo_m, hi_m) {
@@ -435,7 +486,7 @@ impl OdpMr {
                     let cmd = Cmd::new(uapi::QHCA_CMD_INVALIDATE_ODP)
                         .input(0, self.uar.into())
                         .input(1, self.key().into())
-                        .input(2, base + lo + a as u64)
+                        .input(2, base + (lo + a) as u64)
                         .input(3, (b - a + 1) as u64);
                     match dev.exec_no_report(cmd) {
                         Ok(_) => add(&dev.odp.stats.invalidations, 1),
@@ -451,7 +502,7 @@ impl OdpMr {
                         }
                     }
                 }
-                let mut gone = 0u64;
+                let mut gone = 0usize;
                 for e in range[a..=b].iter_mut().filter(|e| e.mapped()) {
                     // SAFETY: `e` records a live mapping of `e.pfn()` for this device, made by
                     // `map` and unmapped only here, where it is cleared; the device no longer
@@ -462,17 +513,16 @@ impl OdpMr {
                     *e = Entry::default();
                     gone += 1;
                 }
-                chunk.mapped -= gone as usize;
-                add(&dev.odp.stats.pages_unmapped, gone);
+                chunk.mapped = chunk.mapped.saturating_sub(gone);
+                add(&dev.odp.stats.pages_unmapped, gone as u64);
                 MAPPED_PAGES.fetch_sub(gone as i64, Relaxed);
             }
-            cursor = if chunk.mapped == 0 {
-                let (next, node) = cur.remove_current();
-                drop(node);
-                next
-            } else {
-                cur.move_next()
-            };
+            if chunk.mapped == 0 {
+                drop(cur.remove_current().1);
+                self.ctx.quota.uncharge(Pool::OdpChunks, 1);
+            }
+            // `c <= u64::MAX / per`: no overflow.
+            next = c + 1;
         }
     }
 

@@ -6,7 +6,7 @@
 //! is destroyed at close, after the QPs that could send through it and before its PD.
 
 use super::{position, Verbs};
-use crate::{cmdq::Cmd, uapi};
+use crate::{cmdq::Cmd, limits::Pool, uapi};
 use kernel::{
     prelude::*,
     transmute::{AsBytes, FromBytes},
@@ -115,7 +115,7 @@ impl Verbs<'_> {
                 attr: av_to_le(&a.attr),
             };
             let cmd = Cmd::new(uapi::QHCA_CMD_CREATE_AH).input_struct(&args);
-            let ah = self.create(cmd, "ah")?;
+            let ah = self.charged(Pool::Ahs, || self.create(cmd, "ah"))?;
             // Cannot fail: room was reserved above.
             objs.ahs.push(Ah { ah, pdn: a.pdn }, GFP_KERNEL)?;
             Ok(ah)

@@ -5,7 +5,7 @@
 //! and the PD, so that the PD stays busy and the window is freed at close.
 
 use super::{position, read_arg, write_arg, Verbs};
-use crate::{cmdq::Cmd, uapi};
+use crate::{cmdq::Cmd, limits::Pool, uapi};
 use kernel::prelude::*;
 
 /// A memory window: the key as allocated (binds change its tag, not its index).
@@ -46,7 +46,7 @@ impl Verbs<'_> {
                 .input(0, self.uar.into())
                 .input(1, a.pdn.into())
                 .input(2, a.type_.into());
-            let key = self.create(cmd, "key")?;
+            let key = self.charged(Pool::Mws, || self.create(cmd, "key"))?;
             if key & uapi::QHCA_MW_KEY_FLAG == 0 {
                 // Not a window's key: a region's could be dereferenced through it.
                 dev_err!(self.dev.dev(), "device returned window key {:#x}\n", key);

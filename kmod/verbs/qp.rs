@@ -9,6 +9,7 @@ use super::{
 };
 use crate::{
     cmdq::Cmd,
+    limits::Pool,
     pagelist::{span_pages, PageList},
     shim::Umem,
     uapi,
@@ -112,7 +113,7 @@ impl Verbs<'_> {
                 pages_addr: list.dma_address().to_le(),
             };
             let cmd = Cmd::new(uapi::QHCA_CMD_CREATE_QP).input_struct(&args);
-            let qpn = self.create(cmd, "qpn")?;
+            let qpn = self.charged(Pool::Qps, || self.create(cmd, "qpn"))?;
             // Neither can fail: room was reserved above.
             self.ctx.add_qp(qpn)?;
             let qp = Qp {

@@ -121,6 +121,10 @@ pub fn destructive_cases() -> Vec<Case<Config>> {
             name: "perf_exits_on_removal",
             run: removal::perf_exits_on_removal,
         },
+        Case {
+            name: "unbind_with_a_stalled_fault",
+            run: crate::verbs::odp_stall::unbind_with_a_stalled_fault,
+        },
         // Last: it leaks pinned pages on purpose.
         Case {
             name: "refused_destroy_leaks",

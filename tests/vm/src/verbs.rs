@@ -25,9 +25,12 @@ use qhca::{
 
 mod data;
 mod lifecycle;
+mod limits;
 mod mw;
 mod odp;
 mod odp_changes;
+pub(crate) mod odp_stall;
+mod odp_storm;
 mod port;
 pub(crate) mod process;
 mod protection;
@@ -100,6 +103,13 @@ pub fn cases() -> Vec<Case<Config>> {
         odp_changes::verbs_odp_fork_cow,
         odp_changes::verbs_odp_advise_prefetch,
         odp_changes::verbs_odp_kill_while_faulting,
+        odp_storm::verbs_odp_invalidate_last_chunk,
+        odp_storm::verbs_odp_storm_writes,
+        odp_storm::verbs_odp_storm_reads_atomics,
+        odp_storm::verbs_odp_storm_threads,
+        odp_storm::verbs_odp_storm_fork_munmap,
+        odp_stall::verbs_odp_stalled_fault_delays_no_one,
+        limits::verbs_limits_per_user,
         watch::verbs_watch_revokes_on_munmap,
         watch::verbs_watch_revokes_only_the_pages_that_went,
         rcache::verbs_rcache_hits_and_misses,

@@ -18,12 +18,19 @@
 //!    another process: one that spins on a CPU (what any busy neighbour costs when the guest's
 //!    vCPUs are the host's only cores), one writing into pinned memory in a loop, one writing into
 //!    on-demand memory whose pages it drops after every round (every message faults).
+//! 4. Fault service isolation: 64 faults one at a time (a 4 KiB WRITE into an untouched page of
+//!    an on-demand target, posted once the one before completed), post to completion, median and
+//!    p99, alone, beside the faulting writer, and beside a process whose own fault never ends
+//!    (`--neighbour stalled`: its region lies over a FUSE file whose daemon never answers a read,
+//!    so the driver's fault for it waits for ever; needs root, for the mount).
 //!
 //! The fault service time (event to RESUME) is measured by the device's trace events, not here:
 //! see `scripts/qhca-odp-faults.py`.
 
 #[path = "../common/bench.rs"]
 mod bench;
+#[path = "../common/stall.rs"]
+mod stall;
 #[path = "../common/tsc.rs"]
 mod tsc;
 
@@ -39,6 +46,7 @@ use qhca::{Access, Advice, Context, CtxStats, Pd, SendWr, WrOp};
 
 const USAGE: &str = "\
 Usage: qhca-odp-bench [-s SIZE] [-n COUNT] [-r REG_BYTES] [-d DEV]
+       qhca-odp-bench --neighbour spinning|pinned|faulting|stalled [-s SIZE] [-d DEV]
   -s SIZE       bytes per RDMA WRITE (default 64k; k/M/G suffixes)
   -n COUNT      messages per stream (default 256)
   -r REG_BYTES  size of the reg_mr comparison (default 1G)
@@ -75,6 +83,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                     "spinning" => Neighbour::Spinning,
                     "pinned" => Neighbour::Pinned,
                     "faulting" => Neighbour::Faulting,
+                    "stalled" => Neighbour::Stalled,
                     _ => return Err("bad --neighbour".into()),
                 })
             }
@@ -151,7 +160,7 @@ fn delta(a: &CtxStats, b: &CtxStats) -> String {
     )
 }
 
-/// What the neighbour of [`isolation`]'s streamer does.
+/// What the neighbour of [`isolation`]'s streamer (and of [`fault_isolation`]) does.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Neighbour {
     Idle,
@@ -163,6 +172,9 @@ enum Neighbour {
     /// The same into an on-demand target whose pages it drops after every round, so that every
     /// message faults at the responder.
     Faulting,
+    /// One WRITE into an on-demand region over a FUSE file whose daemon never answers a read
+    /// ([`stall`]): the driver's fault for it waits until the process ends.
+    Stalled,
 }
 
 /// `--neighbour MODE` (run by [`beside`] in a process of its own, so that the streamer shares
@@ -173,19 +185,97 @@ enum Neighbour {
 /// The neighbour is set up: says `ready` to [`beside`], and returns the flag that its stdin
 /// closing (the end of the measurement) sets.
 fn neighbour_ready() -> Result<Arc<AtomicBool>, String> {
+    let stop = watch_stdin();
+    say_ready()?;
+    Ok(stop)
+}
+
+/// A flag that its stdin closing (the end of the measurement) sets.
+fn watch_stdin() -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let eof = stop.clone();
     std::thread::spawn(move || {
         let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
         eof.store(true, Relaxed);
     });
-    println!("ready");
-    std::io::stdout().flush().map_err(|e| e.to_string())?;
-    Ok(stop)
+    stop
+}
+
+fn say_ready() -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready").map_err(|e| e.to_string())?;
+    out.flush().map_err(|e| e.to_string())
+}
+
+/// `--neighbour stalled`: see [`Neighbour::Stalled`]; says `ready` once the driver's fault
+/// waits for the daemon (the daemon got the read).
+fn stalled_main(o: &Opts) -> Result<(), String> {
+    let err = |e: qhca::Error| e.to_string();
+    let io = |e: std::io::Error| e.to_string();
+    // Everything that maps memory comes first: once the driver's fault waits on the file, it
+    // holds this process's mmap lock for reading, so a new thread (its stack, its malloc
+    // arena) or a heap that grows would wait for ever too. (stdout's buffer is made here.)
+    let _ = std::io::stdout().lock();
+    let fs = stall::Stall::mount().map_err(|e| format!("mounting the FUSE file system: {e}"))?;
+    let f = std::fs::File::open(fs.file()).map_err(io)?;
+    let len = stall::FILE_LEN as usize;
+    // SAFETY: a fresh private mapping of our own file at an address the kernel chooses; only
+    // the device touches it (through the region below): the CPU would stall on it too.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE,
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+        )
+    };
+    if map == libc::MAP_FAILED {
+        return Err(format!("mmap: {}", std::io::Error::last_os_error()));
+    }
+    // Closed now (the mapping holds the file): a close at exit would send FLUSH to a daemon
+    // that is gone already, and wait for it for ever.
+    drop(f);
+    let ctx = Arc::new(Context::open(&o.dev).map_err(err)?);
+    let pd = Pd::new(&ctx).map_err(err)?;
+    let mut p = pair(&ctx, &pd).map_err(err)?;
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    // SAFETY: nothing but the device reaches the mapping, through this key, which only our own
+    // QPs use; the region goes before the mapping (at exit).
+    let mr = unsafe { pd.reg_odp_mr_raw(map.cast(), len, rw) }.map_err(err)?;
+    let src = pd.reg_mr_buf(64, Access::LOCAL_WRITE).map_err(err)?;
+    let op = WrOp::Write {
+        raddr: mr.addr(),
+        rkey: mr.rkey(),
+    };
+    p.a.post_send(&[SendWr::new(1, op, &[src.sge(0, 64)])])
+        .map_err(|e| e.to_string())?;
+    fs.reads
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .map_err(|_| "the fault never reached the FUSE file".to_string())?;
+    say_ready()?;
+    // Until stdin closes: a raw read into the stack, which allocates nothing.
+    let mut buf = [0u8; 64];
+    // SAFETY: reads at most `buf.len()` bytes into our own stack buffer.
+    while unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+    let faults = ctx.query_ctx().map_err(err)?.odp_resp_faults;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "faults {faults}").and_then(|()| out.flush());
+    // No destructor or exit handler runs (`_exit`): unmapping anything, a large free
+    // included, would wait for the mmap lock the stalled fault holds. The process's end closes
+    // the daemon's /dev/fuse, which fails the read, and the driver cleans up after it; the
+    // mount is detached first.
+    stall::unmount(&stall::dir_of(std::process::id()));
+    // SAFETY: ends the process at once; stdout was flushed above.
+    unsafe { libc::_exit(0) }
 }
 
 fn neighbour_main(o: &Opts, which: Neighbour) -> Result<(), String> {
     let err = |e: qhca::Error| e.to_string();
+    if which == Neighbour::Stalled {
+        return stalled_main(o);
+    }
     if which == Neighbour::Spinning {
         let stop = neighbour_ready()?;
         while !stop.load(Relaxed) {
@@ -253,38 +343,13 @@ fn neighbour_main(o: &Opts, which: Neighbour) -> Result<(), String> {
 /// neighbour's responder faults.
 fn beside(o: &Opts, which: Neighbour) -> Result<(f64, u64), String> {
     let err = |e: qhca::Error| e.to_string();
-    let io = |e: std::io::Error| e.to_string();
     let ctx = Arc::new(Context::open(&o.dev).map_err(err)?);
     let pd = Pd::new(&ctx).map_err(err)?;
     let mut p = pair(&ctx, &pd).map_err(err)?;
     let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
     let src = pd.reg_mr_buf(o.size, Access::LOCAL_WRITE).map_err(err)?;
     let dst = pd.reg_mr_buf(o.size * 16, rw).map_err(err)?;
-    let mode = match which {
-        Neighbour::Idle => None,
-        Neighbour::Spinning => Some("spinning"),
-        Neighbour::Pinned => Some("pinned"),
-        Neighbour::Faulting => Some("faulting"),
-    };
-    let mut child = match mode {
-        None => None,
-        Some(m) => {
-            let mut c = Command::new(std::env::current_exe().map_err(io)?)
-                .args(["--neighbour", m, "-d", &o.dev, "-s", &o.size.to_string()])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .map_err(io)?;
-            let mut out = BufReader::new(c.stdout.take().ok_or("no stdout")?);
-            let mut line = String::new();
-            out.read_line(&mut line).map_err(io)?;
-            if line.trim() != "ready" {
-                let _ = c.kill();
-                return Err(format!("the neighbour said {line:?}"));
-            }
-            Some((c, out))
-        }
-    };
+    let child = spawn_neighbour(o, which)?;
     let sge = src.sge(0, o.size as u32);
     let mut runs = Vec::new();
     let mut res = Ok(());
@@ -305,21 +370,137 @@ fn beside(o: &Opts, which: Neighbour) -> Result<(f64, u64), String> {
             }
         }
     }
-    let mut faults = 0;
-    if let Some((mut c, mut out)) = child.take() {
-        drop(c.stdin.take()); // the neighbour stops
-        let mut line = String::new();
-        out.read_line(&mut line).map_err(io)?;
-        let st = c.wait().map_err(io)?;
-        faults = line
-            .trim()
-            .strip_prefix("faults ")
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| format!("the neighbour said {line:?} and ended with {st}"))?;
-    }
+    let faults = end_neighbour(child)?;
     res?;
     runs.sort_by(f64::total_cmp);
     Ok((runs[1], faults))
+}
+
+/// A neighbour process (`--neighbour`), once it said `ready`: `None` for [`Neighbour::Idle`].
+type Child = Option<(std::process::Child, BufReader<std::process::ChildStdout>)>;
+
+fn spawn_neighbour(o: &Opts, which: Neighbour) -> Result<Child, String> {
+    let io = |e: std::io::Error| e.to_string();
+    let m = match which {
+        Neighbour::Idle => return Ok(None),
+        Neighbour::Spinning => "spinning",
+        Neighbour::Pinned => "pinned",
+        Neighbour::Faulting => "faulting",
+        Neighbour::Stalled => "stalled",
+    };
+    let mut c = Command::new(std::env::current_exe().map_err(io)?)
+        .args(["--neighbour", m, "-d", &o.dev, "-s", &o.size.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(io)?;
+    let mut out = BufReader::new(c.stdout.take().ok_or("no stdout")?);
+    let mut line = String::new();
+    out.read_line(&mut line).map_err(io)?;
+    if line.trim() != "ready" {
+        let _ = c.kill();
+        let _ = c.wait();
+        return Err(format!("the {m} neighbour said {line:?}"));
+    }
+    Ok(Some((c, out)))
+}
+
+/// Stops a neighbour (closes its stdin) and returns the faults it reports.
+fn end_neighbour(child: Child) -> Result<u64, String> {
+    let io = |e: std::io::Error| e.to_string();
+    let Some((mut c, mut out)) = child else {
+        return Ok(0);
+    };
+    drop(c.stdin.take());
+    let mut line = String::new();
+    out.read_line(&mut line).map_err(io)?;
+    let st = c.wait().map_err(io)?;
+    line.trim()
+        .strip_prefix("faults ")
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("the neighbour said {line:?} and ended with {st}"))
+}
+
+/// `n` faults one at a time: a 4 KiB WRITE into an untouched page of an on-demand target, each
+/// posted once the one before completed; post-to-completion times in µs, sorted.
+fn fault_times(o: &Opts, n: usize) -> Result<Vec<f64>, String> {
+    let err = |e: qhca::Error| e.to_string();
+    let ctx = Arc::new(Context::open(&o.dev).map_err(err)?);
+    let pd = Pd::new(&ctx).map_err(err)?;
+    let mut p = pair(&ctx, &pd).map_err(err)?;
+    let page = 4096;
+    let src = pd.reg_mr_buf(page, Access::LOCAL_WRITE).map_err(err)?;
+    let dst = pd
+        .reg_odp_buf(n * page, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .map_err(err)?;
+    let sge = [src.sge(0, page as u32)];
+    let s0 = ctx.query_ctx().map_err(err)?;
+    let mut times = Vec::with_capacity(n);
+    let mut wc = [qhca::Wc::default(); 1];
+    for i in 0..n {
+        let op = WrOp::Write {
+            raddr: dst.addr() + (i * page) as u64,
+            rkey: dst.rkey(),
+        };
+        let t = Instant::now();
+        p.a.post_send(&[SendWr::new(i as u64, op, &sge)])
+            .map_err(|e| e.to_string())?;
+        loop {
+            if p.cq_a.poll(&mut wc) == 1 {
+                break;
+            }
+            if t.elapsed().as_secs() > 30 {
+                return Err(format!("fault {i}: no completion in 30 s"));
+            }
+            std::hint::spin_loop();
+        }
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+        if !wc[0].status.is_ok() {
+            return Err(format!("fault {i}: {:?}", wc[0].status));
+        }
+    }
+    let s1 = ctx.query_ctx().map_err(err)?;
+    if s1.odp_resp_faults - s0.odp_resp_faults < n as u64 {
+        return Err(format!(
+            "{} faults for {n} untouched pages",
+            s1.odp_resp_faults - s0.odp_resp_faults
+        ));
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times)
+}
+
+/// Fault service isolation (issue 29): one fault at a time on its own context, alone, beside
+/// the faulting writer, and beside a process whose own fault never ends.
+fn fault_isolation(o: &Opts) -> Result<(), String> {
+    let n = 64;
+    println!(
+        "fault service: {n} faults one at a time (4 KiB WRITE into an untouched page, post to \
+         completion), own context, beside another process:"
+    );
+    for (which, what) in [
+        (Neighbour::Idle, "alone:"),
+        (Neighbour::Faulting, "beside a faulting writer:"),
+        (Neighbour::Stalled, "beside a stalled fault:"),
+    ] {
+        if which == Neighbour::Stalled && !stall::available() {
+            println!("  {what:<31}skipped: no FUSE in this kernel");
+            continue;
+        }
+        let child = spawn_neighbour(o, which)?;
+        let times = fault_times(o, n);
+        let faults = end_neighbour(child)?;
+        let t = times?;
+        let pct = |q: f64| t[((t.len() - 1) as f64 * q).round() as usize];
+        println!(
+            "  {what:<31}median {:>9.1} us  p99 {:>9.1} us  max {:>9.1} us  ({faults} faults \
+             of the other meanwhile)",
+            pct(0.5),
+            pct(0.99),
+            t[t.len() - 1]
+        );
+    }
+    Ok(())
 }
 
 /// Isolation (seed 003): a streamer's throughput alone, and beside another process that
@@ -422,7 +603,8 @@ fn run(o: &Opts) -> Result<(), String> {
         };
         println!("  {what:<31}{bw:>10.1} MB/s  ({})", delta(&s0, &s1));
     }
-    isolation(o)
+    isolation(o)?;
+    fault_isolation(o)
 }
 
 fn main() -> ExitCode {

@@ -415,6 +415,7 @@ pub fn helper_main(cmd: &str, args: &[String]) -> i32 {
         "__verbs_peer" => peer_main(Path::new(dev)),
         "__verbs_traffic" => traffic_main(Path::new(dev)),
         "__verbs_odp_fault" => super::odp_changes::odp_fault_main(Path::new(dev)),
+        "__verbs_limits" => super::limits::limits_main(Path::new(dev)),
         "__verbs_rcache" => super::rcache::rcache_churn_main(Path::new(dev)),
         _ => Err(qhca::Error::Invalid {
             what: format!("unknown helper {cmd}"),
