@@ -196,10 +196,23 @@ void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
         timer_del(qp->timer);
         qhca_engine_schedule(s, qp);
     }
-    if (psn_diff(pkt->psn, qhca_req_slot(qp, qp->sq.ci)->first_psn) < 0 ||
-        psn_diff(pkt->psn, qp->sq_psn) >= 0) {
+    if (!qhca_req_psn_sent(qp, pkt->psn)) {
+        if (psn_diff(pkt->psn, qhca_req_slot(qp, qp->sq.ci)->first_psn) < 0 ||
+            psn_diff(pkt->psn, qp->sq_psn) >= 0) {
+            trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
+                                "PSN outside the messages in flight");
+            return;
+        }
+        /*
+         * Assigned to a message but not sent: no responder can have seen
+         * it.  Taken, it would complete the message or move the requester
+         * past packets that never went out.
+         */
         trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
-                            "PSN outside the messages in flight");
+                            "answer for a PSN not sent yet");
+        qemu_log_mask(LOG_GUEST_ERROR, "qhca: QP 0x%x: answer (opcode 0x%x)"
+                      " for PSN 0x%x, which has not been sent, dropped\n",
+                      qhca_qpn(s, qp), pkt->opcode, pkt->psn);
         return;
     }
 

@@ -1,0 +1,292 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! The RC transport against a peer that duplicates, reorders, replays or lies (issue 29,
+//! finding 7): the test is the far end of the port's `-netdev dgram` (`qhca_qtest::roce`), as
+//! in `roce.rs`, and sends the device answers no honest responder could have sent: an ACK or a
+//! NAK for a packet that has not gone out. They complete nothing and move nothing.
+//!
+//! Packets that must not go out yet are held back by on-demand paging: a WRITE whose second
+//! page is not mapped sends its first packet and waits for RESUME with the rest of its PSNs
+//! assigned. The virtual clock stands still while the test listens, so no ACK timeout muddles
+//! what is counted.
+
+use std::time::Duration;
+
+use qhca_qtest::abi::*;
+use qhca_qtest::port::*;
+use qhca_qtest::roce::*;
+use qhca_qtest::verbs::*;
+use qhca_qtest::Hca;
+
+const DEV_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0xaa, 0x00, 0x01];
+const PEER_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0xaa, 0x00, 0x02];
+const DEV_IP: [u8; 4] = [10, 7, 0, 1];
+const PEER_IP: [u8; 4] = [10, 7, 0, 2];
+const DEV: ([u8; 6], [u8; 4]) = (DEV_MAC, DEV_IP);
+const PEER: ([u8; 6], [u8; 4]) = (PEER_MAC, PEER_IP);
+/// The QP the test plays.
+const PEER_QPN: u32 = 0x123;
+/// Both directions' first PSN.
+const PSN: u32 = 0x100;
+/// Path MTU 256 (`path_mtu` 8): a 768-byte message is three packets.
+const MTU: usize = 256;
+/// An on-demand region's virtual addresses (MAP_ODP points them at test RAM).
+const VA: u64 = 0x7f12_3400_0000;
+/// How long a frame the device owes may take (real time).
+const WAIT: Duration = Duration::from_secs(3);
+/// How long the test listens to conclude that nothing (more) comes.
+const QUIET: Duration = Duration::from_millis(150);
+
+const SYN_ACK: u8 = 0x1f;
+const SYN_RNR: u8 = 0x20;
+const SYN_NAK_PSN: u8 = 0x60;
+const SYN_NAK_REM_ACCESS: u8 = 0x62;
+
+/// A device on a netdev whose other end is the test, with one RC QP connected to the test's
+/// (the test's MAC already known to it).
+struct W {
+    h: Hca,
+    peer: Peer,
+    m: Mem,
+    uar: u32,
+    pdn: u32,
+    cq: Cq,
+    qp: Qp,
+    /// Events that came while a command was waited for (page faults, QP_ERR).
+    events: Vec<qhca_eqe>,
+}
+
+/// Path MTU 256, retry_cnt 7, an ACK timeout of 4.3 s (virtual; no retransmission while the
+/// test looks), `max_dest_rd_atomic` as given (0: the device's 16).
+fn params(max_dest_rd_atomic: u8) -> ConnParams {
+    ConnParams {
+        access: QHCA_ACCESS_REMOTE_WRITE | QHCA_ACCESS_REMOTE_READ | QHCA_ACCESS_REMOTE_ATOMIC,
+        path_mtu: 8,
+        timeout: 20,
+        retry_cnt: 7,
+        max_dest_rd_atomic,
+        av: Some(AhAttr::from_to(1, v4_gid(PEER_IP))),
+        ..Default::default()
+    }
+}
+
+fn world(max_dest_rd_atomic: u8) -> W {
+    let peer = Peer::new();
+    let netdev = peer.netdev("n0");
+    let props = format!("num-uars=8,netdev=n0,mac={}", mac_str(DEV_MAC));
+    let mut h = Hca::start_with(&props, &["-netdev", &netdev]);
+    h.bring_up(5, 6);
+    add_ipv4(&mut h, 1, DEV_IP);
+    let mut m = Mem::default();
+    let uar = h.alloc_uar().1 as u32;
+    let (_, pdn) = alloc_pd(&mut h, uar);
+    let (_, cq) = create_cq(&mut h, &mut m, uar, 8);
+    let (st, qp) = create_qp(&mut h, &mut m, uar, pdn, cq.cqn, cq.cqn, &QpCaps::default());
+    assert_eq!(st, QHCA_CMD_OK);
+    bring_to_rts(&mut h, &qp, PEER_QPN, PSN, &params(max_dest_rd_atomic));
+    // The test asks who has 10.7.0.1: the device answers and learns the test's MAC.
+    let q = Arp::request(PEER_MAC, PEER_IP, DEV_IP);
+    peer.send(&q.encode());
+    let f = peer.recv(WAIT).expect("an ARP reply");
+    assert_eq!(Arp::parse(&f), Ok(Arp::reply_to(&q, DEV_MAC)), "{f:02x?}");
+    W {
+        h,
+        peer,
+        m,
+        uar,
+        pdn,
+        cq,
+        qp,
+        events: Vec::new(),
+    }
+}
+
+impl W {
+    /// The next frame from the device, a RoCEv2 one for the test's QP.
+    fn expect_pkt(&self) -> Pkt {
+        let f = self
+            .peer
+            .recv(WAIT)
+            .expect("a RoCEv2 frame from the device");
+        let p = Pkt::parse(&f).unwrap_or_else(|e| panic!("frame from the device: {e}: {f:02x?}"));
+        assert_eq!(p.dest_qpn, PEER_QPN, "{p:?}");
+        p
+    }
+
+    fn expect_nothing(&self, what: &str) {
+        if let Some(f) = self.peer.recv(QUIET) {
+            let p = Pkt::parse(&f);
+            panic!("{what}: the device sent a frame: {p:?}");
+        }
+    }
+
+    fn send(&self, p: &Pkt) {
+        self.peer.send(&p.encode());
+    }
+
+    /// A packet from the test's QP to the device's.
+    fn pkt(&self, opcode: u8, psn: u32) -> Pkt {
+        Pkt::new(PEER, DEV, opcode, self.qp.qpn, psn)
+    }
+
+    /// An ACK packet (ACK, RNR NAK or NAK by its syndrome) for `psn`.
+    fn ack(&self, psn: u32, syndrome: u8) -> Pkt {
+        let mut p = self.pkt(op::ACK, psn);
+        p.aeth = Some(Aeth { syndrome, msn: 1 });
+        p
+    }
+
+    /// An object command (output into `out` if given), taking the events that come before its
+    /// completion: (status, data[0]).
+    fn obj(&mut self, opcode: u32, in_: [u64; 5], out: Option<(u64, u32)>) -> (u32, u64) {
+        let mut c = self.h.cmd(opcode);
+        c.in_ = in_;
+        if let Some((addr, len)) = out {
+            c.out_addr = addr;
+            c.out_len = len;
+        }
+        let (e, others) = self.h.exec_amid_events(&c);
+        self.events.extend(others);
+        (e.status as u32, e.data[0])
+    }
+
+    fn qp_state(&mut self) -> u32 {
+        let out = MAILBOX + 0x1000;
+        self.h.qt.memset(out, 64, 0xee);
+        let in_ = [self.uar as u64, self.qp.qpn as u64, 0, 0, 0];
+        let st = self.obj(QHCA_CMD_QUERY_QP, in_, Some((out, 64))).0;
+        assert_eq!(st, QHCA_CMD_OK);
+        QpAttr::decode(&self.h.qt.memread(out, 64)).state as u32
+    }
+
+    // ------------------------------------------------------------ on-demand paging
+
+    /// An on-demand region over [iova, iova + len) with `access`: its key.
+    fn reg_odp(&mut self, iova: u64, len: u64, access: u32) -> u32 {
+        let b = reg_mr_bytes(
+            self.uar,
+            self.pdn,
+            iova,
+            len,
+            access | QHCA_ACCESS_ON_DEMAND,
+            0,
+            0,
+        );
+        let (st, key) = self.obj(QHCA_CMD_REG_MR, in_words(&b), None);
+        assert_eq!(st, QHCA_CMD_OK, "REG_MR on demand");
+        key as u32
+    }
+
+    /// Maps the region's pages from `va` (page aligned) onto test RAM at `ram`, writable.
+    fn map(&mut self, key: u32, va: u64, npages: u64, ram: u64) {
+        let bits = (QHCA_ODP_PRESENT | QHCA_ODP_WRITABLE) as u64;
+        let bytes: Vec<u8> = (0..npages)
+            .flat_map(|i| ((ram + i * PAGE) | bits).to_le_bytes())
+            .collect();
+        let list = self.m.alloc(&mut self.h, bytes.len() as u64);
+        self.h.qt.memwrite(list, &bytes);
+        let in_ = [self.uar as u64, key as u64, va / PAGE, npages, list];
+        let st = self.obj(QHCA_CMD_MAP_ODP, in_, None).0;
+        assert_eq!(st, QHCA_CMD_OK, "MAP_ODP");
+    }
+
+    fn resume(&mut self, token: u32) {
+        let in_ = [self.uar as u64, token as u64, QHCA_RESUME_OK as u64, 0, 0];
+        let st = self.obj(QHCA_CMD_RESUME, in_, None).0;
+        assert_eq!(st, QHCA_CMD_OK, "RESUME");
+    }
+
+    /// The one page fault the device has raised since the last look, at `va`: its token.
+    fn fault_at(&mut self, va: u64) -> u32 {
+        let mut ev = std::mem::take(&mut self.events);
+        ev.extend(take_events(&mut self.h));
+        assert_eq!(ev.len(), 1, "one event: {ev:?}");
+        let e = &ev[0];
+        assert_eq!(
+            (e.type_ as u32, e.data[0]),
+            (QHCA_EQE_PAGE_FAULT, va),
+            "{e:?}"
+        );
+        e.token
+    }
+}
+
+/// A WRITE of three packets whose first one goes out and whose last two wait for a page fault
+/// to be served (their PSNs, PSN + 1 and PSN + 2, assigned but not sent): the world, the data
+/// and the fault's token.
+fn write_stopped_by_a_fault() -> (W, Vec<u8>, u32) {
+    let mut w = world(0);
+    let key = w.reg_odp(VA, 2 * PAGE, QHCA_ACCESS_LOCAL_WRITE);
+    let ram = w.m.alloc(&mut w.h, 2 * PAGE);
+    let data = pattern(3 * MTU, 7);
+    w.h.qt.memwrite(ram + PAGE - MTU as u64, &data);
+    w.map(key, VA, 1, ram);
+    let (dst, rkey) = (0x1000_0000, 0x4242);
+    let src = VA + PAGE - MTU as u64;
+    w.qp.post_send(
+        &mut w.h,
+        &SendWr::write(src, 3 * MTU as u32, key, dst, rkey),
+    );
+    let p = w.expect_pkt();
+    assert_eq!((p.opcode, p.psn), (op::WRITE_FIRST, PSN), "{p:?}");
+    assert_eq!(p.payload, data[..MTU]);
+    let token = w.fault_at(VA + PAGE);
+    w.expect_nothing("the WRITE waits for its page");
+    // Mapped now; the rest goes out at RESUME.
+    w.map(key, VA + PAGE, 1, ram + PAGE);
+    (w, data, token)
+}
+
+/// After RESUME the rest of the WRITE goes out, all of it, and the ACK of its last PSN completes
+/// it.
+fn resume_and_finish(w: &mut W, data: &[u8], token: u32) {
+    w.resume(token);
+    let rest: Vec<(u8, u32, Vec<u8>)> = (0..2)
+        .map(|_| {
+            let p = w.expect_pkt();
+            (p.opcode, p.psn, p.payload)
+        })
+        .collect();
+    assert_eq!(
+        rest,
+        [
+            (op::WRITE_MIDDLE, PSN + 1, data[MTU..2 * MTU].to_vec()),
+            (op::WRITE_LAST, PSN + 2, data[2 * MTU..].to_vec()),
+        ]
+    );
+    w.expect_nothing("the WRITE was sent once");
+    w.send(&w.ack(PSN + 2, SYN_ACK));
+    let c = w.cq.wait(&mut w.h);
+    assert_eq!((c.wr_id, c.status as u32), (0x77, QHCA_WC_SUCCESS), "{c:?}");
+    w.cq.expect_empty(&mut w.h);
+}
+
+/// An ACK for a PSN the requester has assigned but not sent says something the responder cannot
+/// know: it completes nothing (the WQE used to complete, its last two packets never sent).
+#[test]
+fn an_ack_for_a_psn_not_yet_sent_completes_nothing() {
+    let (mut w, data, token) = write_stopped_by_a_fault();
+    w.send(&w.ack(PSN + 2, SYN_ACK));
+    w.send(&w.ack(PSN + 1, SYN_ACK));
+    w.cq.expect_empty(&mut w.h);
+    w.expect_nothing("an ACK from the future");
+    // The ACK of what did go out is taken, and completes nothing either.
+    w.send(&w.ack(PSN, SYN_ACK));
+    w.cq.expect_empty(&mut w.h);
+    assert_eq!(w.qp_state(), QHCA_QPS_RTS);
+    resume_and_finish(&mut w, &data, token);
+}
+
+/// The same for NAKs: a PSN-sequence NAK for a PSN not sent neither acknowledges the packet
+/// before it nor moves the requester past it, and a fatal NAK for one fails nothing.
+#[test]
+fn a_nak_for_a_psn_not_yet_sent_changes_nothing() {
+    let (mut w, data, token) = write_stopped_by_a_fault();
+    w.send(&w.ack(PSN + 2, SYN_NAK_PSN));
+    w.send(&w.ack(PSN + 1, SYN_NAK_REM_ACCESS));
+    w.send(&w.ack(PSN + 2, SYN_RNR | 1));
+    w.cq.expect_empty(&mut w.h);
+    w.expect_nothing("NAKs from the future");
+    assert_eq!(w.qp_state(), QHCA_QPS_RTS);
+    resume_and_finish(&mut w, &data, token);
+}
