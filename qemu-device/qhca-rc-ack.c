@@ -77,6 +77,15 @@ static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
     uint8_t kind = pkt->syndrome & QHCA_AETH_KIND_MASK;
     uint8_t code = pkt->syndrome & ~QHCA_AETH_KIND_MASK;
 
+    if (qhca_req_psn_acked(qp, pkt->psn)) {
+        /*
+         * The responder has had this packet since: a NAK that the network
+         * held back or repeated.  Resending would cost a retry for nothing.
+         */
+        trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
+                            "NAK for a PSN acknowledged since");
+        return;
+    }
     qhca_req_ack_upto(s, qp, psn_add(pkt->psn, QHCA_PSN_MASK));
     if (qp->state != QHCA_QPS_RTS || !qhca_req_outstanding(qp)) {
         return;
@@ -103,6 +112,8 @@ static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
             qp->req_rnr_naks++;
         }
         s->ctx[qp->uar].rnr_retries++;
+        /* A resend for a PSN NAK got this far: a later PSN NAK is new. */
+        qp->req_nak_retry = false;
         trace_qhca_req_rnr_wait(qhca_qpn(s, qp), qp->req_rnr_naks, ns);
         qhca_req_rewind(s, qp, pkt->psn);
         qp->req_wait = true;
@@ -122,6 +133,18 @@ static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
                                 "PSN NAK during RNR back-off, redundant");
             return;
         }
+        if (qp->req_nak_retry) {
+            /*
+             * The resend an earlier NAK asked for is under way and nothing
+             * has been acknowledged since (that would have ended it): this
+             * is that NAK again, repeated by the network (a responder NAKs
+             * a sequence error once).  As rxe, one retry per sequence
+             * error; a resend that is lost again is the ACK timer's.
+             */
+            trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
+                                "PSN NAK while its resend is under way");
+            return;
+        }
         trace_qhca_req_retry(qhca_qpn(s, qp), "PSN sequence NAK",
                              qp->req_retry_left);
         if (!qp->req_retry_left) {
@@ -130,6 +153,7 @@ static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
         }
         qp->req_retry_left--;
         qhca_req_rewind(s, qp, pkt->psn);
+        qp->req_nak_retry = true;
         qhca_engine_schedule(s, qp);
         return;
     case QHCA_NAK_INV_REQ:

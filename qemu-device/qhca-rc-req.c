@@ -45,6 +45,7 @@ static void qhca_req_arm_ack_timer(QhcaQp *qp)
 void qhca_req_progress(QhcaQp *qp)
 {
     qp->req_retry_left = qp->retry_cnt;
+    qp->req_nak_retry = false;
     if (qp->req_wait) {
         return;
     }
@@ -171,6 +172,13 @@ static uint32_t qhca_req_dist(QhcaQp *qp, uint32_t psn)
 bool qhca_req_psn_sent(QhcaQp *qp, uint32_t psn)
 {
     return qhca_req_dist(qp, psn) < qhca_req_dist(qp, qp->req_sent_psn);
+}
+
+/* psn is acknowledged already (every PSN up to req_acked_psn is). */
+bool qhca_req_psn_acked(QhcaQp *qp, uint32_t psn)
+{
+    return qhca_req_dist(qp, psn) <
+           qhca_req_dist(qp, psn_add(qp->req_acked_psn, 1));
 }
 
 /* The message in flight that psn belongs to: its SQ index and packet. */
@@ -377,6 +385,7 @@ static bool qhca_req_start(QhcaState *s, QhcaQp *qp)
         /* Nothing in flight: everything before sq_psn is acknowledged. */
         qp->req_acked_psn = psn_add(qp->sq_psn, QHCA_PSN_MASK);
         qp->req_sent_psn = qp->sq_psn;
+        qp->req_nak_retry = false;
         qp->req_retry_left = qp->retry_cnt;
         qp->req_rnr_left = qp->rnr_retry;
         qp->req_rnr_naks = 0;

@@ -444,6 +444,7 @@ struct QhcaQp {
     uint32_t req_rd_atomic;     /* READs and atomics in flight */
     bool req_wait;              /* paused until the RNR backoff timer fires */
     bool req_timer_fired;       /* the timer ran: the BH acts on it */
+    bool req_nak_retry;         /* a PSN NAK's resend, no progress since */
     uint8_t req_retry_left;
     uint8_t req_rnr_left;
     uint8_t req_rnr_naks;       /* RNR NAKs in a row for this WQE */

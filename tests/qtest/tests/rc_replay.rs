@@ -2,8 +2,10 @@
 
 //! The RC transport against a peer that duplicates, reorders, replays or lies (issue 29,
 //! finding 7): the test is the far end of the port's `-netdev dgram` (`qhca_qtest::roce`), as
-//! in `roce.rs`, and sends the device answers no honest responder could have sent: an ACK or a
-//! NAK for a packet that has not gone out. They complete nothing and move nothing.
+//! in `roce.rs`, and sends the device what a real network can deliver, the same NAK many times
+//! or late, and answers no honest responder could have sent: an ACK or a NAK for a packet that
+//! has not gone out. A healthy connection survives the first kind; the second kind completes
+//! nothing and moves nothing.
 //!
 //! Packets that must not go out yet are held back by on-demand paging: a WRITE whose second
 //! page is not mapped sends its first packet and waits for RESUME with the rest of its PSNs
@@ -30,6 +32,7 @@ const PEER_QPN: u32 = 0x123;
 const PSN: u32 = 0x100;
 /// Path MTU 256 (`path_mtu` 8): a 768-byte message is three packets.
 const MTU: usize = 256;
+const BUF_LEN: u64 = 0x4000;
 /// An on-demand region's virtual addresses (MAP_ODP points them at test RAM).
 const VA: u64 = 0x7f12_3400_0000;
 /// How long a frame the device owes may take (real time).
@@ -52,6 +55,9 @@ struct W {
     pdn: u32,
     cq: Cq,
     qp: Qp,
+    /// BUF_LEN bytes of 0xee, registered with every right.
+    buf: u64,
+    key: u32,
     /// Events that came while a command was waited for (page faults, QP_ERR).
     events: Vec<qhca_eqe>,
 }
@@ -84,6 +90,14 @@ fn world(max_dest_rd_atomic: u8) -> W {
     let (st, qp) = create_qp(&mut h, &mut m, uar, pdn, cq.cqn, cq.cqn, &QpCaps::default());
     assert_eq!(st, QHCA_CMD_OK);
     bring_to_rts(&mut h, &qp, PEER_QPN, PSN, &params(max_dest_rd_atomic));
+    let buf = m.alloc(&mut h, BUF_LEN);
+    h.qt.memset(buf, BUF_LEN as usize, 0xee);
+    let all = QHCA_ACCESS_LOCAL_WRITE
+        | QHCA_ACCESS_REMOTE_WRITE
+        | QHCA_ACCESS_REMOTE_READ
+        | QHCA_ACCESS_REMOTE_ATOMIC;
+    let (st, key) = reg_mr(&mut h, &mut m, uar, pdn, buf, BUF_LEN, all);
+    assert_eq!(st, QHCA_CMD_OK);
     // The test asks who has 10.7.0.1: the device answers and learns the test's MAC.
     let q = Arp::request(PEER_MAC, PEER_IP, DEV_IP);
     peer.send(&q.encode());
@@ -97,6 +111,8 @@ fn world(max_dest_rd_atomic: u8) -> W {
         pdn,
         cq,
         qp,
+        buf,
+        key,
         events: Vec::new(),
     }
 }
@@ -111,6 +127,18 @@ impl W {
         let p = Pkt::parse(&f).unwrap_or_else(|e| panic!("frame from the device: {e}: {f:02x?}"));
         assert_eq!(p.dest_qpn, PEER_QPN, "{p:?}");
         p
+    }
+
+    /// Every frame the device sends until it has been quiet for a while: (opcode, PSN).
+    fn drain(&self) -> Vec<(u8, u32)> {
+        self.peer
+            .drain(QUIET)
+            .iter()
+            .map(|f| {
+                let p = Pkt::parse(f).unwrap_or_else(|e| panic!("{e}: {f:02x?}"));
+                (p.opcode, p.psn)
+            })
+            .collect()
     }
 
     fn expect_nothing(&self, what: &str) {
@@ -289,4 +317,48 @@ fn a_nak_for_a_psn_not_yet_sent_changes_nothing() {
     w.expect_nothing("NAKs from the future");
     assert_eq!(w.qp_state(), QHCA_QPS_RTS);
     resume_and_finish(&mut w, &data, token);
+}
+
+/// One PSN-sequence NAK delivered eight times is one go-back-N and one retry: the duplicates,
+/// which arrive while that retry is under way, change nothing (as in rxe). It used to end in
+/// RETRY_EXC_ERR at retry_cnt 7. A NAK for a later PSN after progress is a new retry; the old
+/// NAK replayed once its PSN is acknowledged is stale.
+#[test]
+fn a_psn_nak_delivered_many_times_is_one_retry() {
+    let mut w = world(0);
+    let data = pattern(3 * MTU, 3);
+    w.h.qt.memwrite(w.buf, &data);
+    w.qp.post_send(
+        &mut w.h,
+        &SendWr::write(w.buf, 3 * MTU as u32, w.key, 0x1000_0000, 0x4242),
+    );
+    let sent = [
+        (op::WRITE_FIRST, PSN),
+        (op::WRITE_MIDDLE, PSN + 1),
+        (op::WRITE_LAST, PSN + 2),
+    ];
+    assert_eq!(w.drain(), sent);
+
+    // PSN was lost: the responder NAKs the arrival of PSN + 1; the network repeats the NAK.
+    for _ in 0..8 {
+        w.send(&w.ack(PSN, SYN_NAK_PSN));
+    }
+    assert_eq!(w.drain(), sent, "one go-back-N from PSN");
+    w.cq.expect_empty(&mut w.h);
+    assert_eq!(w.qp_state(), QHCA_QPS_RTS);
+
+    // PSN made it this time, PSN + 1 did not: a new NAK after progress, a new retry (once).
+    for _ in 0..3 {
+        w.send(&w.ack(PSN + 1, SYN_NAK_PSN));
+    }
+    assert_eq!(w.drain(), sent[1..], "one go-back-N from PSN + 1");
+    // PSN + 1 is in. The first NAK once more, late: PSN is acknowledged since; nothing to do.
+    w.send(&w.ack(PSN + 1, SYN_ACK));
+    w.send(&w.ack(PSN, SYN_NAK_PSN));
+    w.expect_nothing("a stale NAK");
+    w.cq.expect_empty(&mut w.h);
+
+    w.send(&w.ack(PSN + 2, SYN_ACK));
+    let c = w.cq.wait(&mut w.h);
+    assert_eq!(c.status as u32, QHCA_WC_SUCCESS, "{c:?}");
 }
