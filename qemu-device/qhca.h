@@ -381,6 +381,7 @@ typedef struct QhcaRdRes {
     uint32_t psn;               /* first PSN */
     uint32_t n;                 /* response packets (PSNs) */
     uint32_t next;              /* next response packet to send; n: all sent */
+    bool answered;              /* every response sent once: a replay now */
     uint32_t rkey;
     uint32_t len;
     uint64_t va;

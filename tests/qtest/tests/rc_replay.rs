@@ -3,14 +3,14 @@
 //! The RC transport against a peer that duplicates, reorders, replays or lies (issue 29,
 //! finding 7): the test is the far end of the port's `-netdev dgram` (`qhca_qtest::roce`), as
 //! in `roce.rs`, and sends the device what a real network can deliver, the same NAK many times
-//! or late, and answers no honest responder could have sent: an ACK or a NAK for a packet that
-//! has not gone out. A healthy connection survives the first kind; the second kind completes
-//! nothing and moves nothing.
+//! or late, a READ request again long after it was answered, and answers no honest responder
+//! could have sent: an ACK or a NAK for a packet that has not gone out. A healthy connection
+//! survives the first kind; the second kind completes nothing and moves nothing.
 //!
 //! Packets that must not go out yet are held back by on-demand paging: a WRITE whose second
 //! page is not mapped sends its first packet and waits for RESUME with the rest of its PSNs
-//! assigned. The virtual clock stands still while the test listens, so no ACK timeout muddles
-//! what is counted.
+//! assigned, and READ responses from a page that was invalidated wait the same way. The virtual
+//! clock stands still while the test listens, so no ACK timeout muddles what is counted.
 
 use std::time::Duration;
 
@@ -164,6 +164,14 @@ impl W {
         p
     }
 
+    /// A READ request from the test for `len` bytes at `va`.
+    fn read_req(&self, psn: u32, va: u64, rkey: u32, len: u32) -> Pkt {
+        let mut p = self.pkt(op::READ_REQUEST, psn);
+        p.ack_req = true;
+        p.reth = Some(Reth { va, rkey, len });
+        p
+    }
+
     /// An object command (output into `out` if given), taking the events that come before its
     /// completion: (status, data[0]).
     fn obj(&mut self, opcode: u32, in_: [u64; 5], out: Option<(u64, u32)>) -> (u32, u64) {
@@ -216,6 +224,12 @@ impl W {
         let in_ = [self.uar as u64, key as u64, va / PAGE, npages, list];
         let st = self.obj(QHCA_CMD_MAP_ODP, in_, None).0;
         assert_eq!(st, QHCA_CMD_OK, "MAP_ODP");
+    }
+
+    fn invalidate(&mut self, key: u32, va: u64, npages: u64) {
+        let in_ = [self.uar as u64, key as u64, va / PAGE, npages, 0];
+        let st = self.obj(QHCA_CMD_INVALIDATE_ODP, in_, None).0;
+        assert_eq!(st, QHCA_CMD_OK, "INVALIDATE_ODP");
     }
 
     fn resume(&mut self, token: u32) {
@@ -361,4 +375,114 @@ fn a_psn_nak_delivered_many_times_is_one_retry() {
     w.send(&w.ack(PSN + 2, SYN_ACK));
     let c = w.cq.wait(&mut w.h);
     assert_eq!(c.status as u32, QHCA_WC_SUCCESS, "{c:?}");
+}
+
+/// A READ request replayed after it was answered (the requester has its data and went on) is
+/// answered again, but it is not a new request: it does not take one of the responder's
+/// `max_dest_rd_atomic` resources, so the requester's next READ is not an invalid request.
+/// The replay is held in the middle by a page fault (its second page invalidated), so that the
+/// new READ arrives while it is still being answered.
+#[test]
+fn a_replayed_read_does_not_make_the_next_one_an_invalid_request() {
+    let mut w = world(1);
+    let all = QHCA_ACCESS_LOCAL_WRITE | QHCA_ACCESS_REMOTE_READ;
+    let key = w.reg_odp(VA, 2 * PAGE, all);
+    let ram = w.m.alloc(&mut w.h, 2 * PAGE);
+    let data = pattern(2 * PAGE as usize, 9);
+    w.h.qt.memwrite(ram, &data);
+    w.map(key, VA, 2, ram);
+    let n = (2 * PAGE as usize / MTU) as u32;
+
+    // READ A: 32 responses.
+    let a = w.read_req(PSN, VA, key, 2 * PAGE as u32);
+    w.send(&a);
+    let resp: Vec<u32> = w.drain().iter().map(|&(_, psn)| psn).collect();
+    assert_eq!(resp, (PSN..PSN + n).collect::<Vec<_>>());
+
+    // Replayed: answered again up to its second page, which is not there any more.
+    w.invalidate(key, VA + PAGE, 1);
+    w.send(&a);
+    let resp: Vec<u32> = w.drain().iter().map(|&(_, psn)| psn).collect();
+    assert_eq!(resp, (PSN..PSN + n / 2).collect::<Vec<_>>());
+    let token = w.fault_at(VA + PAGE);
+
+    // READ B, new, while the replay waits: accepted (its answer comes after the replay's).
+    w.h.qt.memwrite(w.buf, &[0x5a; 16]);
+    w.send(&w.read_req(PSN + n, w.buf, w.key, 16));
+    w.expect_nothing("READ B waits behind the replay; no NAK");
+    assert_eq!(w.qp_state(), QHCA_QPS_RTS);
+
+    w.map(key, VA + PAGE, 1, ram + PAGE);
+    w.resume(token);
+    let mut rest: Vec<Pkt> = (0..n / 2 + 1).map(|_| w.expect_pkt()).collect();
+    let b = rest.pop().unwrap();
+    assert_eq!(
+        rest.iter().map(|p| p.psn).collect::<Vec<_>>(),
+        (PSN + n / 2..PSN + n).collect::<Vec<_>>()
+    );
+    let replayed: Vec<u8> = rest.iter().flat_map(|p| p.payload.clone()).collect();
+    assert_eq!(replayed, data[PAGE as usize..]);
+    assert_eq!((b.opcode, b.psn), (op::READ_RESP_ONLY, PSN + n), "{b:?}");
+    assert_eq!(b.payload, [0x5a; 16]);
+    assert_eq!(b.aeth.map(|a| a.syndrome & 0xe0), Some(0), "{b:?}");
+    w.expect_nothing("all answered");
+    assert_eq!(w.qp_state(), QHCA_QPS_RTS);
+}
+
+/// The responder keeps its last 16 READs and atomics. When a new request needs the slot of the
+/// oldest while that one is being replayed for a duplicate, the replay ends there (its
+/// requester cannot be waiting for it: it would have 16 outstanding and could not have sent the
+/// 17th); if the replay was held by a page fault, the new READ is not held with it.
+#[test]
+fn a_new_read_ends_the_replay_in_the_slot_it_takes() {
+    let mut w = world(0);
+    let key = w.reg_odp(
+        VA,
+        2 * PAGE,
+        QHCA_ACCESS_LOCAL_WRITE | QHCA_ACCESS_REMOTE_READ,
+    );
+    let ram = w.m.alloc(&mut w.h, 2 * PAGE);
+    w.map(key, VA, 2, ram);
+    let n = (2 * PAGE as usize / MTU) as u32;
+    // READ 0 over both pages (32 responses), then 15 one-packet READs: 16 resources.
+    let first = w.read_req(PSN, VA, key, 2 * PAGE as u32);
+    w.send(&first);
+    assert_eq!(w.drain().len(), n as usize);
+    for i in 0..15 {
+        w.send(&w.read_req(PSN + n + i, w.buf, w.key, 8));
+        let p = w.expect_pkt();
+        assert_eq!(
+            (p.opcode, p.psn),
+            (op::READ_RESP_ONLY, PSN + n + i),
+            "{p:?}"
+        );
+    }
+    // READ 0 replayed, held by its second page.
+    w.invalidate(key, VA + PAGE, 1);
+    w.send(&first);
+    assert_eq!(w.drain().len(), n as usize / 2);
+    let token = w.fault_at(VA + PAGE);
+
+    // READ 16 takes READ 0's slot: answered now, not after RESUME.
+    let next = PSN + n + 15;
+    w.h.qt.memwrite(w.buf, &[0x3c; 8]);
+    w.send(&w.read_req(next, w.buf, w.key, 8));
+    let p = w.expect_pkt();
+    assert_eq!((p.opcode, p.psn), (op::READ_RESP_ONLY, next), "{p:?}");
+    assert_eq!(p.payload, [0x3c; 8]);
+    w.expect_nothing("the replay is over");
+    // READ 0 is forgotten: a duplicate of it gets nothing.
+    w.send(&first);
+    w.expect_nothing("a duplicate older than the resources");
+
+    // The fault's RESUME comes late: no replay goes on (an unsolicited ACK at most).
+    w.map(key, VA + PAGE, 1, ram + PAGE);
+    w.resume(token);
+    for (opcode, psn) in w.drain() {
+        assert_eq!((opcode, psn), (op::ACK, next), "after RESUME");
+    }
+    assert_eq!(w.qp_state(), QHCA_QPS_RTS);
+    w.send(&w.read_req(next + 1, w.buf, w.key, 8));
+    let p = w.expect_pkt();
+    assert_eq!((p.opcode, p.psn), (op::READ_RESP_ONLY, next + 1), "{p:?}");
 }
