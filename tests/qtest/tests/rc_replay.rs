@@ -2,10 +2,12 @@
 
 //! The RC transport against a peer that duplicates, reorders, replays or lies (issue 29,
 //! finding 7): the test is the far end of the port's `-netdev dgram` (`qhca_qtest::roce`), as
-//! in `roce.rs`, and sends the device what a real network can deliver, the same NAK many times
-//! or late, a READ request again long after it was answered, and answers no honest responder
-//! could have sent: an ACK or a NAK for a packet that has not gone out. A healthy connection
-//! survives the first kind; the second kind completes nothing and moves nothing.
+//! in `roce.rs`, and sends the device what a real network can deliver: the same NAK many times
+//! or late, a READ request again long after it was answered, READ responses twice or out of
+//! order, and answers no honest responder could have sent (an ACK or a NAK for a packet that has
+//! not gone out, READ responses out of their FIRST/MIDDLE/LAST order, longer than the path MTU,
+//! or with a NAK's syndrome). A healthy connection survives the first kind; the second kind is
+//! dropped or fails the WQE with BAD_RESP_ERR, never completes it.
 //!
 //! Packets that must not go out yet are held back by on-demand paging: a WRITE whose second
 //! page is not mapped sends its first packet and waits for RESUME with the rest of its PSNs
@@ -43,7 +45,9 @@ const QUIET: Duration = Duration::from_millis(150);
 const SYN_ACK: u8 = 0x1f;
 const SYN_RNR: u8 = 0x20;
 const SYN_NAK_PSN: u8 = 0x60;
+const SYN_NAK_INV_REQ: u8 = 0x61;
 const SYN_NAK_REM_ACCESS: u8 = 0x62;
+const SYN_NAK_REM_OP: u8 = 0x63;
 
 /// A device on a netdev whose other end is the test, with one RC QP connected to the test's
 /// (the test's MAC already known to it).
@@ -161,6 +165,17 @@ impl W {
     fn ack(&self, psn: u32, syndrome: u8) -> Pkt {
         let mut p = self.pkt(op::ACK, psn);
         p.aeth = Some(Aeth { syndrome, msn: 1 });
+        p
+    }
+
+    /// A READ response packet: `opcode` (FIRST/MIDDLE/LAST/ONLY) at `psn` carrying `data`,
+    /// with an AETH of `syndrome` where the opcode has one.
+    fn read_resp(&self, opcode: u8, psn: u32, data: &[u8], syndrome: u8) -> Pkt {
+        let mut p = self.pkt(opcode, psn);
+        if opcode != op::READ_RESP_MIDDLE {
+            p.aeth = Some(Aeth { syndrome, msn: 1 });
+        }
+        p.payload = data.to_vec();
         p
     }
 
@@ -485,4 +500,152 @@ fn a_new_read_ends_the_replay_in_the_slot_it_takes() {
     w.send(&w.read_req(next + 1, w.buf, w.key, 8));
     let p = w.expect_pkt();
     assert_eq!((p.opcode, p.psn), (op::READ_RESP_ONLY, next + 1), "{p:?}");
+}
+
+/// READ responses from the test to a three-packet READ of the device (768 bytes into the
+/// buffer): duplicates and a response ahead of its turn are dropped and the READ completes with
+/// the right bytes; responses out of FIRST/MIDDLE/LAST order, longer than the path MTU or with
+/// a NAK's syndrome fail it with BAD_RESP_ERR (the QP in ERR), and nothing of them lands.
+#[test]
+fn read_responses_are_checked_for_order_length_and_syndrome() {
+    let data = pattern(3 * MTU, 5);
+    let d = |k: usize| data[k * MTU..(k + 1) * MTU].to_vec();
+    type Resp = (u8, u32, Vec<u8>, u8);
+    let good: Vec<Resp> = vec![
+        // LAST ahead of MIDDLE: dropped, sent again below.
+        (op::READ_RESP_LAST, PSN + 2, d(2), SYN_ACK),
+        (op::READ_RESP_FIRST, PSN, d(0), SYN_ACK),
+        (op::READ_RESP_FIRST, PSN, d(0), SYN_ACK),
+        (op::READ_RESP_MIDDLE, PSN + 1, d(1), 0),
+        (op::READ_RESP_MIDDLE, PSN + 1, d(1), 0),
+        (op::READ_RESP_FIRST, PSN, d(0), SYN_ACK),
+        (op::READ_RESP_LAST, PSN + 2, d(2), SYN_ACK),
+    ];
+    let bad: Vec<(&str, Vec<Resp>)> = vec![
+        (
+            "MIDDLE where FIRST belongs",
+            vec![(op::READ_RESP_MIDDLE, PSN, d(0), 0)],
+        ),
+        (
+            "ONLY for a three-packet READ, 768 bytes",
+            vec![(op::READ_RESP_ONLY, PSN, data.clone(), SYN_ACK)],
+        ),
+        (
+            "FIRST, then a LAST of 512 bytes",
+            vec![
+                (op::READ_RESP_FIRST, PSN, d(0), SYN_ACK),
+                (op::READ_RESP_LAST, PSN + 1, data[MTU..].to_vec(), SYN_ACK),
+            ],
+        ),
+        (
+            "FIRST, FIRST",
+            vec![
+                (op::READ_RESP_FIRST, PSN, d(0), SYN_ACK),
+                (op::READ_RESP_FIRST, PSN + 1, d(1), SYN_ACK),
+            ],
+        ),
+        (
+            "FIRST, MIDDLE, MIDDLE",
+            vec![
+                (op::READ_RESP_FIRST, PSN, d(0), SYN_ACK),
+                (op::READ_RESP_MIDDLE, PSN + 1, d(1), 0),
+                (op::READ_RESP_MIDDLE, PSN + 2, d(2), 0),
+            ],
+        ),
+        (
+            "FIRST with a NAK's syndrome",
+            vec![(op::READ_RESP_FIRST, PSN, d(0), SYN_NAK_INV_REQ)],
+        ),
+        (
+            "LAST with an RNR NAK's syndrome",
+            vec![
+                (op::READ_RESP_FIRST, PSN, d(0), SYN_ACK),
+                (op::READ_RESP_MIDDLE, PSN + 1, d(1), 0),
+                (op::READ_RESP_LAST, PSN + 2, d(2), SYN_RNR | 3),
+            ],
+        ),
+    ];
+    let cases = std::iter::once(("duplicated and reordered", good)).chain(bad);
+    for (what, resps) in cases {
+        let mut w = world(0);
+        let dst = w.buf + 0x1000;
+        let (va, rkey) = (0x1000_0000, 0x4242);
+        w.qp.post_send(
+            &mut w.h,
+            &SendWr {
+                wr_id: 0x88,
+                opcode: QHCA_WR_RDMA_READ,
+                flags: QHCA_WQE_SIGNALED,
+                remote_addr: va,
+                rkey,
+                sges: vec![(dst, 3 * MTU as u32, w.key)],
+                ..Default::default()
+            },
+        );
+        let p = w.expect_pkt();
+        assert_eq!((p.opcode, p.psn), (op::READ_REQUEST, PSN), "{what}: {p:?}");
+        for (opcode, psn, payload, syndrome) in &resps {
+            w.send(&w.read_resp(*opcode, *psn, payload, *syndrome));
+        }
+        let c = w.cq.wait(&mut w.h);
+        let landed = w.h.qt.memread(dst, 3 * MTU);
+        if what == "duplicated and reordered" {
+            assert_eq!(
+                (c.wr_id, c.status as u32, c.byte_len),
+                (0x88, QHCA_WC_SUCCESS, 3 * MTU as u32),
+                "{what}: {c:?}"
+            );
+            assert_eq!(landed, data, "{what}");
+            assert_eq!(w.qp_state(), QHCA_QPS_RTS, "{what}");
+        } else {
+            assert_eq!(
+                (c.wr_id, c.status as u32),
+                (0x88, QHCA_WC_BAD_RESP_ERR),
+                "{what}: {c:?}"
+            );
+            assert_eq!(w.qp_state(), QHCA_QPS_ERR, "{what}");
+            // What came before the bad packet may have landed; the bad one did not.
+            let bad_k = (resps.last().unwrap().1 - PSN) as usize;
+            assert!(
+                landed[bad_k * MTU..].iter().all(|&x| x == 0xee),
+                "{what}: the bad packet's bytes landed"
+            );
+        }
+        w.expect_nothing(what);
+    }
+}
+
+/// An atomic ACK whose AETH carries a NAK's syndrome is no answer: BAD_RESP_ERR, and the
+/// original value it carries is not written.
+#[test]
+fn an_atomic_ack_with_a_naks_syndrome_fails_the_wqe() {
+    for syndrome in [SYN_NAK_REM_OP, SYN_RNR | 1, SYN_NAK_PSN] {
+        let mut w = world(0);
+        w.qp.post_send(
+            &mut w.h,
+            &SendWr {
+                wr_id: 0x99,
+                opcode: QHCA_WR_ATOMIC_FETCH_AND_ADD,
+                flags: QHCA_WQE_SIGNALED,
+                remote_addr: 0x1000_0000,
+                rkey: 0x4242,
+                swap_add: 1,
+                sges: vec![(w.buf, 8, w.key)],
+                ..Default::default()
+            },
+        );
+        let p = w.expect_pkt();
+        assert_eq!((p.opcode, p.psn), (op::FETCH_ADD, PSN), "{p:?}");
+        let mut a = w.pkt(op::ATOMIC_ACK, PSN);
+        a.aeth = Some(Aeth { syndrome, msn: 1 });
+        a.atomic_ack = Some(0x1122_3344_5566_7788);
+        w.send(&a);
+        let c = w.cq.wait(&mut w.h);
+        assert_eq!(
+            (c.wr_id, c.status as u32),
+            (0x99, QHCA_WC_BAD_RESP_ERR),
+            "syndrome {syndrome:#x}: {c:?}"
+        );
+        assert_eq!(w.h.qt.memread(w.buf, 8), [0xee; 8]);
+    }
 }
