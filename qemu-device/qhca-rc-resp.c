@@ -52,6 +52,8 @@ static void qhca_resp_fail(QhcaState *s, QhcaQp *qp, uint32_t psn,
                            uint8_t nak, const char *why)
 {
     trace_qhca_resp_fail(qhca_qpn(s, qp), psn, nak, why);
+    qemu_log_mask(LOG_GUEST_ERROR, "qhca: QP 0x%x: request PSN 0x%x: %s,"
+                  " NAK %u\n", qhca_qpn(s, qp), psn, why, nak);
     qhca_resp_ack(s, qp, psn, QHCA_AETH_NAK | nak);
     qhca_qp_set_error(s, qp, true);
 }
@@ -299,6 +301,16 @@ static void qhca_resp_read(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
     uint32_t n = MAX(1, DIV_ROUND_UP(req->dma_len, qhca_mtu(qp)));
     QhcaRdRes *r;
 
+    if (req->dma_len > QHCA_MAX_MSG_SIZE) {
+        /*
+         * Longer than IBA's largest message, as real HCAs refuse it.  Its
+         * responses would not even fit the PSN space: 2^32 - 1 bytes at
+         * MTU 256 are 2^24 of them, the last one on the request's PSN.
+         */
+        qhca_resp_fail(s, qp, req->psn, QHCA_NAK_INV_REQ,
+                       "RDMA READ longer than 2^31 bytes");
+        return;
+    }
     if (req->dma_len) {
         QhcaMr *mr = qhca_rkey_check(s, qp, req->rkey, req->va,
                                      req->dma_len, QHCA_ACCESS_REMOTE_READ);

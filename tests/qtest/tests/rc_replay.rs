@@ -13,6 +13,9 @@
 //! page is not mapped sends its first packet and waits for RESUME with the rest of its PSNs
 //! assigned, and READ responses from a page that was invalidated wait the same way. The virtual
 //! clock stands still while the test listens, so no ACK timeout muddles what is counted.
+//!
+//! Also (finding 6): a READ request longer than 2^31 bytes, IBA's largest message, is refused
+//! with an invalid-request NAK.
 
 use std::time::Duration;
 
@@ -647,5 +650,40 @@ fn an_atomic_ack_with_a_naks_syndrome_fails_the_wqe() {
             "syndrome {syndrome:#x}: {c:?}"
         );
         assert_eq!(w.h.qt.memread(w.buf, 8), [0xee; 8]);
+    }
+}
+
+/// Finding 6: a READ request longer than 2^31 bytes (IBA's largest message; at MTU 256,
+/// 2^32 - 1 bytes would take 2^24 PSNs, the whole PSN space) is an invalid request, NAKed so,
+/// the responder in ERR. 2^31 itself is taken: over the implicit on-demand region it goes as
+/// far as the page fault its first page raises (an RNR NAK).
+#[test]
+fn a_read_longer_than_2_to_the_31_is_an_invalid_request() {
+    for (len, syndrome) in [
+        (1u32 << 31, SYN_RNR),
+        ((1 << 31) + 1, SYN_NAK_INV_REQ),
+        (u32::MAX, SYN_NAK_INV_REQ),
+    ] {
+        let mut w = world(0);
+        let key = w.reg_odp(0, QHCA_ODP_IMPLICIT_LENGTH, QHCA_ACCESS_REMOTE_READ);
+        w.send(&w.read_req(PSN, 0x10_0000, key, len));
+        let p = w.expect_pkt();
+        let a = p.aeth.expect("an AETH");
+        assert_eq!((p.opcode, p.psn), (op::ACK, PSN), "{p:?}");
+        if syndrome == SYN_RNR {
+            assert_eq!(a.syndrome & 0xe0, SYN_RNR, "READ of {len:#x} bytes: {p:?}");
+        } else {
+            assert_eq!(a.syndrome, syndrome, "READ of {len:#x} bytes: {p:?}");
+        }
+        let state = w.qp_state();
+        if syndrome == SYN_RNR {
+            assert_eq!(state, QHCA_QPS_RTS);
+            w.fault_at(0x10_0000);
+        } else {
+            assert_eq!(state, QHCA_QPS_ERR, "READ of {len:#x} bytes");
+            let ev = std::mem::take(&mut w.events);
+            assert_eq!(event_keys(&ev)[0].0, QHCA_EQE_QP_ERR, "{ev:?}");
+        }
+        w.expect_nothing("one answer");
     }
 }
