@@ -71,12 +71,36 @@ void qhca_req_timeout(QhcaState *s, QhcaQp *qp)
                           qp->req_send, qp->req_next);
 }
 
+/*
+ * The oldest WQE in flight fails with BAD_RESP_ERR for a response that no
+ * responder following IBA sends (the rest of the window is flushed).
+ */
+static void qhca_req_bad_resp(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt,
+                              const char *why)
+{
+    trace_qhca_req_bad_resp(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
+                            pkt->syndrome, pkt->len, why);
+    qemu_log_mask(LOG_GUEST_ERROR, "qhca: QP 0x%x: response opcode 0x%x PSN"
+                  " 0x%x syndrome 0x%x, %u bytes: %s\n", qhca_qpn(s, qp),
+                  pkt->opcode, pkt->psn, pkt->syndrome, pkt->len, why);
+    qhca_req_complete(s, qp, QHCA_WC_BAD_RESP_ERR);
+}
+
 /* A NAK for psn: everything before psn was received. */
 static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
 {
     uint8_t kind = pkt->syndrome & QHCA_AETH_KIND_MASK;
     uint8_t code = pkt->syndrome & ~QHCA_AETH_KIND_MASK;
 
+    if (qhca_req_psn_acked(qp, pkt->psn)) {
+        /*
+         * The responder has had this packet since: a NAK that the network
+         * held back or repeated.  Resending would cost a retry for nothing.
+         */
+        trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
+                            "NAK for a PSN acknowledged since");
+        return;
+    }
     qhca_req_ack_upto(s, qp, psn_add(pkt->psn, QHCA_PSN_MASK));
     if (qp->state != QHCA_QPS_RTS || !qhca_req_outstanding(qp)) {
         return;
@@ -103,6 +127,8 @@ static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
             qp->req_rnr_naks++;
         }
         s->ctx[qp->uar].rnr_retries++;
+        /* A resend for a PSN NAK got this far: a later PSN NAK is new. */
+        qp->req_nak_retry = false;
         trace_qhca_req_rnr_wait(qhca_qpn(s, qp), qp->req_rnr_naks, ns);
         qhca_req_rewind(s, qp, pkt->psn);
         qp->req_wait = true;
@@ -122,6 +148,18 @@ static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
                                 "PSN NAK during RNR back-off, redundant");
             return;
         }
+        if (qp->req_nak_retry) {
+            /*
+             * The resend an earlier NAK asked for is under way and nothing
+             * has been acknowledged since (that would have ended it): this
+             * is that NAK again, repeated by the network (a responder NAKs
+             * a sequence error once).  As rxe, one retry per sequence
+             * error; a resend that is lost again is the ACK timer's.
+             */
+            trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
+                                "PSN NAK while its resend is under way");
+            return;
+        }
         trace_qhca_req_retry(qhca_qpn(s, qp), "PSN sequence NAK",
                              qp->req_retry_left);
         if (!qp->req_retry_left) {
@@ -130,6 +168,7 @@ static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
         }
         qp->req_retry_left--;
         qhca_req_rewind(s, qp, pkt->psn);
+        qp->req_nak_retry = true;
         qhca_engine_schedule(s, qp);
         return;
     case QHCA_NAK_INV_REQ:
@@ -142,7 +181,7 @@ static void qhca_req_nak(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
         qhca_req_complete(s, qp, QHCA_WC_REM_OP_ERR);
         return;
     default:
-        qhca_req_complete(s, qp, QHCA_WC_BAD_RESP_ERR);
+        qhca_req_bad_resp(s, qp, pkt, "NAK with an unknown code");
         return;
     }
 }
@@ -167,14 +206,136 @@ static QhcaReqSlot *qhca_req_answer(QhcaState *s, QhcaQp *qp,
     return sl;
 }
 
+/* An atomic ACK for the atomic at idx. */
+static void qhca_req_atomic_ack(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt,
+                                uint16_t idx)
+{
+    uint64_t orig = cpu_to_le64(pkt->orig);
+    QhcaReqSlot *sl = qhca_req_answer(s, qp, pkt, idx);
+    uint8_t st;
+
+    if (!sl || sl->done) {
+        return;
+    }
+    if ((pkt->syndrome & QHCA_AETH_KIND_MASK) != QHCA_AETH_ACK) {
+        qhca_req_bad_resp(s, qp, pkt, "atomic ACK whose AETH is a NAK");
+        return;
+    }
+    st = qhca_sge_copy(s, qp->pdn, sl->wqe.sge, sl->wqe.num_sge, 0,
+                       &orig, 8, true);
+    if (st == QHCA_WC_ODP_FAULT) {
+        /*
+         * Dropped; the atomic goes out again after RESUME and the
+         * responder answers it from its saved result.
+         */
+        qhca_req_rewind(s, qp, pkt->psn);
+        qhca_req_fault(s, qp, idx, true);
+        return;
+    }
+    if (st != QHCA_WC_SUCCESS) {
+        qhca_req_complete(s, qp, st);
+        return;
+    }
+    sl->done = true;
+    qhca_req_advance(s, qp);
+}
+
+/*
+ * What is wrong with READ response packet k of the READ in sl, the one
+ * expected next, or NULL.  The opcode follows from k alone (IBA 9.4.3;
+ * a duplicate READ request from the middle is answered from there with
+ * MIDDLE/LAST, as rxe does), FIRST, LAST and ONLY carry an ACK's AETH, and
+ * the length is the path MTU but for the last packet, which has the rest.
+ */
+static const char *qhca_req_read_resp_bad(const QhcaPkt *pkt,
+                                          const QhcaReqSlot *sl, uint32_t k,
+                                          uint32_t mtu)
+{
+    uint64_t left = sl->wqe.length - (uint64_t)k * mtu;
+    uint8_t want;
+
+    if (sl->npkts == 1) {
+        want = QHCA_OP_READ_RESP_ONLY;
+    } else if (k == 0) {
+        want = QHCA_OP_READ_RESP_FIRST;
+    } else if (k == sl->npkts - 1) {
+        want = QHCA_OP_READ_RESP_LAST;
+    } else {
+        want = QHCA_OP_READ_RESP_MIDDLE;
+    }
+    if (pkt->opcode != want) {
+        return "READ response opcode out of FIRST/MIDDLE/LAST order";
+    }
+    if (want != QHCA_OP_READ_RESP_MIDDLE &&
+        (pkt->syndrome & QHCA_AETH_KIND_MASK) != QHCA_AETH_ACK) {
+        return "READ response whose AETH is a NAK";
+    }
+    if (pkt->len > mtu) {
+        return "READ response longer than the path MTU";
+    }
+    if (pkt->len != MIN(left, mtu)) {
+        return "READ response length does not fit the READ";
+    }
+    return NULL;
+}
+
+/* READ response packet k of the READ at idx. */
+static void qhca_req_read_resp(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt,
+                               uint16_t idx, uint32_t k)
+{
+    uint32_t mtu = qhca_mtu(qp);
+    QhcaReqSlot *sl = qhca_req_answer(s, qp, pkt, idx);
+    const char *why;
+    QhcaSendWqe *w;
+    uint8_t st;
+
+    if (!sl) {
+        return;
+    }
+    w = &sl->wqe;
+    if (k != sl->resp_next) {
+        /*
+         * A duplicate, or ahead of one lost: the ACK timer asks again from
+         * resp_next.  Not looked at further: it may be a copy of one that
+         * came right.
+         */
+        trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
+                            "read response out of order");
+        return;
+    }
+    why = qhca_req_read_resp_bad(pkt, sl, k, mtu);
+    if (why) {
+        qhca_req_bad_resp(s, qp, pkt, why);
+        return;
+    }
+    st = qhca_sge_copy(s, qp->pdn, w->sge, w->num_sge, (uint64_t)k * mtu,
+                       (void *)pkt->payload, pkt->len, true);
+    if (st == QHCA_WC_ODP_FAULT) {
+        /* Dropped; asked for again from this packet after RESUME. */
+        qhca_req_rewind(s, qp, pkt->psn);
+        qhca_req_fault(s, qp, idx, true);
+        return;
+    }
+    if (st != QHCA_WC_SUCCESS) {
+        qhca_req_complete(s, qp, st);
+        return;
+    }
+    sl->resp_next++;
+    if (sl->resp_next == sl->npkts) {
+        sl->done = true;
+        qhca_req_advance(s, qp);
+    } else {
+        /* Progress: the ACK timer starts again. */
+        qhca_req_progress(qp);
+    }
+}
+
 /* A response (ACK, NAK, read response, atomic ACK) for requester qp. */
 void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
 {
-    QhcaReqSlot *sl;
-    QhcaSendWqe *w;
     uint16_t idx;
     uint32_t k;
-    uint8_t st;
+    uint8_t op;
 
     if (qp->state != QHCA_QPS_RTS || !qhca_req_outstanding(qp)) {
         trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
@@ -196,10 +357,23 @@ void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
         timer_del(qp->timer);
         qhca_engine_schedule(s, qp);
     }
-    if (psn_diff(pkt->psn, qhca_req_slot(qp, qp->sq.ci)->first_psn) < 0 ||
-        psn_diff(pkt->psn, qp->sq_psn) >= 0) {
+    if (!qhca_req_psn_sent(qp, pkt->psn)) {
+        if (psn_diff(pkt->psn, qhca_req_slot(qp, qp->sq.ci)->first_psn) < 0 ||
+            psn_diff(pkt->psn, qp->sq_psn) >= 0) {
+            trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
+                                "PSN outside the messages in flight");
+            return;
+        }
+        /*
+         * Assigned to a message but not sent: no responder can have seen
+         * it.  Taken, it would complete the message or move the requester
+         * past packets that never went out.
+         */
         trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
-                            "PSN outside the messages in flight");
+                            "answer for a PSN not sent yet");
+        qemu_log_mask(LOG_GUEST_ERROR, "qhca: QP 0x%x: answer (opcode 0x%x)"
+                      " for PSN 0x%x, which has not been sent, dropped\n",
+                      qhca_qpn(s, qp), pkt->opcode, pkt->psn);
         return;
     }
 
@@ -213,95 +387,31 @@ void qhca_req_recv(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
         return;
     }
 
+    if (pkt->opcode != QHCA_OP_ATOMIC_ACK &&
+        (pkt->opcode < QHCA_OP_READ_RESP_FIRST ||
+         pkt->opcode > QHCA_OP_READ_RESP_ONLY)) {
+        trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
+                            "not a response opcode");
+        return;
+    }
     if (!qhca_req_find(qp, pkt->psn, &idx, &k)) {
         trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
                             "PSN in no message in flight");
         return;
     }
-    w = &qhca_req_slot(qp, idx)->wqe;
-
+    op = qhca_req_slot(qp, idx)->wqe.opcode;
     if (pkt->opcode == QHCA_OP_ATOMIC_ACK) {
-        uint64_t orig = cpu_to_le64(pkt->orig);
-
-        if (w->opcode != QHCA_WR_ATOMIC_CMP_AND_SWP &&
-            w->opcode != QHCA_WR_ATOMIC_FETCH_AND_ADD) {
-            qhca_req_complete(s, qp, QHCA_WC_BAD_RESP_ERR);
+        if (op != QHCA_WR_ATOMIC_CMP_AND_SWP &&
+            op != QHCA_WR_ATOMIC_FETCH_AND_ADD) {
+            qhca_req_bad_resp(s, qp, pkt, "atomic ACK for no atomic");
             return;
         }
-        sl = qhca_req_answer(s, qp, pkt, idx);
-        if (!sl || sl->done) {
+        qhca_req_atomic_ack(s, qp, pkt, idx);
+    } else {
+        if (op != QHCA_WR_RDMA_READ) {
+            qhca_req_bad_resp(s, qp, pkt, "READ response for no READ");
             return;
         }
-        st = qhca_sge_copy(s, qp->pdn, sl->wqe.sge, sl->wqe.num_sge, 0,
-                           &orig, 8, true);
-        if (st == QHCA_WC_ODP_FAULT) {
-            /*
-             * Dropped; the atomic goes out again after RESUME and the
-             * responder answers it from its saved result.
-             */
-            qhca_req_rewind(s, qp, pkt->psn);
-            qhca_req_fault(s, qp, idx, true);
-            return;
-        }
-        if (st != QHCA_WC_SUCCESS) {
-            qhca_req_complete(s, qp, st);
-            return;
-        }
-        sl->done = true;
-        qhca_req_advance(s, qp);
-        return;
+        qhca_req_read_resp(s, qp, pkt, idx, k);
     }
-
-    if (pkt->opcode >= QHCA_OP_READ_RESP_FIRST &&
-        pkt->opcode <= QHCA_OP_READ_RESP_ONLY) {
-        uint32_t mtu = qhca_mtu(qp);
-        uint64_t off = (uint64_t)k * mtu;
-        bool last = pkt->opcode == QHCA_OP_READ_RESP_LAST ||
-                    pkt->opcode == QHCA_OP_READ_RESP_ONLY;
-
-        if (w->opcode != QHCA_WR_RDMA_READ) {
-            qhca_req_complete(s, qp, QHCA_WC_BAD_RESP_ERR);
-            return;
-        }
-        sl = qhca_req_answer(s, qp, pkt, idx);
-        if (!sl) {
-            return;
-        }
-        w = &sl->wqe;
-        if (k != sl->resp_next) {
-            /* A gap: the ACK timer will ask again from resp_next. */
-            trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
-                                "read response out of order");
-            return;
-        }
-        if (pkt->len > w->length - off || (!last && pkt->len != mtu) ||
-            (last && off + pkt->len != w->length)) {
-            qhca_req_complete(s, qp, QHCA_WC_BAD_RESP_ERR);
-            return;
-        }
-        st = qhca_sge_copy(s, qp->pdn, w->sge, w->num_sge, off,
-                           (void *)pkt->payload, pkt->len, true);
-        if (st == QHCA_WC_ODP_FAULT) {
-            /* Dropped; asked for again from this packet after RESUME. */
-            qhca_req_rewind(s, qp, pkt->psn);
-            qhca_req_fault(s, qp, idx, true);
-            return;
-        }
-        if (st != QHCA_WC_SUCCESS) {
-            qhca_req_complete(s, qp, st);
-            return;
-        }
-        sl->resp_next++;
-        if (last) {
-            sl->done = true;
-            qhca_req_advance(s, qp);
-        } else {
-            /* Progress: the ACK timer starts again. */
-            qhca_req_progress(qp);
-        }
-        return;
-    }
-
-    trace_qhca_pkt_drop(qhca_qpn(s, qp), pkt->opcode, pkt->psn,
-                        "not a response opcode");
 }

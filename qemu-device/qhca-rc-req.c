@@ -45,6 +45,7 @@ static void qhca_req_arm_ack_timer(QhcaQp *qp)
 void qhca_req_progress(QhcaQp *qp)
 {
     qp->req_retry_left = qp->retry_cnt;
+    qp->req_nak_retry = false;
     if (qp->req_wait) {
         return;
     }
@@ -152,6 +153,32 @@ void qhca_req_ack_upto(QhcaState *s, QhcaQp *qp, uint32_t psn)
     if (moved && qp->state == QHCA_QPS_RTS) {
         qhca_req_progress(qp);
     }
+}
+
+/* How far psn is past the first PSN of the oldest message in flight. */
+static uint32_t qhca_req_dist(QhcaQp *qp, uint32_t psn)
+{
+    return (psn - qhca_req_slot(qp, qp->sq.ci)->first_psn) & QHCA_PSN_MASK;
+}
+
+/*
+ * psn belongs to a message in flight and has gone out (a READ request
+ * covers all its responses' PSNs): an answer can be for it.  A PSN that is
+ * only assigned (the rest of a message waiting for a page, for its turn)
+ * cannot have been received, so nothing about it is believed.  Distances
+ * from the oldest message, not psn_diff(): one message alone may span
+ * 2^23 PSNs.
+ */
+bool qhca_req_psn_sent(QhcaQp *qp, uint32_t psn)
+{
+    return qhca_req_dist(qp, psn) < qhca_req_dist(qp, qp->req_sent_psn);
+}
+
+/* psn is acknowledged already (every PSN up to req_acked_psn is). */
+bool qhca_req_psn_acked(QhcaQp *qp, uint32_t psn)
+{
+    return qhca_req_dist(qp, psn) <
+           qhca_req_dist(qp, psn_add(qp->req_acked_psn, 1));
 }
 
 /* The message in flight that psn belongs to: its SQ index and packet. */
@@ -357,6 +384,8 @@ static bool qhca_req_start(QhcaState *s, QhcaQp *qp)
     if (!qhca_req_outstanding(qp)) {
         /* Nothing in flight: everything before sq_psn is acknowledged. */
         qp->req_acked_psn = psn_add(qp->sq_psn, QHCA_PSN_MASK);
+        qp->req_sent_psn = qp->sq_psn;
+        qp->req_nak_retry = false;
         qp->req_retry_left = qp->retry_cnt;
         qp->req_rnr_left = qp->rnr_retry;
         qp->req_rnr_naks = 0;
@@ -472,6 +501,7 @@ static void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
     uint32_t mtu = qhca_mtu(qp);
     QhcaPkt *pkt = qhca_pkt_new(s);
     uint32_t i = qp->req_next;
+    uint32_t sent;
     uint8_t st;
 
     switch (w->opcode) {
@@ -547,6 +577,11 @@ static void qhca_req_send_one(QhcaState *s, QhcaQp *qp)
         qp->req_next = 0;
     } else {
         qp->req_next = i + 1;
+    }
+    /* Before the send: on the loopback wire the answer comes inside it. */
+    sent = psn_add(sl->first_psn, i + 1);
+    if (qhca_req_dist(qp, sent) > qhca_req_dist(qp, qp->req_sent_psn)) {
+        qp->req_sent_psn = sent;
     }
     QHCA_TRACE_STEP(QHCA_REQ_SEND, qhca_req_send, qhca_qpn(s, qp), idx,
                     pkt->opcode, pkt->psn, pkt->len);

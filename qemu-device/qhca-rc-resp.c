@@ -52,6 +52,8 @@ static void qhca_resp_fail(QhcaState *s, QhcaQp *qp, uint32_t psn,
                            uint8_t nak, const char *why)
 {
     trace_qhca_resp_fail(qhca_qpn(s, qp), psn, nak, why);
+    qemu_log_mask(LOG_GUEST_ERROR, "qhca: QP 0x%x: request PSN 0x%x: %s,"
+                  " NAK %u\n", qhca_qpn(s, qp), psn, why, nak);
     qhca_resp_ack(s, qp, psn, QHCA_AETH_NAK | nak);
     qhca_qp_set_error(s, qp, true);
 }
@@ -192,10 +194,12 @@ static bool qhca_op_imm(uint8_t op)
 /*
  * The responder resources: the last QHCA_LIMIT_MAX_RD_ATOMIC RDMA READs and
  * atomics, oldest first from rd_tail, of which at most the QP's
- * max_dest_rd_atomic have answers still to send.  Their answers go out in
- * PSN order from the QP's turns in the BH, a budget of packets at a time
+ * max_dest_rd_atomic are not answered yet.  Their answers go out in PSN
+ * order from the QP's turns in the BH, a budget of packets at a time
  * (qhca_resp_read_step), so that a large READ does not hold up the other
- * QPs; an answered one stays for duplicates.
+ * QPs; an answered one stays for duplicates, whose answers (a replay) go
+ * out the same way but count against nothing: a duplicate is no new
+ * request, and the network may repeat one after its requester has moved on.
  */
 static QhcaRdRes *qhca_resp_res(QhcaQp *qp, uint32_t i)
 {
@@ -247,12 +251,27 @@ static QhcaRdRes *qhca_resp_res_take(QhcaState *s, QhcaQp *qp, uint32_t psn)
     for (i = 0; i < QHCA_LIMIT_MAX_RD_ATOMIC; i++) {
         QhcaRdRes *o = qhca_resp_res(qp, qp->rd_tail + i);
 
-        busy += o->valid && o->next < o->n;
+        busy += o->valid && !o->answered;
     }
     if (busy >= qp->max_dest_rd_atomic) {
         qhca_resp_fail(s, qp, psn, QHCA_NAK_INV_REQ,
                        "more RDMA READs and atomics than max_dest_rd_atomic");
         return NULL;
+    }
+    /*
+     * The oldest resource makes room.  It is answered (at most 15 are not,
+     * and those are the newest: answers go in order), but may be replaying
+     * for a duplicate: the replay ends here.  Its requester does not wait
+     * for it: one that did would have it and the 15 after it outstanding,
+     * and could not have sent this request (max_rd_atomic <= 16).  A
+     * pause for a page that replay faulted on ends with it.
+     */
+    if (r->valid && r->next < r->n) {
+        trace_qhca_resp_replay_end(qhca_qpn(s, qp), r->psn, r->next, r->n);
+        if (qp->resp_fault_read &&
+            (uint32_t)psn_diff(qp->resp_fault_psn, r->psn) < r->n) {
+            qp->resp_fault_read = false;
+        }
     }
     qp->rd_tail++;
     memset(r, 0, sizeof(*r));
@@ -282,6 +301,16 @@ static void qhca_resp_read(QhcaState *s, QhcaQp *qp, const QhcaPkt *req)
     uint32_t n = MAX(1, DIV_ROUND_UP(req->dma_len, qhca_mtu(qp)));
     QhcaRdRes *r;
 
+    if (req->dma_len > QHCA_MAX_MSG_SIZE) {
+        /*
+         * Longer than IBA's largest message, as real HCAs refuse it.  Its
+         * responses would not even fit the PSN space: 2^32 - 1 bytes at
+         * MTU 256 are 2^24 of them, the last one on the request's PSN.
+         */
+        qhca_resp_fail(s, qp, req->psn, QHCA_NAK_INV_REQ,
+                       "RDMA READ longer than 2^31 bytes");
+        return;
+    }
     if (req->dma_len) {
         QhcaMr *mr = qhca_rkey_check(s, qp, req->rkey, req->va,
                                      req->dma_len, QHCA_ACCESS_REMOTE_READ);
@@ -417,6 +446,9 @@ void qhca_resp_read_step(QhcaState *s, QhcaQp *qp, unsigned *budget)
             }
         }
         r->next++;
+        if (r->next == r->n) {
+            r->answered = true;
+        }
         if (!qhca_resp_res_pending(qp)) {
             qp->rd_active = false;
         }

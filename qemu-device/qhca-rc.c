@@ -406,6 +406,7 @@ void qhca_req_clear(QhcaQp *qp)
     qp->req_rd_atomic = 0;
     qp->req_wait = false;
     qp->req_timer_fired = false;
+    qp->req_nak_retry = false;
     if (qp->timer) {
         timer_del(qp->timer);
     }

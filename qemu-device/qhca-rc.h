@@ -133,6 +133,8 @@ void qhca_req_rewind(QhcaState *s, QhcaQp *qp, uint32_t psn);
 QhcaReqSlot *qhca_req_slot(QhcaQp *qp, uint16_t idx);
 uint32_t qhca_req_cursor_psn(QhcaQp *qp);
 bool qhca_req_outstanding(const QhcaQp *qp);
+bool qhca_req_psn_sent(QhcaQp *qp, uint32_t psn);
+bool qhca_req_psn_acked(QhcaQp *qp, uint32_t psn);
 void qhca_req_ack_upto(QhcaState *s, QhcaQp *qp, uint32_t psn);
 void qhca_req_fault(QhcaState *s, QhcaQp *qp, uint16_t idx, bool answer);
 void qhca_req_advance(QhcaState *s, QhcaQp *qp);

@@ -383,6 +383,7 @@ typedef struct QhcaRdRes {
     uint32_t psn;               /* first PSN */
     uint32_t n;                 /* response packets (PSNs) */
     uint32_t next;              /* next response packet to send; n: all sent */
+    bool answered;              /* every response sent once: a replay now */
     uint32_t rkey;
     uint32_t len;
     uint64_t va;
@@ -433,7 +434,8 @@ struct QhcaQp {
      * Requester: a window of messages in flight.  SQ indices [sq.ci,
      * req_head) are started (their PSNs assigned); packets go out from
      * packet req_next of req_send (go-back-N moves it back); every PSN up to
-     * req_acked_psn is acknowledged.
+     * req_acked_psn is acknowledged; answers are taken only for PSNs before
+     * req_sent_psn (assigned is not sent).
      */
     QhcaReqSlot *req_slots;
     uint32_t req_window;        /* power of two, <= SQ entries */
@@ -441,9 +443,11 @@ struct QhcaQp {
     uint16_t req_send;
     uint32_t req_next;
     uint32_t req_acked_psn;
+    uint32_t req_sent_psn;      /* one past the furthest PSN sent */
     uint32_t req_rd_atomic;     /* READs and atomics in flight */
     bool req_wait;              /* paused until the RNR backoff timer fires */
     bool req_timer_fired;       /* the timer ran: the BH acts on it */
+    bool req_nak_retry;         /* a PSN NAK's resend, no progress since */
     uint8_t req_retry_left;
     uint8_t req_rnr_left;
     uint8_t req_rnr_naks;       /* RNR NAKs in a row for this WQE */
