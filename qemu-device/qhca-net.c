@@ -257,6 +257,16 @@ void qhca_roce_send(QhcaRoce *r, const QhcaPkt *pkt)
 /* ------------------------------------------------------------------------ */
 /* receive                                                                  */
 
+/*
+ * A frame (or an ARP sender) from MAC mac is forged: the port's own frames
+ * never come back from the wire, and a frame comes from one station.
+ */
+static bool qhca_mac_forged(QhcaState *s, const uint8_t *mac)
+{
+    return is_multicast_ether_addr(mac) || buffer_is_zero(mac, ETH_ALEN) ||
+           !memcmp(mac, s->conf.macaddr.a, ETH_ALEN);
+}
+
 static void qhca_arp_recv(QhcaRoce *r, const uint8_t *buf, size_t size)
 {
     QhcaState *s = r->s;
@@ -276,9 +286,15 @@ static void qhca_arp_recv(QhcaRoce *r, const uint8_t *buf, size_t size)
     spa = ldl_be_p(a + 14);
     tpa = ldl_be_p(a + 24);
     for_us = qhca_ipv4_ours(s, tpa);
-    s->port.arp_rx++;
     trace_qhca_roce_arp_rx(op, spa, tpa);
-    if ((op != 1 && op != 2) || !spa || is_multicast_ether_addr(a + 8)) {
+    /* The sender 0.0.0.0 is a probe (RFC 5227): not answered, not forged. */
+    if (qhca_mac_forged(s, a + 8) || (spa && qhca_ipv4_forged(s, spa))) {
+        QHCA_RX_DROP(s, rx_forged, "ARP: the sender is the port's own"
+                     " address or MAC, or no one host");
+        return;
+    }
+    s->port.arp_rx++;
+    if ((op != 1 && op != 2) || !spa) {
         return;
     }
     /* RFC 826: update what we know of the sender; learn it if for us. */
@@ -350,6 +366,11 @@ static void qhca_nd_recv(QhcaRoce *r, const uint8_t *buf, size_t size)
     }
     /* From the unspecified address: duplicate address detection. */
     dad = buffer_is_zero(ip + 8, 16);
+    if (!dad && (qhca_gid_is_v4(ip + 8) || qhca_gid_forged(s, ip + 8))) {
+        QHCA_RX_DROP(s, rx_forged, "ND: from the port's own address,"
+                     " IPv4-mapped, or from no one host");
+        return;
+    }
     s->port.arp_rx++;
 
     /* Ethernet: to the asker, or to all nodes for duplicate detection. */
@@ -396,6 +417,7 @@ static ssize_t qhca_roce_receive(NetClientState *nc, const uint8_t *buf,
     const uint8_t *mac = s->conf.macaddr.a;
     QhcaPkt *pkt;
     uint16_t type;
+    bool to_us;
 
     if (!r || !qhca_ready(s)) {
         return size;
@@ -405,26 +427,30 @@ static ssize_t qhca_roce_receive(NetClientState *nc, const uint8_t *buf,
         return size;
     }
     type = lduw_be_p(buf + 12);
-    if (type == QHCA_ETH_P_ARP && (is_broadcast_ether_addr(buf) ||
-                                   !memcmp(buf, mac, ETH_ALEN))) {
+    to_us = !memcmp(buf, mac, ETH_ALEN);
+    if (!(type == QHCA_ETH_P_ARP && (to_us || is_broadcast_ether_addr(buf))) &&
+        !(type == QHCA_ETH_P_IPV6 && is_multicast_ether_addr(buf)) &&
+        !(to_us && (type == QHCA_ETH_P_IPV4 || type == QHCA_ETH_P_IPV6))) {
+        /* The segment's other traffic: not counted, as a NIC's filter. */
+        return size;
+    }
+    if (qhca_mac_forged(s, buf + ETH_ALEN)) {
+        QHCA_RX_DROP(s, rx_forged, "Ethernet source: the port's own MAC,"
+                     " a group's or none");
+        return size;
+    }
+    if (type == QHCA_ETH_P_ARP) {
         qhca_arp_recv(r, buf, size);
         return size;
     }
-    if (type == QHCA_ETH_P_IPV6 && is_multicast_ether_addr(buf)) {
-        /* A solicitation goes to a solicited-node group (33:33:ff:..). */
+    if (type == QHCA_ETH_P_IPV6 && (!to_us ||
+        (size >= QHCA_ETH_SIZE + QHCA_IPV6_SIZE &&
+         buf[QHCA_ETH_SIZE + 6] == QHCA_IPPROTO_ICMPV6))) {
+        /*
+         * A solicitation goes to a solicited-node group (33:33:ff:..), or
+         * to the port's MAC (a neighbour checking reachability).
+         */
         qhca_nd_recv(r, buf, size);
-        return size;
-    }
-    if (type == QHCA_ETH_P_IPV6 && !memcmp(buf, mac, ETH_ALEN) &&
-        size >= QHCA_ETH_SIZE + QHCA_IPV6_SIZE &&
-        buf[QHCA_ETH_SIZE + 6] == QHCA_IPPROTO_ICMPV6) {
-        /* A unicast solicitation (a neighbour checking reachability). */
-        qhca_nd_recv(r, buf, size);
-        return size;
-    }
-    if (memcmp(buf, mac, ETH_ALEN) ||
-        (type != QHCA_ETH_P_IPV4 && type != QHCA_ETH_P_IPV6)) {
-        /* The segment's other traffic: not counted, as a NIC's filter. */
         return size;
     }
     if (size > QHCA_FRAME_MAX) {

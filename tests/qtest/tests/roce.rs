@@ -19,6 +19,7 @@ use qhca_qtest::abi::*;
 use qhca_qtest::port::*;
 use qhca_qtest::rng::Rng;
 use qhca_qtest::roce::*;
+use qhca_qtest::roce6::{icmpv6_sum, neighbour_solicitation};
 use qhca_qtest::verbs::*;
 use qhca_qtest::Hca;
 
@@ -54,6 +55,7 @@ const RX_OVERSIZE: usize = 9;
 const ARP_RX: usize = 10;
 const ARP_TX: usize = 11;
 const TEST_DROPPED: usize = 12;
+const RX_FORGED: usize = 15;
 
 /// A device on a netdev whose other end is the test, with one RC QP connected to the test's.
 struct W {
@@ -668,6 +670,7 @@ fn rx_total(c: &[u64; 20]) -> u64 {
         RX_NOT_OURS,
         RX_OVERSIZE,
         ARP_RX,
+        RX_FORGED,
     ]
     .iter()
     .map(|&i| c[i])
@@ -750,49 +753,16 @@ const PEER_LL: [u8; 16] = [
     0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0x00, 0xff, 0xfe, 0xaa, 0x00, 0x02,
 ];
 
-/// The ICMPv6 checksum of `body` between `src` and `dst` (RFC 8200 8.1); 0 over a body whose
-/// checksum is right.
-fn icmpv6_sum(src: &[u8; 16], dst: &[u8; 16], body: &[u8]) -> u16 {
-    let mut pseudo = Vec::with_capacity(40 + body.len());
-    pseudo.extend_from_slice(src);
-    pseudo.extend_from_slice(dst);
-    pseudo.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    pseudo.extend_from_slice(&[0, 0, 0, 58]);
-    pseudo.extend_from_slice(body);
-    ip_checksum(&pseudo)
-}
-
 /// A neighbour solicitation from the test for `target`: from `src` (all zero for duplicate
 /// address detection), to the target's solicited-node group or, with `unicast`, to the device's
 /// MAC and `target` itself.
 fn ns_frame(src: [u8; 16], target: [u8; 16], hop_limit: u8, unicast: bool) -> Vec<u8> {
-    let mut dst = [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 0];
-    dst[13..].copy_from_slice(&target[13..]);
-    let mut mac = [0x33, 0x33, 0xff, 0, 0, 0];
-    mac[3..].copy_from_slice(&target[13..]);
-    if unicast {
-        (dst, mac) = (target, DEV_MAC);
-    }
-    let mut icmp = vec![135, 0, 0, 0, 0, 0, 0, 0];
-    icmp.extend_from_slice(&target);
-    if src != [0; 16] {
-        // Source link-layer address.
-        icmp.extend_from_slice(&[1, 1]);
-        icmp.extend_from_slice(&PEER_MAC);
-    }
-    let sum = icmpv6_sum(&src, &dst, &icmp);
-    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
-    let mut f = Vec::new();
-    f.extend_from_slice(&mac);
-    f.extend_from_slice(&PEER_MAC);
-    f.extend_from_slice(&0x86ddu16.to_be_bytes());
-    f.extend_from_slice(&[0x60, 0, 0, 0]);
-    f.extend_from_slice(&(icmp.len() as u16).to_be_bytes());
-    f.extend_from_slice(&[58, hop_limit]);
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&icmp);
-    f
+    neighbour_solicitation(
+        (PEER_MAC, src),
+        target,
+        hop_limit,
+        unicast.then_some(DEV_MAC),
+    )
 }
 
 /// Checks `f` as the device's advertisement of `target` to `to` (MAC `to_mac`) with `flags`.
