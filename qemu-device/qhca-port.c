@@ -41,14 +41,16 @@ bool qhca_ipv4_ours(const QhcaState *s, uint32_t ip)
 }
 
 /*
- * gid is a link-local address whose interface identifier is a MAC's EUI-64
- * (fe80::/64, ff:fe in its middle): that MAC into mac, if mac is given.
+ * gid is a link-local address whose interface identifier is a unicast MAC's
+ * EUI-64 (fe80::/64, ff:fe in its middle): that MAC into mac, if mac is
+ * given.  One that names a group or broadcast MAC is no station's.
  */
 bool qhca_gid_eui64_mac(const uint8_t *gid, uint8_t *mac)
 {
     const uint8_t *id = gid + 8;
 
-    if (ldq_be_p(gid) != QHCA_GID_PREFIX || id[3] != 0xff || id[4] != 0xfe) {
+    if (ldq_be_p(gid) != QHCA_GID_PREFIX || id[3] != 0xff || id[4] != 0xfe ||
+        ((id[0] ^ 2) & 1)) {
         return false;
     }
     if (mac) {
@@ -193,7 +195,9 @@ uint8_t qhca_av_load(const QhcaState *s, const struct qhca_ah_attr *in,
     }
     src = &s->gid[in->sgid_index];
     if (!(src->flags & QHCA_GID_VALID) ||
-        qhca_gid_is_v4(src->gid) != qhca_gid_is_v4(in->dgid)) {
+        qhca_gid_is_v4(src->gid) != qhca_gid_is_v4(in->dgid) ||
+        !qhca_gid_unicast(s, in->dgid)) {
+        /* Not to a group, to everyone or to no one: to one port. */
         return QHCA_CMD_BAD_PARAM;
     }
     *av = (QhcaAv) {

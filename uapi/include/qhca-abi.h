@@ -793,7 +793,9 @@ struct qhca_grh {
 /* Every packet carries its source and destination GIDs.  An RC QP sends to */
 /* its address vector (QHCA_QP_ATTR_AV at INIT->RTR; until then this port's */
 /* GID 0 from GID 0: both ends on this device).  An AV's sgid_index names a */
-/* valid entry, and its dgid is IPv4-mapped exactly when that entry is      */
+/* valid entry, and its dgid is IPv4-mapped exactly when that entry is,     */
+/* and unicast: not unspecified, loopback, multicast or broadcast (an IPv4  */
+/* one also not the broadcast address of an entry's subnet)                 */
 /* (QHCA_CMD_BAD_PARAM otherwise); the QP keeps the source GID it had then, */
 /* whatever later becomes of the entry.  An RC QP accepts a packet only     */
 /* from its peer: the source GID must be the AV's dgid and the destination  */

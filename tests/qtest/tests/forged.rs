@@ -11,6 +11,10 @@
 //! IPv6), for SENDs into RC connections between the port's own GIDs (the default of the
 //! provider, perftest and pingpong: GID 0 at both ends), for ARP and for IPv6 neighbour
 //! solicitations; the QPs are untouched and take the next good packet.
+//!
+//! Whom the port sends to: an address vector (CREATE_AH, MODIFY_QP) names one port, so one to
+//! an unspecified, loopback, multicast or broadcast GID is refused with BAD_PARAM, and a
+//! link-local GID whose EUI-64 names a group MAC has no route.
 
 use std::time::{Duration, Instant};
 
@@ -44,7 +48,9 @@ const WAIT: Duration = Duration::from_secs(3);
 const QUIET: Duration = Duration::from_millis(150);
 
 // Indices into PortAttr::counter_words.
+const TX_FRAMES: usize = 0;
 const RX_FRAMES: usize = 2;
+const TX_NO_ROUTE: usize = 4;
 const ARP_RX: usize = 10;
 const ARP_TX: usize = 11;
 const RX_FORGED: usize = 15;
@@ -377,4 +383,108 @@ fn arp_and_neighbour_solicitations_from_the_port_itself_are_dropped_and_counted(
     let f = w.peer.recv(WAIT).expect("a neighbour advertisement");
     assert_eq!((&f[..6], &f[6..12]), (&PEER_MAC[..], &DEV_MAC[..]));
     assert_eq!(counters(&mut w)[RX_FORGED], cases.len() as u64);
+}
+
+/// A context with a PD, a CQ and an RC QP in INIT.
+fn rc_in_init(h: &mut Hca, m: &mut Mem) -> (u32, u32, Cq, Qp) {
+    let uar = h.alloc_uar().1 as u32;
+    let (_, pdn) = alloc_pd(h, uar);
+    let (_, cq) = create_cq(h, m, uar, 6);
+    let (st, qp) = create_qp(h, m, uar, pdn, cq.cqn, cq.cqn, &QpCaps::default());
+    assert_eq!(st, QHCA_CMD_OK);
+    let init = QpAttr {
+        mask: QHCA_QP_ATTR_STATE,
+        state: QHCA_QPS_INIT as u8,
+        ..Default::default()
+    };
+    assert_eq!(modify_qp(h, uar, qp.qpn, &init), QHCA_CMD_OK);
+    (uar, pdn, cq, qp)
+}
+
+fn rtr_with(av: AhAttr) -> QpAttr {
+    QpAttr {
+        mask: QHCA_QP_ATTR_STATE
+            | QHCA_QP_ATTR_DEST_QPN
+            | QHCA_QP_ATTR_RQ_PSN
+            | QHCA_QP_ATTR_PATH_MTU
+            | QHCA_QP_ATTR_AV,
+        state: QHCA_QPS_RTR as u8,
+        dest_qpn: PEER_QPN,
+        path_mtu: 10,
+        av,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn address_vectors_name_one_port() {
+    let mut w = world("");
+    let mut m = Mem::default();
+    let (uar, pdn, _cq, qp) = rc_in_init(&mut w.h, &mut m);
+    let not_unicast = [
+        (1, v4_gid([0, 0, 0, 0])),
+        (1, v4_gid([0, 1, 2, 3])),
+        (1, v4_gid([127, 0, 0, 1])),
+        (1, v4_gid([224, 0, 0, 1])),
+        (1, v4_gid([239, 255, 255, 250])),
+        (1, v4_gid([240, 0, 0, 1])),
+        (1, v4_gid([255, 255, 255, 255])),
+        // The broadcast addresses of the port's subnets, 10.7.0.0/24 and 10.8.0.0/24.
+        (1, v4_gid([10, 7, 0, 255])),
+        (2, v4_gid([10, 8, 0, 255])),
+        (0, [0; 16]),
+        (0, v6([0, 0, 0, 0, 0, 0, 0, 1])),
+        (0, v6([0xff02, 0, 0, 0, 0, 0, 0, 1])),
+        (0, v6([0xff0e, 0, 0, 0, 0, 0, 1, 2])),
+    ];
+    for (sgid_index, dgid) in not_unicast {
+        let av = AhAttr::from_to(sgid_index, dgid);
+        assert_eq!(
+            create_ah(&mut w.h, uar, pdn, &av).0,
+            QHCA_CMD_BAD_PARAM,
+            "CREATE_AH to {dgid:02x?}"
+        );
+        assert_eq!(
+            modify_qp(&mut w.h, uar, qp.qpn, &rtr_with(av)),
+            QHCA_CMD_BAD_PARAM,
+            "MODIFY_QP to {dgid:02x?}"
+        );
+    }
+    assert_eq!(w.h.reg(QHCA_REG_NUM_AH), 0);
+    assert_eq!(query_qp(&mut w.h, uar, qp.qpn).1.state, QHCA_QPS_INIT as u8);
+    let unicast = [
+        (1, v4_gid(PEER_IP)),
+        (1, v4_gid(DEV_IP)),
+        (1, v4_gid([10, 7, 0, 0])),
+        (1, v4_gid([10, 9, 0, 255])),
+        (0, w.gid0),
+        (0, v6([0xfe80, 0, 0, 0, 0, 0, 0, 1])),
+        (0, v6([0x2001, 0xdb8, 0, 0, 0, 0, 0, 1])),
+    ];
+    for (sgid_index, dgid) in unicast {
+        let (st, ah) = create_ah(&mut w.h, uar, pdn, &AhAttr::from_to(sgid_index, dgid));
+        assert_eq!(st, QHCA_CMD_OK, "CREATE_AH to {dgid:02x?}");
+        assert_eq!(destroy_ah(&mut w.h, uar, ah), QHCA_CMD_OK);
+    }
+    let av = AhAttr::from_to(1, v4_gid(PEER_IP));
+    assert_eq!(modify_qp(&mut w.h, uar, qp.qpn, &rtr_with(av)), QHCA_CMD_OK);
+
+    // A link-local GID whose EUI-64 names a group MAC (01:00:5e:00:00:01) is unicast IPv6, but
+    // no station's: the port does not send to it.
+    let group = v6([0xfe80, 0, 0, 0, 0x0300, 0x5eff, 0xfe00, 0x0001]);
+    let mut u = Ud::with_mem(&mut w.h, m);
+    let mut ud = u.qp(&mut w.h, QKEY);
+    let ah = u.ah(&mut w.h, &AhAttr::from_to(0, group));
+    let (src, key) = u.buf(&mut w.h, 64, 1);
+    let before = counters(&mut w);
+    ud.post_ud(
+        &mut w.h,
+        &UdWr::send(5, ah, PEER_QPN, QKEY, &[(src, 64, key)]),
+    );
+    let c = u.scq.wait(&mut w.h);
+    assert_eq!((c.wr_id, c.status as u32), (5, QHCA_WC_SUCCESS));
+    let after = counters(&mut w);
+    assert_eq!(after[TX_NO_ROUTE], before[TX_NO_ROUTE] + 1, "{after:?}");
+    assert_eq!(after[TX_FRAMES], before[TX_FRAMES]);
+    expect_nothing(&w, "a datagram to a group MAC's EUI-64");
 }
