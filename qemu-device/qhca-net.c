@@ -7,15 +7,20 @@
  * queue its bottom half drains, a budget per run; while the queue is full
  * the netdev holds them (can_receive), as a NIC's ring would.
  *
- * Addresses: an IPv4 GID's MAC is resolved with ARP (the port answers ARP
- * for its own IPv4 GIDs and learns from ARP it sees for them); frames wait
- * for the answer in a short queue per neighbour, and the request is sent
- * again when a frame finds it unanswered after 100 ms.  The port answers
- * IPv6 neighbour solicitations for its IPv6 GIDs (RFC 4861; the link-local
- * GID 0), so that a host resolves it as it resolves a NIC.  An IPv6 GID it
- * sends to is a link-local address whose interface identifier is a MAC's
- * EUI-64, which gives the MAC itself; other IPv6 destinations have no route
- * here.
+ * Addresses: an IPv4 GID's MAC is resolved with ARP.  The port answers ARP
+ * requests for its own IPv4 GIDs, and learns a neighbour's MAC only from a
+ * reply to a request it has out for that neighbour (the first one; a
+ * request, or a reply nobody asked for, teaches it nothing: otherwise any
+ * host on the segment could redirect the port's traffic to itself).  Frames
+ * wait for the answer in a short queue per neighbour, and the request is
+ * sent again when a frame finds it unanswered after 100 ms.  A MAC learnt is
+ * used for 30 s of virtual time, then the next frame to it asks again while
+ * still going to it, so that a neighbour whose MAC changes is found again.
+ * The port answers IPv6 neighbour solicitations for its IPv6 GIDs (RFC 4861;
+ * the link-local GID 0), so that a host resolves it as it resolves a NIC.
+ * An IPv6 GID it sends to is a link-local address whose interface
+ * identifier is a unicast MAC's EUI-64, which gives the MAC itself; other
+ * IPv6 destinations have no route here.
  *
  * For tests, x-loss-drop, x-loss-dup and x-loss-reorder make the port lose,
  * duplicate or hold back (behind the next frame, or for a millisecond) that
@@ -36,6 +41,7 @@
 #define QHCA_NEIGH_MAX          16      /* resolved or being resolved */
 #define QHCA_NEIGH_PENDING      16      /* frames waiting for one MAC */
 #define QHCA_ARP_RETRY_NS       (100 * SCALE_MS)
+#define QHCA_NEIGH_REACHABLE_NS (30 * NANOSECONDS_PER_SECOND)
 #define QHCA_ROCE_RX_MAX        256     /* decoded packets waiting */
 #define QHCA_HOLD_NS            SCALE_MS
 #define QHCA_ARP_SIZE           28
@@ -53,8 +59,10 @@ typedef struct QhcaFrame {
 typedef struct QhcaNeigh {
     uint32_t ip;                /* 0: a free entry */
     bool resolved;
+    bool asking;                /* a request is out: its first reply is taken */
     uint8_t mac[ETH_ALEN];
-    int64_t asked_ns;           /* the last ARP request for it */
+    int64_t asked_ns;           /* the last ARP request for it (real time) */
+    int64_t confirmed_ns;       /* the reply that gave mac (virtual time) */
     uint64_t used;              /* for eviction: the last use's sequence */
     GQueue pending;             /* of QhcaFrame, their MAC not yet filled */
 } QhcaNeigh;
@@ -210,24 +218,37 @@ static void qhca_arp_send(QhcaRoce *r, uint16_t op, uint32_t spa,
     qemu_send_packet(qemu_get_queue(r->s->nic), f, sizeof(f));
 }
 
+/* Who has n's address?  Unless the question is out and not 100 ms old. */
+static void qhca_neigh_ask(QhcaRoce *r, QhcaNeigh *n, uint32_t sip)
+{
+    int64_t now = qemu_clock_get_ns(QEMU_CLOCK_REALTIME);
+
+    if (n->asking && now - n->asked_ns < QHCA_ARP_RETRY_NS) {
+        return;
+    }
+    n->asking = true;
+    n->asked_ns = now;
+    qhca_arp_send(r, 1, sip, NULL, n->ip);
+}
+
 /* The frame (its destination MAC to fill) to the IPv4 neighbour dip. */
 static void qhca_roce_to_ipv4(QhcaRoce *r, uint32_t sip, uint32_t dip,
                               uint8_t *f, size_t len)
 {
     QhcaNeigh *n = qhca_neigh_get(r, dip);
-    int64_t now = qemu_clock_get_ns(QEMU_CLOCK_REALTIME);
     QhcaFrame *w;
 
     n->used = ++r->use_seq;
     if (n->resolved) {
         memcpy(f, n->mac, ETH_ALEN);
         qhca_roce_xmit(r, f, len);
+        if (qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) - n->confirmed_ns >=
+            QHCA_NEIGH_REACHABLE_NS) {
+            qhca_neigh_ask(r, n, sip);
+        }
         return;
     }
-    if (!n->asked_ns || now - n->asked_ns >= QHCA_ARP_RETRY_NS) {
-        n->asked_ns = now;
-        qhca_arp_send(r, 1, sip, NULL, dip);
-    }
+    qhca_neigh_ask(r, n, sip);
     if (g_queue_get_length(&n->pending) >= QHCA_NEIGH_PENDING) {
         r->s->port.tx_no_neigh++;
         return;
@@ -272,6 +293,7 @@ static void qhca_arp_recv(QhcaRoce *r, const uint8_t *buf, size_t size)
     QhcaState *s = r->s;
     const uint8_t *a = buf + QHCA_ETH_SIZE;
     uint32_t spa, tpa;
+    QhcaFrame *f;
     QhcaNeigh *n;
     uint16_t op;
     bool for_us;
@@ -294,28 +316,29 @@ static void qhca_arp_recv(QhcaRoce *r, const uint8_t *buf, size_t size)
         return;
     }
     s->port.arp_rx++;
-    if ((op != 1 && op != 2) || !spa) {
+    if (!spa || !for_us) {
         return;
     }
-    /* RFC 826: update what we know of the sender; learn it if for us. */
-    n = qhca_neigh_find(r, spa);
-    if (!n && for_us) {
-        n = qhca_neigh_get(r, spa);
-        n->used = ++r->use_seq;
-    }
-    if (n) {
-        QhcaFrame *f;
-
-        n->resolved = true;
-        memcpy(n->mac, a + 8, ETH_ALEN);
-        while ((f = g_queue_pop_head(&n->pending))) {
-            memcpy(f->data, n->mac, ETH_ALEN);
-            qhca_roce_xmit(r, f->data, f->len);
-            g_free(f);
-        }
-    }
-    if (op == 1 && for_us) {
+    if (op == 1) {
+        /* Answered; the asker is not learnt (see the top of this file). */
         qhca_arp_send(r, 2, tpa, a + 8, spa);
+        return;
+    }
+    n = qhca_neigh_find(r, spa);
+    if (op != 2 || memcmp(a + 18, s->conf.macaddr.a, ETH_ALEN) || !n ||
+        !n->asking) {
+        trace_qhca_roce_arp_unasked(op, spa);
+        return;
+    }
+    /* The answer to the port's question: the first one is believed. */
+    n->asking = false;
+    n->resolved = true;
+    n->confirmed_ns = qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL);
+    memcpy(n->mac, a + 8, ETH_ALEN);
+    while ((f = g_queue_pop_head(&n->pending))) {
+        memcpy(f->data, n->mac, ETH_ALEN);
+        qhca_roce_xmit(r, f->data, f->len);
+        g_free(f);
     }
 }
 

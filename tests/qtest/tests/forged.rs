@@ -12,6 +12,7 @@
 //! provider, perftest and pingpong: GID 0 at both ends), for ARP and for IPv6 neighbour
 //! solicitations; the QPs are untouched and take the next good packet.
 //!
+//! Whom it learns from: ARP only from replies to its own requests (then again after 30 s).
 //! Whom the port sends to: an address vector (CREATE_AH, MODIFY_QP) names one port, so one to
 //! an unspecified, loopback, multicast or broadcast GID is refused with BAD_PARAM, and a
 //! link-local GID whose EUI-64 names a group MAC has no route.
@@ -487,4 +488,132 @@ fn address_vectors_name_one_port() {
     assert_eq!(after[TX_NO_ROUTE], before[TX_NO_ROUTE] + 1, "{after:?}");
     assert_eq!(after[TX_FRAMES], before[TX_FRAMES]);
     expect_nothing(&w, "a datagram to a group MAC's EUI-64");
+}
+
+/// An RC QP connected to the test's QP (PSNs from 0x100, from entry 1 to 10.7.0.2) and a
+/// region of 0x1000 bytes to write from.
+struct Rc {
+    cq: Cq,
+    qp: Qp,
+    buf: u64,
+    key: u32,
+}
+
+fn rc_to_peer(w: &mut W, m: &mut Mem) -> Rc {
+    let (uar, pdn, cq, qp) = rc_in_init(&mut w.h, m);
+    let reset = QpAttr {
+        mask: QHCA_QP_ATTR_STATE,
+        state: QHCA_QPS_RESET as u8,
+        ..Default::default()
+    };
+    assert_eq!(modify_qp(&mut w.h, uar, qp.qpn, &reset), QHCA_CMD_OK);
+    let params = ConnParams {
+        path_mtu: 10,
+        // 4.3 s of virtual time, none of it spent while frames are outstanding.
+        timeout: 20,
+        av: Some(AhAttr::from_to(1, v4_gid(PEER_IP))),
+        ..Default::default()
+    };
+    bring_to_rts(&mut w.h, &qp, PEER_QPN, 0x100, &params);
+    let buf = m.alloc(&mut w.h, 0x1000);
+    let (st, key) = reg_mr(&mut w.h, m, uar, pdn, buf, 0x1000, 0);
+    assert_eq!(st, QHCA_CMD_OK);
+    Rc { cq, qp, buf, key }
+}
+
+impl Rc {
+    /// Posts a 16-byte WRITE.
+    fn write(&mut self, w: &mut W) {
+        let wr = SendWr::write(self.buf, 16, self.key, 0x1000, 0x42);
+        self.qp.post_send(&mut w.h, &wr);
+    }
+
+    /// The test's ACK of `psn`, and the WRITE's completion.
+    fn ack(&mut self, w: &mut W, psn: u32, msn: u32) {
+        let mut ack = Pkt::new(PEER, DEV, op::ACK, self.qp.qpn, psn);
+        ack.aeth = Some(Aeth { syndrome: 0, msn });
+        w.peer.send(&ack.encode());
+        let c = wait_cqe(&mut w.h, &mut self.cq);
+        assert_eq!(c.status as u32, QHCA_WC_SUCCESS, "{c:?}");
+    }
+}
+
+/// The next frame from the device: an ARP request (Err) or a RoCEv2 frame (Ok).
+fn next_frame(w: &W, what: &str) -> Result<Pkt, Arp> {
+    let f = w
+        .peer
+        .recv(WAIT)
+        .unwrap_or_else(|| panic!("{what}: no frame"));
+    match Arp::parse(&f) {
+        Ok(a) => Err(a),
+        Err(_) => Ok(Pkt::parse(&f).unwrap_or_else(|e| panic!("{what}: {e}: {f:02x?}"))),
+    }
+}
+
+#[test]
+fn arp_is_learnt_only_from_replies_to_the_ports_own_requests() {
+    let mut w = world("");
+    let mut m = Mem::default();
+    let mut rc = rc_to_peer(&mut w, &mut m);
+    let evil = [0x52, 0x54, 0x00, 0xaa, 0x00, 0x66];
+    let ask = Arp::request(DEV_MAC, DEV_IP, PEER_IP);
+
+    // The test asks for the device, then a liar tells it, unasked, that 10.7.0.2 is at its MAC
+    // (a reply, then a request: answered, as any is). None of them teaches the device a MAC.
+    let q = Arp::request(PEER_MAC, PEER_IP, DEV_IP);
+    w.peer.send(&q.encode());
+    assert_eq!(
+        Arp::parse(&w.peer.recv(WAIT).unwrap()),
+        Ok(Arp::reply_to(&q, DEV_MAC))
+    );
+    w.peer.send(&Arp::reply_to(&ask, evil).encode());
+    let lie = Arp::request(evil, PEER_IP, DEV_IP);
+    w.peer.send(&lie.encode());
+    assert_eq!(
+        Arp::parse(&w.peer.recv(WAIT).unwrap()),
+        Ok(Arp::reply_to(&lie, DEV_MAC))
+    );
+    rc.write(&mut w);
+    assert_eq!(
+        next_frame(&w, "the first WRITE"),
+        Err(ask),
+        "the device asks first"
+    );
+
+    // While it asks: a reply to someone else (broadcast), then the test's answer, then the
+    // liar's, too late. The test's is believed.
+    let mut other = Arp::reply_to(&ask, evil);
+    (other.eth_dst, other.tha) = (BROADCAST, [0x52, 0x54, 0, 0xaa, 0, 7]);
+    w.peer.send(&other.encode());
+    w.peer.send(&Arp::reply_to(&ask, PEER_MAC).encode());
+    w.peer.send(&Arp::reply_to(&ask, evil).encode());
+    let p = next_frame(&w, "the WRITE").expect("the WRITE");
+    assert_eq!(
+        (p.dst_mac, p.opcode, p.psn),
+        (PEER_MAC, op::WRITE_ONLY, 0x100)
+    );
+    rc.ack(&mut w, 0x100, 1);
+    rc.write(&mut w);
+    let p = next_frame(&w, "the second WRITE").expect("no question: the MAC is known");
+    assert_eq!((p.dst_mac, p.psn), (PEER_MAC, 0x101));
+    rc.ack(&mut w, 0x101, 2);
+    expect_nothing(&w, "after the second WRITE");
+
+    // 30 s later the MAC is still used, and asked for again; the answer (the test moved to
+    // another NIC) is believed.
+    let moved = [0x52, 0x54, 0x00, 0xaa, 0x00, 0x03];
+    w.h.qt.clock_step(30_000_000_000);
+    rc.write(&mut w);
+    let p = next_frame(&w, "the third WRITE").expect("the WRITE first");
+    assert_eq!((p.dst_mac, p.psn), (PEER_MAC, 0x102));
+    assert_eq!(next_frame(&w, "the question"), Err(ask));
+    w.peer.send(&Arp::reply_to(&ask, moved).encode());
+    rc.ack(&mut w, 0x102, 3);
+    rc.write(&mut w);
+    let p = next_frame(&w, "the fourth WRITE").expect("the WRITE");
+    assert_eq!((p.dst_mac, p.psn), (moved, 0x103));
+    expect_nothing(&w, "after the fourth WRITE");
+    let c = counters(&mut w);
+    // Two answers, two questions; nothing here was forged.
+    assert_eq!((c[ARP_TX], c[ARP_RX], c[RX_FORGED]), (4, 7, 0), "{c:?}");
 }
