@@ -75,6 +75,7 @@ struct QhcaRoce {
     uint64_t rng;               /* x-loss-*: xorshift64 state */
     QhcaFrame *held;            /* x-loss-reorder: the frame held back */
     QEMUTimer *hold_timer;
+    bool discard;               /* a reset empties the netdev's queue */
     uint8_t frame[QHCA_FRAME_MAX];
 };
 
@@ -442,7 +443,7 @@ static ssize_t qhca_roce_receive(NetClientState *nc, const uint8_t *buf,
     uint16_t type;
     bool to_us;
 
-    if (!r || !qhca_ready(s)) {
+    if (!r || r->discard || !qhca_ready(s)) {
         return size;
     }
     if (size < QHCA_ETH_SIZE) {
@@ -515,7 +516,14 @@ bool qhca_roce_pending(QhcaRoce *r)
     return !g_queue_is_empty(&r->rx);
 }
 
-/* Device reset: what arrived, what waits for a MAC, what was held back. */
+/*
+ * Device reset: what arrived, what waits for a MAC, what was held back is
+ * dropped, none of it delivered.  So are the frames the netdev holds for the
+ * port (queued while the queue was full or the VM stopped): the device is
+ * still READY when the reset reaches the wire, and they belong to the state
+ * the reset ends, so they are taken and discarded rather than received.
+ * Taking them restarts a netdev that stopped reading when they queued.
+ */
 void qhca_roce_reset(QhcaRoce *r)
 {
     unsigned i;
@@ -531,7 +539,9 @@ void qhca_roce_reset(QhcaRoce *r)
     r->held = NULL;
     r->rng = r->s->loss_seed | 1;
     if (r->s->nic) {
+        r->discard = true;
         qemu_flush_queued_packets(qemu_get_queue(r->s->nic));
+        r->discard = false;
     }
 }
 

@@ -13,6 +13,8 @@
 //! solicitations; the QPs are untouched and take the next good packet.
 //!
 //! Whom it learns from: ARP only from replies to its own requests (then again after 30 s).
+//! What it holds: a reset drops the frames the netdev holds for it, the one x-loss-reorder
+//! holds back and those waiting for a MAC, and delivers none of them.
 //! Whom the port sends to: an address vector (CREATE_AH, MODIFY_QP) names one port, so one to
 //! an unspecified, loopback, multicast or broadcast GID is refused with BAD_PARAM, and a
 //! link-local GID whose EUI-64 names a group MAC has no route.
@@ -21,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use qhca_qtest::abi::*;
 use qhca_qtest::port::*;
+use qhca_qtest::qmp::{socket_path, Qmp};
 use qhca_qtest::roce::*;
 use qhca_qtest::roce6::neighbour_solicitation;
 use qhca_qtest::ud::*;
@@ -54,6 +57,7 @@ const RX_FRAMES: usize = 2;
 const TX_NO_ROUTE: usize = 4;
 const ARP_RX: usize = 10;
 const ARP_TX: usize = 11;
+const TEST_REORDERED: usize = 14;
 const RX_FORGED: usize = 15;
 
 struct W {
@@ -64,10 +68,17 @@ struct W {
 }
 
 fn world(props: &str) -> W {
+    world_with(props, &[])
+}
+
+/// [`world`] with more QEMU arguments.
+fn world_with(props: &str, extra: &[&str]) -> W {
     let peer = Peer::new();
     let netdev = peer.netdev("n0");
     let props = format!("num-uars=8,netdev=n0,mac={}{props}", mac_str(DEV_MAC));
-    let mut h = Hca::start_with(&props, &["-netdev", &netdev]);
+    let mut args = vec!["-netdev", &netdev];
+    args.extend_from_slice(extra);
+    let mut h = Hca::start_with(&props, &args);
     h.bring_up(5, 6);
     add_ipv4(&mut h, 1, DEV_IP);
     add_ipv4(&mut h, 2, DEV_IP2);
@@ -490,8 +501,8 @@ fn address_vectors_name_one_port() {
     expect_nothing(&w, "a datagram to a group MAC's EUI-64");
 }
 
-/// An RC QP connected to the test's QP (PSNs from 0x100, from entry 1 to 10.7.0.2) and a
-/// region of 0x1000 bytes to write from.
+/// An RC QP connected to the test's QP (PSNs from 0x100, from entry 1 to `ip`) and a region
+/// of 0x1000 bytes to write from.
 struct Rc {
     cq: Cq,
     qp: Qp,
@@ -499,19 +510,17 @@ struct Rc {
     key: u32,
 }
 
-fn rc_to_peer(w: &mut W, m: &mut Mem) -> Rc {
-    let (uar, pdn, cq, qp) = rc_in_init(&mut w.h, m);
-    let reset = QpAttr {
-        mask: QHCA_QP_ATTR_STATE,
-        state: QHCA_QPS_RESET as u8,
-        ..Default::default()
-    };
-    assert_eq!(modify_qp(&mut w.h, uar, qp.qpn, &reset), QHCA_CMD_OK);
+fn rc_to(w: &mut W, m: &mut Mem, ip: [u8; 4]) -> Rc {
+    let uar = w.h.alloc_uar().1 as u32;
+    let (_, pdn) = alloc_pd(&mut w.h, uar);
+    let (_, cq) = create_cq(&mut w.h, m, uar, 6);
+    let (st, qp) = create_qp(&mut w.h, m, uar, pdn, cq.cqn, cq.cqn, &QpCaps::default());
+    assert_eq!(st, QHCA_CMD_OK);
     let params = ConnParams {
         path_mtu: 10,
-        // 4.3 s of virtual time, none of it spent while frames are outstanding.
+        // 4.3 s of virtual time: no retransmission while the test looks.
         timeout: 20,
-        av: Some(AhAttr::from_to(1, v4_gid(PEER_IP))),
+        av: Some(AhAttr::from_to(1, v4_gid(ip))),
         ..Default::default()
     };
     bring_to_rts(&mut w.h, &qp, PEER_QPN, 0x100, &params);
@@ -554,7 +563,7 @@ fn next_frame(w: &W, what: &str) -> Result<Pkt, Arp> {
 fn arp_is_learnt_only_from_replies_to_the_ports_own_requests() {
     let mut w = world("");
     let mut m = Mem::default();
-    let mut rc = rc_to_peer(&mut w, &mut m);
+    let mut rc = rc_to(&mut w, &mut m, PEER_IP);
     let evil = [0x52, 0x54, 0x00, 0xaa, 0x00, 0x66];
     let ask = Arp::request(DEV_MAC, DEV_IP, PEER_IP);
 
@@ -616,4 +625,58 @@ fn arp_is_learnt_only_from_replies_to_the_ports_own_requests() {
     let c = counters(&mut w);
     // Two answers, two questions; nothing here was forged.
     assert_eq!((c[ARP_TX], c[ARP_RX], c[RX_FORGED]), (4, 7, 0), "{c:?}");
+}
+
+#[test]
+fn a_reset_drops_the_frames_the_port_holds_and_delivers_none() {
+    let qmp_path = socket_path("qmp");
+    let qmp_arg = format!("unix:{},server=on,wait=off", qmp_path.display());
+    let mut w = world_with(",x-loss-reorder=1000", &["-qmp", &qmp_arg]);
+    let mut qmp = Qmp::connect(&qmp_path);
+    let ask = Arp::request(DEV_MAC, DEV_IP, PEER_IP);
+
+    // A frame the netdev holds for the port: with the VM stopped it queues there (QEMU delivers
+    // nothing to a stopped machine's NICs). A reset while it waits must not take it in: the
+    // request would be answered from the table the reset is about to empty.
+    qmp.ok(r#"{"execute":"stop"}"#);
+    w.peer
+        .send(&Arp::request(PEER_MAC, PEER_IP, DEV_IP).encode());
+    std::thread::sleep(Duration::from_millis(200));
+    w.h.reset();
+    qmp.ok(r#"{"execute":"cont"}"#);
+    expect_nothing(&w, "after a reset with a request held");
+    w.h.bring_up(5, 6);
+    assert_eq!(counters(&mut w), [0; 20], "nothing reached the port");
+    add_ipv4(&mut w.h, 1, DEV_IP);
+
+    // A frame x-loss-reorder holds back, and one waiting for a neighbour's MAC.
+    let mut m = Mem::default();
+    let mut rc = rc_to(&mut w, &mut m, PEER_IP);
+    rc.write(&mut w);
+    assert_eq!(next_frame(&w, "the WRITE"), Err(ask));
+    w.peer.send(&Arp::reply_to(&ask, PEER_MAC).encode());
+    let c = wait_counter(&mut w, TEST_REORDERED, &[0; 20]);
+    assert_eq!(c[TX_FRAMES], 0, "the WRITE is held back");
+    let mut rc3 = rc_to(&mut w, &mut m, [10, 7, 0, 3]);
+    rc3.write(&mut w);
+    let ask3 = Arp::request(DEV_MAC, DEV_IP, [10, 7, 0, 3]);
+    assert_eq!(next_frame(&w, "the WRITE to 10.7.0.3"), Err(ask3));
+    w.h.reset();
+    // Long past the 1 ms hold; then the question's answer, to the device brought up again.
+    w.h.qt.clock_step(10_000_000);
+    expect_nothing(&w, "after a reset with a frame held back");
+    w.h.bring_up(5, 6);
+    add_ipv4(&mut w.h, 1, DEV_IP);
+    w.peer.send(&Arp::reply_to(&ask3, PEER_MAC).encode());
+    w.peer.send(&Arp::reply_to(&ask, PEER_MAC).encode());
+    expect_nothing(&w, "after a reset with frames waiting for a MAC");
+    let c = counters(&mut w);
+    assert_eq!((c[TX_FRAMES], c[ARP_RX], c[ARP_TX]), (0, 2, 0), "{c:?}");
+    // The port works: it answers, and asks.
+    let q = Arp::request(PEER_MAC, PEER_IP, DEV_IP);
+    w.peer.send(&q.encode());
+    assert_eq!(
+        Arp::parse(&w.peer.recv(WAIT).unwrap()),
+        Ok(Arp::reply_to(&q, DEV_MAC))
+    );
 }
