@@ -93,7 +93,8 @@ fn port_attr_from_le(le: &uapi::qhca_port_attr) -> uapi::qhca_port_attr {
         test_dropped: u64::from_le(c.test_dropped),
         test_duplicated: u64::from_le(c.test_duplicated),
         test_reordered: u64::from_le(c.test_reordered),
-        rsvd: [0; 5],
+        rx_forged: u64::from_le(c.rx_forged),
+        rsvd: [0; 4],
     };
     let len = usize::from(a.gid_tbl_len);
     for (out, e) in a.gids.iter_mut().zip(le.gids.iter()).take(len) {

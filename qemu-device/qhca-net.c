@@ -7,15 +7,20 @@
  * queue its bottom half drains, a budget per run; while the queue is full
  * the netdev holds them (can_receive), as a NIC's ring would.
  *
- * Addresses: an IPv4 GID's MAC is resolved with ARP (the port answers ARP
- * for its own IPv4 GIDs and learns from ARP it sees for them); frames wait
- * for the answer in a short queue per neighbour, and the request is sent
- * again when a frame finds it unanswered after 100 ms.  The port answers
- * IPv6 neighbour solicitations for its IPv6 GIDs (RFC 4861; the link-local
- * GID 0), so that a host resolves it as it resolves a NIC.  An IPv6 GID it
- * sends to is a link-local address whose interface identifier is a MAC's
- * EUI-64, which gives the MAC itself; other IPv6 destinations have no route
- * here.
+ * Addresses: an IPv4 GID's MAC is resolved with ARP.  The port answers ARP
+ * requests for its own IPv4 GIDs, and learns a neighbour's MAC only from a
+ * reply to a request it has out for that neighbour (the first one; a
+ * request, or a reply nobody asked for, teaches it nothing: otherwise any
+ * host on the segment could redirect the port's traffic to itself).  Frames
+ * wait for the answer in a short queue per neighbour, and the request is
+ * sent again when a frame finds it unanswered after 100 ms.  A MAC learnt is
+ * used for 30 s of virtual time, then the next frame to it asks again while
+ * still going to it, so that a neighbour whose MAC changes is found again.
+ * The port answers IPv6 neighbour solicitations for its IPv6 GIDs (RFC 4861;
+ * the link-local GID 0), so that a host resolves it as it resolves a NIC.
+ * An IPv6 GID it sends to is a link-local address whose interface
+ * identifier is a unicast MAC's EUI-64, which gives the MAC itself; other
+ * IPv6 destinations have no route here.
  *
  * For tests, x-loss-drop, x-loss-dup and x-loss-reorder make the port lose,
  * duplicate or hold back (behind the next frame, or for a millisecond) that
@@ -36,6 +41,7 @@
 #define QHCA_NEIGH_MAX          16      /* resolved or being resolved */
 #define QHCA_NEIGH_PENDING      16      /* frames waiting for one MAC */
 #define QHCA_ARP_RETRY_NS       (100 * SCALE_MS)
+#define QHCA_NEIGH_REACHABLE_NS (30 * NANOSECONDS_PER_SECOND)
 #define QHCA_ROCE_RX_MAX        256     /* decoded packets waiting */
 #define QHCA_HOLD_NS            SCALE_MS
 #define QHCA_ARP_SIZE           28
@@ -53,8 +59,10 @@ typedef struct QhcaFrame {
 typedef struct QhcaNeigh {
     uint32_t ip;                /* 0: a free entry */
     bool resolved;
+    bool asking;                /* a request is out: its first reply is taken */
     uint8_t mac[ETH_ALEN];
-    int64_t asked_ns;           /* the last ARP request for it */
+    int64_t asked_ns;           /* the last ARP request for it (real time) */
+    int64_t confirmed_ns;       /* the reply that gave mac (virtual time) */
     uint64_t used;              /* for eviction: the last use's sequence */
     GQueue pending;             /* of QhcaFrame, their MAC not yet filled */
 } QhcaNeigh;
@@ -67,6 +75,7 @@ struct QhcaRoce {
     uint64_t rng;               /* x-loss-*: xorshift64 state */
     QhcaFrame *held;            /* x-loss-reorder: the frame held back */
     QEMUTimer *hold_timer;
+    bool discard;               /* a reset empties the netdev's queue */
     uint8_t frame[QHCA_FRAME_MAX];
 };
 
@@ -210,24 +219,37 @@ static void qhca_arp_send(QhcaRoce *r, uint16_t op, uint32_t spa,
     qemu_send_packet(qemu_get_queue(r->s->nic), f, sizeof(f));
 }
 
+/* Who has n's address?  Unless the question is out and not 100 ms old. */
+static void qhca_neigh_ask(QhcaRoce *r, QhcaNeigh *n, uint32_t sip)
+{
+    int64_t now = qemu_clock_get_ns(QEMU_CLOCK_REALTIME);
+
+    if (n->asking && now - n->asked_ns < QHCA_ARP_RETRY_NS) {
+        return;
+    }
+    n->asking = true;
+    n->asked_ns = now;
+    qhca_arp_send(r, 1, sip, NULL, n->ip);
+}
+
 /* The frame (its destination MAC to fill) to the IPv4 neighbour dip. */
 static void qhca_roce_to_ipv4(QhcaRoce *r, uint32_t sip, uint32_t dip,
                               uint8_t *f, size_t len)
 {
     QhcaNeigh *n = qhca_neigh_get(r, dip);
-    int64_t now = qemu_clock_get_ns(QEMU_CLOCK_REALTIME);
     QhcaFrame *w;
 
     n->used = ++r->use_seq;
     if (n->resolved) {
         memcpy(f, n->mac, ETH_ALEN);
         qhca_roce_xmit(r, f, len);
+        if (qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) - n->confirmed_ns >=
+            QHCA_NEIGH_REACHABLE_NS) {
+            qhca_neigh_ask(r, n, sip);
+        }
         return;
     }
-    if (!n->asked_ns || now - n->asked_ns >= QHCA_ARP_RETRY_NS) {
-        n->asked_ns = now;
-        qhca_arp_send(r, 1, sip, NULL, dip);
-    }
+    qhca_neigh_ask(r, n, sip);
     if (g_queue_get_length(&n->pending) >= QHCA_NEIGH_PENDING) {
         r->s->port.tx_no_neigh++;
         return;
@@ -257,11 +279,22 @@ void qhca_roce_send(QhcaRoce *r, const QhcaPkt *pkt)
 /* ------------------------------------------------------------------------ */
 /* receive                                                                  */
 
+/*
+ * A frame (or an ARP sender) from MAC mac is forged: the port's own frames
+ * never come back from the wire, and a frame comes from one station.
+ */
+static bool qhca_mac_forged(QhcaState *s, const uint8_t *mac)
+{
+    return is_multicast_ether_addr(mac) || buffer_is_zero(mac, ETH_ALEN) ||
+           !memcmp(mac, s->conf.macaddr.a, ETH_ALEN);
+}
+
 static void qhca_arp_recv(QhcaRoce *r, const uint8_t *buf, size_t size)
 {
     QhcaState *s = r->s;
     const uint8_t *a = buf + QHCA_ETH_SIZE;
     uint32_t spa, tpa;
+    QhcaFrame *f;
     QhcaNeigh *n;
     uint16_t op;
     bool for_us;
@@ -276,30 +309,37 @@ static void qhca_arp_recv(QhcaRoce *r, const uint8_t *buf, size_t size)
     spa = ldl_be_p(a + 14);
     tpa = ldl_be_p(a + 24);
     for_us = qhca_ipv4_ours(s, tpa);
-    s->port.arp_rx++;
     trace_qhca_roce_arp_rx(op, spa, tpa);
-    if ((op != 1 && op != 2) || !spa || is_multicast_ether_addr(a + 8)) {
+    /* The sender 0.0.0.0 is a probe (RFC 5227): not answered, not forged. */
+    if (qhca_mac_forged(s, a + 8) || (spa && qhca_ipv4_forged(s, spa))) {
+        QHCA_RX_DROP(s, rx_forged, "ARP: the sender is the port's own"
+                     " address or MAC, or no one host");
         return;
     }
-    /* RFC 826: update what we know of the sender; learn it if for us. */
-    n = qhca_neigh_find(r, spa);
-    if (!n && for_us) {
-        n = qhca_neigh_get(r, spa);
-        n->used = ++r->use_seq;
+    s->port.arp_rx++;
+    if (!spa || !for_us) {
+        return;
     }
-    if (n) {
-        QhcaFrame *f;
-
-        n->resolved = true;
-        memcpy(n->mac, a + 8, ETH_ALEN);
-        while ((f = g_queue_pop_head(&n->pending))) {
-            memcpy(f->data, n->mac, ETH_ALEN);
-            qhca_roce_xmit(r, f->data, f->len);
-            g_free(f);
-        }
-    }
-    if (op == 1 && for_us) {
+    if (op == 1) {
+        /* Answered; the asker is not learnt (see the top of this file). */
         qhca_arp_send(r, 2, tpa, a + 8, spa);
+        return;
+    }
+    n = qhca_neigh_find(r, spa);
+    if (op != 2 || memcmp(a + 18, s->conf.macaddr.a, ETH_ALEN) || !n ||
+        !n->asking) {
+        trace_qhca_roce_arp_unasked(op, spa);
+        return;
+    }
+    /* The answer to the port's question: the first one is believed. */
+    n->asking = false;
+    n->resolved = true;
+    n->confirmed_ns = qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL);
+    memcpy(n->mac, a + 8, ETH_ALEN);
+    while ((f = g_queue_pop_head(&n->pending))) {
+        memcpy(f->data, n->mac, ETH_ALEN);
+        qhca_roce_xmit(r, f->data, f->len);
+        g_free(f);
     }
 }
 
@@ -350,6 +390,11 @@ static void qhca_nd_recv(QhcaRoce *r, const uint8_t *buf, size_t size)
     }
     /* From the unspecified address: duplicate address detection. */
     dad = buffer_is_zero(ip + 8, 16);
+    if (!dad && (qhca_gid_is_v4(ip + 8) || qhca_gid_forged(s, ip + 8))) {
+        QHCA_RX_DROP(s, rx_forged, "ND: from the port's own address,"
+                     " IPv4-mapped, or from no one host");
+        return;
+    }
     s->port.arp_rx++;
 
     /* Ethernet: to the asker, or to all nodes for duplicate detection. */
@@ -396,8 +441,9 @@ static ssize_t qhca_roce_receive(NetClientState *nc, const uint8_t *buf,
     const uint8_t *mac = s->conf.macaddr.a;
     QhcaPkt *pkt;
     uint16_t type;
+    bool to_us;
 
-    if (!r || !qhca_ready(s)) {
+    if (!r || r->discard || !qhca_ready(s)) {
         return size;
     }
     if (size < QHCA_ETH_SIZE) {
@@ -405,26 +451,30 @@ static ssize_t qhca_roce_receive(NetClientState *nc, const uint8_t *buf,
         return size;
     }
     type = lduw_be_p(buf + 12);
-    if (type == QHCA_ETH_P_ARP && (is_broadcast_ether_addr(buf) ||
-                                   !memcmp(buf, mac, ETH_ALEN))) {
+    to_us = !memcmp(buf, mac, ETH_ALEN);
+    if (!(type == QHCA_ETH_P_ARP && (to_us || is_broadcast_ether_addr(buf))) &&
+        !(type == QHCA_ETH_P_IPV6 && is_multicast_ether_addr(buf)) &&
+        !(to_us && (type == QHCA_ETH_P_IPV4 || type == QHCA_ETH_P_IPV6))) {
+        /* The segment's other traffic: not counted, as a NIC's filter. */
+        return size;
+    }
+    if (qhca_mac_forged(s, buf + ETH_ALEN)) {
+        QHCA_RX_DROP(s, rx_forged, "Ethernet source: the port's own MAC,"
+                     " a group's or none");
+        return size;
+    }
+    if (type == QHCA_ETH_P_ARP) {
         qhca_arp_recv(r, buf, size);
         return size;
     }
-    if (type == QHCA_ETH_P_IPV6 && is_multicast_ether_addr(buf)) {
-        /* A solicitation goes to a solicited-node group (33:33:ff:..). */
+    if (type == QHCA_ETH_P_IPV6 && (!to_us ||
+        (size >= QHCA_ETH_SIZE + QHCA_IPV6_SIZE &&
+         buf[QHCA_ETH_SIZE + 6] == QHCA_IPPROTO_ICMPV6))) {
+        /*
+         * A solicitation goes to a solicited-node group (33:33:ff:..), or
+         * to the port's MAC (a neighbour checking reachability).
+         */
         qhca_nd_recv(r, buf, size);
-        return size;
-    }
-    if (type == QHCA_ETH_P_IPV6 && !memcmp(buf, mac, ETH_ALEN) &&
-        size >= QHCA_ETH_SIZE + QHCA_IPV6_SIZE &&
-        buf[QHCA_ETH_SIZE + 6] == QHCA_IPPROTO_ICMPV6) {
-        /* A unicast solicitation (a neighbour checking reachability). */
-        qhca_nd_recv(r, buf, size);
-        return size;
-    }
-    if (memcmp(buf, mac, ETH_ALEN) ||
-        (type != QHCA_ETH_P_IPV4 && type != QHCA_ETH_P_IPV6)) {
-        /* The segment's other traffic: not counted, as a NIC's filter. */
         return size;
     }
     if (size > QHCA_FRAME_MAX) {
@@ -466,7 +516,14 @@ bool qhca_roce_pending(QhcaRoce *r)
     return !g_queue_is_empty(&r->rx);
 }
 
-/* Device reset: what arrived, what waits for a MAC, what was held back. */
+/*
+ * Device reset: what arrived, what waits for a MAC, what was held back is
+ * dropped, none of it delivered.  So are the frames the netdev holds for the
+ * port (queued while the queue was full or the VM stopped): the device is
+ * still READY when the reset reaches the wire, and they belong to the state
+ * the reset ends, so they are taken and discarded rather than received.
+ * Taking them restarts a netdev that stopped reading when they queued.
+ */
 void qhca_roce_reset(QhcaRoce *r)
 {
     unsigned i;
@@ -482,7 +539,9 @@ void qhca_roce_reset(QhcaRoce *r)
     r->held = NULL;
     r->rng = r->s->loss_seed | 1;
     if (r->s->nic) {
+        r->discard = true;
         qemu_flush_queued_packets(qemu_get_queue(r->s->nic));
+        r->discard = false;
     }
 }
 

@@ -41,14 +41,16 @@ bool qhca_ipv4_ours(const QhcaState *s, uint32_t ip)
 }
 
 /*
- * gid is a link-local address whose interface identifier is a MAC's EUI-64
- * (fe80::/64, ff:fe in its middle): that MAC into mac, if mac is given.
+ * gid is a link-local address whose interface identifier is a unicast MAC's
+ * EUI-64 (fe80::/64, ff:fe in its middle): that MAC into mac, if mac is
+ * given.  One that names a group or broadcast MAC is no station's.
  */
 bool qhca_gid_eui64_mac(const uint8_t *gid, uint8_t *mac)
 {
     const uint8_t *id = gid + 8;
 
-    if (ldq_be_p(gid) != QHCA_GID_PREFIX || id[3] != 0xff || id[4] != 0xfe) {
+    if (ldq_be_p(gid) != QHCA_GID_PREFIX || id[3] != 0xff || id[4] != 0xfe ||
+        ((id[0] ^ 2) & 1)) {
         return false;
     }
     if (mac) {
@@ -62,12 +64,74 @@ bool qhca_gid_eui64_mac(const uint8_t *gid, uint8_t *mac)
     return true;
 }
 
-/* A unicast IPv4 address a port may have: not 0/8, 127/8 or 224/3. */
+/*
+ * A unicast IPv4 address a host may have: not 0/8 (this network, 0.0.0.0
+ * unspecified), 127/8 (loopback), 224/4 (multicast) or 240/4 (reserved,
+ * 255.255.255.255 the limited broadcast).
+ */
 static bool qhca_ipv4_unicast(uint32_t addr)
 {
     uint8_t first = addr >> 24;
 
     return first != 0 && first != 127 && first < 224;
+}
+
+/*
+ * addr is the broadcast address of the subnet of one of the port's IPv4
+ * entries (its prefix length below 31: /31 and /32 have none).
+ */
+static bool qhca_ipv4_subnet_bcast(const QhcaState *s, uint32_t addr)
+{
+    unsigned i;
+
+    for (i = 1; i < QHCA_GID_TABLE_LEN; i++) {
+        const struct qhca_gid_entry *e = &s->gid[i];
+        uint32_t mask;
+
+        if (!(e->flags & QHCA_GID_VALID) || !qhca_gid_is_v4(e->gid) ||
+            e->prefix_len > 30) {
+            continue;
+        }
+        mask = e->prefix_len ? ~0u << (32 - e->prefix_len) : 0;
+        if ((addr | mask) == UINT32_MAX &&
+            (addr & mask) == (ldl_be_p(e->gid + 12) & mask)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * gid names one host: IPv4-mapped, a unicast IPv4 address that is not the
+ * broadcast address of one of the port's subnets; else not :: (unspecified),
+ * ::1 (loopback) or ff00::/8 (multicast).
+ */
+bool qhca_gid_unicast(const QhcaState *s, const uint8_t *gid)
+{
+    uint32_t ip = ldl_be_p(gid + 12);
+
+    if (qhca_gid_is_v4(gid)) {
+        return qhca_ipv4_unicast(ip) && !qhca_ipv4_subnet_bcast(s, ip);
+    }
+    return gid[0] != 0xff && (ldq_be_p(gid) || ldl_be_p(gid + 8) || ip > 1);
+}
+
+/*
+ * A packet from the wire with source gid is forged: the port's own
+ * addresses never reach the wire (loopback stays in the device), and a
+ * packet comes from one host.
+ */
+bool qhca_gid_forged(const QhcaState *s, const uint8_t *gid)
+{
+    return qhca_gid_ours(s, gid) || !qhca_gid_unicast(s, gid);
+}
+
+bool qhca_ipv4_forged(const QhcaState *s, uint32_t ip)
+{
+    uint8_t gid[16];
+
+    qhca_gid_from_ipv4(gid, ip);
+    return qhca_gid_forged(s, gid);
 }
 
 static void qhca_gid0(QhcaState *s, struct qhca_gid_entry *e)
@@ -131,7 +195,9 @@ uint8_t qhca_av_load(const QhcaState *s, const struct qhca_ah_attr *in,
     }
     src = &s->gid[in->sgid_index];
     if (!(src->flags & QHCA_GID_VALID) ||
-        qhca_gid_is_v4(src->gid) != qhca_gid_is_v4(in->dgid)) {
+        qhca_gid_is_v4(src->gid) != qhca_gid_is_v4(in->dgid) ||
+        !qhca_gid_unicast(s, in->dgid)) {
+        /* Not to a group, to everyone or to no one: to one port. */
         return QHCA_CMD_BAD_PARAM;
     }
     *av = (QhcaAv) {

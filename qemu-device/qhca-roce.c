@@ -5,10 +5,12 @@
  * another port becomes an Ethernet frame, IPv4 (or IPv6) and UDP to port
  * 4791, carrying the BTH, the extended headers of the opcode, the payload
  * padded to 4 bytes and the ICRC; a frame that arrives is checked header by
- * header and decoded only if it is for one of the port's GIDs and its ICRC
- * is right.  Nothing that arrives is trusted: a frame that does not parse,
- * does not add up, is too long or has a bad ICRC is dropped and counted in
- * struct qhca_port_counters, never acted on.  qhca-net.c moves the frames.
+ * header and decoded only if it is for one of the port's GIDs, from another
+ * host's, and its ICRC is right.  Nothing that arrives is trusted: a frame
+ * that does not parse, does not add up, is too long, claims to come from the
+ * port itself or from no one host (forged: the port's own traffic never
+ * reaches the wire), or has a bad ICRC is dropped and counted in struct
+ * qhca_port_counters, never acted on.  qhca-net.c moves the frames.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -359,6 +361,10 @@ bool qhca_roce_decode(QhcaState *s, const uint8_t *buf, size_t size,
             return QHCA_RX_DROP(s, rx_not_ours,
                                 "IPv4: not UDP to this port");
         }
+        if (qhca_ipv4_forged(s, ldl_be_p(ip + 12))) {
+            return QHCA_RX_DROP(s, rx_forged, "IPv4: from the port's own"
+                                " address, or from no one host");
+        }
         iplen = QHCA_IPV4_SIZE;
         l4_len = tot - QHCA_IPV4_SIZE;
         qhca_gid_from_ipv4(pkt->sgid, ldl_be_p(ip + 12));
@@ -379,6 +385,11 @@ bool qhca_roce_decode(QhcaState *s, const uint8_t *buf, size_t size,
             qhca_gid_is_v4(ip + 24)) {
             return QHCA_RX_DROP(s, rx_not_ours,
                                 "IPv6: not UDP to this port");
+        }
+        /* An IPv4-mapped source is an IPv4 host's: not over IPv6. */
+        if (qhca_gid_is_v4(ip + 8) || qhca_gid_forged(s, ip + 8)) {
+            return QHCA_RX_DROP(s, rx_forged, "IPv6: from the port's own"
+                                " address, IPv4-mapped, or from no one host");
         }
         iplen = QHCA_IPV6_SIZE;
         memcpy(pkt->sgid, ip + 8, 16);

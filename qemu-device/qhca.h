@@ -749,6 +749,9 @@ bool qhca_gid_is_v4(const uint8_t *gid);
 void qhca_gid_from_ipv4(uint8_t *gid, uint32_t ip);
 bool qhca_ipv4_ours(const QhcaState *s, uint32_t ip);
 bool qhca_gid_eui64_mac(const uint8_t *gid, uint8_t *mac);
+bool qhca_gid_unicast(const QhcaState *s, const uint8_t *gid);
+bool qhca_gid_forged(const QhcaState *s, const uint8_t *gid);
+bool qhca_ipv4_forged(const QhcaState *s, uint32_t ip);
 uint8_t qhca_av_load(const QhcaState *s, const struct qhca_ah_attr *in,
                      QhcaAv *av);
 void qhca_av_store(const QhcaAv *av, struct qhca_ah_attr *out);

@@ -157,6 +157,10 @@ pub struct PortCounters {
     pub test_duplicated: u64,
     /// Frames it reordered on purpose.
     pub test_reordered: u64,
+    /// Frames (ARP too) dropped because they claimed to come from the port itself (its MAC or
+    /// one of its addresses) or from no one host (an unspecified, loopback, multicast or
+    /// broadcast source): loopback traffic never reaches the wire, so they are forged.
+    pub rx_forged: u64,
 }
 
 impl PortCounters {
@@ -178,11 +182,12 @@ impl PortCounters {
             test_dropped: c.test_dropped,
             test_duplicated: c.test_duplicated,
             test_reordered: c.test_reordered,
+            rx_forged: c.rx_forged,
         }
     }
 
     /// Every counter with its name, in the ABI's order (for tools that list them).
-    pub fn named(&self) -> [(&'static str, u64); 15] {
+    pub fn named(&self) -> [(&'static str, u64); 16] {
         [
             ("tx_frames", self.tx_frames),
             ("tx_bytes", self.tx_bytes),
@@ -199,6 +204,7 @@ impl PortCounters {
             ("test_dropped", self.test_dropped),
             ("test_duplicated", self.test_duplicated),
             ("test_reordered", self.test_reordered),
+            ("rx_forged", self.rx_forged),
         ]
     }
 }
@@ -408,6 +414,7 @@ mod tests {
         };
         raw.counters.tx_frames = 7;
         raw.counters.test_reordered = 9;
+        raw.counters.rx_forged = 11;
         raw.gids[0] = entry(Gid::from_guid(0x5054_00ff_fe12_3456), 64);
         raw.gids[3] = entry(Gid::from_ipv4(Ipv4Addr::new(10, 7, 0, 3)), 24);
         // Not valid: left out whatever it holds.
@@ -423,6 +430,7 @@ mod tests {
         );
         assert_eq!((a.counters.tx_frames, a.counters.test_reordered), (7, 9));
         assert_eq!(a.counters.named()[0], ("tx_frames", 7));
+        assert_eq!(a.counters.named()[15], ("rx_forged", 11));
         assert_eq!(a.gids.len(), 2);
         assert_eq!(a.gid(3).unwrap().ipv4(), Some(Ipv4Addr::new(10, 7, 0, 3)));
         assert_eq!(a.gid(3).unwrap().prefix_len, 24);

@@ -794,7 +794,9 @@ struct qhca_grh {
 /* Every packet carries its source and destination GIDs.  An RC QP sends to */
 /* its address vector (QHCA_QP_ATTR_AV at INIT->RTR; until then this port's */
 /* GID 0 from GID 0: both ends on this device).  An AV's sgid_index names a */
-/* valid entry, and its dgid is IPv4-mapped exactly when that entry is      */
+/* valid entry, and its dgid is IPv4-mapped exactly when that entry is,     */
+/* and unicast: not unspecified, loopback, multicast or broadcast (an IPv4  */
+/* one also not the broadcast address of an entry's subnet)                 */
 /* (QHCA_CMD_BAD_PARAM otherwise); the QP keeps the source GID it had then, */
 /* whatever later becomes of the entry.  An RC QP accepts a packet only     */
 /* from its peer: the source GID must be the AV's dgid and the destination  */
@@ -806,7 +808,10 @@ struct qhca_grh {
 /* leave on the port's wire: without a netdev there is none, and they are   */
 /* dropped (tx_no_route; an RC requester then retries and fails with        */
 /* QHCA_WC_RETRY_EXC_ERR); with one they are RoCEv2 frames (see the device  */
-/* specification, docs/qhca.rst).                                           */
+/* specification, docs/qhca.rst).  Since loopback traffic never reaches     */
+/* the wire, a frame from it that claims to come from this port (its MAC,   */
+/* any GID of the table) or from no one host (an unspecified, loopback,     */
+/* multicast or broadcast source) is forged: dropped, counted in rx_forged. */
 /* ------------------------------------------------------------------------ */
 
 #define QHCA_GID_TABLE_LEN      16
@@ -848,7 +853,12 @@ enum qhca_port_wire {
 	QHCA_WIRE_ROCEV2 = 1,  /* a QEMU netdev carrying RoCEv2 frames */
 };
 
-/* What the port counted since the device was reset; 160 bytes. */
+/*
+ * What the port counted since the device was reset; 160 bytes.  A counter
+ * added later takes the first reserved word, so that a device or a driver
+ * that predates it reports 0 there (rx_forged: ABI version 2, after
+ * test_reordered).
+ */
 struct qhca_port_counters {
 	__u64 tx_frames;         /* RoCEv2 frames sent */
 	__u64 tx_bytes;          /* their bytes, Ethernet header to ICRC */
@@ -865,7 +875,8 @@ struct qhca_port_counters {
 	__u64 test_dropped;      /* frames x-loss-drop lost on purpose (tests) */
 	__u64 test_duplicated;
 	__u64 test_reordered;
-	__u64 rsvd[5];
+	__u64 rx_forged;         /* frames (ARP too) from the port's own MAC or addresses, or from no one host */
+	__u64 rsvd[4];
 };
 
 /* QHCA_CMD_QUERY_PORT output. */

@@ -559,7 +559,8 @@ pub struct qhca_port_counters {
     pub test_dropped: __u64,
     pub test_duplicated: __u64,
     pub test_reordered: __u64,
-    pub rsvd: [__u64; 5usize],
+    pub rx_forged: __u64,
+    pub rsvd: [__u64; 4usize],
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]

@@ -345,7 +345,8 @@ fn every_struct_and_field() {
         test_dropped @ 96,
         test_duplicated @ 104,
         test_reordered @ 112,
-        rsvd @ 120,
+        rx_forged @ 120,
+        rsvd @ 128,
     });
     check_layout!(qhca_port_attr, size 560, align 8, {
         mac @ 0,

@@ -15,7 +15,8 @@
 //! - [`ud`]: unreliable datagram: address handles, UD QPs and WQEs, the GRH;
 //! - [`port`]: QUERY_PORT, SET_GID, GIDs and address vectors;
 //! - [`roce`]: RoCEv2 frames and ARP as the test builds and checks them (its own codec and
-//!   ICRC), and [`roce::Peer`], the test as the far end of the port's netdev.
+//!   ICRC), and [`roce::Peer`], the test as the far end of the port's netdev; [`roce6`]: the
+//!   same packets over IPv6.
 //!
 //! The QEMU binary comes from `$QHCA_QEMU`; `scripts/test.sh` sets it after building QEMU.
 
@@ -27,6 +28,7 @@ pub mod qmp;
 pub mod qtest;
 pub mod rng;
 pub mod roce;
+pub mod roce6;
 pub mod ud;
 pub mod verbs;
 pub mod wire;

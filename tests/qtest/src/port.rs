@@ -27,6 +27,7 @@ const _: () = {
     assert!(offset_of!(qhca_port_attr, gids) == 176);
     assert!(offset_of!(qhca_port_counters, tx_no_route) == 32);
     assert!(offset_of!(qhca_port_counters, test_reordered) == 112);
+    assert!(offset_of!(qhca_port_counters, rx_forged) == 120);
     assert!(offset_of!(qhca_gid_entry, flags) == 16);
     assert!(offset_of!(qhca_gid_entry, prefix_len) == 17);
     assert!(size_of::<qhca_cmd_set_gid>() == 40);
@@ -161,7 +162,8 @@ impl PortAttr {
             test_dropped: w[12],
             test_duplicated: w[13],
             test_reordered: w[14],
-            rsvd: w[15..20].try_into().unwrap(),
+            rx_forged: w[15],
+            rsvd: w[16..20].try_into().unwrap(),
         };
         let gids = core::array::from_fn(|i| {
             let o = 176 + GID_ENTRY_SIZE * i;

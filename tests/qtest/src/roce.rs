@@ -330,6 +330,35 @@ impl Pkt {
     /// The frame, with right lengths, IPv4 checksum and ICRC. The extended headers written are
     /// the ones that are `Some`, in IBA order (so a test can also build nonsense).
     pub fn encode(&self) -> Vec<u8> {
+        let l4 = self.l4();
+        let udp_len = l4.len() as u16;
+        let mut f = Vec::with_capacity(ETH_LEN + IPV4_LEN + l4.len());
+        f.extend_from_slice(&self.dst_mac);
+        f.extend_from_slice(&self.src_mac);
+        f.extend_from_slice(&ETH_P_IPV4.to_be_bytes());
+        let mut ip = [0u8; IPV4_LEN];
+        ip[0] = 0x45;
+        ip[1] = self.tos;
+        ip[2..4].copy_from_slice(&(IPV4_LEN as u16 + udp_len).to_be_bytes());
+        ip[4..6].copy_from_slice(&self.ip_id.to_be_bytes());
+        ip[6..8].copy_from_slice(&self.ip_frag.to_be_bytes());
+        ip[8] = self.ttl;
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&self.src_ip);
+        ip[16..20].copy_from_slice(&self.dst_ip);
+        let c = ip_checksum(&ip);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(&l4);
+        let n = f.len();
+        let crc = icrc(&f);
+        f[n - ICRC_LEN..].copy_from_slice(&crc.to_le_bytes());
+        f
+    }
+
+    /// UDP header (its length right, the checksum as `udp_csum` says), BTH, extended headers,
+    /// payload, pad, and four zero bytes where the ICRC goes: what follows the IP header.
+    pub(crate) fn l4(&self) -> Vec<u8> {
         let mut l4 = Vec::new();
         // UDP header, its length filled in below.
         l4.extend_from_slice(&self.sport.to_be_bytes());
@@ -377,29 +406,7 @@ impl Pkt {
         l4.extend_from_slice(&[0; ICRC_LEN]);
         let udp_len = l4.len() as u16;
         l4[4..6].copy_from_slice(&udp_len.to_be_bytes());
-
-        let mut f = Vec::with_capacity(ETH_LEN + IPV4_LEN + l4.len());
-        f.extend_from_slice(&self.dst_mac);
-        f.extend_from_slice(&self.src_mac);
-        f.extend_from_slice(&ETH_P_IPV4.to_be_bytes());
-        let mut ip = [0u8; IPV4_LEN];
-        ip[0] = 0x45;
-        ip[1] = self.tos;
-        ip[2..4].copy_from_slice(&(IPV4_LEN as u16 + udp_len).to_be_bytes());
-        ip[4..6].copy_from_slice(&self.ip_id.to_be_bytes());
-        ip[6..8].copy_from_slice(&self.ip_frag.to_be_bytes());
-        ip[8] = self.ttl;
-        ip[9] = 17;
-        ip[12..16].copy_from_slice(&self.src_ip);
-        ip[16..20].copy_from_slice(&self.dst_ip);
-        let c = ip_checksum(&ip);
-        ip[10..12].copy_from_slice(&c.to_be_bytes());
-        f.extend_from_slice(&ip);
-        f.extend_from_slice(&l4);
-        let n = f.len();
-        let crc = icrc(&f);
-        f[n - ICRC_LEN..].copy_from_slice(&crc.to_le_bytes());
-        f
+        l4
     }
 
     /// Takes a frame apart, checking what every RoCEv2 frame must have right: EtherType, a

@@ -367,6 +367,7 @@ _Static_assert(sizeof(struct qhca_cmd_set_gid) <= sizeof(((struct qhca_cmd *)0)-
 	       "SET_GID input fits in the command");
 CHECK_SIZE(struct qhca_port_counters, 160);
 CHECK_OFF(struct qhca_port_counters, test_reordered, 112);
+CHECK_OFF(struct qhca_port_counters, rx_forged, 120);
 CHECK_SIZE(struct qhca_port_attr, 560);
 CHECK_OFF(struct qhca_port_attr, counters, 16);
 CHECK_OFF(struct qhca_port_attr, gids, 176);

@@ -535,6 +535,7 @@ mod tests {
             counters: qhca::PortCounters {
                 tx_frames: 3,
                 test_reordered: 9,
+                rx_forged: 4,
                 ..Default::default()
             },
             gids: vec![
@@ -633,6 +634,7 @@ mod tests {
             "        port_counters:          tx_frames 3",
             "                                tx_bytes 0",
             "                                test_reordered 9",
+            "                                rx_forged 4",
         ] {
             assert!(lines.contains(&want), "missing {want:?} in:\n{text}");
         }
@@ -644,11 +646,11 @@ mod tests {
         // The counters come last, all of them.
         assert_eq!(
             lines.last(),
-            Some(&"                                test_reordered 9")
+            Some(&"                                rx_forged 4")
         );
         assert_eq!(
             text.matches("                                ").count(),
-            2 + 1 + 14
+            2 + 1 + 15
         );
         // A port that cannot be asked says why, in the same place.
         let text = render(&dev, &attr, Err("no PORT capability"));
