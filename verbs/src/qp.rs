@@ -724,8 +724,9 @@ unsafe fn convert<'a>(
     sge_out: &'a mut [Sge],
     inl_out: &'a mut [u8],
 ) -> Result<SendWr<'a>, Refused> {
-    // SAFETY: the caller's promise (BIND_MW's window and region).
-    let op = send_op(w, || unsafe { bind_keys(w) })?;
+    // SAFETY: the caller's promise: the program's request, whose members for its opcode are
+    // set (ibv_post_send(3)), and BIND_MW's window and region live.
+    let op = unsafe { send_op(w, || bind_keys(w)) }?;
     let flags = send_flags(w.send_flags, sig_all)?;
     let list: &[ibv_sge] = match usize::try_from(w.num_sge) {
         // SAFETY: the program passes `num_sge` entries at `sg_list`.
