@@ -278,6 +278,8 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     ctx.release();
     // SAFETY: made by `ibv_create_cq`, no QP uses it, the program's last use.
     drop(unsafe { Cq::from_ibv(cq) });
+    // Destroyed in the driver: its queued asynchronous events go, as uverbs drops them.
+    ctx.purge_events(None, Some(cqn));
     0
 }
 

@@ -67,6 +67,7 @@ pub mod ffi;
 mod ah;
 mod cq;
 mod device;
+mod events;
 mod misc;
 mod mr;
 mod obj;

@@ -518,6 +518,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // SAFETY: made by `create`, the program's last use. Dropping the provider's QP destroys
     // it (its unpolled CQEs leave the CQs; its rings are leaked if the destroy fails).
     drop(unsafe { Qp::from_ibv(qp) });
+    // Destroyed in the driver: its queued asynchronous events go, as uverbs drops them.
+    ctx.purge_events(Some(qpn), None);
     0
 }
 
