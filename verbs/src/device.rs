@@ -943,7 +943,10 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
     }
     // SAFETY: the program passes an event `ibv_get_async_event` filled.
     let ev = unsafe { event.read() };
-    // SAFETY: the union member the event type names (QP, CQ, SRQ, WQ or port).
+    // SAFETY: only for a CQ or QP event, the union member its type names (an SRQ, WQ, port or
+    // device event reads none); the program acknowledges an event before it destroys the
+    // event's object (ibv_ack_async_event(3)), so a non-NULL CQ or QP is live and its
+    // `context` readable.
     let (obj, ctx_of) = unsafe {
         match ev.event_type {
             IBV_EVENT_CQ_ERR => (
