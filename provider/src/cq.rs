@@ -328,10 +328,16 @@ impl CqRing {
         unsafe { self.base.add(((index & self.mask()) as usize) * CQE_SIZE) }
     }
 
+    /// `ci` of the doorbell record: this ring stores it, the device reads it.
     fn dbrec_ci(&self) -> &AtomicU32 {
         // SAFETY: by the type invariant the doorbell record is at `CQE_SIZE << log`, inside the
-        // mapping, 64-byte aligned (so 4-aligned); only this value accesses it, and only
-        // through this atomic.
+        // mapping, which outlives `&self`, and 64-byte aligned (so 4-aligned). The device only
+        // reads it (a 4-byte DMA read before it would overwrite an entry) and never writes it;
+        // in this process nothing but this ring accesses it (the type invariant; the host tests
+        // read it with a volatile load on the ring's thread, between its calls), and the ring
+        // only through this atomic. So no non-atomic access races with the atomic one, and each
+        // store is one aligned 4-byte store: the device reads the old index or the new, never
+        // a torn one.
         unsafe { AtomicU32::from_ptr(self.base.add(CQE_SIZE << self.log).cast::<u32>()) }
     }
 

@@ -269,6 +269,19 @@ pub(crate) mod fake {
     // SAFETY: as for `Send`.
     unsafe impl Sync for FakePage {}
 
+    /// A [`PageReader`] of a [`FakePage`], which it borrows.
+    pub(crate) struct FakeReader<'a> {
+        reader: PageReader,
+        _page: std::marker::PhantomData<&'a FakePage>,
+    }
+
+    impl std::ops::Deref for FakeReader<'_> {
+        type Target = PageReader;
+        fn deref(&self) -> &PageReader {
+            &self.reader
+        }
+    }
+
     /// # Safety
     ///
     /// `field` is an aligned `u64` of a live page that is only ever accessed atomically.
@@ -299,11 +312,15 @@ pub(crate) mod fake {
             }
         }
 
-        /// A reader over the page. The caller drops it before the page.
-        pub(crate) fn reader(&self) -> PageReader {
-            // SAFETY: an 8-aligned heap page written only atomically (type invariant); the
-            // caller keeps it alive for as long as the reader.
-            unsafe { PageReader::new(self.page) }
+        /// A reader over the page, which borrows it: the page outlives the reader.
+        pub(crate) fn reader(&self) -> FakeReader<'_> {
+            FakeReader {
+                // SAFETY: an 8-aligned heap page written only atomically (type invariant),
+                // freed only when `self` drops, which the returned value's borrow of `self`
+                // puts after the reader's end.
+                reader: unsafe { PageReader::new(self.page) },
+                _page: std::marker::PhantomData,
+            }
         }
 
         pub(crate) fn generation(&self) -> u64 {

@@ -83,7 +83,8 @@
 //!   (`LOC_PROT_ERR`), it never reaches freed memory; and keys are never reused. So posting
 //!   is a safe call.
 //! - The device (or a peer's WRITE) may change a region at any moment: [`Mr`] gives copies
-//!   ([`Mr::read_at`], [`Mr::read_u64`]), never references; read what a completion announced.
+//!   ([`Mr::read_at`], [`Mr::read_u64`]), made with volatile loads, never references or
+//!   ordinary loads; read what a completion announced.
 //!   Writes through [`Mr::write_at`] take `&mut`, so threads never race on a region.
 //! - Dropping a region while requests using it are outstanding is allowed: they then fail
 //!   with a protection error.
@@ -105,8 +106,9 @@
 //!   device *write* memory the caller names.
 //!
 //! `unsafe` lives in the ioctl calls ([`Context`]), the doorbell store ([`Doorbell::ring`]), the
-//! ring accesses ([`Cq`], [`Qp`]), region copies ([`Mr`]) and the invalidation page's loads
-//! ([`InvalPage`]), each behind a safe API.
+//! ring accesses ([`Cq`], [`Qp`]), the volatile copies in and out of regions ([`Mr`],
+//! [`OdpMr`]) and the invalidation page's loads ([`InvalPage`]), each behind a safe API, and in
+//! the registrations that let the device write memory the caller names.
 //!
 //! # Internals stay inside
 //!

@@ -18,8 +18,9 @@ pub const fn round_up_to_page(len: usize) -> usize {
 /// on drop unless [`PageBuf::leak`]ed.
 ///
 /// The memory is shared with the device (once its address is given to the driver), so this type
-/// hands out raw pointers and copies, never references that could alias a device write, except
-/// through the `unsafe` accessors whose contract says when the device is not writing.
+/// hands out raw pointers only, never references that could alias a device write; its users
+/// copy in and out with volatile accesses (`volatile_copy_from`, `volatile_copy_to`) or
+/// through rings whose protocol says when the device is not writing a slot.
 ///
 /// # Invariants
 ///
@@ -101,6 +102,88 @@ impl Drop for PageBuf {
     }
 }
 
+/// Copies `out.len()` bytes from `src` with volatile loads: for memory the device may write at
+/// any moment (a region a peer WRITEs into), which Rust must never reference nor read with
+/// ordinary loads. A volatile load is the access Rust has for memory that something outside
+/// the program changes: the compiler performs it as written, never elides, merges or repeats
+/// it, and assumes nothing about the value. Bytes that a device write changes during the copy
+/// may come out old or new (every byte value is a valid `u8`); completions say when a range is
+/// stable. Aligned 8-byte loads where the source allows (so 8 bytes at an 8-aligned address
+/// are one load), single bytes at the edges.
+///
+/// # Safety
+///
+/// `src..src + out.len()` is readable memory that stays mapped for the call and that no Rust
+/// reference covers.
+pub(crate) unsafe fn volatile_copy_from(src: *const u8, out: &mut [u8]) {
+    let len = out.len();
+    let head = src.align_offset(8).min(len);
+    let mut i = 0;
+    while i < len {
+        if i >= head && len - i >= 8 {
+            // SAFETY: `src + i` is 8-aligned (`i - head` is a multiple of 8) and its 8 bytes are
+            // inside the range (the caller's promise); `u64` has no invalid values.
+            let w = unsafe { std::ptr::read_volatile(src.add(i).cast::<u64>()) };
+            out[i..i + 8].copy_from_slice(&w.to_ne_bytes());
+            i += 8;
+        } else {
+            // SAFETY: `src + i` is inside the range (the caller's promise).
+            out[i] = unsafe { std::ptr::read_volatile(src.add(i)) };
+            i += 1;
+        }
+    }
+}
+
+/// Copies `data` to `dst` with volatile stores, as [`volatile_copy_from`] reads: memory the
+/// device may read or write at any moment. A device access during the copy sees some bytes old
+/// and some new; a work request posted afterwards sees them all (the doorbell's barrier).
+///
+/// # Safety
+///
+/// `dst..dst + data.len()` is writable memory that stays mapped for the call, that no Rust
+/// reference covers and that no other thread of the program accesses during the call.
+pub(crate) unsafe fn volatile_copy_to(data: &[u8], dst: *mut u8) {
+    let len = data.len();
+    let head = dst.align_offset(8).min(len);
+    let mut i = 0;
+    while i < len {
+        if i >= head && len - i >= 8 {
+            let w = u64::from_ne_bytes(data[i..i + 8].try_into().expect("8 bytes"));
+            // SAFETY: `dst + i` is 8-aligned and its 8 bytes are inside the range (the caller's
+            // promise).
+            unsafe { std::ptr::write_volatile(dst.add(i).cast::<u64>(), w) };
+            i += 8;
+        } else {
+            // SAFETY: `dst + i` is inside the range (the caller's promise).
+            unsafe { std::ptr::write_volatile(dst.add(i), data[i]) };
+            i += 1;
+        }
+    }
+}
+
+/// Sets `len` bytes at `dst` to `byte` with volatile stores, as [`volatile_copy_to`].
+///
+/// # Safety
+///
+/// As for [`volatile_copy_to`], for `dst..dst + len`.
+pub(crate) unsafe fn volatile_fill(dst: *mut u8, len: usize, byte: u8) {
+    let head = dst.align_offset(8).min(len);
+    let word = u64::from_ne_bytes([byte; 8]);
+    let mut i = 0;
+    while i < len {
+        if i >= head && len - i >= 8 {
+            // SAFETY: `dst + i` is 8-aligned and its 8 bytes are inside the range (the caller's
+            // promise).
+            unsafe { std::ptr::write_volatile(dst.add(i).cast::<u64>(), word) };
+            i += 8;
+        } else {
+            // SAFETY: `dst + i` is inside the range (the caller's promise).
+            unsafe { std::ptr::write_volatile(dst.add(i), byte) };
+            i += 1;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +202,32 @@ mod tests {
         assert!(s.iter().all(|&x| x == 0));
         let one = PageBuf::new(0).unwrap();
         assert_eq!(one.len(), 4096);
+    }
+
+    #[test]
+    fn volatile_copies_at_every_alignment_and_length() {
+        let b = PageBuf::new(4096).unwrap();
+        let src: Vec<u8> = (0..64u8)
+            .map(|i| i.wrapping_mul(7).wrapping_add(1))
+            .collect();
+        for off in 0..9 {
+            for len in 0..40 {
+                // SAFETY: inside our own fresh mapping, which nothing references.
+                unsafe {
+                    volatile_fill(b.as_ptr(), 128, 0xee);
+                    volatile_copy_to(&src[..len], b.as_ptr().add(off));
+                }
+                let mut out = vec![0u8; 128];
+                // SAFETY: as above.
+                unsafe { volatile_copy_from(b.as_ptr(), &mut out) };
+                assert!(out[..off].iter().all(|&x| x == 0xee), "{off} {len}");
+                assert_eq!(&out[off..off + len], &src[..len], "{off} {len}");
+                assert!(out[off + len..].iter().all(|&x| x == 0xee), "{off} {len}");
+                let mut back = vec![0u8; len];
+                // SAFETY: as above.
+                unsafe { volatile_copy_from(b.as_ptr().add(off), &mut back) };
+                assert_eq!(back, &src[..len]);
+            }
+        }
     }
 }

@@ -46,7 +46,7 @@ use qhca_uapi::{
 };
 
 use crate::error::{Error, Result};
-use crate::mem::PageBuf;
+use crate::mem::{volatile_copy_from, volatile_copy_to, PageBuf};
 use crate::pd::{Access, Pd, PdInner};
 use crate::sys::{self, Request};
 use crate::wqe::{region_contains, Sge};
@@ -291,11 +291,12 @@ impl OdpMr {
     /// out of bounds.
     pub fn read_at(&self, offset: usize, out: &mut [u8]) {
         let buf = self.owned(offset, out.len());
-        // SAFETY: in bounds (checked) of the buffer this region owns, which is reached only
-        // through raw-pointer copies (type invariant); `out` cannot overlap it.
-        unsafe {
-            std::ptr::copy_nonoverlapping(buf.as_ptr().add(offset), out.as_mut_ptr(), out.len())
-        }
+        // SAFETY: in bounds (checked) of the buffer this region owns, mapped while `self` lives
+        // and covered by no Rust reference (type invariant: reached only through these copies);
+        // the device may write it concurrently, which volatile loads allow
+        // (`volatile_copy_from`); no Rust thread writes it now (writes take `&mut self`); `out`
+        // is ours, outside the buffer.
+        unsafe { volatile_copy_from(buf.as_ptr().add(offset), out) }
     }
 
     /// The `len` bytes at `offset` of a [`Pd::reg_odp_buf`] region, copied.
@@ -308,10 +309,9 @@ impl OdpMr {
     /// Copies `data` into a [`Pd::reg_odp_buf`] region.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) {
         let buf = self.owned(offset, data.len());
-        // SAFETY: as for `read_at`; `&mut self` excludes every other access through Rust.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), buf.as_ptr().add(offset), data.len())
-        }
+        // SAFETY: as for `read_at`; `&mut self` excludes every other access through Rust, so no
+        // other thread touches the range during the copy.
+        unsafe { volatile_copy_to(data, buf.as_ptr().add(offset)) }
     }
 
     /// Deregisters now and reports the outcome (dropping does the same silently). Owned memory

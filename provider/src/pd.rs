@@ -14,7 +14,7 @@ use qhca_uapi::{
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::mem::PageBuf;
+use crate::mem::{volatile_copy_from, volatile_copy_to, volatile_fill, PageBuf};
 use crate::sys::{self, Request};
 use crate::wqe::Sge;
 
@@ -378,8 +378,9 @@ impl Backing {
 ///
 /// Writes take `&mut self`, so safe code never writes the region from two threads at once,
 /// nor reads it while another thread writes it; `&Mr` is shared freely (it is `Sync`) and
-/// only reads. The device (or a peer's WRITE) may change the region at any moment: reads are
-/// copies, never references; read what a completion announced.
+/// only reads. The device (or a peer's WRITE) may change the region at any moment, and read it
+/// (a peer's READ) too: every access here is a volatile copy through a raw pointer, never a
+/// reference or an ordinary load or store; read what a completion announced.
 #[derive(Debug)]
 pub struct Mr<'buf> {
     pd: Arc<PdInner>,
@@ -459,27 +460,30 @@ impl Mr<'_> {
         );
     }
 
-    /// Copies `out.len()` bytes at `offset` out of the region. Panics if out of bounds.
+    /// Copies `out.len()` bytes at `offset` out of the region (volatile loads: the device may
+    /// be writing them; see the type's documentation). Panics if out of bounds.
     pub fn read_at(&self, offset: usize, out: &mut [u8]) {
         self.check(offset, out.len());
-        // SAFETY: in bounds (checked) of memory alive and reached only through this value
-        // (invariant); no Rust thread writes it now (writes take `&mut self`); `out` is ours and
-        // cannot overlap the region.
-        unsafe { std::ptr::copy_nonoverlapping(self.addr.add(offset), out.as_mut_ptr(), out.len()) }
+        // SAFETY: in bounds (checked) of memory that stays allocated and that no Rust reference
+        // covers (invariant: it is reached only through this value, which copies); the device
+        // may write it concurrently, which volatile loads allow (`volatile_copy_from`); no Rust
+        // thread writes it now (writes take `&mut self`); `out` is ours, outside the region.
+        unsafe { volatile_copy_from(self.addr.add(offset), out) }
     }
 
-    /// Copies `data` into the region at `offset`. Panics if out of bounds.
+    /// Copies `data` into the region at `offset` (volatile stores). Panics if out of bounds.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) {
         self.check(offset, data.len());
-        // SAFETY: as for `read_at`; `&mut self` excludes every other access through Rust.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.addr.add(offset), data.len()) }
+        // SAFETY: as for `read_at`; `&mut self` excludes every other access through Rust, so
+        // no other thread touches the range during the copy.
+        unsafe { volatile_copy_to(data, self.addr.add(offset)) }
     }
 
-    /// Fills `len` bytes at `offset` with `byte`.
+    /// Fills `len` bytes at `offset` with `byte` (volatile stores). Panics if out of bounds.
     pub fn fill(&mut self, offset: usize, len: usize, byte: u8) {
         self.check(offset, len);
         // SAFETY: as for `write_at`.
-        unsafe { std::ptr::write_bytes(self.addr.add(offset), byte, len) }
+        unsafe { volatile_fill(self.addr.add(offset), len, byte) }
     }
 
     /// The `len` bytes at `offset`, copied.
@@ -489,24 +493,24 @@ impl Mr<'_> {
         v
     }
 
-    /// Reads the little-endian u64 at `offset` (8-aligned in memory) with one load, as an atomic
-    /// result is read.
+    /// Reads the little-endian u64 at `offset`. Where that address is 8-aligned (as an atomic's
+    /// target is) it is one volatile 8-byte load, so a value the device writes whole (an
+    /// atomic result) is never seen half old; elsewhere it is [`Mr::read_at`]'s copy. Panics
+    /// if out of bounds.
     pub fn read_u64(&self, offset: usize) -> u64 {
-        self.check(offset, 8);
-        // SAFETY: in bounds (checked) of memory alive for the region; `[u8; 8]` has alignment
-        // 1; volatile because the device, not Rust, writes it; no Rust thread writes it now.
-        u64::from_le_bytes(unsafe {
-            std::ptr::read_volatile(self.addr.add(offset).cast::<[u8; 8]>())
-        })
+        let mut b = [0u8; 8];
+        // `read_at` checks the bounds and does the aligned case with one load too; the copy
+        // goes through it so that both read the same memory the same way.
+        self.read_at(offset, &mut b);
+        u64::from_le_bytes(b)
     }
 
     /// Loads the byte at `offset` with one volatile load, for spinning on a flag a peer's WRITE
     /// sets (perftest's write_lat does that with the last byte of the message).
     pub fn load_u8(&self, offset: usize) -> u8 {
-        self.check(offset, 1);
-        // SAFETY: in bounds (checked) of memory alive for the region; volatile, so every call
-        // loads.
-        unsafe { std::ptr::read_volatile(self.addr.add(offset)) }
+        let mut b = [0u8; 1];
+        self.read_at(offset, &mut b);
+        b[0]
     }
 
     /// Writes `v` little-endian at `offset`.

@@ -436,21 +436,21 @@ impl Connection {
     /// Reads a delivery's bytes.
     pub fn read(&self, d: &Delivery) -> Vec<u8> {
         let p = self.delivery_pool(d);
-        p.mr.to_vec(p.offset(d.at.elem), d.len as usize)
+        p.mr.to_vec(p.offset(d.at().elem), d.len() as usize)
     }
 
     /// Copies a delivery's bytes into `out` (at most `out.len()`); returns how many.
     pub fn read_into(&self, d: &Delivery, out: &mut [u8]) -> usize {
         let p = self.delivery_pool(d);
-        let n = out.len().min(d.len as usize);
-        p.mr.read_at(p.offset(d.at.elem), &mut out[..n]);
+        let n = out.len().min(d.len() as usize);
+        p.mr.read_at(p.offset(d.at().elem), &mut out[..n]);
         n
     }
 
     fn delivery_pool(&self, d: &Delivery) -> &LocalPool {
-        assert_eq!(d.conn, self.id, "a delivery of another connection");
+        assert_eq!(d.conn(), self.id, "a delivery of another connection");
         // A pool is freed only once every delivery of it is released.
-        &self.local[&d.at.pool_ref]
+        &self.local[&d.at().pool_ref]
     }
 
     /// Gives a delivered element back: it is advertised to the peer again (in the next
@@ -460,16 +460,17 @@ impl Connection {
     ///
     /// If `d` is of another connection.
     pub fn release(&mut self, d: Delivery) -> Result<()> {
-        assert_eq!(d.conn, self.id, "a delivery of another connection");
+        assert_eq!(d.conn(), self.id, "a delivery of another connection");
+        let at = d.at();
         let p = self
             .local
-            .get_mut(&d.at.pool_ref)
+            .get_mut(&at.pool_ref)
             .expect("a pool outlives its deliveries");
         p.delivered -= 1;
-        let pool_ref = d.at.pool_ref;
+        let pool_ref = at.pool_ref;
         if p.state == LocalState::Open {
-            p.advertised[d.at.elem as usize] = true;
-            self.pending_updates.push(d.at);
+            p.advertised[at.elem as usize] = true;
+            self.pending_updates.push(at);
             if self.pending_updates.len() >= self.cfg.update_batch {
                 self.send_updates()?;
             }

@@ -166,12 +166,12 @@ impl Connection {
         p.advertised[ind.at.elem as usize] = false;
         p.delivered += 1;
         self.stats.delivered += 1;
-        self.events.push_back(Event::Data(Delivery {
-            conn: id,
-            at: ind.at,
-            len: ind.len,
-            context: p.desc.context,
-        }));
+        self.events.push_back(Event::Data(Delivery::new(
+            id,
+            ind.at,
+            ind.len,
+            p.desc.context,
+        )));
         Ok(())
     }
 

@@ -229,8 +229,8 @@ impl Side {
     fn event(&mut self, c: &mut Connection, ev: Event) -> Result<(), End> {
         match ev {
             Event::Data(d) => {
-                if self.rx.len() < d.len as usize {
-                    self.rx.resize(d.len as usize, 0);
+                if self.rx.len() < d.len() as usize {
+                    self.rx.resize(d.len() as usize, 0);
                 }
                 let n = c.read_into(&d, &mut self.rx);
                 c.release(d)?;

@@ -112,7 +112,8 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
 }
 
 /// A CQ. `users` counts the QPs using it (`ibv_destroy_cq` is `EBUSY` while there are any);
-/// `reported` / `acked` count its completion events handed out and acknowledged.
+/// `events` counts its completion events handed out and acknowledged, and `acked` wakes a
+/// destroy that waits for the two to meet.
 #[repr(C)]
 pub(crate) struct Cq {
     ibv: UnsafeCell<ibv_cq>,
@@ -278,6 +279,8 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     ctx.release();
     // SAFETY: made by `ibv_create_cq`, no QP uses it, the program's last use.
     drop(unsafe { Cq::from_ibv(cq) });
+    // Destroyed in the driver: its queued asynchronous events go, as uverbs drops them.
+    ctx.purge_events(None, Some(cqn));
     0
 }
 

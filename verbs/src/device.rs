@@ -8,12 +8,13 @@ use core::ffi::{c_char, c_int, c_uint, c_void};
 use core::mem::{offset_of, size_of};
 use core::ptr::{self, null_mut};
 use std::collections::HashMap;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use qhca::{AsyncEvent, DeviceAttr, DeviceInfo};
 
+use crate::events::AsyncEvents;
 use crate::ffi::*;
 use crate::misc::{debug, fail, fail_null, lock, set_errno};
 use crate::real::forward;
@@ -217,6 +218,8 @@ pub(crate) struct Ctx {
     /// Events handed out by `ibv_get_async_event` and not acknowledged yet, per object address.
     unacked: Mutex<HashMap<usize, u32>>,
     acked: std::sync::Condvar,
+    /// `async_fd` and the events taken from the driver but not handed out yet.
+    events: AsyncEvents,
 }
 
 impl Ctx {
@@ -283,6 +286,18 @@ impl Ctx {
     fn unacked(&self) -> MutexGuard<'_, HashMap<usize, u32>> {
         lock(&self.unacked)
     }
+
+    /// After the driver destroyed QP `qpn` or CQ `cqn` (so it queues no more events for it):
+    /// drops its queued asynchronous events, as uverbs does at a destroy, so that `async_fd` is
+    /// readable only for events `ibv_get_async_event` returns (see `crate::events`).
+    pub(crate) fn purge_events(&self, qpn: Option<u32>, cqn: Option<u32>) {
+        self.events
+            .purge(&mut || self.ctx.get_async_event(), |ev| match *ev {
+                AsyncEvent::QpFatal { qpn: n } => Some(n) == qpn,
+                AsyncEvent::CqErr { cqn: n } => Some(n) == cqn,
+                AsyncEvent::DeviceFatal | AsyncEvent::Unknown { .. } => false,
+            });
+    }
 }
 
 /// The verbs that take a context only, in the `verbs_context` the program's inline functions
@@ -315,10 +330,10 @@ fn open(dev: &'static Dev) -> qhca::Result<*mut ibv_context> {
     let mut v: verbs_context = unsafe { core::mem::zeroed() };
     context_ops(&mut v);
     v.context.device = dev.ibv();
-    // `cmd_fd` and `async_fd` (pollable: `POLLIN` while an asynchronous event is queued).
-    let fd = ctx.as_raw_fd();
-    v.context.cmd_fd = fd;
-    v.context.async_fd = fd;
+    // `async_fd` is pollable: `POLLIN` while an asynchronous event is queued (`crate::events`).
+    let events = AsyncEvents::new(ctx.as_fd())?;
+    v.context.cmd_fd = ctx.as_raw_fd();
+    v.context.async_fd = events.fd();
     v.context.num_comp_vectors = 1;
     v.context.abi_compat = VERBS_ABI_IS_EXTENDED;
     let c = Box::new(Ctx {
@@ -331,6 +346,7 @@ fn open(dev: &'static Dev) -> qhca::Result<*mut ibv_context> {
         cqs: Mutex::new(HashMap::new()),
         unacked: Mutex::new(HashMap::new()),
         acked: std::sync::Condvar::new(),
+        events,
     });
     Ok(Box::leak(c).ibv())
 }
@@ -888,35 +904,35 @@ pub unsafe extern "C" fn ibv_get_async_event(
         set_errno(libc::EINVAL);
         return -1;
     }
-    let nonblock = nonblocking(ctx.ctx.as_raw_fd());
-    loop {
-        let got = if nonblock {
-            ctx.ctx.get_async_event()
-        } else {
-            ctx.ctx.wait_async_event(None)
-        };
-        let ev = match got {
-            Ok(Some(ev)) => ev,
-            Ok(None) => {
-                set_errno(libc::EAGAIN);
-                return -1;
-            }
-            Err(e) => return fail("ibv_get_async_event", &e, -1),
-        };
-        // SAFETY: plain C data; all-zero is valid.
-        let mut out: ibv_async_event = unsafe { core::mem::zeroed() };
-        // The lookup and the count under one lock (see `Ctx::unregister`), so that the object
-        // cannot be destroyed in between.
-        let mut unacked = ctx.unacked();
-        if let Some(obj) = async_event(ctx, ev, &mut out) {
+    let nonblock = nonblocking(ctx.events.fd());
+    let got = ctx.events.get(
+        nonblock,
+        &mut || ctx.ctx.get_async_event(),
+        &|| ctx.ctx.check(),
+        |ev| {
+            // SAFETY: plain C data; all-zero is valid.
+            let mut out: ibv_async_event = unsafe { core::mem::zeroed() };
+            // The lookup and the count under one lock (see `Ctx::unregister`), so that the
+            // object cannot be destroyed in between.
+            let mut unacked = ctx.unacked();
+            let obj = async_event(ctx, ev, &mut out)?;
             if obj != 0 {
                 *unacked.entry(obj).or_insert(0) += 1;
             }
-            drop(unacked);
+            Some(out)
+        },
+    );
+    match got {
+        Ok(Some(out)) => {
             // SAFETY: the program passes room for an event.
             unsafe { event.write(out) };
-            return 0;
+            0
         }
+        Ok(None) => {
+            set_errno(libc::EAGAIN);
+            -1
+        }
+        Err(e) => fail("ibv_get_async_event", &e, -1),
     }
 }
 
@@ -927,7 +943,10 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
     }
     // SAFETY: the program passes an event `ibv_get_async_event` filled.
     let ev = unsafe { event.read() };
-    // SAFETY: the union member the event type names (QP, CQ, SRQ, WQ or port).
+    // SAFETY: only for a CQ or QP event, the union member its type names (an SRQ, WQ, port or
+    // device event reads none); the program acknowledges an event before it destroys the
+    // event's object (ibv_ack_async_event(3)), so a non-NULL CQ or QP is live and its
+    // `context` readable.
     let (obj, ctx_of) = unsafe {
         match ev.event_type {
             IBV_EVENT_CQ_ERR => (

@@ -22,11 +22,11 @@
 //! # The data path
 //!
 //! `struct ibv_context` and its `ops` are laid out as rdma-core's verbs.h lays them out, inside
-//! a `struct verbs_context` (the extended ops: `query_port`, `query_device_ex`,
-//! `create_cq_ex` is not one of them). So the inline `ibv_post_send`, `ibv_post_recv`,
-//! `ibv_poll_cq` and `ibv_req_notify_cq` of the application jump straight into this library,
-//! which converts the request and calls the provider's post, poll or arm: no system call, no
-//! second implementation of the data path.
+//! a `struct verbs_context` (the extended ops: `query_port`, `query_device_ex`, `create_qp_ex`
+//! and `advise_mr`; `create_cq_ex` is not one of them). So the inline `ibv_post_send`,
+//! `ibv_post_recv`, `ibv_poll_cq` and `ibv_req_notify_cq` of the application jump straight into
+//! this library, which converts the request and calls the provider's post, poll or arm: no
+//! system call, no second implementation of the data path.
 //!
 //! # What a qhca device looks like to a verbs program
 //!
@@ -51,9 +51,11 @@
 //! `ibv_dealloc_mw`, BIND_MW, LOCAL_INV and SEND_WITH_INV work requests); completion channels,
 //! CQs, `ibv_req_notify_cq` / `ibv_get_cq_event` / `ibv_ack_cq_events` (the channel's fd is
 //! pollable); RC and UD QPs (create, modify, query, destroy, post send and receive), address
-//! handles; asynchronous events. Everything else a verbs program may ask of a qhca object
-//! (SRQs, XRC, resize_cq, rereg_mr, multicast, flows, device memory, ECE, ...) fails with
-//! `EOPNOTSUPP` (or `NULL` and `errno` `EOPNOTSUPP`) and one line on stderr the first time.
+//! handles; asynchronous events (`async_fd` is pollable, and readable only while an event is
+//! queued that `ibv_get_async_event` returns: a destroyed object's events go with it).
+//! Everything else a verbs program may ask of a qhca object (SRQs, XRC, resize_cq, rereg_mr,
+//! multicast, flows, device memory, ECE, ...) fails with `EOPNOTSUPP` (or `NULL` and `errno`
+//! `EOPNOTSUPP`) and one line on stderr the first time.
 //!
 //! `QHCA_VERBS_DEBUG=1` prints on stderr why a call on a qhca object failed.
 
@@ -67,6 +69,7 @@ pub mod ffi;
 mod ah;
 mod cq;
 mod device;
+mod events;
 mod misc;
 mod mr;
 mod obj;

@@ -172,7 +172,9 @@ fn reg(pd: &Pd, ctx: &Ctx, addr: *mut c_void, length: usize, access: c_uint) -> 
     } else {
         // SAFETY: C semantics (ibv_reg_mr(3)): the memory stays mapped and is not reused for
         // anything else until `ibv_dereg_mr` succeeds, and the program accesses it knowing
-        // that the device may read and write it meanwhile.
+        // that the device may read and write it meanwhile. What `reg_mr_raw` asks beyond that
+        // (no access but the region's own copies) protects those copies, which this layer
+        // never makes: the program's accesses meet no Rust access to the memory.
         unsafe { pd.pd.reg_mr_raw(addr.cast(), length, rights) }.map(Region::Pinned)
     };
     let region = match region {

@@ -518,6 +518,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // SAFETY: made by `create`, the program's last use. Dropping the provider's QP destroys
     // it (its unpolled CQEs leave the CQs; its rings are leaked if the destroy fails).
     drop(unsafe { Qp::from_ibv(qp) });
+    // Destroyed in the driver: its queued asynchronous events go, as uverbs drops them.
+    ctx.purge_events(Some(qpn), None);
     0
 }
 
@@ -724,8 +726,9 @@ unsafe fn convert<'a>(
     sge_out: &'a mut [Sge],
     inl_out: &'a mut [u8],
 ) -> Result<SendWr<'a>, Refused> {
-    // SAFETY: the caller's promise (BIND_MW's window and region).
-    let op = send_op(w, || unsafe { bind_keys(w) })?;
+    // SAFETY: the caller's promise: the program's request, whose members for its opcode are
+    // set (ibv_post_send(3)), and BIND_MW's window and region live.
+    let op = unsafe { send_op(w, || bind_keys(w)) }?;
     let flags = send_flags(w.send_flags, sig_all)?;
     let list: &[ibv_sge] = match usize::try_from(w.num_sge) {
         // SAFETY: the program passes `num_sge` entries at `sg_list`.

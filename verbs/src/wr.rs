@@ -16,57 +16,74 @@ pub(crate) struct Refused(pub(crate) &'static str);
 
 /// The operation of a send request, but for the BIND_MW window and region (the caller looks
 /// them up: `bind` gives the window's current key and the region's L_Key).
-pub(crate) fn send_op(
+///
+/// # Safety
+///
+/// The union members that verbs.h assigns to `wr.opcode` are initialised, as
+/// ibv_post_send(3) requires of the program; the others need not be.
+pub(crate) unsafe fn send_op(
     wr: &ibv_send_wr,
     bind: impl FnOnce() -> Result<(u32, u32), Refused>,
 ) -> Result<WrOp, Refused> {
-    // SAFETY (unions below): each arm reads the member of `wr.wr` / the anonymous unions that
-    // verbs.h assigns to its opcode; every member is plain integers and pointers.
-    let rdma = unsafe { wr.wr.rdma };
-    let atomic = unsafe { wr.wr.atomic };
-    let imm = unsafe { wr.__bindgen_anon_1.imm_data };
-    let inv = unsafe { wr.__bindgen_anon_1.invalidate_rkey };
+    // SAFETY (every union read below): each arm reads, field by field, only the fields of
+    // `wr.wr` and of the anonymous unions that verbs.h assigns to its opcode, initialised by the
+    // caller's promise; nothing else is read, since the rest (an RDMA WRITE's `atomic.swap`, a
+    // FETCH_AND_ADD's too) need not be. Every field read is a plain integer.
     Ok(match wr.opcode {
         IBV_WR_SEND => WrOp::Send,
-        IBV_WR_SEND_WITH_IMM => WrOp::SendImm(imm),
-        IBV_WR_SEND_WITH_INV => WrOp::SendInv { rkey: inv },
+        IBV_WR_SEND_WITH_IMM => WrOp::SendImm(unsafe { wr.__bindgen_anon_1.imm_data }),
+        IBV_WR_SEND_WITH_INV => WrOp::SendInv {
+            rkey: unsafe { wr.__bindgen_anon_1.invalidate_rkey },
+        },
         IBV_WR_RDMA_WRITE => WrOp::Write {
-            raddr: rdma.remote_addr,
-            rkey: rdma.rkey,
+            raddr: unsafe { wr.wr.rdma.remote_addr },
+            rkey: unsafe { wr.wr.rdma.rkey },
         },
         IBV_WR_RDMA_WRITE_WITH_IMM => WrOp::WriteImm {
-            raddr: rdma.remote_addr,
-            rkey: rdma.rkey,
-            imm,
+            raddr: unsafe { wr.wr.rdma.remote_addr },
+            rkey: unsafe { wr.wr.rdma.rkey },
+            imm: unsafe { wr.__bindgen_anon_1.imm_data },
         },
         IBV_WR_RDMA_READ => WrOp::Read {
-            raddr: rdma.remote_addr,
-            rkey: rdma.rkey,
+            raddr: unsafe { wr.wr.rdma.remote_addr },
+            rkey: unsafe { wr.wr.rdma.rkey },
         },
         IBV_WR_ATOMIC_CMP_AND_SWP => WrOp::CmpSwp {
-            raddr: atomic.remote_addr,
-            rkey: atomic.rkey,
-            compare: atomic.compare_add,
-            swap: atomic.swap,
+            raddr: unsafe { wr.wr.atomic.remote_addr },
+            rkey: unsafe { wr.wr.atomic.rkey },
+            compare: unsafe { wr.wr.atomic.compare_add },
+            swap: unsafe { wr.wr.atomic.swap },
         },
+        // FETCH_AND_ADD has no swap value: `atomic.swap` is not read.
         IBV_WR_ATOMIC_FETCH_AND_ADD => WrOp::FetchAdd {
-            raddr: atomic.remote_addr,
-            rkey: atomic.rkey,
-            add: atomic.compare_add,
+            raddr: unsafe { wr.wr.atomic.remote_addr },
+            rkey: unsafe { wr.wr.atomic.rkey },
+            add: unsafe { wr.wr.atomic.compare_add },
         },
-        IBV_WR_LOCAL_INV => WrOp::LocalInv { rkey: inv },
+        IBV_WR_LOCAL_INV => WrOp::LocalInv {
+            rkey: unsafe { wr.__bindgen_anon_1.invalidate_rkey },
+        },
         IBV_WR_BIND_MW => {
-            // SAFETY: the bind member, which BIND_MW uses.
-            let b = unsafe { wr.__bindgen_anon_2.bind_mw };
             let (mw_key, mr_key) = bind()?;
-            let access = access_from_ibv(b.bind_info.mw_access_flags)
+            // SAFETY: the fields of the bind member that BIND_MW uses (`bind` reads the
+            // window and region pointers).
+            let (new_key, addr, length, flags) = unsafe {
+                let b = &wr.__bindgen_anon_2.bind_mw;
+                (
+                    b.rkey,
+                    b.bind_info.addr,
+                    b.bind_info.length,
+                    b.bind_info.mw_access_flags,
+                )
+            };
+            let access = access_from_ibv(flags)
                 .map_err(|_| Refused("BIND_MW with access bits that are not qhca's"))?;
             WrOp::BindMw(MwBind {
                 mw_key,
-                new_key: b.rkey,
+                new_key,
                 mr_key,
-                addr: b.bind_info.addr,
-                length: b.bind_info.length,
+                addr,
+                length,
                 access: access.0,
             })
         }
@@ -199,6 +216,15 @@ mod tests {
         panic!("not a bind")
     }
 
+    /// `send_op` of a request that `wr` made (all zero) and the test filled in.
+    fn op(
+        w: &ibv_send_wr,
+        bind: impl FnOnce() -> Result<(u32, u32), Refused>,
+    ) -> Result<WrOp, Refused> {
+        // SAFETY: every byte of `w` is initialised (`Default` zeroes the unions).
+        unsafe { send_op(w, bind) }
+    }
+
     #[test]
     fn send_opcodes_map_to_the_providers() {
         let mut w = wr(IBV_WR_RDMA_WRITE_WITH_IMM);
@@ -208,7 +234,7 @@ mod tests {
         };
         w.__bindgen_anon_1.imm_data = 0x1234_5678;
         assert_eq!(
-            send_op(&w, no_bind),
+            op(&w, no_bind),
             Ok(WrOp::WriteImm {
                 raddr: 0x1000,
                 rkey: 7,
@@ -223,7 +249,7 @@ mod tests {
             rkey: 3,
         };
         assert_eq!(
-            send_op(&w, no_bind),
+            op(&w, no_bind),
             Ok(WrOp::CmpSwp {
                 raddr: 8,
                 rkey: 3,
@@ -235,7 +261,7 @@ mod tests {
         w.wr.atomic.compare_add = 5;
         w.wr.atomic.remote_addr = 16;
         assert!(matches!(
-            send_op(&w, no_bind),
+            op(&w, no_bind),
             Ok(WrOp::FetchAdd {
                 add: 5,
                 raddr: 16,
@@ -244,9 +270,9 @@ mod tests {
         ));
         let mut w = wr(IBV_WR_SEND_WITH_INV);
         w.__bindgen_anon_1.invalidate_rkey = 0x42;
-        assert_eq!(send_op(&w, no_bind), Ok(WrOp::SendInv { rkey: 0x42 }));
-        assert!(send_op(&wr(IBV_WR_TSO), no_bind).is_err());
-        assert!(send_op(&wr(99), no_bind).is_err());
+        assert_eq!(op(&w, no_bind), Ok(WrOp::SendInv { rkey: 0x42 }));
+        assert!(op(&wr(IBV_WR_TSO), no_bind).is_err());
+        assert!(op(&wr(99), no_bind).is_err());
     }
 
     #[test]
@@ -256,9 +282,9 @@ mod tests {
         w.__bindgen_anon_2.bind_mw.bind_info.addr = 0x2000;
         w.__bindgen_anon_2.bind_mw.bind_info.length = 64;
         w.__bindgen_anon_2.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
-        let op = send_op(&w, || Ok((0x100, 0x55))).unwrap();
+        let bound = op(&w, || Ok((0x100, 0x55))).unwrap();
         assert_eq!(
-            op,
+            bound,
             WrOp::BindMw(MwBind {
                 mw_key: 0x100,
                 new_key: 0x101,
@@ -269,7 +295,7 @@ mod tests {
             })
         );
         assert_eq!(
-            send_op(&w, || Err(Refused("no window"))),
+            op(&w, || Err(Refused("no window"))),
             Err(Refused("no window"))
         );
     }

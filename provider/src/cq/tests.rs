@@ -9,7 +9,8 @@ use super::*;
 pub(crate) fn device_write_cqe(buf: &PageBuf, log: u32, index: u32, body: &[u8; 32]) {
     let slot = ((index & ((1 << log) - 1)) as usize) * CQE_SIZE;
     let owner = CqRing::owner_for(index, log);
-    // SAFETY: inside the test's own mapping; the ring under test only reads it.
+    // SAFETY: inside the test's own mapping, which no reference covers; the ring under test
+    // runs on this thread, between these writes, so nothing accesses the entry meanwhile.
     unsafe {
         std::ptr::copy_nonoverlapping(body.as_ptr(), buf.as_ptr().add(slot), 31);
         fence(Ordering::Release);

@@ -41,9 +41,12 @@ pub fn anon(len: usize) -> Result<PageBuf, String> {
     PageBuf::new(len).map_err(|e| e.to_string())
 }
 
-/// Writes `byte` over all of `b` (so that its pages exist).
+/// Writes `byte` over all of `b` (so that its pages exist), with plain stores: for a buffer no
+/// region lets the device write (the benches fill theirs before registering them read-only).
 pub fn fill(b: &PageBuf, byte: u8) {
-    // SAFETY: `b`'s own mapping of `b.len()` bytes; no reference points into it.
+    // SAFETY: `b`'s own mapping of `b.len()` bytes, which no reference points into (a
+    // `PageBuf` hands out none); no device writes it (the callers' use above), and a device
+    // read of bytes being stored is outside this program's memory model.
     unsafe { std::ptr::write_bytes(b.as_ptr(), byte, b.len()) }
 }
 
