@@ -64,7 +64,7 @@ mod types;
 pub mod wire;
 
 pub use conn::{Connection, Listener};
-pub use types::{Config, Delivery, DeliveryFields, Event, PoolShape, Stats};
+pub use types::{Config, Delivery, Event, PoolShape, Stats};
 pub use wire::ElemRef;
 
 /// Pool references are below this: bit 31 of a reference in a flush message says whose pool

@@ -117,13 +117,13 @@ pub enum Event {
 /// exactly the bytes written, whatever the user does with the value. (They were public
 /// fields once, which `release` trusted; these must not compile.)
 ///
-/// ```compile_fail,E0594
+/// ```compile_fail,E0616
 /// fn f(d: &mut pushpush::Delivery) {
 ///     d.at.elem += 1; // would have released an element still in use
 /// }
 /// ```
 ///
-/// ```compile_fail,E0594
+/// ```compile_fail,E0616
 /// fn f(d: &mut pushpush::Delivery) {
 ///     d.len = u32::MAX; // would have read past the element
 /// }
@@ -132,28 +132,18 @@ pub enum Event {
 #[must_use = "a delivery holds its element until it is released"]
 pub struct Delivery {
     conn: u64,
-    fields: DeliveryFields,
-}
-
-/// What a [`Delivery`] says, a copy: readable through the delivery (`d.len` is [`Delivery::len`],
-/// and so on; a `Delivery` dereferences to it, never mutably), for code written when these were
-/// the delivery's own public fields. New code calls the accessors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DeliveryFields {
-    /// The element.
-    pub at: wire::ElemRef,
-    /// Bytes written.
-    pub len: u32,
-    /// The pool's context, as advertised.
-    pub context: u64,
+    at: wire::ElemRef,
+    len: u32,
+    context: u64,
 }
 
 impl Delivery {
     pub(crate) fn new(conn: u64, at: wire::ElemRef, len: u32, context: u64) -> Delivery {
         Delivery {
             conn,
-            fields: DeliveryFields { at, len, context },
+            at,
+            len,
+            context,
         }
     }
 
@@ -164,30 +154,22 @@ impl Delivery {
 
     /// The element.
     pub fn at(&self) -> wire::ElemRef {
-        self.fields.at
+        self.at
     }
 
     /// Bytes written.
     pub fn len(&self) -> u32 {
-        self.fields.len
+        self.len
     }
 
     /// True for a transfer of no bytes.
     pub fn is_empty(&self) -> bool {
-        self.fields.len == 0
+        self.len == 0
     }
 
     /// The pool's context, as advertised.
     pub fn context(&self) -> u64 {
-        self.fields.context
-    }
-}
-
-impl std::ops::Deref for Delivery {
-    type Target = DeliveryFields;
-
-    fn deref(&self) -> &DeliveryFields {
-        &self.fields
+        self.context
     }
 }
 

@@ -140,8 +140,8 @@ fn pp_exhaustion_and_replenish(t: &mut T, cfg_: &VmConfig) -> CaseResult {
     for _ in 0..4 {
         let d = next_data(&mut a, &mut other)?;
         let got = a.read(&d);
-        check!(t, verify(&got).is_some(), "delivery {:?} bytes", d.at);
-        check_eq!(t, d.len as usize, got.len());
+        check!(t, verify(&got).is_some(), "delivery {:?} bytes", d.at());
+        check_eq!(t, d.len() as usize, got.len());
         held.push(d);
     }
     check!(
@@ -150,7 +150,7 @@ fn pp_exhaustion_and_replenish(t: &mut T, cfg_: &VmConfig) -> CaseResult {
         "still nothing free"
     );
     let first = held.remove(0);
-    let freed = first.at;
+    let freed = first.at();
     a.release(first)?;
     let again = b.push(&message(4, 100), Some(Instant::now() + LONG))?;
     check_eq!(
@@ -325,7 +325,7 @@ fn pp_flush_during_traffic(t: &mut T, cfg_: &VmConfig) -> CaseResult {
     while received < n && t0.elapsed() < Duration::from_secs(120) {
         match a.poll(Some(Duration::from_millis(200)))? {
             Some(Event::Data(d)) => {
-                if freed.contains(&d.at.pool_ref) {
+                if freed.contains(&d.at().pool_ref) {
                     after_free_from_0 += 1;
                 }
                 if let Some(s) = verify(&a.read(&d)) {
@@ -413,7 +413,7 @@ fn pp_pool_asked_for(t: &mut T, cfg_: &VmConfig) -> CaseResult {
                 .poll(Some(Duration::from_millis(100)))
                 .map_err(|e| e.to_string())?
             {
-                got.push((d.len, verify(&a.read(&d))));
+                got.push((d.len(), verify(&a.read(&d))));
                 a.release(d).map_err(|e| e.to_string())?;
             }
         }
