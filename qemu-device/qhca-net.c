@@ -39,7 +39,7 @@
 #include "trace.h"
 
 #define QHCA_NEIGH_MAX          16      /* resolved or being resolved */
-#define QHCA_NEIGH_PENDING      16      /* frames waiting for one MAC */
+#define QHCA_NEIGH_PENDING      64      /* frames waiting for one MAC */
 #define QHCA_ARP_RETRY_NS       (100 * SCALE_MS)
 #define QHCA_NEIGH_REACHABLE_NS (30 * NANOSECONDS_PER_SECOND)
 #define QHCA_ROCE_RX_MAX        256     /* decoded packets waiting */

@@ -703,6 +703,38 @@ impl Peer {
     pub fn drain(&self, quiet: Duration) -> Vec<Vec<u8>> {
         std::iter::from_fn(|| self.recv(quiet)).collect()
     }
+
+    /// If `f` is the device's (`dev`: MAC and IPv4 address) ARP request for `me` (the host the
+    /// test plays), answers it and returns true: the device learns a MAC only by asking.
+    pub fn answer_arp(&self, f: &[u8], dev: ([u8; 6], [u8; 4]), me: ([u8; 6], [u8; 4])) -> bool {
+        match Arp::parse(f) {
+            Ok(q) if q == Arp::request(dev.0, dev.1, me.1) => {
+                self.send(&Arp::reply_to(&q, me.0).encode());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// [`Peer::recv`], answering the device's ARP requests for `me` on the way.
+    pub fn recv_answering(
+        &self,
+        timeout: Duration,
+        dev: ([u8; 6], [u8; 4]),
+        me: ([u8; 6], [u8; 4]),
+    ) -> Option<Vec<u8>> {
+        std::iter::from_fn(|| self.recv(timeout)).find(|f| !self.answer_arp(f, dev, me))
+    }
+
+    /// [`Peer::drain`], answering the device's ARP requests for `me` on the way.
+    pub fn drain_answering(
+        &self,
+        quiet: Duration,
+        dev: ([u8; 6], [u8; 4]),
+        me: ([u8; 6], [u8; 4]),
+    ) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| self.recv_answering(quiet, dev, me)).collect()
+    }
 }
 
 #[cfg(test)]

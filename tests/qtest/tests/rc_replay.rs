@@ -105,7 +105,8 @@ fn world(max_dest_rd_atomic: u8) -> W {
         | QHCA_ACCESS_REMOTE_ATOMIC;
     let (st, key) = reg_mr(&mut h, &mut m, uar, pdn, buf, BUF_LEN, all);
     assert_eq!(st, QHCA_CMD_OK);
-    // The test asks who has 10.7.0.1: the device answers and learns the test's MAC.
+    // The test asks who has 10.7.0.1 and gets the device's answer (the device learns the test's
+    // MAC only by asking: `expect_pkt` and `drain` answer its request).
     let q = Arp::request(PEER_MAC, PEER_IP, DEV_IP);
     peer.send(&q.encode());
     let f = peer.recv(WAIT).expect("an ARP reply");
@@ -129,7 +130,7 @@ impl W {
     fn expect_pkt(&self) -> Pkt {
         let f = self
             .peer
-            .recv(WAIT)
+            .recv_answering(WAIT, DEV, PEER)
             .expect("a RoCEv2 frame from the device");
         let p = Pkt::parse(&f).unwrap_or_else(|e| panic!("frame from the device: {e}: {f:02x?}"));
         assert_eq!(p.dest_qpn, PEER_QPN, "{p:?}");
@@ -139,7 +140,7 @@ impl W {
     /// Every frame the device sends until it has been quiet for a while: (opcode, PSN).
     fn drain(&self) -> Vec<(u8, u32)> {
         self.peer
-            .drain(QUIET)
+            .drain_answering(QUIET, DEV, PEER)
             .iter()
             .map(|f| {
                 let p = Pkt::parse(f).unwrap_or_else(|e| panic!("{e}: {f:02x?}"));
@@ -149,7 +150,7 @@ impl W {
     }
 
     fn expect_nothing(&self, what: &str) {
-        if let Some(f) = self.peer.recv(QUIET) {
+        if let Some(f) = self.peer.recv_answering(QUIET, DEV, PEER) {
             let p = Pkt::parse(&f);
             panic!("{what}: the device sent a frame: {p:?}");
         }

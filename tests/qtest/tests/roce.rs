@@ -113,22 +113,10 @@ fn world(props: &str) -> W {
     }
 }
 
-/// If `f` is the device's ARP request for the test's address, the test answers it (as the
-/// host it plays does): true.
-fn answer_arp(w: &W, f: &[u8]) -> bool {
-    match Arp::parse(f) {
-        Ok(q) if q == Arp::request(DEV_MAC, DEV_IP, PEER_IP) => {
-            w.peer.send(&Arp::reply_to(&q, PEER_MAC).encode());
-            true
-        }
-        _ => false,
-    }
-}
-
 /// The next frame from the device within `timeout` that is not its question for the test's
 /// MAC, which is answered on the way: the device learns a MAC only by asking.
 fn recv_frame(w: &W, timeout: Duration) -> Option<Vec<u8>> {
-    std::iter::from_fn(|| w.peer.recv(timeout)).find(|f| !answer_arp(w, f))
+    w.peer.recv_answering(timeout, DEV, (PEER_MAC, PEER_IP))
 }
 
 /// The next frame from the device, a RoCEv2 one, checked by the test's own parser.
@@ -734,7 +722,7 @@ fn two_thousand_frames_of_garbage() {
         // What the device said back (ACKs, NAKs, READ responses, ARP) is well formed; its
         // question for the test's MAC is answered.
         for f in w.peer.drain(Duration::from_millis(1)) {
-            if answer_arp(&w, &f) {
+            if w.peer.answer_arp(&f, DEV, (PEER_MAC, PEER_IP)) {
                 sent += 1;
             } else if Arp::parse(&f).is_err() {
                 let p = Pkt::parse(&f).unwrap_or_else(|e| panic!("from the device: {e}: {f:02x?}"));
