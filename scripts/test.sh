@@ -11,90 +11,143 @@
 #   5. two guests on one segment (scripts/vm-pair.sh --qhca-port, scripts/guest-pair.sh tests):
 #      every RC opcode both ways qhca <-> qhca, rxe <-> qhca and qhca <-> rxe across the guests,
 #      ibv_rc_pingpong and perftest qhca <-> qhca.
-# Ends with "total: N passed, M failed" and exits non-zero on any failure.
+# It always ends with a summary, each stage's counts and time, and the closing line
+# "total: N passed, M failed", and exits non-zero on any failure. A stage that crashes, hangs
+# (every guest runs under a time limit) or prints no result counts as a failure; a guest that
+# fails prints the tail of its kernel console (kept in ~/.cache/qhca/logs/STAGE.console).
 source "$(dirname "$0")/lib.sh"
-source "$QHCA_ROOT/scripts/build-all.sh"
-set -o pipefail
 
 logs=$QHCA_CACHE/logs
 mkdir -p "$logs"
-declare -A P F
+declare -A P F T
 stages=()
+summary_done=0
 
-# cargo_counts NAME LOG: sums cargo's "test result:" lines.
-cargo_counts() {
-	P[$1]=$(grep -E '^test result:' "$2" | awk '{s += $4} END {print s + 0}')
-	F[$1]=$(grep -E '^test result:' "$2" | awk '{s += $6} END {print s + 0}')
+# The closing summary: printed once, at the end or when anything stops the script early.
+summary() {
+	[ "$summary_done" = 0 ] || return 0
+	summary_done=1
+	local tp=0 tf=0 s
+	echo
+	for s in "${stages[@]}"; do
+		printf '%-9s %4d passed, %d failed  (%dm%02ds)\n' "$s:" "${P[$s]:-0}" "${F[$s]:-1}" \
+			$((${T[$s]:-0} / 60)) $((${T[$s]:-0} % 60))
+		tp=$((tp + ${P[$s]:-0}))
+		tf=$((tf + ${F[$s]:-1}))
+	done
+	local el=$(($(date +%s) - QHCA_T0))
+	step "done in $((el / 60))m$((el % 60))s"
+	echo "total: $tp passed, $tf failed"
 }
+trap 'rc=$?; summary; [ "$rc" != 0 ] || rc=$((${tf_final:-0} != 0)); exit $rc' EXIT
+trap 'exit 130' INT TERM
 
-run_stage() {
-	local name=$1
+# stage NAME CMD...: runs CMD with its output in the log and on the terminal, and times it. The
+# counts are the caller's to fill in (P, F); until then the stage counts as one failure.
+stage() {
+	local name=$1 t0 rc=0
 	shift
 	stages+=("$name")
+	P[$name]=0 F[$name]=1
 	step "$name: $*"
-	if "$@" 2>&1 | tee "$logs/$name.log"; then :; else
-		echo "qhca: stage $name exited non-zero" >&2
-		BROKEN=1
-	fi
+	t0=$(date +%s)
+	"$@" 2>&1 | tee "$logs/$name.log"
+	rc=${PIPESTATUS[0]}
+	T[$name]=$(($(date +%s) - t0))
+	[ "$rc" = 0 ] || echo "qhca: stage $name exited with $rc" >&2
+	return "$rc"
 }
-BROKEN=0
 
+# counts NAME P F: the stage's counts; a stage that exited non-zero with no failure counted gets
+# one.
+counts() {
+	P[$1]=$2 F[$1]=$3
+}
+
+# cargo_counts NAME RC: sums cargo's "test result:" lines; a failed run (RC) with nothing failed
+# in them (a build error, a crash) is one failure.
+cargo_counts() {
+	local p f
+	p=$(grep -aE '^test result:' "$logs/$1.log" | awk '{s += $4} END {print s + 0}')
+	f=$(grep -aE '^test result:' "$logs/$1.log" | awk '{s += $6} END {print s + 0}')
+	[ "$2" = 0 ] || [ "$f" != 0 ] || f=1
+	counts "$1" "$p" "$f"
+}
+
+# --- build -----------------------------------------------------------------------------------
+stages+=(build)
+P[build]=0 F[build]=1
+t0=$(date +%s)
+source "$QHCA_ROOT/scripts/build-all.sh"
+T[build]=$(($(date +%s) - t0))
+counts build 1 0
+set +e
+set -o pipefail
 cd "$QHCA_ROOT"
-run_stage host cargo test --release
-cargo_counts host "$logs/host.log"
 
-QHCA_QEMU=$QEMU run_stage qtest cargo test --release -p qhca-qtest
-cargo_counts qtest "$logs/qtest.log"
+# --- host and device-model tests ----------------------------------------------------------------
+stage host cargo test --profile ci --no-fail-fast
+cargo_counts host $?
+QHCA_QEMU=$QEMU stage qtest cargo test --profile ci --no-fail-fast -p qhca-qtest
+cargo_counts qtest $?
+
+# --- the VM stages ---------------------------------------------------------------------------
+# vm_counts NAME RC: the guest's "vm-suite: N passed, M failed" line; none (a boot that failed or
+# hung, a crash) is one failure, as is a guest that exited non-zero with nothing failed.
+vm_counts() {
+	local line
+	line=$(tr -d '\r' <"$logs/$1.log" | grep -aE '^vm-suite: [0-9]+ passed, [0-9]+ failed' | tail -n1)
+	if [ -z "$line" ]; then
+		echo "qhca: stage $1 printed no result (a guest that did not boot, hung or crashed); console: $logs/$1.console" >&2
+		counts "$1" 0 1
+		return
+	fi
+	counts "$1" "$(awk '{print $2}' <<<"$line")" "$(awk '{print $4}' <<<"$line")"
+	[ "$2" = 0 ] || [ "${F[$1]}" != 0 ] || F[$1]=1
+}
+
+# vm_suite NAME TIMEOUT [vm.sh options] [-- qhca-vmtest arguments]
+vm_suite() {
+	local name=$1 limit=$2 opts=() args=()
+	shift 2
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
+	[ $# -gt 0 ] && shift && args=("$@")
+	stage "$name" "$QHCA_ROOT/scripts/vm.sh" --timeout "$limit" --console "$logs/$name.console" \
+		--uars 24 "${opts[@]}" -- \
+		bash "$QHCA_ROOT/scripts/guest-tests.sh" "$KO" "$BIN/qhca-vmtest" "${args[@]}"
+	vm_counts "$name" $?
+}
 
 # The VM suite twice: as it is, then behind the guest IOMMU (intel-iommu; the driver's DMA
 # addresses are IOVAs and QEMU's VT-d model checks every device access).
-vm_suite() { # STAGE [vm.sh options] [-- qhca-vmtest arguments]
-	local name=$1 line opts=() args=()
-	shift
-	while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
-	[ $# -gt 0 ] && shift && args=("$@")
-	run_stage "$name" "$QHCA_ROOT/scripts/vm.sh" --uars 24 "${opts[@]}" -- \
-		bash "$QHCA_ROOT/scripts/guest-tests.sh" "$KO" "$BIN/qhca-vmtest" "${args[@]}"
-	line=$(grep -aE '^vm-suite: [0-9]+ passed, [0-9]+ failed' "$logs/$name.log" | tail -n1 | tr -d '\r')
-	if [ -n "$line" ]; then
-		P[$name]=$(echo "$line" | awk '{print $2}')
-		F[$name]=$(echo "$line" | awk '{print $4}')
-	else
-		echo "qhca: the VM suite printed no result (boot failure?); see $logs/$name.log" >&2
-		P[$name]=0 F[$name]=1
-	fi
-}
-vm_suite vm
-vm_suite vm-iommu --iommu
+vm_suite vm 900
+vm_suite vm-iommu 900 --iommu
 # The wire: MACs as vm.sh gives them for node 1 (NIC 52:54:00:12:34:01, qhca0's port ...:35:01).
 pcap=/tmp/qhca-vm/wire.pcap
-vm_suite vm-wire --nic --qhca-port --dump "$pcap" \
+vm_suite vm-wire 900 --nic --qhca-port --dump "$pcap" \
 	--qhca2 x-loss-drop=10,x-loss-dup=10,x-loss-reorder=10,x-loss-seed=7 -- --wire
-run_stage capture python3 "$QHCA_ROOT/scripts/check-capture.py" "$pcap" 52:54:00:12:35:01 52:54:00:12:34:01
+stage capture python3 "$QHCA_ROOT/scripts/check-capture.py" "$pcap" 52:54:00:12:35:01 52:54:00:12:34:01
 line=$(grep -aE '^capture: [0-9]+ passed, [0-9]+ failed' "$logs/capture.log" | tail -n1)
-P[capture]=$(echo "$line" | awk '{print $2 + 0}')
-F[capture]=$(echo "$line" | awk '{print ($4 == "" ? 1 : $4)}')
+if [ -n "$line" ]; then
+	counts capture "$(awk '{print $2}' <<<"$line")" "$(awk '{print $4}' <<<"$line")"
+fi
 rm -f "$pcap"
 
 # Two guests: each prints its own "pair-suite: N passed, M failed" ("[vmN] " in front).
-run_stage vm-pair "$QHCA_ROOT/scripts/vm-pair.sh" --timeout 1200 --uars 24 --qhca-port -- \
+stage vm-pair "$QHCA_ROOT/scripts/vm-pair.sh" --timeout 900 --uars 24 --qhca-port -- \
 	bash "$QHCA_ROOT/scripts/guest-pair.sh" tests "$KO" "$BIN"
+rc=$?
 lines=$(tr -d '\r' <"$logs/vm-pair.log" | grep -aE '^\[vm[12]\] pair-suite: [0-9]+ passed, [0-9]+ failed')
-P[vm-pair]=$(echo "$lines" | awk '{s += $3} END {print s + 0}')
-F[vm-pair]=$(echo "$lines" | awk '{s += $5} END {print s + 0}')
+counts vm-pair "$(echo "$lines" | awk '{s += $3} END {print s + 0}')" \
+	"$(echo "$lines" | awk '{s += $5} END {print s + 0}')"
 if [ "$(echo "$lines" | grep -c .)" != 2 ]; then
 	echo "qhca: a guest of the pair printed no result (boot failure?); see $logs/vm-pair.log" >&2
 	F[vm-pair]=$((${F[vm-pair]} + 1))
+elif [ "$rc" != 0 ] && [ "${F[vm-pair]}" = 0 ]; then
+	F[vm-pair]=1
 fi
 
-tp=0 tf=0
-echo
-for s in "${stages[@]}"; do
-	printf '%-9s %4d passed, %d failed\n' "$s:" "${P[$s]}" "${F[$s]}"
-	tp=$((tp + P[$s]))
-	tf=$((tf + F[$s]))
-done
-[ "$BROKEN" = 0 ] || tf=$((tf + 1))
-step "done"
-echo "total: $tp passed, $tf failed"
-[ "$tf" = 0 ]
+tf_final=0
+for s in "${stages[@]}"; do tf_final=$((tf_final + ${F[$s]:-1})); done
+summary
+[ "$tf_final" = 0 ]

@@ -9,7 +9,7 @@
 # shared read-write for results. Needs KDIR and QEMU in the environment (scripts/build-all.sh sets
 # them) or builds them first. Uses TCG: nested KVM on our CI machines hangs the guest at
 # "Decompressing Linux", so KVM is used only when QHCA_KVM=1. QHCA_QEMU_OPTS adds QEMU options (e.g. the
-# -trace options of qemu-device/docs/qhca.rst, "Tracing one message").
+# -trace options of qemu-device/docs/specs/qhca.rst, "Tracing one message").
 #
 # --link joins the guest to an Ethernet segment shared with other QEMU processes on this host
 # (scripts/vm-pair.sh boots two such guests). In this QEMU: hub 0, joined to a dgram netdev that
@@ -29,15 +29,24 @@
 # ones; "-" for none); it is /dev/qhca1. --dump FILE (with --qhca-port) records every frame the
 # first HCA's port sends or receives in FILE (pcap; QEMU's filter-dump). QHCA_LINK_RCVBUF sets the UDP socket's receive buffer (default 4 MiB; 0: the host's
 # default; see link_rcvbuf below).
+#
+# --timeout S kills the guest (QEMU included) after S seconds: vm.sh then says so and exits 124.
+# --console FILE keeps everything the guest kernel prints, from the first line of its boot, in FILE
+# (vng's --verbose: the boot console, at loglevel 7, and vng's own progress; the guest command's
+# stderr lands there too); when the guest fails or
+# times out, vm.sh prints the last 40 lines of it, so that a boot that hangs can be read.
 source "$(dirname "$0")/lib.sh"
 
-usage="usage: scripts/vm.sh [--uars N] [--iommu] [--append KERNEL_ARGS] [--link LOCALPORT:REMOTEPORT | --nic] [--node N | --mac MAC] [--qhca-port] [--qhca2 PROPS] [--dump FILE] [--] COMMAND..."
+usage="usage: scripts/vm.sh [--timeout S] [--console FILE] [--uars N] [--iommu] [--append KERNEL_ARGS] [--link LOCALPORT:REMOTEPORT | --nic] [--node N | --mac MAC] [--qhca-port] [--qhca2 PROPS] [--dump FILE] [--] COMMAND..."
+timeout="" console=""
 uars=24
 append=()
 iommu=""
 link="" nic="" node="" mac="" qhca_port="" qhca2="" dump=""
 while [ $# -gt 0 ]; do
 	case "$1" in
+	--timeout) timeout=$2; shift 2 ;;
+	--console) console=$2; shift 2 ;;
 	--uars) uars=$2; shift 2 ;;
 	--append) append=(--append "$2"); shift 2 ;;
 	--iommu) iommu=1; shift ;;
@@ -53,6 +62,7 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [ $# -gt 0 ] || die "$usage"
+[ -z "$timeout" ] || [[ $timeout =~ ^[0-9]+$ ]] || die "--timeout wants seconds, not '$timeout'"
 [ -n "$link" ] && nic=1
 if [ -z "$nic" ] && [ -n "$node$mac$qhca_port" ]; then
 	die "--node, --mac and --qhca-port need --link or --nic"
@@ -162,7 +172,29 @@ if [ -n "$nic" ]; then
 		link_rcvbuf "$lport" "${QHCA_LINK_RCVBUF:-4194304}" &
 	fi
 fi
-exec vng --run "$KDIR/arch/x86/boot/bzImage" "${kvm[@]}" --disable-microvm "${append[@]}" \
-	--qemu "$QEMU" --cpus 2 --memory 2G --rwdir /tmp/qhca-vm \
-	--qemu-opts="-L /usr/share/qemu -L /usr/share/seabios $net $dev ${QHCA_QEMU_OPTS:-}" \
-	--exec "${genv}QHCA_EXPECT_NUM_UARS=$uars $cmd"
+vng=(vng --run "$KDIR/arch/x86/boot/bzImage" "${kvm[@]}" --disable-microvm "${append[@]}"
+	--qemu "$QEMU" --cpus 2 --memory 2G --rwdir /tmp/qhca-vm
+	--qemu-opts="-L /usr/share/qemu -L /usr/share/seabios $net $dev ${QHCA_QEMU_OPTS:-}"
+	--exec "${genv}QHCA_EXPECT_NUM_UARS=$uars $cmd")
+[ -n "$timeout$console" ] || exec "${vng[@]}"
+
+# Under a time limit and/or with the console kept. timeout(1) runs the guest in a process group of
+# its own and signals all of it (vng and QEMU); a guest that ignores SIGTERM is killed 10 s later.
+limit=()
+[ -z "$timeout" ] || limit=(timeout --kill-after=10 "$timeout")
+rc=0
+if [ -n "$console" ]; then
+	mkdir -p "$(dirname "$console")"
+	"${limit[@]}" "${vng[@]}" --verbose 2>"$console" || rc=$?
+else
+	"${limit[@]}" "${vng[@]}" || rc=$?
+fi
+if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+	echo "qhca: the guest ran for more than $timeout s and was killed" >&2
+	rc=124
+fi
+if [ "$rc" != 0 ] && [ -n "$console" ]; then
+	echo "qhca: the guest exited with $rc; the last 40 lines of its console ($console):" >&2
+	tail -n 40 "$console" | sed 's/^/  | /' >&2
+fi
+exit "$rc"
