@@ -4,7 +4,6 @@
 
 use crate::{cmdq::EqHost, device::QhcaDevice, file::MiscNode, regs, uapi};
 use kernel::{
-    bindings,
     device::{Bound, Core},
     dma::{Device as _, DmaMask},
     io::Io,
@@ -27,25 +26,14 @@ const NAMES: [&CStr; MAX_DEVICES] = [
 /// How long the device may take to become ready after ENABLE.
 const ENABLE_TIMEOUT: Delta = Delta::from_millis(1000);
 
-/// The ID table entry for the device.
-///
-/// `pci::Vendor` has no constant for QEMU's vendor ID 0x1234 and cannot be constructed outside
-/// the kernel crate, so the entry is built from the C structure.
-const QHCA_ID: pci::DeviceId = {
-    let raw = bindings::pci_device_id {
-        vendor: uapi::QHCA_PCI_VENDOR_ID,
-        device: uapi::QHCA_PCI_DEVICE_ID,
-        subvendor: !0,
-        subdevice: !0,
-        class: 0,
-        class_mask: 0,
-        driver_data: 0,
-        override_only: 0,
-    };
-    // SAFETY: `pci::DeviceId` is `#[repr(transparent)]` over `bindings::pci_device_id`, and every
-    // value of that plain C struct is a valid ID (here: match vendor and device, any subsystem).
-    unsafe { core::mem::transmute::<bindings::pci_device_id, pci::DeviceId>(raw) }
-};
+/// The ID table entry for the device: 1af4:10f0, any subsystem.
+const QHCA_ID: pci::DeviceId =
+    pci::DeviceId::from_id(pci::Vendor::REDHAT_QUMRANET, uapi::QHCA_PCI_DEVICE_ID);
+
+const _: () = assert!(
+    uapi::QHCA_PCI_VENDOR_ID == 0x1af4,
+    "QHCA_PCI_VENDOR_ID is Red Hat's"
+);
 
 kernel::pci_device_table!(
     PCI_TABLE,

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The register block in BAR0 (see `qemu-device/docs/qhca.rst` and `qhca-abi.h`).
+//! The register block in BAR0 (see `qemu-device/docs/specs/qhca.rst` and `qhca-abi.h`).
 //!
 //! All registers are 32 bits wide; the offsets are the ABI header's, checked against the BAR size
 //! at compile time by `Bar<SIZE>`.

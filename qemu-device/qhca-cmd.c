@@ -506,5 +506,6 @@ void qhca_cmd_bh(void *opaque)
         /* One interrupt per run: the driver drains the ring on each. */
         qhca_eq_notify(s);
     }
+    qhca_migration_update(s);
     qhca_busy_exit(s);
 }

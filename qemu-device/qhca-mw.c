@@ -5,7 +5,7 @@
  * BIND_MW and LOCAL_INV WQEs (the requester runs them when it reaches them,
  * in SQ order), SEND_WITH_INV landing on a responder, and the R_Key check
  * that takes a window's key where a region's would go.  The rules are in
- * the ABI header and docs/qhca.rst, "Memory windows".
+ * the ABI header and docs/specs/qhca.rst, "Memory windows".
  *
  * A window's state lives only here.  While it is bound, it holds its region
  * (QhcaMr.nr_mw): DEREG_MR refuses, so the region a bound window points to

@@ -2,7 +2,7 @@
  * qhca: an emulated RDMA host channel adapter -- PCI and QOM glue
  *
  * A PCIe endpoint with three BARs: 0 registers (qhca-regs.c), 1 MSI-X,
- * 2 doorbell pages (qhca-db.c).  The spec is docs/qhca.rst.
+ * 2 doorbell pages (qhca-db.c).  The spec is docs/specs/qhca.rst.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -16,6 +16,7 @@
 #include "hw/pci/msix.h"
 #include "hw/pci/pcie.h"
 #include "hw/qdev-properties.h"
+#include "migration/blocker.h"
 #include "migration/vmstate.h"
 #include "qhca-wire.h"
 #include "trace.h"
@@ -56,6 +57,7 @@ static void qhca_reset_now(QhcaState *s)
     qhca_obj_reset(s);
     qhca_ctx_reset(s);
     qhca_port_reset(s);
+    qhca_migration_update(s);
 }
 
 void qhca_reset(QhcaState *s)
@@ -224,6 +226,7 @@ static void qhca_exit(PCIDevice *pdev)
     qhca_roce_unrealize(s);
     qhca_pl_release(s, &s->pl);
     qhca_obj_fini(s);
+    qhca_migration_update(s);
     qhca_engine_fini(s);
     while (s->pkt_cached) {
         g_free(s->pkt_cache[--s->pkt_cached]);
@@ -239,10 +242,36 @@ static void qhca_exit(PCIDevice *pdev)
 /*
  * Migration: device registers plus the UAR allocation table; the rings and
  * command buffers are guest memory.  Verbs objects (PDs, MRs, CQs, QPs) are
- * not migrated yet: a device that holds any refuses to be saved, rather than
- * arrive without them.  The loaded state is as untrusted as a guest write,
- * so post_load checks the invariants the device relies on before using it.
+ * not migrated yet: while the device holds any, a migration blocker says so
+ * (qhca_migration_update()), so that `migrate` fails before it starts
+ * rather than after RAM has streamed; and a device that holds any when it
+ * is saved (objects created while a migration was already under way, when
+ * no blocker can be added) refuses, rather than arrive without them.  The
+ * loaded state is as untrusted as a guest write, so post_load checks the
+ * invariants the device relies on before using it.
  */
+
+/*
+ * After every command and reset: a blocker while verbs objects exist, none
+ * once the last is gone.  Adding one fails while a migration runs (and with
+ * -only-migratable); pre_save refuses then, and the next command tries again.
+ */
+void qhca_migration_update(QhcaState *s)
+{
+    bool held = qhca_objects_exist(s);
+    const char *name = DEVICE(s)->id ?: object_get_typename(OBJECT(s));
+
+    if (held && !s->migration_blocker) {
+        error_setg(&s->migration_blocker,
+                   "qhca device '%s' holds RDMA verbs objects (queue pairs, "
+                   "regions, ...), which cannot be migrated; close its RDMA "
+                   "contexts (or unbind its driver) first", name);
+        /* On failure the reason is freed and NULL again. */
+        migrate_add_blocker(&s->migration_blocker, NULL);
+    } else if (!held && s->migration_blocker) {
+        migrate_del_blocker(&s->migration_blocker);
+    }
+}
 static int qhca_pre_save(void *opaque)
 {
     QhcaState *s = opaque;

@@ -5,7 +5,7 @@
  * whose entry 0 is the link-local GID made of the node GUID and whose other
  * entries the driver sets (QHCA_CMD_SET_GID: IPv4 addresses), and the
  * address vectors that name a destination GID and a source entry.  The
- * ABI header's "The port" is the contract; docs/qhca.rst, "The port and
+ * ABI header's "The port" is the contract; docs/specs/qhca.rst, "The port and
  * its wire", says how packets leave.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later

@@ -5,7 +5,7 @@
  * send WQEs in order, each one datagram that leaves at once and completes
  * at once: no PSN window, no ACK, no retry) and the UD receiver (a datagram
  * lands in the QP's oldest receive WQE behind a GRH, or is dropped and
- * counted).  The rules are in the ABI header and docs/qhca.rst,
+ * counted).  The rules are in the ABI header and docs/specs/qhca.rst,
  * "Unreliable datagram".  What RC and UD share (memory through keys,
  * completion queues, QP state, the wire, the scheduler) is in qhca-rc.c.
  *

@@ -2,7 +2,7 @@
  * qhca: an emulated RDMA host channel adapter -- device state
  *
  * The register map, queue entries and doorbell format are the ABI in
- * uapi/include/qhca-abi.h; the behaviour is specified in docs/qhca.rst.
+ * uapi/include/qhca-abi.h; the behaviour is specified in docs/specs/qhca.rst.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -571,6 +571,9 @@ struct QhcaState {
     uint32_t mw_next;
     uint32_t ah_next;
 
+    /* Set while verbs objects exist (qhca_migration_update()). */
+    Error *migration_blocker;
+
     /* The command at the head of the queue while its page list is read. */
     bool cmd_active;
     struct qhca_cmd cmd_cur;    /* host order */
@@ -638,7 +641,7 @@ static inline void qhca_count(uint32_t *counter)
     } while (0)
 
 /*
- * A step of the path from a doorbell to its CQE (docs/qhca.rst, "Tracing
+ * A step of the path from a doorbell to its CQE (docs/specs/qhca.rst, "Tracing
  * one message"): its trace event gets the host's monotonic clock in ns as
  * its first argument, read only while the event is enabled, so that a
  * disabled step costs the test of its enable flag alone.  EV is the event's
@@ -667,6 +670,7 @@ static inline bool qhca_ready(const QhcaState *s)
 
 /* qhca-pci.c */
 void qhca_reset(QhcaState *s);
+void qhca_migration_update(QhcaState *s);
 void qhca_busy_enter(QhcaState *s);
 void qhca_busy_exit(QhcaState *s);
 MemTxResult qhca_dma_read(QhcaState *s, dma_addr_t addr, void *buf,

@@ -15,7 +15,7 @@
  *  - structures grow only at the end, announced by comp_mask/size; a breaking
  *    change bumps QHCA_ABI_VERSION.
  *
- * The spec that goes with it is qemu-device/docs/qhca.rst.
+ * The spec that goes with it is qemu-device/docs/specs/qhca.rst.
  */
 #ifndef QHCA_ABI_H
 #define QHCA_ABI_H
@@ -50,12 +50,13 @@ typedef unsigned long long __u64;
 /* ------------------------------------------------------------------------ */
 
 /*
- * 0x1234 is QEMU's own vendor ID for emulated devices that have no real
- * hardware counterpart (bochs-display uses 0x1111, edu 0x11e8).  0x4843 is
- * "HC".  Class: network controller, other (0x0280), as InfiniBand HCAs are.
+ * 1af4:10f0, from the range QEMU's docs/specs/pci-ids.rst sets aside for
+ * experimental devices (1af4:10f0 to 1af4:10ff, no registration; an official
+ * ID is needed before the device goes upstream or ships).  Class: network
+ * controller, other (0x0280), as InfiniBand HCAs are.
  */
-#define QHCA_PCI_VENDOR_ID 0x1234
-#define QHCA_PCI_DEVICE_ID 0x4843
+#define QHCA_PCI_VENDOR_ID 0x1af4
+#define QHCA_PCI_DEVICE_ID 0x10f0
 #define QHCA_PCI_REVISION  0x01
 #define QHCA_PCI_CLASS     0x0280
 
@@ -808,7 +809,7 @@ struct qhca_grh {
 /* leave on the port's wire: without a netdev there is none, and they are   */
 /* dropped (tx_no_route; an RC requester then retries and fails with        */
 /* QHCA_WC_RETRY_EXC_ERR); with one they are RoCEv2 frames (see the device  */
-/* specification, docs/qhca.rst).  Since loopback traffic never reaches     */
+/* specification, docs/specs/qhca.rst).  Since loopback traffic never reaches     */
 /* the wire, a frame from it that claims to come from this port (its MAC,   */
 /* any GID of the table) or from no one host (an unspecified, loopback,     */
 /* multicast or broadcast source) is forged: dropped, counted in rx_forged. */

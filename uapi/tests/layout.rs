@@ -474,8 +474,8 @@ fn defaults_are_all_zero() {
 #[test]
 fn constants_the_other_layers_rely_on() {
     assert_eq!(QHCA_ABI_VERSION, 2);
-    assert_eq!(QHCA_PCI_VENDOR_ID, 0x1234);
-    assert_eq!(QHCA_PCI_DEVICE_ID, 0x4843);
+    assert_eq!(QHCA_PCI_VENDOR_ID, 0x1af4);
+    assert_eq!(QHCA_PCI_DEVICE_ID, 0x10f0);
     assert_eq!(QHCA_UAR_PAGE_SIZE, 4096);
     assert_eq!(UAR_PAGE_SIZE, 4096);
     assert_eq!(MMAP_UAR_OFFSET, 0);
