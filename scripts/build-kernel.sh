@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the guest kernel from Debian's linux-source-7.3 with scripts/kconfig/qhca-guest.config merged over
-# allnoconfig. The build lives in ~/.cache/qhca/kernel-<key>, keyed by the source package version, the config
-# fragments, this script and rustc; a finished build is reused. Prints the build directory on stdout.
+# allnoconfig, with scripts/kernel-patches/*.patch applied to the source (the RDMA core's headers in the Rust
+# bindings). The build lives in ~/.cache/qhca/kernel-<key>, keyed by the source package version, the patches, the
+# config fragments, this script and rustc; a finished build is reused. Prints the build directory on stdout.
 #
 #   build-kernel.sh [test|bench]
 #
@@ -27,8 +28,10 @@ export RUST_LIB_SRC
 RUST_LIB_SRC=$(rust_lib_src)
 [ -d "$RUST_LIB_SRC" ] || die "missing $RUST_LIB_SRC: rust-src $(rustc_version) is not installed"
 
-key=$( (echo "$pkgver"; rustc --version; bindgen --version; cat "${frags[@]}" "$0") | sha256sum | cut -c1-12)
-src=$QHCA_CACHE/src/linux-$pkgver
+patches=("$QHCA_ROOT"/scripts/kernel-patches/*.patch)
+pkey=$(cat "${patches[@]}" | sha256sum | cut -c1-8)
+key=$( (echo "$pkgver"; rustc --version; bindgen --version; cat "${patches[@]}" "${frags[@]}" "$0") | sha256sum | cut -c1-12)
+src=$QHCA_CACHE/src/linux-$pkgver-$pkey
 out=$QHCA_CACHE/kernel-$QHCA_KVER-$key
 [ "$flavour" = test ] || out=$QHCA_CACHE/kernel-$QHCA_KVER-$flavour-$key
 KMAKE=(make -C "$src" O="$out" LLVM=-19 -j"$(nproc)")
@@ -42,6 +45,9 @@ if [ ! -f "$src/Makefile" ]; then
 	step "kernel: unpacking linux-source $pkgver"
 	rm -rf "$src.tmp" && mkdir -p "$src.tmp"
 	tar -C "$src.tmp" --strip-components=1 -xf "$tarball"
+	for p in "${patches[@]}"; do
+		patch -s -d "$src.tmp" -p1 <"$p" || die "kernel: $p does not apply to linux-source $pkgver"
+	done
 	mv "$src.tmp" "$src"
 fi
 
@@ -52,7 +58,8 @@ step "kernel ($flavour): configuring (allnoconfig + ${frags[*]##*/}) in $out"
 "${KMAKE[@]}" -s olddefconfig >/dev/null
 # Fail loudly if Kconfig silently dropped something we rely on (an unmet dependency, a missing toolchain).
 for opt in CONFIG_RUST CONFIG_PCI_MSI CONFIG_INTEL_IOMMU CONFIG_9P_FS CONFIG_MODULES CONFIG_VIRTIO_PCI \
-	CONFIG_RDMA_RXE CONFIG_DEBUG_FS CONFIG_TUN CONFIG_NET_NS "${must_have[@]}"; do
+	CONFIG_RDMA_RXE CONFIG_DEBUG_FS CONFIG_TUN CONFIG_NET_NS CONFIG_FUSE_FS CONFIG_IPV6 \
+	CONFIG_INFINIBAND_ADDR_TRANS CONFIG_NVME_RDMA CONFIG_NVME_TARGET_RDMA "${must_have[@]}"; do
 	grep -Eq "^$opt=(y|m)" "$out/.config" || {
 		"${KMAKE[@]}" rustavailable || true
 		die "kernel config lost $opt (unmet dependency or toolchain missing)"

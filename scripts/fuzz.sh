@@ -42,7 +42,8 @@ open(path, "w").write(head + ",\n" + entry + s[end + 1:])
 PY
 fi
 
-flags=(--target-list=x86_64-softmmu --without-default-features --enable-tcg --enable-fuzzing
+flags=(--target-list=x86_64-softmmu --without-default-features --without-default-devices
+	--with-devices-x86_64=qhca --enable-tcg --enable-fuzzing
 	--enable-asan --enable-ubsan --disable-werror --disable-docs --disable-install-blobs
 	--python="$(python3 -c 'import sys; print(sys.executable)')")
 key=$( (printf '%s\n' "${flags[@]}"; cat "$0") | sha256sum | cut -c1-12)

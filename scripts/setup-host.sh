@@ -103,14 +103,16 @@ install_apt() {
 	fi
 }
 
+# virtme-ng is pinned: scripts/vm.sh relies on its options (--verbose for the boot console, ...).
+VNG_VERSION=1.42
 install_pip() {
 	if python3 -c 'import mesonbuild, pycotap, sys; from mesonbuild import coredata as c; sys.exit(c.version != "1.5.0")' 2>/dev/null &&
-		command -v vng >/dev/null; then
+		command -v vng >/dev/null && [ "$(vng --version 2>/dev/null | awk '{print $2}')" = "$VNG_VERSION" ]; then
 		return 0
 	fi
-	step "pip: meson==1.5.0 pycotap virtme-ng"
-	python3 -m pip install -q --disable-pip-version-check "meson==1.5.0" pycotap virtme-ng ||
-		die "pip install of meson==1.5.0, pycotap or virtme-ng failed"
+	step "pip: meson==1.5.0 pycotap virtme-ng==$VNG_VERSION"
+	python3 -m pip install -q --disable-pip-version-check "meson==1.5.0" pycotap "virtme-ng==$VNG_VERSION" ||
+		die "pip install of meson==1.5.0, pycotap or virtme-ng==$VNG_VERSION failed"
 }
 
 install_cargo_tools() {
@@ -121,8 +123,11 @@ install_cargo_tools() {
 	cargo install -q --locked bindgen-cli --version 0.72.1 || die "cargo install bindgen-cli 0.72.1 failed"
 }
 
+# bindgen-cli compiles for about a minute and needs nothing from apt: beside the apt steps.
+install_cargo_tools &
+bindgen_job=$!
 setup_apt_sources
 install_apt
 install_pip
-install_cargo_tools
+wait "$bindgen_job" || die "installing bindgen-cli failed (see above)"
 step "host tools ready"

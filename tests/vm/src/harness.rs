@@ -336,19 +336,23 @@ pub fn run_case<C>(case: &Case<C>, cfg: &C) -> T {
 /// Runs `cases` in order, printing per-case lines and the closing lines to `out`.
 pub fn run_all<C>(cases: &[&Case<C>], cfg: &C, out: &mut dyn Write) -> Summary {
     let mut s = Summary::default();
+    let mut times = Vec::with_capacity(cases.len());
     for case in cases {
         let _ = write!(out, "test {} ... ", case.name);
         let _ = out.flush();
+        let t0 = std::time::Instant::now();
         let t = run_case(case, cfg);
+        let took = t0.elapsed();
+        times.push((took, case.name));
         s.checked += t.checked();
         s.failed_checks += t.failures().len() as u64;
         if t.failures().is_empty() {
             s.passed += 1;
-            let _ = writeln!(out, "ok");
+            let _ = writeln!(out, "ok ({:.1} s)", took.as_secs_f64());
         } else {
             s.failed += 1;
             s.failed_names.push(case.name);
-            let _ = writeln!(out, "FAILED");
+            let _ = writeln!(out, "FAILED ({:.1} s)", took.as_secs_f64());
             for f in t.failures() {
                 let _ = writeln!(out, "    {}:{}: {}", f.file, f.line, f.msg);
             }
@@ -361,7 +365,14 @@ pub fn run_all<C>(cases: &[&Case<C>], cfg: &C, out: &mut dyn Write) -> Summary {
             let _ = writeln!(out, "    {n}");
         }
     }
+    times.sort_by(|a, b| b.0.cmp(&a.0));
+    let slowest: Vec<String> = times
+        .iter()
+        .take(5)
+        .map(|(d, n)| format!("{n} {:.1} s", d.as_secs_f64()))
+        .collect();
     let _ = writeln!(out);
+    let _ = writeln!(out, "slowest: {}", slowest.join(", "));
     let _ = writeln!(
         out,
         "vm assertions: {} checked, {} failed",
@@ -587,7 +598,9 @@ mod tests {
         assert_eq!(s.failed_checks, 2);
         assert_eq!(s.exit_code(), 1);
         assert!(text.contains("test alpha_ok ... ok"), "{text}");
-        assert!(text.contains("test beta_fails ... FAILED\n    "), "{text}");
+        assert!(text.contains("test beta_fails ... FAILED ("), "{text}");
+        assert!(text.contains(" s)\n    tests/vm/src/harness.rs:"), "{text}");
+        assert!(text.contains("\nslowest: "), "{text}");
         assert!(text.contains("check failed: false: first"), "{text}");
         let tail: Vec<&str> = text.lines().rev().take(2).collect();
         assert_eq!(
