@@ -2,7 +2,7 @@
 
 //! PCI binding: probe brings the device up, unbind takes it away from every open file.
 
-use crate::{cmdq::EqHost, device::QhcaDevice, file::MiscNode, regs, uapi};
+use crate::{cmdq::EqHost, device::QhcaDevice, file::MiscNode, ib::QhcaIb, rdma, regs, uapi};
 use kernel::{
     device::{Bound, Core},
     dma::{Device as _, DmaMask},
@@ -111,14 +111,15 @@ impl Drop for Running {
 
 /// What one bound device owns.
 ///
-/// Fields are dropped in declaration order, which is the teardown order: first no new opens
-/// (`misc`), then the device stops (`running`; `unbind` stopped it already), then no interrupt
+/// Fields are dropped in declaration order, which is the teardown order: first the RDMA core's
+/// device goes (`ib`; `unbind` unregistered it already), then no new opens (`misc`), then the device stops (`running`; `unbind` stopped it already), then no interrupt
 /// (`irq`), then the vectors and BARs. `unbind` already freed every DMA resource (the rings and
 /// every open context's objects), while the driver was still bound; open files keep only plain
 /// memory alive. On the probe error path the fields initialised so far are
 /// dropped, `running` among them, so the device is stopped there too.
 #[pin_data]
 pub(crate) struct Qhca<'bound> {
+    ib: rdma::Registration<'bound, QhcaIb>,
     #[pin]
     misc: MiscNode,
     running: Running,
@@ -197,6 +198,16 @@ impl pci::Driver for QhcaDriver {
                 },
                 running: Running::start(pdev, &dev)?,
                 misc <- MiscNode::new(name, dev.clone()),
+                // Last: registering queries the running device.
+                ib: rdma::Registration::new(
+                    pdev.as_ref(),
+                    &rdma::Info {
+                        name,
+                        node_guid: dev.attr()?.node_guid,
+                        node_desc: c"qhca emulated RDMA NIC",
+                    },
+                    QhcaIb::new(dev.clone()),
+                )?,
                 _debugfs <- crate::debugfs::DeviceDir::new(name, &dev),
                 _uar_bar: uar_bar,
                 dev,
@@ -214,6 +225,8 @@ impl pci::Driver for QhcaDriver {
             )
         })
         .unwrap_or((0, 0, 0));
+        // The RDMA core's users first, while the device still answers.
+        this.ib.unregister();
         this.dev.shutdown();
         dev_info!(
             pdev,

@@ -8,6 +8,8 @@
 //! - `device`: state shared by the binding and every open file; disassociation.
 //! - `context`: what the device reaches of one open file: doorbell mapping, events, poll.
 //! - `file`: `/dev/qhcaN`: per-process contexts, ioctl, mmap and poll.
+//! - `ib`: the device as the RDMA core sees it (`qhcaN` in `/sys/class/infiniband`).
+//! - `rdma`: the RDMA core's interfaces, wrapped (an `ib_device` and its operations).
 //! - `verbs`: a context's PDs, MRs, memory windows, CQs, QPs and address handles.
 //! - `port`: the port: its attributes and GID table.
 //! - `odp`: on-demand-paged memory regions: page faults (served per context), invalidations,
@@ -25,10 +27,12 @@ mod debugfs;
 mod device;
 mod driver;
 mod file;
+mod ib;
 mod limits;
 mod odp;
 mod pagelist;
 mod port;
+mod rdma;
 mod regs;
 mod shim;
 mod uapi;

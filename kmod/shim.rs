@@ -426,7 +426,9 @@ unsafe impl Sync for EventFd {}
 
 /// The raw `struct device` of `dev` (`device::Device` is `#[repr(transparent)]` over
 /// `Opaque<bindings::device>`).
-fn raw_device<Ctx: kernel::device::DeviceContext>(dev: &Device<Ctx>) -> *mut bindings::device {
+pub(crate) fn raw_device<Ctx: kernel::device::DeviceContext>(
+    dev: &Device<Ctx>,
+) -> *mut bindings::device {
     core::ptr::from_ref(dev)
         .cast::<bindings::device>()
         .cast_mut()

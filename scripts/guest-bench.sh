@@ -84,8 +84,9 @@ esac
 ip link set lo up
 
 # ---- qhca ----
-insmod "$ko" || { echo "bench: insmod $ko failed"; exit 1; }
-for _ in $(seq 50); do [ -c /dev/qhca0 ] && break; sleep 0.1; done
+# shellcheck source=guest-load.sh
+. "$(dirname "$0")/guest-load.sh"
+qhca_insmod "$ko" || { echo "bench: insmod $ko failed"; exit 1; }
 [ -c /dev/qhca0 ] || { echo "bench: /dev/qhca0 did not appear"; exit 1; }
 
 # result_line FILE: the first numeric line after the "#bytes" header, with the header's column

@@ -53,8 +53,9 @@ export QHCA_NET_MTU=9000
 
 # The driver and the port's address.
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
-insmod "$ko" || fatal "insmod $ko"
-for _ in $(seq 50); do [ -c /dev/qhca0 ] && break; sleep 0.1; done
+# shellcheck source=guest-load.sh
+. "$here/guest-load.sh"
+qhca_insmod "$ko" || fatal "insmod $ko"
 qhca_ip=10.7.0.1$node
 "$bin/qhca-info" addr add "$qhca_ip/24" || fatal "qhca-info addr add $qhca_ip/24"
 # gid_index DEV IP: the index of IP's RoCEv2 GID in DEV's table (sysfs for rxe, qhca-info for qhca).

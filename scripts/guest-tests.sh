@@ -13,12 +13,13 @@ bad() { fail=$((fail + 1)); echo "test $1 ... FAILED: $2"; }
 echo "guest: kernel $(uname -r), $(nproc) CPUs"
 # The driver's pinned-page count lives in debugfs.
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
-if insmod "$ko"; then
+# shellcheck source=guest-load.sh
+. "$(dirname "$0")/guest-load.sh"
+if qhca_insmod "$ko"; then
 	ok module_loads
 else
 	bad module_loads "insmod $ko failed"
 fi
-for _ in $(seq 50); do [ -c /dev/qhca0 ] && break; sleep 0.1; done
 
 out=$(mktemp)
 QHCA_KO=$ko "$vmtest" "$@" 2>&1 | tee "$out"

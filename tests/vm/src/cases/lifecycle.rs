@@ -3,6 +3,7 @@
 //! The destructive cases, run last: unbinding with a context open, and unloading and loading the
 //! module again.
 
+use super::rdma_core::{has_ib_device, ib_dirs};
 use super::*;
 
 /// Case 7: Unbinding with a context open: the file stays closable, everything else on it is ENODEV,
@@ -28,6 +29,12 @@ pub(super) fn unbind_while_open(t: &mut T, cfg: &Config) -> CaseResult {
         t,
         !cfg.driver_dir().join(&bdf).exists(),
         "{bdf} still bound after unbind"
+    );
+    check!(
+        t,
+        ib_dirs(&bdf).is_empty(),
+        "the RDMA core's device still there after unbind: {:?}",
+        ib_dirs(&bdf)
     );
     check_errno!(t, ctx.query(), Errno::ENODEV, "ioctl after unbind");
     check_errno!(t, ctx.map_doorbell(), Errno::ENODEV, "mmap after unbind");
@@ -79,6 +86,12 @@ pub(super) fn unbind_while_open(t: &mut T, cfg: &Config) -> CaseResult {
         cfg.driver_dir().join(&bdf).exists(),
         "{bdf} not bound after bind"
     );
+    check!(
+        t,
+        wait_for(NODE_TIMEOUT, || has_ib_device(&bdf)),
+        "the RDMA core's device did not come back after bind: {:?}",
+        ib_dirs(&bdf)
+    );
     let (_ctx, a) = open_query(&cfg.dev)?;
     check_eq!(t, a.num_uars, cfg.expect_num_uars, "after rebind");
     check_eq!(
@@ -119,6 +132,7 @@ pub(super) fn reload_module(t: &mut T, cfg: &Config) -> CaseResult {
         system::module_refcnt(cfg).is_some(),
         "module {m} is built in: cannot unload it"
     );
+    let bdf = system::pci_bdf(cfg)?;
     let (Some(rmmod), Some(insmod)) = (find_tool("rmmod"), find_tool("insmod")) else {
         bail!("rmmod or insmod not found in PATH, /sbin or /usr/sbin");
     };
@@ -186,6 +200,12 @@ pub(super) fn reload_module(t: &mut T, cfg: &Config) -> CaseResult {
         "{} still there after rmmod",
         cfg.dev.display()
     );
+    check!(
+        t,
+        ib_dirs(&bdf).is_empty(),
+        "the RDMA core's device still there after rmmod: {:?}",
+        ib_dirs(&bdf)
+    );
     check_errno!(
         t,
         Context::open(&cfg.dev),
@@ -206,6 +226,12 @@ pub(super) fn reload_module(t: &mut T, cfg: &Config) -> CaseResult {
         wait_for(NODE_TIMEOUT, || cfg.dev.exists()),
         "{} did not come back after insmod",
         cfg.dev.display()
+    );
+    check!(
+        t,
+        wait_for(NODE_TIMEOUT, || has_ib_device(&bdf)),
+        "the RDMA core's device did not come back after insmod: {:?}",
+        ib_dirs(&bdf)
     );
     let (_ctx, a) = open_query(&cfg.dev)?;
     check_eq!(t, a.abi_version, QHCA_ABI_VERSION, "after insmod");

@@ -1,0 +1,448 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The kernel's RDMA core, wrapped once for this driver.
+//!
+//! Rust-for-Linux has no RDMA abstractions. Our kernel build adds the RDMA core's headers to the
+//! bindings (`scripts/kernel-patches/`), and this file turns the few pieces the driver needs into
+//! safe types: a [`Registration`] is an `ib_device` registered with the core, whose operations
+//! call a [`Driver`]. The core allocates the `ib_device` with the driver's data behind it (as
+//! `ib_alloc_device` does for a C driver's container struct) and frees it; a [`Registration`]
+//! owns both from allocation to `ib_dealloc_device`.
+//!
+//! What the core calls and what it may not: every operation runs only while the device is
+//! registered (`ib_unregister_device` returns once none runs and none will), so the driver's data
+//! outlives every call.
+
+use core::{ffi::c_int, fmt::Write, marker::PhantomData, ptr::NonNull};
+use kernel::{
+    bindings,
+    device::{Bound, Device},
+    error::to_result,
+    ffi::c_char,
+    prelude::*,
+    sync::atomic::{Atomic, Relaxed},
+};
+
+use crate::shim::raw_device;
+
+/// What the RDMA core asks of a device. Each method answers for the device the [`Registration`]
+/// holds; a `&mut` argument is the core's, zeroed or filled with defaults by the core, and
+/// written only by the method.
+pub(crate) trait Driver: Send + Sync + Sized {
+    /// `query_device`: the device's attributes.
+    fn query_device(&self, attr: &mut bindings::ib_device_attr) -> Result;
+    /// `query_port` for port `port` (1-based; the core checks it against the port count).
+    fn query_port(&self, port: u32, attr: &mut bindings::ib_port_attr) -> Result;
+    /// `get_port_immutable`: the port's table sizes and protocol, asked once at registration.
+    fn port_immutable(&self, port: u32, imm: &mut bindings::ib_port_immutable) -> Result;
+    /// `query_pkey`: entry `index` of the port's P_Key table.
+    fn query_pkey(&self, port: u32, index: u16) -> Result<u16>;
+    /// `get_dev_fw_str`: the firmware version as text (truncated to what the core holds).
+    fn fw_version(&self, w: &mut dyn Write) -> core::fmt::Result;
+}
+
+/// What a device is called and how it looks to the core, fixed at registration.
+pub(crate) struct Info<'a> {
+    /// The device's name (`qhca0`): no `%d`, the driver numbers its devices itself.
+    pub(crate) name: &'a CStr,
+    pub(crate) node_guid: u64,
+    /// `node_desc` in sysfs (truncated to `IB_DEVICE_NODE_DESC_MAX - 1` bytes).
+    pub(crate) node_desc: &'a CStr,
+}
+
+/// The allocation the core makes for one device: the `ib_device` first, as the core requires
+/// (it allocates and frees the whole by the `ib_device`'s address), the driver's data behind it.
+#[repr(C)]
+struct IbDevice<T> {
+    ib: bindings::ib_device,
+    data: T,
+}
+
+/// An `ib_device` registered with the RDMA core for a bound PCI device, with its driver data.
+///
+/// Unregistered by [`Registration::unregister`] (the unbind path calls it before the device
+/// stops) or else when dropped; freed when dropped. It lives in the bound device's driver data,
+/// so it never outlives the binding whose device it names as parent and DMA device.
+pub(crate) struct Registration<'bound, T: Driver> {
+    dev: NonNull<IbDevice<T>>,
+    registered: Atomic<bool>,
+    _bound: PhantomData<&'bound Device<Bound>>,
+}
+
+// SAFETY: The registration only hands out `&T` (and `T: Sync`), and unregistering and freeing are
+// each done once (`registered` is swapped; `drop` has `&mut self`), from any thread.
+unsafe impl<T: Driver> Send for Registration<'_, T> {}
+// SAFETY: As above: through `&Self` only `&T` and the once-only `unregister` are reachable.
+unsafe impl<T: Driver> Sync for Registration<'_, T> {}
+
+impl<'bound, T: Driver> Registration<'bound, T> {
+    /// Allocates an `ib_device` with `data` behind it and registers it with the core as one
+    /// port, one completion vector, Ethernet link layer (RoCE v2), child and DMA device of
+    /// `parent`.
+    pub(crate) fn new(parent: &'bound Device<Bound>, info: &Info<'_>, data: T) -> Result<Self> {
+        const { assert!(core::mem::align_of::<IbDevice<T>>() <= 8) };
+        // SAFETY: `init_net` is the initial network namespace, which lives forever; the core
+        // allocates `size` zeroed bytes (kvzalloc: aligned to at least 8, checked above) and
+        // initialises the `ib_device` at their start.
+        let ib = unsafe {
+            bindings::_ib_alloc_device(
+                core::mem::size_of::<IbDevice<T>>(),
+                &raw mut bindings::init_net,
+            )
+        };
+        let dev = NonNull::new(ib.cast::<IbDevice<T>>()).ok_or(ENOMEM)?;
+        // SAFETY: `dev` points to a fresh allocation large and aligned enough for `IbDevice<T>`;
+        // `data` is written once, before anything may read it.
+        unsafe { (&raw mut (*dev.as_ptr()).data).write(data) };
+        let this = Self {
+            dev,
+            registered: Atomic::new(false),
+            _bound: PhantomData,
+        };
+        // SAFETY: `ib` is the allocated, not yet registered `ib_device`: nothing else touches it.
+        unsafe { this.setup(ib, parent, info) }?;
+        // SAFETY: As above; `info.name` is NUL-terminated and `parent` is bound, and stays so
+        // while `this` lives (the lifetime `'bound`), which unregisters before it goes.
+        to_result(unsafe {
+            bindings::ib_register_device(ib, info.name.as_char_ptr(), raw_device(parent))
+        })?;
+        this.registered.store(true, Relaxed);
+        Ok(this)
+    }
+
+    /// Fills in what the core reads at registration, and the operations.
+    ///
+    /// # Safety
+    ///
+    /// `ib` is this registration's `ib_device`, not registered, and nothing else accesses it.
+    unsafe fn setup(
+        &self,
+        ib: *mut bindings::ib_device,
+        parent: &Device<Bound>,
+        info: &Info<'_>,
+    ) -> Result {
+        // SAFETY: The function's contract: `ib` is ours alone, allocated and initialised.
+        let ib = unsafe { &mut *ib };
+        ib.node_type = bindings::RDMA_NODE_IB_CA as u8;
+        ib.phys_port_cnt = 1;
+        ib.num_comp_vectors = 1;
+        ib.node_guid = info.node_guid.to_be();
+        // `dev` is the union's member the core uses for a device's `struct device` (`coredev`
+        // wraps the same `struct device` first).
+        ib.__bindgen_anon_1.dev.parent = raw_device(parent);
+        let desc = info.node_desc.to_bytes();
+        let n = desc.len().min(ib.node_desc.len() - 1);
+        for (d, &s) in ib.node_desc.iter_mut().zip(&desc[..n]) {
+            *d = s;
+        }
+
+        let mut ops = KBox::init(pin_init::zeroed::<bindings::ib_device_ops>(), GFP_KERNEL)?;
+        ops.owner = <crate::QhcaModule as kernel::ModuleMetadata>::THIS_MODULE.as_ptr();
+        ops.driver_id = bindings::rdma_driver_id_RDMA_DRIVER_UNKNOWN;
+        ops.query_device = Some(query_device::<T>);
+        ops.query_port = Some(query_port::<T>);
+        ops.get_port_immutable = Some(get_port_immutable::<T>);
+        ops.get_link_layer = Some(get_link_layer);
+        ops.query_pkey = Some(query_pkey::<T>);
+        ops.get_dev_fw_str = Some(get_dev_fw_str::<T>);
+        kernel_verbs::fill(&mut ops);
+        // SAFETY: `ib` is valid; `ops` is read (copied into `ib.ops`) during the call only.
+        unsafe { bindings::ib_set_device_ops(ib, &*ops) };
+        Ok(())
+    }
+
+    /// Unregisters the device (the first call does; later ones return at once): when this
+    /// returns no operation runs or will run, every user context is disassociated (the core
+    /// calls the driver for that) and the device is gone from sysfs and netlink.
+    pub(crate) fn unregister(&self) {
+        if self.registered.xchg(false, Relaxed) {
+            // SAFETY: The device is registered (the flag said so and is now clear, so no one
+            // else unregisters it) and allocated until `drop`.
+            unsafe { bindings::ib_unregister_device(&raw mut (*self.dev.as_ptr()).ib) };
+        }
+    }
+}
+
+impl<T: Driver> Drop for Registration<'_, T> {
+    fn drop(&mut self) {
+        self.unregister();
+        let p = self.dev.as_ptr();
+        // SAFETY: Unregistered: the core calls no operation any more, so nothing borrows `data`,
+        // which is dropped once, here; then the allocation goes back to the core (sysfs may hold
+        // the `ib_device` a little longer; it no longer reaches `data`).
+        unsafe {
+            core::ptr::drop_in_place(&raw mut (*p).data);
+            bindings::ib_dealloc_device(&raw mut (*p).ib);
+        }
+    }
+}
+
+/// The driver data of the device the core named.
+///
+/// # Safety
+///
+/// `ib` is the `ib_device` of a registered [`Registration<T>`], and the core is inside one of
+/// its operations (so the device is registered for the whole call).
+unsafe fn data<'a, T: Driver>(ib: *mut bindings::ib_device) -> &'a T {
+    // SAFETY: `ib` is the first field of a `#[repr(C)]` `IbDevice<T>`, so both have one address;
+    // `data` lives until after unregistration, which waits for this call to return.
+    unsafe { &(*ib.cast::<IbDevice<T>>()).data }
+}
+
+/// The errno the core wants: 0 or a negative error.
+fn errno(r: Result) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only: `ib` is a registered device of ours (see [`data`]) and every
+/// other pointer is valid as the operation's contract says.
+unsafe extern "C" fn query_device<T: Driver>(
+    ib: *mut bindings::ib_device,
+    attr: *mut bindings::ib_device_attr,
+    udata: *mut bindings::ib_udata,
+) -> c_int {
+    // SAFETY: The core passes a valid `udata` or none; nothing in this driver's ABI goes in
+    // (yet), so input there is refused rather than ignored.
+    if !udata.is_null() && unsafe { (*udata).inlen } != 0 {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: The core calls this for a registered device of ours, with `attr` valid for writes
+    // and not otherwise accessed during the call.
+    errno(unsafe { data::<T>(ib).query_device(&mut *attr) })
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only: `ib` is a registered device of ours (see [`data`]) and every
+/// other pointer is valid as the operation's contract says.
+unsafe extern "C" fn query_port<T: Driver>(
+    ib: *mut bindings::ib_device,
+    port: u32,
+    attr: *mut bindings::ib_port_attr,
+) -> c_int {
+    // SAFETY: As for `query_device`: our device, `attr` the core's (zeroed) and ours to fill.
+    errno(unsafe { data::<T>(ib).query_port(port, &mut *attr) })
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only: `ib` is a registered device of ours (see [`data`]) and every
+/// other pointer is valid as the operation's contract says.
+unsafe extern "C" fn get_port_immutable<T: Driver>(
+    ib: *mut bindings::ib_device,
+    port: u32,
+    imm: *mut bindings::ib_port_immutable,
+) -> c_int {
+    // SAFETY: As for `query_device`: our device, `imm` the core's to fill.
+    errno(unsafe { data::<T>(ib).port_immutable(port, &mut *imm) })
+}
+
+extern "C" fn get_link_layer(
+    _ib: *mut bindings::ib_device,
+    _port: u32,
+) -> bindings::rdma_link_layer {
+    bindings::rdma_link_layer_IB_LINK_LAYER_ETHERNET
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only: `ib` is a registered device of ours (see [`data`]) and every
+/// other pointer is valid as the operation's contract says.
+unsafe extern "C" fn query_pkey<T: Driver>(
+    ib: *mut bindings::ib_device,
+    port: u32,
+    index: u16,
+    pkey: *mut u16,
+) -> c_int {
+    // SAFETY: Our device (see `query_device`).
+    match unsafe { data::<T>(ib).query_pkey(port, index) } {
+        Ok(v) => {
+            // SAFETY: `pkey` is the core's, valid for a write.
+            unsafe { pkey.write(v) };
+            0
+        }
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// Writes into a C string buffer, always leaving room for the NUL; what does not fit is dropped.
+struct CBuf<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl Write for CBuf<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let room = self.buf.len().saturating_sub(self.len + 1);
+        let n = s.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only: `ib` is a registered device of ours (see [`data`]) and every
+/// other pointer is valid as the operation's contract says.
+unsafe extern "C" fn get_dev_fw_str<T: Driver>(ib: *mut bindings::ib_device, out: *mut c_char) {
+    let mut buf = [0u8; bindings::IB_FW_VERSION_NAME_MAX as usize];
+    let mut w = CBuf {
+        buf: &mut buf,
+        len: 0,
+    };
+    // SAFETY: Our device (see `query_device`).
+    let _ = unsafe { data::<T>(ib).fw_version(&mut w) };
+    let n = w.len + 1;
+    // SAFETY: The core's buffer holds `IB_FW_VERSION_NAME_MAX` bytes (ib_get_device_fw_str's
+    // contract); `n` is at most that, the last byte written a NUL.
+    unsafe { core::ptr::copy_nonoverlapping(buf.as_ptr().cast::<c_char>(), out, n) };
+}
+
+/// The operations the core requires of every device (`ib_device_check_mandatory`) that serve
+/// kernel consumers: kernel PDs, CQs, QPs and MRs. qhca has none yet (its objects belong to user
+/// contexts): each refuses with `EOPNOTSUPP`, and the port does not claim the MAD and CM
+/// capabilities, so that the core's MAD and CM clients leave it alone. The destroy operations
+/// are never reached: the core destroys only what a create made.
+mod kernel_verbs {
+    use super::*;
+
+    pub(super) fn fill(ops: &mut bindings::ib_device_ops) {
+        ops.alloc_pd = Some(alloc_pd);
+        ops.dealloc_pd = Some(dealloc_pd);
+        ops.create_cq = Some(create_cq);
+        ops.destroy_cq = Some(destroy_cq);
+        ops.poll_cq = Some(poll_cq);
+        ops.req_notify_cq = Some(req_notify_cq);
+        ops.create_qp = Some(create_qp);
+        ops.modify_qp = Some(modify_qp);
+        ops.destroy_qp = Some(destroy_qp);
+        ops.post_send = Some(post_send);
+        ops.post_recv = Some(post_recv);
+        ops.get_dma_mr = Some(get_dma_mr);
+        ops.reg_user_mr = Some(reg_user_mr);
+        ops.dereg_mr = Some(dereg_mr);
+        // The core allocates these objects itself, this many bytes each, before calling the
+        // create operation (which then refuses).
+        ops.size_ib_pd = core::mem::size_of::<bindings::ib_pd>();
+        ops.size_ib_cq = core::mem::size_of::<bindings::ib_cq>();
+        ops.size_ib_qp = core::mem::size_of::<bindings::ib_qp>();
+    }
+
+    fn unsupported() -> c_int {
+        EOPNOTSUPP.to_errno()
+    }
+
+    extern "C" fn alloc_pd(_pd: *mut bindings::ib_pd, _u: *mut bindings::ib_udata) -> c_int {
+        unsupported()
+    }
+
+    extern "C" fn dealloc_pd(_pd: *mut bindings::ib_pd, _u: *mut bindings::ib_udata) -> c_int {
+        0
+    }
+
+    extern "C" fn create_cq(
+        _cq: *mut bindings::ib_cq,
+        _attr: *const bindings::ib_cq_init_attr,
+        _attrs: *mut bindings::uverbs_attr_bundle,
+    ) -> c_int {
+        unsupported()
+    }
+
+    extern "C" fn destroy_cq(_cq: *mut bindings::ib_cq, _u: *mut bindings::ib_udata) -> c_int {
+        0
+    }
+
+    extern "C" fn poll_cq(
+        _cq: *mut bindings::ib_cq,
+        _n: c_int,
+        _wc: *mut bindings::ib_wc,
+    ) -> c_int {
+        unsupported()
+    }
+
+    extern "C" fn req_notify_cq(
+        _cq: *mut bindings::ib_cq,
+        _flags: bindings::ib_cq_notify_flags,
+    ) -> c_int {
+        unsupported()
+    }
+
+    extern "C" fn create_qp(
+        _qp: *mut bindings::ib_qp,
+        _attr: *mut bindings::ib_qp_init_attr,
+        _u: *mut bindings::ib_udata,
+    ) -> c_int {
+        unsupported()
+    }
+
+    extern "C" fn modify_qp(
+        _qp: *mut bindings::ib_qp,
+        _attr: *mut bindings::ib_qp_attr,
+        _mask: c_int,
+        _u: *mut bindings::ib_udata,
+    ) -> c_int {
+        unsupported()
+    }
+
+    extern "C" fn destroy_qp(_qp: *mut bindings::ib_qp, _u: *mut bindings::ib_udata) -> c_int {
+        0
+    }
+
+    /// # Safety
+    ///
+    /// Called by the RDMA core only, with `bad` valid for a write.
+    unsafe extern "C" fn post_send(
+        _qp: *mut bindings::ib_qp,
+        wr: *const bindings::ib_send_wr,
+        bad: *mut *const bindings::ib_send_wr,
+    ) -> c_int {
+        // SAFETY: The core passes a valid place for the first request not posted.
+        unsafe { bad.write(wr) };
+        unsupported()
+    }
+
+    /// # Safety
+    ///
+    /// Called by the RDMA core only, with `bad` valid for a write.
+    unsafe extern "C" fn post_recv(
+        _qp: *mut bindings::ib_qp,
+        wr: *const bindings::ib_recv_wr,
+        bad: *mut *const bindings::ib_recv_wr,
+    ) -> c_int {
+        // SAFETY: As for `post_send`.
+        unsafe { bad.write(wr) };
+        unsupported()
+    }
+
+    extern "C" fn get_dma_mr(_pd: *mut bindings::ib_pd, _access: c_int) -> *mut bindings::ib_mr {
+        EOPNOTSUPP.to_ptr()
+    }
+
+    extern "C" fn reg_user_mr(
+        _pd: *mut bindings::ib_pd,
+        _start: u64,
+        _length: u64,
+        _iova: u64,
+        _access: c_int,
+        _dmah: *mut bindings::ib_dmah,
+        _u: *mut bindings::ib_udata,
+    ) -> *mut bindings::ib_mr {
+        EOPNOTSUPP.to_ptr()
+    }
+
+    extern "C" fn dereg_mr(_mr: *mut bindings::ib_mr, _u: *mut bindings::ib_udata) -> c_int {
+        0
+    }
+}
+
+/// The port capabilities qhca's port claims now: RoCE v2 (UDP encapsulation) with Ethernet
+/// address handles, without the MAD and CM capabilities that need kernel QP1 (so its
+/// `max_mad_size` is 0: the core refuses a MAD size on a port without MADs).
+pub(crate) const PORT_CAPS_ROCE_V2: u32 =
+    bindings::RDMA_CORE_CAP_PROT_ROCE_UDP_ENCAP | bindings::RDMA_CORE_CAP_ETH_AH;
