@@ -82,6 +82,8 @@ pub(crate) struct QhcaDevice {
     uar_phys: u64,
     /// What QUERY_DEVICE returned at probe, in CPU byte order.
     attr: SetOnce<uapi::qhca_device_attr>,
+    /// The RDMA core's side of the device, for device-wide events (set once registered).
+    ib_events: SetOnce<crate::rdma::Events>,
     #[pin]
     files: Mutex<Files>,
     /// True while the driver is bound. Held by control paths that need the bound device (DMA
@@ -136,6 +138,7 @@ impl QhcaDevice {
             cmdq <- cmdq,
             uar_phys,
             attr: SetOnce::new(),
+            ib_events: SetOnce::new(),
             files <- new_mutex!(Files { open: KVec::new(), gone: None }),
             bound <- new_mutex!(true),
             eq_overflows: Atomic::new(0),
@@ -277,7 +280,15 @@ impl QhcaDevice {
                 n
             );
             self.disassociate_all(EIO);
+            if let Some(ev) = self.ib_events.as_ref() {
+                ev.device_fatal();
+            }
         }
+    }
+
+    /// Where device-wide events go in the RDMA core (set once, at probe).
+    pub(crate) fn set_ib_events(&self, ev: crate::rdma::Events) {
+        self.ib_events.populate(ev);
     }
 
     /// Marks the device gone for `reason` (the first reason stays) and disassociates every
@@ -426,6 +437,17 @@ impl QhcaDevice {
                     out.data[0]
                 );
                 Err(EIO)
+            }
+        }
+    }
+
+    /// Frees doorbell page `uar` (FREE_UAR) if the device is still bound and alive; once it is
+    /// stopped it forgot every page.
+    pub(crate) fn free_uar(&self, uar: u32) {
+        let bound = self.bound.lock();
+        if *bound && !self.cmdq.is_dead() {
+            if let Err(e) = self.exec(Cmd::new(uapi::QHCA_CMD_FREE_UAR).input(0, uar.into())) {
+                dev_warn!(self.dev(), "FREE_UAR {} failed: {:?}\n", uar, e);
             }
         }
     }

@@ -199,15 +199,7 @@ impl pci::Driver for QhcaDriver {
                 running: Running::start(pdev, &dev)?,
                 misc <- MiscNode::new(name, dev.clone()),
                 // Last: registering queries the running device.
-                ib: rdma::Registration::new(
-                    pdev.as_ref(),
-                    &rdma::Info {
-                        name,
-                        node_guid: dev.attr()?.node_guid,
-                        node_desc: c"qhca emulated RDMA NIC",
-                    },
-                    QhcaIb::new(dev.clone()),
-                )?,
+                ib: register_ib(pdev.as_ref(), name, &dev)?,
                 _debugfs <- crate::debugfs::DeviceDir::new(name, &dev),
                 _uar_bar: uar_bar,
                 dev,
@@ -238,6 +230,26 @@ impl pci::Driver for QhcaDriver {
             lost
         );
     }
+}
+
+/// Registers the device with the RDMA core, and tells the device where its device-wide events
+/// go there.
+fn register_ib<'bound>(
+    pdev: &'bound kernel::device::Device<Bound>,
+    name: &CStr,
+    dev: &Arc<QhcaDevice>,
+) -> Result<rdma::Registration<'bound, QhcaIb>> {
+    let reg = rdma::Registration::new(
+        pdev,
+        &rdma::Info {
+            name,
+            node_guid: dev.attr()?.node_guid,
+            node_desc: c"qhca emulated RDMA NIC",
+        },
+        QhcaIb::new(dev.clone()),
+    )?;
+    dev.set_ib_events(reg.events());
+    Ok(reg)
 }
 
 /// Resets the device, hands it the rings, enables it and checks what it says it can do.

@@ -3,15 +3,22 @@
 //! The device as the RDMA core sees it: `qhcaN` in `/sys/class/infiniband`, rdma netlink and the
 //! `rdma` tool, with the device's and the port's attributes translated from qhca's to the core's.
 //!
-//! This is the first step of moving qhca into the RDMA subsystem (issue 26): the `ib_device` is
-//! registered beside `/dev/qhcaN`, which still carries every verb. It has no user contexts yet
-//! (so no uverbs node: libibverbs does not list it) and no kernel verbs (see
-//! [`crate::rdma`]); the port's GID table in the core stays empty until the port has a netdev
-//! (the RoCE NIC issue) or the driver takes `add_gid`.
+//! The `ib_device` is registered beside `/dev/qhcaN`, which still carries every verb (issue 26
+//! moves them over step by step, `docs/design-ib-device.md`). A user context (an open of the
+//! uverbs device) is one of the device's doorbell pages, charged to its user as an open of
+//! `/dev/qhcaN` is, and offers that page to `mmap(2)` (`struct qhca_ib_alloc_ucontext_resp`);
+//! it creates no verbs objects yet. No kernel verbs either (see [`crate::rdma`]); the port's GID
+//! table in the core stays empty until the port has a netdev (the RoCE NIC issue).
 
-use crate::{device::QhcaDevice, rdma, uapi};
+use crate::{
+    cmdq::Cmd,
+    device::QhcaDevice,
+    limits::{Pool, Quota},
+    rdma, uapi,
+    verbs::{destroy_in_device, device_handle},
+};
 use core::fmt::Write;
-use kernel::{bindings, prelude::*, sync::Arc};
+use kernel::{bindings, prelude::*, sync::Arc, task::Kuid};
 
 /// The driver data of a qhca `ib_device`.
 pub(crate) struct QhcaIb {
@@ -22,6 +29,43 @@ impl QhcaIb {
     pub(crate) fn new(dev: Arc<QhcaDevice>) -> Self {
         Self { dev }
     }
+}
+
+/// A doorbell page of the device, freed when dropped.
+struct Uar {
+    dev: Arc<QhcaDevice>,
+    index: u32,
+}
+
+impl Uar {
+    fn alloc(dev: &Arc<QhcaDevice>) -> Result<Self> {
+        let index = dev.with_bound(|_| dev.alloc_uar())?;
+        Ok(Self {
+            dev: dev.clone(),
+            index,
+        })
+    }
+}
+
+impl Drop for Uar {
+    fn drop(&mut self) {
+        self.dev.free_uar(self.index);
+    }
+}
+
+/// A user context: its doorbell page, offered to `mmap(2)`. Dropped in declaration order: no
+/// new mapping of the page (the core zapped or the process unmapped every old one before the
+/// context goes), then the page goes back to the device, then the user's charge. The core
+/// destroys the context's objects before the context.
+pub(crate) struct QhcaUContext {
+    _db: rdma::IoMapping,
+    uar: Uar,
+    quota: Quota,
+}
+
+/// A protection domain: the device's PD of the context's doorbell page.
+pub(crate) struct QhcaPd {
+    pdn: u32,
 }
 
 /// The only port.
@@ -134,6 +178,88 @@ impl rdma::Driver for QhcaIb {
             0 => Ok(0xffff),
             _ => Err(EINVAL),
         }
+    }
+
+    type UContext = QhcaUContext;
+
+    fn alloc_ucontext(
+        &self,
+        uctx: &rdma::UContext,
+        udata: &mut rdma::Udata<'_>,
+    ) -> Result<QhcaUContext> {
+        udata.input_zero()?;
+        let dev = &self.dev;
+        // A user context is one of the device's contexts: charged to its user first.
+        let quota = dev
+            .limits
+            .account(Kuid::current_euid(), !crate::shim::capable_sys_resource())?;
+        quota.charge(dev, Pool::Contexts, 1)?;
+        let uar = Uar::alloc(dev)?;
+        // SAFETY: `uar.index` is the page the device just allocated to this context, below
+        // `num_uars`, which probe checked against BAR2's length: one page of BAR2, this
+        // context's own until `uar` is dropped, which the context does only after its mapping
+        // entry is removed and its mappings are gone (`QhcaUContext`'s field order, and
+        // `dealloc_ucontext` runs only then). Unbind unregisters the device, which
+        // disassociates (zaps) every context's mappings, before the driver lets go of BAR2.
+        let db = unsafe {
+            rdma::IoMapping::new(
+                uctx,
+                dev.uar_phys(uar.index),
+                uapi::QHCA_UAR_PAGE_SIZE as usize,
+            )
+        }?;
+        udata.respond(&uapi::qhca_ib_alloc_ucontext_resp {
+            comp_mask: 0,
+            uar_index: uar.index,
+            db_mmap_offset: db.offset(),
+            rsvd: [0; 2],
+        })?;
+        Ok(QhcaUContext {
+            _db: db,
+            uar,
+            quota,
+        })
+    }
+
+    fn dealloc_ucontext(&self, ctx: QhcaUContext) {
+        drop(ctx);
+    }
+
+    type Pd = QhcaPd;
+
+    fn alloc_pd(&self, uctx: &QhcaUContext, udata: &mut rdma::Udata<'_>) -> Result<QhcaPd> {
+        udata.input_zero()?;
+        let dev = &*self.dev;
+        uctx.quota.charge(dev, Pool::Pds, 1)?;
+        let cmd = Cmd::new(uapi::QHCA_CMD_ALLOC_PD).input(0, uctx.uar.index.into());
+        let pdn = dev
+            .with_bound(|_| {
+                let raw = dev.exec(cmd)?.data[0];
+                device_handle(dev, "pdn", raw).inspect_err(|_| dev.declare_dead())
+            })
+            .inspect_err(|_| uctx.quota.uncharge(Pool::Pds, 1))?;
+        let pd = QhcaPd { pdn };
+        if let Err(e) = udata.respond(&uapi::qhca_ib_alloc_pd_resp { pdn, rsvd: 0 }) {
+            // The core never hears of this PD: it goes now.
+            let _ = self.dealloc_pd(uctx, &pd);
+            return Err(e);
+        }
+        Ok(pd)
+    }
+
+    fn dealloc_pd(&self, uctx: &QhcaUContext, pd: &QhcaPd) -> Result {
+        let dev = &*self.dev;
+        let r = dev.with_bound(|_| {
+            destroy_in_device(dev, uctx.uar.index, uapi::QHCA_CMD_DEALLOC_PD, pd.pdn, 0)
+        });
+        match r {
+            Ok(()) => {}
+            // Unbound or stopped: the device forgot every PD.
+            Err(e) if e == ENODEV || dev.is_stopped() => {}
+            Err(e) => return Err(e),
+        }
+        uctx.quota.uncharge(Pool::Pds, 1);
+        Ok(())
     }
 
     fn fw_version(&self, w: &mut dyn Write) -> core::fmt::Result {

@@ -18,6 +18,7 @@
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/workqueue.h>
+#include <rdma/ib_verbs.h>
 
 #include "qhca_shim.h"
 
@@ -754,4 +755,23 @@ struct workqueue_struct *qhca_shim_wq_new_unbound(const char *name)
 void qhca_shim_wq_destroy(struct workqueue_struct *wq)
 {
 	destroy_workqueue(wq);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The RDMA core's user mappings (rdma.rs).                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Maps @len bytes of MMIO at @phys into @vma, uncached, as @entry of
+ * @ucontext: the core zaps the mapping when it disassociates the context.
+ * Refuses an executable mapping and takes away the right to make it one.
+ */
+int qhca_shim_rdma_mmap_io(struct ib_ucontext *ucontext, struct vm_area_struct *vma,
+			   u64 phys, unsigned long len, struct rdma_user_mmap_entry *entry)
+{
+	if (vma->vm_flags & VM_EXEC)
+		return -EINVAL;
+	vm_flags_clear(vma, VM_MAYEXEC);
+	return rdma_user_mmap_io(ucontext, vma, PHYS_PFN(phys), len,
+				 pgprot_noncached(vma->vm_page_prot), entry);
 }

@@ -8,6 +8,7 @@
 struct device;
 struct eventfd_ctx;
 struct file;
+struct ib_ucontext;
 struct inode;
 struct pci_dev;
 struct page;
@@ -15,6 +16,7 @@ struct poll_table_struct;
 struct qhca_odp;
 struct qhca_umap;
 struct qhca_umem;
+struct rdma_user_mmap_entry;
 struct vm_area_struct;
 struct workqueue_struct;
 
@@ -79,5 +81,9 @@ bool qhca_shim_fatal_signal_pending(void);
 struct workqueue_struct *qhca_shim_wq_new(unsigned int instance);
 struct workqueue_struct *qhca_shim_wq_new_unbound(const char *name);
 void qhca_shim_wq_destroy(struct workqueue_struct *wq);
+
+/* The RDMA core's user mappings. */
+int qhca_shim_rdma_mmap_io(struct ib_ucontext *ucontext, struct vm_area_struct *vma,
+			   u64 phys, unsigned long len, struct rdma_user_mmap_entry *entry);
 
 #endif /* QHCA_SHIM_H */

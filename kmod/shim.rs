@@ -28,6 +28,13 @@ extern "C" {
     fn qhca_shim_inode_put(inode: *mut bindings::inode);
     fn qhca_shim_inode_zap(inode: *mut bindings::inode);
     fn qhca_shim_file_add_poll(filp: *mut bindings::file);
+    fn qhca_shim_rdma_mmap_io(
+        ucontext: *mut bindings::ib_ucontext,
+        vma: *mut bindings::vm_area_struct,
+        phys: u64,
+        len: c_ulong,
+        entry: *mut bindings::rdma_user_mmap_entry,
+    ) -> c_int;
     fn qhca_shim_clear_master(pdev: *mut bindings::pci_dev);
     fn qhca_shim_pinned_pages() -> c_long;
     fn qhca_shim_umem_pin(addr: u64, len: u64, writable: bool, err: *mut c_int) -> *mut QhcaUmem;
@@ -763,3 +770,22 @@ impl Drop for OwnedQueue {
 unsafe impl Send for OwnedQueue {}
 // SAFETY: Queueing work is thread-safe.
 unsafe impl Sync for OwnedQueue {}
+
+/// Maps `len` bytes of MMIO at bus address `phys` into `vma`, uncached, as `entry` of `ucontext`
+/// (`rdma_user_mmap_io`); refuses an executable mapping and clears `VM_MAYEXEC`.
+///
+/// # Safety
+///
+/// The core is inside the `mmap` operation of `ucontext` for `vma`, and holds a reference to
+/// `entry`, an entry of `ucontext`; `phys..phys + len` is MMIO that the context may map until the
+/// core disassociates it.
+pub(crate) unsafe fn rdma_mmap_io(
+    ucontext: *mut bindings::ib_ucontext,
+    vma: *mut bindings::vm_area_struct,
+    phys: u64,
+    len: usize,
+    entry: *mut bindings::rdma_user_mmap_entry,
+) -> c_int {
+    // SAFETY: The caller's contract.
+    unsafe { qhca_shim_rdma_mmap_io(ucontext, vma, phys, len as c_ulong, entry) }
+}

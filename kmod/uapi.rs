@@ -60,6 +60,8 @@ plain_abi_structs!(
     qhca_ioc_create_ah,
     qhca_ioc_query_port,
     qhca_ioc_set_gid,
+    qhca_ib_alloc_ucontext_resp,
+    qhca_ib_alloc_pd_resp,
     qhca_qp_attr,
     qhca_ah_attr,
     qhca_ctx_stats,

@@ -112,7 +112,13 @@ fn read_handle(arg: usize, allowed: u32) -> Result<(u32, u32)> {
 ///
 /// Fault injection (debugfs `refuse_destroys`): answers `EINVAL` without asking the device, as a
 /// device that refuses would, leaving the object in it.
-fn destroy_in_device(dev: &QhcaDevice, uar: u32, op: u32, handle: u32, flags: u32) -> Result {
+pub(crate) fn destroy_in_device(
+    dev: &QhcaDevice,
+    uar: u32,
+    op: u32,
+    handle: u32,
+    flags: u32,
+) -> Result {
     if crate::debugfs::take(&crate::debugfs::REFUSE_DESTROYS) {
         return Err(EINVAL);
     }
@@ -127,7 +133,7 @@ fn destroy_in_device(dev: &QhcaDevice, uar: u32, op: u32, handle: u32, flags: u3
 
 /// A handle the device returned: a 24-bit number (what doorbells, CQEs and events can carry),
 /// else the device is broken.
-fn device_handle(dev: &QhcaDevice, what: &str, raw: u64) -> Result<u32> {
+pub(crate) fn device_handle(dev: &QhcaDevice, what: &str, raw: u64) -> Result<u32> {
     match u32::try_from(raw) {
         Ok(h) if h <= uapi::QHCA_DB_QN_MASK || what == "key" => Ok(h),
         _ => {

@@ -1,6 +1,6 @@
 # The only devices QEMU is built with for qhca (scripts/build-qemu.sh configures it with
 # --without-default-devices --with-devices-x86_64=qhca, this file linked in as
-# configs/devices/x86_64-softmmu/qhca.mak): what our VMs, qtest and the fuzzer start, and what
+# configs/devices/x86_64-softmmu/qhca.mak): what our VMs and qtest start, and what
 # those select. A device missing here makes QEMU say "'-device X' is not a valid device model
 # name" at once.
 

@@ -27,26 +27,34 @@ if ! [ -f /usr/lib/llvm-19/lib/clang/19/lib/linux/libclang_rt.fuzzer-x86_64.a ];
 	as_root apt-get install -y -q libclang-rt-19-dev >/dev/null || die "apt-get install libclang-rt-19-dev failed"
 fi
 
-# The entry, once (between the last predefined config and the array's end).
+# The fuzzing build's devices: the machine and ours.
+ln -sfn "$QHCA_ROOT/qemu-device/fuzz/devices-x86_64.mak" "$src/configs/devices/x86_64-softmmu/qhca-fuzz.mak"
+
+# The entry, inserted between the last predefined config and the array's end of the file as QEMU
+# ships it (kept as .orig), rewritten only when the entry changed (a rewrite rebuilds the target).
 configs=$src/tests/qtest/fuzz/generic_fuzz_configs.h
-if ! grep -q '"qhca"' "$configs"; then
-	python3 - "$configs" "$QHCA_ROOT/qemu-device/fuzz/generic-fuzz-qhca.h" <<'PY'
+[ -f "$configs.orig" ] || cp "$configs" "$configs.orig"
+python3 - "$configs" "$QHCA_ROOT/qemu-device/fuzz/generic-fuzz-qhca.h" <<'PY'
 import sys
 path, entry = sys.argv[1], open(sys.argv[2]).read()
-s = open(path).read()
+s = open(path + ".orig").read()
 end = s.rindex("\n};")
 head = s[:end].rstrip()
 if not head.endswith("}"):
     sys.exit("generic_fuzz_configs.h: unexpected layout")
-open(path, "w").write(head + ",\n" + entry + s[end + 1:])
+new = head + ",\n" + entry + s[end + 1:]
+if open(path).read() != new:
+    open(path, "w").write(new)
 PY
-fi
 
 flags=(--target-list=x86_64-softmmu --without-default-features --without-default-devices
-	--with-devices-x86_64=qhca --enable-tcg --enable-fuzzing
+	--with-devices-x86_64=qhca-fuzz --enable-tcg --enable-fuzzing
 	--enable-asan --enable-ubsan --disable-werror --disable-docs --disable-install-blobs
 	--python="$(python3 -c 'import sys; print(sys.executable)')")
-key=$( (printf '%s\n' "${flags[@]}"; cat "$0") | sha256sum | cut -c1-12)
+# Keyed by what configures the build: the flags and the device set (the entry is a source file,
+# which ninja follows).
+key=$( (printf '%s\n' "${flags[@]}"; cat "$QHCA_ROOT/qemu-device/fuzz/devices-x86_64.mak") |
+	sha256sum | cut -c1-12)
 out=$QHCA_CACHE/qemu-fuzz-$key
 if [ ! -f "$out/build.ninja" ]; then
 	rm -rf "$out" && mkdir -p "$out"
@@ -72,7 +80,7 @@ ASAN_OPTIONS=detect_leaks=0 "$out/qemu-fuzz-x86_64" --fuzz-target=generic-fuzz-q
 	tee "$work/fuzz.log" | grep -E '^#[0-9]+ +(INITED|DONE|pulse)|ERROR|SUMMARY|crash-|timeout-|oom-|stat::'
 rc=${PIPESTATUS[0]}
 set -e
-found=$(ls "$work"/crash-* "$work"/timeout-* "$work"/oom-* 2>/dev/null | head -n5)
+found=$(ls "$work"/crash-* "$work"/timeout-* "$work"/oom-* 2>/dev/null | head -n5 || true)
 if [ "$rc" != 0 ] || [ -n "$found" ]; then
 	echo "qhca: the fuzzer found a problem (exit $rc): $found; log $work/fuzz.log" >&2
 	exit 1

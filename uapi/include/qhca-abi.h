@@ -1307,4 +1307,37 @@ struct qhca_inval_page {
 	struct qhca_inval_entry ring[QHCA_INVAL_RING_ENTRIES];
 };
 
+/* ------------------------------------------------------------------------ */
+/* The RDMA core's commands on qhca's ib_device (/dev/infiniband/uverbsN):   */
+/* the driver's data (udata) behind the core's structures, as mlx5-abi.h    */
+/* and efa-abi.h are for theirs.  Every structure is versioned by the ABI   */
+/* version below (the uverbs device's abi_version, which a provider         */
+/* matches) and by comp_mask; reserved fields are zero both ways, and       */
+/* driver input the kernel does not know must be zero (EINVAL otherwise).   */
+/* Being built: see docs/design-ib-device.md.                               */
+/* ------------------------------------------------------------------------ */
+#define QHCA_IB_UVERBS_ABI_VERSION 1
+
+/*
+ * GET_CONTEXT (alloc_ucontext): no driver input.  The response names the
+ * context's own doorbell page (allocated with the context; a context is one
+ * of the device's doorbell pages, charged to its user as a /dev/qhcaN open
+ * is): mmap(db_mmap_offset, QHCA_UAR_PAGE_SIZE, PROT_WRITE, MAP_SHARED) on
+ * the uverbs file maps it (uncached; never executable).
+ */
+struct qhca_ib_alloc_ucontext_resp {
+	__u32 comp_mask;      /* 0 */
+	__u32 uar_index;      /* the doorbell page's index (what QUERY_DEVICE's uar_index is on /dev/qhcaN) */
+	__u64 db_mmap_offset; /* of the doorbell page */
+	__u64 rsvd[2];
+};
+
+/* ALLOC_PD: no driver input.  The response (4-byte aligned: it follows the
+ * core's 4-byte pd_handle) names the device's PD, what QHCA_IOCTL_ALLOC_PD's
+ * handle is on /dev/qhcaN. */
+struct qhca_ib_alloc_pd_resp {
+	__u32 pdn;
+	__u32 rsvd;
+};
+
 #endif /* QHCA_ABI_H */

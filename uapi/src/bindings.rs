@@ -191,6 +191,7 @@ pub const QHCA_ADVISE_FLAG_FLUSH: u32 = 1;
 pub const QHCA_MMAP_UAR: u32 = 0;
 pub const QHCA_MMAP_INVAL: u32 = 4096;
 pub const QHCA_INVAL_RING_ENTRIES: u32 = 127;
+pub const QHCA_IB_UVERBS_ABI_VERSION: u32 = 1;
 pub type __u8 = core::ffi::c_uchar;
 pub type __u16 = core::ffi::c_ushort;
 pub type __s32 = core::ffi::c_int;
@@ -754,4 +755,18 @@ pub struct qhca_inval_page {
     pub rsvd0: __u32,
     pub rsvd1: __u64,
     pub ring: [qhca_inval_entry; 127usize],
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ib_alloc_ucontext_resp {
+    pub comp_mask: __u32,
+    pub uar_index: __u32,
+    pub db_mmap_offset: __u64,
+    pub rsvd: [__u64; 2usize],
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ib_alloc_pd_resp {
+    pub pdn: __u32,
+    pub rsvd: __u32,
 }

@@ -23,11 +23,11 @@ use qhca_uapi::{
 
 mod args;
 mod lifecycle;
-mod rdma_core;
+pub(crate) mod rdma_core;
 
 use args::{ioctl_bad_args, mmap_bad_args};
 use lifecycle::{reload_module, unbind_while_open};
-use rdma_core::ib_device;
+use rdma_core::{ib_device, ib_ucontext};
 
 use crate::harness::{Case, CaseResult, Fail, T};
 use crate::sys::{self, IoctlBuf, RawMap};
@@ -69,6 +69,10 @@ fn base() -> Vec<Case<Config>> {
         Case {
             name: "ib_device",
             run: ib_device,
+        },
+        Case {
+            name: "ib_ucontext",
+            run: ib_ucontext,
         },
         Case {
             name: "doorbell_page_per_process",

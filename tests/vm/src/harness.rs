@@ -365,7 +365,7 @@ pub fn run_all<C>(cases: &[&Case<C>], cfg: &C, out: &mut dyn Write) -> Summary {
             let _ = writeln!(out, "    {n}");
         }
     }
-    times.sort_by(|a, b| b.0.cmp(&a.0));
+    times.sort_by_key(|t| std::cmp::Reverse(t.0));
     let slowest: Vec<String> = times
         .iter()
         .take(5)

@@ -5,6 +5,7 @@
 //! connections, a hostile peer; and the split-model network driver (`qhca-splitnet`, in
 //! [`splitnet`]) driven by ping and a TCP transfer, surviving kill -9 of either half.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -404,11 +405,14 @@ fn pp_pool_asked_for(t: &mut T, cfg_: &VmConfig) -> CaseResult {
         ..cfg(&[(8, 1024)])
     };
     let (a, mut b) = pair(cfg_, &a_cfg, &cfg(&[]))?;
+    // The target serves the connection (grants, deliveries) until the initiator is done.
+    let done = Arc::new(AtomicBool::new(false));
+    let target_done = done.clone();
     let target = thread::spawn(move || -> Result<Vec<(u32, Option<u32>)>, String> {
         let mut a = a;
         let mut got = Vec::new();
         let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(8) {
+        while !target_done.load(Ordering::Acquire) && t0.elapsed() < Duration::from_secs(30) {
             if let Some(Event::Data(d)) = a
                 .poll(Some(Duration::from_millis(100)))
                 .map_err(|e| e.to_string())?
@@ -443,6 +447,7 @@ fn pp_pool_asked_for(t: &mut T, cfg_: &VmConfig) -> CaseResult {
         matches!(too_long, Err(pushpush::Error::TooLong { .. })),
         "{too_long:?}"
     );
+    done.store(true, Ordering::Release);
     let got = target
         .join()
         .map_err(|_| Fail::new(file!(), line!(), "the target panicked"))??;

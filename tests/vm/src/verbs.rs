@@ -25,7 +25,7 @@ use qhca::{
 
 mod data;
 mod lifecycle;
-mod limits;
+pub(crate) mod limits;
 mod mw;
 mod odp;
 mod odp_changes;

@@ -68,7 +68,10 @@ fn a_failing_case_is_reported_with_closing_lines_and_exit_1() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("test device_node ... FAILED ("), "{stdout}");
-    assert!(stdout.contains("test query_device ... FAILED ("), "{stdout}");
+    assert!(
+        stdout.contains("test query_device ... FAILED ("),
+        "{stdout}"
+    );
     assert!(stdout.contains("/dev/qhca0"), "{stdout}");
     let tail: Vec<&str> = stdout.lines().rev().take(2).collect();
     assert_eq!(

@@ -388,6 +388,14 @@ CHECK_OFF(struct qhca_inval_page, generation, 0);
 CHECK_OFF(struct qhca_inval_page, flush_generation, 8);
 CHECK_OFF(struct qhca_inval_page, ring_entries, 16);
 CHECK_OFF(struct qhca_inval_page, ring, 32);
+CHECK_SIZE(struct qhca_ib_alloc_ucontext_resp, 32);
+CHECK_OFF(struct qhca_ib_alloc_ucontext_resp, comp_mask, 0);
+CHECK_OFF(struct qhca_ib_alloc_ucontext_resp, uar_index, 4);
+CHECK_OFF(struct qhca_ib_alloc_ucontext_resp, db_mmap_offset, 8);
+CHECK_OFF(struct qhca_ib_alloc_ucontext_resp, rsvd, 16);
+CHECK_SIZE(struct qhca_ib_alloc_pd_resp, 8);
+CHECK_OFF(struct qhca_ib_alloc_pd_resp, pdn, 0);
+CHECK_OFF(struct qhca_ib_alloc_pd_resp, rsvd, 4);
 _Static_assert(QHCA_MMAP_INVAL == QHCA_PAGE_SIZE, "invalidation page offset");
 
 _Static_assert(QHCA_UAR_PAGE_SIZE == 4096, "doorbell page size");

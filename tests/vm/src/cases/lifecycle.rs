@@ -3,11 +3,14 @@
 //! The destructive cases, run last: unbinding with a context open, and unloading and loading the
 //! module again.
 
-use super::rdma_core::{has_ib_device, ib_dirs};
+use super::rdma_core::{alloc_pd, get_context, has_ib_device, ib_dirs, Uverbs};
 use super::*;
 
 /// Case 7: Unbinding with a context open: the file stays closable, everything else on it is ENODEV,
-/// the doorbell mappings are zapped; binding again brings a working device back.
+/// the doorbell mappings are zapped; binding again brings a working device back. The same for a
+/// user context of the RDMA core's device, which the core disassociates: unbind does not wait for
+/// its files, its PD is destroyed, its commands fail with EIO, its doorbell mapping is zapped (a
+/// store lands on a page of the core's).
 pub(super) fn unbind_while_open(t: &mut T, cfg: &Config) -> CaseResult {
     let bdf = system::pci_bdf(cfg)?;
     require!(
@@ -24,7 +27,32 @@ pub(super) fn unbind_while_open(t: &mut T, cfg: &Config) -> CaseResult {
     let mut h = Holder::spawn(&cfg.dev, true)?
         .map_err(|e| Fail::new(file!(), line!(), format!("helper: {e}")))?;
 
+    let (uverbs, _) = Uverbs::open(&bdf)?;
+    let page = UAR_PAGE_SIZE;
+    let udb = uverbs
+        .map(
+            page,
+            libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            uverbs.resp.db_mmap_offset,
+        )
+        .map_err(|e| Fail::new(file!(), line!(), format!("mmap: {e}")))?;
+    // A PD the core destroys at the disassociation, while the device still answers.
+    let pd = alloc_pd(uverbs.fd.as_raw_fd());
+    check!(t, pd.is_ok(), "ALLOC_PD: {pd:?}");
+
     let unbound = Unbound::unbind(cfg, &bdf)?;
+    check_errno!(
+        t,
+        get_context(uverbs.fd.as_raw_fd()),
+        Errno::EIO,
+        "a command on a disassociated uverbs file"
+    );
+    // SAFETY: one page, mapped shared and writable; the core replaced the doorbell page with a
+    // page of its own, so this is a plain store that must not raise SIGBUS.
+    unsafe { std::ptr::write_volatile(udb.addr() as *mut u64, stray_doorbell()) };
+    drop(udb);
+    drop(uverbs);
     check!(
         t,
         !cfg.driver_dir().join(&bdf).exists(),

@@ -7,15 +7,28 @@
 //! where rdma-core's naming rule is installed (Debian's renames by PCI location: `rocep0s10`).
 //! So the cases find it under its PCI device.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 use qhca::PortState;
+use qhca_uapi::{qhca_ib_alloc_ucontext_resp, QHCA_IB_UVERBS_ABI_VERSION};
+
+/// The core's write-ABI commands (`enum ib_uverbs_write_cmds`).
+const CMD_GET_CONTEXT: u32 = 0;
+const CMD_ALLOC_PD: u32 = 3;
+const CMD_DEALLOC_PD: u32 = 4;
+
+use crate::verbs::limits::held;
 
 use super::*;
 
 /// The RDMA core's devices under PCI device `bdf` (`/sys/bus/pci/devices/BDF/infiniband/*`).
 pub(super) fn ib_dirs(bdf: &str) -> Vec<PathBuf> {
-    let dir = Path::new("/sys/bus/pci/devices").join(bdf).join("infiniband");
+    let dir = Path::new("/sys/bus/pci/devices")
+        .join(bdf)
+        .join("infiniband");
     match std::fs::read_dir(dir) {
         Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).collect(),
         Err(_) => Vec::new(),
@@ -164,6 +177,246 @@ pub(super) fn ib_device(t: &mut T, cfg: &Config) -> CaseResult {
         "rdma link show {link} (want \"{want}\"): {}",
         describe(&out)
     );
+    Ok(())
+}
+
+/// The uverbs device of PCI device `bdf` (`/dev/infiniband/uverbsN`), once udev made its node.
+fn uverbs_node(bdf: &str) -> Option<(PathBuf, PathBuf)> {
+    let class = Path::new("/sys/bus/pci/devices")
+        .join(bdf)
+        .join("infiniband_verbs");
+    let name = std::fs::read_dir(&class).ok()?.next()?.ok()?.file_name();
+    let node = Path::new("/dev/infiniband").join(&name);
+    node.exists().then(|| (class.join(name), node))
+}
+
+/// Sends one of the core's write-ABI commands as libibverbs does: the header (command, then the
+/// request's and the response's length in 4-byte words, the header counted in the request's),
+/// then `req`; the kernel writes the response (the core's, then the driver's) into `resp`.
+fn write_cmd(fd: RawFd, command: u32, req: &[u8], resp: &mut [u8]) -> nix::Result<()> {
+    let mut cmd = Vec::with_capacity(8 + req.len());
+    cmd.extend_from_slice(&command.to_ne_bytes());
+    cmd.extend_from_slice(&(((8 + req.len()) / 4) as u16).to_ne_bytes());
+    cmd.extend_from_slice(&((resp.len() / 4) as u16).to_ne_bytes());
+    cmd.extend_from_slice(req);
+    // SAFETY: `fd` is open; the kernel writes at most `resp.len()` bytes at `resp` (the address
+    // `req` carries for commands with a response), which lives across the call.
+    let n = unsafe { libc::write(fd, cmd.as_ptr().cast(), cmd.len()) };
+    if n < 0 {
+        return Err(nix::errno::Errno::last());
+    }
+    Ok(())
+}
+
+fn word(b: &[u8], i: usize) -> u32 {
+    u32::from_ne_bytes(b[i..i + 4].try_into().unwrap_or_default())
+}
+
+fn dword(b: &[u8], i: usize) -> u64 {
+    u64::from_ne_bytes(b[i..i + 8].try_into().unwrap_or_default())
+}
+
+/// GET_CONTEXT (`ibv_cmd_get_context`): the core's response (async fd, completion vectors),
+/// then qhca's.
+pub(crate) fn get_context(fd: RawFd) -> nix::Result<(u32, u32, qhca_ib_alloc_ucontext_resp)> {
+    const DRV: usize = std::mem::size_of::<qhca_ib_alloc_ucontext_resp>();
+    let mut resp = [0u8; 8 + DRV];
+    let req = (resp.as_mut_ptr() as u64).to_ne_bytes();
+    write_cmd(fd, CMD_GET_CONTEXT, &req, &mut resp)?;
+    let r = qhca_ib_alloc_ucontext_resp {
+        comp_mask: word(&resp, 8),
+        uar_index: word(&resp, 12),
+        db_mmap_offset: dword(&resp, 16),
+        rsvd: [dword(&resp, 24), dword(&resp, 32)],
+    };
+    Ok((word(&resp, 0), word(&resp, 4), r))
+}
+
+/// ALLOC_PD: the core's handle and qhca's (`struct qhca_ib_alloc_pd_resp`: pdn, reserved).
+pub(crate) fn alloc_pd(fd: RawFd) -> nix::Result<(u32, u32, u32)> {
+    let mut resp = [0u8; 4 + 8];
+    let req = (resp.as_mut_ptr() as u64).to_ne_bytes();
+    write_cmd(fd, CMD_ALLOC_PD, &req, &mut resp)?;
+    Ok((word(&resp, 0), word(&resp, 4), word(&resp, 8)))
+}
+
+/// DEALLOC_PD of the core's handle `h`.
+fn dealloc_pd(fd: RawFd, h: u32) -> nix::Result<()> {
+    write_cmd(fd, CMD_DEALLOC_PD, &h.to_ne_bytes(), &mut [])
+}
+
+/// A user context of the RDMA core's device: the uverbs file, its async event file, and what
+/// GET_CONTEXT answered.
+pub(crate) struct Uverbs {
+    pub(crate) fd: OwnedFd,
+    async_fd: OwnedFd,
+    pub(crate) resp: qhca_ib_alloc_ucontext_resp,
+}
+
+impl Uverbs {
+    /// Opens the uverbs device of `bdf` and makes a context on it.
+    pub(crate) fn open(bdf: &str) -> Result<(Uverbs, u32), Fail> {
+        let Some((_, node)) = uverbs_node(bdf) else {
+            return Err(Fail::new(
+                file!(),
+                line!(),
+                format!("{bdf} has no uverbs node"),
+            ));
+        };
+        let fd = nix::fcntl::open(&node, OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty())
+            .map_err(|e| Fail::new(file!(), line!(), format!("open {}: {e}", node.display())))?;
+        // SAFETY: `open` returned a new descriptor, ours alone.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let (async_fd, vectors, resp) = get_context(fd.as_raw_fd())
+            .map_err(|e| Fail::new(file!(), line!(), format!("GET_CONTEXT: {e}")))?;
+        // SAFETY: GET_CONTEXT installed `async_fd` in this process for the caller to own.
+        let async_fd = unsafe { OwnedFd::from_raw_fd(async_fd as RawFd) };
+        Ok((Uverbs { fd, async_fd, resp }, vectors))
+    }
+
+    /// The next asynchronous event on the context's event file
+    /// (`struct ib_uverbs_async_event_desc`: element, event type), waiting up to `timeout_ms`.
+    pub(crate) fn async_event(&self, timeout_ms: u16) -> nix::Result<(u64, u32)> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let mut fds = [PollFd::new(self.async_fd.as_fd(), PollFlags::POLLIN)];
+        if poll(&mut fds, PollTimeout::from(timeout_ms))? == 0 {
+            return Err(nix::errno::Errno::EAGAIN);
+        }
+        let mut desc = [0u8; 16];
+        nix::unistd::read(self.async_fd.as_raw_fd(), &mut desc)?;
+        Ok((dword(&desc, 0), word(&desc, 8)))
+    }
+
+    /// `mmap(NULL, len, prot, flags, fd, offset)` of the uverbs file.
+    pub(super) fn map(
+        &self,
+        len: usize,
+        prot: i32,
+        flags: i32,
+        offset: u64,
+    ) -> nix::Result<RawMap> {
+        RawMap::new(self.fd.as_raw_fd(), len, prot, flags, offset as i64)
+    }
+}
+
+/// Case: a user context of the RDMA core's device is one of the device's doorbell pages,
+/// charged to its user, its own (not a /dev/qhcaN context's), offered to mmap as a shared,
+/// never executable page; its PDs are the device's, charged to the user too; all of it goes back
+/// when the files close.
+pub(super) fn ib_ucontext(t: &mut T, cfg: &Config) -> CaseResult {
+    let bdf = system::pci_bdf(cfg)?;
+    require!(
+        t,
+        wait_for(NODE_TIMEOUT, || uverbs_node(&bdf).is_some()),
+        "{bdf} has no uverbs device (is ib_uverbs loaded?)"
+    );
+    let (class, _) = uverbs_node(&bdf).unwrap_or_default();
+    check_eq!(
+        t,
+        attr(&class, "abi_version")?,
+        QHCA_IB_UVERBS_ABI_VERSION.to_string(),
+        "the uverbs device's ABI version is qhca's"
+    );
+    let (misc, a) = open_query(&cfg.dev)?;
+    let before = held(0, "contexts")?;
+
+    let (u, vectors) = Uverbs::open(&bdf)?;
+    let r = u.resp;
+    check_eq!(t, vectors, 1, "completion vectors");
+    check_eq!(t, r.comp_mask, 0);
+    check_eq!(t, r.rsvd, [0, 0]);
+    check!(
+        t,
+        r.uar_index < a.num_uars && r.uar_index != a.uar_index,
+        "doorbell page {} (num_uars {}, the /dev/qhca0 context's {})",
+        r.uar_index,
+        a.num_uars,
+        a.uar_index
+    );
+    check_eq!(
+        t,
+        r.db_mmap_offset % UAR_PAGE_SIZE as u64,
+        0,
+        "page aligned"
+    );
+    check_eq!(t, held(0, "contexts")?, before + 1, "charged to its user");
+    check_errno!(
+        t,
+        get_context(u.fd.as_raw_fd()),
+        Errno::EINVAL,
+        "a second GET_CONTEXT on the file"
+    );
+
+    let page = UAR_PAGE_SIZE;
+    let (rw, shared) = (libc::PROT_WRITE, libc::MAP_SHARED);
+    let off = r.db_mmap_offset;
+    check_errno!(
+        t,
+        u.map(page, rw, libc::MAP_PRIVATE, off),
+        Errno::EINVAL,
+        "private"
+    );
+    check_errno!(
+        t,
+        u.map(page, rw | libc::PROT_EXEC, shared, off),
+        Errno::EINVAL,
+        "executable"
+    );
+    check_errno!(
+        t,
+        u.map(2 * page, rw, shared, off),
+        Errno::EINVAL,
+        "two pages"
+    );
+    check_errno!(
+        t,
+        u.map(page, rw, shared, off + page as u64),
+        Errno::EINVAL,
+        "past the entry"
+    );
+    let db = u.map(page, rw, shared, off);
+    check!(t, db.is_ok(), "mmap of the doorbell page: {db:?}");
+    if let Ok(db) = db {
+        check_errno!(
+            t,
+            db.protect(libc::PROT_READ | libc::PROT_EXEC),
+            Errno::EACCES,
+            "mprotect exec"
+        );
+        // A doorbell naming a queue the context does not own: dropped and counted by the device.
+        // SAFETY: the mapping is one page of MMIO, written with one aligned 8-byte store.
+        unsafe { std::ptr::write_volatile(db.addr() as *mut u64, stray_doorbell()) };
+    }
+
+    // Protection domains: the device's, charged to the user, given back by DEALLOC_PD and by
+    // closing the file with one still allocated.
+    let pds = held(0, "pds")?;
+    let fd = u.fd.as_raw_fd();
+    let pd1 = alloc_pd(fd);
+    let pd2 = alloc_pd(fd);
+    check!(t, pd1.is_ok() && pd2.is_ok(), "ALLOC_PD: {pd1:?} {pd2:?}");
+    if let (Ok((h1, n1, r1)), Ok((h2, n2, _))) = (pd1, pd2) {
+        check!(
+            t,
+            h1 != h2 && n1 != n2,
+            "two PDs: handles {h1} {h2}, pdns {n1} {n2}"
+        );
+        check_eq!(t, r1, 0, "reserved");
+        check_eq!(t, held(0, "pds")?, pds + 2, "PDs charged to the user");
+        check_eq!(t, dealloc_pd(fd, h1), Ok(()), "DEALLOC_PD");
+        check_errno!(t, dealloc_pd(fd, h1), Errno::ENOENT, "DEALLOC_PD again");
+        check_eq!(t, held(0, "pds")?, pds + 1, "one PD given back");
+    }
+    drop(u);
+    check_eq!(t, held(0, "pds")?, pds, "the last PD goes with the file");
+    check!(
+        t,
+        wait_for(NODE_TIMEOUT, || held(0, "contexts").ok() == Some(before)),
+        "the page is given back when the files close: held {:?}, before {before}",
+        held(0, "contexts")
+    );
+    drop(misc);
     Ok(())
 }
 

@@ -4,6 +4,10 @@
 //! claims more doorbell pages than its BAR holds.
 
 use super::*;
+use crate::cases::rdma_core::{alloc_pd, Uverbs};
+
+/// `IB_EVENT_DEVICE_FATAL` (`enum ib_event_type`, as `ibv_event_type` numbers it).
+const IB_EVENT_DEVICE_FATAL: u32 = 8;
 
 /// Unbinds and binds the device again (a failed device comes back this way).
 fn rebind(cfg: &Config, bdf: &str) -> Result<(), Fail> {
@@ -18,7 +22,9 @@ fn rebind(cfg: &Config, bdf: &str) -> Result<(), Fail> {
 /// A command that times out kills the queue: before the failing ioctl returns, the device is
 /// reset and bus mastering is off (only then is anything freed); the driver says so once; every
 /// context is disassociated (DEVICE_FATAL, POLLERR, eventfds signalled, its doorbell a harmless
-/// page, ioctls EIO); closing frees every pinned page; unbind and bind bring the device back.
+/// page, ioctls EIO); a user context of the RDMA core's device gets IB_EVENT_DEVICE_FATAL on its
+/// event file and its commands fail; closing frees every pinned page; unbind and bind bring the
+/// device back.
 pub(super) fn dead_queue_stops_device(t: &mut T, cfg: &Config) -> CaseResult {
     require_knob(t, "fail_cmds")?;
     let bdf = system::pci_bdf(cfg)?;
@@ -33,6 +39,9 @@ pub(super) fn dead_queue_stops_device(t: &mut T, cfg: &Config) -> CaseResult {
         let mr_buf = RawMap::anonymous(16 * PAGE as usize)?;
         ctx.reg_mr(pd, mr_buf.addr() as u64, 16 * PAGE)?;
         let db = ctx.map()?;
+        let (uverbs, _) = Uverbs::open(&bdf)?;
+        let upd = alloc_pd(uverbs.fd.as_raw_fd());
+        check!(t, upd.is_ok(), "ALLOC_PD through the core: {upd:?}");
         check!(t, pinned() > before, "the CQ and MR pin pages");
         check!(
             t,
@@ -62,6 +71,20 @@ pub(super) fn dead_queue_stops_device(t: &mut T, cfg: &Config) -> CaseResult {
             "fatal event"
         );
         check_errno!(t, ctx.async_event(), Errno::EAGAIN, "queued once");
+        check_eq!(
+            t,
+            uverbs.async_event(1000),
+            Ok((1, IB_EVENT_DEVICE_FATAL)),
+            "the core's user context: DEVICE_FATAL (element: the port)"
+        );
+        check_errno!(
+            t,
+            alloc_pd(uverbs.fd.as_raw_fd()),
+            Errno::EIO,
+            "ALLOC_PD through the core after the failure"
+        );
+        // Closing it destroys its PD on a stopped device: no error, no warning.
+        drop(uverbs);
         let ev = ctx.poll(0)?;
         check!(
             t,

@@ -90,7 +90,7 @@ fn count(lines: &[String], what: &str) -> Option<(u32, i32)> {
 }
 
 /// What debugfs says user `uid` holds of `pool` (0 if the user is not listed).
-fn held(uid: u32, pool: &str) -> Result<u32, Fail> {
+pub(crate) fn held(uid: u32, pool: &str) -> Result<u32, Fail> {
     let s = std::fs::read_to_string(LIMITS)?;
     let Some(line) = s.lines().find(|l| l.starts_with(&format!("uid {uid}:"))) else {
         return Ok(0);
