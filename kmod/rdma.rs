@@ -12,8 +12,21 @@
 //! What the core calls and what it may not: every operation runs only while the device is
 //! registered (`ib_unregister_device` returns once none runs and none will), so the driver's data
 //! outlives every call.
+//!
+//! - this file: the device (registration, attributes, device-wide events);
+//! - `ucontext`: user contexts, their commands' driver data, the MMIO they map;
+//! - `pd`: protection domains;
+//! - `kernel_verbs`: what the core requires and qhca does not have through it yet.
 
-use core::{ffi::c_int, fmt::Write, marker::PhantomData, mem::MaybeUninit, ptr::NonNull};
+mod kernel_verbs;
+mod pd;
+mod ucontext;
+
+use pd::IbPd;
+use ucontext::IbUContext;
+pub(crate) use ucontext::{IoMapping, UContext, Udata};
+
+use core::{ffi::c_int, fmt::Write, marker::PhantomData, ptr::NonNull};
 use kernel::{
     bindings,
     device::{Bound, Device},
@@ -25,12 +38,9 @@ use kernel::{
         atomic::{Atomic, Relaxed},
         Arc, Mutex,
     },
-    transmute::AsBytes,
-    types::Opaque,
-    uaccess::{UserPtr, UserSlice},
 };
 
-use crate::shim::{raw_device, rdma_mmap_io};
+use crate::shim::raw_device;
 
 /// What the RDMA core asks of a device. Each method answers for the device the [`Registration`]
 /// holds; a `&mut` argument is the core's, zeroed or filled with defaults by the core, and
@@ -237,14 +247,14 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         ops.query_pkey = Some(query_pkey::<T>);
         ops.get_dev_fw_str = Some(get_dev_fw_str::<T>);
         ops.uverbs_abi_ver = crate::uapi::QHCA_IB_UVERBS_ABI_VERSION;
-        ops.alloc_ucontext = Some(alloc_ucontext::<T>);
-        ops.dealloc_ucontext = Some(dealloc_ucontext::<T>);
-        ops.disassociate_ucontext = Some(disassociate_ucontext);
-        ops.mmap = Some(mmap);
-        ops.mmap_free = Some(mmap_free);
+        ops.alloc_ucontext = Some(ucontext::alloc_ucontext::<T>);
+        ops.dealloc_ucontext = Some(ucontext::dealloc_ucontext::<T>);
+        ops.disassociate_ucontext = Some(ucontext::disassociate_ucontext);
+        ops.mmap = Some(ucontext::mmap);
+        ops.mmap_free = Some(ucontext::mmap_free);
         ops.size_ib_ucontext = core::mem::size_of::<IbUContext<T::UContext>>();
-        ops.alloc_pd = Some(alloc_pd::<T>);
-        ops.dealloc_pd = Some(dealloc_pd::<T>);
+        ops.alloc_pd = Some(pd::alloc_pd::<T>);
+        ops.dealloc_pd = Some(pd::dealloc_pd::<T>);
         ops.size_ib_pd = core::mem::size_of::<IbPd<T::Pd>>();
         kernel_verbs::fill(&mut ops);
         // SAFETY: `ib` is valid; `ops` is read (copied into `ib.ops`) during the call only.
@@ -405,454 +415,6 @@ unsafe extern "C" fn get_dev_fw_str<T: Driver>(ib: *mut bindings::ib_device, out
     // SAFETY: The core's buffer holds `IB_FW_VERSION_NAME_MAX` bytes (ib_get_device_fw_str's
     // contract); `n` is at most that, the last byte written a NUL.
     unsafe { core::ptr::copy_nonoverlapping(buf.as_ptr().cast::<c_char>(), out, n) };
-}
-
-/// A user context as the core allocates it: the `ib_ucontext` first, the driver's part behind
-/// it (written by a successful `alloc_ucontext`, taken back by `dealloc_ucontext`).
-#[repr(C)]
-struct IbUContext<C> {
-    ib: bindings::ib_ucontext,
-    data: MaybeUninit<C>,
-}
-
-/// The core's `ib_ucontext`, as a driver sees it while creating its part of a user context.
-#[repr(transparent)]
-pub(crate) struct UContext(Opaque<bindings::ib_ucontext>);
-
-impl UContext {
-    fn as_raw(&self) -> *mut bindings::ib_ucontext {
-        self.0.get()
-    }
-}
-
-/// What a command's caller gave the driver and gets back from it (`ib_udata`): the bytes after
-/// the core's structures, in user memory.
-pub(crate) struct Udata<'a> {
-    inbuf: usize,
-    inlen: usize,
-    outbuf: usize,
-    outlen: usize,
-    _core: PhantomData<&'a mut bindings::ib_udata>,
-}
-
-impl Udata<'_> {
-    /// Succeeds if the driver input is empty or all zero (input this ABI version does not
-    /// define).
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` for a nonzero byte, `EFAULT` for input that cannot be read.
-    pub(crate) fn input_zero(&self) -> Result {
-        let mut r = UserSlice::new(UserPtr::from_addr(self.inbuf), self.inlen).reader();
-        let mut buf = [0u8; 64];
-        while !r.is_empty() {
-            let n = r.len().min(buf.len());
-            r.read_slice(&mut buf[..n])?;
-            if buf[..n].iter().any(|&b| b != 0) {
-                return Err(EINVAL);
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes the driver's response: as much of `resp` as the caller has room for (an older
-    /// caller's shorter response is a prefix of this one).
-    ///
-    /// # Errors
-    ///
-    /// `EFAULT` for memory that cannot be written.
-    pub(crate) fn respond<R: AsBytes>(&mut self, resp: &R) -> Result {
-        let bytes = resp.as_bytes();
-        let n = bytes.len().min(self.outlen);
-        UserSlice::new(UserPtr::from_addr(self.outbuf), n)
-            .writer()
-            .write_slice(&bytes[..n])
-    }
-}
-
-/// An mmap entry of a user context for MMIO (`rdma_user_mmap_entry` with the bus address behind
-/// it), allocated by the driver, freed by the core's `mmap_free` once no mapping and no owner
-/// holds it.
-#[repr(C)]
-struct IoEntry {
-    rdma: bindings::rdma_user_mmap_entry,
-    phys: u64,
-    len: usize,
-}
-
-/// MMIO that a user context may map with `mmap(2)` on the uverbs file, at [`IoMapping::offset`]:
-/// uncached, shared, never executable, `len` bytes. Dropping it removes the entry: no new
-/// mapping, while existing ones stay until unmapped or until the core disassociates the context
-/// (which zaps them).
-pub(crate) struct IoMapping {
-    entry: NonNull<IoEntry>,
-}
-
-// SAFETY: The entry is the core's to lock and refcount; this handle only reads its offset and
-// removes it once (in `drop`), from any thread.
-unsafe impl Send for IoMapping {}
-// SAFETY: Through `&Self` only the offset is read.
-unsafe impl Sync for IoMapping {}
-
-impl IoMapping {
-    /// Offers `len` bytes of MMIO at bus address `phys` to `uctx`'s process.
-    ///
-    /// # Safety
-    ///
-    /// `phys..phys + len` is MMIO of the device that this context alone may map, for as long as
-    /// the context lives or until the core disassociates it (the device stays bound until then:
-    /// unregistering the device disassociates every context before it returns).
-    pub(crate) unsafe fn new(uctx: &UContext, phys: u64, len: usize) -> Result<Self> {
-        let e = KBox::new(
-            IoEntry {
-                rdma: pin_init::zeroed::<bindings::rdma_user_mmap_entry>(),
-                phys,
-                len,
-            },
-            GFP_KERNEL,
-        )?;
-        let p = KBox::into_raw(e);
-        // SAFETY: `p` is a fresh, zeroed entry the core initialises; `uctx` is the context being
-        // created, which the core passed to `alloc_ucontext`.
-        let r = unsafe {
-            bindings::rdma_user_mmap_entry_insert(uctx.as_raw(), &raw mut (*p).rdma, len)
-        };
-        if r != 0 {
-            // SAFETY: Not inserted: `p` is still only ours.
-            drop(unsafe { KBox::from_raw(p) });
-            return Err(Error::from_errno(r));
-        }
-        // SAFETY: `KBox::into_raw` never returns null.
-        let entry = unsafe { NonNull::new_unchecked(p) };
-        Ok(Self { entry })
-    }
-
-    /// The `mmap(2)` offset (bytes) that maps it.
-    pub(crate) fn offset(&self) -> u64 {
-        // SAFETY: The entry lives while inserted, which it is until `drop`; `start_pgoff` was set
-        // by the insertion and does not change.
-        let pgoff = unsafe { (*self.entry.as_ptr()).rdma.start_pgoff };
-        (pgoff as u64) << bindings::PAGE_SHIFT
-    }
-}
-
-impl Drop for IoMapping {
-    fn drop(&mut self) {
-        // SAFETY: Inserted (`new`), removed once, here; the core frees it through `mmap_free`
-        // when its last reference goes.
-        unsafe { bindings::rdma_user_mmap_entry_remove(&raw mut (*self.entry.as_ptr()).rdma) };
-    }
-}
-
-/// # Safety
-///
-/// Called by the RDMA core only: `uctx` is a fresh user context of a registered device of ours,
-/// allocated with `size_ib_ucontext` zeroed bytes, and `udata` the command's.
-unsafe extern "C" fn alloc_ucontext<T: Driver>(
-    uctx: *mut bindings::ib_ucontext,
-    udata: *mut bindings::ib_udata,
-) -> c_int {
-    if udata.is_null() {
-        // User contexts come from user space only.
-        return EINVAL.to_errno();
-    }
-    // SAFETY: The core's `udata`, valid for the call.
-    let mut udata = unsafe { udata_of(udata) };
-    // SAFETY: `uctx` is valid for the call; `UContext` is a transparent wrapper of it.
-    let (dev, ctx) = unsafe { (data::<T>((*uctx).device), &*uctx.cast::<UContext>()) };
-    match dev.alloc_ucontext(ctx, &mut udata) {
-        Ok(c) => {
-            // SAFETY: The core allocated an `IbUContext<T::UContext>` (`size_ib_ucontext`);
-            // `data` is written once, here, and read back only by `dealloc_ucontext`.
-            unsafe { (*uctx.cast::<IbUContext<T::UContext>>()).data.write(c) };
-            0
-        }
-        Err(e) => e.to_errno(),
-    }
-}
-
-/// # Safety
-///
-/// Called by the RDMA core only, once, for a context whose `alloc_ucontext` succeeded.
-unsafe extern "C" fn dealloc_ucontext<T: Driver>(uctx: *mut bindings::ib_ucontext) {
-    // SAFETY: `alloc_ucontext` wrote `data`; the core deallocates a context once and touches
-    // nothing of ours after, so it is read out exactly once.
-    let (dev, c) = unsafe {
-        (
-            data::<T>((*uctx).device),
-            (*uctx.cast::<IbUContext<T::UContext>>())
-                .data
-                .assume_init_read(),
-        )
-    };
-    dev.dealloc_ucontext(c);
-}
-
-/// Nothing to do: the core zaps every mapping made through [`IoMapping`], and a context holds
-/// nothing else that reaches user memory.
-extern "C" fn disassociate_ucontext(_uctx: *mut bindings::ib_ucontext) {}
-
-/// # Safety
-///
-/// Called by the RDMA core only, from `mmap(2)` of a user context of ours.
-unsafe extern "C" fn mmap(
-    uctx: *mut bindings::ib_ucontext,
-    vma: *mut bindings::vm_area_struct,
-) -> c_int {
-    // SAFETY: The core's context and vma, valid for the call.
-    let entry = unsafe { bindings::rdma_user_mmap_entry_get(uctx, vma) };
-    if entry.is_null() {
-        return EINVAL.to_errno();
-    }
-    // Every entry of our contexts is an `IoEntry` (`IoMapping::new` inserts no other kind).
-    let e = entry.cast::<IoEntry>();
-    // SAFETY: `entry_get` took a reference, so the entry lives until the `put` below; its MMIO
-    // is the context's to map (`IoMapping::new`'s contract).
-    let r = unsafe { rdma_mmap_io(uctx, vma, (*e).phys, (*e).len, entry) };
-    // SAFETY: The reference `entry_get` took (a successful mapping took its own).
-    unsafe { bindings::rdma_user_mmap_entry_put(entry) };
-    r
-}
-
-/// # Safety
-///
-/// Called by the RDMA core only, once the last reference to `entry`, one of ours, is gone.
-unsafe extern "C" fn mmap_free(entry: *mut bindings::rdma_user_mmap_entry) {
-    // SAFETY: Every entry of ours is an `IoEntry` from `KBox::into_raw` (`IoMapping::new`); the
-    // core frees it once.
-    drop(unsafe { KBox::from_raw(entry.cast::<IoEntry>()) });
-}
-
-/// A protection domain as the core allocates it: the `ib_pd` first, the driver's part behind.
-#[repr(C)]
-struct IbPd<P> {
-    ib: bindings::ib_pd,
-    data: MaybeUninit<P>,
-}
-
-/// The driver's part of the user context that created `uobject`, or `None` for a kernel object.
-///
-/// # Safety
-///
-/// `uobject` is null or the uverbs object of an object of a registered device of ours, in one of
-/// the core's operations on it (so its context, which outlives its objects, is alive).
-unsafe fn ucontext_of<'a, T: Driver>(
-    uobject: *mut bindings::ib_uobject,
-) -> Option<&'a T::UContext> {
-    if uobject.is_null() {
-        return None;
-    }
-    // SAFETY: The function's contract: the object's context is one of ours, whose `data` a
-    // successful `alloc_ucontext` wrote (a context makes objects only after that).
-    Some(unsafe {
-        (*(*uobject).context.cast::<IbUContext<T::UContext>>())
-            .data
-            .assume_init_ref()
-    })
-}
-
-/// Reads the core's `ib_udata`.
-///
-/// # Safety
-///
-/// `udata` is valid for the call.
-unsafe fn udata_of<'a>(udata: *const bindings::ib_udata) -> Udata<'a> {
-    // SAFETY: The function's contract.
-    let u = unsafe { &*udata };
-    Udata {
-        inbuf: u.inbuf as usize,
-        inlen: u.inlen,
-        outbuf: u.outbuf as usize,
-        outlen: u.outlen,
-        _core: PhantomData,
-    }
-}
-
-/// # Safety
-///
-/// Called by the RDMA core only, for a fresh PD of a registered device of ours (allocated with
-/// `size_ib_pd` zeroed bytes, `device` and `uobject` set).
-unsafe extern "C" fn alloc_pd<T: Driver>(
-    pd: *mut bindings::ib_pd,
-    udata: *mut bindings::ib_udata,
-) -> c_int {
-    // SAFETY: The core's PD, valid for the call; a user PD's context is alive.
-    let Some(uctx) = (unsafe { ucontext_of::<T>((*pd).uobject) }) else {
-        // A kernel PD: kernel verbs are not there yet.
-        return EOPNOTSUPP.to_errno();
-    };
-    if udata.is_null() {
-        return EINVAL.to_errno();
-    }
-    // SAFETY: `udata` is the command's, valid for the call.
-    let mut udata = unsafe { udata_of(udata) };
-    // SAFETY: Our device (see `query_device`).
-    let dev = unsafe { data::<T>((*pd).device) };
-    match dev.alloc_pd(uctx, &mut udata) {
-        Ok(p) => {
-            // SAFETY: The core allocated an `IbPd<T::Pd>`; `data` is written once, here.
-            unsafe { (*pd.cast::<IbPd<T::Pd>>()).data.write(p) };
-            0
-        }
-        Err(e) => e.to_errno(),
-    }
-}
-
-/// # Safety
-///
-/// Called by the RDMA core only, for a PD whose `alloc_pd` succeeded.
-unsafe extern "C" fn dealloc_pd<T: Driver>(
-    pd: *mut bindings::ib_pd,
-    _udata: *mut bindings::ib_udata,
-) -> c_int {
-    // SAFETY: A user PD of ours (only those are allocated: `alloc_pd` refuses the rest); its
-    // context is alive while it is, and `data` was written by `alloc_pd`.
-    let (dev, uctx, p) = unsafe {
-        (
-            data::<T>((*pd).device),
-            ucontext_of::<T>((*pd).uobject),
-            pd.cast::<IbPd<T::Pd>>(),
-        )
-    };
-    let Some(uctx) = uctx else {
-        return EINVAL.to_errno();
-    };
-    // SAFETY: `data` is initialised until dropped below, once, on success.
-    match dev.dealloc_pd(uctx, unsafe { (*p).data.assume_init_ref() }) {
-        Ok(()) => {
-            // SAFETY: The core frees the PD after this and calls nothing more on it.
-            unsafe { (*p).data.assume_init_drop() };
-            0
-        }
-        Err(e) => e.to_errno(),
-    }
-}
-
-/// The rest of the operations the core requires of every device (`ib_device_check_mandatory`):
-/// CQs, QPs and MRs. Through the core they do not exist yet, for kernel consumers or user
-/// contexts (which still make them on `/dev/qhcaN`): each create refuses with `EOPNOTSUPP` (a
-/// kernel PD, one without a user context, is refused by [`alloc_pd`]), and the port does not claim
-/// the MAD and CM capabilities, so that the core's MAD and CM clients leave it alone. The destroy
-/// operations are never reached: the core destroys only what a create made.
-mod kernel_verbs {
-    use super::*;
-
-    pub(super) fn fill(ops: &mut bindings::ib_device_ops) {
-        ops.create_cq = Some(create_cq);
-        ops.destroy_cq = Some(destroy_cq);
-        ops.poll_cq = Some(poll_cq);
-        ops.req_notify_cq = Some(req_notify_cq);
-        ops.create_qp = Some(create_qp);
-        ops.modify_qp = Some(modify_qp);
-        ops.destroy_qp = Some(destroy_qp);
-        ops.post_send = Some(post_send);
-        ops.post_recv = Some(post_recv);
-        ops.get_dma_mr = Some(get_dma_mr);
-        ops.reg_user_mr = Some(reg_user_mr);
-        ops.dereg_mr = Some(dereg_mr);
-        // The core allocates these objects itself, this many bytes each, before calling the
-        // create operation (which then refuses).
-        ops.size_ib_cq = core::mem::size_of::<bindings::ib_cq>();
-        ops.size_ib_qp = core::mem::size_of::<bindings::ib_qp>();
-    }
-
-    fn unsupported() -> c_int {
-        EOPNOTSUPP.to_errno()
-    }
-
-    extern "C" fn create_cq(
-        _cq: *mut bindings::ib_cq,
-        _attr: *const bindings::ib_cq_init_attr,
-        _attrs: *mut bindings::uverbs_attr_bundle,
-    ) -> c_int {
-        unsupported()
-    }
-
-    extern "C" fn destroy_cq(_cq: *mut bindings::ib_cq, _u: *mut bindings::ib_udata) -> c_int {
-        0
-    }
-
-    extern "C" fn poll_cq(
-        _cq: *mut bindings::ib_cq,
-        _n: c_int,
-        _wc: *mut bindings::ib_wc,
-    ) -> c_int {
-        unsupported()
-    }
-
-    extern "C" fn req_notify_cq(
-        _cq: *mut bindings::ib_cq,
-        _flags: bindings::ib_cq_notify_flags,
-    ) -> c_int {
-        unsupported()
-    }
-
-    extern "C" fn create_qp(
-        _qp: *mut bindings::ib_qp,
-        _attr: *mut bindings::ib_qp_init_attr,
-        _u: *mut bindings::ib_udata,
-    ) -> c_int {
-        unsupported()
-    }
-
-    extern "C" fn modify_qp(
-        _qp: *mut bindings::ib_qp,
-        _attr: *mut bindings::ib_qp_attr,
-        _mask: c_int,
-        _u: *mut bindings::ib_udata,
-    ) -> c_int {
-        unsupported()
-    }
-
-    extern "C" fn destroy_qp(_qp: *mut bindings::ib_qp, _u: *mut bindings::ib_udata) -> c_int {
-        0
-    }
-
-    /// # Safety
-    ///
-    /// Called by the RDMA core only, with `bad` valid for a write.
-    unsafe extern "C" fn post_send(
-        _qp: *mut bindings::ib_qp,
-        wr: *const bindings::ib_send_wr,
-        bad: *mut *const bindings::ib_send_wr,
-    ) -> c_int {
-        // SAFETY: The core passes a valid place for the first request not posted.
-        unsafe { bad.write(wr) };
-        unsupported()
-    }
-
-    /// # Safety
-    ///
-    /// Called by the RDMA core only, with `bad` valid for a write.
-    unsafe extern "C" fn post_recv(
-        _qp: *mut bindings::ib_qp,
-        wr: *const bindings::ib_recv_wr,
-        bad: *mut *const bindings::ib_recv_wr,
-    ) -> c_int {
-        // SAFETY: As for `post_send`.
-        unsafe { bad.write(wr) };
-        unsupported()
-    }
-
-    extern "C" fn get_dma_mr(_pd: *mut bindings::ib_pd, _access: c_int) -> *mut bindings::ib_mr {
-        EOPNOTSUPP.to_ptr()
-    }
-
-    extern "C" fn reg_user_mr(
-        _pd: *mut bindings::ib_pd,
-        _start: u64,
-        _length: u64,
-        _iova: u64,
-        _access: c_int,
-        _dmah: *mut bindings::ib_dmah,
-        _u: *mut bindings::ib_udata,
-    ) -> *mut bindings::ib_mr {
-        EOPNOTSUPP.to_ptr()
-    }
-
-    extern "C" fn dereg_mr(_mr: *mut bindings::ib_mr, _u: *mut bindings::ib_udata) -> c_int {
-        0
-    }
 }
 
 /// The port capabilities qhca's port claims now: RoCE v2 (UDP encapsulation) with Ethernet
