@@ -62,6 +62,7 @@ QEMU=$(bg_path qemu)
 bg_wait cargo
 BIN=$(bg_path cargo)
 KO=$("$QHCA_ROOT/scripts/build-kmod.sh" "$KDIR" | tail -n1)
+"$QHCA_ROOT/scripts/install-provider.sh" "$BIN"
 step "gcc: qhca-verbs-check (tests/verbs-c/*.c, an unmodified libibverbs program)"
 gcc -O2 -Wall -Wextra -Werror -o "$BIN/qhca-verbs-check" \
 	"$QHCA_ROOT"/tests/verbs-c/*.c -libverbs ||

@@ -102,6 +102,25 @@ fn scan() -> Vec<&'static Dev> {
         .collect()
 }
 
+/// True if the real library's device `d` is a qhca device of the RDMA core (its PCI IDs, read
+/// from its sysfs directory, are qhca's).
+///
+/// # Safety
+///
+/// `d` is a valid device of the real library.
+unsafe fn is_qhca_ib_device(d: *mut ibv_device) -> bool {
+    // SAFETY: the caller's promise; `ibdev_path` is a NUL-terminated array inside it.
+    let path = unsafe { core::ffi::CStr::from_ptr((*d).ibdev_path.as_ptr()) };
+    let Ok(path) = path.to_str() else {
+        return false;
+    };
+    let id = |f: &str| std::fs::read_to_string(format!("{path}/device/{f}")).ok();
+    id("vendor").as_deref().map(str::trim)
+        == Some(&format!("{:#06x}", qhca_uapi::QHCA_PCI_VENDOR_ID))
+        && id("device").as_deref().map(str::trim)
+            == Some(&format!("{:#06x}", qhca_uapi::QHCA_PCI_DEVICE_ID))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
     let mut n: c_int = 0;
@@ -116,6 +135,12 @@ pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *m
             let d = unsafe { *real.add(i) };
             if d.is_null() {
                 break;
+            }
+            // SAFETY: a device of the real library's list, valid until the list is freed.
+            if unsafe { is_qhca_ib_device(d) } {
+                // The same hardware as one of ours, through its own provider (the RDMA core's
+                // device): listed once, as ours, while this layer is preloaded.
+                continue;
             }
             list.push(d);
         }

@@ -15,7 +15,9 @@
 //! function looks at the object it is handed: a qhca object (one this library made) is served
 //! here, over the qhca provider (`qhca`); anything else goes on to the real libibverbs
 //! (`dlsym(RTLD_NEXT)`), so rxe, mlx5 or any other device keeps working in the same program.
-//! `ibv_get_device_list` returns the real library's devices followed by the qhca ones.
+//! `ibv_get_device_list` returns the real library's devices followed by the qhca ones (less the
+//! real library's entry for the same qhca hardware, which the installed provider adds: each device
+//! is listed once).
 //! Replacing libibverbs.so.1 itself would not do: Debian's perftest also links libmlx5 and
 //! libefa, which need libibverbs's private symbol versions.
 //!

@@ -27,7 +27,7 @@ pub(crate) mod rdma_core;
 
 use args::{ioctl_bad_args, mmap_bad_args};
 use lifecycle::{reload_module, unbind_while_open};
-use rdma_core::{ib_device, ib_ucontext};
+use rdma_core::{ib_device, ib_provider, ib_ucontext};
 
 use crate::harness::{Case, CaseResult, Fail, T};
 use crate::sys::{self, IoctlBuf, RawMap};
@@ -73,6 +73,10 @@ fn base() -> Vec<Case<Config>> {
         Case {
             name: "ib_ucontext",
             run: ib_ucontext,
+        },
+        Case {
+            name: "ib_provider",
+            run: ib_provider,
         },
         Case {
             name: "doorbell_page_per_process",

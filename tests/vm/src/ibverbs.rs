@@ -201,6 +201,13 @@ fn ibverbs_devices_lists_qhca(t: &mut T, cfg: &Config) -> CaseResult {
         guid.len() == 16 && u64::from_str_radix(&guid, 16).is_ok_and(|g| g != 0),
         "GUID {guid:?}"
     );
+    // The RDMA core's entry for the same device (the installed provider's) is not listed beside
+    // the layer's: one line per device.
+    let same = text(&out)
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some(guid.as_str()))
+        .count();
+    check_eq!(t, same, 1, "devices with GUID {guid}: {}", text(&out));
     Ok(())
 }
 

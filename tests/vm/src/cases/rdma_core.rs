@@ -420,6 +420,102 @@ pub(super) fn ib_ucontext(t: &mut T, cfg: &Config) -> CaseResult {
     Ok(())
 }
 
+/// The value of `key` in `ibv_devinfo`'s output (`key:<tabs>value`), first match.
+fn devinfo_field(out: &str, key: &str) -> Option<String> {
+    out.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == key).then(|| v.trim().to_owned())
+    })
+}
+
+/// Case: the installed provider (`libqhca-rdmav34.so`, `/etc/libibverbs.d/qhca.driver`) makes the
+/// device a libibverbs device with nothing preloaded: Debian's `ibv_devices` lists it with its
+/// GUID, and `ibv_devinfo -v` opens it (a context: GET_CONTEXT, the doorbell page mapped, given
+/// back on close) and shows the device's and the port's attributes, with no warning.
+pub(super) fn ib_provider(t: &mut T, cfg: &Config) -> CaseResult {
+    let bdf = system::pci_bdf(cfg)?;
+    require!(
+        t,
+        wait_for(NODE_TIMEOUT, || has_ib_device(&bdf)
+            && uverbs_node(&bdf).is_some()),
+        "{bdf} has no RDMA core device with a uverbs node"
+    );
+    let name = ib_dirs(&bdf)[0]
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_owned();
+    let (_misc, a) = open_query(&cfg.dev)?;
+    let before = held(0, "contexts")?;
+    let run = |tool: &str, args: &[&str]| -> Result<std::process::Output, Fail> {
+        let Some(path) = find_tool(tool) else {
+            bail!("{tool} (ibverbs-utils) is not installed");
+        };
+        std::process::Command::new(path)
+            .args(args)
+            .env_remove("LD_PRELOAD")
+            .env("IBV_SHOW_WARNINGS", "1")
+            .output()
+            .map_err(|e| Fail::new(file!(), line!(), format!("{tool}: {e}")))
+    };
+
+    let out = run("ibv_devices", &[])?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name.as_str()));
+    check_eq!(
+        t,
+        line.and_then(|l| l.split_whitespace().nth(1)),
+        Some(format!("{:016x}", a.node_guid).as_str()),
+        "ibv_devices lists {name} with its GUID: {}",
+        describe(&out)
+    );
+
+    let out = run("ibv_devinfo", &["-v", "-d", &name])?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    check!(
+        t,
+        out.status.success(),
+        "ibv_devinfo -v -d {name}: {}",
+        describe(&out)
+    );
+    check!(t, !err.contains("Warning"), "libibverbs warned: {err}");
+    let v = a.fw_version;
+    for (key, want) in [
+        ("hca_id", name.clone()),
+        (
+            "fw_ver",
+            format!("{}.{}.{}", v >> 32, (v >> 16) & 0xffff, v & 0xffff),
+        ),
+        ("node_guid", guid_text(a.node_guid)),
+        ("vendor_id", format!("{:#06x}", a.vendor_id)),
+        ("vendor_part_id", a.vendor_part_id.to_string()),
+        ("max_qp", a.max_qp.to_string()),
+        ("max_pd", a.max_pd.to_string()),
+        ("max_mr_size", format!("{:#x}", a.max_mr_size)),
+        ("phys_port_cnt", "1".to_owned()),
+        ("state", "PORT_ACTIVE (4)".to_owned()),
+        ("link_layer", "Ethernet".to_owned()),
+        ("gid_tbl_len", "16".to_owned()),
+    ] {
+        check_eq!(
+            t,
+            devinfo_field(&text, key),
+            Some(want),
+            "{key} in:\n{text}"
+        );
+    }
+    check_eq!(
+        t,
+        held(0, "contexts")?,
+        before,
+        "ibv_devinfo's context was given back"
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
