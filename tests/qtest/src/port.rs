@@ -6,6 +6,7 @@
 //! address vector `struct qhca_ah_attr` that CREATE_AH and MODIFY_QP (`QHCA_QP_ATTR_AV`) take.
 
 use core::mem::{offset_of, size_of};
+use std::time::{Duration, Instant};
 
 use qhca_uapi::*;
 
@@ -216,6 +217,28 @@ pub fn query_port_amid_events(h: &mut Hca) -> (PortAttr, Vec<qhca_eqe>) {
         PortAttr::decode(&h.qt.memread(PORT_OUT, PORT_ATTR_SIZE)),
         others,
     )
+}
+
+/// The port's counters as words (QUERY_PORT amid the events that frames may raise).
+pub fn counter_words(h: &mut Hca) -> [u64; 20] {
+    query_port_amid_events(h).0.counter_words
+}
+
+/// Waits (real time, at most `limit`) until counter `i` is above `before[i]`; the counters then.
+pub fn wait_counter(h: &mut Hca, i: usize, before: &[u64; 20], limit: Duration) -> [u64; 20] {
+    let t0 = Instant::now();
+    loop {
+        let c = counter_words(h);
+        if c[i] > before[i] {
+            return c;
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "counter {i} stayed at {}: {c:?}",
+            before[i]
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// `struct qhca_cmd_set_gid` as bytes.

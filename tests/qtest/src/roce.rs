@@ -14,6 +14,16 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
+/// The test segment of the RoCE tests: the device's port and the peer the test plays.
+pub const DEV_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0xaa, 0x00, 0x01];
+pub const PEER_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0xaa, 0x00, 0x02];
+pub const DEV_IP: [u8; 4] = [10, 7, 0, 1];
+pub const PEER_IP: [u8; 4] = [10, 7, 0, 2];
+pub const DEV: ([u8; 6], [u8; 4]) = (DEV_MAC, DEV_IP);
+pub const PEER: ([u8; 6], [u8; 4]) = (PEER_MAC, PEER_IP);
+/// The QP the test plays.
+pub const PEER_QPN: u32 = 0x123;
+
 pub const ETH_P_IPV4: u16 = 0x0800;
 pub const ETH_P_ARP: u16 = 0x0806;
 pub const ROCE_PORT: u16 = 4791;

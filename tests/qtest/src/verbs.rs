@@ -875,3 +875,19 @@ pub fn event_keys(ev: &[qhca_eqe]) -> Vec<(u32, u64, u64)> {
         .map(|e| (e.type_ as u32, e.data[0], e.data[1]))
         .collect()
 }
+
+/// A new context (doorbell page) with a PD, a CQ and an RC QP in INIT: uar, pdn, the CQ, the QP.
+pub fn rc_qp_in_init(h: &mut Hca, m: &mut Mem) -> (u32, u32, Cq, Qp) {
+    let uar = h.alloc_uar().1 as u32;
+    let (_, pdn) = alloc_pd(h, uar);
+    let (_, cq) = create_cq(h, m, uar, 6);
+    let (st, qp) = create_qp(h, m, uar, pdn, cq.cqn, cq.cqn, &QpCaps::default());
+    assert_eq!(st, QHCA_CMD_OK);
+    let init = QpAttr {
+        mask: QHCA_QP_ATTR_STATE,
+        state: QHCA_QPS_INIT as u8,
+        ..Default::default()
+    };
+    assert_eq!(modify_qp(h, uar, qp.qpn, &init), QHCA_CMD_OK);
+    (uar, pdn, cq, qp)
+}

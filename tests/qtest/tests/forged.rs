@@ -30,20 +30,13 @@ use qhca_qtest::ud::*;
 use qhca_qtest::verbs::*;
 use qhca_qtest::Hca;
 
-const DEV_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0xaa, 0x00, 0x01];
-const PEER_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0xaa, 0x00, 0x02];
-const DEV_IP: [u8; 4] = [10, 7, 0, 1];
-const PEER_IP: [u8; 4] = [10, 7, 0, 2];
 /// Another address of the device (entry 2).
 const DEV_IP2: [u8; 4] = [10, 8, 0, 1];
-const DEV: ([u8; 6], [u8; 4]) = (DEV_MAC, DEV_IP);
-const PEER: ([u8; 6], [u8; 4]) = (PEER_MAC, PEER_IP);
 /// The test's IPv6 link-local address (its MAC's EUI-64).
 const PEER_LL: [u8; 16] = [
     0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0x00, 0xff, 0xfe, 0xaa, 0x00, 0x02,
 ];
 /// A QP the test plays.
-const PEER_QPN: u32 = 0x123;
 const QKEY: u32 = 0x1111_0001;
 const FILL: u8 = 0xee;
 /// How long something the device owes may take (real time).
@@ -86,27 +79,6 @@ fn world_with(props: &str, extra: &[&str]) -> W {
     W { h, peer, gid0 }
 }
 
-fn counters(w: &mut W) -> [u64; 20] {
-    query_port_amid_events(&mut w.h).0.counter_words
-}
-
-/// Waits (real time) until counter `i` is above `before[i]`; the counters then.
-fn wait_counter(w: &mut W, i: usize, before: &[u64; 20]) -> [u64; 20] {
-    let t0 = Instant::now();
-    loop {
-        let c = counters(w);
-        if c[i] > before[i] {
-            return c;
-        }
-        assert!(
-            t0.elapsed() < WAIT,
-            "counter {i} stayed at {}: {c:?}",
-            before[i]
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 fn expect_nothing(w: &W, what: &str) {
     if let Some(f) = w.peer.recv(QUIET) {
         panic!("{what}: the device sent a frame: {f:02x?}");
@@ -117,9 +89,9 @@ fn expect_nothing(w: &W, what: &str) {
 /// device answered nothing.
 fn expect_forged(w: &mut W, cases: &[(String, Vec<u8>)]) {
     for (what, frame) in cases {
-        let before = counters(w);
+        let before = counter_words(&mut w.h);
         w.peer.send(frame);
-        let after = wait_counter(w, RX_FORGED, &before);
+        let after = wait_counter(&mut w.h, RX_FORGED, &before, WAIT);
         for (i, (a, b)) in after.iter().zip(&before).enumerate() {
             let want = b + (i == RX_FORGED) as u64;
             assert_eq!(*a, want, "{what}: counter {i}: {before:?} -> {after:?}");
@@ -239,7 +211,7 @@ fn datagrams_from_the_port_itself_or_from_no_one_host_are_dropped_and_counted() 
         }
         assert_eq!(b[GRH..], pattern(40, 3)[..]);
     }
-    assert_eq!(counters(&mut w)[RX_FORGED], cases.len() as u64);
+    assert_eq!(counter_words(&mut w.h)[RX_FORGED], cases.len() as u64);
 }
 
 #[test]
@@ -318,7 +290,7 @@ fn a_forged_send_does_not_reach_a_connection_between_the_ports_own_gids() {
         let (_, a) = query_qp(&mut w.h, p.uar, p.b.qpn);
         assert_eq!(a.state, QHCA_QPS_RTS as u8, "{from}");
     }
-    assert_eq!(counters(&mut w)[RX_FRAMES], 0, "no frame was taken");
+    assert_eq!(counter_words(&mut w.h)[RX_FRAMES], 0, "no frame was taken");
 }
 
 #[test]
@@ -377,9 +349,9 @@ fn arp_and_neighbour_solicitations_from_the_port_itself_are_dropped_and_counted(
     expect_forged(&mut w, &cases);
 
     // A probe (RFC 5227: from 0.0.0.0) is no forgery: counted, not answered.
-    let before = counters(&mut w);
+    let before = counter_words(&mut w.h);
     w.peer.send(&req(PEER_MAC, [0; 4], DEV_IP).encode());
-    let c = wait_counter(&mut w, ARP_RX, &before);
+    let c = wait_counter(&mut w.h, ARP_RX, &before, WAIT);
     assert_eq!(
         (c[RX_FORGED], c[ARP_TX]),
         (before[RX_FORGED], before[ARP_TX])
@@ -394,23 +366,7 @@ fn arp_and_neighbour_solicitations_from_the_port_itself_are_dropped_and_counted(
     w.peer.send(&f);
     let f = w.peer.recv(WAIT).expect("a neighbour advertisement");
     assert_eq!((&f[..6], &f[6..12]), (&PEER_MAC[..], &DEV_MAC[..]));
-    assert_eq!(counters(&mut w)[RX_FORGED], cases.len() as u64);
-}
-
-/// A context with a PD, a CQ and an RC QP in INIT.
-fn rc_in_init(h: &mut Hca, m: &mut Mem) -> (u32, u32, Cq, Qp) {
-    let uar = h.alloc_uar().1 as u32;
-    let (_, pdn) = alloc_pd(h, uar);
-    let (_, cq) = create_cq(h, m, uar, 6);
-    let (st, qp) = create_qp(h, m, uar, pdn, cq.cqn, cq.cqn, &QpCaps::default());
-    assert_eq!(st, QHCA_CMD_OK);
-    let init = QpAttr {
-        mask: QHCA_QP_ATTR_STATE,
-        state: QHCA_QPS_INIT as u8,
-        ..Default::default()
-    };
-    assert_eq!(modify_qp(h, uar, qp.qpn, &init), QHCA_CMD_OK);
-    (uar, pdn, cq, qp)
+    assert_eq!(counter_words(&mut w.h)[RX_FORGED], cases.len() as u64);
 }
 
 fn rtr_with(av: AhAttr) -> QpAttr {
@@ -432,7 +388,7 @@ fn rtr_with(av: AhAttr) -> QpAttr {
 fn address_vectors_name_one_port() {
     let mut w = world("");
     let mut m = Mem::default();
-    let (uar, pdn, _cq, qp) = rc_in_init(&mut w.h, &mut m);
+    let (uar, pdn, _cq, qp) = rc_qp_in_init(&mut w.h, &mut m);
     let not_unicast = [
         (1, v4_gid([0, 0, 0, 0])),
         (1, v4_gid([0, 1, 2, 3])),
@@ -488,14 +444,14 @@ fn address_vectors_name_one_port() {
     let mut ud = u.qp(&mut w.h, QKEY);
     let ah = u.ah(&mut w.h, &AhAttr::from_to(0, group));
     let (src, key) = u.buf(&mut w.h, 64, 1);
-    let before = counters(&mut w);
+    let before = counter_words(&mut w.h);
     ud.post_ud(
         &mut w.h,
         &UdWr::send(5, ah, PEER_QPN, QKEY, &[(src, 64, key)]),
     );
     let c = u.scq.wait(&mut w.h);
     assert_eq!((c.wr_id, c.status as u32), (5, QHCA_WC_SUCCESS));
-    let after = counters(&mut w);
+    let after = counter_words(&mut w.h);
     assert_eq!(after[TX_NO_ROUTE], before[TX_NO_ROUTE] + 1, "{after:?}");
     assert_eq!(after[TX_FRAMES], before[TX_FRAMES]);
     expect_nothing(&w, "a datagram to a group MAC's EUI-64");
@@ -622,7 +578,7 @@ fn arp_is_learnt_only_from_replies_to_the_ports_own_requests() {
     let p = next_frame(&w, "the fourth WRITE").expect("the WRITE");
     assert_eq!((p.dst_mac, p.psn), (moved, 0x103));
     expect_nothing(&w, "after the fourth WRITE");
-    let c = counters(&mut w);
+    let c = counter_words(&mut w.h);
     // Two answers, two questions; nothing here was forged.
     assert_eq!((c[ARP_TX], c[ARP_RX], c[RX_FORGED]), (4, 7, 0), "{c:?}");
 }
@@ -646,7 +602,7 @@ fn a_reset_drops_the_frames_the_port_holds_and_delivers_none() {
     qmp.ok(r#"{"execute":"cont"}"#);
     expect_nothing(&w, "after a reset with a request held");
     w.h.bring_up(5, 6);
-    assert_eq!(counters(&mut w), [0; 20], "nothing reached the port");
+    assert_eq!(counter_words(&mut w.h), [0; 20], "nothing reached the port");
     add_ipv4(&mut w.h, 1, DEV_IP);
 
     // A frame x-loss-reorder holds back, and one waiting for a neighbour's MAC.
@@ -655,7 +611,7 @@ fn a_reset_drops_the_frames_the_port_holds_and_delivers_none() {
     rc.write(&mut w);
     assert_eq!(next_frame(&w, "the WRITE"), Err(ask));
     w.peer.send(&Arp::reply_to(&ask, PEER_MAC).encode());
-    let c = wait_counter(&mut w, TEST_REORDERED, &[0; 20]);
+    let c = wait_counter(&mut w.h, TEST_REORDERED, &[0; 20], WAIT);
     assert_eq!(c[TX_FRAMES], 0, "the WRITE is held back");
     let mut rc3 = rc_to(&mut w, &mut m, [10, 7, 0, 3]);
     rc3.write(&mut w);
@@ -670,7 +626,7 @@ fn a_reset_drops_the_frames_the_port_holds_and_delivers_none() {
     w.peer.send(&Arp::reply_to(&ask3, PEER_MAC).encode());
     w.peer.send(&Arp::reply_to(&ask, PEER_MAC).encode());
     expect_nothing(&w, "after a reset with frames waiting for a MAC");
-    let c = counters(&mut w);
+    let c = counter_words(&mut w.h);
     assert_eq!((c[TX_FRAMES], c[ARP_RX], c[ARP_TX]), (0, 2, 0), "{c:?}");
     // The port works: it answers, and asks.
     let q = Arp::request(PEER_MAC, PEER_IP, DEV_IP);

@@ -245,23 +245,6 @@ fn to_reset() -> QpAttr {
     }
 }
 
-/// A context with a PD, a CQ and an RC QP in INIT.
-fn rc_in_init(h: &mut Hca, m: &mut Mem) -> (u32, Cq, Qp) {
-    let (_, uar) = h.alloc_uar();
-    let uar = uar as u32;
-    let (_, pdn) = alloc_pd(h, uar);
-    let (_, cq) = create_cq(h, m, uar, 6);
-    let (st, qp) = create_qp(h, m, uar, pdn, cq.cqn, cq.cqn, &QpCaps::default());
-    assert_eq!(st, QHCA_CMD_OK);
-    let init = QpAttr {
-        mask: QHCA_QP_ATTR_STATE,
-        state: QHCA_QPS_INIT as u8,
-        ..Default::default()
-    };
-    assert_eq!(modify_qp(h, uar, qp.qpn, &init), QHCA_CMD_OK);
-    (uar, cq, qp)
-}
-
 fn rtr_with(av: AhAttr) -> QpAttr {
     QpAttr {
         mask: QHCA_QP_ATTR_STATE
@@ -283,7 +266,7 @@ fn address_vectors_are_checked_by_modify_qp_and_shown_by_query_qp() {
     add_ipv4(&mut h, 1, IP1);
     add_ipv4(&mut h, 3, IP2);
     let mut m = Mem::default();
-    let (uar, _cq, qp) = rc_in_init(&mut h, &mut m);
+    let (uar, _, _cq, qp) = rc_qp_in_init(&mut h, &mut m);
 
     // Before any AV: GID 0 to GID 0, hop limit 64, port 1.
     let (st, a) = query_qp(&mut h, uar, qp.qpn);
@@ -414,7 +397,7 @@ fn address_vectors_are_checked_by_modify_qp_and_shown_by_query_qp() {
     assert_eq!(query_qp(&mut h, uar, qp.qpn).1.av, good);
 
     // RESET->INIT of a fresh RC QP, and a UD QP at every step: refused.
-    let (uar2, _, qp2) = rc_in_init(&mut h, &mut m);
+    let (uar2, _, _, qp2) = rc_qp_in_init(&mut h, &mut m);
     assert_eq!(modify_qp(&mut h, uar2, qp2.qpn, &to_reset()), QHCA_CMD_OK);
     let init_av = QpAttr {
         mask: QHCA_QP_ATTR_STATE | QHCA_QP_ATTR_AV,

@@ -25,14 +25,6 @@ use qhca_qtest::roce::*;
 use qhca_qtest::verbs::*;
 use qhca_qtest::Hca;
 
-const DEV_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0xaa, 0x00, 0x01];
-const PEER_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0xaa, 0x00, 0x02];
-const DEV_IP: [u8; 4] = [10, 7, 0, 1];
-const PEER_IP: [u8; 4] = [10, 7, 0, 2];
-const DEV: ([u8; 6], [u8; 4]) = (DEV_MAC, DEV_IP);
-const PEER: ([u8; 6], [u8; 4]) = (PEER_MAC, PEER_IP);
-/// The QP the test plays.
-const PEER_QPN: u32 = 0x123;
 /// Both directions' first PSN.
 const PSN: u32 = 0x100;
 /// Path MTU 256 (`path_mtu` 8): a 768-byte message is three packets.

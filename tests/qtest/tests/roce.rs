@@ -23,14 +23,6 @@ use qhca_qtest::roce6::{icmpv6_sum, neighbour_solicitation};
 use qhca_qtest::verbs::*;
 use qhca_qtest::Hca;
 
-const DEV_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0xaa, 0x00, 0x01];
-const PEER_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0xaa, 0x00, 0x02];
-const DEV_IP: [u8; 4] = [10, 7, 0, 1];
-const PEER_IP: [u8; 4] = [10, 7, 0, 2];
-const DEV: ([u8; 6], [u8; 4]) = (DEV_MAC, DEV_IP);
-const PEER: ([u8; 6], [u8; 4]) = (PEER_MAC, PEER_IP);
-/// The QP the test plays.
-const PEER_QPN: u32 = 0x123;
 /// Both directions' first PSN.
 const PSN: u32 = 0x100;
 /// The AV's GRH fields, to be found in every frame's IPv4 header.
@@ -197,27 +189,6 @@ fn resolve(w: &W) {
     assert_eq!(Arp::parse(&f), Ok(Arp::reply_to(&q, DEV_MAC)), "{f:02x?}");
 }
 
-fn counters(w: &mut W) -> [u64; 20] {
-    query_port_amid_events(&mut w.h).0.counter_words
-}
-
-/// Waits (real time) until counter `i` is above `before[i]`; the counters then.
-fn wait_counter(w: &mut W, i: usize, before: &[u64; 20]) -> [u64; 20] {
-    let t0 = Instant::now();
-    loop {
-        let c = counters(w);
-        if c[i] > before[i] {
-            return c;
-        }
-        assert!(
-            t0.elapsed() < WAIT,
-            "counter {i} stayed at {}: {c:?}",
-            before[i]
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 #[test]
 fn arp_for_the_ports_ipv4_gids_is_answered() {
     let mut w = world("");
@@ -242,7 +213,7 @@ fn arp_for_the_ports_ipv4_gids_is_answered() {
     q.eth_dst = [0x52, 0x54, 0, 0xaa, 0, 9];
     w.peer.send(&q.encode());
     expect_nothing(&w);
-    let c = counters(&mut w);
+    let c = counter_words(&mut w.h);
     assert_eq!(
         (c[ARP_RX], c[ARP_TX], c[TX_FRAMES], c[RX_MALFORMED]),
         (3, 2, 0, 0)
@@ -282,7 +253,7 @@ fn a_write_leaves_as_a_rocev2_frame_after_arp_and_completes_on_the_tests_ack() {
     );
     assert_eq!(p.reth, Some(Reth { va, rkey, len: 101 }));
     assert_eq!(p.payload, data);
-    let c = counters(&mut w);
+    let c = counter_words(&mut w.h);
     assert_eq!((c[TX_FRAMES], c[ARP_TX], c[ARP_RX]), (1, 1, 1));
     assert_eq!(c[TX_BYTES] as usize, HDRS_LEN + 16 + 104 + 4);
     w.cq.expect_empty(&mut w.h);
@@ -352,7 +323,7 @@ fn a_write_from_the_wire_is_placed_and_acknowledged() {
     let got = w.h.qt.memread(w.buf, 128);
     assert_eq!(got[8..85], data[..]);
     assert!(got[..8].iter().chain(&got[85..]).all(|&x| x == FILL));
-    let c = counters(&mut w);
+    let c = counter_words(&mut w.h);
     assert_eq!((c[RX_FRAMES], c[TX_FRAMES]), (1, 1));
 }
 
@@ -422,9 +393,9 @@ fn bad_frames_are_dropped_and_counted() {
     p.tver = 1;
     cases.push(("transport version 1", p.encode(), RX_MALFORMED));
     for (what, frame, counter) in cases {
-        let before = counters(&mut w);
+        let before = counter_words(&mut w.h);
         w.peer.send(&frame);
-        let after = wait_counter(&mut w, counter, &before);
+        let after = wait_counter(&mut w.h, counter, &before, WAIT);
         for (i, (a, b)) in after.iter().zip(&before).enumerate() {
             let want = b + (i == counter) as u64;
             assert_eq!(*a, want, "{what}: counter {i}: {before:?} -> {after:?}");
@@ -455,7 +426,7 @@ fn bad_frames_are_dropped_and_counted() {
     w.peer.send(&good.encode());
     expect_ack(&w, PSN);
     assert_eq!(w.h.qt.memread(w.buf + 0x100, 64), data);
-    let c = counters(&mut w);
+    let c = counter_words(&mut w.h);
     assert_eq!(c[RX_FRAMES], 2, "the foreign one and the good one");
     assert_eq!(query_ctx_stats(&mut w.h, w.uar).1.pkt_foreign, 1);
 }
@@ -543,7 +514,7 @@ fn x_loss_drop_1000_sends_nothing() {
     w.peer.send(&write_req(&w, PSN, 0, &[7; 16]).encode());
     let mut one = [0; 20];
     one[TEST_DROPPED] = 1;
-    let c = wait_counter(&mut w, TEST_DROPPED, &one);
+    let c = wait_counter(&mut w.h, TEST_DROPPED, &one, WAIT);
     expect_nothing(&w);
     assert_eq!(w.h.qt.memread(w.buf, 16), [7; 16]);
     assert_eq!((c[TEST_DROPPED], c[TX_FRAMES], c[TX_BYTES]), (2, 0, 0));
@@ -732,7 +703,7 @@ fn two_thousand_frames_of_garbage() {
         }
     }
     assert_eq!(w.h.status(), QHCA_STATUS_READY);
-    let c = counters(&mut w);
+    let c = counter_words(&mut w.h);
     eprintln!(
         "after the garbage: {c:?}; {} events, {resets} QP resets, {answers} frames back",
         events.len()
@@ -808,7 +779,7 @@ fn ipv6_neighbour_solicitations_for_the_link_local_gid_are_answered() {
     let mut w = world("");
     let ll = query_port(&mut w.h).gids[0].gid;
     assert_eq!(&ll[..8], &[0xfe, 0x80, 0, 0, 0, 0, 0, 0]);
-    let before = counters(&mut w);
+    let before = counter_words(&mut w.h);
     // To the solicited-node group, then to the device's own MAC: answered, solicited.
     for unicast in [false, true] {
         w.peer.send(&ns_frame(PEER_LL, ll, 255, unicast));
@@ -831,7 +802,7 @@ fn ipv6_neighbour_solicitations_for_the_link_local_gid_are_answered() {
     bad[14 + 40 + 2] ^= 0x10;
     w.peer.send(&bad);
     expect_nothing(&w);
-    let c = counters(&mut w);
+    let c = counter_words(&mut w.h);
     assert_eq!(
         (
             c[ARP_RX] - before[ARP_RX],
