@@ -206,13 +206,38 @@ static QhcaReqSlot *qhca_req_answer(QhcaState *s, QhcaQp *qp,
     return sl;
 }
 
+/*
+ * Places len bytes of the answer to the request at idx into its local
+ * SGEs at off.  True if they landed.  Else the answer is handled: on a
+ * missing on-demand page it is dropped, the requester rewinds to its PSN
+ * and raises the fault (the request goes out again after RESUME); on any
+ * other error the request completes with it.
+ */
+static bool qhca_req_place(QhcaState *s, QhcaQp *qp, QhcaReqSlot *sl,
+                           const QhcaPkt *pkt, uint16_t idx, uint64_t off,
+                           void *data, uint64_t len)
+{
+    uint8_t st = qhca_sge_copy(s, qp->pdn, sl->wqe.sge, sl->wqe.num_sge, off,
+                               data, len, true);
+
+    if (st == QHCA_WC_ODP_FAULT) {
+        qhca_req_rewind(s, qp, pkt->psn);
+        qhca_req_fault(s, qp, idx, true);
+        return false;
+    }
+    if (st != QHCA_WC_SUCCESS) {
+        qhca_req_complete(s, qp, st);
+        return false;
+    }
+    return true;
+}
+
 /* An atomic ACK for the atomic at idx. */
 static void qhca_req_atomic_ack(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt,
                                 uint16_t idx)
 {
     uint64_t orig = cpu_to_le64(pkt->orig);
     QhcaReqSlot *sl = qhca_req_answer(s, qp, pkt, idx);
-    uint8_t st;
 
     if (!sl || sl->done) {
         return;
@@ -221,19 +246,11 @@ static void qhca_req_atomic_ack(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt,
         qhca_req_bad_resp(s, qp, pkt, "atomic ACK whose AETH is a NAK");
         return;
     }
-    st = qhca_sge_copy(s, qp->pdn, sl->wqe.sge, sl->wqe.num_sge, 0,
-                       &orig, 8, true);
-    if (st == QHCA_WC_ODP_FAULT) {
-        /*
-         * Dropped; the atomic goes out again after RESUME and the
-         * responder answers it from its saved result.
-         */
-        qhca_req_rewind(s, qp, pkt->psn);
-        qhca_req_fault(s, qp, idx, true);
-        return;
-    }
-    if (st != QHCA_WC_SUCCESS) {
-        qhca_req_complete(s, qp, st);
+    /*
+     * On a missing page the atomic goes out again after RESUME and the
+     * responder answers it from its saved result.
+     */
+    if (!qhca_req_place(s, qp, sl, pkt, idx, 0, &orig, 8)) {
         return;
     }
     sl->done = true;
@@ -286,13 +303,10 @@ static void qhca_req_read_resp(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt,
     uint32_t mtu = qhca_mtu(qp);
     QhcaReqSlot *sl = qhca_req_answer(s, qp, pkt, idx);
     const char *why;
-    QhcaSendWqe *w;
-    uint8_t st;
 
     if (!sl) {
         return;
     }
-    w = &sl->wqe;
     if (k != sl->resp_next) {
         /*
          * A duplicate, or ahead of one lost: the ACK timer asks again from
@@ -308,16 +322,9 @@ static void qhca_req_read_resp(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt,
         qhca_req_bad_resp(s, qp, pkt, why);
         return;
     }
-    st = qhca_sge_copy(s, qp->pdn, w->sge, w->num_sge, (uint64_t)k * mtu,
-                       (void *)pkt->payload, pkt->len, true);
-    if (st == QHCA_WC_ODP_FAULT) {
-        /* Dropped; asked for again from this packet after RESUME. */
-        qhca_req_rewind(s, qp, pkt->psn);
-        qhca_req_fault(s, qp, idx, true);
-        return;
-    }
-    if (st != QHCA_WC_SUCCESS) {
-        qhca_req_complete(s, qp, st);
+    /* On a missing page it is asked for again from this packet. */
+    if (!qhca_req_place(s, qp, sl, pkt, idx, (uint64_t)k * mtu,
+                        (void *)pkt->payload, pkt->len)) {
         return;
     }
     sl->resp_next++;
