@@ -269,21 +269,29 @@ fn destroy_raw(ctx: &Context, kind: ObjKind, handle: u32) -> Result<(), Errno> {
 /// its first line, which must be `running`.
 #[track_caller]
 fn start_running_helper(cmd: &str, dev: &Path) -> Result<Child, Fail> {
-    let mut child = Command::new("/proc/self/exe")
-        .arg(cmd)
-        .arg(dev)
+    let mut c = Command::new("/proc/self/exe");
+    c.arg(cmd).arg(dev);
+    spawn_until_says(c, "running", cmd)
+}
+
+/// Spawns `cmd` with its stdout piped and waits for its first line, which must be `want` (else
+/// it is killed and reaped, and the failure names it `who`).
+#[track_caller]
+pub(super) fn spawn_until_says(mut cmd: Command, want: &str, who: &str) -> Result<Child, Fail> {
+    let mut child = cmd
         .stdout(Stdio::piped())
-        .spawn()?;
+        .spawn()
+        .map_err(|e| fail_msg(format!("{who}: {e}")))?;
     let out = child
         .stdout
         .take()
         .ok_or_else(|| fail_msg("no stdout".into()))?;
     let mut line = String::new();
     BufReader::new(out).read_line(&mut line)?;
-    if line.trim() != "running" {
+    if line.trim() != want {
         let _ = child.kill();
         let _ = child.wait();
-        return Err(fail_msg(format!("{cmd} said {line:?}")));
+        return Err(fail_msg(format!("{who} said {line:?}")));
     }
     Ok(child)
 }

@@ -27,24 +27,11 @@ fn start_stall(t: &mut T, cfg: &Config) -> Result<Option<Child>, Fail> {
         return Ok(None);
     }
     let bench = std::env::current_exe()?.with_file_name("qhca-odp-bench");
-    let mut child = Command::new(&bench)
-        .args(["--neighbour", "stalled", "-d"])
+    let mut c = Command::new(&bench);
+    c.args(["--neighbour", "stalled", "-d"])
         .arg(&cfg.dev)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| fail_msg(format!("{}: {e}", bench.display())))?;
-    let out = child
-        .stdout
-        .take()
-        .ok_or_else(|| fail_msg("no stdout".into()))?;
-    let mut line = String::new();
-    BufReader::new(out).read_line(&mut line)?;
-    if line.trim() != "ready" {
-        let _ = child.kill();
-        let _ = child.wait();
-        bail!("the stalling neighbour said {line:?}");
-    }
+        .stdin(Stdio::piped());
+    let child = spawn_until_says(c, "ready", "the stalling neighbour")?;
     Ok(Some(child))
 }
 
