@@ -86,6 +86,10 @@ pub(crate) struct QhcaDevice {
     ib_events: SetOnce<crate::rdma::Events>,
     #[pin]
     files: Mutex<Files>,
+    /// The entries of the port's GID table that the RDMA core set (bit `i` for entry `i`); see
+    /// [`QhcaDevice::core_add_gid`]. Held across the SET_GID command that changes one.
+    #[pin]
+    pub(crate) core_gids: Mutex<u16>,
     /// True while the driver is bound. Held by control paths that need the bound device (DMA
     /// mappings, commands); `shutdown` stops the device and clears it, waiting for them.
     #[pin]
@@ -140,6 +144,7 @@ impl QhcaDevice {
             attr: SetOnce::new(),
             ib_events: SetOnce::new(),
             files <- new_mutex!(Files { open: KVec::new(), gone: None }),
+            core_gids <- new_mutex!(0),
             bound <- new_mutex!(true),
             eq_overflows: Atomic::new(0),
             warn: RateLimit::new(),

@@ -2,7 +2,9 @@
 
 //! PCI binding: probe brings the device up, unbind takes it away from every open file.
 
-use crate::{cmdq::EqHost, device::QhcaDevice, file::MiscNode, ib::QhcaIb, rdma, regs, uapi};
+use crate::{
+    cmdq::EqHost, device::QhcaDevice, file::MiscNode, ib::QhcaIb, netdev::Netdev, rdma, regs, uapi,
+};
 use kernel::{
     device::{Bound, Core},
     dma::{Device as _, DmaMask},
@@ -239,14 +241,22 @@ fn register_ib<'bound>(
     name: &CStr,
     dev: &Arc<QhcaDevice>,
 ) -> Result<rdma::Registration<'bound, QhcaIb>> {
+    let attr = dev.attr()?;
+    // A port gets its netdev, which gives the RDMA core the port's addresses (its GIDs).
+    let netdev = if attr.caps & u64::from(uapi::QHCA_CAP_PORT) != 0 {
+        Some(Netdev::new(pdev, &dev.query_port()?.mac)?)
+    } else {
+        None
+    };
     let reg = rdma::Registration::new(
         pdev,
         &rdma::Info {
             name,
-            node_guid: dev.attr()?.node_guid,
+            node_guid: attr.node_guid,
             node_desc: c"qhca emulated RDMA NIC",
         },
         QhcaIb::new(dev.clone()),
+        netdev,
     )?;
     dev.set_ib_events(reg.events());
     Ok(reg)

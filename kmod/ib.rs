@@ -7,8 +7,11 @@
 //! moves them over step by step, `docs/design-ib-device.md`). A user context (an open of the
 //! uverbs device) is one of the device's doorbell pages, charged to its user as an open of
 //! `/dev/qhcaN` is, and offers that page to `mmap(2)` (`struct qhca_ib_alloc_ucontext_resp`);
-//! it creates no verbs objects yet. No kernel verbs either (see [`crate::rdma`]); the port's GID
-//! table in the core stays empty until the port has a netdev (the RoCE NIC issue).
+//! it creates no verbs objects yet. No kernel verbs either (see [`crate::rdma`]). The port's GIDs
+//! are the core's, from the addresses of the port's netdev ([`crate::netdev`]): its default GID
+//! is the device's fixed entry 0, and each IPv4 address becomes the same entry of the device's
+//! table (`add_gid`); IPv6 addresses other than the link-local one are refused (the device takes
+//! IPv4-mapped GIDs only in this version), and the core logs that it could not add them.
 
 use crate::{
     cmdq::Cmd,
@@ -260,6 +263,21 @@ impl rdma::Driver for QhcaIb {
         }
         uctx.quota.uncharge(Pool::Pds, 1);
         Ok(())
+    }
+
+    fn add_gid(&self, gid: &rdma::GidAttr<'_>) -> Result {
+        check_port(gid.port())?;
+        if gid.gid_type() != rdma::GidType::RoceV2 {
+            return Err(EINVAL);
+        }
+        let raw = gid.gid();
+        let prefix = gid.ipv4_prefix([raw[12], raw[13], raw[14], raw[15]]);
+        self.dev.core_add_gid(gid.index(), raw, prefix)
+    }
+
+    fn del_gid(&self, gid: &rdma::GidAttr<'_>) -> Result {
+        check_port(gid.port())?;
+        self.dev.core_del_gid(gid.index())
     }
 
     fn fw_version(&self, w: &mut dyn Write) -> core::fmt::Result {

@@ -2,7 +2,10 @@
 
 //! The device's one port (`QHCA_CAP_PORT`): `QHCA_IOCTL_QUERY_PORT`, which any context may ask,
 //! and `QHCA_IOCTL_SET_GID`, which sets an entry of the port's GID table and needs
-//! `CAP_NET_ADMIN`, as configuring a network interface's address does.
+//! `CAP_NET_ADMIN`, as configuring a network interface's address does; and the RDMA core's
+//! `add_gid`/`del_gid`, which make the device's table follow the core's (the addresses of the
+//! port's netdev, [`crate::netdev`]) index for index. While both exist, an entry belongs to
+//! whichever set it first.
 //!
 //! Neither names an object of the context, so neither needs its doorbell page: the commands are
 //! the driver's (`QHCA_CMD_QUERY_PORT`, `QHCA_CMD_SET_GID`). The argument is checked in full
@@ -140,6 +143,78 @@ impl QhcaDevice {
         Ok(port_attr_from_le(&le))
     }
 
+    /// The RDMA core put `gid` at `index` of its GID table (`add_gid`): the device's entry
+    /// `index` becomes it, with `prefix` as its subnet prefix. Entry 0 is the device's fixed
+    /// link-local GID, which the core's default GID (`fe80::` and the MAC's EUI-64) must be.
+    ///
+    /// While `/dev/qhcaN` still exists, its `QHCA_IOCTL_SET_GID` shares the table: an entry
+    /// belongs to whichever of the two set it first, and the other gets `EBUSY`.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for an index beyond the table, or a default GID that is not entry 0 (a node
+    /// GUID that is not the MAC's EUI-64); `EOPNOTSUPP` for a GID that is not IPv4-mapped (the
+    /// device takes no other in this version); `EBUSY` for an entry `SET_GID` holds; what the
+    /// device answers.
+    pub(crate) fn core_add_gid(&self, index: u32, gid: [u8; 16], prefix: u8) -> Result {
+        let i = usize::try_from(index).map_err(|_| EINVAL)?;
+        if i >= GID_TABLE_LEN {
+            return Err(EINVAL);
+        }
+        let mut core = self.core_gids.lock();
+        let port = self.query_port()?;
+        let held = u32::from(port.gids[i].flags) & uapi::QHCA_GID_VALID != 0;
+        if i == 0 {
+            if !held || port.gids[0].gid != gid {
+                dev_warn!(
+                    self.dev(),
+                    "qhca{}: the port's default GID is not the device's GID 0 (node GUID other than the MAC's EUI-64?)\n",
+                    self.instance
+                );
+                return Err(EINVAL);
+            }
+        } else {
+            if !gid_is_v4(&gid) {
+                return Err(EOPNOTSUPP);
+            }
+            if held && *core & (1 << i) == 0 {
+                return Err(EBUSY);
+            }
+            let entry = uapi::qhca_gid_entry {
+                gid,
+                flags: uapi::QHCA_GID_VALID as u8,
+                prefix_len: prefix.min(IPV4_PREFIX_MAX),
+                rsvd: [0; 6],
+            };
+            self.set_gid(index, &entry)?;
+        }
+        *core |= 1 << i;
+        Ok(())
+    }
+
+    /// The RDMA core took entry `index` out of its table (`del_gid`): the device's entry goes
+    /// too (entry 0 stays: it is fixed). Once the device is unbound or stopped there is nothing
+    /// left to clear.
+    pub(crate) fn core_del_gid(&self, index: u32) -> Result {
+        let i = usize::try_from(index).map_err(|_| EINVAL)?;
+        if i >= GID_TABLE_LEN {
+            return Err(EINVAL);
+        }
+        let mut core = self.core_gids.lock();
+        if *core & (1 << i) == 0 {
+            return Ok(());
+        }
+        if i != 0 {
+            match self.set_gid(index, &uapi::qhca_gid_entry::default()) {
+                Ok(()) => {}
+                Err(e) if e == ENODEV || self.is_stopped() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        *core &= !(1 << i);
+        Ok(())
+    }
+
     /// Runs SET_GID: entry `index` (1 .. `QHCA_GID_TABLE_LEN` - 1) becomes `entry`. The caller
     /// checked both ([`check_entry`]).
     ///
@@ -202,6 +277,11 @@ pub(crate) fn set_gid(dev: &QhcaDevice, arg: usize) -> Result<isize> {
     }
     check_entry(&req.entry)?;
     dev.check_port_cap()?;
+    let core = dev.core_gids.lock();
+    if *core & (1 << req.index) != 0 {
+        // The RDMA core's entry (an address of the port's netdev).
+        return Err(EBUSY);
+    }
     dev.set_gid(req.index, &req.entry)?;
     Ok(0)
 }

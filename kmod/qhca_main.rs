@@ -12,6 +12,7 @@
 //! - `rdma`: the RDMA core's interfaces, wrapped (an `ib_device` and its operations).
 //! - `verbs`: a context's PDs, MRs, memory windows, CQs, QPs and address handles.
 //! - `port`: the port: its attributes and GID table.
+//! - `netdev`: the port's net_device, whose addresses the RDMA core makes the port's GIDs.
 //! - `odp`: on-demand-paged memory regions: page faults (served per context), invalidations,
 //!   prefetch.
 //! - `limits`: per-user limits on the device's shared pools.
@@ -29,6 +30,7 @@ mod driver;
 mod file;
 mod ib;
 mod limits;
+mod netdev;
 mod odp;
 mod pagelist;
 mod port;

@@ -10,6 +10,7 @@ struct eventfd_ctx;
 struct file;
 struct ib_ucontext;
 struct inode;
+struct net_device;
 struct pci_dev;
 struct page;
 struct poll_table_struct;
@@ -85,5 +86,10 @@ void qhca_shim_wq_destroy(struct workqueue_struct *wq);
 /* The RDMA core's user mappings. */
 int qhca_shim_rdma_mmap_io(struct ib_ucontext *ucontext, struct vm_area_struct *vma,
 			   u64 phys, unsigned long len, struct rdma_user_mmap_entry *entry);
+
+/* The port's net_device (qhca_netdev.c). */
+struct net_device *qhca_shim_netdev_new(struct device *parent, const u8 *mac, int *err);
+void qhca_shim_netdev_free(struct net_device *ndev);
+u8 qhca_shim_netdev_ipv4_prefix(struct net_device *ndev, __be32 addr);
 
 #endif /* QHCA_SHIM_H */

@@ -26,7 +26,12 @@ use pd::IbPd;
 use ucontext::IbUContext;
 pub(crate) use ucontext::{IoMapping, UContext, Udata};
 
-use core::{ffi::c_int, fmt::Write, marker::PhantomData, ptr::NonNull};
+use core::{
+    ffi::{c_int, c_void},
+    fmt::Write,
+    marker::PhantomData,
+    ptr::NonNull,
+};
 use kernel::{
     bindings,
     device::{Bound, Device},
@@ -40,7 +45,7 @@ use kernel::{
     },
 };
 
-use crate::shim::raw_device;
+use crate::{netdev::Netdev, shim::raw_device};
 
 /// What the RDMA core asks of a device. Each method answers for the device the [`Registration`]
 /// holds; a `&mut` argument is the core's, zeroed or filled with defaults by the core, and
@@ -56,6 +61,12 @@ pub(crate) trait Driver: Send + Sync + Sized {
     fn query_pkey(&self, port: u32, index: u16) -> Result<u16>;
     /// `get_dev_fw_str`: the firmware version as text (truncated to what the core holds).
     fn fw_version(&self, w: &mut dyn Write) -> core::fmt::Result;
+    /// `add_gid`: the core put `gid` in its GID table (the port's netdev has the address, or it
+    /// is the port's default GID); the device's table gets it at the same index, which address
+    /// vectors name. The core calls this and [`Driver::del_gid`] one at a time per port.
+    fn add_gid(&self, gid: &GidAttr<'_>) -> Result;
+    /// `del_gid`: the entry `gid` names leaves the core's table.
+    fn del_gid(&self, gid: &GidAttr<'_>) -> Result;
 
     /// What one user context (the core's `ib_ucontext`: one open of the uverbs device) holds.
     type UContext: Send + Sync;
@@ -91,7 +102,8 @@ struct IbDevice<T> {
     data: T,
 }
 
-/// An `ib_device` registered with the RDMA core for a bound PCI device, with its driver data.
+/// An `ib_device` registered with the RDMA core for a bound PCI device, with its driver data
+/// and the netdev of its port, if it has one.
 ///
 /// Unregistered by [`Registration::unregister`] (the unbind path calls it before the device
 /// stops) or else when dropped; freed when dropped. It lives in the bound device's driver data,
@@ -100,6 +112,9 @@ pub(crate) struct Registration<'bound, T: Driver> {
     dev: NonNull<IbDevice<T>>,
     registered: Atomic<bool>,
     gate: Arc<EventGate>,
+    /// Bound to port 1 from before registration; unregistered only after the `ib_device` is
+    /// (dropped after `drop` ran).
+    netdev: Option<Netdev>,
     _bound: PhantomData<&'bound Device<Bound>>,
 }
 
@@ -150,8 +165,13 @@ unsafe impl<T: Driver> Sync for Registration<'_, T> {}
 impl<'bound, T: Driver> Registration<'bound, T> {
     /// Allocates an `ib_device` with `data` behind it and registers it with the core as one
     /// port, one completion vector, Ethernet link layer (RoCE v2), child and DMA device of
-    /// `parent`.
-    pub(crate) fn new(parent: &'bound Device<Bound>, info: &Info<'_>, data: T) -> Result<Self> {
+    /// `parent`; the port's netdev is `netdev` (whose addresses become the port's GIDs).
+    pub(crate) fn new(
+        parent: &'bound Device<Bound>,
+        info: &Info<'_>,
+        data: T,
+        netdev: Option<Netdev>,
+    ) -> Result<Self> {
         const { assert!(core::mem::align_of::<IbDevice<T>>() <= 8) };
         // The core allocates user contexts the same way (kzalloc of `size_ib_ucontext`).
         const { assert!(core::mem::align_of::<IbUContext<T::UContext>>() <= 8) };
@@ -192,6 +212,7 @@ impl<'bound, T: Driver> Registration<'bound, T> {
             dev,
             registered: Atomic::new(false),
             gate,
+            netdev,
             _bound: PhantomData,
         };
         // SAFETY: `ib` is the allocated, not yet registered `ib_device`: nothing else touches it.
@@ -256,9 +277,17 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         ops.alloc_pd = Some(pd::alloc_pd::<T>);
         ops.dealloc_pd = Some(pd::dealloc_pd::<T>);
         ops.size_ib_pd = core::mem::size_of::<IbPd<T::Pd>>();
+        ops.add_gid = Some(add_gid::<T>);
+        ops.del_gid = Some(del_gid::<T>);
         kernel_verbs::fill(&mut ops);
         // SAFETY: `ib` is valid; `ops` is read (copied into `ib.ops`) during the call only.
         unsafe { bindings::ib_set_device_ops(ib, &*ops) };
+        if let Some(n) = &self.netdev {
+            // SAFETY: `ib` is valid and not registered; the netdev is registered and stays so
+            // until after `ib` is unregistered (`self.netdev` is dropped after `drop`), which
+            // lets go of it (`free_netdevs`), as deallocating an unregistered device does.
+            to_result(unsafe { bindings::ib_device_set_netdev(ib, n.as_raw(), 1) })?;
+        }
         Ok(())
     }
 
@@ -422,3 +451,74 @@ unsafe extern "C" fn get_dev_fw_str<T: Driver>(ib: *mut bindings::ib_device, out
 /// `max_mad_size` is 0: the core refuses a MAD size on a port without MADs).
 pub(crate) const PORT_CAPS_ROCE_V2: u32 =
     bindings::RDMA_CORE_CAP_PROT_ROCE_UDP_ENCAP | bindings::RDMA_CORE_CAP_ETH_AH;
+
+/// An entry of a port's GID table, as the core hands it to `add_gid` and `del_gid`.
+pub(crate) struct GidAttr<'a>(&'a bindings::ib_gid_attr);
+
+/// The types of GID a port may hold.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum GidType {
+    /// RoCE v1 (or InfiniBand): never on qhca's port, which claims RoCE v2 alone.
+    Other,
+    /// RoCE v2 (`IB_GID_TYPE_ROCE_UDP_ENCAP`).
+    RoceV2,
+}
+
+impl GidAttr<'_> {
+    pub(crate) fn index(&self) -> u32 {
+        u32::from(self.0.index)
+    }
+
+    pub(crate) fn port(&self) -> u32 {
+        self.0.port_num
+    }
+
+    /// The GID, as on the wire.
+    pub(crate) fn gid(&self) -> [u8; 16] {
+        // SAFETY: Every bit pattern is a valid `[u8; 16]`, the union's raw view.
+        unsafe { self.0.gid.raw }
+    }
+
+    pub(crate) fn gid_type(&self) -> GidType {
+        if self.0.gid_type == bindings::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP {
+            GidType::RoceV2
+        } else {
+            GidType::Other
+        }
+    }
+
+    /// The prefix length of the IPv4 address `addr` on the entry's netdev (32 without one).
+    pub(crate) fn ipv4_prefix(&self, addr: [u8; 4]) -> u8 {
+        let ndev = self.0.ndev;
+        if ndev.is_null() {
+            return 32;
+        }
+        // SAFETY: The core holds a reference on an entry's netdev for as long as the entry is in
+        // its table, which covers `add_gid` and `del_gid`, the only places a `GidAttr` exists.
+        unsafe { crate::netdev::ipv4_prefix(ndev, addr) }
+    }
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only, with `attr` an entry of a registered device of ours.
+unsafe extern "C" fn add_gid<T: Driver>(
+    attr: *const bindings::ib_gid_attr,
+    _context: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: The core's entry, valid for the call; its device is ours and registered.
+    let (attr, dev) = unsafe { (&*attr, data::<T>((*attr).device)) };
+    errno(dev.add_gid(&GidAttr(attr)))
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only, with `attr` an entry of a registered device of ours.
+unsafe extern "C" fn del_gid<T: Driver>(
+    attr: *const bindings::ib_gid_attr,
+    _context: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: As for `add_gid`.
+    let (attr, dev) = unsafe { (&*attr, data::<T>((*attr).device)) };
+    errno(dev.del_gid(&GidAttr(attr)))
+}

@@ -1147,7 +1147,9 @@ struct qhca_ioc_query_port {
  * SET_GID: entry index (1 .. QHCA_GID_TABLE_LEN - 1) of the port's GID
  * table, as QHCA_CMD_SET_GID takes it; needs CAP_NET_ADMIN (EPERM), as
  * configuring a network interface's address does.  EINVAL for what the
- * device refuses (not an IPv4-mapped unicast address, a duplicate).
+ * device refuses (not an IPv4-mapped unicast address, a duplicate); EBUSY
+ * for an entry the RDMA core holds (an address of the port's netdev, which
+ * the core's GID table follows; the core gets EBUSY for an entry set here).
  */
 struct qhca_ioc_set_gid {
 	__u32 size;

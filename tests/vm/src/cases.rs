@@ -22,11 +22,13 @@ use qhca_uapi::{
 };
 
 mod args;
+mod ib_gids;
 mod lifecycle;
 pub(crate) mod rdma_core;
 
 use args::{ioctl_bad_args, mmap_bad_args};
 use lifecycle::{reload_module, unbind_while_open};
+use ib_gids::ib_gids;
 use rdma_core::{ib_device, ib_provider, ib_ucontext};
 
 use crate::harness::{Case, CaseResult, Fail, T};
@@ -69,6 +71,10 @@ fn base() -> Vec<Case<Config>> {
         Case {
             name: "ib_device",
             run: ib_device,
+        },
+        Case {
+            name: "ib_gids",
+            run: ib_gids,
         },
         Case {
             name: "ib_ucontext",

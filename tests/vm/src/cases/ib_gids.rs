@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! The port's netdev and its GIDs: the RDMA core fills the port's GID table from the netdev's
+//! addresses, and the device's table follows it index for index (what an address vector's
+//! `sgid_index` names).
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use qhca::Gid;
+
+use super::rdma_core::ib_dirs;
+use super::*;
+
+/// The netdev of PCI device `bdf` (`/sys/bus/pci/devices/BDF/net/*`): its name.
+pub(crate) fn netdev_of(bdf: &str) -> Option<String> {
+    let dir = Path::new("/sys/bus/pci/devices").join(bdf).join("net");
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    (names.len() == 1).then(|| names.remove(0))
+}
+
+/// Entry `i` of the core's GID table: the GID as sysfs prints it, its type and its netdev
+/// (`None` for an empty entry, whose attributes read as `EINVAL`).
+fn core_gid(port: &Path, i: usize) -> (String, Option<(String, String)>) {
+    let read = |p: PathBuf| std::fs::read_to_string(p).map(|s| s.trim().to_owned());
+    let gid = read(port.join(format!("gids/{i}"))).unwrap_or_default();
+    let ty = read(port.join(format!("gid_attrs/types/{i}")));
+    let ndev = read(port.join(format!("gid_attrs/ndevs/{i}")));
+    (gid, ty.ok().zip(ndev.ok()))
+}
+
+/// A GID as sysfs prints it: eight groups of four hex digits.
+fn gid_text(g: &Gid) -> String {
+    g.raw
+        .chunks(2)
+        .map(|c| format!("{:02x}{:02x}", c[0], c[1]))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn ip(args: &[&str]) -> Result<(), Fail> {
+    let Some(tool) = find_tool("ip") else {
+        bail!("the ip tool (iproute2) is not installed");
+    };
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+    let out = run_tool(&tool, &args)?;
+    if !out.status.success() {
+        bail!("ip {:?}: {}", args, describe(&out));
+    }
+    Ok(())
+}
+
+/// Case: the port has a netdev (the device's MAC, bound to the RDMA core's port); the core's GID
+/// 0 is the device's fixed link-local GID; an IPv4 address given to the netdev becomes a RoCE v2
+/// GID of the core and the same entry of the device's table (with its prefix), which
+/// `QHCA_IOCTL_SET_GID` may not take over; removing the address empties both.
+pub(super) fn ib_gids(t: &mut T, cfg: &Config) -> CaseResult {
+    let bdf = system::pci_bdf(cfg)?;
+    require!(
+        t,
+        wait_for(NODE_TIMEOUT, || rdma_core::has_ib_device(&bdf)
+            && netdev_of(&bdf).is_some()),
+        "{bdf} has no single RDMA device and netdev: {:?} {:?}",
+        ib_dirs(&bdf),
+        netdev_of(&bdf)
+    );
+    let ndev = netdev_of(&bdf).unwrap_or_default();
+    let port = ib_dirs(&bdf)[0].join("ports/1");
+    let ctx = Context::open(&cfg.dev)?;
+    let before = ctx.query_port()?;
+    let mac = std::fs::read_to_string(Path::new("/sys/class/net").join(&ndev).join("address"))?;
+    let want_mac = before
+        .mac
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    check_eq!(t, mac.trim(), want_mac, "{ndev} has the port's MAC");
+    // rdma netlink names it as the port's netdev.
+    if let Some(rdma) = find_tool("rdma") {
+        let name = ib_dirs(&bdf)[0]
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        let link = format!("{name}/1");
+        let out = run_tool(&rdma, &["link".as_ref(), "show".as_ref(), link.as_ref()])?;
+        check!(
+            t,
+            String::from_utf8_lossy(&out.stdout).contains(&format!("netdev {ndev}")),
+            "rdma link show {link}: {}",
+            describe(&out)
+        );
+    }
+
+    // GID 0: the default GID, which is the device's fixed entry 0.
+    let dev0 = before.gids.iter().find(|g| g.index == 0).map(|g| gid_text(&g.gid));
+    let (g0, attrs0) = core_gid(&port, 0);
+    check_eq!(t, Some(g0), dev0, "the core's GID 0 is the device's");
+    check_eq!(
+        t,
+        attrs0,
+        Some(("RoCE v2".to_owned(), ndev.clone())),
+        "GID 0's type and netdev"
+    );
+
+    // An address of the netdev: a GID of the core and of the device, at one index.
+    let addr = Ipv4Addr::new(10, 77, 9, 1);
+    let want = gid_text(&Gid::from_ipv4(addr));
+    ip(&["link", "set", &ndev, "up"])?;
+    ip(&["addr", "add", "10.77.9.1/20", "dev", &ndev])?;
+    let find = || (1..usize::from(before.gid_tbl_len)).find(|&i| core_gid(&port, i).0 == want);
+    let found = wait_for(NODE_TIMEOUT, || find().is_some());
+    let result = (|| -> CaseResult {
+        require!(t, found, "no GID {want} in {} after ip addr add", port.display());
+        let i = find().unwrap_or(0);
+        check_eq!(
+            t,
+            core_gid(&port, i).1,
+            Some(("RoCE v2".to_owned(), ndev.clone())),
+            "GID {i}'s type and netdev"
+        );
+        let now = ctx.query_port()?;
+        let entry = now.gids.iter().find(|g| usize::from(g.index) == i);
+        check_eq!(
+            t,
+            entry.map(|g| (gid_text(&g.gid), g.prefix_len)),
+            Some((want.clone(), 20)),
+            "the device's entry {i}"
+        );
+        // The core's entry is not QHCA_IOCTL_SET_GID's to change.
+        check_errno!(
+            t,
+            ctx.set_gid(i as u8, None),
+            Errno::EBUSY,
+            "SET_GID over the core's entry {i}"
+        );
+        Ok(())
+    })();
+    ip(&["addr", "del", "10.77.9.1/20", "dev", &ndev])?;
+    ip(&["link", "set", &ndev, "down"])?;
+    result?;
+    require!(
+        t,
+        wait_for(NODE_TIMEOUT, || find().is_none()),
+        "GID {want} still in the core's table after ip addr del"
+    );
+    let after = ctx.query_port()?;
+    check!(
+        t,
+        after.gids.iter().all(|g| gid_text(&g.gid) != want),
+        "the device's table still has {want}: {:?}",
+        after.gids
+    );
+    Ok(())
+}
