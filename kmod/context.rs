@@ -21,6 +21,7 @@ use crate::{
     device::QhcaDevice,
     limits::Quota,
     odp::FaultService,
+    rdma::{CqEvents, QpEvents},
     shim::{EventFd, InodeMapping, Umap},
     uapi,
     verbs::Objects,
@@ -66,10 +67,28 @@ struct State {
     events: KVec<(u32, u32)>,
     /// Events dropped because the queue was full.
     lost: u32,
-    /// CQs of this context and their eventfds.
-    cqs: KVec<(u32, Option<Arc<EventFd>>)>,
-    /// QPs of this context.
-    qps: KVec<u32>,
+    /// CQs of this context and where their events go.
+    cqs: KVec<(u32, CqRoute)>,
+    /// QPs of this context, and for the RDMA core's, where their events go.
+    qps: KVec<(u32, Option<QpEvents>)>,
+}
+
+/// Where a CQ's completion events go: a `/dev/qhcaN` CQ's eventfd (if it has one), or the RDMA
+/// core's CQ (its completion handler; its error event to its event handler).
+pub(crate) enum CqRoute {
+    None,
+    EventFd(Arc<EventFd>),
+    Core(CqEvents),
+}
+
+impl CqRoute {
+    fn signal(&self) {
+        match self {
+            CqRoute::None => {}
+            CqRoute::EventFd(efd) => efd.signal(),
+            CqRoute::Core(cq) => cq.completion(),
+        }
+    }
 }
 
 /// Makes room for one more element in the vector `get` picks out of the state behind `lock`,
@@ -109,6 +128,12 @@ pub(crate) fn reserve_unlocked<S: Unpin, T>(
     }
 }
 
+/// How a `/dev/qhcaN` file maps its doorbell page.
+pub(crate) struct FileMap {
+    pub(crate) umap: Umap,
+    mapping: InodeMapping,
+}
+
 /// See the module documentation.
 #[pin_data]
 pub(crate) struct Ctx {
@@ -116,8 +141,9 @@ pub(crate) struct Ctx {
     pub(crate) dev: Arc<QhcaDevice>,
     /// What the context holds of the device's shared pools, charged to the user who opened it.
     pub(crate) quota: Quota,
-    pub(crate) umap: Umap,
-    mapping: InodeMapping,
+    /// The doorbell mapping of a `/dev/qhcaN` file; `None` for a user context of the RDMA core,
+    /// whose mappings are the core's (its `mmap` entries, zapped when it disassociates them).
+    pub(crate) file_map: Option<FileMap>,
     #[pin]
     state: Mutex<State>,
     #[pin]
@@ -154,16 +180,29 @@ impl Ctx {
     /// A context of `file`, opened by the calling process on `dev`: charged to the file's
     /// effective UID, and limited unless the caller has `CAP_SYS_RESOURCE`.
     pub(crate) fn new(file: &File, dev: &Arc<QhcaDevice>) -> Result<Arc<Self>> {
-        let events = KVec::with_capacity(MAX_EVENTS, GFP_KERNEL)?;
         let quota = dev
             .limits
             .account(file.cred().euid(), !crate::shim::capable_sys_resource())?;
+        let map = FileMap {
+            umap: Umap::new()?,
+            mapping: InodeMapping::new(file)?,
+        };
+        Self::build(dev, quota, Some(map))
+    }
+
+    /// A user context of the RDMA core's device (an open of its uverbs file), charged to
+    /// `quota`'s user.
+    pub(crate) fn new_core(dev: &Arc<QhcaDevice>, quota: Quota) -> Result<Arc<Self>> {
+        Self::build(dev, quota, None)
+    }
+
+    fn build(dev: &Arc<QhcaDevice>, quota: Quota, file_map: Option<FileMap>) -> Result<Arc<Self>> {
+        let events = KVec::with_capacity(MAX_EVENTS, GFP_KERNEL)?;
         Arc::pin_init(
             try_pin_init!(Self {
                 dev: dev.clone(),
                 quota,
-                umap: Umap::new()?,
-                mapping: InodeMapping::new(file)?,
+                file_map,
                 state <- new_mutex!(State {
                     uar: None,
                     gone: None,
@@ -214,15 +253,17 @@ impl Ctx {
         self.state.lock().uar = Some(uar);
     }
 
-    /// Routes CQ `cqn`'s completion events to `efd`. Call with capacity reserved
-    /// ([`Ctx::reserve`]) so that it cannot fail.
-    pub(crate) fn add_cq(&self, cqn: u32, efd: Option<Arc<EventFd>>) -> Result {
-        self.state.lock().cqs.push((cqn, efd), GFP_KERNEL)?;
+    /// Routes CQ `cqn`'s events to `route`. Call with capacity reserved ([`Ctx::reserve`]) so
+    /// that it cannot fail.
+    pub(crate) fn add_cq(&self, cqn: u32, route: CqRoute) -> Result {
+        self.state.lock().cqs.push((cqn, route), GFP_KERNEL)?;
         Ok(())
     }
 
-    pub(crate) fn add_qp(&self, qpn: u32) -> Result {
-        self.state.lock().qps.push(qpn, GFP_KERNEL)?;
+    /// Adds QP `qpn`, whose events go to `route` (the RDMA core's QP) or to the context's queue.
+    /// Call with capacity reserved ([`Ctx::reserve`]).
+    pub(crate) fn add_qp(&self, qpn: u32, route: Option<QpEvents>) -> Result {
+        self.state.lock().qps.push((qpn, route), GFP_KERNEL)?;
         Ok(())
     }
 
@@ -239,7 +280,7 @@ impl Ctx {
 
     /// True if QP `qpn` is this context's.
     pub(crate) fn owns_qp(&self, qpn: u32) -> bool {
-        self.state.lock().qps.contains(&qpn)
+        self.state.lock().qps.iter().any(|(n, _)| *n == qpn)
     }
 
     pub(crate) fn remove_cq(&self, cqn: u32) {
@@ -253,7 +294,7 @@ impl Ctx {
     pub(crate) fn remove_qp(&self, qpn: u32) {
         {
             let mut st = self.state.lock();
-            if let Some(pos) = st.qps.iter().position(|n| *n == qpn) {
+            if let Some(pos) = st.qps.iter().position(|(n, _)| *n == qpn) {
                 let _ = st.qps.remove(pos);
             }
         }
@@ -276,14 +317,16 @@ impl Ctx {
     /// CQ, or a device that names the wrong owner).
     pub(crate) fn cq_event(&self, cqn: u32, err: bool) -> bool {
         let mut st = self.state.lock();
-        let Some((_, efd)) = st.cqs.iter().find(|(n, _)| *n == cqn) else {
+        let Some((_, route)) = st.cqs.iter().find(|(n, _)| *n == cqn) else {
             return false;
         };
-        if let Some(efd) = efd {
-            efd.signal();
-        }
+        route.signal();
         if err {
-            self.push(&mut st, uapi::QHCA_ASYNC_CQ_ERR, cqn);
+            if let CqRoute::Core(cq) = route {
+                cq.error();
+            } else {
+                self.push(&mut st, uapi::QHCA_ASYNC_CQ_ERR, cqn);
+            }
         }
         true
     }
@@ -291,19 +334,23 @@ impl Ctx {
     /// QP `qpn` entered ERR on its own. Returns false if the context has no such QP.
     pub(crate) fn qp_event(&self, qpn: u32) -> bool {
         let mut st = self.state.lock();
-        if !st.qps.contains(&qpn) {
-            return false;
+        match st.qps.iter().find(|(n, _)| *n == qpn) {
+            None => false,
+            Some((_, Some(qp))) => {
+                qp.fatal();
+                true
+            }
+            Some((_, None)) => {
+                self.push(&mut st, uapi::QHCA_ASYNC_QP_FATAL, qpn);
+                true
+            }
         }
-        self.push(&mut st, uapi::QHCA_ASYNC_QP_FATAL, qpn);
-        true
     }
 
     /// Wakes every CQ waiter (events may have been lost: they poll again and find out).
     pub(crate) fn signal_all_cqs(&self) {
-        for (_, efd) in self.state.lock().cqs.iter() {
-            if let Some(efd) = efd {
-                efd.signal();
-            }
+        for (_, route) in self.state.lock().cqs.iter() {
+            route.signal();
         }
     }
 
@@ -321,8 +368,10 @@ impl Ctx {
             st.gone = Some(reason);
         }
         // Faults from now on map the harmless page; then the PTEs of the doorbell page go.
-        self.umap.revoke();
-        self.mapping.zap();
+        if let Some(m) = &self.file_map {
+            m.umap.revoke();
+            m.mapping.zap();
+        }
         // Every watched region is gone with the device.
         self.inval.flush();
         {

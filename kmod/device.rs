@@ -446,17 +446,6 @@ impl QhcaDevice {
         }
     }
 
-    /// Frees doorbell page `uar` (FREE_UAR) if the device is still bound and alive; once it is
-    /// stopped it forgot every page.
-    pub(crate) fn free_uar(&self, uar: u32) {
-        let bound = self.bound.lock();
-        if *bound && !self.cmdq.is_dead() {
-            if let Err(e) = self.exec(Cmd::new(uapi::QHCA_CMD_FREE_UAR).input(0, uar.into())) {
-                dev_warn!(self.dev(), "FREE_UAR {} failed: {:?}\n", uar, e);
-            }
-        }
-    }
-
     /// Bus address of doorbell page `uar` (checked against BAR2 at probe).
     pub(crate) fn uar_phys(&self, uar: u32) -> u64 {
         self.uar_phys + (u64::from(uar) << uapi::QHCA_UAR_PAGE_SHIFT)

@@ -158,9 +158,10 @@ impl MiscDevice for QhcaFile {
         // A doorbell page is write-only for the device's purposes but reading it is harmless
         // (the device returns 0); forbid turning on exec later.
         vma.try_clear_mayexec()?;
+        let map = this.ctx.file_map.as_ref().ok_or(EINVAL)?;
         // SAFETY: `ctx` belongs to the file being mapped and is dropped only with it, after its
         // release, which runs only once every vma of the file is gone.
-        unsafe { this.ctx.umap.mmap(vma) };
+        unsafe { map.umap.mmap(vma) };
         Ok(())
     }
 
@@ -189,13 +190,15 @@ impl QhcaFile {
             .dev
             .with_bound(|_| self.dev.alloc_uar())
             .inspect_err(|_| self.ctx.quota.uncharge(crate::limits::Pool::Contexts, 1))?;
-        // SAFETY:
         // - `u` is the doorbell page the device just allocated to this context, below
         //   `num_uars`, which probe checked against BAR2's length, so `uar_phys(u)` is one page
         //   of BAR2 and this context's own;
         // - unbind (`QhcaDevice::shutdown`) disassociates every context, which revokes this
         //   umap and zaps its mappings, before the driver lets go of the BAR.
-        unsafe { self.ctx.umap.set_phys(self.dev.uar_phys(u)) };
+        if let Some(map) = &self.ctx.file_map {
+            // SAFETY: See the two points above.
+            unsafe { map.umap.set_phys(self.dev.uar_phys(u)) };
+        }
         self.ctx.set_uar(u);
         *uar = Some(u);
         Ok(u)

@@ -3,23 +3,22 @@
 //! The device as the RDMA core sees it: `qhcaN` in `/sys/class/infiniband`, rdma netlink and the
 //! `rdma` tool, with the device's and the port's attributes translated from qhca's to the core's.
 //!
-//! The `ib_device` is registered beside `/dev/qhcaN`, which still carries every verb (issue 26
-//! moves them over step by step, `docs/design-ib-device.md`). A user context (an open of the
-//! uverbs device) is one of the device's doorbell pages, charged to its user as an open of
-//! `/dev/qhcaN` is, and offers that page to `mmap(2)` (`struct qhca_ib_alloc_ucontext_resp`);
-//! it creates no verbs objects yet. No kernel verbs either (see [`crate::rdma`]). The port's GIDs
-//! are the core's, from the addresses of the port's netdev ([`crate::netdev`]): its default GID
-//! is the device's fixed entry 0, and each IPv4 address becomes the same entry of the device's
-//! table (`add_gid`); IPv6 addresses other than the link-local one are refused (the device takes
-//! IPv4-mapped GIDs only in this version), and the core logs that it could not add them.
+//! The `ib_device` is registered beside `/dev/qhcaN`, which still carries every verb for the
+//! `qhca` crate and the preloaded layer (issue 26 moves them over, `docs/design-ib-device.md`).
+//! A user context (an open of the uverbs device) is one of the device's contexts ([`Ctx`], as an
+//! open of `/dev/qhcaN` is: its doorbell page, charged to its user, offered to `mmap(2)` through
+//! the core's entries; its event routes, page faults and objects), and its verbs objects are made
+//! by the same code as the ioctls' ([`Verbs`]): [`objects`] for CQs, regions, windows and address
+//! handles, [`qp`] for QPs. No kernel verbs (see [`crate::rdma`]). The port's GIDs are the core's,
+//! from the addresses of the port's netdev ([`crate::netdev`]): its default GID is the device's
+//! fixed entry 0, and each IPv4 address becomes the same entry of the device's table (`add_gid`);
+//! IPv6 addresses other than the link-local one are refused (the device takes IPv4-mapped GIDs
+//! only in this version).
 
-use crate::{
-    cmdq::Cmd,
-    device::QhcaDevice,
-    limits::{Pool, Quota},
-    rdma, uapi,
-    verbs::{destroy_in_device, device_handle},
-};
+mod objects;
+mod qp;
+
+use crate::{context::Ctx, device::QhcaDevice, limits::Pool, rdma, uapi, verbs::Verbs};
 use core::fmt::Write;
 use kernel::{bindings, prelude::*, sync::Arc, task::Kuid};
 
@@ -34,41 +33,33 @@ impl QhcaIb {
     }
 }
 
-/// A doorbell page of the device, freed when dropped.
-struct Uar {
-    dev: Arc<QhcaDevice>,
-    index: u32,
-}
-
-impl Uar {
-    fn alloc(dev: &Arc<QhcaDevice>) -> Result<Self> {
-        let index = dev.with_bound(|_| dev.alloc_uar())?;
-        Ok(Self {
-            dev: dev.clone(),
-            index,
-        })
-    }
-}
-
-impl Drop for Uar {
-    fn drop(&mut self) {
-        self.dev.free_uar(self.index);
-    }
-}
-
-/// A user context: its doorbell page, offered to `mmap(2)`. Dropped in declaration order: no
-/// new mapping of the page (the core zapped or the process unmapped every old one before the
-/// context goes), then the page goes back to the device, then the user's charge. The core
-/// destroys the context's objects before the context.
+/// A user context: one of the device's contexts ([`Ctx`], as an open of `/dev/qhcaN` is, which
+/// routes its events and serves its page faults), whose doorbell page is offered to `mmap(2)`.
+/// Dropped (or dropped part-way, when creating it fails): no new mapping of the page (the core
+/// zapped or the process unmapped every old one before the context goes), then the context
+/// closes (its objects, which the core destroyed already, its doorbell page, its charge).
 pub(crate) struct QhcaUContext {
-    _db: rdma::IoMapping,
-    uar: Uar,
-    quota: Quota,
+    db: Option<rdma::IoMapping>,
+    ctx: Arc<Ctx>,
 }
 
-/// A protection domain: the device's PD of the context's doorbell page.
+impl Drop for QhcaUContext {
+    fn drop(&mut self) {
+        drop(self.db.take());
+        self.ctx.dev.close_context(&self.ctx, self.ctx.uar());
+    }
+}
+
+/// A protection domain: the device's PD of the context.
 pub(crate) struct QhcaPd {
+    ctx: Arc<Ctx>,
     pdn: u32,
+}
+
+/// The view of context `ctx` that its commands take.
+fn verbs(ctx: &Arc<Ctx>) -> Result<Verbs<'_>> {
+    // Every user context has its page from creation on.
+    Ok(Verbs::of(ctx, ctx.uar().ok_or(EIO)?))
 }
 
 /// The only port.
@@ -197,31 +188,29 @@ impl rdma::Driver for QhcaIb {
             .limits
             .account(Kuid::current_euid(), !crate::shim::capable_sys_resource())?;
         quota.charge(dev, Pool::Contexts, 1)?;
-        let uar = Uar::alloc(dev)?;
-        // SAFETY: `uar.index` is the page the device just allocated to this context, below
+        let ctx = Ctx::new_core(dev, quota)?;
+        dev.open_context(ctx.clone())?;
+        // From here on, dropping `c` closes the context.
+        let mut c = QhcaUContext { db: None, ctx };
+        let uar = dev.with_bound(|_| dev.alloc_uar())?;
+        c.ctx.set_uar(uar);
+        // SAFETY: `uar` is the page the device just allocated to this context, below
         // `num_uars`, which probe checked against BAR2's length: one page of BAR2, this
-        // context's own until `uar` is dropped, which the context does only after its mapping
-        // entry is removed and its mappings are gone (`QhcaUContext`'s field order, and
-        // `dealloc_ucontext` runs only then). Unbind unregisters the device, which
-        // disassociates (zaps) every context's mappings, before the driver lets go of BAR2.
+        // context's own until it closes, which it does only after its mapping entry is removed
+        // and its mappings are gone (`QhcaUContext`'s drop, which `dealloc_ucontext` runs only
+        // then). Unbind unregisters the device, which disassociates (zaps) every context's
+        // mappings, before the driver lets go of BAR2.
         let db = unsafe {
-            rdma::IoMapping::new(
-                uctx,
-                dev.uar_phys(uar.index),
-                uapi::QHCA_UAR_PAGE_SIZE as usize,
-            )
+            rdma::IoMapping::new(uctx, dev.uar_phys(uar), uapi::QHCA_UAR_PAGE_SIZE as usize)
         }?;
         udata.respond(&uapi::qhca_ib_alloc_ucontext_resp {
             comp_mask: 0,
-            uar_index: uar.index,
+            uar_index: uar,
             db_mmap_offset: db.offset(),
             rsvd: [0; 2],
         })?;
-        Ok(QhcaUContext {
-            _db: db,
-            uar,
-            quota,
-        })
+        c.db = Some(db);
+        Ok(c)
     }
 
     fn dealloc_ucontext(&self, ctx: QhcaUContext) {
@@ -232,37 +221,135 @@ impl rdma::Driver for QhcaIb {
 
     fn alloc_pd(&self, uctx: &QhcaUContext, udata: &mut rdma::Udata<'_>) -> Result<QhcaPd> {
         udata.input_zero()?;
-        let dev = &*self.dev;
-        uctx.quota.charge(dev, Pool::Pds, 1)?;
-        let cmd = Cmd::new(uapi::QHCA_CMD_ALLOC_PD).input(0, uctx.uar.index.into());
-        let pdn = dev
-            .with_bound(|_| {
-                let raw = dev.exec(cmd)?.data[0];
-                device_handle(dev, "pdn", raw).inspect_err(|_| dev.declare_dead())
-            })
-            .inspect_err(|_| uctx.quota.uncharge(Pool::Pds, 1))?;
-        let pd = QhcaPd { pdn };
+        let v = verbs(&uctx.ctx)?;
+        let pdn = v.alloc_pd_with()?;
+        let pd = QhcaPd {
+            ctx: uctx.ctx.clone(),
+            pdn,
+        };
         if let Err(e) = udata.respond(&uapi::qhca_ib_alloc_pd_resp { pdn, rsvd: 0 }) {
             // The core never hears of this PD: it goes now.
-            let _ = self.dealloc_pd(uctx, &pd);
+            v.destroy_or_stop(uapi::QHCA_CMD_DEALLOC_PD, pdn, 0);
             return Err(e);
         }
         Ok(pd)
     }
 
-    fn dealloc_pd(&self, uctx: &QhcaUContext, pd: &QhcaPd) -> Result {
-        let dev = &*self.dev;
-        let r = dev.with_bound(|_| {
-            destroy_in_device(dev, uctx.uar.index, uapi::QHCA_CMD_DEALLOC_PD, pd.pdn, 0)
-        });
-        match r {
-            Ok(()) => {}
-            // Unbound or stopped: the device forgot every PD.
-            Err(e) if e == ENODEV || dev.is_stopped() => {}
-            Err(e) => return Err(e),
-        }
-        uctx.quota.uncharge(Pool::Pds, 1);
+    fn dealloc_pd(&self, _uctx: &QhcaUContext, pd: &QhcaPd) -> Result {
+        verbs(&pd.ctx)?.destroy_or_stop(uapi::QHCA_CMD_DEALLOC_PD, pd.pdn, 0);
         Ok(())
+    }
+
+    type Cq = objects::QhcaCq;
+
+    fn create_cq(
+        &self,
+        uctx: &QhcaUContext,
+        ev: rdma::CqEvents,
+        attr: &rdma::CqAttr,
+        udata: &mut rdma::Udata<'_>,
+    ) -> Result<(objects::QhcaCq, u32)> {
+        objects::create_cq(&uctx.ctx, ev, attr, udata)
+    }
+
+    fn destroy_cq(&self, cq: &objects::QhcaCq) -> Result {
+        cq.destroy()
+    }
+
+    type Qp = qp::QhcaQp;
+
+    fn create_qp(
+        &self,
+        pd: &QhcaPd,
+        ev: rdma::QpEvents,
+        init: &mut bindings::ib_qp_init_attr,
+        send_cq: &objects::QhcaCq,
+        recv_cq: &objects::QhcaCq,
+        udata: &mut rdma::Udata<'_>,
+    ) -> Result<(qp::QhcaQp, u32)> {
+        qp::create(pd, ev, init, send_cq, recv_cq, udata)
+    }
+
+    fn modify_qp(
+        &self,
+        qp: &qp::QhcaQp,
+        attr: &bindings::ib_qp_attr,
+        mask: u32,
+        udata: &mut rdma::Udata<'_>,
+    ) -> Result {
+        qp.modify(attr, mask, udata)
+    }
+
+    fn query_qp(
+        &self,
+        qp: &qp::QhcaQp,
+        attr: &mut bindings::ib_qp_attr,
+        init: &mut bindings::ib_qp_init_attr,
+    ) -> Result {
+        qp.query(attr, init)
+    }
+
+    fn destroy_qp(&self, qp: &qp::QhcaQp) -> Result {
+        qp.destroy()
+    }
+
+    type Mr = objects::QhcaMr;
+
+    fn reg_user_mr(
+        &self,
+        pd: &QhcaPd,
+        attr: &rdma::MrAttr,
+        udata: &mut rdma::Udata<'_>,
+    ) -> Result<(objects::QhcaMr, u32)> {
+        objects::reg_mr(pd, attr, udata)
+    }
+
+    fn dereg_mr(&self, mr: &objects::QhcaMr) -> Result {
+        mr.dereg()
+    }
+
+    fn advise_mr(
+        &self,
+        pd: &QhcaPd,
+        write: bool,
+        flush: bool,
+        ranges: &[bindings::ib_sge],
+    ) -> Result {
+        let v = verbs(&pd.ctx)?;
+        for r in ranges {
+            v.advise_mr_with(r.lkey, r.addr, u64::from(r.length), write, flush)?;
+        }
+        Ok(())
+    }
+
+    type Mw = objects::QhcaMw;
+
+    fn alloc_mw(
+        &self,
+        pd: &QhcaPd,
+        kind: bindings::ib_mw_type,
+        udata: &mut rdma::Udata<'_>,
+    ) -> Result<(objects::QhcaMw, u32)> {
+        objects::alloc_mw(pd, kind, udata)
+    }
+
+    fn dealloc_mw(&self, mw: &objects::QhcaMw) -> Result {
+        mw.dealloc()
+    }
+
+    type Ah = objects::QhcaAh;
+
+    fn create_ah(
+        &self,
+        pd: &QhcaPd,
+        av: &rdma::Av,
+        udata: &mut rdma::Udata<'_>,
+    ) -> Result<objects::QhcaAh> {
+        objects::create_ah(pd, av, udata)
+    }
+
+    fn destroy_ah(&self, ah: &objects::QhcaAh) -> Result {
+        ah.destroy()
     }
 
     fn add_gid(&self, gid: &rdma::GidAttr<'_>) -> Result {

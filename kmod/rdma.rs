@@ -16,13 +16,22 @@
 //! - this file: the device (registration, attributes, device-wide events);
 //! - `ucontext`: user contexts, their commands' driver data, the MMIO they map;
 //! - `pd`: protection domains;
-//! - `kernel_verbs`: what the core requires and qhca does not have through it yet.
+//! - `cq`, `qp`, `mr` (regions and windows), `ah`: the verbs objects of user contexts;
+//! - `kernel_verbs`: what the core requires for kernel consumers, which qhca does not serve yet.
 
+mod ah;
+mod cq;
 mod kernel_verbs;
+mod mr;
 mod pd;
+mod qp;
 mod ucontext;
 
+pub(crate) use ah::Av;
+pub(crate) use cq::{CqAttr, CqEvents};
+pub(crate) use mr::MrAttr;
 use pd::IbPd;
+pub(crate) use qp::QpEvents;
 use ucontext::IbUContext;
 pub(crate) use ucontext::{IoMapping, UContext, Udata};
 
@@ -83,6 +92,98 @@ pub(crate) trait Driver: Send + Sync + Sized {
     /// `dealloc_pd`: the core deallocates a PD only once nothing of the context uses it. On
     /// success `pd` is dropped; on failure the core keeps the PD (and may call again).
     fn dealloc_pd(&self, uctx: &Self::UContext, pd: &Self::Pd) -> Result;
+
+    // Every destroy below: the core destroys an object only once nothing of the context uses
+    // it; on success the object is dropped, on failure the core keeps it, and may call again
+    // (a user's destroy) or leak it with a warning (when the context closes or the device
+    // goes), so a driver fails a destroy only when it must.
+
+    /// A completion queue of a user context.
+    type Cq: Send + Sync;
+    /// `create_user_cq`: the CQ and its number of entries (at least `attr.cqe`). `ev` reaches
+    /// the core's CQ until the CQ is destroyed.
+    fn create_cq(
+        &self,
+        uctx: &Self::UContext,
+        ev: CqEvents,
+        attr: &CqAttr,
+        udata: &mut Udata<'_>,
+    ) -> Result<(Self::Cq, u32)>;
+    /// `destroy_cq`: `ev` is dropped before this returns success.
+    fn destroy_cq(&self, cq: &Self::Cq) -> Result;
+
+    /// A queue pair of a user context.
+    type Qp: Send + Sync;
+    /// `create_qp` of a user QP in `pd` with the CQs `init` names (`send_cq`, `recv_cq`): the QP
+    /// and its number; `init.cap` is updated to what the QP has. `ev` reaches the core's QP
+    /// until the QP is destroyed.
+    fn create_qp(
+        &self,
+        pd: &Self::Pd,
+        ev: QpEvents,
+        init: &mut bindings::ib_qp_init_attr,
+        send_cq: &Self::Cq,
+        recv_cq: &Self::Cq,
+        udata: &mut Udata<'_>,
+    ) -> Result<(Self::Qp, u32)>;
+    /// `modify_qp`: the attributes `mask` (`IB_QP_*`) names. An address vector's source GID is
+    /// resolved (see [`Av::from_core`]).
+    fn modify_qp(
+        &self,
+        qp: &Self::Qp,
+        attr: &bindings::ib_qp_attr,
+        mask: u32,
+        udata: &mut Udata<'_>,
+    ) -> Result;
+    /// `query_qp`: fills the attributes and the creation attributes.
+    fn query_qp(
+        &self,
+        qp: &Self::Qp,
+        attr: &mut bindings::ib_qp_attr,
+        init: &mut bindings::ib_qp_init_attr,
+    ) -> Result;
+    /// `destroy_qp`: `ev` is dropped before this returns success.
+    fn destroy_qp(&self, qp: &Self::Qp) -> Result;
+
+    /// A memory region of a user context.
+    type Mr: Send + Sync;
+    /// `reg_user_mr` in `pd`: the region and its key (its lkey and rkey).
+    fn reg_user_mr(
+        &self,
+        pd: &Self::Pd,
+        attr: &MrAttr,
+        udata: &mut Udata<'_>,
+    ) -> Result<(Self::Mr, u32)>;
+    /// `dereg_mr`.
+    fn dereg_mr(&self, mr: &Self::Mr) -> Result;
+    /// `advise_mr` of ranges (`address, length, lkey`) of regions of `pd`'s context: prefetch
+    /// (`write`: for writing) now (`flush`) or in the background.
+    fn advise_mr(
+        &self,
+        pd: &Self::Pd,
+        write: bool,
+        flush: bool,
+        ranges: &[bindings::ib_sge],
+    ) -> Result;
+
+    /// A memory window of a user context.
+    type Mw: Send + Sync;
+    /// `alloc_mw` in `pd` of type `kind` (`IB_MW_TYPE_*`): the window and its rkey.
+    fn alloc_mw(
+        &self,
+        pd: &Self::Pd,
+        kind: bindings::ib_mw_type,
+        udata: &mut Udata<'_>,
+    ) -> Result<(Self::Mw, u32)>;
+    /// `dealloc_mw`.
+    fn dealloc_mw(&self, mw: &Self::Mw) -> Result;
+
+    /// An address handle of a user context.
+    type Ah: Send + Sync;
+    /// `create_user_ah` in `pd` for `av`.
+    fn create_ah(&self, pd: &Self::Pd, av: &Av, udata: &mut Udata<'_>) -> Result<Self::Ah>;
+    /// `destroy_ah`.
+    fn destroy_ah(&self, ah: &Self::Ah) -> Result;
 }
 
 /// What a device is called and how it looks to the core, fixed at registration.
@@ -176,6 +277,10 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         // The core allocates user contexts the same way (kzalloc of `size_ib_ucontext`).
         const { assert!(core::mem::align_of::<IbUContext<T::UContext>>() <= 8) };
         const { assert!(core::mem::align_of::<IbPd<T::Pd>>() <= 8) };
+        const { assert!(core::mem::align_of::<cq::IbCq<T::Cq>>() <= 8) };
+        const { assert!(core::mem::align_of::<qp::IbQp<T::Qp>>() <= 8) };
+        const { assert!(core::mem::align_of::<mr::IbMw<T::Mw>>() <= 8) };
+        const { assert!(core::mem::align_of::<ah::IbAh<T::Ah>>() <= 8) };
         // SAFETY: `init_net` is the initial network namespace, which lives forever; the core
         // allocates `size` zeroed bytes (kvzalloc: aligned to at least 8, checked above) and
         // initialises the `ib_device` at their start.
@@ -277,6 +382,25 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         ops.alloc_pd = Some(pd::alloc_pd::<T>);
         ops.dealloc_pd = Some(pd::dealloc_pd::<T>);
         ops.size_ib_pd = core::mem::size_of::<IbPd<T::Pd>>();
+        ops.create_cq = Some(cq::create_cq);
+        ops.create_user_cq = Some(cq::create_user_cq::<T>);
+        ops.destroy_cq = Some(cq::destroy_cq::<T>);
+        ops.size_ib_cq = core::mem::size_of::<cq::IbCq<T::Cq>>();
+        ops.create_qp = Some(qp::create_qp::<T>);
+        ops.modify_qp = Some(qp::modify_qp::<T>);
+        ops.query_qp = Some(qp::query_qp::<T>);
+        ops.destroy_qp = Some(qp::destroy_qp::<T>);
+        ops.size_ib_qp = core::mem::size_of::<qp::IbQp<T::Qp>>();
+        ops.reg_user_mr = Some(mr::reg_user_mr::<T>);
+        ops.dereg_mr = Some(mr::dereg_mr::<T>);
+        ops.advise_mr = Some(mr::advise_mr::<T>);
+        ops.alloc_mw = Some(mr::alloc_mw::<T>);
+        ops.dealloc_mw = Some(mr::dealloc_mw::<T>);
+        ops.size_ib_mw = core::mem::size_of::<mr::IbMw<T::Mw>>();
+        ops.create_ah = Some(ah::create_ah);
+        ops.create_user_ah = Some(ah::create_user_ah::<T>);
+        ops.destroy_ah = Some(ah::destroy_ah::<T>);
+        ops.size_ib_ah = core::mem::size_of::<ah::IbAh<T::Ah>>();
         ops.add_gid = Some(add_gid::<T>);
         ops.del_gid = Some(del_gid::<T>);
         kernel_verbs::fill(&mut ops);

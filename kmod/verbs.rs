@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Verbs objects of one context: protection domains, memory regions and windows ([`mw`]),
-//! completion queues, queue pairs ([`qp`]) and address handles ([`ah`]), created and destroyed
-//! by ioctl.
+//! Verbs objects of one context: protection domains, memory regions ([`mr`]) and windows
+//! ([`mw`]), completion queues, queue pairs ([`qp`]) and address handles ([`ah`]), created and
+//! destroyed by ioctl of `/dev/qhcaN`, or by the RDMA core's operations on a user context of the
+//! `ib_device` ([`crate::ib`], through the `*_with` methods, which take the arguments translated
+//! and do the same checks; the core's destroys go through [`Verbs::destroy_or_stop`]).
 //!
 //! The device holds the objects' state; the driver keeps, per context, what it must undo when the
 //! file goes away (the handles, the pinned memory, the event routes) and enforces the destroy
@@ -18,19 +20,18 @@
 //! run the command; then write the answer back, again with no lock held.
 
 mod ah;
+mod mr;
 mod mw;
 mod qp;
 
 use crate::{
     cmdq::Cmd,
-    context::Ctx,
+    context::{CqRoute, Ctx},
     device::QhcaDevice,
     limits::Pool,
-    odp::OdpMr,
     pagelist::{span_pages, PageList},
     shim::{EventFd, Umem},
     uapi,
-    watch::WatchedMr,
 };
 use ah::Ah;
 use kernel::{
@@ -42,21 +43,9 @@ use kernel::{
     transmute::{AsBytes, FromBytes},
     uaccess::{UserPtr, UserSlice, UserSliceWriter},
 };
+use mr::{Mr, MrMem};
 use mw::Mw;
 use qp::Qp;
-
-/// A region's memory: pinned, on-demand paged, or pinned and watched.
-enum MrMem {
-    Pinned(#[expect(dead_code, reason = "held: unpinned when dropped")] Umem),
-    Odp(Arc<OdpMr>),
-    Watched(Arc<WatchedMr>),
-}
-
-struct Mr {
-    key: u32,
-    pdn: u32,
-    mem: MrMem,
-}
 
 struct Cq {
     cqn: u32,
@@ -205,15 +194,26 @@ pub(crate) fn ioctl(
     }
 }
 
-/// One ioctl's view of its context.
-struct Verbs<'a> {
+/// One command's view of its context: an ioctl's of `/dev/qhcaN`, or an RDMA core
+/// operation's (the `*_with` methods, which take what the core checked and translated).
+pub(crate) struct Verbs<'a> {
     dev: &'a Arc<QhcaDevice>,
     ctx: &'a Arc<Ctx>,
     objs: &'a Mutex<Objects>,
     uar: u32,
 }
 
-impl Verbs<'_> {
+impl<'a> Verbs<'a> {
+    /// The view of context `ctx`, whose doorbell page is `uar`.
+    pub(crate) fn of(ctx: &'a Arc<Ctx>, uar: u32) -> Self {
+        Self {
+            dev: &ctx.dev,
+            ctx,
+            objs: &ctx.objs,
+            uar,
+        }
+    }
+
     /// Runs `f` under the bound-device lock and the file's objects.
     fn locked<R>(&self, f: impl FnOnce(&Device<Bound>, &mut Objects) -> Result<R>) -> Result<R> {
         self.dev.with_bound(|bound| f(bound, &mut self.objs.lock()))
@@ -245,14 +245,19 @@ impl Verbs<'_> {
         if a.handle != 0 || a.flags != 0 {
             return Err(EINVAL);
         }
-        a.handle = self.locked(|_, objs| {
+        a.handle = self.alloc_pd_with()?;
+        write_arg(out, &a)
+    }
+
+    /// A PD: its number.
+    pub(crate) fn alloc_pd_with(&self) -> Result<u32> {
+        self.locked(|_, objs| {
             objs.pds.reserve(1, GFP_KERNEL)?;
             let cmd = Cmd::new(uapi::QHCA_CMD_ALLOC_PD).input(0, self.uar.into());
             let pdn = self.charged(Pool::Pds, || self.create(cmd, "pdn"))?;
             objs.pds.push(pdn, GFP_KERNEL)?;
             Ok(pdn)
-        })?;
-        write_arg(out, &a)
+        })
     }
 
     /// The destroy ioctls: `EBUSY` while something uses the object; the device forgets it
@@ -264,6 +269,12 @@ impl Verbs<'_> {
             0
         };
         let (h, flags) = read_handle(arg, allowed)?;
+        self.destroy_with(op, h, flags)?;
+        Ok(0)
+    }
+
+    /// Destroys object `h` with destroy command `op` (and its flags), as [`Verbs::destroy`].
+    pub(crate) fn destroy_with(&self, op: u32, h: u32, flags: u32) -> Result {
         self.locked(|_, objs| {
             let busy = match op {
                 uapi::QHCA_CMD_DEALLOC_PD => {
@@ -306,265 +317,119 @@ impl Verbs<'_> {
                 };
                 if let Some(res) = closed {
                     res?;
-                    objs.mrs.retain(|m| m.key != h);
-                    self.ctx.quota.uncharge(Pool::Mrs, 1);
-                    return Ok(0);
+                    self.forget(objs, op, h, false);
+                    return Ok(());
                 }
             }
             // DEREG_MR of a region with windows bound to it: the device says BAD_STATE (EBUSY)
             // unless the flags tell it to unbind them.
             destroy_in_device(self.dev, self.uar, op, h, flags)?;
-            let pool = match op {
-                uapi::QHCA_CMD_DEALLOC_PD => {
-                    objs.pds.retain(|p| *p != h);
-                    Pool::Pds
-                }
-                uapi::QHCA_CMD_DEREG_MR => {
-                    objs.mrs.retain(|m| m.key != h);
-                    Pool::Mrs
-                }
-                uapi::QHCA_CMD_DEALLOC_MW => {
-                    objs.mws.retain(|w| !w.named_by(h));
-                    Pool::Mws
-                }
-                uapi::QHCA_CMD_DESTROY_AH => {
-                    objs.ahs.retain(|x| x.ah != h);
-                    Pool::Ahs
-                }
-                uapi::QHCA_CMD_DESTROY_CQ => {
-                    self.ctx.remove_cq(h);
-                    objs.cqs.retain(|c| c.cqn != h);
-                    Pool::Cqs
-                }
-                _ => {
-                    self.ctx.remove_qp(h);
-                    objs.qps.retain(|q| q.qpn != h);
-                    Pool::Qps
-                }
-            };
-            self.ctx.quota.uncharge(pool, 1);
-            Ok(0)
+            self.forget(objs, op, h, false);
+            Ok(())
         })
     }
 
-    /// `QHCA_IOCTL_REG_MR`: pins the region and hands the device its translation, or registers
-    /// an on-demand-paged region ([`Verbs::reg_odp_mr`]).
-    fn reg_mr(&self, arg: usize) -> Result<isize> {
-        let (mut a, out) = read_arg::<uapi::qhca_ioc_reg_mr>(arg)?;
-        let writes = uapi::QHCA_ACCESS_REMOTE_WRITE | uapi::QHCA_ACCESS_REMOTE_ATOMIC;
-        if a.rsvd != 0
-            || a.lkey != 0
-            || a.rkey != 0
-            || a.access
-                & !(uapi::QHCA_ACCESS_ALL
-                    | uapi::QHCA_ACCESS_ON_DEMAND
-                    | uapi::QHCA_ACCESS_WATCHED
-                    | uapi::QHCA_ACCESS_MW_BIND)
-                != 0
-            || (a.access & writes != 0 && a.access & uapi::QHCA_ACCESS_LOCAL_WRITE == 0)
-            || (a.access & uapi::QHCA_ACCESS_ON_DEMAND != 0
-                && a.access & uapi::QHCA_ACCESS_WATCHED != 0)
-            // Windows need a pinned region that stays until they are unbound.
-            || (a.access & uapi::QHCA_ACCESS_MW_BIND != 0
-                && a.access & (uapi::QHCA_ACCESS_ON_DEMAND | uapi::QHCA_ACCESS_WATCHED) != 0)
-            || a.length == 0
-        {
-            return Err(EINVAL);
-        }
-        if a.access & uapi::QHCA_ACCESS_ON_DEMAND != 0 {
-            let key = self.reg_odp_mr(&a)?;
-            a.lkey = key;
-            a.rkey = key;
-            return write_arg(out, &a);
-        }
-        if a.length > self.dev.attr()?.max_mr_size {
-            return Err(EINVAL);
-        }
-        // Limits before anything is allocated or pinned.
-        span_pages(a.addr, a.length)?;
-        position(&self.objs.lock().pds, |&p| p == a.pdn)?;
-        if a.access & uapi::QHCA_ACCESS_WATCHED != 0 {
-            let key = self.reg_watched_mr(&a)?;
-            a.lkey = key;
-            a.rkey = key;
-            return write_arg(out, &a);
-        }
-        let writable = a.access & uapi::QHCA_ACCESS_LOCAL_WRITE != 0;
-        let mut mem = Umem::pin(a.addr, a.length, writable)?;
-        let key = self.locked(|bound, objs| {
-            position(&objs.pds, |&p| p == a.pdn)?;
-            objs.mrs.reserve(1, GFP_KERNEL)?;
-            mem.map(bound)?;
-            let list = PageList::new(bound, &mem)?;
-            let args = uapi::qhca_cmd_reg_mr {
-                uar: self.uar.to_le(),
-                pdn: a.pdn.to_le(),
-                iova: a.addr.to_le(),
-                length: a.length.to_le(),
-                access: a.access.to_le(),
-                npages: list.npages().to_le(),
-                pages_addr: list.dma_address().to_le(),
-            };
-            let cmd = Cmd::new(uapi::QHCA_CMD_REG_MR).input_struct(&args);
-            let key = self.charged(Pool::Mrs, || self.create(cmd, "key"))?;
-            objs.mrs.push(
-                Mr {
-                    key,
-                    pdn: a.pdn,
-                    mem: MrMem::Pinned(mem),
-                },
-                GFP_KERNEL,
-            )?;
-            Ok(key)
-        })?;
-        a.lkey = key;
-        a.rkey = key;
-        write_arg(out, &a)
-    }
-
-    /// REG_MR of a watched pinned region (`QHCA_ACCESS_WATCHED`, see [`crate::watch`]): the
-    /// notifier first (no lock held), its sequence, the pages pinned, then the region goes live
-    /// only if no invalidation began since. The caller checked the argument.
-    ///
-    /// # Errors
-    ///
-    /// `EAGAIN` if the range changed while it was pinned; `EINVAL` for a range outside the
-    /// address space; `ENOENT` for an unknown PD; what pinning and the device answer.
-    fn reg_watched_mr(&self, a: &uapi::qhca_ioc_reg_mr) -> Result<u32> {
-        let mr = WatchedMr::new(self.dev, self.ctx, self.uar, a.addr, a.length)?;
-        let seq = mr.read_begin()?;
-        let access = a.access & !uapi::QHCA_ACCESS_WATCHED;
-        let mut mem = Umem::pin(
-            a.addr,
-            a.length,
-            access & uapi::QHCA_ACCESS_LOCAL_WRITE != 0,
-        )?;
-        // On failure `mr` goes with its notifier; it never went live.
-        self.locked(|bound, objs| {
-            position(&objs.pds, |&p| p == a.pdn)?;
-            objs.mrs.reserve(1, GFP_KERNEL)?;
-            mem.map_pages(bound)?;
-            let key = self.charged(Pool::Mrs, || mr.register(bound, a.pdn, access, mem, seq))?;
-            // Cannot fail: room was reserved above.
-            objs.mrs.push(
-                Mr {
-                    key,
-                    pdn: a.pdn,
-                    mem: MrMem::Watched(mr.clone()),
-                },
-                GFP_KERNEL,
-            )?;
-            Ok(key)
-        })
-    }
-
-    /// REG_MR of an on-demand-paged region: nothing is pinned or charged to RLIMIT_MEMLOCK.
-    /// `addr` 0 with `length` `u64::MAX` is the implicit region (the whole address space).
-    ///
-    /// # Errors
-    ///
-    /// `EOPNOTSUPP` if the device has no ODP (or no implicit ODP, for the implicit region);
-    /// `EINVAL` for a range outside the process's address space or over `max_mr_size`;
-    /// `ENOENT` for an unknown PD; what the device answers.
-    fn reg_odp_mr(&self, a: &uapi::qhca_ioc_reg_mr) -> Result<u32> {
-        let attr = self.dev.attr()?;
-        let implicit = a.addr == 0 && a.length == u64::MAX;
-        if attr.caps & u64::from(uapi::QHCA_CAP_ODP) == 0
-            || attr.odp_general_caps & u64::from(uapi::QHCA_ODP_SUPPORT) == 0
-            || (implicit && attr.odp_general_caps & u64::from(uapi::QHCA_ODP_SUPPORT_IMPLICIT) == 0)
-        {
-            return Err(EOPNOTSUPP);
-        }
-        let (start, end) = if implicit {
-            (0, crate::shim::task_size())
-        } else {
-            let end = a.addr.checked_add(a.length).ok_or(EINVAL)?;
-            if end > crate::shim::task_size() || a.length > attr.max_mr_size {
-                return Err(EINVAL);
+    /// Drops object `h` of destroy command `op` from the context, and its charge: what the
+    /// driver holds of it goes (its pinned memory, its event route). The device forgot it, or
+    /// is stopped. `close_mrs`: an on-demand or watched region is not closed yet (it is, here).
+    fn forget(&self, objs: &mut Objects, op: u32, h: u32, close_mrs: bool) {
+        let pool = match op {
+            uapi::QHCA_CMD_DEALLOC_PD => {
+                objs.pds.retain(|p| *p != h);
+                Pool::Pds
             }
-            (a.addr, end)
-        };
-        position(&self.objs.lock().pds, |&p| p == a.pdn)?;
-        // The notifier first, with no lock held (see `OdpMr::new`).
-        let mr = OdpMr::new(
-            self.dev, self.ctx, self.uar, a.pdn, a.access, start, end, implicit,
-        )?;
-        self.locked(|_, objs| {
-            position(&objs.pds, |&p| p == a.pdn)?;
-            objs.mrs.reserve(1, GFP_KERNEL)?;
-            let key = self.charged(Pool::Mrs, || mr.register(self.dev))?;
-            // Cannot fail: room was reserved above.
-            objs.mrs.push(
-                Mr {
-                    key,
-                    pdn: a.pdn,
-                    mem: MrMem::Odp(mr),
-                },
-                GFP_KERNEL,
-            )?;
-            Ok(key)
-        })
-    }
-
-    /// `QHCA_IOCTL_ADVISE_MR`: prefetches a range of an ODP region of this file, now
-    /// (`QHCA_ADVISE_FLAG_FLUSH`) or through the fault worker.
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` for a pinned region, a range outside the region, unknown advice or flags;
-    /// `ENOENT` for an unknown key; `EFAULT` if a page cannot be faulted in (with the flag);
-    /// `EAGAIN` if too many prefetches are queued (without).
-    fn advise_mr(&self, arg: usize) -> Result<isize> {
-        let (a, _) = read_arg::<uapi::qhca_ioc_advise_mr>(arg)?;
-        let write = match a.advice {
-            uapi::QHCA_ADVISE_PREFETCH => false,
-            uapi::QHCA_ADVISE_PREFETCH_WRITE => true,
-            _ => return Err(EINVAL),
-        };
-        if a.rsvd != 0 || a.flags & !uapi::QHCA_ADVISE_FLAG_FLUSH != 0 || a.length == 0 {
-            return Err(EINVAL);
-        }
-        let mr = {
-            let objs = self.objs.lock();
-            let pos = position(&objs.mrs, |m| m.key == a.lkey)?;
-            match &objs.mrs[pos].mem {
-                MrMem::Odp(mr) => mr.clone(),
-                MrMem::Pinned(_) | MrMem::Watched(_) => return Err(EINVAL),
+            uapi::QHCA_CMD_DEREG_MR => {
+                for m in objs.mrs.iter().filter(|m| close_mrs && m.key == h) {
+                    // Stopped or gone already: this only lets go of the host's side.
+                    let _ = match &m.mem {
+                        MrMem::Odp(odp) => odp.close(self.dev, false),
+                        MrMem::Watched(w) => w.close(self.dev, false),
+                        MrMem::Pinned(_) => Ok(()),
+                    };
+                }
+                objs.mrs.retain(|m| m.key != h);
+                Pool::Mrs
+            }
+            uapi::QHCA_CMD_DEALLOC_MW => {
+                objs.mws.retain(|w| !w.named_by(h));
+                Pool::Mws
+            }
+            uapi::QHCA_CMD_DESTROY_AH => {
+                objs.ahs.retain(|x| x.ah != h);
+                Pool::Ahs
+            }
+            uapi::QHCA_CMD_DESTROY_CQ => {
+                self.ctx.remove_cq(h);
+                objs.cqs.retain(|c| c.cqn != h);
+                Pool::Cqs
+            }
+            _ => {
+                self.ctx.remove_qp(h);
+                objs.qps.retain(|q| q.qpn != h);
+                Pool::Qps
             }
         };
-        if !mr.contains(a.addr, a.length) {
-            return Err(EINVAL);
+        self.ctx.quota.uncharge(pool, 1);
+    }
+
+    /// A destroy that must not fail (the RDMA core's: it frees the object afterwards, or warns
+    /// and leaks it): as [`Verbs::destroy_with`], and if the device refuses, which leaves it
+    /// holding an object that may name the process's memory, the device is stopped first
+    /// (reset, bus mastering off); then the driver lets go of the object.
+    pub(crate) fn destroy_or_stop(&self, op: u32, h: u32, flags: u32) {
+        match self.destroy_with(op, h, flags) {
+            Ok(()) => {}
+            // Not (or no longer) this context's: unbind released it.
+            Err(e) if e == ENOENT => {}
+            Err(e) => {
+                if !self.dev.is_stopped() {
+                    dev_err!(
+                        self.dev.dev(),
+                        "destroy command {} for {:#x} failed ({:?}); stopping the device\n",
+                        op,
+                        h,
+                        e
+                    );
+                    self.dev.declare_dead();
+                }
+                self.forget(&mut self.objs.lock(), op, h, true);
+            }
         }
-        if a.flags & uapi::QHCA_ADVISE_FLAG_FLUSH != 0 {
-            mr.prefetch(self.dev, a.addr, a.length, write)?;
-        } else {
-            mr.prefetch_async(self.dev, a.addr, a.length, write)?;
-        }
-        Ok(0)
     }
 
     /// `QHCA_IOCTL_CREATE_CQ`.
     fn create_cq(&self, arg: usize) -> Result<isize> {
         let (mut a, out) = read_arg::<uapi::qhca_ioc_create_cq>(arg)?;
+        if a.rsvd != 0 || a.cqn != 0 || a.eventfd < -1 {
+            return Err(EINVAL);
+        }
+        let route = match a.eventfd {
+            -1 => CqRoute::None,
+            fd => CqRoute::EventFd(Arc::new(EventFd::get(fd)?, GFP_KERNEL)?),
+        };
+        a.cqn = self.create_cq_with(&a, route)?;
+        write_arg(out, &a)
+    }
+
+    /// A CQ as `a` describes it (its header, eventfd and output fields ignored), whose events
+    /// go to `route`: its number.
+    pub(crate) fn create_cq_with(
+        &self,
+        a: &uapi::qhca_ioc_create_cq,
+        route: CqRoute,
+    ) -> Result<u32> {
         let log = a.log_entries;
         let bytes = page_align((u64::from(uapi::QHCA_CQE_SIZE) << log.min(31)) + 64);
-        if a.rsvd != 0
-            || a.cqn != 0
-            || !(uapi::QHCA_CQ_MIN_LOG..=uapi::QHCA_CQ_MAX_LOG).contains(&log)
+        if !(uapi::QHCA_CQ_MIN_LOG..=uapi::QHCA_CQ_MAX_LOG).contains(&log)
             || (1u32 << log) > self.dev.attr()?.max_cqe.max(2)
             || a.buf_addr % u64::from(uapi::QHCA_PAGE_SIZE) != 0
             || a.buf_len != bytes
-            || a.eventfd < -1
         {
             return Err(EINVAL);
         }
         span_pages(a.buf_addr, a.buf_len)?;
-        let efd = match a.eventfd {
-            -1 => None,
-            fd => Some(Arc::new(EventFd::get(fd)?, GFP_KERNEL)?),
-        };
         let mut mem = Umem::pin(a.buf_addr, a.buf_len, true)?;
-        a.cqn = self.locked(|bound, objs| {
+        self.locked(|bound, objs| {
             objs.cqs.reserve(1, GFP_KERNEL)?;
             self.ctx.reserve()?;
             mem.map(bound)?;
@@ -579,11 +444,10 @@ impl Verbs<'_> {
             let cmd = Cmd::new(uapi::QHCA_CMD_CREATE_CQ).input_struct(&args);
             let cqn = self.charged(Pool::Cqs, || self.create(cmd, "cqn"))?;
             // Neither can fail: room was reserved above.
-            self.ctx.add_cq(cqn, efd)?;
+            self.ctx.add_cq(cqn, route)?;
             objs.cqs.push(Cq { cqn, _mem: mem }, GFP_KERNEL)?;
             Ok(cqn)
-        })?;
-        write_arg(out, &a)
+        })
     }
 
     /// Runs a query command into a fresh buffer of `SIZE` bytes and returns what the device wrote.

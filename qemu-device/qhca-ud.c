@@ -20,7 +20,8 @@
 #define QHCA_AH_SLOT_MASK   (QHCA_LIMIT_MAX_AH - 1)
 #define QHCA_AH_GEN_MASK    ((1u << (24 - QHCA_AH_INDEX_BITS)) - 1)
 
-#define QHCA_GRH_NEXT_BTH   0x1b
+/* RoCEv2: the IPv6 header's next header is UDP. */
+#define QHCA_GRH_NEXT_UDP   17
 
 /* ------------------------------------------------------------------------ */
 /* address handles                                                          */
@@ -340,8 +341,8 @@ static void qhca_ud_grh(QhcaState *s, const QhcaPkt *pkt, uint8_t *buf)
     grh.version_tclass_flow = cpu_to_be32(6u << 28 |
                                           (uint32_t)pkt->traffic_class << 20 |
                                           pkt->flow_label);
-    grh.paylen = cpu_to_be16(paylen);
-    grh.next_hdr = QHCA_GRH_NEXT_BTH;
+    grh.paylen = cpu_to_be16(QHCA_UDP_SIZE + paylen);
+    grh.next_hdr = QHCA_GRH_NEXT_UDP;
     grh.hop_limit = pkt->hop_limit;
     memcpy(grh.sgid, pkt->sgid, sizeof(grh.sgid));
     memcpy(grh.dgid, pkt->dgid, sizeof(grh.dgid));

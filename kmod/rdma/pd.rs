@@ -4,7 +4,7 @@
 
 use super::{
     data,
-    ucontext::{udata_of, IbUContext},
+    ucontext::{ucontext_data, udata_of},
     Driver,
 };
 use core::{ffi::c_int, mem::MaybeUninit};
@@ -23,19 +23,25 @@ pub(super) struct IbPd<P> {
 ///
 /// `uobject` is null or the uverbs object of an object of a registered device of ours, in one of
 /// the core's operations on it (so its context, which outlives its objects, is alive).
-unsafe fn ucontext_of<'a, T: Driver>(
+pub(super) unsafe fn ucontext_of<'a, T: Driver>(
     uobject: *mut bindings::ib_uobject,
 ) -> Option<&'a T::UContext> {
     if uobject.is_null() {
         return None;
     }
-    // SAFETY: The function's contract: the object's context is one of ours, whose `data` a
-    // successful `alloc_ucontext` wrote (a context makes objects only after that).
-    Some(unsafe {
-        (*(*uobject).context.cast::<IbUContext<T::UContext>>())
-            .data
-            .assume_init_ref()
-    })
+    // SAFETY: The function's contract: the object's context is one of ours, set up by a
+    // successful `alloc_ucontext` (a context makes objects only after that).
+    unsafe { ucontext_data::<T>((*uobject).context) }
+}
+
+/// The driver's part of PD `pd`.
+///
+/// # Safety
+///
+/// `pd` is a PD of ours whose `alloc_pd` succeeded and which is not deallocated yet.
+pub(super) unsafe fn pd_data<'a, P>(pd: *mut bindings::ib_pd) -> &'a P {
+    // SAFETY: The caller's contract: an `IbPd<P>` whose `data` `alloc_pd` wrote.
+    unsafe { (*pd.cast::<IbPd<P>>()).data.assume_init_ref() }
 }
 
 /// # Safety

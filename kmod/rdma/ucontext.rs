@@ -9,7 +9,7 @@ use core::{ffi::c_int, marker::PhantomData, mem::MaybeUninit, ptr::NonNull};
 use kernel::{
     bindings,
     prelude::*,
-    transmute::AsBytes,
+    transmute::{AsBytes, FromBytes},
     types::Opaque,
     uaccess::{UserPtr, UserSlice},
 };
@@ -60,6 +60,36 @@ impl Udata<'_> {
             }
         }
         Ok(())
+    }
+
+    /// How many bytes of driver input there are.
+    pub(crate) fn in_len(&self) -> usize {
+        self.inlen
+    }
+
+    /// Reads the driver input as an `R`: at least its size, anything beyond it zero (input a
+    /// later ABI version defines).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for less input than an `R` or a nonzero byte beyond it, `EFAULT` for input that
+    /// cannot be read.
+    pub(crate) fn read_in<R: FromBytes>(&self) -> Result<R> {
+        let size = core::mem::size_of::<R>();
+        if self.inlen < size {
+            return Err(EINVAL);
+        }
+        let mut r = UserSlice::new(UserPtr::from_addr(self.inbuf), size).reader();
+        let v = r.read::<R>()?;
+        let rest = Udata {
+            inbuf: self.inbuf + size,
+            inlen: self.inlen - size,
+            outbuf: 0,
+            outlen: 0,
+            _core: PhantomData,
+        };
+        rest.input_zero()?;
+        Ok(v)
     }
 
     /// Writes the driver's response: as much of `resp` as the caller has room for (an older
@@ -245,4 +275,24 @@ pub(super) unsafe fn udata_of<'a>(udata: *const bindings::ib_udata) -> Udata<'a>
         outlen: u.outlen,
         _core: PhantomData,
     }
+}
+
+/// The driver's part of user context `uctx`, or `None` for a null one (a kernel object's).
+///
+/// # Safety
+///
+/// `uctx` is null or a user context of a registered device of ours whose `alloc_ucontext`
+/// succeeded, alive for `'a` (a context outlives the calls on its objects).
+pub(super) unsafe fn ucontext_data<'a, T: Driver>(
+    uctx: *mut bindings::ib_ucontext,
+) -> Option<&'a T::UContext> {
+    if uctx.is_null() {
+        return None;
+    }
+    // SAFETY: The function's contract: `data` was written by a successful `alloc_ucontext`.
+    Some(unsafe {
+        (*uctx.cast::<IbUContext<T::UContext>>())
+            .data
+            .assume_init_ref()
+    })
 }

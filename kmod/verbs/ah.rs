@@ -102,25 +102,34 @@ impl Verbs<'_> {
         if a.size as usize != len || a.comp_mask != 0 || a.ah != 0 {
             return Err(EINVAL);
         }
-        check_av(&a.attr)?;
+        a.ah = self.create_ah_with(a.pdn, &a.attr)?;
+        writer.write_slice(&a.as_bytes()[..len])?;
+        Ok(0)
+    }
+
+    /// An address handle in PD `pdn` for `attr` (CPU byte order): its number.
+    ///
+    /// # Errors
+    ///
+    /// As [`Verbs::create_ah`], less the argument's header.
+    pub(crate) fn create_ah_with(&self, pdn: u32, attr: &uapi::qhca_ah_attr) -> Result<u32> {
+        check_av(attr)?;
         if self.dev.attr()?.max_ah == 0 {
             return Err(EOPNOTSUPP);
         }
-        a.ah = self.locked(|_, objs| {
-            position(&objs.pds, |&p| p == a.pdn)?;
+        self.locked(|_, objs| {
+            position(&objs.pds, |&p| p == pdn)?;
             objs.ahs.reserve(1, GFP_KERNEL)?;
             let args = uapi::qhca_cmd_create_ah {
                 uar: self.uar.to_le(),
-                pdn: a.pdn.to_le(),
-                attr: av_to_le(&a.attr),
+                pdn: pdn.to_le(),
+                attr: av_to_le(attr),
             };
             let cmd = Cmd::new(uapi::QHCA_CMD_CREATE_AH).input_struct(&args);
             let ah = self.charged(Pool::Ahs, || self.create(cmd, "ah"))?;
             // Cannot fail: room was reserved above.
-            objs.ahs.push(Ah { ah, pdn: a.pdn }, GFP_KERNEL)?;
+            objs.ahs.push(Ah { ah, pdn }, GFP_KERNEL)?;
             Ok(ah)
-        })?;
-        writer.write_slice(&a.as_bytes()[..len])?;
-        Ok(0)
+        })
     }
 }

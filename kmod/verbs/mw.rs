@@ -30,22 +30,32 @@ impl Verbs<'_> {
     /// windows; `ENOENT` for a PD this file did not create; what the device answers.
     pub(super) fn alloc_mw(&self, arg: usize) -> Result<isize> {
         let (mut a, out) = read_arg::<uapi::qhca_ioc_alloc_mw>(arg)?;
-        if a.key != 0
-            || a.rsvd != 0
-            || !(uapi::QHCA_MW_TYPE_1..=uapi::QHCA_MW_TYPE_2B).contains(&a.type_)
-        {
+        if a.key != 0 || a.rsvd != 0 {
+            return Err(EINVAL);
+        }
+        a.key = self.alloc_mw_with(a.pdn, a.type_)?;
+        write_arg(out, &a)
+    }
+
+    /// An unbound window of type `kind` (`QHCA_MW_TYPE_*`) in PD `pdn`: its key.
+    ///
+    /// # Errors
+    ///
+    /// As [`Verbs::alloc_mw`], less the argument's header.
+    pub(crate) fn alloc_mw_with(&self, pdn: u32, kind: u32) -> Result<u32> {
+        if !(uapi::QHCA_MW_TYPE_1..=uapi::QHCA_MW_TYPE_2B).contains(&kind) {
             return Err(EINVAL);
         }
         if self.dev.attr()?.max_mw == 0 {
             return Err(EOPNOTSUPP);
         }
-        a.key = self.locked(|_, objs| {
-            position(&objs.pds, |&p| p == a.pdn)?;
+        self.locked(|_, objs| {
+            position(&objs.pds, |&p| p == pdn)?;
             objs.mws.reserve(1, GFP_KERNEL)?;
             let cmd = Cmd::new(uapi::QHCA_CMD_ALLOC_MW)
                 .input(0, self.uar.into())
-                .input(1, a.pdn.into())
-                .input(2, a.type_.into());
+                .input(1, pdn.into())
+                .input(2, kind.into());
             let key = self.charged(Pool::Mws, || self.create(cmd, "key"))?;
             if key & uapi::QHCA_MW_KEY_FLAG == 0 {
                 // Not a window's key: a region's could be dereferenced through it.
@@ -54,9 +64,8 @@ impl Verbs<'_> {
                 return Err(EIO);
             }
             // Cannot fail: room was reserved above.
-            objs.mws.push(Mw { key, pdn: a.pdn }, GFP_KERNEL)?;
+            objs.mws.push(Mw { key, pdn }, GFP_KERNEL)?;
             Ok(key)
-        })?;
-        write_arg(out, &a)
+        })
     }
 }

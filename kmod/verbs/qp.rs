@@ -11,6 +11,7 @@ use crate::{
     cmdq::Cmd,
     limits::Pool,
     pagelist::{span_pages, PageList},
+    rdma::QpEvents,
     shim::Umem,
     uapi,
 };
@@ -45,8 +46,22 @@ impl Verbs<'_> {
     /// `QHCA_IOCTL_CREATE_QP`.
     pub(super) fn create_qp(&self, arg: usize) -> Result<isize> {
         let (mut a, out) = read_arg::<uapi::qhca_ioc_create_qp>(arg)?;
+        if a.rsvd1 != 0 || a.qpn != 0 {
+            return Err(EINVAL);
+        }
+        a.qpn = self.create_qp_with(&a, None)?;
+        write_arg(out, &a)
+    }
+
+    /// A QP as `a` describes it (its header and output fields ignored), whose events go to
+    /// `route` (an RDMA core QP's) or to the context's queue: its number.
+    pub(crate) fn create_qp_with(
+        &self,
+        a: &uapi::qhca_ioc_create_qp,
+        route: Option<QpEvents>,
+    ) -> Result<u32> {
         let attr = self.dev.attr()?;
-        if a.rsvd1 != 0 || a.qpn != 0 || !matches!(a.type_, uapi::QHCA_QPT_RC | uapi::QHCA_QPT_UD) {
+        if !matches!(a.type_, uapi::QHCA_QPT_RC | uapi::QHCA_QPT_UD) {
             return Err(EINVAL);
         }
         if a.type_ == uapi::QHCA_QPT_UD && attr.caps & u64::from(uapi::QHCA_CAP_UD) == 0 {
@@ -91,7 +106,7 @@ impl Verbs<'_> {
         };
         refs_exist(&self.objs.lock())?;
         let mut mem = Umem::pin(a.buf_addr, a.buf_len, true)?;
-        a.qpn = self.locked(|bound, objs| {
+        self.locked(|bound, objs| {
             refs_exist(objs)?;
             objs.qps.reserve(1, GFP_KERNEL)?;
             self.ctx.reserve()?;
@@ -115,7 +130,7 @@ impl Verbs<'_> {
             let cmd = Cmd::new(uapi::QHCA_CMD_CREATE_QP).input_struct(&args);
             let qpn = self.charged(Pool::Qps, || self.create(cmd, "qpn"))?;
             // Neither can fail: room was reserved above.
-            self.ctx.add_qp(qpn)?;
+            self.ctx.add_qp(qpn, route)?;
             let qp = Qp {
                 qpn,
                 pdn: a.pdn,
@@ -125,8 +140,7 @@ impl Verbs<'_> {
             };
             objs.qps.push(qp, GFP_KERNEL)?;
             Ok(qpn)
-        })?;
-        write_arg(out, &a)
+        })
     }
 
     /// `QHCA_IOCTL_MODIFY_QP`: the device checks the transition (`EINVAL` if invalid).
@@ -140,8 +154,20 @@ impl Verbs<'_> {
     /// `CAP_NET_RAW`; `ENOENT` for a QP this file did not create.
     pub(super) fn modify_qp(&self, arg: usize) -> Result<isize> {
         let (a, _) = read_arg::<uapi::qhca_ioc_qp_attr>(arg)?;
-        let q = &a.attr;
-        if a.rsvd != 0 || q.mask == 0 || q.mask & !uapi::QHCA_QP_ATTR_ALL != 0 {
+        if a.rsvd != 0 {
+            return Err(EINVAL);
+        }
+        self.modify_qp_with(a.qpn, &a.attr)?;
+        Ok(0)
+    }
+
+    /// MODIFY_QP of QP `qpn` with `q` (CPU byte order).
+    ///
+    /// # Errors
+    ///
+    /// As [`Verbs::modify_qp`], less the argument's header.
+    pub(crate) fn modify_qp_with(&self, qpn: u32, q: &uapi::qhca_qp_attr) -> Result {
+        if q.mask == 0 || q.mask & !uapi::QHCA_QP_ATTR_ALL != 0 {
             return Err(EINVAL);
         }
         if q.mask & uapi::QHCA_QP_ATTR_AV != 0 {
@@ -168,38 +194,44 @@ impl Verbs<'_> {
         le.qkey = q.qkey.to_le();
         le.av = av_to_le(&q.av);
         self.locked(|bound, objs| {
-            position(&objs.qps, |x| x.qpn == a.qpn)?;
+            position(&objs.qps, |x| x.qpn == qpn)?;
             let mailbox: Coherent<[u8]> =
                 CoherentBox::<[u8]>::from_slice(bound, le.as_bytes(), GFP_KERNEL)?.into();
             self.dev
                 .exec(
                     Cmd::new(uapi::QHCA_CMD_MODIFY_QP)
                         .input(0, self.uar.into())
-                        .input(1, a.qpn.into())
+                        .input(1, qpn.into())
                         .input(2, mailbox.dma_address()),
                 )
                 // BAD_STATE: not a transition from the QP's state.
                 .map_err(|e| if e == EBUSY { EINVAL } else { e })?;
-            Ok(0)
+            Ok(())
         })
     }
 
     /// `QHCA_IOCTL_QUERY_QP`.
     pub(super) fn query_qp(&self, arg: usize) -> Result<isize> {
-        const SIZE: usize = core::mem::size_of::<uapi::qhca_qp_attr>();
         let (mut a, out) = read_arg::<uapi::qhca_ioc_qp_attr>(arg)?;
         if a.rsvd != 0 || a.attr.as_bytes().iter().any(|&b| b != 0) {
             return Err(EINVAL);
         }
+        a.attr = self.query_qp_with(a.qpn)?;
+        write_arg(out, &a)
+    }
+
+    /// QUERY_QP of QP `qpn`: its attributes in CPU byte order.
+    pub(crate) fn query_qp_with(&self, qpn: u32) -> Result<uapi::qhca_qp_attr> {
+        const SIZE: usize = core::mem::size_of::<uapi::qhca_qp_attr>();
         let bytes = self.locked(|bound, objs| {
-            position(&objs.qps, |x| x.qpn == a.qpn)?;
+            position(&objs.qps, |x| x.qpn == qpn)?;
             let cmd = Cmd::new(uapi::QHCA_CMD_QUERY_QP)
                 .input(0, self.uar.into())
-                .input(1, a.qpn.into());
+                .input(1, qpn.into());
             self.query::<SIZE>(bound, cmd)
         })?;
         let le = uapi::qhca_qp_attr::from_bytes_copy(&bytes).ok_or(EIO)?;
-        a.attr = uapi::qhca_qp_attr {
+        Ok(uapi::qhca_qp_attr {
             mask: u32::from_le(le.mask),
             access: u32::from_le(le.access),
             dest_qpn: u32::from_le(le.dest_qpn),
@@ -208,7 +240,6 @@ impl Verbs<'_> {
             qkey: u32::from_le(le.qkey),
             av: av_from_le(&le.av),
             ..le
-        };
-        write_arg(out, &a)
+        })
     }
 }

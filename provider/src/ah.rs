@@ -350,10 +350,11 @@ pub struct Grh {
     pub traffic_class: u8,
     /// Its flow label (20 bits; IPv4: 0).
     pub flow_label: u32,
-    /// Payload length as IBA counts it (BTH, DETH, ImmDt, the message padded to 4, ICRC);
-    /// IPv4: the IPv4 total length less the IPv4 and UDP headers, the same bytes.
+    /// Payload length as IBA counts it (BTH, DETH, ImmDt, the message padded to 4, ICRC):
+    /// the IPv6 payload length less the UDP header (IPv4: the total length less the IPv4 and
+    /// UDP headers), the same bytes.
     pub paylen: u16,
-    /// Next header: `0x1b`, a BTH (IPv4: the protocol, 17, UDP).
+    /// Next header: 17, UDP, as RoCEv2 carries datagrams (IPv4: the protocol, the same).
     pub next_hdr: u8,
     /// Its hop limit (IPv4: the TTL).
     pub hop_limit: u8,
@@ -367,6 +368,8 @@ pub struct Grh {
 const IPV4_AT: usize = 20;
 /// IPv4 and UDP headers: what an IPv4 total length counts beyond the IBA payload.
 const IPV4_UDP_LEN: u16 = 20 + 8;
+/// The UDP header: what an IPv6 payload length counts beyond the IBA payload.
+const UDP_LEN: u16 = 8;
 
 impl Grh {
     /// Decodes the first [`GRH_SIZE`] bytes of a receive buffer; `None` if there are fewer.
@@ -395,7 +398,7 @@ impl Grh {
             ip_version: (vtf >> 28) as u8,
             traffic_class: (vtf >> 20) as u8,
             flow_label: vtf & 0xf_ffff,
-            paylen: u16::from_be_bytes([b[4], b[5]]),
+            paylen: u16::from_be_bytes([b[4], b[5]]).saturating_sub(UDP_LEN),
             next_hdr: b[6],
             hop_limit: b[7],
             sgid: gid(8),
@@ -431,7 +434,7 @@ impl Grh {
             | (u32::from(self.traffic_class) << 20)
             | (self.flow_label & 0xf_ffff);
         b[0..4].copy_from_slice(&vtf.to_be_bytes());
-        b[4..6].copy_from_slice(&self.paylen.to_be_bytes());
+        b[4..6].copy_from_slice(&self.paylen.wrapping_add(UDP_LEN).to_be_bytes());
         b[6] = self.next_hdr;
         b[7] = self.hop_limit;
         b[8..24].copy_from_slice(&self.sgid.raw);
@@ -504,7 +507,7 @@ mod tests {
         // version 6, traffic class 0xab, flow label 0x12345.
         b[0..4].copy_from_slice(&[0x6a, 0xb1, 0x23, 0x45]);
         b[offset_of!(qhca_grh, paylen)..][..2].copy_from_slice(&[0x01, 0x02]);
-        b[offset_of!(qhca_grh, next_hdr)] = 0x1b;
+        b[offset_of!(qhca_grh, next_hdr)] = 17;
         b[offset_of!(qhca_grh, hop_limit)] = 7;
         let sgid = Gid::from_guid(0x1111_2222_3333_4444);
         let dgid = Gid::from_guid(0x5555_6666_7777_8888);
@@ -517,8 +520,8 @@ mod tests {
                 ip_version: 6,
                 traffic_class: 0xab,
                 flow_label: 0x1_2345,
-                paylen: 0x0102,
-                next_hdr: 0x1b,
+                paylen: 0x0102 - 8,
+                next_hdr: 17,
                 hop_limit: 7,
                 sgid,
                 dgid,

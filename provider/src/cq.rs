@@ -424,15 +424,80 @@ impl CqRing {
     }
 }
 
-/// The consumer state of a CQ, shared by its handle (which polls) and its QPs (which clean it
-/// when they are reset or destroyed).
+/// The consumer of a CQ's ring in the process's memory: polls without a system call, and
+/// credits each completion to the work queues ([`crate::WorkQueues`]) of the QP it names, which
+/// frees their slots. Shared by a CQ's handle (which polls) and its QPs (which clean it when
+/// they are reset or destroyed).
 #[derive(Debug)]
-pub(crate) struct CqState {
+pub struct CqConsumer {
     ring: CqRing,
     /// The work queues of the QPs that complete here, by qpn.
     qps: HashMap<u32, Arc<WqShared>>,
     /// CQEs that named no outstanding WQE of a known QP.
     stray: u64,
+}
+
+impl CqConsumer {
+    /// A consumer over the ring at `base` with layout `layout`, starting at index 0.
+    ///
+    /// # Safety
+    ///
+    /// `base` points to at least `layout.buf_len` bytes, page aligned, zeroed or written only as
+    /// the device writes CQEs, that stay mapped for the life of the returned value and that no
+    /// one but the device and this consumer reads or writes meanwhile.
+    pub unsafe fn new(base: *mut u8, layout: &CqLayout) -> CqConsumer {
+        CqConsumer {
+            // SAFETY: the caller's promise (`buf_len` covers the CQEs and the doorbell record).
+            ring: unsafe { CqRing::new(base, layout) },
+            qps: HashMap::new(),
+            stray: 0,
+        }
+    }
+
+    /// Polls up to `wcs.len()` completions; send and receive completions also free their slots
+    /// in the QP they belong to. Returns how many were polled.
+    pub fn poll(&mut self, wcs: &mut [Wc]) -> usize {
+        let n = self.ring.poll(wcs);
+        let mut stray = 0;
+        for wc in &wcs[..n] {
+            if !self.qps.get(&wc.qpn).is_some_and(|wq| wq.complete(wc)) {
+                stray += 1;
+            }
+        }
+        self.stray += stray;
+        n
+    }
+
+    /// Starts crediting completions of `qpn` to `wq`.
+    pub fn attach(&mut self, qpn: u32, wq: Arc<WqShared>) {
+        self.qps.insert(qpn, wq);
+    }
+
+    /// Stops crediting completions of `qpn`.
+    pub fn detach(&mut self, qpn: u32) {
+        self.qps.remove(&qpn);
+    }
+
+    /// Drops the unpolled CQEs of `qpn` (its QP went to RESET or was destroyed: the device
+    /// writes none for it any more); returns how many.
+    pub fn clean(&mut self, qpn: u32) -> u32 {
+        self.ring.clean(qpn)
+    }
+
+    /// The free-running consumer index published so far (what an arm doorbell names).
+    pub fn ci(&self) -> u32 {
+        self.ring.ci()
+    }
+
+    /// How many CQEs the ring holds.
+    pub fn entries(&self) -> u32 {
+        1 << self.ring.log
+    }
+
+    /// Completions polled so far that named no outstanding work request of a QP of this CQ.
+    pub fn stray(&self) -> u64 {
+        self.stray
+    }
 }
 
 /// The part of a CQ that outlives its handle while QPs use it: the device object, its ring
@@ -441,30 +506,30 @@ pub(crate) struct CqState {
 pub(crate) struct CqInner {
     pub(crate) ctx: Arc<Context>,
     pub(crate) cqn: u32,
-    state: Mutex<CqState>,
+    state: Mutex<CqConsumer>,
     // Dropped after the destroy in `Drop` (and leaked if it failed).
     buf: Option<PageBuf>,
     eventfd: Option<OwnedFd>,
 }
 
 impl CqInner {
-    fn state(&self) -> MutexGuard<'_, CqState> {
+    fn state(&self) -> MutexGuard<'_, CqConsumer> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Starts crediting completions of `qpn` to `wq`.
     pub(crate) fn attach(&self, qpn: u32, wq: Arc<WqShared>) {
-        self.state().qps.insert(qpn, wq);
+        self.state().attach(qpn, wq);
     }
 
     /// Stops crediting completions of `qpn`.
     pub(crate) fn detach(&self, qpn: u32) {
-        self.state().qps.remove(&qpn);
+        self.state().detach(qpn);
     }
 
     /// Drops the unpolled CQEs of `qpn` (its QP went to RESET or was destroyed).
     pub(crate) fn clean(&self, qpn: u32) -> u32 {
-        self.state().ring.clean(qpn)
+        self.state().clean(qpn)
     }
 }
 
@@ -544,17 +609,13 @@ impl Cq {
         // SAFETY: `buf` is a fresh zeroed page-aligned mapping of `layout.buf_len` bytes, owned
         // by the `CqInner` built here next to the ring (which drops it only after the ring), and
         // written by no one but the device and this ring.
-        let ring = unsafe { CqRing::new(buf.as_ptr(), layout) };
+        let consumer = unsafe { CqConsumer::new(buf.as_ptr(), layout) };
         Cq {
             db,
             inner: Arc::new(CqInner {
                 ctx: ctx.clone(),
                 cqn,
-                state: Mutex::new(CqState {
-                    ring,
-                    qps: HashMap::new(),
-                    stray: 0,
-                }),
+                state: Mutex::new(consumer),
                 buf: Some(buf),
                 eventfd,
             }),
@@ -605,16 +666,7 @@ impl Cq {
     /// calls [`Cq::poll_wait`], or [`crate::Context::check`] every few milliseconds of finding
     /// nothing.
     pub fn poll(&mut self, wcs: &mut [Wc]) -> usize {
-        let mut st = self.inner.state();
-        let n = st.ring.poll(wcs);
-        let mut stray = 0;
-        for wc in &wcs[..n] {
-            if !st.qps.get(&wc.qpn).is_some_and(|wq| wq.complete(wc)) {
-                stray += 1;
-            }
-        }
-        st.stray += stray;
-        n
+        self.inner.state().poll(wcs)
     }
 
     /// Spins on [`Cq::poll`] until at least one completion arrives or `timeout` passes
@@ -658,7 +710,7 @@ impl Cq {
     /// The race-free sequence is: arm, poll once more (a completion that arrived before the
     /// arm is found here), then [`Cq::wait`], then poll until empty, then arm again.
     pub fn arm(&self) {
-        let ci = self.inner.state().ring.ci();
+        let ci = self.inner.state().ci();
         self.db
             .ring(DbWord::new(DbType::CqArm, self.inner.cqn, ci).raw());
     }
@@ -713,18 +765,18 @@ impl Cq {
 
     /// How many CQEs the ring holds: at least what [`Cq::new`] was asked for.
     pub fn entries(&self) -> u32 {
-        1 << self.inner.state().ring.log
+        self.inner.state().entries()
     }
 
     /// The consumer index published so far.
     pub fn ci(&self) -> u32 {
-        self.inner.state().ring.ci()
+        self.inner.state().ci()
     }
 
     /// Completions polled so far that named no outstanding work request of a QP of this CQ
     /// (a device bug: the provider never trusts the index a CQE carries).
     pub fn stray_cqes(&self) -> u64 {
-        self.inner.state().stray
+        self.inner.state().stray()
     }
 }
 

@@ -52,15 +52,21 @@ pub struct Doorbell {
 
 impl Doorbell {
     pub(crate) fn map(fd: BorrowedFd<'_>) -> Result<Doorbell> {
+        Self::map_at(fd, MMAP_UAR_OFFSET)
+    }
+
+    /// Maps the doorbell page that `fd` offers at `offset` (a uverbs file's, at the offset
+    /// GET_CONTEXT answered: `struct qhca_ib_alloc_ucontext_resp`).
+    pub fn map_at(fd: BorrowedFd<'_>, offset: u64) -> Result<Doorbell> {
         let map = MmapOptions::new()
-            .offset(MMAP_UAR_OFFSET)
+            .offset(offset)
             .len(UAR_PAGE_SIZE)
             .map_raw(fd.as_raw_fd())
             .map_err(|e| Error::Mmap {
                 what: "doorbell page",
                 source: errno_of(&e),
             })?;
-        // INVARIANT: memmap2 mapped exactly `UAR_PAGE_SIZE` bytes at file offset 0 (page aligned,
+        // INVARIANT: memmap2 mapped exactly `UAR_PAGE_SIZE` bytes at `offset` (page aligned,
         // so the pointer is the page-aligned start of the mapping), PROT_READ | PROT_WRITE,
         // MAP_SHARED; `MmapRaw` unmaps only in its `Drop`.
         debug_assert_eq!(map.len(), UAR_PAGE_SIZE);

@@ -188,14 +188,14 @@ pub use ah::{
 pub use attr::{cap_names, fw_version_string, guid_string, DeviceAttr, OdpCaps};
 pub use conn::ConnInfo;
 pub use context::{AsyncEvent, Context, CtxStats};
-pub use cq::{eventfd, Cq, Wc, WcOpcode, WcStatus, LIVENESS_INTERVAL};
+pub use cq::{eventfd, Cq, CqConsumer, Wc, WcOpcode, WcStatus, LIVENESS_INTERVAL};
 pub use device::{
     devices, devices_in, is_pci_addr, parse_device_name, DeviceInfo, DEV_DIR, SYSFS_MISC_DIR,
 };
 pub use doorbell::Doorbell;
 pub use error::{Errno, Error, PostError, PostReason, Result};
 pub use inval::{InvalPage, InvalPoll, Revocation};
-pub use layout::{QpCaps, QpLayout};
+pub use layout::{CqLayout, QpCaps, QpLayout};
 pub use mem::{PageBuf, PAGE_SIZE};
 pub use mw::{inc_rkey, Mw, MwType};
 pub use odp::{Advice, OdpMr};
@@ -206,4 +206,5 @@ pub use qhca_uapi::QHCA_ABI_VERSION;
 pub use qp::{ConnOpts, Qp, QpAttr, QpInfo, QpState, QpType};
 pub use rcache::{CacheConfig, CacheMode, CacheStats, CachedMr, RegCache};
 pub use watched::WatchedMr;
+pub use wq::{WorkQueues, WqShared};
 pub use wqe::{MwBind, RecvWr, SendFlags, SendWr, Sge, WrOp};

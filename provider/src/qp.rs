@@ -26,15 +26,13 @@ use crate::ah::AhAttr;
 use crate::conn::ConnInfo;
 use crate::context::Context;
 use crate::cq::{Cq, CqInner};
-use crate::doorbell::Doorbell;
 use crate::error::{Error, PostError, PostReason, Result};
 use crate::layout::{QpCaps, QpLayout};
 use crate::mem::PageBuf;
 use crate::pd::{Access, Pd, PdInner};
 use crate::sys::{self, Request};
-use crate::wq::WqShared;
-use crate::wqe::{check_recv_wr, check_send_wr, encode_recv_wqe, encode_send_wqe, RecvWr, SendWr};
-use crate::{DbType, DbWord};
+use crate::wq::WorkQueues;
+use crate::wqe::{RecvWr, SendWr};
 
 mod ud;
 
@@ -256,9 +254,9 @@ impl QpInfo {
 pub struct Qp {
     qpn: u32,
     qp_type: QpType,
-    layout: QpLayout,
-    db: Arc<Doorbell>,
-    wq: Arc<WqShared>,
+    // Over `buf`'s memory, which outlives it (`buf` is leaked, never freed, while the device may
+    // use it).
+    queues: WorkQueues,
     // Teardown: `Drop` destroys the QP, then the fields go in this order: the ring memory, then
     // the references that may destroy the CQs and the PD.
     buf: Option<PageBuf>,
@@ -305,16 +303,16 @@ impl Qp {
         req.buf_addr = buf.addr();
         req.buf_len = buf.len() as u64;
         ctx.ioctl("CREATE_QP", sys::create_qp, &mut req)?;
-        let wq = Arc::new(WqShared::new(layout.sq_depth(), layout.rq_depth()));
+        // SAFETY: `buf` is `layout.buf_len` fresh, zeroed, page-aligned bytes that the QP owns
+        // and that are freed only after the queues are gone (or leaked).
+        let queues = unsafe { WorkQueues::new(buf.as_ptr(), layout, req.qpn, qp_type, db) };
         for cq in [send_cq, recv_cq] {
-            cq.inner().attach(req.qpn, wq.clone());
+            cq.inner().attach(req.qpn, queues.shared().clone());
         }
         Ok(Qp {
             qpn: req.qpn,
             qp_type,
-            layout,
-            db,
-            wq,
+            queues,
             buf: Some(buf),
             send_cq: send_cq.inner().clone(),
             recv_cq: recv_cq.inner().clone(),
@@ -340,17 +338,18 @@ impl Qp {
         qp_type: QpType,
     ) -> Result<Qp> {
         let layout = QpLayout::new(caps)?;
-        let wq = Arc::new(WqShared::new(layout.sq_depth(), layout.rq_depth()));
+        let buf = PageBuf::new(layout.buf_len)?;
+        let db = pd.inner.ctx.doorbell()?;
+        // SAFETY: as in `with_type`.
+        let queues = unsafe { WorkQueues::new(buf.as_ptr(), layout, qpn, qp_type, db) };
         for cq in [send_cq, recv_cq] {
-            cq.inner().attach(qpn, wq.clone());
+            cq.inner().attach(qpn, queues.shared().clone());
         }
         Ok(Qp {
             qpn,
             qp_type,
-            layout,
-            db: pd.inner.ctx.doorbell()?,
-            wq,
-            buf: Some(PageBuf::new(layout.buf_len)?),
+            queues,
+            buf: Some(buf),
             send_cq: send_cq.inner().clone(),
             recv_cq: recv_cq.inner().clone(),
             pd: pd.inner.clone(),
@@ -375,7 +374,7 @@ impl Qp {
 
     /// The ring layout (depths, strides, limits).
     pub fn layout(&self) -> &QpLayout {
-        &self.layout
+        self.queues.layout()
     }
 
     /// The context it belongs to.
@@ -390,20 +389,12 @@ impl Qp {
 
     /// Send requests posted and not yet completed.
     pub fn send_outstanding(&self) -> u32 {
-        self.wq
-            .sq
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .outstanding()
+        self.queues.outstanding().0
     }
 
     /// Receive requests posted and not yet completed.
     pub fn recv_outstanding(&self) -> u32 {
-        self.wq
-            .rq
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .outstanding()
+        self.queues.outstanding().1
     }
 
     /// `QHCA_IOCTL_MODIFY_QP` with the fields of `attr` that are set.
@@ -422,7 +413,7 @@ impl Qp {
         self.pd.ctx.ioctl("MODIFY_QP", sys::modify_qp, &mut req)?;
         if attr.state == Some(QpState::Reset) {
             self.clean_cqs();
-            self.wq.reset();
+            self.queues.shared().reset();
         }
         Ok(())
     }
@@ -557,26 +548,6 @@ impl Qp {
         Ok(())
     }
 
-    /// A ring slot of `buf`, laid out by `l`. A function of the two fields, not of `&mut self`,
-    /// so that a post can hold its queue's lock (in `self.wq`) while it writes the slot.
-    fn slot<'b>(buf: &'b mut Option<PageBuf>, l: &QpLayout, rq: bool, index: u32) -> &'b mut [u8] {
-        let (base, log, stride) = if rq {
-            (l.rq_offset, l.rq_log, l.rq_stride())
-        } else {
-            (0, l.sq_log, l.sq_stride())
-        };
-        let off = base + ((index & ((1 << log) - 1)) as usize) * stride;
-        let buf = buf.as_mut().expect("present until drop");
-        debug_assert!(off + stride <= buf.len());
-        // SAFETY:
-        // - in bounds: `off + stride` is at most the ring's end, inside `buf` by the layout;
-        // - exclusive: the slot is free (the caller took it from the tracker), so the device does
-        //   not read it (it reads only slots up to the producer index rung, and this index is not
-        //   rung yet), and the `&mut` borrow of the QP's `buf` excludes any other slice of ours;
-        // - lifetime: the slice borrows that `&mut`, and the QP owns `buf`.
-        unsafe { std::slice::from_raw_parts_mut(buf.as_ptr().add(off), stride) }
-    }
-
     /// Posts send requests in order: each is checked, written into the next free slot, and after
     /// the loop the doorbell is rung once with the new producer index. No system call.
     ///
@@ -587,31 +558,7 @@ impl Qp {
     /// [`PostReason::Disassociated`].
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         self.check_alive()?;
-        let mut sq = self.wq.sq.lock().unwrap_or_else(|e| e.into_inner());
-        let mut result = Ok(());
-        let mut posted = 0;
-        for (i, wr) in wrs.iter().enumerate() {
-            if let Err(reason) = check_send_wr(wr, &self.layout, self.qp_type) {
-                result = Err(PostError { index: i, reason });
-                break;
-            }
-            if sq.free() == 0 {
-                let reason = PostReason::QueueFull {
-                    outstanding: sq.outstanding(),
-                    depth: sq.depth(),
-                };
-                result = Err(PostError { index: i, reason });
-                break;
-            }
-            let index = sq.push();
-            encode_send_wqe(Self::slot(&mut self.buf, &self.layout, false, index), wr);
-            posted += 1;
-        }
-        if posted > 0 {
-            self.db
-                .ring(DbWord::new(DbType::Sq, self.qpn, sq.head() & 0xffff).raw());
-        }
-        result
+        self.queues.post_send(wrs)
     }
 
     fn check_alive(&self) -> Result<(), PostError> {
@@ -630,31 +577,7 @@ impl Qp {
     /// (see [`crate::WcOpcode::RecvRdmaWithImm`]).
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         self.check_alive()?;
-        let mut rq = self.wq.rq.lock().unwrap_or_else(|e| e.into_inner());
-        let mut result = Ok(());
-        let mut posted = 0;
-        for (i, wr) in wrs.iter().enumerate() {
-            if let Err(reason) = check_recv_wr(wr, &self.layout) {
-                result = Err(PostError { index: i, reason });
-                break;
-            }
-            if rq.free() == 0 {
-                let reason = PostReason::QueueFull {
-                    outstanding: rq.outstanding(),
-                    depth: rq.depth(),
-                };
-                result = Err(PostError { index: i, reason });
-                break;
-            }
-            let index = rq.push();
-            encode_recv_wqe(Self::slot(&mut self.buf, &self.layout, true, index), wr);
-            posted += 1;
-        }
-        if posted > 0 {
-            self.db
-                .ring(DbWord::new(DbType::Rq, self.qpn, rq.head() & 0xffff).raw());
-        }
-        result
+        self.queues.post_recv(wrs)
     }
 }
 

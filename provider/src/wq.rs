@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! Free-slot accounting of a work queue. Pure.
+//! A QP's send and receive queues as the process writes them ([`WorkQueues`]: check, encode,
+//! ring), and the free-slot accounting of each ([`Tracker`], pure).
 //!
 //! The poster owns the producer index (`head`), the poller advances the consumer index (`tail`)
 //! as completions arrive. Both are free-running `u32`; the device sees the low 16 bits (queues
@@ -15,6 +16,15 @@
 //!
 //! The index is not trusted: a CQE naming a slot that is not outstanding (a stale CQE of a QP
 //! that was reset, a device bug) frees nothing and is counted as stray by the CQ.
+
+use std::sync::Arc;
+
+use crate::doorbell::Doorbell;
+use crate::error::{PostError, PostReason};
+use crate::layout::QpLayout;
+use crate::qp::QpType;
+use crate::wqe::{check_recv_wr, check_send_wr, encode_recv_wqe, encode_send_wqe, RecvWr, SendWr};
+use crate::{DbType, DbWord};
 
 /// Free-slot accounting of one ring (send or receive).
 #[derive(Debug)]
@@ -95,7 +105,7 @@ impl Tracker {
 /// The accounting of one QP's two queues, shared between the QP (which posts) and the CQs its
 /// completions land in (which free slots as they poll).
 #[derive(Debug)]
-pub(crate) struct WqShared {
+pub struct WqShared {
     pub(crate) sq: std::sync::Mutex<Tracker>,
     pub(crate) rq: std::sync::Mutex<Tracker>,
 }
@@ -109,7 +119,7 @@ impl WqShared {
     }
 
     /// Frees the slots a polled completion accounts for; false if it names none (stray).
-    pub(crate) fn complete(&self, wc: &crate::cq::Wc) -> bool {
+    pub fn complete(&self, wc: &crate::cq::Wc) -> bool {
         let q = if wc.is_recv { &self.rq } else { &self.sq };
         q.lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -118,9 +128,178 @@ impl WqShared {
     }
 
     /// Forgets both queues (RESET).
-    pub(crate) fn reset(&self) {
+    pub fn reset(&self) {
         self.sq.lock().unwrap_or_else(|e| e.into_inner()).reset();
         self.rq.lock().unwrap_or_else(|e| e.into_inner()).reset();
+    }
+}
+
+/// The two queues of one QP in the process's ring memory: requests are checked, encoded into
+/// free slots and announced with one doorbell store per batch, with no system call. The
+/// completions that free slots are credited through [`WorkQueues::shared`] (by the CQs the
+/// QP's completions land in).
+///
+/// # Invariants
+///
+/// `base` points to `layout.buf_len` bytes of ring memory (the send queue, then the receive
+/// queue at `layout.rq_offset`) that stay mapped for the life of the value, that no one but
+/// this value and the device accesses, and that the device reads only up to the producer
+/// indices rung.
+#[derive(Debug)]
+pub struct WorkQueues {
+    qpn: u32,
+    qp_type: QpType,
+    layout: QpLayout,
+    db: Arc<Doorbell>,
+    shared: Arc<WqShared>,
+    base: *mut u8,
+}
+
+// SAFETY: the ring memory is reached only through `&mut self` (posting) and the device; nothing
+// about it is tied to the thread that made it.
+unsafe impl Send for WorkQueues {}
+// SAFETY: through `&WorkQueues` the ring memory is not touched (posting takes `&mut self`); the
+// rest is `Sync` on its own.
+unsafe impl Sync for WorkQueues {}
+
+impl WorkQueues {
+    /// The queues of QP `qpn` of type `qp_type`, whose rings, laid out by `layout`, are at
+    /// `base`; doorbells go to `db`.
+    ///
+    /// # Safety
+    ///
+    /// `base` points to at least `layout.buf_len` bytes, page aligned, zeroed or holding only
+    /// what this queue wrote, that stay mapped for the life of the returned value and that no
+    /// one else in the process reads or writes meanwhile.
+    pub unsafe fn new(
+        base: *mut u8,
+        layout: QpLayout,
+        qpn: u32,
+        qp_type: QpType,
+        db: Arc<Doorbell>,
+    ) -> WorkQueues {
+        let shared = Arc::new(WqShared::new(layout.sq_depth(), layout.rq_depth()));
+        // INVARIANT: the caller's promise.
+        WorkQueues {
+            qpn,
+            qp_type,
+            layout,
+            db,
+            shared,
+            base,
+        }
+    }
+
+    /// The accounting the QP's CQs credit completions to.
+    pub fn shared(&self) -> &Arc<WqShared> {
+        &self.shared
+    }
+
+    /// The ring layout.
+    pub fn layout(&self) -> &QpLayout {
+        &self.layout
+    }
+
+    /// RC or UD.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// The QP's number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// A ring slot. Takes the layout and base, not `&mut self`, so that a post can hold its
+    /// queue's lock (in `shared`) while it writes the slot.
+    fn slot<'b>(base: *mut u8, l: &QpLayout, rq: bool, index: u32) -> &'b mut [u8] {
+        let (start, log, stride) = if rq {
+            (l.rq_offset, l.rq_log, l.rq_stride())
+        } else {
+            (0, l.sq_log, l.sq_stride())
+        };
+        let off = start + ((index & ((1 << log) - 1)) as usize) * stride;
+        debug_assert!(off + stride <= l.buf_len);
+        // SAFETY:
+        // - in bounds: `off + stride` is at most the ring's end, inside the memory by the layout
+        //   (the type invariant);
+        // - exclusive: the slot is free (the caller took it from the tracker), so the device does
+        //   not read it (it reads only slots up to the producer index rung, and this index is not
+        //   rung yet), and the caller holds `&mut WorkQueues`, which excludes any other slice of
+        //   ours;
+        // - lifetime: the caller uses the slice within its `&mut` borrow, while the memory stays
+        //   mapped (the type invariant).
+        unsafe { std::slice::from_raw_parts_mut(base.add(off), stride) }
+    }
+
+    /// Posts send requests in order: each is checked, written into the next free slot, and after
+    /// the loop the doorbell is rung once with the new producer index. No system call.
+    ///
+    /// On a refused request, the ones before it are posted (and rung) and the error names its
+    /// index and the reason, as rdma-core's `bad_wr`.
+    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        let mut sq = self.shared.sq.lock().unwrap_or_else(|e| e.into_inner());
+        let mut result = Ok(());
+        let mut posted = 0;
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(reason) = check_send_wr(wr, &self.layout, self.qp_type) {
+                result = Err(PostError { index: i, reason });
+                break;
+            }
+            if sq.free() == 0 {
+                let reason = PostReason::QueueFull {
+                    outstanding: sq.outstanding(),
+                    depth: sq.depth(),
+                };
+                result = Err(PostError { index: i, reason });
+                break;
+            }
+            let index = sq.push();
+            encode_send_wqe(Self::slot(self.base, &self.layout, false, index), wr);
+            posted += 1;
+        }
+        if posted > 0 {
+            self.db
+                .ring(DbWord::new(DbType::Sq, self.qpn, sq.head() & 0xffff).raw());
+        }
+        result
+    }
+
+    /// Posts receive requests, as [`WorkQueues::post_send`] does.
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        let mut rq = self.shared.rq.lock().unwrap_or_else(|e| e.into_inner());
+        let mut result = Ok(());
+        let mut posted = 0;
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(reason) = check_recv_wr(wr, &self.layout) {
+                result = Err(PostError { index: i, reason });
+                break;
+            }
+            if rq.free() == 0 {
+                let reason = PostReason::QueueFull {
+                    outstanding: rq.outstanding(),
+                    depth: rq.depth(),
+                };
+                result = Err(PostError { index: i, reason });
+                break;
+            }
+            let index = rq.push();
+            encode_recv_wqe(Self::slot(self.base, &self.layout, true, index), wr);
+            posted += 1;
+        }
+        if posted > 0 {
+            self.db
+                .ring(DbWord::new(DbType::Rq, self.qpn, rq.head() & 0xffff).raw());
+        }
+        result
+    }
+
+    /// Requests posted and not completed yet: (send, receive).
+    pub fn outstanding(&self) -> (u32, u32) {
+        let n = |q: &std::sync::Mutex<Tracker>| {
+            q.lock().unwrap_or_else(|e| e.into_inner()).outstanding()
+        };
+        (n(&self.shared.sq), n(&self.shared.rq))
     }
 }
 

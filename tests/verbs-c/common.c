@@ -127,17 +127,26 @@ struct ibv_qp *qp_new(struct ibv_pd *pd, struct ibv_cq *cq,
     return qp;
 }
 
-/* RESET -> INIT -> RTR -> RTS of an RC QP connected to @dest_qpn. */
+/*
+ * RESET -> INIT -> RTR -> RTS of an RC QP connected to @dest_qpn of the same
+ * port, addressed by the port's GID 0 (RoCE: every address vector has a GRH).
+ */
 int rc_connect(struct ibv_qp *qp, uint32_t dest_qpn, uint32_t sq_psn,
                uint32_t rq_psn)
 {
-    static const struct rc_path local = {
+    struct rc_path local = {
         .mtu = IBV_MTU_1024,
         .timeout = 14,
         .rd_atomic = 1,
         .dest_rd_atomic = 1,
     };
+    union ibv_gid gid;
 
+    if (ibv_query_gid(qp->context, PORT, 0, &gid)) {
+        return FAIL("ibv_query_gid(%d, 0) failed", PORT);
+    }
+    local.dgid = &gid;
+    local.sgid_index = 0;
     return rc_connect_path(qp, dest_qpn, sq_psn, rq_psn, &local);
 }
 

@@ -120,6 +120,11 @@ int open_env(struct env *e, const char *name)
     if (ibv_query_device(e->ctx, &e->attr)) {
         return FAIL("ibv_query_device failed");
     }
+    {
+        const char *pre = getenv("LD_PRELOAD");
+
+        e->roce = !(pre && strstr(pre, "libqhca_verbs"));
+    }
     if (ibv_query_gid(e->ctx, PORT, 0, &e->gid)) {
         return FAIL("ibv_query_gid(1, 0) failed");
     }

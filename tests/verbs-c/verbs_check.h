@@ -63,6 +63,12 @@ struct env {
     struct ibv_pd *pd;
     struct ibv_device_attr attr;
     union ibv_gid gid;
+    /*
+     * 1 on the RDMA core's device through the installed provider, where every
+     * address vector needs a GRH (RoCE); 0 through the preloaded layer, which
+     * also takes one without (this device's own port).
+     */
+    int roce;
 };
 
 /* A page-aligned, zeroed buffer registered with @access. */

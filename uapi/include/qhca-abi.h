@@ -769,13 +769,15 @@ struct qhca_wqe_ud {
 /*
  * The global route header at the start of a UD receive buffer: struct
  * ibv_grh, and like it in network byte order (big-endian), unlike the rest
- * of this file.  paylen is what IBA's would be: BTH, DETH, ImmDt, the
- * message padded to 4 bytes, ICRC.
+ * of this file: the datagram's IPv6 header as RoCEv2 carries it.  paylen is
+ * the IPv6 payload length: the UDP header, then what IBA's PayLen counts
+ * (BTH, DETH, ImmDt, the message padded to 4 bytes, ICRC).  Between IPv4
+ * GIDs the 40 bytes are 20 zero bytes and the IPv4 header instead.
  */
 struct qhca_grh {
 	__u32 version_tclass_flow; /* 6 << 28 | traffic_class << 20 | flow_label */
 	__u16 paylen;
-	__u8  next_hdr;            /* 0x1b: a BTH follows */
+	__u8  next_hdr;            /* 17: UDP (RoCEv2) */
 	__u8  hop_limit;
 	__u8  sgid[16];
 	__u8  dgid[16];
@@ -1316,7 +1318,6 @@ struct qhca_inval_page {
 /* version below (the uverbs device's abi_version, which a provider         */
 /* matches) and by comp_mask; reserved fields are zero both ways, and       */
 /* driver input the kernel does not know must be zero (EINVAL otherwise).   */
-/* Being built: see docs/design-ib-device.md.                               */
 /* ------------------------------------------------------------------------ */
 #define QHCA_IB_UVERBS_ABI_VERSION 1
 
@@ -1339,6 +1340,64 @@ struct qhca_ib_alloc_ucontext_resp {
  * handle is on /dev/qhcaN. */
 struct qhca_ib_alloc_pd_resp {
 	__u32 pdn;
+	__u32 rsvd;
+};
+
+/*
+ * REG_MR (reg_user_mr): the region's iova must be its address.  Driver
+ * input is optional (none: flags 0).  IBV_ACCESS_ON_DEMAND with address 0
+ * and length UINT64_MAX is the implicit region.  No driver response: the
+ * core's lkey and rkey are the region's key.
+ */
+#define QHCA_IB_REG_MR_WATCHED (1u << 0) /* pinned and watched (QHCA_ACCESS_WATCHED) */
+
+struct qhca_ib_reg_mr {
+	__u32 comp_mask;  /* 0 */
+	__u32 flags;      /* QHCA_IB_REG_MR_* */
+};
+
+/*
+ * CREATE_CQ: the ring is the process's memory, as QHCA_IOCTL_CREATE_CQ's:
+ * buf_addr page aligned, 2^log_entries CQEs then struct qhca_cq_dbrec,
+ * buf_len that rounded up to pages; at least the core's cqe entries.  The
+ * core's cqe in the response is 2^log_entries.
+ */
+struct qhca_ib_create_cq {
+	__u64 buf_addr;
+	__u64 buf_len;
+	__u32 log_entries;
+	__u32 comp_mask;  /* 0 */
+};
+
+struct qhca_ib_create_cq_resp {
+	__u32 cqn;        /* what the CQ's doorbells and the CQEs name */
+	__u32 rsvd;
+};
+
+/*
+ * CREATE_QP (RC or UD; no SRQ, no creation flags): the rings, as
+ * QHCA_IOCTL_CREATE_QP's.  The core's max_send_wr and max_recv_wr must fit
+ * 2^sq_log and 2^rq_log; max_sge is the larger of its two SGE counts;
+ * max_inline_data is the QP's inline limit.  The core's response carries the
+ * QPN and the capabilities as created (each queue's 2^log entries, max_sge
+ * for both).  No driver response.
+ */
+struct qhca_ib_create_qp {
+	__u64 buf_addr;   /* page aligned: the SQ, then the RQ at the next page boundary */
+	__u64 buf_len;
+	__u8  sq_log;
+	__u8  sq_stride_log;
+	__u8  rq_log;
+	__u8  rq_stride_log;
+	__u32 comp_mask;  /* 0 */
+};
+
+/*
+ * CREATE_AH: the response names the device's address handle, which a UD
+ * send WQE carries (struct qhca_wqe_ud.ah).
+ */
+struct qhca_ib_create_ah_resp {
+	__u32 ah;
 	__u32 rsvd;
 };
 

@@ -192,6 +192,7 @@ pub const QHCA_MMAP_UAR: u32 = 0;
 pub const QHCA_MMAP_INVAL: u32 = 4096;
 pub const QHCA_INVAL_RING_ENTRIES: u32 = 127;
 pub const QHCA_IB_UVERBS_ABI_VERSION: u32 = 1;
+pub const QHCA_IB_REG_MR_WATCHED: u32 = 1;
 pub type __u8 = core::ffi::c_uchar;
 pub type __u16 = core::ffi::c_ushort;
 pub type __s32 = core::ffi::c_int;
@@ -768,5 +769,42 @@ pub struct qhca_ib_alloc_ucontext_resp {
 #[derive(Debug, Default, Copy, Clone)]
 pub struct qhca_ib_alloc_pd_resp {
     pub pdn: __u32,
+    pub rsvd: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ib_reg_mr {
+    pub comp_mask: __u32,
+    pub flags: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ib_create_cq {
+    pub buf_addr: __u64,
+    pub buf_len: __u64,
+    pub log_entries: __u32,
+    pub comp_mask: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ib_create_cq_resp {
+    pub cqn: __u32,
+    pub rsvd: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ib_create_qp {
+    pub buf_addr: __u64,
+    pub buf_len: __u64,
+    pub sq_log: __u8,
+    pub sq_stride_log: __u8,
+    pub rq_log: __u8,
+    pub rq_stride_log: __u8,
+    pub comp_mask: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ib_create_ah_resp {
+    pub ah: __u32,
     pub rsvd: __u32,
 }

@@ -410,6 +410,33 @@ fn every_struct_and_field() {
         pdn @ 0,
         rsvd @ 4,
     });
+    check_layout!(qhca_ib_reg_mr, size 8, align 4, {
+        comp_mask @ 0,
+        flags @ 4,
+    });
+    check_layout!(qhca_ib_create_cq, size 24, align 8, {
+        buf_addr @ 0,
+        buf_len @ 8,
+        log_entries @ 16,
+        comp_mask @ 20,
+    });
+    check_layout!(qhca_ib_create_cq_resp, size 8, align 4, {
+        cqn @ 0,
+        rsvd @ 4,
+    });
+    check_layout!(qhca_ib_create_qp, size 24, align 8, {
+        buf_addr @ 0,
+        buf_len @ 8,
+        sq_log @ 16,
+        sq_stride_log @ 17,
+        rq_log @ 18,
+        rq_stride_log @ 19,
+        comp_mask @ 20,
+    });
+    check_layout!(qhca_ib_create_ah_resp, size 8, align 4, {
+        ah @ 0,
+        rsvd @ 4,
+    });
 }
 
 #[test]

@@ -4,24 +4,39 @@
 //! distribution's libibverbs (rdma-core 44, private ABI `IBVERBS_PRIVATE_34`) from
 //! `/etc/libibverbs.d/qhca.driver`, matched by PCI ID.
 //!
-//! What it serves so far (issue 26, step 2 of `docs/design-ib-device.md`): the device context
-//! (GET_CONTEXT; the context's doorbell page mapped), `ibv_query_device(_ex)`, `ibv_query_port`
-//! and protection domains, all through the core's commands. Every other verb keeps libibverbs's
-//! default, `EOPNOTSUPP`, until the driver has it on the `ib_device` (the verbs themselves still
-//! live on `/dev/qhcaN`, reached through the preloaded `libqhca_verbs.so`).
+//! The control path is the core's commands (`ibv_cmd_*`, [`cmd`]) with qhca's driver data
+//! (`struct qhca_ib_*` in `qhca-abi.h`); the data path is the process's own rings and the
+//! context's doorbell page, with no system call: posting goes through the post path shared with
+//! the preload layer (`qhca_verbs_abi::post`) into the `qhca` crate's work queues, polling through
+//! its CQ consumer.
+//!
+//! - [`context`]: the device, contexts, `ibv_query_device(_ex)`, `ibv_query_port`;
+//! - [`mem`]: protection domains, memory regions (pinned and on-demand, `ibv_advise_mr`),
+//!   memory windows;
+//! - [`cq`]: completion queues (poll, arm; completion channels are libibverbs's);
+//! - [`qp`]: RC and UD queue pairs (create, modify, query, destroy, post, `ibv_bind_mw`);
+//! - [`ah`]: address handles.
+//!
+//! Not yet: watched regions (`QHCA_IB_REG_MR_WATCHED` has no verbs call; the `qhca` crate will
+//! ask for them), SRQs, extended QPs and CQs (`EOPNOTSUPP`, libibverbs's default for an op a
+//! provider does not set).
 //!
 //! Debian does not ship libibverbs's private header (`driver.h`): the few types this needs are
 //! declared here from rdma-core 44's, with their sizes checked at compile time (the layouts are
 //! the same from rdma-core 34 to 56: `docs/design-ib-device.md` §1.4).
 
-use core::ffi::{c_char, c_int, c_void};
-use core::mem::{offset_of, size_of};
+use core::ffi::{c_char, c_void};
+use core::mem::size_of;
 use core::ptr;
 
-use qhca_uapi::{
-    qhca_ib_alloc_pd_resp, qhca_ib_alloc_ucontext_resp, QHCA_IB_UVERBS_ABI_VERSION,
-    QHCA_PCI_DEVICE_ID, QHCA_PCI_VENDOR_ID, QHCA_UAR_PAGE_SIZE,
-};
+use qhca_uapi::{QHCA_IB_UVERBS_ABI_VERSION, QHCA_PCI_DEVICE_ID, QHCA_PCI_VENDOR_ID};
+
+mod ah;
+mod cmd;
+mod context;
+mod cq;
+mod mem;
+mod qp;
 
 // ---- driver.h, declared (rdma-core 44) ------------------------------------------------------
 
@@ -49,77 +64,40 @@ struct DeviceOps {
     match_table: *const MatchEnt,
     static_providers: *const *const DeviceOps,
     match_device: Option<unsafe extern "C" fn(*mut c_void) -> bool>,
-    alloc_context: Option<unsafe extern "C" fn(*mut c_void, c_int, *mut c_void) -> *mut c_void>,
-    import_context: Option<unsafe extern "C" fn(*mut c_void, c_int) -> *mut c_void>,
+    alloc_context:
+        Option<unsafe extern "C" fn(*mut c_void, core::ffi::c_int, *mut c_void) -> *mut c_void>,
+    import_context: Option<unsafe extern "C" fn(*mut c_void, core::ffi::c_int) -> *mut c_void>,
     alloc_device: Option<unsafe extern "C" fn(*mut c_void) -> *mut c_void>,
     uninit_device: Option<unsafe extern "C" fn(*mut c_void)>,
 }
 const _: () = assert!(size_of::<DeviceOps>() == 72);
 
-/// `struct verbs_device`: libibverbs fills it in; the provider allocates and frees it.
-const VERBS_DEVICE_SIZE: usize = 712;
-
-/// `struct verbs_context` (public, `infiniband/verbs.h`): 648 bytes, `struct ibv_context` at 320.
-const VERBS_CONTEXT_SIZE: usize = 648;
-const IBV_CONTEXT_OFFSET: usize = 320;
-
-/// `struct verbs_context_ops`: 76 function pointers in this order (`driver.h`), of which these:
+/// `struct verbs_context_ops`: 76 function pointers, positional, in `driver.h`'s order (sorted
+/// by name); these are the ones qhca sets.
 const N_CONTEXT_OPS: usize = 76;
+const OP_ADVISE_MR: usize = 0;
+const OP_ALLOC_MW: usize = 2;
 const OP_ALLOC_PD: usize = 5;
+const OP_BIND_MW: usize = 10;
+const OP_CREATE_AH: usize = 13;
+const OP_CREATE_CQ: usize = 15;
+const OP_CREATE_QP: usize = 19;
+const OP_DEALLOC_MW: usize = 25;
 const OP_DEALLOC_PD: usize = 26;
+const OP_DEREG_MR: usize = 28;
+const OP_DESTROY_AH: usize = 29;
+const OP_DESTROY_CQ: usize = 31;
+const OP_DESTROY_QP: usize = 34;
 const OP_FREE_CONTEXT: usize = 39;
+const OP_MODIFY_QP: usize = 47;
+const OP_POLL_CQ: usize = 53;
+const OP_POST_RECV: usize = 54;
+const OP_POST_SEND: usize = 55;
 const OP_QUERY_DEVICE_EX: usize = 58;
 const OP_QUERY_PORT: usize = 60;
-
-/// `RDMA_DRIVER_UNKNOWN`: qhca has no driver id of its own; the PCI ID matches.
-const RDMA_DRIVER_UNKNOWN: u32 = 0;
-
-/// `struct ib_uverbs_ex_query_device_resp`.
-const QUERY_DEVICE_RESP_SIZE: usize = 304;
-
-extern "C" {
-    fn verbs_register_driver_34(ops: *const DeviceOps);
-    fn _verbs_init_and_alloc_context(
-        device: *mut c_void,
-        cmd_fd: c_int,
-        alloc_size: usize,
-        context_offset: *mut c_void,
-        driver_id: u32,
-    ) -> *mut c_void;
-    fn verbs_uninit_context(context: *mut c_void);
-    fn verbs_set_ops(vctx: *mut c_void, ops: *const ContextOps);
-    fn ibv_cmd_get_context(
-        context: *mut c_void,
-        cmd: *mut c_void,
-        cmd_size: usize,
-        resp: *mut c_void,
-        resp_size: usize,
-    ) -> c_int;
-    fn ibv_cmd_query_device_any(
-        context: *mut c_void,
-        input: *const c_void,
-        attr: *mut c_void,
-        attr_size: usize,
-        resp: *mut c_void,
-        resp_size: *mut usize,
-    ) -> c_int;
-    fn ibv_cmd_query_port(
-        context: *mut c_void,
-        port_num: u8,
-        port_attr: *mut c_void,
-        cmd: *mut c_void,
-        cmd_size: usize,
-    ) -> c_int;
-    fn ibv_cmd_alloc_pd(
-        context: *mut c_void,
-        pd: *mut c_void,
-        cmd: *mut c_void,
-        cmd_size: usize,
-        resp: *mut c_void,
-        resp_size: usize,
-    ) -> c_int;
-    fn ibv_cmd_dealloc_pd(pd: *mut c_void) -> c_int;
-}
+const OP_QUERY_QP: usize = 61;
+const OP_REG_MR: usize = 68;
+const OP_REQ_NOTIFY_CQ: usize = 69;
 
 /// `struct verbs_context_ops`, positional.
 #[repr(C)]
@@ -132,252 +110,33 @@ struct Shared<T>(T);
 // them.
 unsafe impl<T> Sync for Shared<T> {}
 
-// ---- what qhca allocates behind libibverbs's objects -------------------------------------------
-
-/// A device context: libibverbs's `verbs_context` first (as every provider's), then the doorbell
-/// page this context owns.
-#[repr(C)]
-struct Context {
-    vctx: [u64; VERBS_CONTEXT_SIZE / 8],
-    db: *mut c_void,
-    uar_index: u32,
-}
-
-/// A protection domain: `struct ibv_pd` (context, handle) first, then the device's PD number.
-#[repr(C)]
-struct Pd {
-    ibv: [u64; 2],
-    pdn: u32,
-}
-
-/// The `verbs_context` of libibverbs's `ibv_context` (at a fixed offset in it).
-fn context_of(ibctx: *mut c_void) -> *mut Context {
-    ibctx.cast::<u8>().wrapping_sub(IBV_CONTEXT_OFFSET).cast()
-}
-
-// ---- the operations ----------------------------------------------------------------------------
-
-/// `alloc_device`: a `verbs_device` for libibverbs to fill.
-unsafe extern "C" fn alloc_device(_sysfs: *mut c_void) -> *mut c_void {
-    // SAFETY: calloc of a plain size; libibverbs initialises it and hands it back to
-    // `uninit_device`.
-    unsafe { libc::calloc(1, VERBS_DEVICE_SIZE) }
-}
-
-/// `uninit_device`.
-unsafe extern "C" fn uninit_device(dev: *mut c_void) {
-    // SAFETY: `dev` came from `alloc_device`.
-    unsafe { libc::free(dev) }
-}
-
-/// `alloc_context`: GET_CONTEXT (the driver answers `struct qhca_ib_alloc_ucontext_resp`), then
-/// the context's doorbell page is mapped.
-unsafe extern "C" fn alloc_context(
-    dev: *mut c_void,
-    cmd_fd: c_int,
-    _priv: *mut c_void,
-) -> *mut c_void {
-    // SAFETY: libibverbs's contract: `dev` is a device this provider matched, `cmd_fd` its open
-    // uverbs file; the allocation holds a `Context` with the `verbs_context` at offset 0.
-    let ctx = unsafe {
-        _verbs_init_and_alloc_context(
-            dev,
-            cmd_fd,
-            size_of::<Context>(),
-            ptr::null_mut(), // offsetof(struct Context, vctx)
-            RDMA_DRIVER_UNKNOWN,
-        )
-    }
-    .cast::<Context>();
-    if ctx.is_null() {
-        return ptr::null_mut();
-    }
-    // `struct ibv_get_context` (header, response address), then `struct
-    // ib_uverbs_get_context_resp` and qhca's response.
-    let mut cmd = [0u64; 2];
-    #[repr(C)]
-    #[derive(Default)]
-    struct Resp {
-        core: [u32; 2],
-        drv: qhca_ib_alloc_ucontext_resp,
-    }
-    let mut resp = Resp::default();
-    // SAFETY: `ctx` is the context just allocated; `cmd` and `resp` are the sizes given.
-    let ret = unsafe {
-        ibv_cmd_get_context(
-            ctx.cast(),
-            cmd.as_mut_ptr().cast(),
-            size_of_val(&cmd),
-            ptr::from_mut(&mut resp).cast(),
-            size_of::<Resp>(),
-        )
-    };
-    let fail = |err: c_int| {
-        // SAFETY: `ctx` was initialised by `_verbs_init_and_alloc_context` and is ours alone.
-        unsafe {
-            verbs_uninit_context(ctx.cast());
-            libc::free(ctx.cast());
-            *libc::__errno_location() = err;
-        }
-        ptr::null_mut()
-    };
-    if ret != 0 {
-        return fail(ret);
-    }
-    if resp.drv.comp_mask != 0 {
-        return fail(libc::EPROTO);
-    }
-    // SAFETY: a fresh shared mapping of the page the kernel named, at no fixed address.
-    let db = unsafe {
-        libc::mmap(
-            ptr::null_mut(),
-            QHCA_UAR_PAGE_SIZE as usize,
-            libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            cmd_fd,
-            resp.drv.db_mmap_offset as libc::off_t,
-        )
-    };
-    if db == libc::MAP_FAILED {
-        // SAFETY: reading errno.
-        return fail(unsafe { *libc::__errno_location() });
-    }
-    // SAFETY: `ctx` is ours; the fields after the `verbs_context` are this provider's.
-    unsafe {
-        (*ctx).db = db;
-        (*ctx).uar_index = resp.drv.uar_index;
-        verbs_set_ops(ctx.cast(), &CONTEXT_OPS.0);
-    }
-    ctx.cast()
-}
-
-/// `free_context`.
-unsafe extern "C" fn free_context(ibctx: *mut c_void) {
-    let ctx = context_of(ibctx);
-    // SAFETY: `ibctx` is a context this provider made; after this call nothing uses it.
-    unsafe {
-        libc::munmap((*ctx).db, QHCA_UAR_PAGE_SIZE as usize);
-        verbs_uninit_context(ctx.cast());
-        libc::free(ctx.cast());
-    }
-}
-
-/// `query_device_ex` (`ibv_query_device` goes through it too).
-unsafe extern "C" fn query_device_ex(
-    ibctx: *mut c_void,
-    input: *const c_void,
-    attr: *mut c_void,
-    attr_size: usize,
-) -> c_int {
-    let mut resp = [0u64; QUERY_DEVICE_RESP_SIZE / 8];
-    let mut resp_size = QUERY_DEVICE_RESP_SIZE;
-    // SAFETY: libibverbs's arguments, passed on; `resp` is `resp_size` bytes.
-    let ret = unsafe {
-        ibv_cmd_query_device_any(
-            ibctx,
-            input,
-            attr,
-            attr_size,
-            resp.as_mut_ptr().cast(),
-            &mut resp_size,
-        )
-    };
-    if ret != 0 || attr_size < FW_VER_LEN {
-        return ret;
-    }
-    // The firmware version as text is the provider's to write (`char fw_ver[64]`, the first field
-    // of `struct ibv_device_attr`, itself the first of `ibv_device_attr_ex`); the kernel's
-    // response starts with the raw one (`ib_uverbs_query_device_resp.fw_ver`): major << 32 |
-    // minor << 16 | patch.
-    let v = resp[0];
-    let text = format!("{}.{}.{}\0", v >> 32, (v >> 16) & 0xffff, v & 0xffff);
-    let n = text.len().min(FW_VER_LEN);
-    // SAFETY: `attr` holds at least `attr_size` >= `FW_VER_LEN` bytes, the string field first.
-    unsafe {
-        ptr::copy_nonoverlapping(text.as_ptr(), attr.cast::<u8>(), n);
-        *attr.cast::<u8>().add(FW_VER_LEN - 1) = 0;
-    }
-    0
-}
-
-/// `sizeof(((struct ibv_device_attr *)0)->fw_ver)`.
-const FW_VER_LEN: usize = 64;
-
-/// `query_port`.
-unsafe extern "C" fn query_port(ibctx: *mut c_void, port: u8, attr: *mut c_void) -> c_int {
-    // `struct ibv_query_port`: header, response address, port, reserved.
-    let mut cmd = [0u64; 3];
-    // SAFETY: libibverbs's arguments, passed on; `cmd` is the size given.
-    unsafe {
-        ibv_cmd_query_port(
-            ibctx,
-            port,
-            attr,
-            cmd.as_mut_ptr().cast(),
-            size_of_val(&cmd),
-        )
-    }
-}
-
-/// `alloc_pd`: the driver answers `struct qhca_ib_alloc_pd_resp`.
-unsafe extern "C" fn alloc_pd(ibctx: *mut c_void) -> *mut c_void {
-    // SAFETY: calloc of a plain size.
-    let pd = unsafe { libc::calloc(1, size_of::<Pd>()) }.cast::<Pd>();
-    if pd.is_null() {
-        return ptr::null_mut();
-    }
-    let mut cmd = [0u64; 2];
-    #[repr(C)]
-    #[derive(Default)]
-    struct Resp {
-        core: u32,
-        drv: qhca_ib_alloc_pd_resp,
-    }
-    let mut resp = Resp::default();
-    // SAFETY: `pd` starts with room for a `struct ibv_pd`, which libibverbs fills in.
-    let ret = unsafe {
-        ibv_cmd_alloc_pd(
-            ibctx,
-            pd.cast(),
-            cmd.as_mut_ptr().cast(),
-            size_of_val(&cmd),
-            ptr::from_mut(&mut resp).cast(),
-            size_of::<Resp>(),
-        )
-    };
-    if ret != 0 {
-        // SAFETY: ours, not handed out.
-        unsafe {
-            libc::free(pd.cast());
-            *libc::__errno_location() = ret;
-        }
-        return ptr::null_mut();
-    }
-    // SAFETY: ours.
-    unsafe { (*pd).pdn = resp.drv.pdn };
-    pd.cast()
-}
-
-/// `dealloc_pd`.
-unsafe extern "C" fn dealloc_pd(pd: *mut c_void) -> c_int {
-    // SAFETY: `pd` came from `alloc_pd`.
-    let ret = unsafe { ibv_cmd_dealloc_pd(pd) };
-    if ret == 0 {
-        // SAFETY: the kernel forgot it; no one uses it any more.
-        unsafe { libc::free(pd) };
-    }
-    ret
-}
-
 // ---- registration ------------------------------------------------------------------------------
 
 const fn context_ops() -> ContextOps {
     let mut t = [ptr::null::<c_void>(); N_CONTEXT_OPS];
-    t[OP_ALLOC_PD] = alloc_pd as *const c_void;
-    t[OP_DEALLOC_PD] = dealloc_pd as *const c_void;
-    t[OP_FREE_CONTEXT] = free_context as *const c_void;
-    t[OP_QUERY_DEVICE_EX] = query_device_ex as *const c_void;
-    t[OP_QUERY_PORT] = query_port as *const c_void;
+    t[OP_ADVISE_MR] = mem::advise_mr as *const c_void;
+    t[OP_ALLOC_MW] = mem::alloc_mw as *const c_void;
+    t[OP_ALLOC_PD] = mem::alloc_pd as *const c_void;
+    t[OP_BIND_MW] = qp::bind_mw as *const c_void;
+    t[OP_CREATE_AH] = ah::create_ah as *const c_void;
+    t[OP_CREATE_CQ] = cq::create_cq as *const c_void;
+    t[OP_CREATE_QP] = qp::create_qp as *const c_void;
+    t[OP_DEALLOC_MW] = mem::dealloc_mw as *const c_void;
+    t[OP_DEALLOC_PD] = mem::dealloc_pd as *const c_void;
+    t[OP_DEREG_MR] = mem::dereg_mr as *const c_void;
+    t[OP_DESTROY_AH] = ah::destroy_ah as *const c_void;
+    t[OP_DESTROY_CQ] = cq::destroy_cq as *const c_void;
+    t[OP_DESTROY_QP] = qp::destroy_qp as *const c_void;
+    t[OP_FREE_CONTEXT] = context::free_context as *const c_void;
+    t[OP_MODIFY_QP] = qp::modify_qp as *const c_void;
+    t[OP_POLL_CQ] = cq::poll_cq as *const c_void;
+    t[OP_POST_RECV] = qp::post_recv as *const c_void;
+    t[OP_POST_SEND] = qp::post_send as *const c_void;
+    t[OP_QUERY_DEVICE_EX] = context::query_device_ex as *const c_void;
+    t[OP_QUERY_PORT] = context::query_port as *const c_void;
+    t[OP_QUERY_QP] = qp::query_qp as *const c_void;
+    t[OP_REG_MR] = mem::reg_mr as *const c_void;
+    t[OP_REQ_NOTIFY_CQ] = cq::req_notify_cq as *const c_void;
     ContextOps(t)
 }
 
@@ -407,40 +166,135 @@ static DEVICE_OPS: Shared<DeviceOps> = Shared(DeviceOps {
     match_table: &MATCH_TABLE.0 as *const MatchEnt,
     static_providers: ptr::null(),
     match_device: None,
-    alloc_context: Some(alloc_context),
+    alloc_context: Some(context::alloc_context),
     import_context: None,
-    alloc_device: Some(alloc_device),
-    uninit_device: Some(uninit_device),
+    alloc_device: Some(context::alloc_device),
+    uninit_device: Some(context::uninit_device),
 });
 
 /// `PROVIDER_DRIVER(qhca, qhca_dev_ops)`: registers with libibverbs when it loads this library.
 extern "C" fn register() {
     // SAFETY: the table is static and complete; libibverbs keeps the pointer.
-    unsafe { verbs_register_driver_34(&DEVICE_OPS.0) };
+    unsafe { cmd::verbs_register_driver_34(ptr::from_ref(&DEVICE_OPS.0).cast()) };
 }
 
 #[used]
 #[link_section = ".init_array"]
 static REGISTER: extern "C" fn() = register;
 
-const _: () = assert!(offset_of!(Context, vctx) == 0);
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// `struct verbs_context_ops` of rdma-core 44's `driver.h`, member by member.
+    const DRIVER_H_OPS: [&str; N_CONTEXT_OPS] = [
+        "advise_mr",
+        "alloc_dm",
+        "alloc_mw",
+        "alloc_null_mr",
+        "alloc_parent_domain",
+        "alloc_pd",
+        "alloc_td",
+        "async_event",
+        "attach_counters_point_flow",
+        "attach_mcast",
+        "bind_mw",
+        "close_xrcd",
+        "cq_event",
+        "create_ah",
+        "create_counters",
+        "create_cq",
+        "create_cq_ex",
+        "create_flow",
+        "create_flow_action_esp",
+        "create_qp",
+        "create_qp_ex",
+        "create_rwq_ind_table",
+        "create_srq",
+        "create_srq_ex",
+        "create_wq",
+        "dealloc_mw",
+        "dealloc_pd",
+        "dealloc_td",
+        "dereg_mr",
+        "destroy_ah",
+        "destroy_counters",
+        "destroy_cq",
+        "destroy_flow",
+        "destroy_flow_action",
+        "destroy_qp",
+        "destroy_rwq_ind_table",
+        "destroy_srq",
+        "destroy_wq",
+        "detach_mcast",
+        "free_context",
+        "free_dm",
+        "get_srq_num",
+        "import_dm",
+        "import_mr",
+        "import_pd",
+        "modify_cq",
+        "modify_flow_action_esp",
+        "modify_qp",
+        "modify_qp_rate_limit",
+        "modify_srq",
+        "modify_wq",
+        "open_qp",
+        "open_xrcd",
+        "poll_cq",
+        "post_recv",
+        "post_send",
+        "post_srq_ops",
+        "post_srq_recv",
+        "query_device_ex",
+        "query_ece",
+        "query_port",
+        "query_qp",
+        "query_qp_data_in_order",
+        "query_rt_values",
+        "query_srq",
+        "read_counters",
+        "reg_dm_mr",
+        "reg_dmabuf_mr",
+        "reg_mr",
+        "req_notify_cq",
+        "rereg_mr",
+        "resize_cq",
+        "set_ece",
+        "unimport_dm",
+        "unimport_mr",
+        "unimport_pd",
+    ];
+
+    /// Each slot this file sets is the op of that name in `driver.h`.
     #[test]
-    fn layouts_are_rdma_core_44s() {
-        use qhca_verbs::ffi;
-        assert_eq!(size_of::<ffi::verbs_context>(), VERBS_CONTEXT_SIZE);
-        assert_eq!(offset_of!(ffi::verbs_context, context), IBV_CONTEXT_OFFSET);
-        assert_eq!(size_of::<ffi::ibv_pd>(), size_of::<[u64; 2]>());
-        assert_eq!(size_of::<ffi::ibv_device>() + 48, VERBS_DEVICE_SIZE);
-        assert_eq!(offset_of!(ffi::ibv_device_attr, fw_ver), 0);
-        assert_eq!(
-            size_of_val(&ffi::ibv_device_attr::default().fw_ver),
-            FW_VER_LEN
-        );
-        assert_eq!(offset_of!(ffi::ibv_device_attr_ex, orig_attr), 0);
+    fn op_slots_are_driver_hs() {
+        for (slot, name) in [
+            (OP_ADVISE_MR, "advise_mr"),
+            (OP_ALLOC_MW, "alloc_mw"),
+            (OP_ALLOC_PD, "alloc_pd"),
+            (OP_BIND_MW, "bind_mw"),
+            (OP_CREATE_AH, "create_ah"),
+            (OP_CREATE_CQ, "create_cq"),
+            (OP_CREATE_QP, "create_qp"),
+            (OP_DEALLOC_MW, "dealloc_mw"),
+            (OP_DEALLOC_PD, "dealloc_pd"),
+            (OP_DEREG_MR, "dereg_mr"),
+            (OP_DESTROY_AH, "destroy_ah"),
+            (OP_DESTROY_CQ, "destroy_cq"),
+            (OP_DESTROY_QP, "destroy_qp"),
+            (OP_FREE_CONTEXT, "free_context"),
+            (OP_MODIFY_QP, "modify_qp"),
+            (OP_POLL_CQ, "poll_cq"),
+            (OP_POST_RECV, "post_recv"),
+            (OP_POST_SEND, "post_send"),
+            (OP_QUERY_DEVICE_EX, "query_device_ex"),
+            (OP_QUERY_PORT, "query_port"),
+            (OP_QUERY_QP, "query_qp"),
+            (OP_REG_MR, "reg_mr"),
+            (OP_REQ_NOTIFY_CQ, "req_notify_cq"),
+        ] {
+            assert_eq!(DRIVER_H_OPS[slot], name);
+        }
     }
 }

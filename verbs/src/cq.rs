@@ -16,14 +16,12 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
-use qhca::Wc;
-
 use crate::device::{nonblocking, Ctx};
 use crate::ffi::*;
 use crate::misc::{debug, fail_null, lock, set_errno};
 use crate::obj::{impl_obj, Obj};
 use crate::real::forward;
-use crate::wr::wc_to_ibv;
+use crate::wr::poll_into;
 
 /// A completion channel. `users` counts its CQs: destroying it is `EBUSY` while it has any.
 #[repr(C)]
@@ -289,27 +287,9 @@ pub(crate) unsafe extern "C" fn poll_cq_op(cq: *mut ibv_cq, num: c_int, wc: *mut
     // SAFETY: the inline function passes the program's CQ, whose context has this op: ours,
     // made by `ibv_create_cq` as a `Cq`.
     let c = unsafe { &*cq.cast::<Cq>() };
-    let want = usize::try_from(num).unwrap_or(0);
-    if want == 0 || wc.is_null() {
-        return 0;
-    }
-    const CHUNK: usize = 16;
-    let mut buf = [Wc::default(); CHUNK];
-    let mut done = 0;
     let mut q = lock(&c.cq);
-    while done < want {
-        let n = (want - done).min(CHUNK);
-        let got = q.poll(&mut buf[..n]);
-        for (i, w) in buf[..got].iter().enumerate() {
-            // SAFETY: the program passes room for `num` completions; `done + i < num`.
-            unsafe { wc.add(done + i).write(wc_to_ibv(w)) };
-        }
-        done += got;
-        if got < n {
-            break;
-        }
-    }
-    c_int::try_from(done).unwrap_or(c_int::MAX)
+    // SAFETY: the program passes room for `num` completions at `wc`.
+    unsafe { poll_into(num, wc, |out| q.poll(out)) }
 }
 
 /// `ops.req_notify_cq`: what the inline `ibv_req_notify_cq` calls. A doorbell store, no

@@ -341,7 +341,7 @@ fn context_ops(v: &mut verbs_context) {
     ops.post_recv = Some(crate::qp::post_recv_op);
     ops.post_srq_recv = Some(crate::misc::post_srq_recv_op);
     ops.alloc_mw = Some(crate::mr::alloc_mw_op);
-    ops.bind_mw = Some(crate::mr::bind_mw_op);
+    ops.bind_mw = Some(crate::qp::bind_mw_op);
     ops.dealloc_mw = Some(crate::mr::dealloc_mw_op);
 }
 

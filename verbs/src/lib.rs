@@ -66,7 +66,8 @@
 // ibv_* man pages give every C caller (live objects of this library, valid pointers).
 #![allow(clippy::missing_safety_doc)]
 
-pub mod ffi;
+pub use qhca_verbs_abi::ffi;
+use qhca_verbs_abi::{access, post, wr};
 
 mod ah;
 mod cq;
@@ -77,6 +78,5 @@ mod mr;
 mod obj;
 mod qp;
 mod real;
-mod wr;
 
 pub use misc::{unsupported_once, wc_status_str};

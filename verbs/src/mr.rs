@@ -11,6 +11,7 @@ use std::sync::Mutex;
 
 use qhca::{Access, Advice, MwType, OdpMr};
 
+use crate::access::access_from_ibv;
 use crate::device::Ctx;
 use crate::ffi::*;
 use crate::misc::{debug, fail_errno, fail_null, lock, set_errno, unsupported};
@@ -83,52 +84,6 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     // SAFETY: made by `ibv_alloc_pd`, unused by any object, and the program's last use.
     drop(unsafe { Pd::from_ibv(pd) });
     0
-}
-
-/// verbs.h's `IBV_ACCESS_OPTIONAL_RANGE` (a macro bindgen cannot evaluate): bits 20..=29,
-/// the access flags a device may ignore.
-const ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff0_0000;
-
-/// `IBV_ACCESS_*` → qhca's rights. `Err` names bits qhca does not have.
-pub(crate) fn access_from_ibv(flags: c_uint) -> Result<Access, c_uint> {
-    const MAP: [(c_uint, Access); 6] = [
-        (IBV_ACCESS_LOCAL_WRITE, Access::LOCAL_WRITE),
-        (IBV_ACCESS_REMOTE_WRITE, Access::REMOTE_WRITE),
-        (IBV_ACCESS_REMOTE_READ, Access::REMOTE_READ),
-        (IBV_ACCESS_REMOTE_ATOMIC, Access::REMOTE_ATOMIC),
-        (IBV_ACCESS_MW_BIND, Access::MW_BIND),
-        (IBV_ACCESS_ON_DEMAND, Access::ON_DEMAND),
-    ];
-    // Hints a device may ignore (verbs.h: the optional range, and huge pages).
-    let ignored = ACCESS_OPTIONAL_RANGE | IBV_ACCESS_HUGETLB;
-    let mut a = Access::NONE;
-    let mut left = flags & !ignored;
-    for (bit, right) in MAP {
-        if flags & bit != 0 {
-            a = a | right;
-            left &= !bit;
-        }
-    }
-    if left != 0 {
-        return Err(left);
-    }
-    Ok(a)
-}
-
-/// qhca's rights → `IBV_ACCESS_*` (the rights only).
-pub(crate) fn access_to_ibv(a: Access) -> c_uint {
-    let mut f = 0;
-    for (bit, right) in [
-        (IBV_ACCESS_LOCAL_WRITE, Access::LOCAL_WRITE),
-        (IBV_ACCESS_REMOTE_WRITE, Access::REMOTE_WRITE),
-        (IBV_ACCESS_REMOTE_READ, Access::REMOTE_READ),
-        (IBV_ACCESS_REMOTE_ATOMIC, Access::REMOTE_ATOMIC),
-    ] {
-        if a.contains(right) {
-            f |= bit;
-        }
-    }
-    f
 }
 
 enum Region {
@@ -437,48 +392,4 @@ pub(crate) unsafe extern "C" fn dealloc_mw_op(mw: *mut ibv_mw) -> c_int {
     // window deallocates it in the device.
     drop(unsafe { Mw::from_ibv(mw) });
     0
-}
-
-/// `ops.bind_mw`: what the inline `ibv_bind_mw` calls, for type 1 windows: posts the bind on
-/// `qp` and gives the window its next key.
-pub(crate) unsafe extern "C" fn bind_mw_op(
-    qp: *mut ibv_qp,
-    mw: *mut ibv_mw,
-    bind: *mut ibv_mw_bind,
-) -> c_int {
-    // SAFETY: the inline function passes the program's window and QP.
-    let (Some((w, _)), false) = ((unsafe { Mw::ours(mw) }), bind.is_null()) else {
-        return libc::EINVAL;
-    };
-    // SAFETY: the program's bind request.
-    let b = unsafe { *bind };
-    // SAFETY: a live window.
-    if unsafe { (*mw).type_ } != IBV_MW_TYPE_1 {
-        return libc::EINVAL;
-    }
-    let info = b.bind_info;
-    let (mr_key, access) = if info.length == 0 {
-        (0, Access::NONE)
-    } else {
-        // SAFETY: the program's region, live while it binds windows to it.
-        let Some((m, _)) = (unsafe { Mr::ours(info.mr) }) else {
-            return libc::EINVAL;
-        };
-        let Ok(a) = access_from_ibv(info.mw_access_flags) else {
-            return libc::EINVAL;
-        };
-        // SAFETY: our own live region's program-visible struct.
-        (unsafe { (*m.ibv()).lkey }, a)
-    };
-    let op = lock(&w.mw).bind_raw(mr_key, info.addr, info.length, access);
-    let rkey = match op {
-        qhca::WrOp::BindMw(b) => b.new_key,
-        _ => return libc::EINVAL,
-    };
-    // SAFETY: the program's live QP.
-    let r = unsafe { crate::qp::post_one(qp, b.wr_id, op, b.send_flags) };
-    if r == 0 {
-        w.set_rkey(rkey);
-    }
-    r
 }

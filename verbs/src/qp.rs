@@ -9,34 +9,24 @@ use core::ffi::{c_int, c_uint};
 use core::ptr::{self, null_mut};
 use std::sync::Mutex;
 
-use qhca::{PostError, QpAttr, QpCaps, QpState, QpType, RecvWr, SendWr, Sge, WrOp};
+use qhca::{QpAttr, QpCaps, QpState, QpType};
 
+use crate::access::{access_from_ibv, access_to_ibv};
 use crate::ah::Ah;
 use crate::cq::Cq;
 use crate::device::Ctx;
 use crate::ffi::*;
 use crate::misc::{debug, fail_errno, fail_null, lock, set_errno, unsupported, unsupported_null};
-use crate::mr::{access_from_ibv, access_to_ibv, Mr, Mw, Pd};
+use crate::mr::{Mr, Mw, Pd};
 use crate::obj::{impl_obj, Obj};
+use crate::post::{Objects, Posting};
 use crate::real::forward;
-use crate::wr::{send_flags, send_op, sges, Refused};
-
-/// Work requests converted and handed to the provider at once (one doorbell store each).
-const BATCH: usize = 8;
-
-/// What a post needs under the QP's lock: the provider's QP and scratch room for the
-/// scatter/gather lists and inline data of one batch.
-struct Posting {
-    qp: qhca::Qp,
-    sges: Vec<Sge>,
-    inline: Vec<u8>,
-}
 
 /// A queue pair.
 #[repr(C)]
 pub(crate) struct Qp {
     ibv: UnsafeCell<ibv_qp>,
-    posting: Mutex<Posting>,
+    posting: Mutex<Posting<qhca::Qp>>,
     sig_all: bool,
     cap: ibv_qp_cap,
 }
@@ -160,11 +150,7 @@ fn create(pd: &Pd, ctx: &Ctx, init: &mut ibv_qp_init_attr) -> *mut ibv_qp {
     ibv.state = IBV_QPS_RESET;
     ibv.qp_type = init.qp_type;
     let qpn = qp.qpn();
-    let posting = Posting {
-        sges: vec![Sge::default(); BATCH * l.max_sge as usize],
-        inline: vec![0; BATCH * l.max_inline as usize],
-        qp,
-    };
+    let posting = Posting::new(qp);
     pd.hold();
     scq.hold();
     rcq.hold();
@@ -391,12 +377,12 @@ pub unsafe extern "C" fn ibv_modify_qp(
     let Some(a) = (unsafe { attr.as_ref() }) else {
         return libc::EINVAL;
     };
-    let rc = lock(&q.posting).qp.qp_type() == qhca::QpType::Rc;
+    let rc = lock(&q.posting).queues.qp_type() == qhca::QpType::Rc;
     let qa = match modify_attr(a, mask, ctx, rc) {
         Ok(qa) => qa,
         Err(e) => return e,
     };
-    let r = lock(&q.posting).qp.modify(&qa);
+    let r = lock(&q.posting).queues.modify(&qa);
     match r {
         Ok(()) => {
             if let Some(s) = qa.state {
@@ -427,7 +413,7 @@ pub unsafe extern "C" fn ibv_query_qp(
     if attr.is_null() {
         return libc::EINVAL;
     }
-    let info = match lock(&q.posting).qp.query() {
+    let info = match lock(&q.posting).queues.query() {
         Ok(i) => i,
         Err(e) => return fail_errno("ibv_query_qp", &e),
     };
@@ -499,7 +485,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     let Some((q, ctx)) = (unsafe { Qp::ours(qp) }) else {
         return forward!(ibv_destroy_qp(qp) as fn(*mut ibv_qp) -> c_int, libc::ENOSYS);
     };
-    let qpn = lock(&q.posting).qp.qpn();
+    let qpn = lock(&q.posting).queues.qpn();
     ctx.unregister(Some(qpn), None, qp as usize);
     // SAFETY: our own live object's program-visible struct: the PD and CQs it holds, which
     // are live (their destroy verbs are EBUSY while this QP is).
@@ -523,67 +509,53 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     0
 }
 
-fn refused(what: &Refused) -> c_int {
-    debug(format_args!("ibv_post_send: {}", what.0));
-    libc::EINVAL
+/// `ops.bind_mw`: what the inline `ibv_bind_mw` calls, for type 1 windows: posts the bind on
+/// `qp` and gives the window its next key.
+pub(crate) unsafe extern "C" fn bind_mw_op(
+    qp: *mut ibv_qp,
+    mw: *mut ibv_mw,
+    bind: *mut ibv_mw_bind,
+) -> c_int {
+    // SAFETY: the inline function passes the program's QP (ours or not: one that is not ours is
+    // refused).
+    let Some((q, _)) = (unsafe { Qp::ours(qp) }) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: the program's window and request, and the region it names, live.
+    unsafe { lock(&q.posting).bind_mw(&Preloaded, q.sig_all, mw, bind, debug) }
 }
 
-/// Copies the bytes `list` names into `out` (inline data); returns how many.
-///
-/// # Safety
-///
-/// Each entry names readable memory of the program (ibv_post_send(3) with IBV_SEND_INLINE).
-unsafe fn gather(list: &[ibv_sge], out: &mut [u8]) -> Result<usize, Refused> {
-    let mut n = 0usize;
-    for s in list {
-        let len = s.length as usize;
-        let end = n
-            .checked_add(len)
-            .filter(|&e| e <= out.len())
-            .ok_or(Refused("more inline data than the QP allows"))?;
-        // SAFETY: the caller's promise for the source; `out[n..end]` is in bounds; a raw copy,
-        // since the program's buffer is not ours to reference.
-        unsafe { ptr::copy_nonoverlapping(s.addr as *const u8, out[n..end].as_mut_ptr(), len) };
-        n = end;
+/// How the preload finds its objects behind a request's pointers: its own only (a handle of
+/// another device's is refused).
+struct Preloaded;
+
+impl Objects for Preloaded {
+    unsafe fn ud_dest(&self, ah: *mut ibv_ah, qpn: u32, qkey: u32) -> Option<qhca::UdDest> {
+        // SAFETY: the caller's promise: NULL or a live handle.
+        let (ah, _) = unsafe { Ah::ours(ah) }?;
+        Some(ah.ah.dest(qpn, qkey))
     }
-    Ok(n)
-}
 
-/// The UD destination of a send request on a UD QP.
-///
-/// # Safety
-///
-/// `wr` is the program's request; its `ah` is NULL or a live address handle.
-unsafe fn ud_dest(wr: &ibv_send_wr) -> Result<qhca::UdDest, Refused> {
-    // SAFETY: the UD member, which a UD QP's sends use.
-    let ud = unsafe { wr.wr.ud };
-    // SAFETY: the caller's promise.
-    let (ah, _) =
-        unsafe { Ah::ours(ud.ah) }.ok_or(Refused("a UD send needs a qhca address handle"))?;
-    Ok(ah.ah.dest(ud.remote_qpn, ud.remote_qkey))
-}
-
-/// The window and region keys of a BIND_MW request.
-///
-/// # Safety
-///
-/// `wr` is the program's request; its window and region are NULL or live.
-unsafe fn bind_keys(wr: &ibv_send_wr) -> Result<(u32, u32), Refused> {
-    // SAFETY: the bind member, which BIND_MW uses.
-    let b = unsafe { wr.__bindgen_anon_2.bind_mw };
-    // SAFETY: the caller's promise.
-    let (mw, _) =
-        unsafe { Mw::ours(b.mw) }.ok_or(Refused("BIND_MW of a window that is not qhca's"))?;
-    // SAFETY: our own live window's program-visible struct.
-    let mw_key = unsafe { (*mw.ibv()).rkey };
-    if b.bind_info.length == 0 {
-        return Ok((mw_key, 0));
+    unsafe fn window_key(&self, mw: *mut ibv_mw) -> Option<u32> {
+        // SAFETY: the caller's promise.
+        let (mw, _) = unsafe { Mw::ours(mw) }?;
+        // SAFETY: our own live window's program-visible struct.
+        Some(unsafe { (*mw.ibv()).rkey })
     }
-    // SAFETY: the caller's promise.
-    let (mr, _) = unsafe { Mr::ours(b.bind_info.mr) }
-        .ok_or(Refused("BIND_MW to a region that is not qhca's"))?;
-    // SAFETY: our own live region's program-visible struct.
-    Ok((mw_key, unsafe { (*mr.ibv()).lkey }))
+
+    unsafe fn region_lkey(&self, mr: *mut ibv_mr) -> Option<u32> {
+        // SAFETY: the caller's promise.
+        let (mr, _) = unsafe { Mr::ours(mr) }?;
+        // SAFETY: our own live region's program-visible struct.
+        Some(unsafe { (*mr.ibv()).lkey })
+    }
+
+    unsafe fn bound(&self, mw: *mut ibv_mw, key: u32) {
+        // SAFETY: the caller's promise.
+        if let Some((w, _)) = unsafe { Mw::ours(mw) } {
+            w.set_rkey(key);
+        }
+    }
 }
 
 /// `ops.post_send`: what the inline `ibv_post_send` calls.
@@ -595,184 +567,8 @@ pub(crate) unsafe extern "C" fn post_send_op(
     // SAFETY: the inline function passes the program's QP, whose context has this op: ours,
     // made by `create` as a `Qp`.
     let q = unsafe { &*qp.cast::<Qp>() };
-    // A list of one request (the common case: perftest, most programs) goes through batch
-    // arrays of one element (filling eight was 13 % of the instructions of such a post).
-    // SAFETY: the program's list of live requests, NULL-terminated (ibv_post_send(3)).
-    if !wr.is_null() && unsafe { (*wr).next.is_null() } {
-        // SAFETY: as above.
-        unsafe { post_sends::<1>(q, wr, bad) }
-    } else {
-        // SAFETY: as above.
-        unsafe { post_sends::<BATCH>(q, wr, bad) }
-    }
-}
-
-/// `post_send_op` in batches of up to `N` requests, one doorbell store each.
-///
-/// # Safety
-///
-/// `wr` is the program's NULL-terminated list of live requests (their SGEs, address handles,
-/// windows and regions live); `bad` is NULL or room for a request's address.
-unsafe fn post_sends<const N: usize>(
-    q: &Qp,
-    wr: *mut ibv_send_wr,
-    bad: *mut *mut ibv_send_wr,
-) -> c_int {
-    let mut guard = lock(&q.posting);
-    let Posting {
-        qp: pq,
-        sges: sge_buf,
-        inline: inl_buf,
-    } = &mut *guard;
-    let ud = pq.qp_type() == QpType::Ud;
-    let max_sge = pq.layout().max_sge as usize;
-    let max_inline = pq.layout().max_inline as usize;
-    let mut cur = wr;
-    while !cur.is_null() {
-        let mut wrs = [SendWr::new(0, WrOp::Send, &[]); N];
-        let mut heads = [null_mut::<ibv_send_wr>(); N];
-        let mut binds = [(null_mut::<ibv_mw>(), 0u32); N];
-        let mut sge_chunks = sge_buf.chunks_mut(max_sge.max(1));
-        let mut inl_chunks = inl_buf.chunks_mut(max_inline.max(1));
-        let mut n = 0;
-        let mut refusal = None;
-        while n < N && !cur.is_null() {
-            // SAFETY: the program's list of live requests, NULL-terminated.
-            let w = unsafe { &*cur };
-            let sge_chunk = sge_chunks.next().unwrap_or_default();
-            let inl_chunk = inl_chunks.next().unwrap_or_default();
-            // SAFETY: the request's objects are live (ibv_post_send(3)).
-            match unsafe { convert(w, ud, q.sig_all, sge_chunk, inl_chunk) } {
-                Ok(s) => {
-                    if let WrOp::BindMw(b) = s.op {
-                        // SAFETY: checked live by `convert`.
-                        binds[n] = (unsafe { w.__bindgen_anon_2.bind_mw.mw }, b.new_key);
-                    }
-                    wrs[n] = s;
-                    heads[n] = cur;
-                    n += 1;
-                    cur = w.next;
-                }
-                Err(r) => {
-                    refusal = Some(r);
-                    break;
-                }
-            }
-        }
-        let posted = pq.post_send(&wrs[..n]);
-        let k = match &posted {
-            Ok(()) => n,
-            Err(PostError { index, .. }) => *index,
-        };
-        for &(mw, key) in &binds[..k] {
-            // SAFETY: a window of ours checked live by `convert`.
-            if let Some((w, _)) = unsafe { Mw::ours(mw) } {
-                w.set_rkey(key);
-            }
-        }
-        // SAFETY: the program passes room for the failed request's address (or NULL).
-        if let Some(errno) =
-            unsafe { batch_end("ibv_post_send", posted, refusal, &heads, cur, bad) }
-        {
-            return errno;
-        }
-    }
-    0
-}
-
-/// The end of one batch of a post: `None` if all of it was posted, else the errno, with
-/// `*bad` set to the first request not posted (the provider's refusal at its index, or ours at
-/// `cur`, the request that was being converted), as rdma-core's `bad_wr`.
-///
-/// # Safety
-///
-/// `bad` is NULL or points to room for a request's address.
-unsafe fn batch_end<W>(
-    verb: &str,
-    posted: Result<(), PostError>,
-    refusal: Option<Refused>,
-    heads: &[*mut W],
-    cur: *mut W,
-    bad: *mut *mut W,
-) -> Option<c_int> {
-    let (at, errno) = match (posted, refusal) {
-        (Err(e), _) => {
-            debug(format_args!("{verb}: {e}"));
-            (heads[e.index], e.errno() as c_int)
-        }
-        (Ok(()), Some(r)) => {
-            debug(format_args!("{verb}: {}", r.0));
-            (cur, libc::EINVAL)
-        }
-        (Ok(()), None) => return None,
-    };
-    if !bad.is_null() {
-        // SAFETY: the caller's promise.
-        unsafe { *bad = at };
-    }
-    Some(errno)
-}
-
-/// One send request as the provider's.
-///
-/// # Safety
-///
-/// `w` is the program's request, whose SGEs (inline), address handle, window and region are
-/// live.
-unsafe fn convert<'a>(
-    w: &ibv_send_wr,
-    ud: bool,
-    sig_all: bool,
-    sge_out: &'a mut [Sge],
-    inl_out: &'a mut [u8],
-) -> Result<SendWr<'a>, Refused> {
-    // SAFETY: the caller's promise: the program's request, whose members for its opcode are
-    // set (ibv_post_send(3)), and BIND_MW's window and region live.
-    let op = unsafe { send_op(w, || bind_keys(w)) }?;
-    let flags = send_flags(w.send_flags, sig_all)?;
-    let list: &[ibv_sge] = match usize::try_from(w.num_sge) {
-        // SAFETY: the program passes `num_sge` entries at `sg_list`.
-        Ok(n) if n > 0 => unsafe { core::slice::from_raw_parts(w.sg_list, n) },
-        _ => &[],
-    };
-    let mut s = if w.send_flags & IBV_SEND_INLINE != 0 && op.may_inline() {
-        // SAFETY: the caller's promise.
-        let n = unsafe { gather(list, inl_out)? };
-        SendWr::inline(w.wr_id, op, &inl_out[..n])
-    } else {
-        let n = sges(list, sge_out)?;
-        SendWr::new(w.wr_id, op, &sge_out[..n])
-    };
-    s = s.with_flags(flags);
-    if ud {
-        // SAFETY: the caller's promise.
-        s = s.to_ud(unsafe { ud_dest(w)? });
-    }
-    Ok(s)
-}
-
-/// Posts one operation with no data (a type 1 window's bind): `ibv_bind_mw`.
-///
-/// # Safety
-///
-/// `qp` is a live QP (ours or not: one that is not ours is refused).
-pub(crate) unsafe fn post_one(qp: *mut ibv_qp, wr_id: u64, op: WrOp, flags: c_uint) -> c_int {
-    // SAFETY: the caller's promise.
-    let Some((q, _)) = (unsafe { Qp::ours(qp) }) else {
-        return libc::EINVAL;
-    };
-    let flags = match send_flags(flags, q.sig_all) {
-        Ok(f) => f,
-        Err(r) => return refused(&r),
-    };
-    let wr = SendWr::new(wr_id, op, &[]).with_flags(flags);
-    match lock(&q.posting).qp.post_send(&[wr]) {
-        Ok(()) => 0,
-        Err(e) => {
-            debug(format_args!("ibv_bind_mw: {e}"));
-            e.errno() as c_int
-        }
-    }
+    // SAFETY: the program's list of live requests (ibv_post_send(3)).
+    unsafe { lock(&q.posting).post_send(&Preloaded, q.sig_all, wr, bad, debug) }
 }
 
 /// `ops.post_recv`: what the inline `ibv_post_recv` calls.
@@ -783,78 +579,6 @@ pub(crate) unsafe extern "C" fn post_recv_op(
 ) -> c_int {
     // SAFETY: as in `post_send_op`.
     let q = unsafe { &*qp.cast::<Qp>() };
-    // A list of one request (the common case: perftest, most programs) goes through batch
-    // arrays of one element (filling eight was 13 % of the instructions of such a post).
-    // SAFETY: the program's list of live requests, NULL-terminated (ibv_post_recv(3)).
-    if !wr.is_null() && unsafe { (*wr).next.is_null() } {
-        // SAFETY: as above.
-        unsafe { post_recvs::<1>(q, wr, bad) }
-    } else {
-        // SAFETY: as above.
-        unsafe { post_recvs::<BATCH>(q, wr, bad) }
-    }
-}
-
-/// `post_recv_op` in batches of up to `N` requests, as `post_sends`.
-///
-/// # Safety
-///
-/// `wr` is the program's NULL-terminated list of live requests; `bad` is NULL or room for a
-/// request's address.
-unsafe fn post_recvs<const N: usize>(
-    q: &Qp,
-    wr: *mut ibv_recv_wr,
-    bad: *mut *mut ibv_recv_wr,
-) -> c_int {
-    let mut guard = lock(&q.posting);
-    let Posting {
-        qp: pq,
-        sges: sge_buf,
-        ..
-    } = &mut *guard;
-    let max_sge = pq.layout().max_sge as usize;
-    let mut cur = wr;
-    while !cur.is_null() {
-        let mut wrs = [RecvWr {
-            wr_id: 0,
-            sges: &[],
-        }; N];
-        let mut heads = [null_mut::<ibv_recv_wr>(); N];
-        let mut chunks = sge_buf.chunks_mut(max_sge.max(1));
-        let mut n = 0;
-        let mut refusal = None;
-        while n < N && !cur.is_null() {
-            // SAFETY: the program's list of live requests, NULL-terminated.
-            let w = unsafe { &*cur };
-            let out = chunks.next().unwrap_or_default();
-            let list: &[ibv_sge] = match usize::try_from(w.num_sge) {
-                // SAFETY: the program passes `num_sge` entries at `sg_list`.
-                Ok(k) if k > 0 => unsafe { core::slice::from_raw_parts(w.sg_list, k) },
-                _ => &[],
-            };
-            match sges(list, out) {
-                Ok(k) => {
-                    wrs[n] = RecvWr {
-                        wr_id: w.wr_id,
-                        sges: &out[..k],
-                    };
-                    heads[n] = cur;
-                    n += 1;
-                    cur = w.next;
-                }
-                Err(r) => {
-                    refusal = Some(r);
-                    break;
-                }
-            }
-        }
-        let posted = pq.post_recv(&wrs[..n]);
-        // SAFETY: the program passes room for the failed request's address (or NULL).
-        if let Some(errno) =
-            unsafe { batch_end("ibv_post_recv", posted, refusal, &heads, cur, bad) }
-        {
-            return errno;
-        }
-    }
-    0
+    // SAFETY: the program's list of live requests (ibv_post_recv(3)).
+    unsafe { lock(&q.posting).post_recv(wr, bad, debug) }
 }

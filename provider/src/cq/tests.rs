@@ -114,8 +114,8 @@ fn decodes_a_ud_receive_and_its_grh() {
     let sender = Gid::from_guid(0x5254_0012_3456_0002);
     let mut buf = vec![0u8; GRH_SIZE + 100];
     buf[..4].copy_from_slice(&(6u32 << 28 | 0x12 << 20 | 0xabcde).to_be_bytes());
-    buf[4..6].copy_from_slice(&124u16.to_be_bytes());
-    buf[6] = 0x1b;
+    buf[4..6].copy_from_slice(&(8 + 124u16).to_be_bytes());
+    buf[6] = 17;
     buf[7] = 64;
     buf[8..24].copy_from_slice(&sender.raw);
     buf[24..40].copy_from_slice(&Gid::from_guid(1).raw);
@@ -129,7 +129,7 @@ fn decodes_a_ud_receive_and_its_grh() {
             g.next_hdr,
             g.hop_limit
         ),
-        (6, 0x12, 0xabcde, 124, 0x1b, 64)
+        (6, 0x12, 0xabcde, 124, 17, 64)
     );
     assert_eq!((g.sgid, g.dgid), (sender, Gid::from_guid(1)));
 }

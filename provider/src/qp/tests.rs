@@ -4,6 +4,7 @@
 //! page, and they write CQEs as the device would).
 
 use super::*;
+use crate::{DbType, DbWord};
 
 #[test]
 fn attr_mask_follows_the_fields_set() {
@@ -351,7 +352,7 @@ fn reset_cleans_the_cq_and_stale_cqes_free_nothing() {
     device_write_cqe(cq.ring_ptr(), 3, 2, &cqe_at(3, 0, 0, 0x42, 2));
     // RESET.
     qp.clean_cqs();
-    qp.wq.reset();
+    qp.queues.shared().reset();
     assert_eq!(qp.send_outstanding(), 0);
     qp.post_send(&[send(10), send(11)]).unwrap();
     let mut wc = [crate::Wc::default(); 8];

@@ -90,9 +90,9 @@ fn datagram_lands_byte_for_byte_behind_a_grh() {
             version: 6,
             traffic_class: 0x5a,
             flow_label: 0xabcde,
-            // BTH 12, DETH 8, ImmDt 4, 1000 bytes, ICRC 4.
-            paylen: 12 + 8 + 4 + 1000 + 4,
-            next_hdr: 0x1b,
+            // UDP 8, BTH 12, DETH 8, ImmDt 4, 1000 bytes, ICRC 4.
+            paylen: 8 + 12 + 8 + 4 + 1000 + 4,
+            next_hdr: 17,
             hop_limit: 7,
             sgid: port_gid(GUID),
             dgid: port_gid(GUID),
@@ -121,7 +121,10 @@ fn datagram_lands_byte_for_byte_behind_a_grh() {
     sent(&mut h, &mut u, &a, 0x60);
     let c = u.rcq.wait(&mut h);
     assert_eq!((c.wr_id, c.byte_len, c.src_qp), (0x53, 40, a.qpn));
-    assert_eq!(Grh::parse(&h.qt.memread(dst + 100, GRH)).paylen, 12 + 8 + 4);
+    assert_eq!(
+        Grh::parse(&h.qt.memread(dst + 100, GRH)).paylen,
+        8 + 12 + 8 + 4
+    );
     // A QP may send to itself.
     a.post_recv(&mut h, 0x54, &[(dst + 200, 64, dkey)]);
     a.post_ud(&mut h, &UdWr::send(0x61, ah, a.qpn, QKEY, &[]));

@@ -27,8 +27,9 @@ mod lifecycle;
 pub(crate) mod rdma_core;
 
 use args::{ioctl_bad_args, mmap_bad_args};
-use lifecycle::{reload_module, unbind_while_open};
 use ib_gids::ib_gids;
+pub(crate) use ib_gids::{ib_device_of, link_up, netdev_of};
+use lifecycle::{reload_module, unbind_while_open};
 use rdma_core::{ib_device, ib_provider, ib_ucontext};
 
 use crate::harness::{Case, CaseResult, Fail, T};

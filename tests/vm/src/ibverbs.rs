@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! Unmodified libibverbs programs on qhca through the verbs layer (`libqhca_verbs.so`,
-//! preloaded): Debian's `ibv_devices`, `ibv_devinfo`, `ibv_rc_pingpong` and perftest, server
-//! and client in this guest, each passing its own checks; our C program `qhca-verbs-check`
-//! (tests/verbs-c/), whose battery asserts what the layer does and whose post/poll loop must
-//! make no system call; and rxe beside qhca in one device list.
+//! Unmodified libibverbs programs on qhca, two ways ([`Via`]): through the verbs layer
+//! (`libqhca_verbs.so`, preloaded, on `/dev/qhcaN`: the `ibverbs_*` cases) and through the
+//! distribution's libibverbs with the installed provider on the RDMA core's device (no preload:
+//! the `ibprov_*` cases). Debian's `ibv_devices`, `ibv_devinfo`, `ibv_rc_pingpong` and perftest,
+//! server and client in this guest, each passing its own checks; our C program
+//! `qhca-verbs-check` (tests/verbs-c/), whose battery asserts what verbs do and whose post/poll
+//! loop must make no system call; and rxe beside qhca in one device list.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -19,17 +21,31 @@ use crate::{bail, check, check_eq, require};
 
 /// The cases of this section, in order.
 pub fn cases() -> Vec<Case<Config>> {
-    macro_rules! cases {
-        ($($name:ident),* $(,)?) => { vec![$(Case { name: stringify!($name), run: $name }),*] };
+    macro_rules! both {
+        ($($name:ident),* $(,)?) => {{
+            let mut v = Vec::new();
+            $({
+                fn layer_case(t: &mut T, cfg: &Config) -> CaseResult {
+                    $name(t, cfg, Via::Layer)
+                }
+                fn provider_case(t: &mut T, cfg: &Config) -> CaseResult {
+                    $name(t, cfg, Via::Provider)
+                }
+                v.push(Case { name: concat!("ibverbs_", stringify!($name)), run: layer_case });
+                v.push(Case { name: concat!("ibprov_", stringify!($name)), run: provider_case });
+            })*
+            v
+        }};
     }
-    cases![
-        ibverbs_devices_lists_qhca,
-        ibverbs_devinfo,
-        ibverbs_rxe_beside_qhca,
-        ibverbs_rc_pingpong,
-        ibverbs_rc_pingpong_events,
-        ibverbs_check_battery,
-        ibverbs_zero_syscalls,
+    let mut v = both![
+        devices_lists_qhca,
+        devinfo,
+        rxe_beside_qhca,
+        rc_pingpong,
+        rc_pingpong_events,
+        ud_pingpong,
+        check_battery,
+        zero_syscalls,
         perftest_write_lat,
         perftest_write_bw,
         perftest_read_lat,
@@ -38,7 +54,105 @@ pub fn cases() -> Vec<Case<Config>> {
         perftest_send_bw,
         perftest_atomic_lat,
         perftest_send_lat_ud,
-    ]
+    ];
+    v.push(Case {
+        name: "ibprov_kill9_frees_everything",
+        run: ibprov_kill9_frees_everything,
+    });
+    v
+}
+
+/// How a program reaches qhca.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Via {
+    /// The preloaded verbs layer, on `/dev/qhcaN` (named `qhca0`).
+    Layer,
+    /// The distribution's libibverbs and the installed provider, on the RDMA core's device (named
+    /// as udev named it), with no preload: addressed by GID (RoCE), so the port's netdev is up.
+    Provider,
+}
+
+impl Via {
+    /// `prog args..` reaching the device this way.
+    pub(crate) fn cmd(self, prog: &Path, args: &[&str]) -> Result<Command, Fail> {
+        let mut c = Command::new(prog);
+        c.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        match self {
+            Via::Layer => c.env("LD_PRELOAD", layer()?),
+            Via::Provider => c.env_remove("LD_PRELOAD"),
+        };
+        Ok(c)
+    }
+
+    fn run(self, prog: &Path, args: &[&str]) -> Result<Output, Fail> {
+        Ok(self.cmd(prog, args)?.output()?)
+    }
+
+    /// The device's name for `-d`: `qhca0` for the layer; for the provider, the RDMA core's
+    /// device of our PCI device, whose netdev is brought up first (its link-local address is
+    /// the port's GID 0).
+    pub(crate) fn device(self, cfg: &Config) -> Result<String, Fail> {
+        match self {
+            Via::Layer => Ok(device_name(cfg)),
+            Via::Provider => {
+                let bdf = system::pci_bdf(cfg)?;
+                let up = system::wait_for(Duration::from_secs(10), || {
+                    crate::cases::ib_device_of(&bdf).is_some()
+                        && crate::cases::netdev_of(&bdf).is_some()
+                });
+                require_found(up, &bdf)?;
+                let (Some(ib), Some(ndev)) = (
+                    crate::cases::ib_device_of(&bdf),
+                    crate::cases::netdev_of(&bdf),
+                ) else {
+                    bail!("{bdf}: no RDMA core device or netdev");
+                };
+                crate::cases::link_up(&ndev)?;
+                let gid0 = Path::new("/sys/class/infiniband")
+                    .join(&ib)
+                    .join("ports/1/gid_attrs/ndevs/0");
+                if !system::wait_for(Duration::from_secs(10), || gid0.exists()) {
+                    bail!("{ib}: no GID 0 once {ndev} is up");
+                }
+                Ok(ib)
+            }
+        }
+    }
+
+    /// What a pingpong needs to address the peer (`-g 0`: by GID, as RoCE requires).
+    fn pingpong_args(self) -> &'static [&'static str] {
+        match self {
+            Via::Layer => &[],
+            Via::Provider => &["-g", "0"],
+        }
+    }
+
+    /// What perftest needs to address the peer (`-x 0`).
+    fn perftest_args(self) -> &'static [&'static str] {
+        match self {
+            Via::Layer => &[],
+            Via::Provider => &["-x", "0"],
+        }
+    }
+
+    /// TCP ports of the two ways apart, so that a port the other way's run left in TIME_WAIT is
+    /// never in the way.
+    fn port(self, base: u16) -> u16 {
+        match self {
+            Via::Layer => base,
+            Via::Provider => base + 100,
+        }
+    }
+}
+
+fn require_found(found: bool, bdf: &str) -> Result<(), Fail> {
+    if !found {
+        bail!("{bdf}: no RDMA core device and netdev (is ib_uverbs loaded?)");
+    }
+    Ok(())
 }
 
 /// A file next to this binary (cargo's release directory): the layer and the C program.
@@ -62,21 +176,6 @@ pub(crate) fn tool(name: &str) -> Result<PathBuf, Fail> {
         Some(p) => Ok(p),
         None => bail!("{name} not found (ibverbs-utils and perftest: scripts/setup-host.sh)"),
     }
-}
-
-/// `prog args..` with the layer preloaded.
-fn verbs_cmd(prog: &Path, args: &[&str]) -> Result<Command, Fail> {
-    let mut c = Command::new(prog);
-    c.args(args)
-        .env("LD_PRELOAD", layer()?)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    Ok(c)
-}
-
-fn run(prog: &Path, args: &[&str]) -> Result<Output, Fail> {
-    Ok(verbs_cmd(prog, args)?.output()?)
 }
 
 pub(crate) fn text(out: &Output) -> String {
@@ -147,10 +246,12 @@ pub(crate) fn rerun_clockless(
     }
 }
 
-/// A server and a client of one program (perftest or a pingpong), both preloaded, the client
-/// connecting to 127.0.0.1 on `port`: both must exit 0 within `limit`. Returns their output.
+/// A server and a client of one program (perftest or a pingpong), both reaching the device
+/// `via`, the client connecting to 127.0.0.1 on `port`: both must exit 0 within `limit`.
+/// Returns their output.
 fn pair(
     t: &mut T,
+    via: Via,
     prog: &Path,
     args: &[&str],
     port: u16,
@@ -163,9 +264,9 @@ fn pair(
     let mut client_args = all.clone();
     client_args.push("127.0.0.1");
     let (up, c, s) = rerun_clockless(prog, || {
-        let server = verbs_cmd(prog, &all)?.spawn()?;
+        let server = via.cmd(prog, &all)?.spawn()?;
         let up = system::wait_for(Duration::from_secs(10), || listening(port));
-        let client = verbs_cmd(prog, &client_args)?.spawn()?;
+        let client = via.cmd(prog, &client_args)?.spawn()?;
         let c = wait_output(client, limit)?;
         Ok((up, c, wait_output(server, Duration::from_secs(10))?))
     })?;
@@ -180,10 +281,11 @@ fn pair(
     Ok((ct, st))
 }
 
-fn ibverbs_devices_lists_qhca(t: &mut T, cfg: &Config) -> CaseResult {
-    let out = run(&tool("ibv_devices")?, &[])?;
+/// The device is listed once, with its node GUID.
+fn devices_lists_qhca(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
+    let name = via.device(cfg)?;
+    let out = via.run(&tool("ibv_devices")?, &[])?;
     check!(t, out.status.success(), "{}", describe(&out));
-    let name = device_name(cfg);
     let line = text(&out)
         .lines()
         .find(|l| l.split_whitespace().next() == Some(name.as_str()))
@@ -201,8 +303,8 @@ fn ibverbs_devices_lists_qhca(t: &mut T, cfg: &Config) -> CaseResult {
         guid.len() == 16 && u64::from_str_radix(&guid, 16).is_ok_and(|g| g != 0),
         "GUID {guid:?}"
     );
-    // The RDMA core's entry for the same device (the installed provider's) is not listed beside
-    // the layer's: one line per device.
+    // One line per device: through the layer, the RDMA core's entry for the same device (the
+    // installed provider's) is not listed beside the layer's.
     let same = text(&out)
         .lines()
         .filter(|l| l.split_whitespace().nth(1) == Some(guid.as_str()))
@@ -219,9 +321,9 @@ fn device_name(cfg: &Config) -> String {
         .unwrap_or_else(|| "qhca0".into())
 }
 
-fn ibverbs_devinfo(t: &mut T, cfg: &Config) -> CaseResult {
-    let name = device_name(cfg);
-    let out = run(&tool("ibv_devinfo")?, &["-v", "-d", &name])?;
+fn devinfo(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
+    let name = via.device(cfg)?;
+    let out = via.run(&tool("ibv_devinfo")?, &["-v", "-d", &name])?;
     check!(t, out.status.success(), "{}", describe(&out));
     let s = text(&out);
     for want in [
@@ -238,8 +340,9 @@ fn ibverbs_devinfo(t: &mut T, cfg: &Config) -> CaseResult {
 }
 
 /// rxe on `lo` beside qhca: one list has both, and a program reaches rxe through the real
-/// libibverbs (ibv_devinfo on rxe0, with the layer preloaded).
-fn ibverbs_rxe_beside_qhca(t: &mut T, cfg: &Config) -> CaseResult {
+/// libibverbs (ibv_devinfo on rxe0, with the layer preloaded or not).
+fn rxe_beside_qhca(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
+    let name = via.device(cfg)?;
     let rdma = tool("rdma")?;
     let modprobe = tool("modprobe")?;
     let out = system::run_tool(&modprobe, &[OsStr::new("rdma_rxe")])?;
@@ -257,16 +360,12 @@ fn ibverbs_rxe_beside_qhca(t: &mut T, cfg: &Config) -> CaseResult {
         let devices = tool("ibv_devices")?;
         let mut s = String::new();
         let seen = system::wait_for(Duration::from_secs(5), || {
-            s = run(&devices, &[]).map(|o| text(&o)).unwrap_or_default();
+            s = via.run(&devices, &[]).map(|o| text(&o)).unwrap_or_default();
             listed(&s, "rxe0")
         });
         check!(t, seen, "rxe0 not listed: {s}");
-        check!(
-            t,
-            listed(&s, &device_name(cfg)),
-            "qhca not listed beside rxe0: {s}"
-        );
-        let out = run(&tool("ibv_devinfo")?, &["-d", "rxe0"])?;
+        check!(t, listed(&s, &name), "{name} not listed beside rxe0: {s}");
+        let out = via.run(&tool("ibv_devinfo")?, &["-d", "rxe0"])?;
         check!(t, out.status.success(), "{}", describe(&out));
         check!(t, text(&out).contains("hca_id:\trxe0"), "{}", text(&out));
         Ok(())
@@ -282,15 +381,17 @@ fn ibverbs_rxe_beside_qhca(t: &mut T, cfg: &Config) -> CaseResult {
     res
 }
 
-fn ibverbs_rc_pingpong(t: &mut T, cfg: &Config) -> CaseResult {
-    let name = device_name(cfg);
+fn rc_pingpong(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
+    let name = via.device(cfg)?;
     // -c: each side checks the received buffer; 4 KiB messages.
-    let args = ["-d", &name, "-c", "-s", "4096", "-n", "500"];
+    let mut args = vec!["-d", &name, "-c", "-s", "4096", "-n", "500"];
+    args.extend_from_slice(via.pingpong_args());
     let (c, s) = pair(
         t,
+        via,
         &tool("ibv_rc_pingpong")?,
         &args,
-        18600,
+        via.port(18600),
         "-p",
         Duration::from_secs(60),
     )?;
@@ -300,15 +401,16 @@ fn ibverbs_rc_pingpong(t: &mut T, cfg: &Config) -> CaseResult {
     Ok(())
 }
 
-fn ibverbs_rc_pingpong_events(t: &mut T, cfg: &Config) -> CaseResult {
-    let name = device_name(cfg);
+fn rc_pingpong_events(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
+    let name = via.device(cfg)?;
     // -e: completion channel and events; -g 0: addressed by GID.
     let args = ["-d", &name, "-e", "-g", "0", "-n", "200"];
     let (c, s) = pair(
         t,
+        via,
         &tool("ibv_rc_pingpong")?,
         &args,
-        18601,
+        via.port(18601),
         "-p",
         Duration::from_secs(60),
     )?;
@@ -319,10 +421,29 @@ fn ibverbs_rc_pingpong_events(t: &mut T, cfg: &Config) -> CaseResult {
     Ok(())
 }
 
-fn ibverbs_check_battery(t: &mut T, cfg: &Config) -> CaseResult {
+/// Datagrams: Debian's `ibv_ud_pingpong` (each side checks the completions' count).
+fn ud_pingpong(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
+    let name = via.device(cfg)?;
+    let args = ["-d", &name, "-g", "0", "-s", "1024", "-n", "200"];
+    let (c, s) = pair(
+        t,
+        via,
+        &tool("ibv_ud_pingpong")?,
+        &args,
+        via.port(18602),
+        "-p",
+        Duration::from_secs(60),
+    )?;
+    for (who, out) in [("client", &c), ("server", &s)] {
+        check!(t, out.contains("200 iters in"), "{who}: {out}");
+    }
+    Ok(())
+}
+
+fn check_battery(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
     let prog = beside_me("qhca-verbs-check")?;
-    let name = device_name(cfg);
-    let c = verbs_cmd(&prog, &["checks", &name])?.spawn()?;
+    let name = via.device(cfg)?;
+    let c = via.cmd(&prog, &["checks", &name])?.spawn()?;
     let Some(out) = wait_output(c, Duration::from_secs(120))? else {
         bail!("qhca-verbs-check checks: timed out");
     };
@@ -350,13 +471,13 @@ fn ibverbs_check_battery(t: &mut T, cfg: &Config) -> CaseResult {
 /// Operations of the C program's post/poll loop.
 const NOSYS_OPS: &str = "10000";
 
-/// The C program's loop of inline WRITE + poll, 10,000 times through the layer, under a
-/// seccomp filter that kills it on any system call (or, on a kernel without seccomp filters,
-/// under strace, which must see none between the loop's marker and the exit).
-fn ibverbs_zero_syscalls(t: &mut T, cfg: &Config) -> CaseResult {
+/// The C program's loop of inline WRITE + poll, 10,000 times, under a seccomp filter that
+/// kills it on any system call (or, on a kernel without seccomp filters, under strace, which
+/// must see none between the loop's marker and the exit).
+fn zero_syscalls(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
     let prog = beside_me("qhca-verbs-check")?;
-    let name = device_name(cfg);
-    let out = run(&prog, &["nosys", &name, NOSYS_OPS])?;
+    let name = via.device(cfg)?;
+    let out = via.run(&prog, &["nosys", &name, NOSYS_OPS])?;
     let marker = format!("loop {NOSYS_OPS} ops");
     if out.status.code() == Some(15) {
         // No seccomp filters in this kernel: strace.
@@ -366,12 +487,13 @@ fn ibverbs_zero_syscalls(t: &mut T, cfg: &Config) -> CaseResult {
         let log =
             std::env::temp_dir().join(format!("qhca-verbs-nosys-{}.strace", std::process::id()));
         // The layer is preloaded into the program only (-E), not into strace.
-        let c2 = Command::new(strace)
-            .arg("-f")
-            .arg("-o")
-            .arg(&log)
-            .arg("-E")
-            .arg(format!("LD_PRELOAD={}", layer()?.display()))
+        let mut c2 = Command::new(strace);
+        c2.arg("-f").arg("-o").arg(&log).env_remove("LD_PRELOAD");
+        if via == Via::Layer {
+            c2.arg("-E")
+                .arg(format!("LD_PRELOAD={}", layer()?.display()));
+        }
+        let c2 = c2
             .arg(&prog)
             .args(["nosys", &name, NOSYS_OPS, "--no-seccomp"])
             .stdin(Stdio::null())
@@ -416,21 +538,33 @@ fn ibverbs_zero_syscalls(t: &mut T, cfg: &Config) -> CaseResult {
 /// A perftest tool, server and client on qhca, with `args`: both finish and the client prints
 /// a result row for `size`.
 /// Atomics have their one size (8) and take no `-s`.
+#[allow(clippy::too_many_arguments)]
 fn perftest(
     t: &mut T,
     cfg: &Config,
+    via: Via,
     prog: &str,
     args: &[&str],
     size: &str,
     port: u16,
 ) -> CaseResult {
-    let name = device_name(cfg);
+    let name = via.device(cfg)?;
     let mut all = vec!["-d", name.as_str()];
     if !prog.starts_with("ib_atomic") {
         all.extend(["-s", size]);
     }
     all.extend_from_slice(args);
-    let (c, _) = pair(t, &tool(prog)?, &all, port, "-p", Duration::from_secs(120))?;
+    all.extend_from_slice(via.perftest_args());
+    let port = via.port(port);
+    let (c, _) = pair(
+        t,
+        via,
+        &tool(prog)?,
+        &all,
+        port,
+        "-p",
+        Duration::from_secs(120),
+    )?;
     let row = c
         .lines()
         .any(|l| l.split_whitespace().next() == Some(size) && l.split_whitespace().count() >= 4);
@@ -443,41 +577,93 @@ fn perftest(
     Ok(())
 }
 
-fn perftest_write_lat(t: &mut T, cfg: &Config) -> CaseResult {
-    perftest(t, cfg, "ib_write_lat", &["-n", "2000"], "8", 18610)
+fn perftest_write_lat(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
+    perftest(t, cfg, via, "ib_write_lat", &["-n", "2000"], "8", 18610)
 }
 
-fn perftest_write_bw(t: &mut T, cfg: &Config) -> CaseResult {
-    perftest(t, cfg, "ib_write_bw", &["-n", "2000"], "65536", 18611)
+fn perftest_write_bw(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
+    perftest(t, cfg, via, "ib_write_bw", &["-n", "2000"], "65536", 18611)
 }
 
-fn perftest_read_lat(t: &mut T, cfg: &Config) -> CaseResult {
-    perftest(t, cfg, "ib_read_lat", &["-n", "2000"], "8", 18612)
+fn perftest_read_lat(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
+    perftest(t, cfg, via, "ib_read_lat", &["-n", "2000"], "8", 18612)
 }
 
-fn perftest_read_bw(t: &mut T, cfg: &Config) -> CaseResult {
-    perftest(t, cfg, "ib_read_bw", &["-n", "2000"], "65536", 18613)
+fn perftest_read_bw(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
+    perftest(t, cfg, via, "ib_read_bw", &["-n", "2000"], "65536", 18613)
 }
 
-fn perftest_send_lat(t: &mut T, cfg: &Config) -> CaseResult {
-    perftest(t, cfg, "ib_send_lat", &["-n", "2000"], "8", 18614)
+fn perftest_send_lat(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
+    perftest(t, cfg, via, "ib_send_lat", &["-n", "2000"], "8", 18614)
 }
 
-fn perftest_send_bw(t: &mut T, cfg: &Config) -> CaseResult {
-    perftest(t, cfg, "ib_send_bw", &["-n", "2000"], "4096", 18615)
+fn perftest_send_bw(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
+    perftest(t, cfg, via, "ib_send_bw", &["-n", "2000"], "4096", 18615)
 }
 
-fn perftest_atomic_lat(t: &mut T, cfg: &Config) -> CaseResult {
-    perftest(t, cfg, "ib_atomic_lat", &["-n", "2000"], "8", 18616)
+fn perftest_atomic_lat(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
+    perftest(t, cfg, via, "ib_atomic_lat", &["-n", "2000"], "8", 18616)
 }
 
-fn perftest_send_lat_ud(t: &mut T, cfg: &Config) -> CaseResult {
+fn perftest_send_lat_ud(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
     perftest(
         t,
         cfg,
+        via,
         "ib_send_lat",
         &["-c", "UD", "-n", "2000"],
         "1024",
         18617,
     )
+}
+
+/// A provider program killed (SIGKILL) while it holds a context, a PD, a region, a CQ and a QP
+/// (`ibv_rc_pingpong`'s server, waiting for its client): the RDMA core destroys them through the
+/// driver, so the device's objects and the user's charges go back to what they were, and
+/// nothing is warned about (the suite's kernel-log check).
+fn ibprov_kill9_frees_everything(t: &mut T, cfg: &Config) -> CaseResult {
+    use crate::verbs::limits::held;
+    use crate::verbs::process::device_object_counts;
+    let via = Via::Provider;
+    let name = via.device(cfg)?;
+    let before = device_object_counts(cfg)?;
+    let charged =
+        |pools: &[&str]| -> Result<Vec<u32>, Fail> { pools.iter().map(|p| held(0, p)).collect() };
+    const POOLS: [&str; 5] = ["contexts", "pds", "mrs", "cqs", "qps"];
+    let was = charged(&POOLS)?;
+    let port = via.port(18603);
+    let p = port.to_string();
+    let args = ["-d", name.as_str(), "-g", "0", "-p", p.as_str()];
+    let mut server = via.cmd(&tool("ibv_rc_pingpong")?, &args)?.spawn()?;
+    let up = system::wait_for(Duration::from_secs(10), || listening(port));
+    let during = device_object_counts(cfg)?;
+    let charged_during = charged(&POOLS)?;
+    let _ = server.kill();
+    let _ = server.wait();
+    require!(t, up, "ibv_rc_pingpong did not listen on {port}");
+    for (i, ((what, n), (_, b))) in during.iter().zip(before.iter()).enumerate() {
+        check!(t, n > b, "{what}: {n} while the server runs, {b} before");
+        check!(
+            t,
+            charged_during[i] > was[i],
+            "{} not charged to the user",
+            POOLS[i]
+        );
+    }
+    let back = system::wait_for(Duration::from_secs(10), || {
+        device_object_counts(cfg).is_ok_and(|now| now == before)
+    });
+    let after = device_object_counts(cfg)?;
+    check!(
+        t,
+        back,
+        "device objects {after:?} after the kill, {before:?} before"
+    );
+    check_eq!(
+        t,
+        charged(&POOLS)?,
+        was,
+        "the user's charges after the kill"
+    );
+    Ok(())
 }

@@ -22,6 +22,20 @@ pub(crate) fn netdev_of(bdf: &str) -> Option<String> {
     (names.len() == 1).then(|| names.remove(0))
 }
 
+/// The RDMA core's device of PCI device `bdf` (`qhca0`, or as udev renamed it), if it has one.
+pub(crate) fn ib_device_of(bdf: &str) -> Option<String> {
+    let dirs = ib_dirs(bdf);
+    match dirs.as_slice() {
+        [one] => one.file_name()?.to_str().map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// Brings netdev `ndev` up (its link-local address becomes the port's GID 0).
+pub(crate) fn link_up(ndev: &str) -> Result<(), Fail> {
+    ip(&["link", "set", ndev, "up"])
+}
+
 /// Entry `i` of the core's GID table: the GID as sysfs prints it, its type and its netdev
 /// (`None` for an empty entry, whose attributes read as `EINVAL`).
 fn core_gid(port: &Path, i: usize) -> (String, Option<(String, String)>) {
@@ -97,7 +111,11 @@ pub(super) fn ib_gids(t: &mut T, cfg: &Config) -> CaseResult {
     }
 
     // GID 0: the default GID, which is the device's fixed entry 0.
-    let dev0 = before.gids.iter().find(|g| g.index == 0).map(|g| gid_text(&g.gid));
+    let dev0 = before
+        .gids
+        .iter()
+        .find(|g| g.index == 0)
+        .map(|g| gid_text(&g.gid));
     let (g0, attrs0) = core_gid(&port, 0);
     check_eq!(t, Some(g0), dev0, "the core's GID 0 is the device's");
     check_eq!(
@@ -115,7 +133,12 @@ pub(super) fn ib_gids(t: &mut T, cfg: &Config) -> CaseResult {
     let find = || (1..usize::from(before.gid_tbl_len)).find(|&i| core_gid(&port, i).0 == want);
     let found = wait_for(NODE_TIMEOUT, || find().is_some());
     let result = (|| -> CaseResult {
-        require!(t, found, "no GID {want} in {} after ip addr add", port.display());
+        require!(
+            t,
+            found,
+            "no GID {want} in {} after ip addr add",
+            port.display()
+        );
         let i = find().unwrap_or(0);
         check_eq!(
             t,

@@ -40,8 +40,21 @@ pub(super) fn unbind_while_open(t: &mut T, cfg: &Config) -> CaseResult {
     // A PD the core destroys at the disassociation, while the device still answers.
     let pd = alloc_pd(uverbs.fd.as_raw_fd());
     check!(t, pd.is_ok(), "ALLOC_PD: {pd:?}");
+    // A program of the installed provider with a region, a CQ and a QP (a pingpong server waiting
+    // for its client): the core destroys them through the driver at the unbind.
+    let via = crate::ibverbs::Via::Provider;
+    let port = 18690;
+    let name = via.device(cfg)?;
+    let args = ["-d", name.as_str(), "-g", "0", "-p", "18690"];
+    let mut server = via
+        .cmd(&crate::ibverbs::tool("ibv_rc_pingpong")?, &args)?
+        .spawn()?;
+    let listened = wait_for(NODE_TIMEOUT, || crate::ibverbs::listening(port));
 
     let unbound = Unbound::unbind(cfg, &bdf)?;
+    let _ = server.kill();
+    let _ = server.wait();
+    check!(t, listened, "ibv_rc_pingpong did not listen on {port}");
     check_errno!(
         t,
         get_context(uverbs.fd.as_raw_fd()),

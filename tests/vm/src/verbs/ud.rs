@@ -141,7 +141,7 @@ pub(super) fn verbs_ud_datagrams(t: &mut T, cfg: &Config) -> CaseResult {
             traffic_class: 0xa0,
             flow_label: 0x5_4321,
             paylen: (12 + 8 + if imm { 4 } else { 0 } + len.div_ceil(4) * 4 + 4) as u16,
-            next_hdr: 0x1b,
+            next_hdr: 17,
             hop_limit: 9,
             sgid: gid,
             dgid: gid,

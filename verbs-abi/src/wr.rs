@@ -7,12 +7,12 @@ use core::ffi::c_uint;
 
 use qhca::{MwBind, SendFlags, Sge, Wc, WcOpcode, WcStatus, WrOp};
 
+use crate::access::access_from_ibv;
 use crate::ffi::*;
-use crate::mr::access_from_ibv;
 
 /// Why a work request cannot be posted: `EINVAL`, and what to say about it.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Refused(pub(crate) &'static str);
+pub struct Refused(pub &'static str);
 
 /// The operation of a send request, but for the BIND_MW window and region (the caller looks
 /// them up: `bind` gives the window's current key and the region's L_Key).
@@ -21,7 +21,7 @@ pub(crate) struct Refused(pub(crate) &'static str);
 ///
 /// The union members that verbs.h assigns to `wr.opcode` are initialised, as
 /// ibv_post_send(3) requires of the program; the others need not be.
-pub(crate) unsafe fn send_op(
+pub unsafe fn send_op(
     wr: &ibv_send_wr,
     bind: impl FnOnce() -> Result<(u32, u32), Refused>,
 ) -> Result<WrOp, Refused> {
@@ -96,7 +96,7 @@ pub(crate) unsafe fn send_op(
 }
 
 /// The flags of a send request; `sig_all` is the QP's `sq_sig_all`.
-pub(crate) fn send_flags(flags: c_uint, sig_all: bool) -> Result<SendFlags, Refused> {
+pub fn send_flags(flags: c_uint, sig_all: bool) -> Result<SendFlags, Refused> {
     let known = IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
     if flags & !known != 0 {
         return Err(Refused("send flags qhca does not have (IP_CSUM)"));
@@ -117,7 +117,7 @@ pub(crate) fn send_flags(flags: c_uint, sig_all: bool) -> Result<SendFlags, Refu
 /// Copies the non-empty entries of `list` into `out`; returns how many. A zero-length entry
 /// carries nothing and is left out (as rdma-core's providers do); more than `out` holds is
 /// refused.
-pub(crate) fn sges(list: &[ibv_sge], out: &mut [Sge]) -> Result<usize, Refused> {
+pub fn sges(list: &[ibv_sge], out: &mut [Sge]) -> Result<usize, Refused> {
     let mut n = 0;
     for s in list.iter().filter(|s| s.length != 0) {
         let slot = out
@@ -170,7 +170,7 @@ fn opcode_to_ibv(o: WcOpcode) -> ibv_wc_opcode {
 
 /// A completion as `struct ibv_wc`. The immediate data is the 32 bits the sender posted, in
 /// the same byte order (verbs.h calls both `__be32`: the program converts).
-pub(crate) fn wc_to_ibv(wc: &Wc) -> ibv_wc {
+pub fn wc_to_ibv(wc: &Wc) -> ibv_wc {
     let mut flags = 0;
     let mut extra = 0;
     if let Some(imm) = wc.imm {
@@ -199,6 +199,39 @@ pub(crate) fn wc_to_ibv(wc: &Wc) -> ibv_wc {
         sl: 0,
         dlid_path_bits: 0,
     }
+}
+
+/// `ibv_poll_cq` over `poll` (a CQ's poll into qhca's completions): up to `num` completions
+/// converted into `out`, polled in chunks; returns how many.
+///
+/// # Safety
+///
+/// `out` is NULL or room for `num` completions (ibv_poll_cq(3)).
+pub unsafe fn poll_into(
+    num: core::ffi::c_int,
+    out: *mut ibv_wc,
+    mut poll: impl FnMut(&mut [Wc]) -> usize,
+) -> core::ffi::c_int {
+    let want = usize::try_from(num).unwrap_or(0);
+    if want == 0 || out.is_null() {
+        return 0;
+    }
+    const CHUNK: usize = 16;
+    let mut buf = [Wc::default(); CHUNK];
+    let mut done = 0;
+    while done < want {
+        let n = (want - done).min(CHUNK);
+        let got = poll(&mut buf[..n]);
+        for (i, w) in buf[..got].iter().enumerate() {
+            // SAFETY: the caller's promise: room for `num` completions; `done + i < num`.
+            unsafe { out.add(done + i).write(wc_to_ibv(w)) };
+        }
+        done += got;
+        if got < n {
+            break;
+        }
+    }
+    core::ffi::c_int::try_from(done).unwrap_or(core::ffi::c_int::MAX)
 }
 
 #[cfg(test)]

@@ -1,0 +1,240 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! CQs, memory regions and windows, and address handles of user contexts: the core's requests
+//! translated to the context's commands ([`Verbs`]), which check them and run them on the device
+//! as for `/dev/qhcaN`. Each object keeps its context, and is destroyed through
+//! [`Verbs::destroy_or_stop`]: the core's destroys do not fail.
+
+use super::{verbs, QhcaPd, PORT};
+use crate::{
+    context::{CqRoute, Ctx},
+    rdma, uapi,
+};
+use kernel::{bindings, prelude::*, sync::Arc};
+
+/// `IB_ACCESS_*` bits, by name.
+const LOCAL_WRITE: u32 = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE;
+const REMOTE: u32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE
+    | bindings::ib_access_flags_IB_ACCESS_REMOTE_READ
+    | bindings::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC;
+const MW_BIND: u32 = bindings::ib_access_flags_IB_ACCESS_MW_BIND;
+const ON_DEMAND: u32 = bindings::ib_access_flags_IB_ACCESS_ON_DEMAND;
+/// Hints a device may ignore (`IB_ACCESS_OPTIONAL`: relaxed ordering and the like).
+const OPTIONAL: u32 = bindings::ib_access_flags_IB_ACCESS_OPTIONAL;
+
+// The verbs' local and remote access bits are qhca's (the ABI header says so).
+const _: () = {
+    assert!(LOCAL_WRITE == uapi::QHCA_ACCESS_LOCAL_WRITE);
+    assert!(REMOTE == uapi::QHCA_ACCESS_ALL & !uapi::QHCA_ACCESS_LOCAL_WRITE);
+};
+
+/// The size field of an ioctl argument the core's requests are translated to.
+fn size_of<T>() -> u32 {
+    core::mem::size_of::<T>() as u32
+}
+
+/// A completion queue.
+pub(crate) struct QhcaCq {
+    ctx: Arc<Ctx>,
+    pub(super) cqn: u32,
+}
+
+/// A user CQ: its ring is the process's memory, named by the driver input; its events go to
+/// the core's CQ.
+pub(super) fn create_cq(
+    ctx: &Arc<Ctx>,
+    ev: rdma::CqEvents,
+    attr: &rdma::CqAttr,
+    udata: &mut rdma::Udata<'_>,
+) -> Result<(QhcaCq, u32)> {
+    if attr.flags != 0 {
+        return Err(EOPNOTSUPP);
+    }
+    let u: uapi::qhca_ib_create_cq = udata.read_in()?;
+    if u.comp_mask != 0
+        || attr.comp_vector != 0
+        || u.log_entries > uapi::QHCA_CQ_MAX_LOG
+        || (1u32 << u.log_entries) < attr.cqe
+    {
+        return Err(EINVAL);
+    }
+    let a = uapi::qhca_ioc_create_cq {
+        size: size_of::<uapi::qhca_ioc_create_cq>(),
+        log_entries: u.log_entries,
+        eventfd: -1,
+        buf_addr: u.buf_addr,
+        buf_len: u.buf_len,
+        ..Default::default()
+    };
+    let v = verbs(ctx)?;
+    let cqn = v.create_cq_with(&a, CqRoute::Core(ev))?;
+    let cq = QhcaCq {
+        ctx: ctx.clone(),
+        cqn,
+    };
+    if let Err(e) = udata.respond(&uapi::qhca_ib_create_cq_resp { cqn, rsvd: 0 }) {
+        // The core never hears of this CQ: it goes now.
+        cq.destroy()?;
+        return Err(e);
+    }
+    Ok((cq, 1 << u.log_entries))
+}
+
+impl QhcaCq {
+    /// DESTROY_CQ; its event route goes with it.
+    pub(super) fn destroy(&self) -> Result {
+        verbs(&self.ctx)?.destroy_or_stop(uapi::QHCA_CMD_DESTROY_CQ, self.cqn, 0);
+        Ok(())
+    }
+}
+
+/// A memory region.
+pub(crate) struct QhcaMr {
+    ctx: Arc<Ctx>,
+    key: u32,
+}
+
+/// A user region: pinned, on demand (`IB_ACCESS_ON_DEMAND`; address 0 and length `u64::MAX`
+/// is the implicit region), or pinned and watched (`QHCA_IB_REG_MR_WATCHED`).
+pub(super) fn reg_mr(
+    pd: &QhcaPd,
+    attr: &rdma::MrAttr,
+    udata: &mut rdma::Udata<'_>,
+) -> Result<(QhcaMr, u32)> {
+    let flags = if udata.in_len() == 0 {
+        0
+    } else {
+        let u: uapi::qhca_ib_reg_mr = udata.read_in()?;
+        if u.comp_mask != 0 || u.flags & !uapi::QHCA_IB_REG_MR_WATCHED != 0 {
+            return Err(EINVAL);
+        }
+        u.flags
+    };
+    let access = attr.access & !OPTIONAL;
+    if access & !(LOCAL_WRITE | REMOTE | MW_BIND | ON_DEMAND) != 0 || attr.iova != attr.start {
+        // Zero-based regions, huge-page hints, flushes: not on this device.
+        return Err(EOPNOTSUPP);
+    }
+    let mut qaccess = access & (LOCAL_WRITE | REMOTE);
+    if access & MW_BIND != 0 {
+        qaccess |= uapi::QHCA_ACCESS_MW_BIND;
+    }
+    if access & ON_DEMAND != 0 {
+        qaccess |= uapi::QHCA_ACCESS_ON_DEMAND;
+    }
+    if flags & uapi::QHCA_IB_REG_MR_WATCHED != 0 {
+        qaccess |= uapi::QHCA_ACCESS_WATCHED;
+    }
+    let a = uapi::qhca_ioc_reg_mr {
+        size: size_of::<uapi::qhca_ioc_reg_mr>(),
+        pdn: pd.pdn,
+        access: qaccess,
+        addr: attr.start,
+        length: attr.length,
+        ..Default::default()
+    };
+    let key = verbs(&pd.ctx)?.reg_mr_with(&a)?;
+    Ok((
+        QhcaMr {
+            ctx: pd.ctx.clone(),
+            key,
+        },
+        key,
+    ))
+}
+
+impl QhcaMr {
+    /// DEREG_MR. Windows bound to the region are unbound (their keys stop working), as
+    /// deregistering a region does on other devices.
+    pub(super) fn dereg(&self) -> Result {
+        verbs(&self.ctx)?.destroy_or_stop(
+            uapi::QHCA_CMD_DEREG_MR,
+            self.key,
+            uapi::QHCA_DEREG_MR_UNBIND_MWS,
+        );
+        Ok(())
+    }
+}
+
+/// A memory window.
+pub(crate) struct QhcaMw {
+    ctx: Arc<Ctx>,
+    key: u32,
+}
+
+/// An unbound window: type 1, or type 2 (qhca's 2B, bound to a QP by a work request).
+pub(super) fn alloc_mw(
+    pd: &QhcaPd,
+    kind: bindings::ib_mw_type,
+    udata: &mut rdma::Udata<'_>,
+) -> Result<(QhcaMw, u32)> {
+    udata.input_zero()?;
+    let kind = match kind {
+        bindings::ib_mw_type_IB_MW_TYPE_1 => uapi::QHCA_MW_TYPE_1,
+        bindings::ib_mw_type_IB_MW_TYPE_2 => uapi::QHCA_MW_TYPE_2B,
+        _ => return Err(EINVAL),
+    };
+    let key = verbs(&pd.ctx)?.alloc_mw_with(pd.pdn, kind)?;
+    Ok((
+        QhcaMw {
+            ctx: pd.ctx.clone(),
+            key,
+        },
+        key,
+    ))
+}
+
+impl QhcaMw {
+    /// DEALLOC_MW (which unbinds it).
+    pub(super) fn dealloc(&self) -> Result {
+        verbs(&self.ctx)?.destroy_or_stop(uapi::QHCA_CMD_DEALLOC_MW, self.key, 0);
+        Ok(())
+    }
+}
+
+/// An address handle.
+pub(crate) struct QhcaAh {
+    ctx: Arc<Ctx>,
+    ah: u32,
+}
+
+/// qhca's address vector of the core's.
+pub(super) fn qhca_av(av: &rdma::Av) -> Result<uapi::qhca_ah_attr> {
+    if av.port != PORT {
+        return Err(EINVAL);
+    }
+    Ok(uapi::qhca_ah_attr {
+        dgid: av.dgid,
+        flow_label: av.flow_label,
+        traffic_class: av.traffic_class,
+        hop_limit: av.hop_limit,
+        sl: av.sl,
+        port_num: PORT as u8,
+        sgid_index: av.sgid_index,
+        rsvd: [0; 7],
+    })
+}
+
+/// A user AH; its number, which UD work requests carry, goes back in the driver's response.
+pub(super) fn create_ah(pd: &QhcaPd, av: &rdma::Av, udata: &mut rdma::Udata<'_>) -> Result<QhcaAh> {
+    udata.input_zero()?;
+    let v = verbs(&pd.ctx)?;
+    let ah = v.create_ah_with(pd.pdn, &qhca_av(av)?)?;
+    let a = QhcaAh {
+        ctx: pd.ctx.clone(),
+        ah,
+    };
+    if let Err(e) = udata.respond(&uapi::qhca_ib_create_ah_resp { ah, rsvd: 0 }) {
+        a.destroy()?;
+        return Err(e);
+    }
+    Ok(a)
+}
+
+impl QhcaAh {
+    /// DESTROY_AH.
+    pub(super) fn destroy(&self) -> Result {
+        verbs(&self.ctx)?.destroy_or_stop(uapi::QHCA_CMD_DESTROY_AH, self.ah, 0);
+        Ok(())
+    }
+}

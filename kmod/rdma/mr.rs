@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory regions (`ib_mr`, which the driver allocates) and memory windows (`ib_mw`, which the
+//! core allocates) of user contexts.
+
+use super::{data, errno, pd::pd_data, ucontext::udata_of, Driver};
+use core::{ffi::c_int, mem::MaybeUninit};
+use kernel::{bindings, prelude::*};
+
+/// A region as the driver allocates it for the core: the `ib_mr` first (the core fills in its
+/// device, PD and object), the driver's part behind.
+#[repr(C)]
+struct IbMr<M> {
+    ib: bindings::ib_mr,
+    data: MaybeUninit<M>,
+}
+
+/// What a user asked to register.
+pub(crate) struct MrAttr {
+    pub(crate) start: u64,
+    pub(crate) length: u64,
+    /// The address the region is known by on the wire and in SGEs.
+    pub(crate) iova: u64,
+    /// `IB_ACCESS_*`.
+    pub(crate) access: u32,
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only, for a user PD of a registered device of ours whose `alloc_pd`
+/// succeeded, with the command's `udata`.
+pub(super) unsafe extern "C" fn reg_user_mr<T: Driver>(
+    pd: *mut bindings::ib_pd,
+    start: u64,
+    length: u64,
+    iova: u64,
+    access: c_int,
+    _dmah: *mut bindings::ib_dmah,
+    udata: *mut bindings::ib_udata,
+) -> *mut bindings::ib_mr {
+    let fail = |e: Error| -> *mut bindings::ib_mr { e.to_ptr() };
+    if udata.is_null() {
+        return fail(EINVAL);
+    }
+    // SAFETY: The core's PD (ours, allocated) and udata, valid for the call.
+    let (dev, p, mut udata) = unsafe {
+        (
+            data::<T>((*pd).device),
+            pd_data::<T::Pd>(pd),
+            udata_of(udata),
+        )
+    };
+    let attr = MrAttr {
+        start,
+        length,
+        iova,
+        access: access as u32,
+    };
+    // Allocated first: once the device holds the region, nothing may fail.
+    let b = KBox::new(
+        IbMr {
+            ib: pin_init::zeroed::<bindings::ib_mr>(),
+            data: MaybeUninit::<T::Mr>::uninit(),
+        },
+        GFP_KERNEL,
+    );
+    let mut b = match b {
+        Ok(b) => b,
+        Err(e) => return fail(e.into()),
+    };
+    match dev.reg_user_mr(p, &attr, &mut udata) {
+        Ok((m, key)) => {
+            b.data.write(m);
+            b.ib.lkey = key;
+            b.ib.rkey = key;
+            b.ib.iova = iova;
+            b.ib.length = length;
+            KBox::into_raw(b).cast::<bindings::ib_mr>()
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only, for a region `reg_user_mr` returned.
+pub(super) unsafe extern "C" fn dereg_mr<T: Driver>(
+    mr: *mut bindings::ib_mr,
+    _udata: *mut bindings::ib_udata,
+) -> c_int {
+    let p = mr.cast::<IbMr<T::Mr>>();
+    // SAFETY: Every region of ours is an `IbMr<T::Mr>` from `KBox::into_raw`, its `data`
+    // written before.
+    let (dev, m) = unsafe { (data::<T>((*mr).device), (*p).data.assume_init_ref()) };
+    let r = dev.dereg_mr(m);
+    if r.is_ok() {
+        // SAFETY: The core forgets the region after this: it is dropped and freed once, here.
+        unsafe {
+            (*p).data.assume_init_drop();
+            drop(KBox::from_raw(p));
+        }
+    }
+    errno(r)
+}
+
+/// A window as the core allocates it: the `ib_mw` first, the driver's part behind.
+#[repr(C)]
+pub(super) struct IbMw<W> {
+    ib: bindings::ib_mw,
+    data: MaybeUninit<W>,
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only, for a fresh window of a registered device of ours (allocated
+/// with `size_ib_mw` zeroed bytes, `device`, `pd` and `type_` set).
+pub(super) unsafe extern "C" fn alloc_mw<T: Driver>(
+    mw: *mut bindings::ib_mw,
+    udata: *mut bindings::ib_udata,
+) -> c_int {
+    if udata.is_null() {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: The core's window, its PD (ours, allocated) and udata, valid for the call.
+    let (dev, p, kind, mut udata) = unsafe {
+        (
+            data::<T>((*mw).device),
+            pd_data::<T::Pd>((*mw).pd),
+            (*mw).type_,
+            udata_of(udata),
+        )
+    };
+    match dev.alloc_mw(p, kind, &mut udata) {
+        Ok((w, rkey)) => {
+            // SAFETY: The core allocated an `IbMw<T::Mw>`; `data` is written once, here.
+            unsafe {
+                (*mw.cast::<IbMw<T::Mw>>()).data.write(w);
+                (*mw).rkey = rkey;
+            }
+            0
+        }
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only, for a window whose `alloc_mw` succeeded.
+pub(super) unsafe extern "C" fn dealloc_mw<T: Driver>(mw: *mut bindings::ib_mw) -> c_int {
+    let p = mw.cast::<IbMw<T::Mw>>();
+    // SAFETY: An allocated window of ours: `data` is initialised.
+    let (dev, w) = unsafe { (data::<T>((*mw).device), (*p).data.assume_init_ref()) };
+    let r = dev.dealloc_mw(w);
+    if r.is_ok() {
+        // SAFETY: The core frees the window after this and calls nothing more on it.
+        unsafe { (*p).data.assume_init_drop() };
+    }
+    errno(r)
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only (`ibv_advise_mr`), for a user PD of ours, with `num_sge`
+/// entries at `sg_list`.
+pub(super) unsafe extern "C" fn advise_mr<T: Driver>(
+    pd: *mut bindings::ib_pd,
+    advice: bindings::ib_uverbs_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut bindings::ib_sge,
+    num_sge: u32,
+    _attrs: *mut bindings::uverbs_attr_bundle,
+) -> c_int {
+    let write = match advice {
+        bindings::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH => false,
+        bindings::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE => true,
+        // Prefetching only what is present: not on qhca.
+        _ => return EOPNOTSUPP.to_errno(),
+    };
+    let flush = bindings::ib_uverbs_advise_mr_flag_IB_UVERBS_ADVISE_MR_FLAG_FLUSH;
+    if flags & !flush != 0 || (num_sge != 0 && sg_list.is_null()) {
+        return EINVAL.to_errno();
+    }
+    let ranges = if num_sge == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the core's list of `num_sge` entries, valid for the call.
+        unsafe { core::slice::from_raw_parts(sg_list, num_sge as usize) }
+    };
+    // SAFETY: our device and PD (allocated, a user PD: the command is a user's).
+    let (dev, p) = unsafe { (data::<T>((*pd).device), pd_data::<T::Pd>(pd)) };
+    errno(dev.advise_mr(p, write, flags & flush != 0, ranges))
+}

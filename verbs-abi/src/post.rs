@@ -1,0 +1,508 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! The post path of `ibv_post_send` and `ibv_post_recv`: a list of libibverbs requests
+//! converted in batches and written into a QP's rings with one doorbell store per batch, no
+//! system call. Shared by the libraries that give programs qhca QPs: each says how it finds the
+//! objects a request names ([`Objects`]) and posts through its queues ([`Queues`]).
+
+use core::ffi::c_int;
+use core::fmt::Arguments;
+use core::ptr::{self, null_mut};
+
+use qhca::{
+    inc_rkey, Access, MwBind, PostError, QpLayout, QpType, RecvWr, SendWr, Sge, UdDest, WorkQueues,
+    WrOp,
+};
+
+use crate::access::access_from_ibv;
+
+use crate::ffi::*;
+use crate::wr::{send_flags, send_op, sges, Refused};
+
+/// Work requests converted and handed to the queues at once (one doorbell store each).
+pub const BATCH: usize = 8;
+
+/// A QP's two queues as the post path writes them.
+pub trait Queues {
+    /// RC or UD.
+    fn qp_type(&self) -> QpType;
+    /// The ring layout (SGEs and inline bytes per request).
+    fn layout(&self) -> &QpLayout;
+    /// Posts send requests in order; on a refusal, those before it are posted.
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError>;
+    /// Posts receive requests, as `post_send`.
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError>;
+}
+
+impl Queues for WorkQueues {
+    fn qp_type(&self) -> QpType {
+        WorkQueues::qp_type(self)
+    }
+    fn layout(&self) -> &QpLayout {
+        WorkQueues::layout(self)
+    }
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        WorkQueues::post_send(self, wrs)
+    }
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        WorkQueues::post_recv(self, wrs)
+    }
+}
+
+impl Queues for qhca::Qp {
+    fn qp_type(&self) -> QpType {
+        qhca::Qp::qp_type(self)
+    }
+    fn layout(&self) -> &QpLayout {
+        qhca::Qp::layout(self)
+    }
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        qhca::Qp::post_send(self, wrs)
+    }
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        qhca::Qp::post_recv(self, wrs)
+    }
+}
+
+/// How a library finds its objects behind the pointers a request carries. Each answers `None`
+/// for an object that is not the library's (of another device, or freed).
+pub trait Objects {
+    /// The UD destination through address handle `ah`.
+    ///
+    /// # Safety
+    ///
+    /// `ah` is NULL or a live address handle of the program's.
+    unsafe fn ud_dest(&self, ah: *mut ibv_ah, qpn: u32, qkey: u32) -> Option<UdDest>;
+    /// The current key of window `mw`.
+    ///
+    /// # Safety
+    ///
+    /// `mw` is NULL or a live window of the program's.
+    unsafe fn window_key(&self, mw: *mut ibv_mw) -> Option<u32>;
+    /// The L_Key of region `mr`.
+    ///
+    /// # Safety
+    ///
+    /// `mr` is NULL or a live region of the program's.
+    unsafe fn region_lkey(&self, mr: *mut ibv_mr) -> Option<u32>;
+    /// A BIND_MW of window `mw` was posted: its key is `key` from now on (`ibv_mw.rkey`).
+    ///
+    /// # Safety
+    ///
+    /// `mw` is a window [`Objects::window_key`] knew.
+    unsafe fn bound(&self, mw: *mut ibv_mw, key: u32);
+}
+
+/// A QP's queues with scratch room for the scatter/gather lists and inline data of one batch:
+/// what a post needs, under the QP's lock.
+pub struct Posting<Q> {
+    pub queues: Q,
+    sges: Vec<Sge>,
+    inline: Vec<u8>,
+}
+
+impl<Q: Queues> Posting<Q> {
+    pub fn new(queues: Q) -> Self {
+        let l = queues.layout();
+        let (sges, inline) = (l.max_sge as usize, l.max_inline as usize);
+        Posting {
+            queues,
+            sges: vec![Sge::default(); BATCH * sges],
+            inline: vec![0; BATCH * inline],
+        }
+    }
+
+    /// `ibv_post_send`: posts the list at `wr`; on failure sets `*bad` (if not NULL) to the first
+    /// request not posted and returns its errno. `sig_all`: the QP signals every request.
+    /// `debug` hears why a request was refused.
+    ///
+    /// # Safety
+    ///
+    /// `wr` is the program's NULL-terminated list of live requests (their SGEs, address
+    /// handles, windows and regions live, as ibv_post_send(3) requires); `bad` is NULL or room
+    /// for a request's address.
+    pub unsafe fn post_send(
+        &mut self,
+        objs: &impl Objects,
+        sig_all: bool,
+        wr: *mut ibv_send_wr,
+        bad: *mut *mut ibv_send_wr,
+        debug: fn(Arguments<'_>),
+    ) -> c_int {
+        // A list of one request (the common case: perftest, most programs) goes through batch
+        // arrays of one element (filling eight was 13 % of the instructions of such a post).
+        // SAFETY: the caller's promise.
+        if !wr.is_null() && unsafe { (*wr).next.is_null() } {
+            // SAFETY: the caller's promise.
+            unsafe { self.post_sends::<1>(objs, sig_all, wr, bad, debug) }
+        } else {
+            // SAFETY: the caller's promise.
+            unsafe { self.post_sends::<BATCH>(objs, sig_all, wr, bad, debug) }
+        }
+    }
+
+    /// `post_send` in batches of up to `N` requests, one doorbell store each.
+    ///
+    /// # Safety
+    ///
+    /// As `post_send`.
+    unsafe fn post_sends<const N: usize>(
+        &mut self,
+        objs: &impl Objects,
+        sig_all: bool,
+        wr: *mut ibv_send_wr,
+        bad: *mut *mut ibv_send_wr,
+        debug: fn(Arguments<'_>),
+    ) -> c_int {
+        let Posting {
+            queues,
+            sges: sge_buf,
+            inline: inl_buf,
+        } = self;
+        let ud = queues.qp_type() == QpType::Ud;
+        let max_sge = queues.layout().max_sge as usize;
+        let max_inline = queues.layout().max_inline as usize;
+        let mut cur = wr;
+        while !cur.is_null() {
+            let mut wrs = [SendWr::new(0, WrOp::Send, &[]); N];
+            let mut heads = [null_mut::<ibv_send_wr>(); N];
+            let mut binds = [(null_mut::<ibv_mw>(), 0u32); N];
+            let mut sge_chunks = sge_buf.chunks_mut(max_sge.max(1));
+            let mut inl_chunks = inl_buf.chunks_mut(max_inline.max(1));
+            let mut n = 0;
+            let mut refusal = None;
+            while n < N && !cur.is_null() {
+                // SAFETY: the program's list of live requests, NULL-terminated.
+                let w = unsafe { &*cur };
+                let sge_chunk = sge_chunks.next().unwrap_or_default();
+                let inl_chunk = inl_chunks.next().unwrap_or_default();
+                // SAFETY: the request's objects are live (ibv_post_send(3)).
+                match unsafe { convert(objs, w, ud, sig_all, sge_chunk, inl_chunk) } {
+                    Ok(s) => {
+                        if let WrOp::BindMw(b) = s.op {
+                            // SAFETY: the bind member, which BIND_MW uses.
+                            binds[n] = (unsafe { w.__bindgen_anon_2.bind_mw.mw }, b.new_key);
+                        }
+                        wrs[n] = s;
+                        heads[n] = cur;
+                        n += 1;
+                        cur = w.next;
+                    }
+                    Err(r) => {
+                        refusal = Some(r);
+                        break;
+                    }
+                }
+            }
+            let posted = queues.post_send(&wrs[..n]);
+            let k = match &posted {
+                Ok(()) => n,
+                Err(PostError { index, .. }) => *index,
+            };
+            for &(mw, key) in binds[..k].iter().filter(|(mw, _)| !mw.is_null()) {
+                // SAFETY: a window `convert` found through `objs` (the others are NULL).
+                unsafe { objs.bound(mw, key) };
+            }
+            // SAFETY: the program passes room for the failed request's address (or NULL).
+            if let Some(errno) =
+                unsafe { batch_end("ibv_post_send", posted, refusal, &heads, cur, bad, debug) }
+            {
+                return errno;
+            }
+        }
+        0
+    }
+
+    /// `ibv_post_recv`, as `post_send`.
+    ///
+    /// # Safety
+    ///
+    /// `wr` is the program's NULL-terminated list of live requests; `bad` is NULL or room for
+    /// a request's address.
+    pub unsafe fn post_recv(
+        &mut self,
+        wr: *mut ibv_recv_wr,
+        bad: *mut *mut ibv_recv_wr,
+        debug: fn(Arguments<'_>),
+    ) -> c_int {
+        // SAFETY: the caller's promise.
+        if !wr.is_null() && unsafe { (*wr).next.is_null() } {
+            // SAFETY: the caller's promise.
+            unsafe { self.post_recvs::<1>(wr, bad, debug) }
+        } else {
+            // SAFETY: the caller's promise.
+            unsafe { self.post_recvs::<BATCH>(wr, bad, debug) }
+        }
+    }
+
+    /// `post_recv` in batches of up to `N` requests, as `post_sends`.
+    ///
+    /// # Safety
+    ///
+    /// As `post_recv`.
+    unsafe fn post_recvs<const N: usize>(
+        &mut self,
+        wr: *mut ibv_recv_wr,
+        bad: *mut *mut ibv_recv_wr,
+        debug: fn(Arguments<'_>),
+    ) -> c_int {
+        let Posting {
+            queues,
+            sges: sge_buf,
+            ..
+        } = self;
+        let max_sge = queues.layout().max_sge as usize;
+        let mut cur = wr;
+        while !cur.is_null() {
+            let mut wrs = [RecvWr {
+                wr_id: 0,
+                sges: &[],
+            }; N];
+            let mut heads = [null_mut::<ibv_recv_wr>(); N];
+            let mut chunks = sge_buf.chunks_mut(max_sge.max(1));
+            let mut n = 0;
+            let mut refusal = None;
+            while n < N && !cur.is_null() {
+                // SAFETY: the program's list of live requests, NULL-terminated.
+                let w = unsafe { &*cur };
+                let out = chunks.next().unwrap_or_default();
+                let list: &[ibv_sge] = match usize::try_from(w.num_sge) {
+                    // SAFETY: the program passes `num_sge` entries at `sg_list`.
+                    Ok(k) if k > 0 => unsafe { core::slice::from_raw_parts(w.sg_list, k) },
+                    _ => &[],
+                };
+                match sges(list, out) {
+                    Ok(k) => {
+                        wrs[n] = RecvWr {
+                            wr_id: w.wr_id,
+                            sges: &out[..k],
+                        };
+                        heads[n] = cur;
+                        n += 1;
+                        cur = w.next;
+                    }
+                    Err(r) => {
+                        refusal = Some(r);
+                        break;
+                    }
+                }
+            }
+            let posted = queues.post_recv(&wrs[..n]);
+            // SAFETY: the program passes room for the failed request's address (or NULL).
+            if let Some(errno) =
+                unsafe { batch_end("ibv_post_recv", posted, refusal, &heads, cur, bad, debug) }
+            {
+                return errno;
+            }
+        }
+        0
+    }
+    /// `ibv_bind_mw` of a type 1 window: one BIND_MW request with no data, posted as
+    /// `ibv_post_send` would, and on success the window's next key in `mw->rkey`. A length of 0
+    /// unbinds it.
+    ///
+    /// # Safety
+    ///
+    /// `mw` and `bind` are NULL or the program's live window and bind request; the region the
+    /// request names (if its length is not 0) is live.
+    pub unsafe fn bind_mw(
+        &mut self,
+        objs: &impl Objects,
+        sig_all: bool,
+        mw: *mut ibv_mw,
+        bind: *const ibv_mw_bind,
+        debug: fn(Arguments<'_>),
+    ) -> c_int {
+        if bind.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller's promise.
+        let (b, one) = unsafe { (&*bind, !mw.is_null() && (*mw).type_ == IBV_MW_TYPE_1) };
+        let req = if one {
+            // SAFETY: the caller's promise.
+            unsafe { bind_request(objs, mw, b) }
+        } else {
+            Err(Refused(
+                "ibv_bind_mw of a window that is not a type 1 window of qhca's",
+            ))
+        };
+        let flags = req.and_then(|r| Ok((r, send_flags(b.send_flags, sig_all)?)));
+        let ((op, key), flags) = match flags {
+            Ok(x) => x,
+            Err(r) => {
+                debug(format_args!("ibv_bind_mw: {}", r.0));
+                return libc::EINVAL;
+            }
+        };
+        match self
+            .queues
+            .post_send(&[SendWr::new(b.wr_id, op, &[]).with_flags(flags)])
+        {
+            Ok(()) => {
+                // SAFETY: a window `bind_request` found through `objs`.
+                unsafe { objs.bound(mw, key) };
+                0
+            }
+            Err(e) => {
+                debug(format_args!("ibv_bind_mw: {e}"));
+                e.errno() as c_int
+            }
+        }
+    }
+}
+
+/// The BIND_MW of `ibv_bind_mw`'s request `b` for window `mw`, and the window's key once
+/// bound (the same index, the next tag).
+///
+/// # Safety
+///
+/// `mw` is the program's live window; `b`'s region is NULL or live.
+unsafe fn bind_request(
+    objs: &impl Objects,
+    mw: *mut ibv_mw,
+    b: &ibv_mw_bind,
+) -> Result<(WrOp, u32), Refused> {
+    // SAFETY: the caller's promise.
+    let mw_key = unsafe { objs.window_key(mw) }
+        .ok_or(Refused("ibv_bind_mw of a window that is not qhca's"))?;
+    let info = b.bind_info;
+    let (mr_key, access) = if info.length == 0 {
+        (0, Access::NONE)
+    } else {
+        // SAFETY: the caller's promise.
+        let lkey = unsafe { objs.region_lkey(info.mr) }
+            .ok_or(Refused("ibv_bind_mw to a region that is not qhca's"))?;
+        let access = access_from_ibv(info.mw_access_flags)
+            .map_err(|_| Refused("ibv_bind_mw: rights qhca's windows do not have"))?;
+        (lkey, access)
+    };
+    let new_key = inc_rkey(mw_key);
+    let op = WrOp::BindMw(MwBind {
+        mw_key,
+        new_key,
+        mr_key,
+        addr: info.addr,
+        length: info.length,
+        access: access.0,
+    });
+    Ok((op, new_key))
+}
+
+/// The end of one batch of a post: `None` if all of it was posted, else the errno, with
+/// `*bad` set to the first request not posted (the queues' refusal at its index, or ours at
+/// `cur`, the request that was being converted), as rdma-core's `bad_wr`.
+///
+/// # Safety
+///
+/// `bad` is NULL or room for a request's address.
+unsafe fn batch_end<W>(
+    verb: &str,
+    posted: Result<(), PostError>,
+    refusal: Option<Refused>,
+    heads: &[*mut W],
+    cur: *mut W,
+    bad: *mut *mut W,
+    debug: fn(Arguments<'_>),
+) -> Option<c_int> {
+    let (at, errno) = match (posted, refusal) {
+        (Err(e), _) => {
+            debug(format_args!("{verb}: {e}"));
+            (heads[e.index], e.errno() as c_int)
+        }
+        (Ok(()), Some(r)) => {
+            debug(format_args!("{verb}: {}", r.0));
+            (cur, libc::EINVAL)
+        }
+        (Ok(()), None) => return None,
+    };
+    if !bad.is_null() {
+        // SAFETY: the caller's promise.
+        unsafe { *bad = at };
+    }
+    Some(errno)
+}
+
+/// One send request as the queues take it.
+///
+/// # Safety
+///
+/// `w` is the program's request, whose SGEs (inline), address handle, window and region are
+/// live.
+unsafe fn convert<'a>(
+    objs: &impl Objects,
+    w: &ibv_send_wr,
+    ud: bool,
+    sig_all: bool,
+    sge_out: &'a mut [Sge],
+    inl_out: &'a mut [u8],
+) -> Result<SendWr<'a>, Refused> {
+    // SAFETY: the caller's promise: the program's request, whose members for its opcode are
+    // set (ibv_post_send(3)), and BIND_MW's window and region live.
+    let op = unsafe { send_op(w, || bind_keys(objs, w)) }?;
+    let flags = send_flags(w.send_flags, sig_all)?;
+    let list: &[ibv_sge] = match usize::try_from(w.num_sge) {
+        // SAFETY: the program passes `num_sge` entries at `sg_list`.
+        Ok(n) if n > 0 => unsafe { core::slice::from_raw_parts(w.sg_list, n) },
+        _ => &[],
+    };
+    let mut s = if w.send_flags & IBV_SEND_INLINE != 0 && op.may_inline() {
+        // SAFETY: the caller's promise.
+        let n = unsafe { gather(list, inl_out)? };
+        SendWr::inline(w.wr_id, op, &inl_out[..n])
+    } else {
+        let n = sges(list, sge_out)?;
+        SendWr::new(w.wr_id, op, &sge_out[..n])
+    };
+    s = s.with_flags(flags);
+    if ud {
+        // SAFETY: the UD member, which a UD QP's sends use; its handle is live (the caller's
+        // promise).
+        let dest = unsafe {
+            let u = w.wr.ud;
+            objs.ud_dest(u.ah, u.remote_qpn, u.remote_qkey)
+        };
+        s = s.to_ud(dest.ok_or(Refused("a UD send needs a qhca address handle"))?);
+    }
+    Ok(s)
+}
+
+/// Copies the bytes `list` names into `out` (inline data); returns how many.
+///
+/// # Safety
+///
+/// Each entry names readable memory of the program (ibv_post_send(3) with IBV_SEND_INLINE).
+unsafe fn gather(list: &[ibv_sge], out: &mut [u8]) -> Result<usize, Refused> {
+    let mut n = 0usize;
+    for s in list {
+        let len = s.length as usize;
+        let end = n
+            .checked_add(len)
+            .filter(|&e| e <= out.len())
+            .ok_or(Refused("more inline data than the QP allows"))?;
+        // SAFETY: the caller's promise for the source; `out[n..end]` is in bounds; a raw copy,
+        // since the program's buffer is not ours to reference.
+        unsafe { ptr::copy_nonoverlapping(s.addr as *const u8, out[n..end].as_mut_ptr(), len) };
+        n = end;
+    }
+    Ok(n)
+}
+
+/// The window and region keys of a BIND_MW request.
+///
+/// # Safety
+///
+/// `wr` is the program's request; its window and region are NULL or live.
+unsafe fn bind_keys(objs: &impl Objects, wr: &ibv_send_wr) -> Result<(u32, u32), Refused> {
+    // SAFETY: the bind member, which BIND_MW uses.
+    let b = unsafe { wr.__bindgen_anon_2.bind_mw };
+    // SAFETY: the caller's promise.
+    let mw_key = unsafe { objs.window_key(b.mw) }
+        .ok_or(Refused("BIND_MW of a window that is not qhca's"))?;
+    if b.bind_info.length == 0 {
+        return Ok((mw_key, 0));
+    }
+    // SAFETY: the caller's promise.
+    let lkey = unsafe { objs.region_lkey(b.bind_info.mr) }
+        .ok_or(Refused("BIND_MW to a region that is not qhca's"))?;
+    Ok((mw_key, lkey))
+}

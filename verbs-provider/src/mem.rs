@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! Protection domains, memory regions and memory windows: the core's commands, with qhca's
+//! driver data (`struct qhca_ib_alloc_pd_resp`, `struct qhca_ib_reg_mr`).
+
+use core::ffi::{c_int, c_void};
+use core::mem::size_of_val;
+use core::ptr;
+
+use qhca_uapi::{qhca_ib_alloc_pd_resp, qhca_ib_reg_mr};
+use qhca_verbs_abi::ffi::*;
+
+use crate::cmd::*;
+
+/// A protection domain: libibverbs's `struct ibv_pd` first, then the device's PD number.
+#[repr(C)]
+pub(crate) struct Pd {
+    ibv: ibv_pd,
+    pdn: u32,
+}
+
+/// `alloc_pd`: the driver answers `struct qhca_ib_alloc_pd_resp`.
+pub(crate) unsafe extern "C" fn alloc_pd(ibctx: *mut ibv_context) -> *mut ibv_pd {
+    let pd = Box::into_raw(Box::new(Pd {
+        ibv: ibv_pd::default(),
+        pdn: 0,
+    }));
+    let mut cmd = Cmd::<16, NoData>::new(NoData);
+    let mut resp = Resp::<4, qhca_ib_alloc_pd_resp>::new();
+    // SAFETY: `pd` starts with the `struct ibv_pd` libibverbs fills in; the buffers are the
+    // sizes given.
+    let ret = unsafe {
+        ibv_cmd_alloc_pd(
+            ibctx,
+            pd.cast(),
+            cmd.as_mut_ptr(),
+            size_of_val(&cmd),
+            resp.as_mut_ptr(),
+            size_of_val(&resp),
+        )
+    };
+    if ret != 0 {
+        // SAFETY: ours, not handed out.
+        drop(unsafe { Box::from_raw(pd) });
+        set_errno(ret);
+        return ptr::null_mut();
+    }
+    // SAFETY: ours.
+    unsafe { (*pd).pdn = resp.drv.pdn };
+    pd.cast()
+}
+
+/// `dealloc_pd`.
+pub(crate) unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    // SAFETY: `pd` came from `alloc_pd`.
+    let ret = unsafe { ibv_cmd_dealloc_pd(pd) };
+    if ret == 0 {
+        // SAFETY: the kernel forgot it; no one uses it any more.
+        drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
+    }
+    ret
+}
+
+/// A memory region: rdma-core's `struct verbs_mr` (`struct ibv_mr`, its type, its access),
+/// which `ibv_cmd_reg_mr` fills in.
+#[repr(C)]
+struct Mr {
+    ibv: ibv_mr,
+    mr_type: u32,
+    access: c_int,
+}
+
+/// `reg_mr`: pinned, or on demand with `IBV_ACCESS_ON_DEMAND` (address 0 and `SIZE_MAX` is the
+/// implicit region). The region's address is its iova (`ibv_reg_mr_iova` with another one:
+/// `EOPNOTSUPP` from the driver).
+pub(crate) unsafe extern "C" fn reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    hca_va: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    let mr = Box::into_raw(Box::new(Mr {
+        ibv: ibv_mr::default(),
+        mr_type: 0,
+        access: 0,
+    }));
+    let mut cmd = Cmd::<REG_MR_CMD, qhca_ib_reg_mr>::new(qhca_ib_reg_mr::default());
+    let mut resp = Resp::<REG_MR_RESP, NoData>::new();
+    // SAFETY: libibverbs's arguments, passed on; `mr` is a `struct verbs_mr`; the buffers are
+    // the sizes given.
+    let ret = unsafe {
+        ibv_cmd_reg_mr(
+            pd,
+            addr,
+            length,
+            hca_va,
+            access,
+            mr.cast(),
+            cmd.as_mut_ptr(),
+            size_of_val(&cmd),
+            resp.as_mut_ptr(),
+            REG_MR_RESP,
+        )
+    };
+    if ret != 0 {
+        // SAFETY: ours, not handed out.
+        drop(unsafe { Box::from_raw(mr) });
+        set_errno(ret);
+        return ptr::null_mut();
+    }
+    mr.cast()
+}
+
+/// `dereg_mr`.
+pub(crate) unsafe extern "C" fn dereg_mr(mr: *mut ibv_mr) -> c_int {
+    // SAFETY: `mr` came from `reg_mr`: a `struct verbs_mr`.
+    let ret = unsafe { ibv_cmd_dereg_mr(mr.cast()) };
+    if ret == 0 {
+        // SAFETY: the kernel forgot it; the program's last use.
+        drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
+    }
+    ret
+}
+
+/// `alloc_mw`: type 1 or 2 (qhca's 2B); the core's response carries its key.
+pub(crate) unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, kind: ibv_mw_type) -> *mut ibv_mw {
+    let mw = Box::into_raw(Box::new(ibv_mw::default()));
+    let mut cmd = Cmd::<ALLOC_MW_CMD, NoData>::new(NoData);
+    let mut resp = Resp::<8, NoData>::new();
+    // SAFETY: libibverbs's arguments, passed on; the buffers are the sizes given.
+    let ret = unsafe {
+        ibv_cmd_alloc_mw(
+            pd,
+            kind,
+            mw,
+            cmd.as_mut_ptr(),
+            size_of_val(&cmd),
+            resp.as_mut_ptr(),
+            size_of_val(&resp),
+        )
+    };
+    if ret != 0 {
+        // SAFETY: ours, not handed out.
+        drop(unsafe { Box::from_raw(mw) });
+        set_errno(ret);
+        return ptr::null_mut();
+    }
+    mw
+}
+
+/// `dealloc_mw`.
+pub(crate) unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
+    // SAFETY: `mw` came from `alloc_mw`.
+    let ret = unsafe { ibv_cmd_dealloc_mw(mw) };
+    if ret == 0 {
+        // SAFETY: the kernel forgot it; the program's last use.
+        drop(unsafe { Box::from_raw(mw) });
+    }
+    ret
+}
+
+/// `advise_mr`: prefetch ranges of on-demand regions (`IBV_ADVISE_MR_FLAG_FLUSH`: now, else in
+/// the background).
+pub(crate) unsafe extern "C" fn advise_mr(
+    pd: *mut ibv_pd,
+    advice: ib_uverbs_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    // SAFETY: libibverbs's arguments, passed on.
+    unsafe { ibv_cmd_advise_mr(pd, advice, flags, sg_list, num_sge) }
+}
