@@ -88,6 +88,12 @@ ip link set lo up
 . "$(dirname "$0")/guest-load.sh"
 qhca_insmod "$ko" || { echo "bench: insmod $ko failed"; exit 1; }
 [ -c /dev/qhca0 ] || { echo "bench: /dev/qhca0 did not appear"; exit 1; }
+# The same device as the RDMA core's (as udev named it), reached through Debian's libibverbs and
+# the installed provider, nothing preloaded; its netdev up so that GID 0 exists.
+ibdev=$(ls /sys/bus/pci/devices/*/infiniband/ 2>/dev/null | head -n1)
+ndev=$(ls /sys/bus/pci/devices/*/net/ 2>/dev/null | head -n1)
+[ -n "$ndev" ] && ip link set "$ndev" up
+for _ in $(seq 100); do [ -e "/sys/class/infiniband/$ibdev/ports/1/gid_attrs/ndevs/0" ] && break; sleep 0.1; done
 
 # result_line FILE: the first numeric line after the "#bytes" header, with the header's column
 # names made single words so that columns can be found by name.
@@ -118,8 +124,8 @@ ptx() {
 
 # The device and GID index of each side, and what is preloaded (the verbs layer on qhca).
 layer=$bin/libqhca_verbs.so
-declare -A dev=([qhca]="-d qhca0 -x 0" [rxe]="-d rxe0 -x 1")
-declare -A pre=([qhca]="$layer" [rxe]="")
+declare -A dev=([qhca]="-d qhca0 -x 0" [prov]="-d $ibdev -x 0" [rxe]="-d rxe0 -x 1")
+declare -A pre=([qhca]="$layer" [prov]="" [rxe]="")
 
 # perftest SIDE MODE BIN BYTES ITERS OUT [CLIENT-PREFIX...]: a server in the background, then the
 # client (under CLIENT-PREFIX, e.g. strace) writing its output to OUT; both with MODE's options,
@@ -178,6 +184,8 @@ perftest_all() {
 declare -A skip # SIDE.I: why workload I did not run on SIDE
 log "qhca: perftest with $layer preloaded, on qhca0"
 perftest_all qhca
+log "qhca: perftest through Debian's libibverbs and the installed provider, on $ibdev (no preload)"
+perftest_all prov
 
 # One thread driving both QPs in turn: the device's own round trip, with no handoff between two
 # spinning threads (which on 2 vCPUs over a 2-core host costs most of a two-thread write_lat).
@@ -356,6 +364,10 @@ echo "qhca: perftest on qhca0 through the verbs layer (LD_PRELOAD=libqhca_verbs.
 echo "processes in this guest, 127.0.0.1, -x 0)"
 table qhca
 echo
+echo "qhca: perftest on $ibdev, the same device as the RDMA core's, through Debian's libibverbs and the"
+echo "installed provider (libqhca-rdmav34.so, nothing preloaded; server and client in this guest, -x 0)"
+table prov
+echo
 echo "rxe: perftest on rdma_rxe bound to lo (server and client processes in this guest, 127.0.0.1, -x 1)"
 table rxe
 echo "(BW is perftest's BW average converted from MiB/s to MB/s = 10^6 B/s; perftest's latency tests"
@@ -367,20 +379,25 @@ printf "$fmt" workload bytes iters 't_min[us]' 't_typical[us]' 't_max[us]' 'BW[M
 printf "$fmt" "write_lat*" 8 "$(v "$one" '#iterations')" "$(v "$one" 't_min[usec]')" \
 	"$(v "$one" 't_typical[usec]')" "$(v "$one" 't_max[usec]')" "$(v "$one" 'BW[MB/s]')" "$(v "$one" 'MsgRate[Mpps]')"
 echo
-echo "qhca / rxe   (latency: t_typical ratio, lower is better for qhca; bandwidth: BW ratio, higher is better)"
-rfmt='%-12s %8s %12s %12s %10s%s\n'
-printf "$rfmt" workload bytes qhca rxe qhca/rxe ""
+echo "qhca / rxe   (latency: t_typical ratio, lower is better for qhca; bandwidth: BW ratio, higher is better;"
+echo "              qhca: the verbs layer, provider: the installed provider, the same perftest binary)"
+rfmt='%-12s %8s %12s %12s %12s %10s %10s\n'
+printf "$rfmt" workload bytes qhca provider rxe qhca/rxe prov/rxe
 i=0
 for w in "${workloads[@]}"; do
 	set -- $w
-	if [[ $1 == *_bw ]]; then a=${bw[qhca.$i]} b=${bw[rxe.$i]} u=MB/s; else a=${typ[qhca.$i]} b=${typ[rxe.$i]} u=us; fi
+	if [[ $1 == *_bw ]]; then
+		a=${bw[qhca.$i]} p=${bw[prov.$i]} b=${bw[rxe.$i]} u=MB/s
+	else
+		a=${typ[qhca.$i]} p=${typ[prov.$i]} b=${typ[rxe.$i]} u=us
+	fi
 	r="$b $u"
 	[ -n "${skip[rxe.$i]:-}" ] && r="not run"
-	printf "$rfmt" "$1" "$4" "$a $u" "$r" "$(div "$a" "$b")" ""
+	printf "$rfmt" "$1" "$4" "$a $u" "$p $u" "$r" "$(div "$a" "$b")" "$(div "$p" "$b")"
 	i=$((i + 1))
 done
 a=$(v "$one" 't_typical[usec]')
-printf "$rfmt" "write_lat*" 8 "$a us" "${typ[rxe.0]} us" "$(div "$a" "${typ[rxe.0]}")" ""
+printf "$rfmt" "write_lat*" 8 "$a us" "" "${typ[rxe.0]} us" "$(div "$a" "${typ[rxe.0]}")" ""
 echo
 # The figure the issue measured by hand on a kernel built from virtme-ng's default config (no
 # lockdep): how far this boot's rxe is from a plain kernel's.

@@ -338,6 +338,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: qhca-verbs-check checks DEV\n"
             "       qhca-verbs-check nosys DEV OPS [--no-seccomp]\n"
+            "       qhca-verbs-check unplug DEV\n"
             "       qhca-verbs-check wire DEV GID_INDEX PORT [HOST] [-r ROUNDS] "
             "[-u TIMEOUT]\n");
 }
@@ -363,6 +364,9 @@ int main(int argc, char **argv)
             return 2;
         }
         return run_nosys(argv[2], ops, argc == 4);
+    }
+    if (argc == 3 && !strcmp(argv[1], "unplug")) {
+        return run_unplug(argv[2]);
     }
     if (argc >= 5 && !strcmp(argv[1], "wire")) {
         ret = run_wire(argc - 2, argv + 2);

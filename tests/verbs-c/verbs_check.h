@@ -171,4 +171,7 @@ int check_memory_windows(struct env *e, const char **note);
 /* wire.c: the "wire" subcommand; @argv after "wire"; returns the exit code */
 int run_wire(int argc, char **argv);
 
+/* unplug DEV: traffic while the device is removed (unplug.c). */
+int run_unplug(const char *name);
+
 #endif /* VERBS_CHECK_H */

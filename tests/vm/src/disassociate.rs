@@ -122,6 +122,10 @@ pub fn destructive_cases() -> Vec<Case<Config>> {
             run: removal::perf_exits_on_removal,
         },
         Case {
+            name: "ibprov_removed_under_traffic",
+            run: removal::ibprov_removed_under_traffic,
+        },
+        Case {
             name: "unbind_with_a_stalled_fault",
             run: crate::verbs::odp_stall::unbind_with_a_stalled_fault,
         },

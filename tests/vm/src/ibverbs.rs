@@ -99,25 +99,38 @@ impl Via {
             Via::Layer => Ok(device_name(cfg)),
             Via::Provider => {
                 let bdf = system::pci_bdf(cfg)?;
+                // udev may still be renaming a device that was just probed (qhca0 becomes
+                // rocep0s10, eth0 enp0s10): names are read once it is done.
+                if let Some(udevadm) = system::find_tool("udevadm") {
+                    let _ = system::run_tool(
+                        &udevadm,
+                        &["settle".as_ref(), "-t".as_ref(), "10".as_ref()],
+                    );
+                }
                 let up = system::wait_for(Duration::from_secs(10), || {
                     crate::cases::ib_device_of(&bdf).is_some()
                         && crate::cases::netdev_of(&bdf).is_some()
                 });
                 require_found(up, &bdf)?;
-                let (Some(ib), Some(ndev)) = (
-                    crate::cases::ib_device_of(&bdf),
-                    crate::cases::netdev_of(&bdf),
-                ) else {
-                    bail!("{bdf}: no RDMA core device or netdev");
+                let Some(ndev) = crate::cases::netdev_of(&bdf) else {
+                    bail!("{bdf}: no netdev");
                 };
                 crate::cases::link_up(&ndev)?;
-                let gid0 = Path::new("/sys/class/infiniband")
-                    .join(&ib)
-                    .join("ports/1/gid_attrs/ndevs/0");
-                if !system::wait_for(Duration::from_secs(10), || gid0.exists()) {
-                    bail!("{ib}: no GID 0 once {ndev} is up");
+                // GID 0 once the link is up; the device's name as it is then.
+                let mut name = None;
+                let found = system::wait_for(Duration::from_secs(10), || {
+                    name = crate::cases::ib_device_of(&bdf);
+                    name.as_ref().is_some_and(|ib| {
+                        Path::new("/sys/class/infiniband")
+                            .join(ib)
+                            .join("ports/1/gid_attrs/ndevs/0")
+                            .exists()
+                    })
+                });
+                match name {
+                    Some(ib) if found => Ok(ib),
+                    _ => bail!("{bdf}: no GID 0 once {ndev} is up ({name:?})"),
                 }
-                Ok(ib)
             }
         }
     }

@@ -345,3 +345,63 @@ pub(super) fn unbind_releases_dma_while_bound(t: &mut T, cfg: &Config) -> CaseRe
     );
     Ok(())
 }
+
+/// Surprise removal under traffic through the installed provider (no preload): `qhca-verbs-check
+/// unplug` writes in a loop when the device goes; it must get `IBV_EVENT_DEVICE_FATAL`, stop,
+/// destroy every object and exit 0 by itself (not by SIGBUS), and the device comes back on
+/// rescan with its RDMA core device.
+pub(super) fn ibprov_removed_under_traffic(t: &mut T, cfg: &Config) -> CaseResult {
+    use crate::ibverbs::{beside_me, Via};
+    let via = Via::Provider;
+    let name = via.device(cfg)?;
+    let bdf = system::pci_bdf(cfg)?;
+    let mut child = via
+        .cmd(&beside_me("qhca-verbs-check")?, &["unplug", &name])?
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut first = String::new();
+    out.read_line(&mut first)?;
+    let rest = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut s);
+        s
+    });
+    if first.trim() != "traffic" {
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!("qhca-verbs-check unplug said {first:?}");
+    }
+    // Some traffic first.
+    std::thread::sleep(Duration::from_millis(300));
+    let removed = Removed::remove(cfg, &bdf)?;
+    let status = wait_exit(&mut child, EXIT_TIMEOUT);
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    let said = rest.join().unwrap_or_default();
+    check!(
+        t,
+        status.is_some_and(|s| s.success()),
+        "qhca-verbs-check unplug ended with {status:?} (135 or a signal: SIGBUS): {said}{err}"
+    );
+    check!(
+        t,
+        said.contains("unplug: DEVICE_FATAL after") && said.contains("every object destroyed"),
+        "{said}{err}"
+    );
+    drop(removed);
+    require!(
+        t,
+        cfg.dev.exists(),
+        "{} not back after rescan",
+        cfg.dev.display()
+    );
+    check!(
+        t,
+        wait_for(NODE_TIMEOUT, || crate::cases::ib_device_of(&bdf).is_some()),
+        "the RDMA core's device did not come back after rescan"
+    );
+    Ok(())
+}
