@@ -65,6 +65,27 @@ fn verbs(ctx: &Arc<Ctx>) -> Result<Verbs<'_>> {
 /// The only port.
 const PORT: u32 = 1;
 
+/// The port's counters (`struct qhca_port_counters`, less its reserved words), by the names
+/// `rdma statistic` and `hw_counters/` show, in the struct's order.
+static PORT_COUNTERS: rdma::StatNames<16> = rdma::StatNames::new([
+    c"tx_frames",
+    c"tx_bytes",
+    c"rx_frames",
+    c"rx_bytes",
+    c"tx_no_route",
+    c"tx_no_neigh",
+    c"rx_malformed",
+    c"rx_bad_icrc",
+    c"rx_not_ours",
+    c"rx_oversize",
+    c"arp_rx",
+    c"arp_tx",
+    c"test_dropped",
+    c"test_duplicated",
+    c"test_reordered",
+    c"rx_forged",
+]);
+
 /// `ib_mtu` of a path MTU of 2^`log` bytes (256 .. 4096), or `None`.
 fn ib_mtu(log: u8) -> Option<bindings::ib_mtu> {
     (8..=12)
@@ -79,7 +100,13 @@ fn check_port(port: u32) -> Result {
     Ok(())
 }
 
-impl rdma::Driver for QhcaIb {
+// SAFETY: The event routes are the only holders of a `CqEvents` or `QpEvents`: `Verbs` adds them to
+// the context's tables under its state lock and removes them in `Verbs::forget`, under the same
+// lock, which every successful destroy, `destroy_or_stop` whatever the device answers, and every
+// failed create (on its error paths, the route is dropped before the table has it, or the object
+// is destroyed) runs before returning; events are delivered under that lock (`Ctx::cq_event`,
+// `Ctx::qp_event`, `Ctx::signal_all_cqs`).
+unsafe impl rdma::Driver for QhcaIb {
     fn query_device(&self, attr: &mut bindings::ib_device_attr) -> Result {
         let a = self.dev.attr()?;
         let has = |cap: u32| a.caps & u64::from(cap) != 0;
@@ -365,6 +392,37 @@ impl rdma::Driver for QhcaIb {
     fn del_gid(&self, gid: &rdma::GidAttr<'_>) -> Result {
         check_port(gid.port())?;
         self.dev.core_del_gid(gid.index())
+    }
+
+    fn port_counter_names(&self) -> &'static [bindings::rdma_stat_desc] {
+        PORT_COUNTERS.descs()
+    }
+
+    fn port_counters(&self, port: u32, out: &mut [u64]) -> Result {
+        check_port(port)?;
+        let c = self.dev.query_port()?.counters;
+        let values = [
+            c.tx_frames,
+            c.tx_bytes,
+            c.rx_frames,
+            c.rx_bytes,
+            c.tx_no_route,
+            c.tx_no_neigh,
+            c.rx_malformed,
+            c.rx_bad_icrc,
+            c.rx_not_ours,
+            c.rx_oversize,
+            c.arp_rx,
+            c.arp_tx,
+            c.test_dropped,
+            c.test_duplicated,
+            c.test_reordered,
+            c.rx_forged,
+        ];
+        for (o, v) in out.iter_mut().zip(values) {
+            *o = v;
+        }
+        Ok(())
     }
 
     fn fw_version(&self, w: &mut dyn Write) -> core::fmt::Result {

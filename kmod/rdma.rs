@@ -17,6 +17,7 @@
 //! - `ucontext`: user contexts, their commands' driver data, the MMIO they map;
 //! - `pd`: protection domains;
 //! - `cq`, `qp`, `mr` (regions and windows), `ah`: the verbs objects of user contexts;
+//! - `stats`: the port's hardware counters;
 //! - `kernel_verbs`: what the core requires for kernel consumers, which qhca does not serve yet.
 
 mod ah;
@@ -25,6 +26,7 @@ mod kernel_verbs;
 mod mr;
 mod pd;
 mod qp;
+mod stats;
 mod ucontext;
 
 pub(crate) use ah::Av;
@@ -32,6 +34,7 @@ pub(crate) use cq::{CqAttr, CqEvents};
 pub(crate) use mr::MrAttr;
 use pd::IbPd;
 pub(crate) use qp::QpEvents;
+pub(crate) use stats::StatNames;
 use ucontext::IbUContext;
 pub(crate) use ucontext::{IoMapping, UContext, Udata};
 
@@ -59,7 +62,15 @@ use crate::{netdev::Netdev, shim::raw_device};
 /// What the RDMA core asks of a device. Each method answers for the device the [`Registration`]
 /// holds; a `&mut` argument is the core's, zeroed or filled with defaults by the core, and
 /// written only by the method.
-pub(crate) trait Driver: Send + Sync + Sized {
+///
+/// # Safety
+///
+/// The [`CqEvents`] and [`QpEvents`] an implementation is given by [`Driver::create_cq`] and
+/// [`Driver::create_qp`] point to the core's CQ and QP, which the core frees once
+/// [`Driver::destroy_cq`] or [`Driver::destroy_qp`] returns `Ok`: by then the implementation has
+/// dropped them, and no call through them runs or starts afterwards (nor after a failed create,
+/// whose object the core frees too).
+pub(crate) unsafe trait Driver: Send + Sync + Sized {
     /// `query_device`: the device's attributes.
     fn query_device(&self, attr: &mut bindings::ib_device_attr) -> Result;
     /// `query_port` for port `port` (1-based; the core checks it against the port count).
@@ -70,6 +81,11 @@ pub(crate) trait Driver: Send + Sync + Sized {
     fn query_pkey(&self, port: u32, index: u16) -> Result<u16>;
     /// `get_dev_fw_str`: the firmware version as text (truncated to what the core holds).
     fn fw_version(&self, w: &mut dyn Write) -> core::fmt::Result;
+    /// The names of the port's hardware counters ([`stats`]).
+    fn port_counter_names(&self) -> &'static [bindings::rdma_stat_desc];
+    /// The port's counters now, in the order of [`Driver::port_counter_names`] (`out` has one
+    /// place per name).
+    fn port_counters(&self, port: u32, out: &mut [u64]) -> Result;
     /// `add_gid`: the core put `gid` in its GID table (the port's netdev has the address, or it
     /// is the port's default GID); the device's table gets it at the same index, which address
     /// vectors name. The core calls this and [`Driver::del_gid`] one at a time per port.
@@ -401,6 +417,8 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         ops.create_user_ah = Some(ah::create_user_ah::<T>);
         ops.destroy_ah = Some(ah::destroy_ah::<T>);
         ops.size_ib_ah = core::mem::size_of::<ah::IbAh<T::Ah>>();
+        ops.alloc_hw_port_stats = Some(stats::alloc_hw_port_stats::<T>);
+        ops.get_hw_stats = Some(stats::get_hw_stats::<T>);
         ops.add_gid = Some(add_gid::<T>);
         ops.del_gid = Some(del_gid::<T>);
         kernel_verbs::fill(&mut ops);

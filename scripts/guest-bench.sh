@@ -93,7 +93,8 @@ qhca_insmod "$ko" || { echo "bench: insmod $ko failed"; exit 1; }
 ibdev=$(ls /sys/bus/pci/devices/*/infiniband/ 2>/dev/null | head -n1)
 ndev=$(ls /sys/bus/pci/devices/*/net/ 2>/dev/null | head -n1)
 [ -n "$ndev" ] && ip link set "$ndev" up
-for _ in $(seq 100); do [ -e "/sys/class/infiniband/$ibdev/ports/1/gid_attrs/ndevs/0" ] && break; sleep 0.1; done
+# Its link-local address (the route to GID 0) comes once the kernel has seen the carrier.
+for _ in $(seq 100); do ip -6 addr show dev "$ndev" scope link 2>/dev/null | grep -q "inet6 fe80" && break; sleep 0.1; done
 
 # result_line FILE: the first numeric line after the "#bytes" header, with the header's column
 # names made single words so that columns can be found by name.

@@ -22,13 +22,13 @@ use qhca_uapi::{
 };
 
 mod args;
-mod ib_gids;
+mod ib_port;
 mod lifecycle;
 pub(crate) mod rdma_core;
 
 use args::{ioctl_bad_args, mmap_bad_args};
-use ib_gids::ib_gids;
-pub(crate) use ib_gids::{ib_device_of, link_up, netdev_of};
+pub(crate) use ib_port::{ib_device_of, link_up, netdev_of};
+use ib_port::{ib_gids, ib_port_counters};
 use lifecycle::{reload_module, unbind_while_open};
 use rdma_core::{ib_device, ib_provider, ib_ucontext};
 
@@ -76,6 +76,10 @@ fn base() -> Vec<Case<Config>> {
         Case {
             name: "ib_gids",
             run: ib_gids,
+        },
+        Case {
+            name: "ib_port_counters",
+            run: ib_port_counters,
         },
         Case {
             name: "ib_ucontext",

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! The port's netdev and its GIDs: the RDMA core fills the port's GID table from the netdev's
-//! addresses, and the device's table follows it index for index (what an address vector's
-//! `sgid_index` names).
+//! The port as the RDMA core shows it: its netdev and GIDs (the core fills the port's GID table
+//! from the netdev's addresses, and the device's table follows it index for index: what an
+//! address vector's `sgid_index` names), and its hardware counters.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -31,9 +31,28 @@ pub(crate) fn ib_device_of(bdf: &str) -> Option<String> {
     }
 }
 
-/// Brings netdev `ndev` up (its link-local address becomes the port's GID 0).
+/// Brings netdev `ndev` up and waits (10 s at most) until it has its IPv6 link-local address,
+/// not tentative: the port's GID 0 then has a route, which the core needs to resolve an address
+/// vector to it (the address comes once the kernel has seen the carrier, up to a second later).
 pub(crate) fn link_up(ndev: &str) -> Result<(), Fail> {
-    ip(&["link", "set", ndev, "up"])
+    ip(&["link", "set", ndev, "up"])?;
+    // /proc/net/if_inet6: address, ifindex, prefix length, scope (0x20: link), flags (0x40:
+    // tentative), name.
+    let ready = || {
+        std::fs::read_to_string("/proc/net/if_inet6").is_ok_and(|s| {
+            s.lines().any(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w.len() == 6
+                    && w[5] == ndev
+                    && w[3] == "20"
+                    && u32::from_str_radix(w[4], 16).is_ok_and(|f| f & 0x40 == 0)
+            })
+        })
+    };
+    if !wait_for(NODE_TIMEOUT, ready) {
+        bail!("{ndev} has no link-local address 10 s after ip link set up");
+    }
+    Ok(())
 }
 
 /// Entry `i` of the core's GID table: the GID as sysfs prints it, its type and its netdev
@@ -178,5 +197,105 @@ pub(super) fn ib_gids(t: &mut T, cfg: &Config) -> CaseResult {
         "the device's table still has {want}: {:?}",
         after.gids
     );
+    Ok(())
+}
+
+/// The port's counters as `struct qhca_port_counters` has them, by the names the RDMA core shows.
+const COUNTERS: [&str; 16] = [
+    "tx_frames",
+    "tx_bytes",
+    "rx_frames",
+    "rx_bytes",
+    "tx_no_route",
+    "tx_no_neigh",
+    "rx_malformed",
+    "rx_bad_icrc",
+    "rx_not_ours",
+    "rx_oversize",
+    "arp_rx",
+    "arp_tx",
+    "test_dropped",
+    "test_duplicated",
+    "test_reordered",
+    "rx_forged",
+];
+
+fn counter_values(c: &qhca::PortCounters) -> [u64; 16] {
+    [
+        c.tx_frames,
+        c.tx_bytes,
+        c.rx_frames,
+        c.rx_bytes,
+        c.tx_no_route,
+        c.tx_no_neigh,
+        c.rx_malformed,
+        c.rx_bad_icrc,
+        c.rx_not_ours,
+        c.rx_oversize,
+        c.arp_rx,
+        c.arp_tx,
+        c.test_dropped,
+        c.test_duplicated,
+        c.test_reordered,
+        c.rx_forged,
+    ]
+}
+
+/// Case: the port's counters are the core's hardware counters of port 1: each one in
+/// `ports/1/hw_counters/` and in `rdma statistic show link`, read from the device between two
+/// QUERY_PORTs of it (counters only grow).
+pub(super) fn ib_port_counters(t: &mut T, cfg: &Config) -> CaseResult {
+    let bdf = system::pci_bdf(cfg)?;
+    require!(
+        t,
+        wait_for(NODE_TIMEOUT, || ib_device_of(&bdf).is_some()),
+        "{bdf} has no RDMA core device"
+    );
+    let name = ib_device_of(&bdf).unwrap_or_default();
+    let dir = Path::new("/sys/class/infiniband")
+        .join(&name)
+        .join("ports/1/hw_counters");
+    let ctx = Context::open(&cfg.dev)?;
+    let before = counter_values(&ctx.query_port()?.counters);
+    // Past the core's lifespan of its last reading.
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let mut sysfs = Vec::new();
+    for c in COUNTERS {
+        let v = std::fs::read_to_string(dir.join(c))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok());
+        check!(t, v.is_some(), "{}/{c}", dir.display());
+        sysfs.push(v.unwrap_or(0));
+    }
+    let after = counter_values(&ctx.query_port()?.counters);
+    for (i, c) in COUNTERS.iter().enumerate() {
+        check!(
+            t,
+            before[i] <= sysfs[i] && sysfs[i] <= after[i],
+            "{c}: {} in sysfs, {}..{} from the device",
+            sysfs[i],
+            before[i],
+            after[i]
+        );
+    }
+    if let Some(rdma) = find_tool("rdma") {
+        let link = format!("{name}/1");
+        let args = ["statistic", "show", "link", link.as_str()].map(std::ffi::OsStr::new);
+        let out = run_tool(&rdma, &args)?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        check!(
+            t,
+            out.status.success(),
+            "rdma statistic: {}",
+            describe(&out)
+        );
+        for c in COUNTERS {
+            check!(
+                t,
+                text.contains(&format!(" {c} ")),
+                "{c} not in rdma statistic: {text}"
+            );
+        }
+    }
     Ok(())
 }
