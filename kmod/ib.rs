@@ -235,6 +235,7 @@ unsafe impl rdma::Driver for QhcaIb {
             uar_index: uar,
             db_mmap_offset: db.offset(),
             rsvd: [0; 2],
+            attr: *dev.attr()?,
         })?;
         c.db = Some(db);
         Ok(c)

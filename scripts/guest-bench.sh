@@ -210,6 +210,10 @@ for ty in 2 1; do
 	timeout 300 "$bin/qhca-mw-bench" --type "$ty" -n "$mw_n" >"$out/mw.provider.$ty" 2>&1 ||
 		echo "    (exit code $?)"
 	sed 's/^/    /' "$out/mw.provider.$ty"
+	log "rxe-mw-bench -d $ibdev -x 0 --type $ty -n $mw_n (the installed provider, no preload)"
+	timeout 300 "$mwx" -d "$ibdev" -x 0 --type "$ty" -n "$mw_n" >"$out/mw.prov.$ty" 2>&1 ||
+		echo "    (exit code $?)"
+	sed 's/^/    /' "$out/mw.prov.$ty"
 done
 for n in $mw_sc_small $mw_sc_big; do
 	log "strace -c -f: LD_PRELOAD=$layer rxe-mw-bench -d qhca0 -x 0 --type 2 -n $n"
@@ -434,11 +438,13 @@ for ty in 2 1; do
 	qo=$(mwcol "$out/mw.qhca.$ty" ops_per_sec) qu=$(mwcol "$out/mw.qhca.$ty" usec_per_op)
 	ro=$(mwcol "$out/mw.rxe.$ty" ops_per_sec) ru=$(mwcol "$out/mw.rxe.$ty" usec_per_op)
 	po=$(mwcol "$out/mw.provider.$ty" ops_per_sec) pu=$(mwcol "$out/mw.provider.$ty" usec_per_op)
+	io=$(mwcol "$out/mw.prov.$ty" ops_per_sec) iu=$(mwcol "$out/mw.prov.$ty" usec_per_op)
 	[ -n "$qo" ] || why+=("qhca type $ty: n/a: $(tail -n1 "$out/mw.qhca.$ty" 2>/dev/null)")
 	[ -n "$ro" ] || why+=("rxe type $ty: n/a: $(tail -n1 "$out/mw.rxe.$ty" 2>/dev/null)")
 	if [ "$ty" = 2 ]; then w="type 2B: bind+write+inv"; else w="type 1: bind+write"; fi
 	printf "$mfmt" "$w" "${qo:-n/a}" "${qu:-n/a}" "${ro:-n/a}" "${ru:-n/a}" "$(div "$qo" "$ro")"
 	printf "$mfmt" "  qhca-mw-bench" "${po:-n/a}" "${pu:-n/a}" "" "" ""
+	printf "$mfmt" "  installed provider" "${io:-n/a}" "${iu:-n/a}" "" "" "$(div "$io" "$ro")"
 done
 for l in "${why[@]}"; do echo "  $l"; done
 mw_d=$(($(mw_ops "$mw_sc_big") - $(mw_ops "$mw_sc_small")))
@@ -453,7 +459,8 @@ for s in qhca rxe; do
 done
 echo "system calls per type 2B operation (strace -c -f, marginal between -n $mw_sc_small and -n $mw_sc_big): ${mwsc[0]}; ${mwsc[1]}"
 echo "(the same binary on both sides: rxe-mw-bench, on qhca0 through the verbs layer (-x 0) and on rxe0"
-echo " (-x 1); qhca-mw-bench is the same loop on the provider's own API; both QPs and the window in one process on one"
+echo " (-x 1); qhca-mw-bench is the same loop on the provider's own API, \"installed provider\" rxe-mw-bench through"
+echo " Debian's libibverbs and libqhca-rdmav34.so on the RDMA core's device; both QPs and the window in one process on one"
 echo " context (loopback), every request signaled and its completion polled before the next is posted;"
 echo " ops/s and us/op are means over the run, after -n/10 warm-up operations; qhca/rxe > 1: qhca faster)"
 echo "=================================================================================================="

@@ -1326,13 +1326,18 @@ struct qhca_inval_page {
  * context's own doorbell page (allocated with the context; a context is one
  * of the device's doorbell pages, charged to its user as a /dev/qhcaN open
  * is): mmap(db_mmap_offset, QHCA_UAR_PAGE_SIZE, PROT_WRITE, MAP_SHARED) on
- * the uverbs file maps it (uncached; never executable).
+ * the uverbs file maps it (uncached; never executable).  attr is what
+ * QHCA_IOCTL_QUERY_DEVICE answers on /dev/qhcaN (CPU byte order): what the
+ * device can do, beyond what the core's QUERY_DEVICE says (max_inline, the
+ * QHCA_CAP_* bits).  A provider built before it passes a shorter response
+ * and gets its prefix.
  */
 struct qhca_ib_alloc_ucontext_resp {
 	__u32 comp_mask;      /* 0 */
 	__u32 uar_index;      /* the doorbell page's index (what QUERY_DEVICE's uar_index is on /dev/qhcaN) */
 	__u64 db_mmap_offset; /* of the doorbell page */
 	__u64 rsvd[2];
+	struct qhca_device_attr attr;
 };
 
 /* ALLOC_PD: no driver input.  The response (4-byte aligned: it follows the

@@ -764,6 +764,7 @@ pub struct qhca_ib_alloc_ucontext_resp {
     pub uar_index: __u32,
     pub db_mmap_offset: __u64,
     pub rsvd: [__u64; 2usize],
+    pub attr: qhca_device_attr,
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]

@@ -400,11 +400,12 @@ fn every_struct_and_field() {
         rsvd1 @ 24,
         ring @ 32,
     });
-    check_layout!(qhca_ib_alloc_ucontext_resp, size 32, align 8, {
+    check_layout!(qhca_ib_alloc_ucontext_resp, size 160, align 8, {
         comp_mask @ 0,
         uar_index @ 4,
         db_mmap_offset @ 8,
         rsvd @ 16,
+        attr @ 32,
     });
     check_layout!(qhca_ib_alloc_pd_resp, size 8, align 4, {
         pdn @ 0,

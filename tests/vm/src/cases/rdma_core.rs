@@ -223,11 +223,10 @@ pub(crate) fn get_context(fd: RawFd) -> nix::Result<(u32, u32, qhca_ib_alloc_uco
     let mut resp = [0u8; 8 + DRV];
     let req = (resp.as_mut_ptr() as u64).to_ne_bytes();
     write_cmd(fd, CMD_GET_CONTEXT, &req, &mut resp)?;
-    let r = qhca_ib_alloc_ucontext_resp {
-        comp_mask: word(&resp, 8),
-        uar_index: word(&resp, 12),
-        db_mmap_offset: dword(&resp, 16),
-        rsvd: [dword(&resp, 24), dword(&resp, 32)],
+    // SAFETY: `resp` holds `DRV` bytes after the core's 8: a plain C struct of integers (every
+    // bit pattern valid), read unaligned as the array has no alignment.
+    let r = unsafe {
+        std::ptr::read_unaligned(resp[8..].as_ptr().cast::<qhca_ib_alloc_ucontext_resp>())
     };
     Ok((word(&resp, 0), word(&resp, 4), r))
 }
@@ -326,6 +325,40 @@ pub(super) fn ib_ucontext(t: &mut T, cfg: &Config) -> CaseResult {
     check_eq!(t, vectors, 1, "completion vectors");
     check_eq!(t, r.comp_mask, 0);
     check_eq!(t, r.rsvd, [0, 0]);
+    // The device's attributes, as /dev/qhcaN's QUERY_DEVICE gives them.
+    let d = r.attr;
+    check_eq!(
+        t,
+        (d.abi_version, d.num_uars, d.caps, d.node_guid, d.fw_version),
+        (
+            a.device_abi_version,
+            a.num_uars,
+            a.caps,
+            a.node_guid,
+            a.fw_version
+        ),
+        "GET_CONTEXT's device attributes"
+    );
+    check_eq!(
+        t,
+        (
+            d.max_qp,
+            d.max_qp_wr,
+            d.max_sge,
+            d.max_inline,
+            d.max_cqe,
+            d.max_mr_size
+        ),
+        (
+            a.max_qp,
+            a.max_qp_wr,
+            a.max_sge,
+            a.max_inline,
+            a.max_cqe,
+            a.max_mr_size
+        ),
+        "GET_CONTEXT's device limits"
+    );
     check!(
         t,
         r.uar_index < a.num_uars && r.uar_index != a.uar_index,
