@@ -29,7 +29,7 @@ const _: () = {
 };
 
 /// The size field of an ioctl argument the core's requests are translated to.
-fn size_of<T>() -> u32 {
+pub(super) fn ioc_size<T>() -> u32 {
     core::mem::size_of::<T>() as u32
 }
 
@@ -59,7 +59,7 @@ pub(super) fn create_cq(
         return Err(EINVAL);
     }
     let a = uapi::qhca_ioc_create_cq {
-        size: size_of::<uapi::qhca_ioc_create_cq>(),
+        size: ioc_size::<uapi::qhca_ioc_create_cq>(),
         log_entries: u.log_entries,
         eventfd: -1,
         buf_addr: u.buf_addr,
@@ -126,7 +126,7 @@ pub(super) fn reg_mr(
         qaccess |= uapi::QHCA_ACCESS_WATCHED;
     }
     let a = uapi::qhca_ioc_reg_mr {
-        size: size_of::<uapi::qhca_ioc_reg_mr>(),
+        size: ioc_size::<uapi::qhca_ioc_reg_mr>(),
         pdn: pd.pdn,
         access: qaccess,
         addr: attr.start,

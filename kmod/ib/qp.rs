@@ -9,7 +9,7 @@
 
 use super::{
     ib_mtu,
-    objects::{qhca_av, QhcaCq},
+    objects::{ioc_size, qhca_av, QhcaCq},
     verbs, QhcaPd, PORT,
 };
 use crate::{context::Ctx, rdma, uapi};
@@ -58,6 +58,14 @@ fn qhca_state(s: bindings::ib_qp_state) -> Option<u8> {
     }
 }
 
+/// qhca's path MTU (log2 bytes, 8..12) of the core's `ib_mtu` (1..5).
+fn qhca_mtu(mtu: bindings::ib_mtu) -> Result<u8> {
+    match mtu {
+        1..=5 => Ok(mtu as u8 + 7),
+        _ => Err(EINVAL),
+    }
+}
+
 /// The core's state of qhca's (which uses the verbs' numbers).
 fn ib_state(s: u8) -> bindings::ib_qp_state {
     bindings::ib_qp_state::from(s)
@@ -91,7 +99,7 @@ pub(super) fn create(
         return Err(EINVAL);
     }
     let a = uapi::qhca_ioc_create_qp {
-        size: core::mem::size_of::<uapi::qhca_ioc_create_qp>() as u32,
+        size: ioc_size::<uapi::qhca_ioc_create_qp>(),
         pdn: pd.pdn,
         send_cqn: send_cq.cqn,
         recv_cqn: recv_cq.cqn,
@@ -164,113 +172,86 @@ impl QhcaQp {
         {
             return Err(EINVAL);
         }
+        // Each attribute the mask names, with its qhca bit; the others stay zero, as the device
+        // wants them.
         let mut q = uapi::qhca_qp_attr::default();
-        let mut set = |m: u32, bit: u32| {
-            if has(m) {
-                q.mask |= bit;
-            }
-        };
-        set(
-            bindings::ib_qp_attr_mask_IB_QP_STATE,
-            uapi::QHCA_QP_ATTR_STATE,
-        );
-        set(
-            bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS,
-            uapi::QHCA_QP_ATTR_ACCESS,
-        );
-        set(
-            bindings::ib_qp_attr_mask_IB_QP_QKEY,
-            uapi::QHCA_QP_ATTR_QKEY,
-        );
-        set(bindings::ib_qp_attr_mask_IB_QP_AV, uapi::QHCA_QP_ATTR_AV);
-        set(
-            bindings::ib_qp_attr_mask_IB_QP_PATH_MTU,
-            uapi::QHCA_QP_ATTR_PATH_MTU,
-        );
-        set(
-            bindings::ib_qp_attr_mask_IB_QP_TIMEOUT,
-            uapi::QHCA_QP_ATTR_TIMEOUT,
-        );
-        set(
-            bindings::ib_qp_attr_mask_IB_QP_RETRY_CNT,
-            uapi::QHCA_QP_ATTR_RETRY_CNT,
-        );
-        set(
-            bindings::ib_qp_attr_mask_IB_QP_RNR_RETRY,
-            uapi::QHCA_QP_ATTR_RNR_RETRY,
-        );
-        set(
-            bindings::ib_qp_attr_mask_IB_QP_RQ_PSN,
-            uapi::QHCA_QP_ATTR_RQ_PSN,
-        );
-        set(
-            bindings::ib_qp_attr_mask_IB_QP_SQ_PSN,
-            uapi::QHCA_QP_ATTR_SQ_PSN,
-        );
-        set(
-            bindings::ib_qp_attr_mask_IB_QP_MIN_RNR_TIMER,
-            uapi::QHCA_QP_ATTR_MIN_RNR_TIMER,
-        );
-        set(
-            bindings::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC,
-            uapi::QHCA_QP_ATTR_MAX_RD_ATOMIC,
-        );
-        set(
-            bindings::ib_qp_attr_mask_IB_QP_MAX_DEST_RD_ATOMIC,
-            uapi::QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC,
-        );
-        set(
-            bindings::ib_qp_attr_mask_IB_QP_DEST_QPN,
-            uapi::QHCA_QP_ATTR_DEST_QPN,
-        );
-        if has(bindings::ib_qp_attr_mask_IB_QP_STATE) {
-            q.state = qhca_state(next).ok_or(EOPNOTSUPP)?;
+        macro_rules! copy {
+            ($ib:ident, $bit:ident, $field:ident = $value:expr) => {
+                if has(bindings::$ib) {
+                    q.mask |= uapi::$bit;
+                    q.$field = $value;
+                }
+            };
         }
-        q.access = attr.qp_access_flags as u32 & REMOTE;
-        q.qkey = attr.qkey;
-        if has(bindings::ib_qp_attr_mask_IB_QP_AV) {
-            q.av = qhca_av(&rdma::Av::from_core(&attr.ah_attr)?)?;
-        }
-        if has(bindings::ib_qp_attr_mask_IB_QP_PATH_MTU) {
-            if !(1..=5).contains(&attr.path_mtu) {
-                return Err(EINVAL);
-            }
-            q.path_mtu = attr.path_mtu as u8 + 7;
-        }
-        q.timeout = attr.timeout;
-        q.retry_cnt = attr.retry_cnt;
-        q.rnr_retry = attr.rnr_retry;
-        q.rq_psn = attr.rq_psn;
-        q.sq_psn = attr.sq_psn;
-        q.min_rnr_timer = attr.min_rnr_timer;
-        q.max_rd_atomic = attr.max_rd_atomic;
-        q.max_dest_rd_atomic = attr.max_dest_rd_atomic;
-        q.dest_qpn = attr.dest_qp_num;
-        // Fields the mask does not name are zero, as the device wants them.
-        let m = q.mask;
-        let zero_unless = |bit: u32, f: &mut u32| {
-            if m & bit == 0 {
-                *f = 0;
-            }
-        };
-        zero_unless(uapi::QHCA_QP_ATTR_ACCESS, &mut q.access);
-        zero_unless(uapi::QHCA_QP_ATTR_QKEY, &mut q.qkey);
-        zero_unless(uapi::QHCA_QP_ATTR_RQ_PSN, &mut q.rq_psn);
-        zero_unless(uapi::QHCA_QP_ATTR_SQ_PSN, &mut q.sq_psn);
-        zero_unless(uapi::QHCA_QP_ATTR_DEST_QPN, &mut q.dest_qpn);
-        let zero8 = |bit: u32, f: &mut u8| {
-            if m & bit == 0 {
-                *f = 0;
-            }
-        };
-        zero8(uapi::QHCA_QP_ATTR_TIMEOUT, &mut q.timeout);
-        zero8(uapi::QHCA_QP_ATTR_RETRY_CNT, &mut q.retry_cnt);
-        zero8(uapi::QHCA_QP_ATTR_RNR_RETRY, &mut q.rnr_retry);
-        zero8(uapi::QHCA_QP_ATTR_MIN_RNR_TIMER, &mut q.min_rnr_timer);
-        zero8(uapi::QHCA_QP_ATTR_MAX_RD_ATOMIC, &mut q.max_rd_atomic);
-        zero8(
-            uapi::QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC,
-            &mut q.max_dest_rd_atomic,
+        copy!(
+            ib_qp_attr_mask_IB_QP_STATE,
+            QHCA_QP_ATTR_STATE,
+            state = qhca_state(next).ok_or(EOPNOTSUPP)?
+        );
+        copy!(
+            ib_qp_attr_mask_IB_QP_ACCESS_FLAGS,
+            QHCA_QP_ATTR_ACCESS,
+            access = attr.qp_access_flags as u32 & REMOTE
+        );
+        copy!(
+            ib_qp_attr_mask_IB_QP_QKEY,
+            QHCA_QP_ATTR_QKEY,
+            qkey = attr.qkey
+        );
+        copy!(
+            ib_qp_attr_mask_IB_QP_AV,
+            QHCA_QP_ATTR_AV,
+            av = qhca_av(&rdma::Av::from_core(&attr.ah_attr)?)?
+        );
+        copy!(
+            ib_qp_attr_mask_IB_QP_PATH_MTU,
+            QHCA_QP_ATTR_PATH_MTU,
+            path_mtu = qhca_mtu(attr.path_mtu)?
+        );
+        copy!(
+            ib_qp_attr_mask_IB_QP_TIMEOUT,
+            QHCA_QP_ATTR_TIMEOUT,
+            timeout = attr.timeout
+        );
+        copy!(
+            ib_qp_attr_mask_IB_QP_RETRY_CNT,
+            QHCA_QP_ATTR_RETRY_CNT,
+            retry_cnt = attr.retry_cnt
+        );
+        copy!(
+            ib_qp_attr_mask_IB_QP_RNR_RETRY,
+            QHCA_QP_ATTR_RNR_RETRY,
+            rnr_retry = attr.rnr_retry
+        );
+        copy!(
+            ib_qp_attr_mask_IB_QP_RQ_PSN,
+            QHCA_QP_ATTR_RQ_PSN,
+            rq_psn = attr.rq_psn
+        );
+        copy!(
+            ib_qp_attr_mask_IB_QP_SQ_PSN,
+            QHCA_QP_ATTR_SQ_PSN,
+            sq_psn = attr.sq_psn
+        );
+        copy!(
+            ib_qp_attr_mask_IB_QP_MIN_RNR_TIMER,
+            QHCA_QP_ATTR_MIN_RNR_TIMER,
+            min_rnr_timer = attr.min_rnr_timer
+        );
+        copy!(
+            ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC,
+            QHCA_QP_ATTR_MAX_RD_ATOMIC,
+            max_rd_atomic = attr.max_rd_atomic
+        );
+        copy!(
+            ib_qp_attr_mask_IB_QP_MAX_DEST_RD_ATOMIC,
+            QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC,
+            max_dest_rd_atomic = attr.max_dest_rd_atomic
+        );
+        copy!(
+            ib_qp_attr_mask_IB_QP_DEST_QPN,
+            QHCA_QP_ATTR_DEST_QPN,
+            dest_qpn = attr.dest_qp_num
         );
         if q.mask == 0 {
             // Nothing the device keeps (a P_Key index or port only).

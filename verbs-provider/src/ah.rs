@@ -4,7 +4,6 @@
 //! (`struct qhca_ib_create_ah_resp`), which UD sends carry.
 
 use core::ffi::c_int;
-use core::ptr;
 
 use qhca_uapi::qhca_ib_create_ah_resp;
 use qhca_verbs_abi::ffi::*;
@@ -31,9 +30,7 @@ pub(crate) unsafe extern "C" fn create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_att
         unsafe { ibv_cmd_create_ah(pd, ah.cast(), attr, resp.as_mut_ptr(), size_of_val(&resp)) };
     if ret != 0 {
         // SAFETY: ours, not handed out.
-        drop(unsafe { Box::from_raw(ah) });
-        set_errno(ret);
-        return ptr::null_mut();
+        return unsafe { discard(ah, ret) };
     }
     // SAFETY: ours.
     unsafe { (*ah).ah = resp.drv.ah };
@@ -42,11 +39,6 @@ pub(crate) unsafe extern "C" fn create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_att
 
 /// `destroy_ah`.
 pub(crate) unsafe extern "C" fn destroy_ah(ah: *mut ibv_ah) -> c_int {
-    // SAFETY: `ah` came from `create_ah`.
-    let ret = unsafe { ibv_cmd_destroy_ah(ah) };
-    if ret == 0 {
-        // SAFETY: the kernel forgot it; the program's last use.
-        drop(unsafe { Box::from_raw(ah.cast::<Ah>()) });
-    }
-    ret
+    // SAFETY: `ah` came from `create_ah`, an `Ah`; the program's last use.
+    unsafe { free_if_destroyed(ibv_cmd_destroy_ah(ah), ah.cast::<Ah>()) }
 }

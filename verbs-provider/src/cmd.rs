@@ -200,3 +200,31 @@ pub(crate) fn set_errno(e: c_int) {
     // SAFETY: the calling thread's errno.
     unsafe { *libc::__errno_location() = e };
 }
+
+/// The end of a create command that failed with `ret`: the provider's object at `p` goes (the
+/// kernel never made one), `errno` says why, and the op returns NULL.
+///
+/// # Safety
+///
+/// `p` is `Box::into_raw` of a `T` that nothing else holds.
+pub(crate) unsafe fn discard<T, R>(p: *mut T, ret: c_int) -> *mut R {
+    // SAFETY: the caller's promise.
+    drop(unsafe { Box::from_raw(p) });
+    set_errno(ret);
+    core::ptr::null_mut()
+}
+
+/// The end of a destroy command that answered `ret`: on success the kernel forgot the object,
+/// and the provider's object at `p` goes too; on failure both stay.
+///
+/// # Safety
+///
+/// `p` is `Box::into_raw` of a `T` (libibverbs's object first), which the program does not use
+/// after a successful destroy.
+pub(crate) unsafe fn free_if_destroyed<T>(ret: c_int, p: *mut T) -> c_int {
+    if ret == 0 {
+        // SAFETY: the caller's promise.
+        drop(unsafe { Box::from_raw(p) });
+    }
+    ret
+}

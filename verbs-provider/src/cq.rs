@@ -101,8 +101,7 @@ pub(crate) unsafe extern "C" fn create_cq(
     };
     if ret != 0 {
         // SAFETY: ours, not handed out; the kernel never had the ring.
-        drop(unsafe { Box::from_raw(cq) });
-        return fail(ret);
+        return unsafe { discard(cq, ret) };
     }
     // SAFETY: ours.
     unsafe { (*cq).cqn = resp.drv.cqn };
@@ -111,14 +110,9 @@ pub(crate) unsafe extern "C" fn create_cq(
 
 /// `destroy_cq`: libibverbs refuses it while QPs use the CQ (the kernel counts them).
 pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
-    // SAFETY: `cq` came from `create_cq`.
-    let ret = unsafe { ibv_cmd_destroy_cq(cq) };
-    if ret == 0 {
-        // SAFETY: the kernel forgot it (the device writes the ring no more); the program's last
-        // use.
-        drop(unsafe { Box::from_raw(cq.cast::<Cq>()) });
-    }
-    ret
+    // SAFETY: `cq` came from `create_cq`, a `Cq`; the program's last use (once destroyed, the
+    // device writes the ring no more).
+    unsafe { free_if_destroyed(ibv_cmd_destroy_cq(cq), cq.cast::<Cq>()) }
 }
 
 /// `poll_cq`: what the inline `ibv_poll_cq` calls; no system call.

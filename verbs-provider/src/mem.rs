@@ -5,7 +5,6 @@
 
 use core::ffi::{c_int, c_void};
 use core::mem::size_of_val;
-use core::ptr;
 
 use qhca_uapi::{qhca_ib_alloc_pd_resp, qhca_ib_reg_mr};
 use qhca_verbs_abi::ffi::*;
@@ -41,9 +40,7 @@ pub(crate) unsafe extern "C" fn alloc_pd(ibctx: *mut ibv_context) -> *mut ibv_pd
     };
     if ret != 0 {
         // SAFETY: ours, not handed out.
-        drop(unsafe { Box::from_raw(pd) });
-        set_errno(ret);
-        return ptr::null_mut();
+        return unsafe { discard(pd, ret) };
     }
     // SAFETY: ours.
     unsafe { (*pd).pdn = resp.drv.pdn };
@@ -52,13 +49,8 @@ pub(crate) unsafe extern "C" fn alloc_pd(ibctx: *mut ibv_context) -> *mut ibv_pd
 
 /// `dealloc_pd`.
 pub(crate) unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    // SAFETY: `pd` came from `alloc_pd`.
-    let ret = unsafe { ibv_cmd_dealloc_pd(pd) };
-    if ret == 0 {
-        // SAFETY: the kernel forgot it; no one uses it any more.
-        drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
-    }
-    ret
+    // SAFETY: `pd` came from `alloc_pd`, a `Pd`; the program's last use.
+    unsafe { free_if_destroyed(ibv_cmd_dealloc_pd(pd), pd.cast::<Pd>()) }
 }
 
 /// A memory region: rdma-core's `struct verbs_mr` (`struct ibv_mr`, its type, its access),
@@ -105,22 +97,15 @@ pub(crate) unsafe extern "C" fn reg_mr(
     };
     if ret != 0 {
         // SAFETY: ours, not handed out.
-        drop(unsafe { Box::from_raw(mr) });
-        set_errno(ret);
-        return ptr::null_mut();
+        return unsafe { discard(mr, ret) };
     }
     mr.cast()
 }
 
 /// `dereg_mr`.
 pub(crate) unsafe extern "C" fn dereg_mr(mr: *mut ibv_mr) -> c_int {
-    // SAFETY: `mr` came from `reg_mr`: a `struct verbs_mr`.
-    let ret = unsafe { ibv_cmd_dereg_mr(mr.cast()) };
-    if ret == 0 {
-        // SAFETY: the kernel forgot it; the program's last use.
-        drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
-    }
-    ret
+    // SAFETY: `mr` came from `reg_mr`, an `Mr` (a `struct verbs_mr`); the program's last use.
+    unsafe { free_if_destroyed(ibv_cmd_dereg_mr(mr.cast()), mr.cast::<Mr>()) }
 }
 
 /// `alloc_mw`: type 1 or 2 (qhca's 2B); the core's response carries its key.
@@ -142,22 +127,15 @@ pub(crate) unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, kind: ibv_mw_type) -> 
     };
     if ret != 0 {
         // SAFETY: ours, not handed out.
-        drop(unsafe { Box::from_raw(mw) });
-        set_errno(ret);
-        return ptr::null_mut();
+        return unsafe { discard(mw, ret) };
     }
     mw
 }
 
 /// `dealloc_mw`.
 pub(crate) unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
-    // SAFETY: `mw` came from `alloc_mw`.
-    let ret = unsafe { ibv_cmd_dealloc_mw(mw) };
-    if ret == 0 {
-        // SAFETY: the kernel forgot it; the program's last use.
-        drop(unsafe { Box::from_raw(mw) });
-    }
-    ret
+    // SAFETY: `mw` came from `alloc_mw`; the program's last use.
+    unsafe { free_if_destroyed(ibv_cmd_dealloc_mw(mw), mw) }
 }
 
 /// `advise_mr`: prefetch ranges of on-demand regions (`IBV_ADVISE_MR_FLAG_FLUSH`: now, else in
