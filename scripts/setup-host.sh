@@ -19,6 +19,9 @@ APT_PACKAGES=(
 	# The peer benchmarks compare against: Soft-RoCE (rxe) through rdma-core, with perftest;
 	# libibverbs-dev builds rxe-mw-bench (provider/tools/c), the memory-window loop on verbs
 	rdma-core ibverbs-utils ibverbs-providers perftest iproute2 libibverbs-dev
+	# rdma-core's own test suite, built from its source package with its pyverbs and libibverbs
+	# (scripts/build-rdma-core.sh)
+	cmake cython3 python3-dev libnl-3-dev libnl-route-3-dev libudev-dev
 	# The wire's capture (scripts/check-capture.py): Wireshark's dissectors, without the GUI
 	tshark
 	# The split-model network driver's tests and bench (issue 10): Linux tools through its interface

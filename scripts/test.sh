@@ -8,7 +8,10 @@
 #      two qhca ports on one Ethernet segment, the second losing, duplicating and reordering 1 %
 #      of its frames each; then the capture of the first port's frames, checked from outside
 #      with tshark and an ICRC of our own (scripts/check-capture.py),
-#   5. two guests on one segment (scripts/vm-pair.sh --qhca-port, scripts/guest-pair.sh tests):
+#   5. rdma-core's own test suite (run_tests.py, built by scripts/build-rdma-core.sh) on qhca and
+#      on rxe in one guest, both counts printed; on qhca every test passes or skips but those
+#      tests/rdma-core/known-failures.txt lists with their reason; then on qhca behind the IOMMU,
+#   6. two guests on one segment (scripts/vm-pair.sh --qhca-port, scripts/guest-pair.sh tests):
 #      every RC opcode both ways qhca <-> qhca, rxe <-> qhca and qhca <-> rxe across the guests,
 #      ibv_rc_pingpong and perftest qhca <-> qhca.
 # It always ends with a summary, each stage's counts and time, and the closing line
@@ -79,6 +82,7 @@ stages+=(build)
 P[build]=0 F[build]=1
 t0=$(date +%s)
 source "$QHCA_ROOT/scripts/build-all.sh"
+RDMA_CORE=$("$QHCA_ROOT/scripts/build-rdma-core.sh" | tail -n1)
 T[build]=$(($(date +%s) - t0))
 counts build 1 0
 set +e
@@ -106,16 +110,25 @@ vm_counts() {
 	[ "$2" = 0 ] || [ "${F[$1]}" != 0 ] || F[$1]=1
 }
 
-# vm_suite NAME TIMEOUT [vm.sh options] [-- qhca-vmtest arguments]
-vm_suite() {
-	local name=$1 limit=$2 opts=() args=()
-	shift 2
+# vm_suite_with NAME TIMEOUT GUEST_SCRIPT [vm.sh options] [-- GUEST_SCRIPT arguments after KO]
+vm_suite_with() {
+	local name=$1 limit=$2 script=$3 opts=() args=()
+	shift 3
 	while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
 	[ $# -gt 0 ] && shift && args=("$@")
 	stage "$name" "$QHCA_ROOT/scripts/vm.sh" --timeout "$limit" --console "$logs/$name.console" \
-		--uars 24 "${opts[@]}" -- \
-		bash "$QHCA_ROOT/scripts/guest-tests.sh" "$KO" "$BIN/qhca-vmtest" "${args[@]}"
+		--uars 24 "${opts[@]}" -- bash "$script" "$KO" "${args[@]}"
 	vm_counts "$name" $?
+}
+
+# vm_suite NAME TIMEOUT [vm.sh options] [-- qhca-vmtest arguments]: the VM suite.
+vm_suite() {
+	local name=$1 limit=$2 opts=()
+	shift 2
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
+	[ $# -gt 0 ] && shift
+	vm_suite_with "$name" "$limit" "$QHCA_ROOT/scripts/guest-tests.sh" "${opts[@]}" -- \
+		"$BIN/qhca-vmtest" "$@"
 }
 
 # The VM suite twice: as it is, then behind the guest IOMMU (intel-iommu; the driver's DMA
@@ -132,6 +145,15 @@ if [ -n "$line" ]; then
 	counts capture "$(awk '{print $2}' <<<"$line")" "$(awk '{print $4}' <<<"$line")"
 fi
 rm -f "$pcap"
+
+# rdma-core's suite on qhca and rxe (scripts/guest-rdma-core.sh). Its one Python process keeps
+# every test that skipped, and with it the device contexts the test had opened, until the run
+# ends: a few hundred contexts, each with a doorbell page of its own, so the device gets 512 pages
+# (its most is 1024; 24 run out, as would the default 64).
+vm_suite_with rdma-core 900 "$QHCA_ROOT/scripts/guest-rdma-core.sh" --nic --qhca-port --uars 512 -- \
+	"$RDMA_CORE" "$QHCA_ROOT/tests/rdma-core/known-failures.txt"
+vm_suite_with rdma-core-iommu 900 "$QHCA_ROOT/scripts/guest-rdma-core.sh" --iommu --nic --qhca-port \
+	--uars 512 -- "$RDMA_CORE" "$QHCA_ROOT/tests/rdma-core/known-failures.txt" --no-rxe
 
 # Two guests: each prints its own "pair-suite: N passed, M failed" ("[vmN] " in front).
 stage vm-pair "$QHCA_ROOT/scripts/vm-pair.sh" --timeout 900 --uars 24 --qhca-port -- \

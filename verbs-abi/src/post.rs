@@ -14,7 +14,7 @@ use qhca::{
     WrOp,
 };
 
-use crate::access::access_from_ibv;
+use crate::access::mw_access_from_ibv;
 
 use crate::ffi::*;
 use crate::wr::{send_flags, send_op, sges, Refused};
@@ -372,7 +372,7 @@ unsafe fn bind_request(
         // SAFETY: the caller's promise.
         let lkey = unsafe { objs.region_lkey(info.mr) }
             .ok_or(Refused("ibv_bind_mw to a region that is not qhca's"))?;
-        let access = access_from_ibv(info.mw_access_flags)
+        let access = mw_access_from_ibv(info.mw_access_flags)
             .map_err(|_| Refused("ibv_bind_mw: rights qhca's windows do not have"))?;
         (lkey, access)
     };

@@ -7,7 +7,7 @@ use core::ffi::c_uint;
 
 use qhca::{MwBind, SendFlags, Sge, Wc, WcOpcode, WcStatus, WrOp};
 
-use crate::access::access_from_ibv;
+use crate::access::mw_access_from_ibv;
 use crate::ffi::*;
 
 /// Why a work request cannot be posted: `EINVAL`, and what to say about it.
@@ -76,7 +76,7 @@ pub unsafe fn send_op(
                     b.bind_info.mw_access_flags,
                 )
             };
-            let access = access_from_ibv(flags)
+            let access = mw_access_from_ibv(flags)
                 .map_err(|_| Refused("BIND_MW with access bits that are not qhca's"))?;
             WrOp::BindMw(MwBind {
                 mw_key,
