@@ -255,7 +255,7 @@ impl Pd {
         let mut req = qhca_ioc_create_ah::request();
         req.pdn = self.pdn();
         req.attr = attr.to_raw();
-        let handle = match self.context().ioctl("CREATE_AH", sys::create_ah, &mut req) {
+        let handle = match self.context().cmd_create_ah(&mut req) {
             Ok(()) => req.ah,
             Err(
                 e @ Error::Ioctl {
@@ -319,7 +319,7 @@ impl Drop for Ah {
         req.handle = self.handle;
         // A failure (device gone) leaves nothing of ours reachable: a handle names a port, no
         // memory.
-        let _ = self.pd.ctx.ioctl("DESTROY_AH", sys::destroy_ah, &mut req);
+        let _ = self.pd.ctx.cmd_destroy_ah(&mut req);
     }
 }
 

@@ -19,6 +19,7 @@ use crate::doorbell::Doorbell;
 use crate::error::{errno_of, Errno, Error, Result};
 use crate::inval::InvalPage;
 use crate::sys::{self, Request};
+use crate::uverbs::{self, Uverbs};
 
 /// A raw verbs ioctl as nix declares it.
 pub(crate) type RawIoctl<T> = unsafe fn(libc::c_int, *mut T) -> nix::Result<libc::c_int>;
@@ -140,6 +141,8 @@ pub struct Context {
     path: PathBuf,
     attr: DeviceAttr,
     dead: AtomicBool,
+    /// Set when the context is on the RDMA core's uverbs node rather than `/dev/qhcaN`.
+    pub(crate) uverbs: Option<Box<Uverbs>>,
 }
 
 impl Context {
@@ -157,8 +160,21 @@ impl Context {
     /// Fails with [`Error::Open`] (`ENOENT`: no such node, `EACCES`, `ENODEV`: the device is
     /// going away), with [`Error::Ioctl`] from `QUERY_DEVICE` (`ENOSPC`: every doorbell page is
     /// taken; `ENOTTY`: not a qhca device; `ENODEV`), or with [`Error::AbiMismatch`].
+    ///
+    /// `path` may also be the RDMA core's node of a qhca device (`/dev/infiniband/uverbsN`):
+    /// the context then speaks the core's commands (`crate::uverbs`, issue 26's kernel ABI), with
+    /// the same rings and doorbell.
     pub fn open(path: impl AsRef<Path>) -> Result<Context> {
         let ctx = Self::open_file(path.as_ref())?;
+        if uverbs::is_uverbs_path(path.as_ref()) {
+            let (u, req) = Uverbs::open(path.as_ref(), ctx.fd.as_fd())?;
+            let attr = DeviceAttr::from_ioctl(&req)?;
+            return Ok(Context {
+                attr,
+                uverbs: Some(Box::new(u)),
+                ..ctx
+            });
+        }
         let mut req = query_device_request();
         ctx.query_raw(&mut req)?;
         let attr = DeviceAttr::from_ioctl(&req)?;
@@ -189,6 +205,7 @@ impl Context {
             path: path.to_owned(),
             attr: DeviceAttr::default(),
             dead: AtomicBool::new(false),
+            uverbs: None,
         })
     }
 
@@ -229,6 +246,10 @@ impl Context {
     /// Fails with [`Error::Ioctl`] (`ENODEV` once the device is unbound, `EINVAL`/`ENOTTY` from
     /// a driver that does not know this request) or [`Error::AbiMismatch`].
     pub fn query(&self) -> Result<DeviceAttr> {
+        if self.uverbs.is_some() {
+            // What GET_CONTEXT answered: the core has no command that asks again.
+            return Ok(self.attr);
+        }
         let mut req = query_device_request();
         self.query_raw(&mut req)?;
         DeviceAttr::from_ioctl(&req)
@@ -239,6 +260,9 @@ impl Context {
     ///
     /// Fails with [`Error::Mmap`] (`ENODEV` once the device is unbound).
     pub fn map_doorbell(&self) -> Result<Doorbell> {
+        if let Some(u) = &self.uverbs {
+            return Doorbell::map_at(self.fd.as_fd(), u.db_mmap_offset());
+        }
         Doorbell::map(self.fd.as_fd())
     }
 
@@ -260,6 +284,12 @@ impl Context {
     /// Fails with [`Error::Mmap`] (`EINVAL` from a driver without the page, `ENODEV` once the
     /// device is unbound).
     pub fn map_inval_page(&self) -> Result<InvalPage> {
+        if self.uverbs.is_some() {
+            return Err(Error::Mmap {
+                what: "invalidation page (not on the uverbs node yet)",
+                source: Errno::EOPNOTSUPP,
+            });
+        }
         InvalPage::map(self.fd.as_fd())
     }
 
@@ -289,7 +319,7 @@ impl Context {
     }
 
     /// Records what an ioctl's errno says about the context.
-    fn note_errno(&self, e: Errno) {
+    pub(crate) fn note_errno(&self, e: Errno) {
         if e == Errno::ENODEV || e == Errno::EIO {
             self.mark_dead();
         }
@@ -304,8 +334,26 @@ impl Context {
         if self.is_dead() {
             return Err(Error::Disassociated { op: "check" });
         }
+        if let Some(u) = &self.uverbs {
+            // The core queues DEVICE_FATAL on the async file before it closes it: look at what
+            // is queued (kept for get_async_event).
+            if u.peek_events()? {
+                self.mark_dead();
+                return Err(Error::Disassociated { op: "check" });
+            }
+        }
         let revents = self.poll_fd(0, Some(Duration::ZERO))?;
         self.dead_if_err(revents, "check")
+    }
+
+    /// The file whose `POLLERR` says the context is disassociated, and whose `POLLIN` says an
+    /// async event is queued: the context's own on `/dev/qhcaN`, the core's async event file on
+    /// the uverbs node.
+    pub(crate) fn event_fd(&self) -> RawFd {
+        match &self.uverbs {
+            Some(u) => u.async_fd(),
+            None => self.fd.as_raw_fd(),
+        }
     }
 
     /// Marks the context dead and fails if `revents` has `POLLERR`, `POLLHUP` or `POLLNVAL`.
@@ -321,7 +369,7 @@ impl Context {
     /// timeout.
     fn poll_fd(&self, events: i16, timeout: Option<Duration>) -> Result<i16> {
         let mut pfd = [libc::pollfd {
-            fd: self.fd.as_raw_fd(),
+            fd: self.event_fd(),
             events,
             revents: 0,
         }];
@@ -337,7 +385,7 @@ impl Context {
     /// [`Error::Ioctl`].
     pub fn get_async_event(&self) -> Result<Option<AsyncEvent>> {
         let mut req = qhca_ioc_async_event::request();
-        match self.ioctl("GET_ASYNC_EVENT", sys::get_async_event, &mut req) {
+        match self.cmd_get_async_event(&mut req) {
             Ok(()) => {}
             Err(Error::Ioctl {
                 source: Errno::EAGAIN,
@@ -410,7 +458,7 @@ impl Context {
     /// has no UD QPs). If that fails too, the first error is returned.
     pub fn query_ctx(&self) -> Result<CtxStats> {
         let mut req = qhca_ioc_query_ctx::request();
-        match self.ioctl("QUERY_CTX", sys::query_ctx, &mut req) {
+        match self.cmd_query_ctx(&mut req) {
             Ok(()) => Ok(CtxStats::from_raw(&req.stats)),
             Err(
                 e @ Error::Ioctl {

@@ -38,7 +38,7 @@ use crate::doorbell::Doorbell;
 use crate::error::{Errno, Error, Result};
 use crate::layout::CqLayout;
 use crate::mem::PageBuf;
-use crate::sys::{self, Request};
+use crate::sys::Request;
 use crate::wq::WqShared;
 use crate::{DbType, DbWord};
 
@@ -537,11 +537,7 @@ impl Drop for CqInner {
     fn drop(&mut self) {
         let mut req = qhca_ioc_handle::request();
         req.handle = self.cqn;
-        if self
-            .ctx
-            .ioctl("DESTROY_CQ", sys::destroy_cq, &mut req)
-            .is_err()
-        {
+        if self.ctx.cmd_destroy_cq(&mut req).is_err() {
             // The device may still write the ring: never let its addresses be reused.
             if let Some(b) = self.buf.take() {
                 b.leak();
@@ -585,7 +581,16 @@ pub const LIVENESS_INTERVAL: Duration = Duration::from_millis(2);
 impl Cq {
     /// Creates a CQ of at least `entries` CQEs; `eventfd` (see [`eventfd`]) is signalled on each
     /// completion event of the armed CQ (see [`Cq::arm`]).
+    ///
+    /// On a context opened on the RDMA core's node, the core signals a completion channel of
+    /// its own instead (one per CQ): `eventfd` only says whether the CQ has one, and
+    /// [`Cq::event_fd`] is the channel (readable while an event is queued; [`Cq::wait`] reads
+    /// it).
     pub fn new(ctx: &Arc<Context>, entries: u32, eventfd: Option<OwnedFd>) -> Result<Cq> {
+        let eventfd = match (&ctx.uverbs, eventfd) {
+            (Some(u), Some(_)) => Some(u.create_comp_channel()?),
+            (_, fd) => fd,
+        };
         let layout = CqLayout::new(entries)?;
         let db = ctx.doorbell()?;
         let buf = PageBuf::new(layout.buf_len)?;
@@ -594,7 +599,7 @@ impl Cq {
         req.eventfd = eventfd.as_ref().map_or(-1, AsRawFd::as_raw_fd);
         req.buf_addr = buf.addr();
         req.buf_len = buf.len() as u64;
-        ctx.ioctl("CREATE_CQ", sys::create_cq, &mut req)?;
+        ctx.cmd_create_cq(&mut req)?;
         Ok(Self::with_buf(ctx, db, req.cqn, &layout, buf, eventfd))
     }
 
@@ -742,7 +747,7 @@ impl Cq {
             },
             libc::pollfd {
                 // Errors only: POLLERR once the context is disassociated.
-                fd: ctx.as_raw_fd(),
+                fd: ctx.event_fd(),
                 events: 0,
                 revents: 0,
             },
@@ -751,6 +756,12 @@ impl Cq {
             return Ok(false);
         }
         ctx.dead_if_err(pfd[1].revents, "wait on a CQ")?;
+        if ctx.uverbs.is_some() {
+            // A completion channel: POLLERR once the core closed it (disassociation).
+            ctx.dead_if_err(pfd[0].revents, "wait on a CQ")?;
+            crate::uverbs::drain_comp_channel(fd.as_fd());
+            return Ok(true);
+        }
         let mut v = [0u8; 8];
         // SAFETY: reads at most 8 bytes into our 8-byte buffer; the fd is non-blocking, so a
         // concurrent reader that emptied it gives EAGAIN, which is fine (it was signalled).
@@ -758,7 +769,9 @@ impl Cq {
         Ok(true)
     }
 
-    /// The eventfd, for epoll or an async reactor (`None` if created without one).
+    /// The eventfd, for epoll or an async reactor (`None` if created without one); on a context
+    /// opened on the RDMA core's node, the CQ's completion channel (readable while an event is
+    /// queued: [`Cq::wait`] reads it, 16 bytes an event).
     pub fn event_fd(&self) -> Option<BorrowedFd<'_>> {
         self.inner.eventfd.as_ref().map(AsFd::as_fd)
     }

@@ -13,6 +13,11 @@ pub const DEV_DIR: &str = "/dev";
 pub const SYSFS_MISC_DIR: &str = "/sys/class/misc";
 /// The prefix of every node name.
 pub const NAME_PREFIX: &str = "qhca";
+/// Where the RDMA core lists its uverbs nodes; `<SYSFS_UVERBS_DIR>/uverbsN/device` links to the
+/// PCI device.
+pub const SYSFS_UVERBS_DIR: &str = "/sys/class/infiniband_verbs";
+/// Where the uverbs nodes live.
+pub const UVERBS_DEV_DIR: &str = "/dev/infiniband";
 
 /// One qhca device, as found by [`devices`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,6 +36,13 @@ impl DeviceInfo {
     /// Opens a context on this device.
     pub fn open(&self) -> Result<Context> {
         Context::open(&self.path)
+    }
+
+    /// The RDMA core's uverbs node of this device (`/dev/infiniband/uverbsN`), which
+    /// [`Context::open`] also takes; `None` if the core has none for it (or sysfs does not link
+    /// this node to its PCI device).
+    pub fn uverbs_node(&self) -> Option<PathBuf> {
+        uverbs_node(self.pci_addr.as_deref()?)
     }
 
     /// The device called `name` (`qhca0`), from [`devices`]; [`Error::NotFound`] if it is not
@@ -83,6 +95,26 @@ pub fn devices_in(dev_dir: &Path, sysfs_misc_dir: &Path) -> Result<Vec<DeviceInf
     }
     list.sort_by_key(|d| d.index);
     Ok(list)
+}
+
+/// The RDMA core's uverbs node (`/dev/infiniband/uverbsN`) of PCI device `pci_addr`
+/// (`0000:00:03.0`), which [`Context::open`] also takes; `None` if the core has none for it.
+pub fn uverbs_node(pci_addr: &str) -> Option<PathBuf> {
+    uverbs_node_in(Path::new(SYSFS_UVERBS_DIR), pci_addr)
+}
+
+/// [`uverbs_node`] over another sysfs directory (for tests).
+pub fn uverbs_node_in(sysfs_uverbs_dir: &Path, pci_addr: &str) -> Option<PathBuf> {
+    std::fs::read_dir(sysfs_uverbs_dir)
+        .ok()?
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("uverbs"))
+        })
+        .find(|e| pci_addr_of(&e.path()).as_deref() == Some(pci_addr))
+        .map(|e| Path::new(UVERBS_DEV_DIR).join(e.file_name()))
 }
 
 /// `qhcaN` → N; anything else (other devices, `qhca`, `qhca01`, `qhca0x`) → `None`.
@@ -204,6 +236,25 @@ mod tests {
         assert_eq!(list[1].pci_addr, None);
         assert_eq!(list[2].index, 10);
         assert_eq!(list[2].pci_addr, None);
+    }
+
+    #[test]
+    fn finds_the_uverbs_node_of_a_pci_device() {
+        let s = Scratch::new("uverbs");
+        for (n, pci) in [("uverbs0", "0000:00:02.0"), ("uverbs1", "0000:00:03.0")] {
+            fs::create_dir_all(s.0.join(n)).unwrap();
+            std::os::unix::fs::symlink(
+                format!("../../../devices/pci0000:00/{pci}"),
+                s.0.join(n).join("device"),
+            )
+            .unwrap();
+        }
+        assert_eq!(
+            uverbs_node_in(&s.0, "0000:00:03.0"),
+            Some(PathBuf::from("/dev/infiniband/uverbs1"))
+        );
+        assert_eq!(uverbs_node_in(&s.0, "0000:00:04.0"), None);
+        assert_eq!(uverbs_node_in(&s.0.join("none"), "0000:00:03.0"), None);
     }
 
     #[test]

@@ -164,6 +164,7 @@ mod ah;
 mod attr;
 pub mod conn;
 mod context;
+mod control;
 mod cq;
 mod device;
 mod doorbell;
@@ -178,6 +179,7 @@ mod port;
 mod qp;
 pub mod rcache;
 mod sys;
+mod uverbs;
 mod watched;
 mod wq;
 mod wqe;
@@ -190,7 +192,8 @@ pub use conn::ConnInfo;
 pub use context::{AsyncEvent, Context, CtxStats};
 pub use cq::{eventfd, Cq, CqConsumer, Wc, WcOpcode, WcStatus, LIVENESS_INTERVAL};
 pub use device::{
-    devices, devices_in, is_pci_addr, parse_device_name, DeviceInfo, DEV_DIR, SYSFS_MISC_DIR,
+    devices, devices_in, is_pci_addr, parse_device_name, uverbs_node, uverbs_node_in, DeviceInfo,
+    DEV_DIR, SYSFS_MISC_DIR, SYSFS_UVERBS_DIR, UVERBS_DEV_DIR,
 };
 pub use doorbell::Doorbell;
 pub use error::{Errno, Error, PostError, PostReason, Result};

@@ -27,7 +27,7 @@ use qhca_uapi::{
 
 use crate::error::Result;
 use crate::pd::{Access, Mr, Pd, PdInner};
-use crate::sys::{self, Request};
+use crate::sys::Request;
 use crate::wqe::{MwBind, WrOp};
 
 /// The kind of a window (IBA 10.6.7.2).
@@ -77,7 +77,7 @@ impl Pd {
         let mut req = qhca_ioc_alloc_mw::request();
         req.pdn = self.pdn();
         req.type_ = ty.raw();
-        self.context().ioctl("ALLOC_MW", sys::alloc_mw, &mut req)?;
+        self.context().cmd_alloc_mw(&mut req)?;
         Ok(Mw {
             pd: self.inner.clone(),
             ty,
@@ -147,7 +147,7 @@ impl Drop for Mw {
         req.handle = self.key;
         // A failure (device gone) leaves nothing of ours reachable: a window exposes only
         // memory of regions, which unbind their windows when they go.
-        let _ = self.pd.ctx.ioctl("DEALLOC_MW", sys::dealloc_mw, &mut req);
+        let _ = self.pd.ctx.cmd_dealloc_mw(&mut req);
     }
 }
 

@@ -48,7 +48,7 @@ use qhca_uapi::{
 use crate::error::{Error, Result};
 use crate::mem::{volatile_copy_from, volatile_copy_to, PageBuf};
 use crate::pd::{Access, Pd, PdInner};
-use crate::sys::{self, Request};
+use crate::sys::Request;
 use crate::wqe::{region_contains, Sge};
 
 /// What [`OdpMr::advise`] asks for (`ibv_advise_mr()`'s advice).
@@ -167,7 +167,7 @@ impl Pd {
         req.addr = addr;
         req.length = len;
         // A failed registration: `buf`, if any, is dropped (the device never knew it).
-        self.inner.ctx.ioctl("REG_MR", sys::reg_mr, &mut req)?;
+        self.inner.ctx.cmd_reg_mr(&mut req)?;
         // INVARIANT: the caller's promise for a writable borrowed range, or `buf` owns it.
         Ok(OdpMr {
             pd: self.inner.clone(),
@@ -269,7 +269,7 @@ impl OdpMr {
         req.flags = if flush { QHCA_ADVISE_FLAG_FLUSH } else { 0 };
         req.addr = addr;
         req.length = len;
-        self.pd.ctx.ioctl("ADVISE_MR", sys::advise_mr, &mut req)
+        self.pd.ctx.cmd_advise_mr(&mut req)
     }
 
     fn owned(&self, offset: usize, len: usize) -> &PageBuf {
@@ -326,7 +326,7 @@ impl OdpMr {
         }
         let mut req = qhca_ioc_handle::request();
         req.handle = self.lkey;
-        let r = self.pd.ctx.ioctl("DEREG_MR", sys::dereg_mr, &mut req);
+        let r = self.pd.ctx.cmd_dereg_mr(&mut req);
         if r.is_err() {
             // The device may still reach owned memory: never unmap it.
             if let Some(b) = self.buf.take() {

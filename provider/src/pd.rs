@@ -15,7 +15,7 @@ use qhca_uapi::{
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::mem::{volatile_copy_from, volatile_copy_to, volatile_fill, PageBuf};
-use crate::sys::{self, Request};
+use crate::sys::Request;
 use crate::wqe::Sge;
 
 /// Access rights of a memory region, or of a QP as responder (`QHCA_ACCESS_*`).
@@ -81,7 +81,7 @@ impl Drop for PdInner {
         let mut req = qhca_ioc_handle::request();
         req.handle = self.pdn;
         // Nothing of ours is in a PD: a failure (device gone) leaves nothing to protect.
-        let _ = self.ctx.ioctl("DEALLOC_PD", sys::dealloc_pd, &mut req);
+        let _ = self.ctx.cmd_dealloc_pd(&mut req);
     }
 }
 
@@ -97,7 +97,7 @@ impl Pd {
     /// `QHCA_IOCTL_ALLOC_PD`.
     pub fn new(ctx: &Arc<Context>) -> Result<Pd> {
         let mut req = qhca_ioc_handle::request();
-        ctx.ioctl("ALLOC_PD", sys::alloc_pd, &mut req)?;
+        ctx.cmd_alloc_pd(&mut req)?;
         Ok(Pd {
             inner: Arc::new(PdInner {
                 ctx: ctx.clone(),
@@ -279,7 +279,7 @@ impl Pd {
         req.access = access.0;
         req.addr = addr as u64;
         req.length = len as u64;
-        if let Err(e) = self.inner.ctx.ioctl("REG_MR", sys::reg_mr, &mut req) {
+        if let Err(e) = self.inner.ctx.cmd_reg_mr(&mut req) {
             // A failed REG_MR registered nothing: the device never knew the memory.
             backing.release();
             return Err(e);
@@ -553,7 +553,7 @@ impl Mr<'_> {
         req.handle = self.lkey;
         // Windows still bound to it are unbound with it: after this, no key reaches the memory.
         req.flags = QHCA_DEREG_MR_UNBIND_MWS;
-        let r = self.pd.ctx.ioctl("DEREG_MR", sys::dereg_mr, &mut req);
+        let r = self.pd.ctx.cmd_dereg_mr(&mut req);
         if r.is_err() {
             // The device may still reach the memory (a command that timed out, EIO, leaves the
             // region's fate unknown): never free it.

@@ -34,7 +34,7 @@ use qhca_uapi::{
 use crate::ah::{Gid, GID_TABLE_LEN};
 use crate::context::Context;
 use crate::error::{Errno, Error, Result};
-use crate::sys::{self, Request};
+use crate::sys::Request;
 
 /// An IPv4 address's prefix is at most 32 bits.
 const IPV4_PREFIX_MAX: u8 = 32;
@@ -321,7 +321,7 @@ impl Context {
     /// from before it).
     pub fn query_port(&self) -> Result<PortAttr> {
         let mut req = qhca_ioc_query_port::request();
-        self.ioctl("QUERY_PORT", sys::query_port, &mut req)?;
+        self.cmd_query_port(&mut req)?;
         Ok(PortAttr::from_raw(&req.attr))
     }
 
@@ -335,7 +335,7 @@ impl Context {
     /// `EINVAL` for an address that is not unicast or is in another entry already).
     pub fn set_gid(&self, index: u8, entry: Option<(Ipv4Addr, u8)>) -> Result<()> {
         let mut req = set_gid_request(index, entry)?;
-        self.ioctl("SET_GID", sys::set_gid, &mut req)
+        self.cmd_set_gid(&mut req)
     }
 
     /// Gives the port the IPv4 address `addr` with prefix length `prefix_len`, in the lowest

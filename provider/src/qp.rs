@@ -30,7 +30,7 @@ use crate::error::{Error, PostError, PostReason, Result};
 use crate::layout::{QpCaps, QpLayout};
 use crate::mem::PageBuf;
 use crate::pd::{Access, Pd, PdInner};
-use crate::sys::{self, Request};
+use crate::sys::Request;
 use crate::wq::WorkQueues;
 use crate::wqe::{RecvWr, SendWr};
 
@@ -302,7 +302,7 @@ impl Qp {
         req.type_ = qp_type.raw();
         req.buf_addr = buf.addr();
         req.buf_len = buf.len() as u64;
-        ctx.ioctl("CREATE_QP", sys::create_qp, &mut req)?;
+        ctx.cmd_create_qp(&mut req)?;
         // SAFETY: `buf` is `layout.buf_len` fresh, zeroed, page-aligned bytes that the QP owns
         // and that are freed only after the queues are gone (or leaked).
         let queues = unsafe { WorkQueues::new(buf.as_ptr(), layout, req.qpn, qp_type, db) };
@@ -410,7 +410,7 @@ impl Qp {
         let mut req = qhca_ioc_qp_attr::request();
         req.qpn = self.qpn;
         req.attr = attr.to_raw();
-        self.pd.ctx.ioctl("MODIFY_QP", sys::modify_qp, &mut req)?;
+        self.pd.ctx.cmd_modify_qp(&mut req)?;
         if attr.state == Some(QpState::Reset) {
             self.clean_cqs();
             self.queues.shared().reset();
@@ -430,7 +430,7 @@ impl Qp {
     pub fn query(&self) -> Result<QpInfo> {
         let mut req = qhca_ioc_qp_attr::request();
         req.qpn = self.qpn;
-        self.pd.ctx.ioctl("QUERY_QP", sys::query_qp, &mut req)?;
+        self.pd.ctx.cmd_query_qp(&mut req)?;
         Ok(QpInfo {
             qp_type: Some(self.qp_type),
             ..QpInfo::from_raw(&req.attr)
@@ -585,11 +585,7 @@ impl Drop for Qp {
     fn drop(&mut self) {
         let mut req = qhca_ioc_handle::request();
         req.handle = self.qpn;
-        let destroyed = self
-            .pd
-            .ctx
-            .ioctl("DESTROY_QP", sys::destroy_qp, &mut req)
-            .is_ok();
+        let destroyed = self.pd.ctx.cmd_destroy_qp(&mut req).is_ok();
         for cq in [&self.send_cq, &self.recv_cq] {
             cq.detach(self.qpn);
         }

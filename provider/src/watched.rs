@@ -9,7 +9,7 @@ use qhca_uapi::{qhca_ioc_handle, qhca_ioc_reg_mr};
 
 use crate::error::{Errno, Error, Result};
 use crate::pd::{Access, Pd, PdInner};
-use crate::sys::{self, Request};
+use crate::sys::Request;
 use crate::wqe::{region_contains, Sge};
 
 /// How many times a registration is tried while the driver reports that the range changed
@@ -127,7 +127,7 @@ impl Pd {
             req.access = (access | Access::WATCHED).0;
             req.addr = addr;
             req.length = len as u64;
-            match self.inner.ctx.ioctl("REG_MR", sys::reg_mr, &mut req) {
+            match self.inner.ctx.cmd_reg_mr(&mut req) {
                 Ok(()) => {
                     // INVARIANT: the caller's promise for a writable range.
                     return Ok(WatchedMr {
@@ -204,7 +204,7 @@ impl WatchedMr {
         }
         let mut req = qhca_ioc_handle::request();
         req.handle = self.lkey;
-        self.pd.ctx.ioctl("DEREG_MR", sys::dereg_mr, &mut req)
+        self.pd.ctx.cmd_dereg_mr(&mut req)
     }
 }
 

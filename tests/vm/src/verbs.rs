@@ -36,6 +36,7 @@ pub(crate) mod process;
 mod protection;
 mod rcache;
 mod ud;
+mod uverbs;
 mod watch;
 
 pub use process::helper_main;
@@ -138,6 +139,9 @@ pub fn cases() -> Vec<Case<Config>> {
         port::verbs_port_rc_ipv4_gids,
         port::verbs_port_tools_gid_index,
     ]
+    .into_iter()
+    .chain(uverbs::cases())
+    .collect()
 }
 
 // ---------------------------------------------------------------------------------------------

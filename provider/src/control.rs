@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! The control path's one seam: each verb the objects issue, as a method of [`Context`] that
+//! goes to `/dev/qhcaN`'s ioctl ([`crate::sys`]) or to the RDMA core's command
+//! ([`crate::uverbs`]), whichever node the context was opened on. Both take and answer the same
+//! request struct, with the device's numbers, and fail with [`Error::Ioctl`] naming the verb.
+
+use qhca_uapi::{
+    qhca_ioc_advise_mr, qhca_ioc_alloc_mw, qhca_ioc_async_event, qhca_ioc_create_ah,
+    qhca_ioc_create_cq, qhca_ioc_create_qp, qhca_ioc_handle, qhca_ioc_qp_attr, qhca_ioc_query_ctx,
+    qhca_ioc_query_port, qhca_ioc_reg_mr, qhca_ioc_set_gid,
+};
+
+use crate::context::Context;
+use crate::error::{Errno, Error, Result};
+use crate::sys;
+
+/// `cmd_VERB: VERB(request type) = "NAME"`: the ioctl `sys::VERB` on `/dev/qhcaN`, `Uverbs::VERB` on the
+/// uverbs node.
+macro_rules! verbs {
+    ($($name:ident: $verb:ident($ty:ty) = $op:literal;)*) => {
+        impl Context {$(
+            #[doc = concat!("`", $op, "` on `req`.")]
+            pub(crate) fn $name(&self, req: &mut $ty) -> Result<()> {
+                match &self.uverbs {
+                    None => self.ioctl($op, sys::$verb, req),
+                    Some(u) => u.$verb(req).map_err(|e| {
+                        let source = u.errno_of(e);
+                        self.note_errno(source);
+                        Error::Ioctl { op: $op, source }
+                    }),
+                }
+            }
+        )*}
+    };
+}
+
+verbs! {
+    cmd_alloc_pd: alloc_pd(qhca_ioc_handle) = "ALLOC_PD";
+    cmd_dealloc_pd: dealloc_pd(qhca_ioc_handle) = "DEALLOC_PD";
+    cmd_reg_mr: reg_mr(qhca_ioc_reg_mr) = "REG_MR";
+    cmd_dereg_mr: dereg_mr(qhca_ioc_handle) = "DEREG_MR";
+    cmd_alloc_mw: alloc_mw(qhca_ioc_alloc_mw) = "ALLOC_MW";
+    cmd_dealloc_mw: dealloc_mw(qhca_ioc_handle) = "DEALLOC_MW";
+    cmd_create_ah: create_ah(qhca_ioc_create_ah) = "CREATE_AH";
+    cmd_destroy_ah: destroy_ah(qhca_ioc_handle) = "DESTROY_AH";
+    cmd_create_cq: create_cq(qhca_ioc_create_cq) = "CREATE_CQ";
+    cmd_destroy_cq: destroy_cq(qhca_ioc_handle) = "DESTROY_CQ";
+    cmd_create_qp: create_qp(qhca_ioc_create_qp) = "CREATE_QP";
+    cmd_modify_qp: modify_qp(qhca_ioc_qp_attr) = "MODIFY_QP";
+    cmd_query_qp: query_qp(qhca_ioc_qp_attr) = "QUERY_QP";
+    cmd_destroy_qp: destroy_qp(qhca_ioc_handle) = "DESTROY_QP";
+    cmd_advise_mr: advise_mr(qhca_ioc_advise_mr) = "ADVISE_MR";
+}
+
+/// Verbs that only `/dev/qhcaN` has so far: `EOPNOTSUPP` on the uverbs node.
+macro_rules! misc_only {
+    ($($name:ident: $verb:ident($ty:ty) = $op:literal;)*) => {
+        impl Context {$(
+            #[doc = concat!("`", $op, "` on `req` (`/dev/qhcaN` only, so far).")]
+            pub(crate) fn $name(&self, req: &mut $ty) -> Result<()> {
+                match &self.uverbs {
+                    None => self.ioctl($op, sys::$verb, req),
+                    Some(_) => Err(Error::Ioctl { op: $op, source: Errno::EOPNOTSUPP }),
+                }
+            }
+        )*}
+    };
+}
+
+misc_only! {
+    cmd_query_ctx: query_ctx(qhca_ioc_query_ctx) = "QUERY_CTX";
+    cmd_query_port: query_port(qhca_ioc_query_port) = "QUERY_PORT";
+    cmd_set_gid: set_gid(qhca_ioc_set_gid) = "SET_GID";
+}
+
+impl Context {
+    /// `GET_ASYNC_EVENT` on `req` (`EAGAIN`: none queued).
+    pub(crate) fn cmd_get_async_event(&self, req: &mut qhca_ioc_async_event) -> Result<()> {
+        let Some(u) = &self.uverbs else {
+            return self.ioctl("GET_ASYNC_EVENT", sys::get_async_event, req);
+        };
+        let (kind, element) = u.get_async_event().map_err(|source| {
+            if source != Errno::EAGAIN {
+                self.note_errno(source);
+            }
+            Error::Ioctl {
+                op: "GET_ASYNC_EVENT",
+                source,
+            }
+        })?;
+        req.type_ = kind;
+        req.element = element;
+        Ok(())
+    }
+}
