@@ -254,6 +254,7 @@ fn register_ib<'bound>(
             name,
             node_guid: attr.node_guid,
             node_desc: c"qhca emulated RDMA NIC",
+            methods: crate::shim::uapi_defs(),
         },
         QhcaIb::new(dev.clone()),
         netdev,

@@ -19,8 +19,14 @@ mod objects;
 mod qp;
 
 use crate::{context::Ctx, device::QhcaDevice, limits::Pool, rdma, uapi, verbs::Verbs};
-use core::fmt::Write;
-use kernel::{bindings, prelude::*, sync::Arc, task::Kuid};
+use core::{ffi::c_int, fmt::Write};
+use kernel::{
+    bindings,
+    mm::virt::{flags as vmflags, VmaNew},
+    prelude::*,
+    sync::Arc,
+    task::Kuid,
+};
 
 /// The driver data of a qhca `ib_device`.
 pub(crate) struct QhcaIb {
@@ -40,11 +46,16 @@ impl QhcaIb {
 /// closes (its objects, which the core destroyed already, its doorbell page, its charge).
 pub(crate) struct QhcaUContext {
     db: Option<rdma::IoMapping>,
+    inval: Option<rdma::PageMapping>,
     ctx: Arc<Ctx>,
 }
 
+/// The token of a context's invalidation page among its [`rdma::PageMapping`]s (its only one).
+const INVAL_PAGE: u64 = 0;
+
 impl Drop for QhcaUContext {
     fn drop(&mut self) {
+        drop(self.inval.take());
         drop(self.db.take());
         self.ctx.dev.close_context(&self.ctx, self.ctx.uar());
     }
@@ -64,6 +75,60 @@ fn verbs(ctx: &Arc<Ctx>) -> Result<Verbs<'_>> {
 
 /// The only port.
 const PORT: u32 = 1;
+
+/// A driver method's answer (`qhca_uverbs.c`): what `f` computes for the calling user context,
+/// written to `out`; 0 or a negative errno.
+///
+/// # Safety
+///
+/// `uctx` is the user context of a method call on a registered qhca device (the core keeps it
+/// for the call), and `out` is valid for writing one `R`.
+unsafe fn answer<R>(
+    uctx: *mut bindings::ib_ucontext,
+    out: *mut R,
+    f: impl FnOnce(&Arc<Ctx>) -> Result<R>,
+) -> c_int {
+    // SAFETY: The function's contract is `method_ucontext`'s.
+    let Some(c) = (unsafe { rdma::method_ucontext::<QhcaIb>(uctx) }) else {
+        return EINVAL.to_errno();
+    };
+    match c.ctx.check().and_then(|()| f(&c.ctx)) {
+        Ok(r) => {
+            // SAFETY: The function's contract.
+            unsafe { out.write(r) };
+            0
+        }
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// `QHCA_IB_METHOD_QUERY_CTX`: the calling context's counters.
+///
+/// # Safety
+///
+/// As [`answer`]'s, for one `qhca_ctx_stats`.
+#[no_mangle]
+unsafe extern "C" fn qhca_ib_query_ctx(
+    uctx: *mut bindings::ib_ucontext,
+    out: *mut uapi::qhca_ctx_stats,
+) -> c_int {
+    // SAFETY: The function's contract.
+    unsafe { answer(uctx, out, |ctx| verbs(ctx)?.ctx_stats()) }
+}
+
+/// `QHCA_IB_METHOD_QUERY_PORT`: the port as the device sees it.
+///
+/// # Safety
+///
+/// As [`answer`]'s, for one `qhca_port_attr`.
+#[no_mangle]
+unsafe extern "C" fn qhca_ib_query_port(
+    uctx: *mut bindings::ib_ucontext,
+    out: *mut uapi::qhca_port_attr,
+) -> c_int {
+    // SAFETY: The function's contract.
+    unsafe { answer(uctx, out, |ctx| ctx.dev.query_port()) }
+}
 
 /// The port's counters (`struct qhca_port_counters`, less its reserved words), by the names
 /// `rdma statistic` and `hw_counters/` show, in the struct's order.
@@ -218,7 +283,11 @@ unsafe impl rdma::Driver for QhcaIb {
         let ctx = Ctx::new_core(dev, quota)?;
         dev.open_context(ctx.clone())?;
         // From here on, dropping `c` closes the context.
-        let mut c = QhcaUContext { db: None, ctx };
+        let mut c = QhcaUContext {
+            db: None,
+            inval: None,
+            ctx,
+        };
         let uar = dev.with_bound(|_| dev.alloc_uar())?;
         c.ctx.set_uar(uar);
         // SAFETY: `uar` is the page the device just allocated to this context, below
@@ -230,19 +299,31 @@ unsafe impl rdma::Driver for QhcaIb {
         let db = unsafe {
             rdma::IoMapping::new(uctx, dev.uar_phys(uar), uapi::QHCA_UAR_PAGE_SIZE as usize)
         }?;
+        let inval = rdma::PageMapping::new(uctx, INVAL_PAGE)?;
         udata.respond(&uapi::qhca_ib_alloc_ucontext_resp {
             comp_mask: 0,
             uar_index: uar,
             db_mmap_offset: db.offset(),
-            rsvd: [0; 2],
+            inval_mmap_offset: inval.offset(),
+            rsvd: 0,
             attr: *dev.attr()?,
         })?;
         c.db = Some(db);
+        c.inval = Some(inval);
         Ok(c)
     }
 
     fn dealloc_ucontext(&self, ctx: QhcaUContext) {
         drop(ctx);
+    }
+
+    fn mmap_page(&self, ctx: &QhcaUContext, token: u64, vma: &VmaNew) -> Result {
+        if token != INVAL_PAGE || vma.flags() & vmflags::SHARED == 0 || vma.executable() {
+            return Err(EINVAL);
+        }
+        // Read-only (the page refuses a writable mapping), and readable after disassociation
+        // too: nothing of the device is in it.
+        ctx.ctx.inval.mmap(vma)
     }
 
     type Pd = QhcaPd;

@@ -21,6 +21,16 @@ struct rdma_user_mmap_entry;
 struct vm_area_struct;
 struct workqueue_struct;
 
+struct qhca_ctx_stats;
+struct qhca_port_attr;
+struct uapi_definition;
+
+/* qhca_uverbs.c: the driver's methods of the core's ioctl interface, for ib_device.driver_def. */
+const struct uapi_definition *qhca_shim_uapi_defs(void);
+/* ib.rs: their answers for the user context @uctx (0 or a negative errno). */
+int qhca_ib_query_ctx(struct ib_ucontext *uctx, struct qhca_ctx_stats *out);
+int qhca_ib_query_port(struct ib_ucontext *uctx, struct qhca_port_attr *out);
+
 struct qhca_umap *qhca_shim_umap_new(void);
 void qhca_shim_umap_free(struct qhca_umap *m);
 void qhca_shim_umap_set_phys(struct qhca_umap *m, phys_addr_t phys);

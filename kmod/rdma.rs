@@ -36,7 +36,7 @@ use pd::IbPd;
 pub(crate) use qp::QpEvents;
 pub(crate) use stats::StatNames;
 use ucontext::IbUContext;
-pub(crate) use ucontext::{IoMapping, UContext, Udata};
+pub(crate) use ucontext::{method_ucontext, IoMapping, PageMapping, UContext, Udata};
 
 use core::{
     ffi::{c_int, c_void},
@@ -49,6 +49,7 @@ use kernel::{
     device::{Bound, Device},
     error::to_result,
     ffi::c_char,
+    mm::virt::VmaNew,
     new_mutex,
     prelude::*,
     sync::{
@@ -100,6 +101,9 @@ pub(crate) unsafe trait Driver: Send + Sync + Sized {
     /// `dealloc_ucontext`: the context goes. Its user mappings are gone, or were zapped when the
     /// core disassociated it (`ib_unregister_device` does that before it returns).
     fn dealloc_ucontext(&self, ctx: Self::UContext);
+    /// `mmap(2)` of a [`PageMapping`] of `ctx`'s: maps the page `token` names into `vma` (one
+    /// page, shared), which the core found by the entry's offset.
+    fn mmap_page(&self, ctx: &Self::UContext, token: u64, vma: &VmaNew) -> Result;
 
     /// A protection domain of a user context.
     type Pd: Send + Sync;
@@ -209,6 +213,10 @@ pub(crate) struct Info<'a> {
     pub(crate) node_guid: u64,
     /// `node_desc` in sysfs (truncated to `IB_DEVICE_NODE_DESC_MAX - 1` bytes).
     pub(crate) node_desc: &'a CStr,
+    /// The driver's methods of the core's ioctl interface (`ib_device.driver_def`): a static,
+    /// `{}`-terminated `uapi_definition` table whose handlers find their user context with
+    /// [`method_ucontext`], or null for none.
+    pub(crate) methods: *const bindings::uapi_definition,
 }
 
 /// The allocation the core makes for one device: the `ib_device` first, as the core requires
@@ -373,6 +381,7 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         // `dev` is the union's member the core uses for a device's `struct device` (`coredev`
         // wraps the same `struct device` first).
         ib.__bindgen_anon_1.dev.parent = raw_device(parent);
+        ib.driver_def = info.methods;
         let desc = info.node_desc.to_bytes();
         let n = desc.len().min(ib.node_desc.len() - 1);
         for (d, &s) in ib.node_desc.iter_mut().zip(&desc[..n]) {
@@ -392,7 +401,7 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         ops.alloc_ucontext = Some(ucontext::alloc_ucontext::<T>);
         ops.dealloc_ucontext = Some(ucontext::dealloc_ucontext::<T>);
         ops.disassociate_ucontext = Some(ucontext::disassociate_ucontext);
-        ops.mmap = Some(ucontext::mmap);
+        ops.mmap = Some(ucontext::mmap::<T>);
         ops.mmap_free = Some(ucontext::mmap_free);
         ops.size_ib_ucontext = core::mem::size_of::<IbUContext<T::UContext>>();
         ops.alloc_pd = Some(pd::alloc_pd::<T>);

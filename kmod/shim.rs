@@ -18,6 +18,7 @@ use kernel::{
 // bindgen structs deep inside them having no fields.
 #[allow(improper_ctypes)]
 extern "C" {
+    fn qhca_shim_uapi_defs() -> *const bindings::uapi_definition;
     fn qhca_shim_umap_new() -> *mut QhcaUmap;
     fn qhca_shim_umap_free(m: *mut QhcaUmap);
     fn qhca_shim_umap_set_phys(m: *mut QhcaUmap, phys: bindings::phys_addr_t);
@@ -114,6 +115,13 @@ pub(crate) struct QhcaOdp {
 #[repr(C)]
 pub(crate) struct QhcaUmap {
     _opaque: [u8; 0],
+}
+
+/// The driver's methods of the RDMA core's ioctl interface (`qhca_uverbs.c`), for
+/// `ib_device.driver_def`: a static table.
+pub(crate) fn uapi_defs() -> *const bindings::uapi_definition {
+    // SAFETY: Returns the address of a static table; no preconditions.
+    unsafe { qhca_shim_uapi_defs() }
 }
 
 /// Pages pinned by every qhca context right now.

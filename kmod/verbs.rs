@@ -460,11 +460,31 @@ impl<'a> Verbs<'a> {
         Ok(bytes)
     }
 
+    /// QUERY_CTX: what the device counted for this context, in CPU byte order.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` after unbind, `EIO` after a device failure or an answer that does not parse.
+    pub(crate) fn ctx_stats(&self) -> Result<uapi::qhca_ctx_stats> {
+        const SIZE: usize = core::mem::size_of::<uapi::qhca_ctx_stats>();
+        let bytes = self.locked(|bound, _| {
+            let cmd = Cmd::new(uapi::QHCA_CMD_QUERY_CTX).input(0, self.uar.into());
+            self.query::<SIZE>(bound, cmd)
+        })?;
+        // Every field is a little-endian u64 counter.
+        let mut cpu = [0u8; SIZE];
+        for (o, i) in cpu.chunks_exact_mut(8).zip(bytes.chunks_exact(8)) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(i);
+            o.copy_from_slice(&u64::from_le_bytes(w).to_ne_bytes());
+        }
+        uapi::qhca_ctx_stats::from_bytes_copy(&cpu).ok_or(EIO)
+    }
+
     /// `QHCA_IOCTL_QUERY_CTX`: what the device counted for this context. `ioctl` is the number
     /// it came by: `QHCA_IOCTL_QUERY_CTX_V1`, of programs built before the UD counters, gets
     /// the first [`QUERY_CTX_V1_SIZE`] bytes of the argument (its size field says so), no more.
     fn query_ctx(&self, arg: usize, ioctl: u32) -> Result<isize> {
-        const SIZE: usize = core::mem::size_of::<uapi::qhca_ctx_stats>();
         const FULL: usize = core::mem::size_of::<uapi::qhca_ioc_query_ctx>();
         let len = if ioctl == uapi::QHCA_IOCTL_QUERY_CTX_V1 {
             QUERY_CTX_V1_SIZE
@@ -478,18 +498,7 @@ impl<'a> Verbs<'a> {
         if a.size as usize != len || a.comp_mask != 0 || a.rsvd != 0 {
             return Err(EINVAL);
         }
-        let bytes = self.locked(|bound, _| {
-            let cmd = Cmd::new(uapi::QHCA_CMD_QUERY_CTX).input(0, self.uar.into());
-            self.query::<SIZE>(bound, cmd)
-        })?;
-        // Every field is a little-endian u64 counter.
-        let mut cpu = [0u8; SIZE];
-        for (o, i) in cpu.chunks_exact_mut(8).zip(bytes.chunks_exact(8)) {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(i);
-            o.copy_from_slice(&u64::from_le_bytes(w).to_ne_bytes());
-        }
-        a.stats = uapi::qhca_ctx_stats::from_bytes_copy(&cpu).ok_or(EIO)?;
+        a.stats = self.ctx_stats()?;
         writer.write_slice(&a.as_bytes()[..len])?;
         Ok(0)
     }

@@ -19,8 +19,10 @@
 #   scripts/vm-pair.sh --qhca-port -- bash scripts/guest-pair.sh tests "$KO" "$BIN"
 #   scripts/vm-pair.sh --qhca-port -- bash scripts/guest-pair.sh bench "$KO" "$BIN"
 #
-# Each guest's output (console and command) goes to /tmp/qhca-vm/pair-PID/vmN.log and is printed
-# live with a "[vmN] " prefix. Exits 0 only if both commands exit 0 (vng hands the guest command's
+# Each guest's command output goes to /tmp/qhca-vm/pair-PID/vmN.log and is printed live with a
+# "[vmN] " prefix; its kernel console, from the first line of its boot, and the command's stderr
+# go to vmN.console (a guest that fails prints the console's tail into its log, so that a boot
+# that hangs can be read). Exits 0 only if both commands exit 0 (vng hands the guest command's
 # exit code back; a guest that does not boot fails too); when one guest fails the other is killed;
 # after --timeout S seconds (default 600) both are killed and the exit code is 124.
 # Needs KDIR and QEMU like scripts/vm.sh; runs two TCG guests, 2 vCPUs each: nothing else should
@@ -71,7 +73,8 @@ for n in 1 2; do
 	peer=$((3 - n))
 	: >"$dir/vm$n.log"
 	# setsid: each guest (vng, QEMU) in a process group of its own, killed as one.
-	setsid "$QHCA_ROOT/scripts/vm.sh" "${vmopts[@]}" --link "${ports[$n]}" --node "$n" -- \
+	setsid "$QHCA_ROOT/scripts/vm.sh" "${vmopts[@]}" --console "$dir/vm$n.console" \
+		--link "${ports[$n]}" --node "$n" -- \
 		env QHCA_NODE="$n" QHCA_SELF_IP="10.7.0.$n" QHCA_PEER_IP="10.7.0.$peer" "$@" \
 		</dev/null >"$dir/vm$n.log" 2>&1 &
 	pid[$n]=$!

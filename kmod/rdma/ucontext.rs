@@ -8,6 +8,7 @@ use crate::shim::rdma_mmap_io;
 use core::{ffi::c_int, marker::PhantomData, mem::MaybeUninit, ptr::NonNull};
 use kernel::{
     bindings,
+    mm::virt::VmaNew,
     prelude::*,
     transmute::{AsBytes, FromBytes},
     types::Opaque,
@@ -107,14 +108,22 @@ impl Udata<'_> {
     }
 }
 
-/// An mmap entry of a user context for MMIO (`rdma_user_mmap_entry` with the bus address behind
-/// it), allocated by the driver, freed by the core's `mmap_free` once no mapping and no owner
-/// holds it.
+/// An mmap entry of a user context (`rdma_user_mmap_entry` with what it maps behind it),
+/// allocated by the driver, freed by the core's `mmap_free` once no mapping and no owner holds
+/// it.
 #[repr(C)]
 struct IoEntry {
     rdma: bindings::rdma_user_mmap_entry,
-    phys: u64,
-    len: usize,
+    kind: EntryKind,
+}
+
+/// What an entry maps.
+#[derive(Clone, Copy)]
+enum EntryKind {
+    /// `len` bytes of MMIO at bus address `phys` ([`IoMapping`]).
+    Io { phys: u64, len: usize },
+    /// Memory of the driver's, which [`Driver::mmap_page`] maps by `token` ([`PageMapping`]).
+    Page { token: u64 },
 }
 
 /// MMIO that a user context may map with `mmap(2)` on the uverbs file, at [`IoMapping::offset`]:
@@ -140,11 +149,20 @@ impl IoMapping {
     /// the context lives or until the core disassociates it (the device stays bound until then:
     /// unregistering the device disassociates every context before it returns).
     pub(crate) unsafe fn new(uctx: &UContext, phys: u64, len: usize) -> Result<Self> {
+        // SAFETY: The function's contract.
+        unsafe { Self::insert(uctx, EntryKind::Io { phys, len }, len) }
+    }
+
+    /// Inserts an entry of `kind`, `len` bytes, into `uctx`'s.
+    ///
+    /// # Safety
+    ///
+    /// An [`EntryKind::Io`] is [`IoMapping::new`]'s MMIO.
+    unsafe fn insert(uctx: &UContext, kind: EntryKind, len: usize) -> Result<Self> {
         let e = KBox::new(
             IoEntry {
                 rdma: pin_init::zeroed::<bindings::rdma_user_mmap_entry>(),
-                phys,
-                len,
+                kind,
             },
             GFP_KERNEL,
         )?;
@@ -170,6 +188,27 @@ impl IoMapping {
         // by the insertion and does not change.
         let pgoff = unsafe { (*self.entry.as_ptr()).rdma.start_pgoff };
         (pgoff as u64) << bindings::PAGE_SHIFT
+    }
+}
+
+/// One page of the driver's memory that a user context may map with `mmap(2)` on the uverbs file,
+/// at [`PageMapping::offset`]: the core finds the entry, and [`Driver::mmap_page`] maps the page
+/// it names by `token`. Dropping it removes the entry (no new mapping).
+pub(crate) struct PageMapping(IoMapping);
+
+impl PageMapping {
+    /// Offers the page that `token` names to [`Driver::mmap_page`] to `uctx`'s process.
+    pub(crate) fn new(uctx: &UContext, token: u64) -> Result<Self> {
+        let kind = EntryKind::Page { token };
+        // SAFETY: Not an `Io` entry: nothing of the device's is mapped through it.
+        Ok(Self(unsafe {
+            IoMapping::insert(uctx, kind, bindings::PAGE_SIZE)
+        }?))
+    }
+
+    /// The `mmap(2)` offset (bytes) that maps it.
+    pub(crate) fn offset(&self) -> u64 {
+        self.0.offset()
     }
 }
 
@@ -225,14 +264,14 @@ pub(super) unsafe extern "C" fn dealloc_ucontext<T: Driver>(uctx: *mut bindings:
     dev.dealloc_ucontext(c);
 }
 
-/// Nothing to do: the core zaps every mapping made through [`IoMapping`], and a context holds
-/// nothing else that reaches user memory.
+/// Nothing to do: the core zaps every mapping made through [`IoMapping`]; a [`PageMapping`]'s
+/// maps the driver's memory, not the device's, and holds its page.
 pub(super) extern "C" fn disassociate_ucontext(_uctx: *mut bindings::ib_ucontext) {}
 
 /// # Safety
 ///
 /// Called by the RDMA core only, from `mmap(2)` of a user context of ours.
-pub(super) unsafe extern "C" fn mmap(
+pub(super) unsafe extern "C" fn mmap<T: Driver>(
     uctx: *mut bindings::ib_ucontext,
     vma: *mut bindings::vm_area_struct,
 ) -> c_int {
@@ -241,12 +280,31 @@ pub(super) unsafe extern "C" fn mmap(
     if entry.is_null() {
         return EINVAL.to_errno();
     }
-    // Every entry of our contexts is an `IoEntry` (`IoMapping::new` inserts no other kind).
+    // Every entry of our contexts is an `IoEntry` (`IoMapping::insert` inserts no other kind).
     let e = entry.cast::<IoEntry>();
-    // SAFETY: `entry_get` took a reference, so the entry lives until the `put` below; its MMIO
-    // is the context's to map (`IoMapping::new`'s contract).
-    let r = unsafe { rdma_mmap_io(uctx, vma, (*e).phys, (*e).len, entry) };
-    // SAFETY: The reference `entry_get` took (a successful mapping took its own).
+    // SAFETY: `entry_get` took a reference, so the entry lives until the `put` below.
+    let r = match unsafe { (*e).kind } {
+        // SAFETY: The MMIO is the context's to map (`IoMapping::new`'s contract).
+        EntryKind::Io { phys, len } => unsafe { rdma_mmap_io(uctx, vma, phys, len, entry) },
+        EntryKind::Page { token } => {
+            // SAFETY: The core calls `mmap` on a context whose `alloc_ucontext` succeeded and
+            // which it keeps for the call; `vma` is the mapping being set up by this `mmap(2)`.
+            let (dev, c, vma) = unsafe {
+                (
+                    data::<T>((*uctx).device),
+                    ucontext_data::<T>(uctx),
+                    VmaNew::from_raw(vma),
+                )
+            };
+            match c.map(|c| dev.mmap_page(c, token, vma)) {
+                Some(Ok(())) => 0,
+                Some(Err(e)) => e.to_errno(),
+                None => EINVAL.to_errno(),
+            }
+        }
+    };
+    // SAFETY: The reference `entry_get` took (a successful MMIO mapping took its own; a page
+    // mapping holds the page, not the entry).
     unsafe { bindings::rdma_user_mmap_entry_put(entry) };
     r
 }
@@ -295,4 +353,18 @@ pub(super) unsafe fn ucontext_data<'a, T: Driver>(
             .data
             .assume_init_ref()
     })
+}
+
+/// The driver's part of the user context a method of the driver's own (`Info::methods`) runs
+/// for, as its handler got it from `ib_uverbs_get_ucontext()`; `None` for a null one.
+///
+/// # Safety
+///
+/// `uctx` is null or the user context of a method call on a registered device of `T`, which
+/// the core keeps alive (and allocated by a successful `alloc_ucontext`) for `'a`, the call.
+pub(crate) unsafe fn method_ucontext<'a, T: Driver>(
+    uctx: *mut bindings::ib_ucontext,
+) -> Option<&'a T::UContext> {
+    // SAFETY: The function's contract is `ucontext_data`'s.
+    unsafe { ucontext_data::<T>(uctx) }
 }

@@ -284,11 +284,8 @@ impl Context {
     /// Fails with [`Error::Mmap`] (`EINVAL` from a driver without the page, `ENODEV` once the
     /// device is unbound).
     pub fn map_inval_page(&self) -> Result<InvalPage> {
-        if self.uverbs.is_some() {
-            return Err(Error::Mmap {
-                what: "invalidation page (not on the uverbs node yet)",
-                source: Errno::EOPNOTSUPP,
-            });
+        if let Some(u) = &self.uverbs {
+            return InvalPage::map_at(self.fd.as_fd(), u.inval_mmap_offset());
         }
         InvalPage::map(self.fd.as_fd())
     }

@@ -51,6 +51,8 @@ verbs! {
     cmd_query_qp: query_qp(qhca_ioc_qp_attr) = "QUERY_QP";
     cmd_destroy_qp: destroy_qp(qhca_ioc_handle) = "DESTROY_QP";
     cmd_advise_mr: advise_mr(qhca_ioc_advise_mr) = "ADVISE_MR";
+    cmd_query_ctx: query_ctx(qhca_ioc_query_ctx) = "QUERY_CTX";
+    cmd_query_port: query_port(qhca_ioc_query_port) = "QUERY_PORT";
 }
 
 /// Verbs that only `/dev/qhcaN` has so far: `EOPNOTSUPP` on the uverbs node.
@@ -69,8 +71,6 @@ macro_rules! misc_only {
 }
 
 misc_only! {
-    cmd_query_ctx: query_ctx(qhca_ioc_query_ctx) = "QUERY_CTX";
-    cmd_query_port: query_port(qhca_ioc_query_port) = "QUERY_PORT";
     cmd_set_gid: set_gid(qhca_ioc_set_gid) = "SET_GID";
 }
 

@@ -204,8 +204,14 @@ pub struct InvalPage {
 
 impl InvalPage {
     pub(crate) fn map(fd: BorrowedFd<'_>) -> Result<InvalPage> {
+        Self::map_at(fd, u64::from(QHCA_MMAP_INVAL))
+    }
+
+    /// [`InvalPage::map`] at `offset`: where the RDMA core's uverbs node offers it
+    /// (`qhca_ib_alloc_ucontext_resp.inval_mmap_offset`).
+    pub(crate) fn map_at(fd: BorrowedFd<'_>, offset: u64) -> Result<InvalPage> {
         let map = MmapOptions::new()
-            .offset(u64::from(QHCA_MMAP_INVAL))
+            .offset(offset)
             .len(PAGE_SIZE)
             .map_raw_read_only(fd.as_raw_fd())
             .map_err(|e| Error::Mmap {

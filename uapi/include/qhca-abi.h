@@ -1336,7 +1336,8 @@ struct qhca_ib_alloc_ucontext_resp {
 	__u32 comp_mask;      /* 0 */
 	__u32 uar_index;      /* the doorbell page's index (what QUERY_DEVICE's uar_index is on /dev/qhcaN) */
 	__u64 db_mmap_offset; /* of the doorbell page */
-	__u64 rsvd[2];
+	__u64 inval_mmap_offset; /* of the invalidation page (QHCA_MMAP_INVAL's on /dev/qhcaN): read-only */
+	__u64 rsvd;
 	struct qhca_device_attr attr;
 };
 
@@ -1404,6 +1405,34 @@ struct qhca_ib_create_qp {
 struct qhca_ib_create_ah_resp {
 	__u32 ah;
 	__u32 rsvd;
+};
+
+/*
+ * Driver methods of the core's ioctl interface (RDMA_VERBS_IOCTL, object
+ * UVERBS_OBJECT_DEVICE): what the verbs cannot ask.  Method and attribute
+ * ids are in the driver's namespace (1 << UVERBS_ID_NS_SHIFT).
+ *
+ * QHCA_IB_METHOD_QUERY_CTX: the calling context's counters, as
+ *   QHCA_IOCTL_QUERY_CTX gives them: attribute QHCA_IB_ATTR_QUERY_CTX_STATS
+ *   (out) is a struct qhca_ctx_stats.
+ * QHCA_IB_METHOD_QUERY_PORT: the port as the device sees it, as
+ *   QHCA_IOCTL_QUERY_PORT gives it (MAC, state, wire, counters, the GID
+ *   table with prefixes): attribute QHCA_IB_ATTR_QUERY_PORT_ATTR (out) is a
+ *   struct qhca_port_attr.
+ */
+#define QHCA_IB_ID_NS (1u << 12)
+
+enum qhca_ib_device_methods {
+	QHCA_IB_METHOD_QUERY_CTX = QHCA_IB_ID_NS,
+	QHCA_IB_METHOD_QUERY_PORT,
+};
+
+enum qhca_ib_query_ctx_attrs {
+	QHCA_IB_ATTR_QUERY_CTX_STATS = QHCA_IB_ID_NS,
+};
+
+enum qhca_ib_query_port_attrs {
+	QHCA_IB_ATTR_QUERY_PORT_ATTR = QHCA_IB_ID_NS,
 };
 
 #endif /* QHCA_ABI_H */

@@ -193,6 +193,7 @@ pub const QHCA_MMAP_INVAL: u32 = 4096;
 pub const QHCA_INVAL_RING_ENTRIES: u32 = 127;
 pub const QHCA_IB_UVERBS_ABI_VERSION: u32 = 1;
 pub const QHCA_IB_REG_MR_WATCHED: u32 = 1;
+pub const QHCA_IB_ID_NS: u32 = 4096;
 pub type __u8 = core::ffi::c_uchar;
 pub type __u16 = core::ffi::c_ushort;
 pub type __s32 = core::ffi::c_int;
@@ -763,7 +764,8 @@ pub struct qhca_ib_alloc_ucontext_resp {
     pub comp_mask: __u32,
     pub uar_index: __u32,
     pub db_mmap_offset: __u64,
-    pub rsvd: [__u64; 2usize],
+    pub inval_mmap_offset: __u64,
+    pub rsvd: __u64,
     pub attr: qhca_device_attr,
 }
 #[repr(C)]
@@ -809,3 +811,10 @@ pub struct qhca_ib_create_ah_resp {
     pub ah: __u32,
     pub rsvd: __u32,
 }
+pub const QHCA_IB_METHOD_QUERY_CTX: qhca_ib_device_methods = 4096;
+pub const QHCA_IB_METHOD_QUERY_PORT: qhca_ib_device_methods = 4097;
+pub type qhca_ib_device_methods = core::ffi::c_uint;
+pub const QHCA_IB_ATTR_QUERY_CTX_STATS: qhca_ib_query_ctx_attrs = 4096;
+pub type qhca_ib_query_ctx_attrs = core::ffi::c_uint;
+pub const QHCA_IB_ATTR_QUERY_PORT_ATTR: qhca_ib_query_port_attrs = 4096;
+pub type qhca_ib_query_port_attrs = core::ffi::c_uint;

@@ -12,12 +12,13 @@
 //! user handle the core reports events with is. Issue 26's step 4 moves the crate here; until
 //! every user has moved, `/dev/qhcaN` stays the default ([`crate::Context::open`] takes either).
 //!
-//! `ADVISE_MR` is a method of the core's ioctl interface (it has no write command). Not here yet
-//! (each fails with `EOPNOTSUPP`): the per-context counters (`QUERY_CTX`), `QUERY_PORT` and
-//! `SET_GID` (the port's GIDs are the netdev's addresses, `ip addr`), and the invalidation page
-//! of watched regions.
+//! `ADVISE_MR` is a method of the core's ioctl interface (it has no write command), and so are
+//! the driver's own `QUERY_CTX` and `QUERY_PORT` ([`methods`]); watched regions are a flag of
+//! REG_MR's udata, their invalidation page an mmap entry of the context. `SET_GID` is not here
+//! (`EOPNOTSUPP`): the port's GIDs are its netdev's addresses (`ip addr`).
 
 mod abi;
+mod methods;
 mod verbs;
 
 use std::collections::{HashMap, VecDeque};
@@ -75,6 +76,7 @@ pub(crate) struct Uverbs {
     class_dir: PathBuf,
     async_fd: OwnedFd,
     db_mmap_offset: u64,
+    inval_mmap_offset: u64,
     handles: Mutex<Handles>,
     /// Events read from the async file before they were asked for ([`Uverbs::peek_events`]).
     pending: Mutex<VecDeque<(u32, u32)>>,
@@ -238,6 +240,7 @@ impl Uverbs {
             class_dir: class_dir(path),
             async_fd,
             db_mmap_offset: resp.drv.db_mmap_offset,
+            inval_mmap_offset: resp.drv.inval_mmap_offset,
             handles: Mutex::default(),
             pending: Mutex::default(),
         };
@@ -247,6 +250,12 @@ impl Uverbs {
     /// Where the doorbell page is mapped from on the command file.
     pub(crate) fn db_mmap_offset(&self) -> u64 {
         self.db_mmap_offset
+    }
+
+    /// Where the invalidation page of watched regions is mapped from on the command file (0: a
+    /// driver without it, which the mapping then fails on).
+    pub(crate) fn inval_mmap_offset(&self) -> u64 {
+        self.inval_mmap_offset
     }
 
     /// The async event file: readable while an event is queued, `POLLERR` once the context is
@@ -285,21 +294,6 @@ impl Uverbs {
         resp: &mut R,
     ) -> Result<(), Errno> {
         exec(self.cmd, command, cmd, drv, resp)
-    }
-
-    /// One method of the core's ioctl interface (`RDMA_VERBS_IOCTL`) on the command file: `msg`
-    /// is a `struct ib_uverbs_ioctl_hdr` and its attributes, whose pointers are live.
-    fn ioctl(&self, msg: &mut verbs::AdviseMr) -> Result<(), Errno> {
-        /// `_IOWR(RDMA_IOCTL_MAGIC 0x1b, 1, struct ib_uverbs_ioctl_hdr)` (24 bytes).
-        const RDMA_VERBS_IOCTL: libc::c_ulong = 0xc018_1b01;
-        // SAFETY: `msg` is an exclusively borrowed header and `num_attrs` attributes, `length`
-        // bytes in all; every pointer an attribute holds points at memory live for the call,
-        // which the kernel only reads (ADVISE_MR has no output attribute).
-        let r = unsafe { libc::ioctl(self.cmd, RDMA_VERBS_IOCTL, std::ptr::from_mut(msg)) };
-        if r < 0 {
-            return Err(Errno::last());
-        }
-        Ok(())
     }
 
     /// A command's errno as `/dev/qhcaN` would give it: the core answers `EIO` to every command

@@ -6,9 +6,9 @@
 
 use qhca_uapi::{
     qhca_ah_attr, qhca_ib_alloc_pd_resp, qhca_ib_create_ah_resp, qhca_ib_create_cq,
-    qhca_ib_create_cq_resp, qhca_ib_create_qp, qhca_ib_reg_mr, qhca_ioc_advise_mr,
-    qhca_ioc_alloc_mw, qhca_ioc_create_ah, qhca_ioc_create_cq, qhca_ioc_create_qp, qhca_ioc_handle,
-    qhca_ioc_qp_attr, qhca_ioc_reg_mr, qhca_qp_attr, QHCA_ACCESS_LOCAL_WRITE, QHCA_ACCESS_MW_BIND,
+    qhca_ib_create_cq_resp, qhca_ib_create_qp, qhca_ib_reg_mr, qhca_ioc_alloc_mw,
+    qhca_ioc_create_ah, qhca_ioc_create_cq, qhca_ioc_create_qp, qhca_ioc_handle, qhca_ioc_qp_attr,
+    qhca_ioc_reg_mr, qhca_qp_attr, QHCA_ACCESS_LOCAL_WRITE, QHCA_ACCESS_MW_BIND,
     QHCA_ACCESS_ON_DEMAND, QHCA_ACCESS_REMOTE_ATOMIC, QHCA_ACCESS_REMOTE_READ,
     QHCA_ACCESS_REMOTE_WRITE, QHCA_ACCESS_WATCHED, QHCA_IB_REG_MR_WATCHED, QHCA_MW_TYPE_1,
     QHCA_MW_TYPE_2B, QHCA_QPS_INIT, QHCA_QPS_RESET, QHCA_QPS_RTR, QHCA_QPS_RTS, QHCA_QPT_RC,
@@ -17,8 +17,6 @@ use qhca_uapi::{
     QHCA_QP_ATTR_PATH_MTU, QHCA_QP_ATTR_QKEY, QHCA_QP_ATTR_RETRY_CNT, QHCA_QP_ATTR_RNR_RETRY,
     QHCA_QP_ATTR_RQ_PSN, QHCA_QP_ATTR_SQ_PSN, QHCA_QP_ATTR_STATE, QHCA_QP_ATTR_TIMEOUT,
 };
-
-use std::mem::size_of;
 
 use super::abi::*;
 use super::{Kind, Resp, Uverbs};
@@ -212,44 +210,6 @@ impl Uverbs {
         self.forget(Kind::Mr, req.handle.into());
         self.forget(Kind::MrPd, req.handle.into());
         Ok(())
-    }
-
-    /// ADVISE_MR: the core has it only as a method of its ioctl interface (`RDMA_VERBS_IOCTL`,
-    /// object MR, method `UVERBS_METHOD_ADVISE_MR`): the region's PD, the advice and flags (the
-    /// same numbers as qhca's), and one SGE for the range.
-    pub(crate) fn advise_mr(&self, req: &mut qhca_ioc_advise_mr) -> Result<(), Errno> {
-        let pd = self.handle(Kind::MrPd, req.lkey)?;
-        let sge = Sge {
-            addr: req.addr,
-            length: u32::try_from(req.length).map_err(|_| Errno::EINVAL)?,
-            lkey: req.lkey,
-        };
-        let attr = |attr_id: u16, len: u16, data: u64| IoctlAttr {
-            attr_id,
-            len,
-            data,
-            ..Default::default()
-        };
-        let mut msg = AdviseMr {
-            hdr: IoctlHdr {
-                length: size_of::<AdviseMr>() as u16,
-                object_id: UVERBS_OBJECT_MR,
-                method_id: UVERBS_METHOD_ADVISE_MR,
-                num_attrs: 4,
-                ..Default::default()
-            },
-            attrs: [
-                attr(ADVISE_MR_PD_HANDLE, 0, pd.into()),
-                attr(ADVISE_MR_ADVICE, 8, req.advice.into()),
-                attr(ADVISE_MR_FLAGS, 4, req.flags.into()),
-                attr(
-                    ADVISE_MR_SGE_LIST,
-                    size_of::<Sge>() as u16,
-                    std::ptr::from_ref(&sge) as u64,
-                ),
-            ],
-        };
-        self.ioctl(&mut msg)
     }
 
     /// ALLOC_MW: the core's type 2 is qhca's 2B (a type 2A window cannot be asked for here).
@@ -514,55 +474,6 @@ impl Uverbs {
     }
 }
 
-/// `struct ib_uverbs_ioctl_hdr` (`<rdma/rdma_user_ioctl_cmds.h>`).
-#[repr(C)]
-#[derive(Default)]
-pub(super) struct IoctlHdr {
-    pub length: u16,
-    pub object_id: u16,
-    pub method_id: u16,
-    pub num_attrs: u16,
-    pub reserved1: u64,
-    pub driver_id: u32,
-    pub reserved2: u32,
-}
-
-/// `struct ib_uverbs_attr`: an attribute's id, its length, and its data inline (up to 8 bytes:
-/// integers, object handles) or a pointer to it.
-#[repr(C)]
-#[derive(Default)]
-pub(super) struct IoctlAttr {
-    pub attr_id: u16,
-    pub len: u16,
-    pub flags: u16,
-    pub attr_data: u16,
-    pub data: u64,
-}
-
-/// `struct ib_sge`, as the SGE list of ADVISE_MR carries it.
-#[repr(C)]
-struct Sge {
-    addr: u64,
-    length: u32,
-    lkey: u32,
-}
-
-/// The ADVISE_MR method's buffer: the header and its four attributes.
-#[repr(C)]
-pub(super) struct AdviseMr {
-    pub hdr: IoctlHdr,
-    pub attrs: [IoctlAttr; 4],
-}
-
-/// `<rdma/ib_user_ioctl_cmds.h>`: `UVERBS_OBJECT_MR`, `UVERBS_METHOD_ADVISE_MR` and its
-/// attributes.
-const UVERBS_OBJECT_MR: u16 = 7;
-const UVERBS_METHOD_ADVISE_MR: u16 = 2;
-const ADVISE_MR_PD_HANDLE: u16 = 0;
-const ADVISE_MR_ADVICE: u16 = 1;
-const ADVISE_MR_FLAGS: u16 = 2;
-const ADVISE_MR_SGE_LIST: u16 = 3;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -584,14 +495,6 @@ mod tests {
         );
         assert_eq!(fill_ins(IB_QPT_RC, rtr, rts), mask::MAX_QP_RD_ATOMIC);
         assert_eq!(fill_ins(IB_QPT_RC, rts, rts), 0);
-    }
-
-    #[test]
-    fn ioctl_structs_have_the_kernels_sizes() {
-        assert_eq!(size_of::<IoctlHdr>(), 24);
-        assert_eq!(size_of::<IoctlAttr>(), 16);
-        assert_eq!(size_of::<Sge>(), 16);
-        assert_eq!(size_of::<AdviseMr>(), 24 + 4 * 16);
     }
 
     #[test]

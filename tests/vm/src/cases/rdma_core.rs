@@ -324,7 +324,13 @@ pub(super) fn ib_ucontext(t: &mut T, cfg: &Config) -> CaseResult {
     let r = u.resp;
     check_eq!(t, vectors, 1, "completion vectors");
     check_eq!(t, r.comp_mask, 0);
-    check_eq!(t, r.rsvd, [0, 0]);
+    check_eq!(t, r.rsvd, 0);
+    check!(
+        t,
+        r.inval_mmap_offset != 0 && r.inval_mmap_offset != r.db_mmap_offset,
+        "the invalidation page has a mapping of its own: {:#x}",
+        r.inval_mmap_offset
+    );
     // The device's attributes, as /dev/qhcaN's QUERY_DEVICE gives them.
     let d = r.attr;
     check_eq!(
@@ -402,12 +408,24 @@ pub(super) fn ib_ucontext(t: &mut T, cfg: &Config) -> CaseResult {
         Errno::EINVAL,
         "two pages"
     );
+    let inval = r.inval_mmap_offset;
     check_errno!(
         t,
-        u.map(page, rw, shared, off + page as u64),
+        u.map(page, rw, shared, off.max(inval) + page as u64),
         Errno::EINVAL,
-        "past the entry"
+        "past the entries"
     );
+    // The invalidation page: read-only, shared.
+    check_errno!(
+        t,
+        u.map(page, rw, shared, inval),
+        Errno::EACCES,
+        "a writable invalidation page"
+    );
+    let ro = u.map(page, libc::PROT_READ, shared, inval);
+    check!(t, ro.is_ok(), "mmap of the invalidation page: {ro:?}");
+    // A mapping holds the file, and so the context: unmapped before the close below.
+    drop(ro);
     let db = u.map(page, rw, shared, off);
     check!(t, db.is_ok(), "mmap of the doorbell page: {db:?}");
     if let Ok(db) = db {

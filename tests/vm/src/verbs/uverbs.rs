@@ -5,14 +5,13 @@
 //! objects are made by the core's commands and its events come from the core's async file and
 //! completion channels, with the same rings, doorbell and assertions.
 //!
-//! Not run here, because the uverbs backend does not have what they use yet: the per-context
-//! counters (`QUERY_CTX`, which the ODP, UD-drop and object-count cases read), `QUERY_PORT`
-//! and `SET_GID`, the watched regions' invalidation page (the registration cache). Not run here
-//! because they test what is `/dev/qhcaN`'s own: its raw ioctls (destroying a busy object,
-//! AH and advise checks), mappings and file lifetime, the examples (they name `/dev/qhcaN`),
-//! type 2A windows (the core has one type 2, qhca's 2B), `max_rd_atomic` at RTS -> RTS (the
-//! core allows it only at RTR -> RTS) and the GRH's hop limit as the AH set it (the core takes a
-//! routed GID's from the route, as for any RoCE device).
+//! Not run here: `SET_GID` (the port's GIDs are its netdev's addresses on this node), and what
+//! is `/dev/qhcaN`'s own: its raw ioctls (destroying a busy or foreign object, AH, advise,
+//! port and watched-region checks),
+//! mappings and file lifetime, the examples (they name `/dev/qhcaN`), type 2A windows (the core
+//! has one type 2, qhca's 2B), `max_rd_atomic` at RTS -> RTS (the core allows it only at RTR ->
+//! RTS) and the GRH's hop limit as the AH set it (the core takes a routed GID's from the route,
+//! as for any RoCE device).
 
 use super::*;
 
@@ -78,11 +77,26 @@ pub(super) fn cases() -> Vec<Case<Config>> {
         process::verbs_zero_syscalls,
         process::verbs_kill9_frees_everything,
         process::verbs_disassociated_context_fails_fast,
+        odp::verbs_odp_rdma_write,
+        odp::verbs_odp_rdma_read,
+        odp::verbs_odp_send_recv,
+        odp::verbs_odp_atomics,
+        odp_changes::verbs_odp_madvise_refaults,
         odp_changes::verbs_odp_munmap_then_error,
+        odp_changes::verbs_odp_implicit,
+        odp_changes::verbs_odp_advise_prefetch,
+        rcache::verbs_rcache_hits_and_misses,
+        rcache::verbs_rcache_reuse_after_free,
+        rcache::verbs_rcache_changes_revoke,
+        rcache::verbs_rcache_eviction_spares_in_use,
+        rcache::verbs_rcache_stress,
+        rcache::verbs_rcache_on_demand,
+        rcache::verbs_rcache_process_gone,
         mw::verbs_mw_bounds,
         mw::verbs_mw_send_with_inv,
         mw::verbs_mw_refused_binds,
         mw::verbs_mw_zero_syscalls,
+        ud::verbs_ud_many_to_one,
         ud::verbs_ud_one_to_many,
     ]
 }
