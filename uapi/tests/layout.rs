@@ -404,7 +404,8 @@ fn every_struct_and_field() {
         comp_mask @ 0,
         uar_index @ 4,
         db_mmap_offset @ 8,
-        rsvd @ 16,
+        inval_mmap_offset @ 16,
+        rsvd @ 24,
         attr @ 32,
     });
     check_layout!(qhca_ib_alloc_pd_resp, size 8, align 4, {
