@@ -14,6 +14,9 @@
 #include "qhca-abi.h"
 #include "qhca_shim.h"
 
+/* The ABI header spells the driver's namespace out for user space. */
+static_assert(QHCA_IB_ID_NS == 1U << UVERBS_ID_NS_SHIFT);
+
 static int UVERBS_HANDLER(QHCA_IB_METHOD_QUERY_CTX)(struct uverbs_attr_bundle *attrs)
 {
 	struct ib_ucontext *uctx = ib_uverbs_get_ucontext(attrs);

@@ -153,9 +153,11 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
     Ok(o)
 }
 
-/// A context on `-d NAME`, or on the first device.
+/// A context on `-d NAME` (`qhca0`), or on `-d PATH` (a node: `/dev/qhca0`, or the RDMA core's
+/// `/dev/infiniband/uverbs0`), or on the first device.
 pub fn open_ctx(dev: Option<&str>) -> qhca::Result<Arc<Context>> {
     let info = match dev {
+        Some(path) if path.starts_with('/') => return Ok(Arc::new(Context::open(path)?)),
         Some(name) => DeviceInfo::find(name)?,
         None => qhca::devices()?.remove(0),
     };
