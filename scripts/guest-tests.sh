@@ -52,12 +52,13 @@ if [ "${1:-}" != --wire ]; then
 	tool tool_perf_write_lat '^ +8 +200 ' "$bin/qhca-perf" write_lat --loopback -s 8 -n 200
 	tool tool_perf_write_bw '^ +65536 +200 ' "$bin/qhca-perf" write_bw --loopback -s 65536 -n 200
 	tool tool_perf_write_lat_one_thread '^ +8 +200 ' "$bin/qhca-perf" write_lat --loopback --one-thread -s 8 -n 200
-	# The same tool on the RDMA core's node of the device (the crate's uverbs backend), once its
-	# port's netdev is up: its link-local address is the core's GID 0.
+	# The same tool on the RDMA core's node of the device (the crate's uverbs backend), named as
+	# ibv_devices names it, once its port's netdev is up: its link-local address is the core's
+	# GID 0.
 	uv="" nd=""
 	for d in /sys/class/infiniband_verbs/uverbs*; do
 		[ "$(basename "$(readlink -f "$d/device/driver")")" = qhca ] || continue
-		uv=/dev/infiniband/$(basename "$d") nd=$(ls "$d/device/net" 2>/dev/null | head -n1)
+		uv=$(cat "$d/ibdev") nd=$(ls "$d/device/net" 2>/dev/null | head -n1)
 		break
 	done
 	if [ -n "$nd" ] && ip link set "$nd" up; then

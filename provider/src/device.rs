@@ -18,6 +18,8 @@ pub const NAME_PREFIX: &str = "qhca";
 pub const SYSFS_UVERBS_DIR: &str = "/sys/class/infiniband_verbs";
 /// Where the uverbs nodes live.
 pub const UVERBS_DEV_DIR: &str = "/dev/infiniband";
+/// Where the RDMA core lists its devices by name.
+pub const SYSFS_IB_DIR: &str = "/sys/class/infiniband";
 
 /// One qhca device, as found by [`devices`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,6 +103,29 @@ pub fn devices_in(dev_dir: &Path, sysfs_misc_dir: &Path) -> Result<Vec<DeviceInf
 /// (`0000:00:03.0`), which [`Context::open`] also takes; `None` if the core has none for it.
 pub fn uverbs_node(pci_addr: &str) -> Option<PathBuf> {
     uverbs_node_in(Path::new(SYSFS_UVERBS_DIR), pci_addr)
+}
+
+/// The uverbs node of the RDMA core's device called `ib_name` (`rocep0s10`, or `qhca0` where
+/// udev does not rename RDMA devices), as `ibv_devices` lists it: what [`Context::open`] takes
+/// for it; `None` if there is no such device (or it has no uverbs node).
+pub fn uverbs_node_of_ib(ib_name: &str) -> Option<PathBuf> {
+    uverbs_node_of_ib_in(Path::new(SYSFS_IB_DIR), ib_name)
+}
+
+/// [`uverbs_node_of_ib`] over another sysfs directory (for tests).
+pub fn uverbs_node_of_ib_in(sysfs_ib_dir: &Path, ib_name: &str) -> Option<PathBuf> {
+    if ib_name.is_empty() || ib_name.contains('/') || ib_name.starts_with('.') {
+        return None;
+    }
+    std::fs::read_dir(sysfs_ib_dir.join(ib_name).join("device/infiniband_verbs"))
+        .ok()?
+        .flatten()
+        .find(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("uverbs"))
+        })
+        .map(|e| Path::new(UVERBS_DEV_DIR).join(e.file_name()))
 }
 
 /// [`uverbs_node`] over another sysfs directory (for tests).
@@ -255,6 +280,20 @@ mod tests {
         );
         assert_eq!(uverbs_node_in(&s.0, "0000:00:04.0"), None);
         assert_eq!(uverbs_node_in(&s.0.join("none"), "0000:00:03.0"), None);
+    }
+
+    #[test]
+    fn finds_the_uverbs_node_of_an_rdma_device() {
+        let s = Scratch::new("ibnames");
+        let verbs = s.0.join("rocep0s10/device/infiniband_verbs/uverbs2");
+        fs::create_dir_all(&verbs).unwrap();
+        assert_eq!(
+            uverbs_node_of_ib_in(&s.0, "rocep0s10"),
+            Some(PathBuf::from("/dev/infiniband/uverbs2"))
+        );
+        for bad in ["rxe0", "", "../rocep0s10", "."] {
+            assert_eq!(uverbs_node_of_ib_in(&s.0, bad), None, "{bad:?}");
+        }
     }
 
     #[test]
