@@ -132,11 +132,6 @@ fi
 
 # shellcheck source=guest-splat.sh
 . "$(dirname "$0")/guest-splat.sh"
-if splats=$(qhca_kernel_splats); then
-	bad kernel_log_clean "the guest kernel log has a splat:"
-	echo "$splats"
-else
-	ok kernel_log_clean
-fi
+qhca_kernel_log_case kernel_log_clean
 echo "vm-suite: $pass passed, $fail failed"
 [ "$fail" = 0 ]
