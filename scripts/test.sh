@@ -5,8 +5,9 @@
 #   3. the VM suite (our kernel + QEMU + driver + provider, under virtme-ng), twice: as it is
 #      and behind the guest IOMMU,
 #   4. the RoCEv2 wire in one more VM (qhca-vmtest --wire): Linux's rxe on a virtio-net NIC and
-#      two qhca ports on one Ethernet segment, the second losing, duplicating and reordering 1 %
-#      of its frames each; then the capture of the first port's frames, checked from outside
+#      three qhca ports on one Ethernet segment, the second losing, duplicating and reordering 1 %
+#      of its frames each, the third (rxe's lossy peer: tests/vm/src/wire.rs says why) losing and
+#      duplicating only; then the capture of the first port's frames, checked from outside
 #      with tshark and an ICRC of our own (scripts/check-capture.py),
 #   5. rdma-core's own test suite (run_tests.py, built by scripts/build-rdma-core.sh) on qhca and
 #      on rxe in one guest, both counts printed; on qhca every test passes or skips but those
@@ -138,13 +139,14 @@ vm_suite vm-iommu 900 --iommu
 # The wire: MACs as vm.sh gives them for node 1 (NIC 52:54:00:12:34:01, qhca0's port ...:35:01).
 pcap=/tmp/qhca-vm/wire.pcap
 vm_suite vm-wire 900 --nic --qhca-port --dump "$pcap" \
-	--qhca2 x-loss-drop=10,x-loss-dup=10,x-loss-reorder=10,x-loss-seed=7 -- --wire
+	--qhca2 x-loss-drop=10,x-loss-dup=10,x-loss-reorder=10,x-loss-seed=7 \
+	--qhca3 x-loss-drop=10,x-loss-dup=10,x-loss-seed=7 -- --wire
 stage capture python3 "$QHCA_ROOT/scripts/check-capture.py" "$pcap" 52:54:00:12:35:01 52:54:00:12:34:01
 line=$(grep -aE '^capture: [0-9]+ passed, [0-9]+ failed' "$logs/capture.log" | tail -n1)
 if [ -n "$line" ]; then
 	counts capture "$(awk '{print $2}' <<<"$line")" "$(awk '{print $4}' <<<"$line")"
 fi
-rm -f "$pcap"
+rm -f "$pcap" "$pcap.2" "$pcap.3"
 
 # rdma-core's suite on qhca and rxe (scripts/guest-rdma-core.sh). Its one Python process keeps
 # every test that skipped, and with it the device contexts the test had opened, until the run

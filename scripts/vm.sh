@@ -3,7 +3,7 @@
 #
 #   scripts/vm.sh [--uars N] [--iommu] [--append KERNEL_ARGS]
 #                 [--link LOCALPORT:REMOTEPORT | --nic] [--node N | --mac MAC]
-#                 [--qhca-port] [--qhca2 PROPS] [--dump FILE] [--] COMMAND...
+#                 [--qhca-port] [--qhca2 PROPS] [--qhca3 PROPS] [--dump FILE] [--] COMMAND...
 #
 # The guest sees the host's root filesystem (read-only) and this repository; /tmp/qhca-vm is
 # shared read-write for results. Needs KDIR and QEMU in the environment (scripts/build-all.sh sets
@@ -26,9 +26,11 @@
 # port (--qhca-port) meet on hub 0 inside this one QEMU, so that Linux's rxe on the NIC and qhca talk
 # RoCEv2 to each other in one guest. --qhca2 PROPS (with --qhca-port) adds a second qhca device on
 # the hub, with MAC 52:54:00:12:36:NN and the extra device properties PROPS (e.g. the x-loss-*
-# ones; "-" for none); it is /dev/qhca1. --dump FILE (with --qhca-port) records every frame the
-# first HCA's port sends or receives in FILE (pcap; QEMU's filter-dump). QHCA_LINK_RCVBUF sets the UDP socket's receive buffer (default 4 MiB; 0: the host's
-# default; see link_rcvbuf below).
+# ones; "-" for none); it is /dev/qhca1. --qhca3 PROPS (with --qhca2) adds a third, MAC
+# 52:54:00:12:37:NN, /dev/qhca2. --dump FILE (with --qhca-port) records every frame the
+# first HCA's port sends or receives in FILE (pcap; QEMU's filter-dump), the second's in FILE.2,
+# the third's in FILE.3. QHCA_LINK_RCVBUF sets the UDP socket's receive buffer (default 4 MiB; 0:
+# the host's default; see link_rcvbuf below).
 #
 # --timeout S kills the guest (QEMU included) after S seconds: vm.sh then says so and exits 124.
 # --console FILE keeps everything the guest kernel prints, from the first line of its boot, in FILE
@@ -37,12 +39,12 @@
 # times out, vm.sh prints the last 40 lines of it, so that a boot that hangs can be read.
 source "$(dirname "$0")/lib.sh"
 
-usage="usage: scripts/vm.sh [--timeout S] [--console FILE] [--uars N] [--iommu] [--append KERNEL_ARGS] [--link LOCALPORT:REMOTEPORT | --nic] [--node N | --mac MAC] [--qhca-port] [--qhca2 PROPS] [--dump FILE] [--] COMMAND..."
+usage="usage: scripts/vm.sh [--timeout S] [--console FILE] [--uars N] [--iommu] [--append KERNEL_ARGS] [--link LOCALPORT:REMOTEPORT | --nic] [--node N | --mac MAC] [--qhca-port] [--qhca2 PROPS] [--qhca3 PROPS] [--dump FILE] [--] COMMAND..."
 timeout="" console=""
 uars=24
 append=()
 iommu=""
-link="" nic="" node="" mac="" qhca_port="" qhca2="" dump=""
+link="" nic="" node="" mac="" qhca_port="" qhca2="" qhca3="" dump=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--timeout) timeout=$2; shift 2 ;;
@@ -56,6 +58,7 @@ while [ $# -gt 0 ]; do
 	--nic) nic=1; shift ;;
 	--qhca-port) qhca_port=1; shift ;;
 	--qhca2) qhca2=$2; shift 2 ;;
+	--qhca3) qhca3=$2; shift 2 ;;
 	--dump) dump=$2; shift 2 ;;
 	--) shift; break ;;
 	*) break ;;
@@ -70,6 +73,7 @@ fi
 if [ -z "$qhca_port" ] && [ -n "$qhca2$dump" ]; then
 	die "--qhca2 and --dump need --qhca-port"
 fi
+[ -z "$qhca3" ] || [ -n "$qhca2" ] || die "--qhca3 needs --qhca2"
 if [ -z "${KDIR:-}" ] || [ -z "${QEMU:-}" ]; then
 	KDIR=$("$QHCA_ROOT/scripts/build-kernel.sh" | tail -n1)
 	QEMU=$("$QHCA_ROOT/scripts/build-qemu.sh" | tail -n1)
@@ -161,11 +165,18 @@ if [ -n "$nic" ]; then
 			mkdir -p "$(dirname "$dump")" && rm -f "$dump"
 			net+=" -object filter-dump,id=qhcadump,netdev=qhcaport,file=$dump"
 		fi
-		if [ -n "$qhca2" ]; then
-			net+=" -netdev hubport,id=qhcaport2,hubid=0"
-			dev+=" -device qhca,num-uars=$uars,netdev=qhcaport2,mac=$(mac_plus 2)"
-			[ "$qhca2" = - ] || dev+=",$qhca2"
-		fi
+		# extra_hca N PROPS: HCA number N (2 or 3) on the hub, with PROPS ("-": none).
+		extra_hca() {
+			net+=" -netdev hubport,id=qhcaport$1,hubid=0"
+			dev+=" -device qhca,num-uars=$uars,netdev=qhcaport$1,mac=$(mac_plus "$1")"
+			[ "$2" = - ] || dev+=",$2"
+			if [ -n "$dump" ]; then
+				rm -f "$dump.$1"
+				net+=" -object filter-dump,id=qhcadump$1,netdev=qhcaport$1,file=$dump.$1"
+			fi
+		}
+		[ -z "$qhca2" ] || extra_hca 2 "$qhca2"
+		[ -z "$qhca3" ] || extra_hca 3 "$qhca3"
 	fi
 	genv="QHCA_NET_MAC=$mac ${node:+QHCA_NODE=$node }"
 	if [ -n "$link" ] && [ "${QHCA_LINK_RCVBUF:-4194304}" != 0 ]; then

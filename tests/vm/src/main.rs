@@ -17,7 +17,8 @@
 //! and exits 0 only if nothing failed (1 otherwise, 2 on bad usage or configuration).
 //!
 //! `--wire` runs the RoCEv2 wire section instead (see [`wire`]), which needs the VM that
-//! `scripts/vm.sh --nic --qhca-port --qhca2 ..` boots; the suite's own cases never depend on it.
+//! `scripts/vm.sh --nic --qhca-port --qhca2 .. --qhca3 ..` boots; the suite's own cases never
+//! depend on it.
 //!
 //! Environment: `QHCA_EXPECT_NUM_UARS` (required: the `num-uars` QEMU was started with),
 //! `QHCA_KO` (the built qhca.ko, for the reload case), `QHCA_MODULE_NAME` (default `qhca`),
@@ -44,7 +45,8 @@ Usage: qhca-vmtest [--wire] [--list] [FILTER...]
 Runs the qhca VM test cases whose name contains a FILTER (all without one).
 
   --wire      the RoCEv2 wire section instead (a VM booted with scripts/vm.sh --nic
-              --qhca-port --qhca2 PROPS: rxe on the NIC and two qhca ports on one segment)
+              --qhca-port --qhca2 PROPS --qhca3 PROPS: rxe on the NIC and three qhca
+              ports on one segment)
   --list      list the cases in their default order and exit
   -h, --help  show this help
 
