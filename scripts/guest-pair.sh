@@ -6,8 +6,9 @@
 #   scripts/vm-pair.sh --qhca-port -- bash scripts/guest-pair.sh bench QHCA_KO BIN
 #
 # Each guest brings its NIC up (scripts/guest-net.sh, MTU 9000, so that rxe's path MTU is 4096 as
-# qhca's), loads the driver, gives its HCA's port the address 10.7.0.1N/24 (N = its node), and runs
-# rxe0 on its NIC (10.7.0.N). Then, step by step, node 1 runs the server and node 2 the client
+# qhca's), loads the driver, gives its HCA's port the address 10.7.0.1N/24 (N = its node) on the
+# port's netdev (noprefixroute: the netdev carries no IP traffic yet, so the subnet's route stays
+# the NIC's), and runs rxe0 on its NIC (10.7.0.N). Then, step by step, node 1 runs the server and node 2 the client
 # (again while the server does not listen yet), and the two meet before the next step
 # (qhca_net_barrier):
 #   tests  every RC opcode byte for byte both ways (qhca-verbs-check wire) qhca <-> qhca,
@@ -21,8 +22,9 @@
 #   bench  perftest ib_write_lat and ib_write_bw at 64 B and 64 KiB between qhca <-> qhca,
 #          qhca <-> rxe (qhca's client, rxe's server) and rxe <-> rxe on the same two guests; node 2
 #          ends with one line per result, "pair-bench: PAIR TEST SIZE VALUE UNIT".
-# qhca's side runs the Debian programs with the verbs layer (BIN/libqhca_verbs.so) preloaded, rxe's
-# side runs them as they are. QHCA_QP_TIMEOUT is perftest's -u (default 18: 1.07 s; a round trip
+# Both sides run the Debian programs as they are: libibverbs loads qhca's installed provider for
+# the RDMA core's qhca device (named as udev named it, rocep0sN), as it loads rxe's for rxe0; our
+# tools open that device by default. QHCA_QP_TIMEOUT is perftest's -u (default 18: 1.07 s; a round trip
 # between two loaded TCG guests can take longer than perftest's default 67 ms), QHCA_PIN=0 keeps
 # perftest off CPU 1 (by default it runs there and the NIC's interrupts go to CPU 0).
 set -uo pipefail
@@ -57,35 +59,41 @@ mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 . "$here/guest-load.sh"
 qhca_insmod "$ko" || fatal "insmod $ko"
 qhca_ip=10.7.0.1$node
-"$bin/qhca-info" addr add "$qhca_ip/24" || fatal "qhca-info addr add $qhca_ip/24"
-# gid_index DEV IP: the index of IP's RoCEv2 GID in DEV's table (sysfs for rxe, qhca-info for qhca).
+# The RDMA core's qhca device and its port's netdev.
+qpci=$(ls -d /sys/bus/pci/drivers/qhca/0000:* 2>/dev/null | head -n1)
+qdev=$(ls "$qpci/infiniband" 2>/dev/null | head -n1)
+qnet=$(ls "$qpci/net" 2>/dev/null | head -n1)
+[ -n "$qdev" ] && [ -n "$qnet" ] || fatal "no RDMA device or netdev for qhca ($qpci)"
+ip link set "$qnet" up && ip addr add "$qhca_ip/24" dev "$qnet" noprefixroute ||
+	fatal "ip addr add $qhca_ip/24 dev $qnet"
+# gid_index DEV IP: the index of IP's RoCEv2 GID in DEV's table, as sysfs shows it.
 gid_index() {
 	local dev=$1 ip=$2 want f
-	if [ "$dev" = rxe0 ]; then
-		# shellcheck disable=SC2086 # the address's four numbers, split on purpose
-		want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' ${ip//./ })
-		for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do
-			[ "$(cat "$f" 2>/dev/null)" = "$want" ] && echo "${f##*/}" && return 0
-		done
-		return 1
-	fi
-	# "gid 1 ::ffff:10.7.0.11 (10.7.0.11/24) RoCEv2"
-	"$bin/qhca-info" -d "$dev" addr show |
-		awk -v g="::ffff:$ip" '{ for (i = 1; i < NF; i++) if ($i == "gid" && $(i + 2) == g) { print $(i + 1); exit } }' | grep .
+	# shellcheck disable=SC2086 # the address's four numbers, split on purpose
+	want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' ${ip//./ })
+	for f in "/sys/class/infiniband/$dev/ports/1/gids"/*; do
+		[ "$(cat "$f" 2>/dev/null)" = "$want" ] && echo "${f##*/}" && return 0
+	done
+	return 1
 }
-qhca_gidx=$(gid_index qhca0 "$qhca_ip") || fatal "no GID index for $qhca_ip on qhca0: $("$bin/qhca-info" addr show)"
+# active_gid_index DEV IP: gid_index once DEV's port is active (10 s at most).
+active_gid_index() {
+	local i
+	for _ in $(seq 100); do
+		i=$(gid_index "$1" "$2") &&
+			[ "$(cat "/sys/class/infiniband/$1/ports/1/state" 2>/dev/null)" = "4: ACTIVE" ] &&
+			echo "$i" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+qhca_gidx=$(active_gid_index "$qdev" "$qhca_ip") || fatal "no active GID for $qhca_ip on $qdev"
 
 modprobe rdma_rxe || fatal "modprobe rdma_rxe"
 rdma link add rxe0 type rxe netdev "$QHCA_NET_IF" || fatal "rdma link add rxe0"
-rxe_gidx=""
-for _ in $(seq 100); do
-	rxe_gidx=$(gid_index rxe0 "$QHCA_SELF_IP") &&
-		[ "$(cat /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null)" = "4: ACTIVE" ] && break
-	rxe_gidx=""
-	sleep 0.1
-done
-[ -n "$rxe_gidx" ] || fatal "rxe0 has no active port with the GID of $QHCA_SELF_IP"
-log "qhca0 $qhca_ip (GID index $qhca_gidx), rxe0 on $QHCA_NET_IF $QHCA_SELF_IP (GID index $rxe_gidx)"
+rxe_gidx=$(active_gid_index rxe0 "$QHCA_SELF_IP") ||
+	fatal "rxe0 has no active port with the GID of $QHCA_SELF_IP"
+log "$qdev on $qnet $qhca_ip (GID index $qhca_gidx), rxe0 on $QHCA_NET_IF $QHCA_SELF_IP (GID index $rxe_gidx)"
 
 pin=()
 if [ "${QHCA_PIN:-1}" = 1 ] && [ "$(nproc)" -ge 2 ]; then
@@ -95,7 +103,7 @@ if [ "${QHCA_PIN:-1}" = 1 ] && [ "$(nproc)" -ge 2 ]; then
 	done
 fi
 
-# side DEV: the command prefix and GID index of one end: qhca through the layer, rxe as it is.
+# side DEV: the GID index of one end.
 side() {
 	if [ "$1" = rxe0 ]; then
 		echo "$rxe_gidx"
@@ -110,7 +118,7 @@ barrier=7710
 # GID index and device.
 # Returns PROG's exit code on this node; its output is in $out.
 step() {
-	local name=$1 sdev=$2 cdev=$3 prog=$4 dev gidx args=() a rc i env=()
+	local name=$1 sdev=$2 cdev=$3 prog=$4 dev gidx args=() a rc i
 	shift 4
 	if [ "$node" = 1 ]; then dev=$sdev; else dev=$cdev; fi
 	gidx=$(side "$dev")
@@ -118,15 +126,14 @@ step() {
 		a=${a//@GIDX/$gidx}
 		args+=("${a//@DEV/$dev}")
 	done
-	[ "$dev" = rxe0 ] || env=(env "LD_PRELOAD=$bin/libqhca_verbs.so")
 	if [ "$node" = 1 ]; then
 		log "$name: server: $prog on $dev ${args[*]}"
-		timeout 400 "${env[@]}" "${pin[@]}" "$prog" "${args[@]}" >"$out" 2>&1
+		timeout 400 "${pin[@]}" "$prog" "${args[@]}" >"$out" 2>&1
 		rc=$?
 	else
 		log "$name: client: $prog on $dev ${args[*]} $peer_nic"
 		for i in $(seq 60); do
-			timeout 400 "${env[@]}" "${pin[@]}" "$prog" "${args[@]}" "$peer_nic" >"$out" 2>&1
+			timeout 400 "${pin[@]}" "$prog" "${args[@]}" "$peer_nic" >"$out" 2>&1
 			rc=$?
 			[ $rc = 0 ] && break
 			# perftest's words, and ours (qhca-pingpong, qhca-perf) for a server not listening yet.
@@ -201,34 +208,34 @@ splitnet_pair() {
 }
 
 if [ "$mode" = tests ]; then
-	wire pair_wire_qhca_qhca qhca0 qhca0 18800
-	wire pair_wire_rxe_qhca rxe0 qhca0 18801
-	wire pair_wire_qhca_rxe qhca0 rxe0 18802
-	check pair_rc_pingpong_qhca_qhca '^200 iters in' qhca0 qhca0 ibv_rc_pingpong \
-		-d qhca0 -g @GIDX -c -s 4096 -n 200 -p 18803
+	wire pair_wire_qhca_qhca "$qdev" "$qdev" 18800
+	wire pair_wire_rxe_qhca rxe0 "$qdev" 18801
+	wire pair_wire_qhca_rxe "$qdev" rxe0 18802
+	check pair_rc_pingpong_qhca_qhca '^200 iters in' "$qdev" "$qdev" ibv_rc_pingpong \
+		-d @DEV -g @GIDX -c -s 4096 -n 200 -p 18803
 	# Our own tools across the guests (-x as perftest's; the exchange on -p).
-	check pair_qhca_pingpong '^200 iters in' qhca0 qhca0 "$bin/qhca-pingpong" \
+	check pair_qhca_pingpong '^200 iters in' "$qdev" "$qdev" "$bin/qhca-pingpong" \
 		-x @GIDX -s 4096 -n 200 -p 18805
-	check pair_qhca_perf_read_lat 'client:^ +8 +300 ' qhca0 qhca0 "$bin/qhca-perf" read_lat \
+	check pair_qhca_perf_read_lat 'client:^ +8 +300 ' "$qdev" "$qdev" "$bin/qhca-perf" read_lat \
 		-x @GIDX -s 8 -n 300 -p 18806
 	for t in "ib_write_lat 8 -n 500" "ib_write_bw 65536 -n 200"; do
 		# shellcheck disable=SC2086 # the test's words, split on purpose
 		set -- $t
-		if perftest "pair_$1_qhca_qhca" qhca0 qhca0 "$1" "$2" 18804 "${@:3}" && [ -n "$(row)" ]; then
+		if perftest "pair_$1_qhca_qhca" "$qdev" "$qdev" "$1" "$2" 18804 "${@:3}" && [ -n "$(row)" ]; then
 			ok "pair_$1_qhca_qhca"
 		else
 			bad "pair_$1_qhca_qhca" "$(tail -n 3 "$out" | tr '\n' ' ')"
 		fi
 	done
 	# rxe's programs on one guest, the same programs on qhca on the other.
-	check pair_rc_pingpong_rxe_qhca '^200 iters in' rxe0 qhca0 ibv_rc_pingpong \
+	check pair_rc_pingpong_rxe_qhca '^200 iters in' rxe0 "$qdev" ibv_rc_pingpong \
 		-d @DEV -g @GIDX -c -s 4096 -n 200 -p 18807
 	port=18808
 	for t in "ib_write_lat 8 -n 300" "ib_read_lat 8 -n 300 -o 16" "ib_send_lat 8 -n 300" \
 		"ib_write_bw 65536 -n 100"; do
 		# shellcheck disable=SC2086 # the test's words, split on purpose
 		set -- $t
-		for dir in "rxe0 qhca0 rxe_qhca" "qhca0 rxe0 qhca_rxe"; do
+		for dir in "rxe0 $qdev rxe_qhca" "$qdev rxe0 qhca_rxe"; do
 			# shellcheck disable=SC2086
 			set -- $dir "$@"
 			if perftest "pair_$4_$3" "$1" "$2" "$4" "$5" "$port" "${@:6}" &&
@@ -252,7 +259,7 @@ fi
 
 # bench: node 2 reports.
 results=()
-for pair in "qhca0 qhca0 qhca<->qhca" "rxe0 qhca0 qhca<->rxe" "rxe0 rxe0 rxe<->rxe"; do
+for pair in "$qdev $qdev qhca<->qhca" "rxe0 $qdev qhca<->rxe" "rxe0 rxe0 rxe<->rxe"; do
 	# shellcheck disable=SC2086
 	set -- $pair
 	sdev=$1 cdev=$2 label=$3

@@ -47,27 +47,16 @@ tool() { # NAME PATTERN COMMAND...: passes if COMMAND exits 0 and prints a line 
 	sed 's/^/    /' <<<"$out"
 }
 if [ "${1:-}" != --wire ]; then
-	tool tool_qhca_info '^hca_id: +qhca0' "$bin/qhca-info"
+	# By default the tools open the RDMA core's device (its uverbs node), whose port's netdev
+	# must be up.
+	qhca_links_up || bad tool_links_up "a qhca netdev has no link-local address"
+	tool tool_qhca_info '^[[:space:]]+device:[[:space:]]+/dev/infiniband/uverbs' "$bin/qhca-info"
 	tool tool_pingpong '^200 iters in .* usec/iter' "$bin/qhca-pingpong" --loopback -s 4096 -n 200
 	tool tool_perf_write_lat '^ +8 +200 ' "$bin/qhca-perf" write_lat --loopback -s 8 -n 200
 	tool tool_perf_write_bw '^ +65536 +200 ' "$bin/qhca-perf" write_bw --loopback -s 65536 -n 200
 	tool tool_perf_write_lat_one_thread '^ +8 +200 ' "$bin/qhca-perf" write_lat --loopback --one-thread -s 8 -n 200
-	# The same tool on the RDMA core's node of the device (the crate's uverbs backend), named as
-	# ibv_devices names it, once its port's netdev is up: its link-local address is the core's
-	# GID 0.
-	uv="" nd=""
-	for d in /sys/class/infiniband_verbs/uverbs*; do
-		[ "$(basename "$(readlink -f "$d/device/driver")")" = qhca ] || continue
-		uv=$(cat "$d/ibdev") nd=$(ls "$d/device/net" 2>/dev/null | head -n1)
-		break
-	done
-	if [ -n "$nd" ] && ip link set "$nd" up; then
-		for _ in $(seq 100); do
-			ip -6 addr show dev "$nd" scope link | grep -q tentative || break
-			sleep 0.1
-		done
-	fi
-	tool tool_perf_write_lat_uverbs '^ +8 +200 ' "$bin/qhca-perf" write_lat --loopback -d "$uv" -s 8 -n 200
+	# The same tool on the driver's own node, while it is there.
+	tool tool_perf_write_lat_misc '^ +8 +200 ' "$bin/qhca-perf" write_lat --loopback -d /dev/qhca0 -s 8 -n 200
 fi
 
 # Leave the driver as the tests found it, then check that unloading is clean.

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! Device discovery: `/dev/qhcaN` nodes and their PCI addresses from sysfs.
+//! Device discovery: qhca's devices as the RDMA core lists them (their uverbs nodes, names and PCI
+//! addresses, from sysfs), and, until it goes (issue 26, step 5), the driver's own misc node
+//! `/dev/qhcaN`.
 
 use std::path::{Path, PathBuf};
 
@@ -11,26 +13,34 @@ use crate::error::{errno_of, Error, Result};
 pub const DEV_DIR: &str = "/dev";
 /// Where the misc class lists them; `<SYSFS_MISC_DIR>/qhcaN/device` links to the PCI device.
 pub const SYSFS_MISC_DIR: &str = "/sys/class/misc";
-/// The prefix of every node name.
+/// The prefix of every misc node's name, and of the names [`DeviceInfo::find`] takes for a
+/// device's place in [`devices`] (`qhca0` is the first).
 pub const NAME_PREFIX: &str = "qhca";
 /// Where the RDMA core lists its uverbs nodes; `<SYSFS_UVERBS_DIR>/uverbsN/device` links to the
-/// PCI device.
+/// PCI device, `<SYSFS_UVERBS_DIR>/uverbsN/ibdev` holds the RDMA device's name.
 pub const SYSFS_UVERBS_DIR: &str = "/sys/class/infiniband_verbs";
 /// Where the uverbs nodes live.
 pub const UVERBS_DEV_DIR: &str = "/dev/infiniband";
 /// Where the RDMA core lists its devices by name.
 pub const SYSFS_IB_DIR: &str = "/sys/class/infiniband";
+/// Where PCI devices are, by address; `<SYSFS_PCI_DIR>/<addr>/net/` names a device's netdevs.
+pub const SYSFS_PCI_DIR: &str = "/sys/bus/pci/devices";
 
-/// One qhca device, as found by [`devices`].
+/// One qhca device, as found by [`devices`] (or [`misc_devices`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {
-    /// `qhcaN`.
+    /// The RDMA core's name of the device, as `ibv_devices` lists it (`rocep0s10` where udev
+    /// names RDMA devices by their PCI slot, `qhca0` where nothing renames them); `qhcaN` for a
+    /// misc node.
     pub name: String,
-    /// N.
+    /// Its place among the qhca devices, in PCI address order (N of a misc node `qhcaN`):
+    /// [`DeviceInfo::find`] takes `qhcaN` for it.
     pub index: u32,
-    /// `/dev/qhcaN`.
+    /// The node a context opens ([`Context::open`]): the core's uverbs node
+    /// (`/dev/infiniband/uverbsN`), or `/dev/qhcaN` for a misc node.
     pub path: PathBuf,
-    /// The PCI address (`0000:00:03.0`), when sysfs links the node to its PCI device.
+    /// The PCI address (`0000:00:03.0`), when sysfs links the node to its PCI device (always
+    /// for a uverbs node; the misc node has no parent).
     pub pci_addr: Option<String>,
 }
 
@@ -47,11 +57,19 @@ impl DeviceInfo {
         uverbs_node(self.pci_addr.as_deref()?)
     }
 
-    /// The device called `name` (`qhca0`), from [`devices`]; [`Error::NotFound`] if it is not
-    /// there.
+    /// The Linux netdev of the device's port (`enp0s10`): its addresses are the port's GIDs on
+    /// the uverbs node, where `ip addr add ... dev NETDEV` sets them. `None` without one (or
+    /// without a PCI address).
+    pub fn netdev(&self) -> Option<String> {
+        netdev_in(Path::new(SYSFS_PCI_DIR), self.pci_addr.as_deref()?)
+    }
+
+    /// The device called `name` in [`devices`]: by the RDMA core's name (`rocep0s10`), or by
+    /// `qhcaN`, the N-th in PCI address order, if no device has that name; [`Error::NotFound`]
+    /// if there is none.
     pub fn find(name: &str) -> Result<DeviceInfo> {
         match devices() {
-            Ok(list) => list.into_iter().find(|d| d.name == name),
+            Ok(list) => find_in(list, name),
             Err(Error::NoDevices) => None,
             Err(e) => return Err(e),
         }
@@ -61,19 +79,112 @@ impl DeviceInfo {
     }
 }
 
-/// Every qhca device, sorted by index (`qhca2` before `qhca10`).
+/// The one netdev of PCI device `pci_addr` under `sysfs_pci_dir`, if it has exactly one.
+pub fn netdev_in(sysfs_pci_dir: &Path, pci_addr: &str) -> Option<String> {
+    let mut names: Vec<String> = std::fs::read_dir(sysfs_pci_dir.join(pci_addr).join("net"))
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    (names.len() == 1).then(|| names.remove(0))
+}
+
+/// `name` in `list`, as [`DeviceInfo::find`] looks for it.
+pub fn find_in(list: Vec<DeviceInfo>, name: &str) -> Option<DeviceInfo> {
+    let index = parse_device_name(name);
+    let mut by_index = None;
+    for d in list {
+        if d.name == name {
+            return Some(d);
+        }
+        if Some(d.index) == index && by_index.is_none() {
+            by_index = Some(d);
+        }
+    }
+    by_index
+}
+
+/// Every qhca device of the RDMA core, in PCI address order: each with its uverbs node.
 ///
-/// Returns [`Error::NoDevices`] if there is none, [`Error::Discover`] if `/dev` cannot be read.
+/// Returns [`Error::NoDevices`] if there is none (the driver is not loaded, or the core's
+/// `ib_uverbs` is not), [`Error::Discover`] if sysfs cannot be read.
 pub fn devices() -> Result<Vec<DeviceInfo>> {
-    let list = devices_in(Path::new(DEV_DIR), Path::new(SYSFS_MISC_DIR))?;
+    let list = match devices_in(Path::new(SYSFS_UVERBS_DIR)) {
+        Err(Error::Discover {
+            source: crate::Errno::ENOENT,
+            ..
+        }) => Vec::new(),
+        r => r?,
+    };
     if list.is_empty() {
         return Err(Error::NoDevices);
     }
     Ok(list)
 }
 
-/// [`devices`] over other directories (for tests); an empty list is not an error here.
-pub fn devices_in(dev_dir: &Path, sysfs_misc_dir: &Path) -> Result<Vec<DeviceInfo>> {
+/// [`devices`] over another sysfs directory (for tests); an empty list is not an error here.
+pub fn devices_in(sysfs_uverbs_dir: &Path) -> Result<Vec<DeviceInfo>> {
+    let discover_err = |e: std::io::Error| Error::Discover {
+        path: sysfs_uverbs_dir.to_owned(),
+        source: errno_of(&e),
+    };
+    let mut list = Vec::new();
+    for entry in std::fs::read_dir(sysfs_uverbs_dir).map_err(discover_err)? {
+        let entry = entry.map_err(discover_err)?;
+        let Some(node) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if !node.starts_with("uverbs") {
+            continue;
+        }
+        let dir = entry.path();
+        let Some(pci_addr) = pci_addr_of(&dir) else {
+            continue;
+        };
+        if !is_qhca(&dir.join("device")) {
+            continue;
+        }
+        // The core's name of the device; a node whose device is going away has none.
+        let Ok(name) = std::fs::read_to_string(dir.join("ibdev")) else {
+            continue;
+        };
+        list.push(DeviceInfo {
+            name: name.trim().to_owned(),
+            index: 0,
+            path: Path::new(UVERBS_DEV_DIR).join(&node),
+            pci_addr: Some(pci_addr),
+        });
+    }
+    list.sort_by(|a, b| a.pci_addr.cmp(&b.pci_addr));
+    for (i, d) in list.iter_mut().enumerate() {
+        d.index = u32::try_from(i).unwrap_or(u32::MAX);
+    }
+    Ok(list)
+}
+
+/// Whether the PCI device at `pci_dir` has qhca's vendor and device IDs.
+fn is_qhca(pci_dir: &Path) -> bool {
+    let id = |f: &str| -> Option<u32> {
+        let s = std::fs::read_to_string(pci_dir.join(f)).ok()?;
+        u32::from_str_radix(s.trim().strip_prefix("0x")?, 16).ok()
+    };
+    id("vendor") == Some(qhca_uapi::QHCA_PCI_VENDOR_ID)
+        && id("device") == Some(qhca_uapi::QHCA_PCI_DEVICE_ID)
+}
+
+/// Every misc node `/dev/qhcaN` of the driver, sorted by N (`qhca2` before `qhca10`): the
+/// driver's own control path, which goes once nothing uses it (issue 26, step 5).
+///
+/// Returns [`Error::NoDevices`] if there is none, [`Error::Discover`] if `/dev` cannot be read.
+pub fn misc_devices() -> Result<Vec<DeviceInfo>> {
+    let list = misc_devices_in(Path::new(DEV_DIR), Path::new(SYSFS_MISC_DIR))?;
+    if list.is_empty() {
+        return Err(Error::NoDevices);
+    }
+    Ok(list)
+}
+
+/// [`misc_devices`] over other directories (for tests); an empty list is not an error here.
+pub fn misc_devices_in(dev_dir: &Path, sysfs_misc_dir: &Path) -> Result<Vec<DeviceInfo>> {
     let discover_err = |e: std::io::Error| Error::Discover {
         path: dev_dir.to_owned(),
         source: errno_of(&e),
@@ -235,7 +346,7 @@ mod tests {
     }
 
     #[test]
-    fn lists_sorted_with_pci_addresses() {
+    fn lists_misc_nodes_sorted_with_pci_addresses() {
         let s = Scratch::new("devices");
         let dev = s.0.join("dev");
         let misc = s.0.join("misc");
@@ -252,7 +363,7 @@ mod tests {
         .unwrap();
         fs::create_dir_all(misc.join("qhca2")).unwrap();
 
-        let list = devices_in(&dev, &misc).unwrap();
+        let list = misc_devices_in(&dev, &misc).unwrap();
         let names: Vec<_> = list.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["qhca0", "qhca2", "qhca10"]);
         assert_eq!(list[0].index, 0);
@@ -261,6 +372,70 @@ mod tests {
         assert_eq!(list[1].pci_addr, None);
         assert_eq!(list[2].index, 10);
         assert_eq!(list[2].pci_addr, None);
+    }
+
+    /// `<dir>/pci/<addr>` with these IDs, and `<dir>/uverbs/<node>` on it named `ibdev`.
+    fn uverbs_entry(dir: &Path, node: &str, addr: &str, ids: (&str, &str), ibdev: Option<&str>) {
+        let pci = dir.join("pci").join(addr);
+        fs::create_dir_all(&pci).unwrap();
+        fs::write(pci.join("vendor"), format!("{}\n", ids.0)).unwrap();
+        fs::write(pci.join("device"), format!("{}\n", ids.1)).unwrap();
+        let n = dir.join("uverbs").join(node);
+        fs::create_dir_all(&n).unwrap();
+        std::os::unix::fs::symlink(&pci, n.join("device")).unwrap();
+        if let Some(name) = ibdev {
+            fs::write(n.join("ibdev"), format!("{name}\n")).unwrap();
+        }
+    }
+
+    #[test]
+    fn lists_the_cores_qhca_devices_in_pci_order() {
+        let s = Scratch::new("uverbs-list");
+        let ours = ("0x1af4", "0x10f0");
+        uverbs_entry(&s.0, "uverbs3", "0000:00:0b.0", ours, Some("rocep0s11"));
+        uverbs_entry(&s.0, "uverbs1", "0000:00:0a.0", ours, Some("qhca1"));
+        // rxe has no PCI device; another vendor's device; one going away (no ibdev).
+        fs::create_dir_all(s.0.join("uverbs/uverbs0")).unwrap();
+        uverbs_entry(
+            &s.0,
+            "uverbs2",
+            "0000:00:0c.0",
+            ("0x15b3", "0x101b"),
+            Some("mlx5_0"),
+        );
+        uverbs_entry(&s.0, "uverbs4", "0000:00:0d.0", ours, None);
+        fs::create_dir_all(s.0.join("uverbs/other")).unwrap();
+
+        let list = devices_in(&s.0.join("uverbs")).unwrap();
+        let got: Vec<_> = list
+            .iter()
+            .map(|d| (d.name.as_str(), d.index, d.path.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("qhca1", 0, "/dev/infiniband/uverbs1"),
+                ("rocep0s11", 1, "/dev/infiniband/uverbs3")
+            ]
+        );
+        assert_eq!(list[1].pci_addr.as_deref(), Some("0000:00:0b.0"));
+        // By name first, then qhcaN by place: "qhca1" is the device of that name, not the
+        // second one.
+        let find = |n: &str| find_in(list.clone(), n).map(|d| d.name);
+        assert_eq!(find("rocep0s11").as_deref(), Some("rocep0s11"));
+        assert_eq!(find("qhca1").as_deref(), Some("qhca1"));
+        assert_eq!(find("qhca0").as_deref(), Some("qhca1"));
+        assert_eq!(find("qhca2"), None);
+        assert_eq!(find("mlx5_0"), None);
+        assert_eq!(find(""), None);
+
+        fs::create_dir_all(s.0.join("pci/0000:00:0b.0/net/enp0s11")).unwrap();
+        fs::create_dir_all(s.0.join("pci/0000:00:0d.0/net/a")).unwrap();
+        fs::create_dir_all(s.0.join("pci/0000:00:0d.0/net/b")).unwrap();
+        let pci = s.0.join("pci");
+        assert_eq!(netdev_in(&pci, "0000:00:0b.0").as_deref(), Some("enp0s11"));
+        assert_eq!(netdev_in(&pci, "0000:00:0a.0"), None);
+        assert_eq!(netdev_in(&pci, "0000:00:0d.0"), None);
     }
 
     #[test]
@@ -299,9 +474,10 @@ mod tests {
     #[test]
     fn empty_and_missing_directories() {
         let s = Scratch::new("empty");
-        assert_eq!(devices_in(&s.0, &s.0.join("nope")).unwrap(), []);
+        assert_eq!(misc_devices_in(&s.0, &s.0.join("nope")).unwrap(), []);
+        assert_eq!(devices_in(&s.0).unwrap(), []);
         let missing = s.0.join("missing");
-        match devices_in(&missing, &missing) {
+        match misc_devices_in(&missing, &missing) {
             Err(Error::Discover { path, source }) => {
                 assert_eq!(path, missing);
                 assert_eq!(source, crate::Errno::ENOENT);

@@ -49,8 +49,12 @@ pub enum Error {
         source: Errno,
     },
 
-    /// No `/dev/qhcaN` node exists.
-    #[error("no qhca devices found (is the qhca module loaded and a qhca PCI device present?)")]
+    /// The RDMA core has no qhca device (or no `/dev/qhcaN` node exists, for
+    /// [`misc_devices`](crate::misc_devices)).
+    #[error(
+        "no qhca devices found (are the qhca and ib_uverbs modules loaded and a qhca PCI device \
+         present?)"
+    )]
     NoDevices,
 
     /// A device asked for by name does not exist.

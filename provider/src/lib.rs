@@ -15,9 +15,11 @@
 //! # }
 //! ```
 //!
-//! The control path is ioctls on `/dev/qhcaN` ([`Context`], [`Pd`], [`Mr`], [`Cq`], [`Qp`]);
-//! the data path is stores into rings in our own memory and one doorbell store
-//! ([`Doorbell::ring`]) per post, and loads from the CQ ring to poll, with no system call.
+//! The control path is the RDMA core's commands on the device's uverbs node
+//! (`/dev/infiniband/uverbsN`, which [`devices`] finds), or the driver's own ioctls on its misc
+//! node `/dev/qhcaN` until that goes ([`Context`], [`Pd`], [`Mr`], [`Cq`], [`Qp`]); the data
+//! path is stores into rings in our own memory and one doorbell store ([`Doorbell::ring`]) per
+//! post, and loads from the CQ ring to poll, with no system call.
 //!
 //! ```no_run
 //! # fn main() -> qhca::Result<()> {
@@ -192,9 +194,10 @@ pub use conn::ConnInfo;
 pub use context::{AsyncEvent, Context, CtxStats};
 pub use cq::{eventfd, Cq, CqConsumer, Wc, WcOpcode, WcStatus, LIVENESS_INTERVAL};
 pub use device::{
-    devices, devices_in, is_pci_addr, parse_device_name, uverbs_node, uverbs_node_in,
-    uverbs_node_of_ib, uverbs_node_of_ib_in, DeviceInfo, DEV_DIR, SYSFS_IB_DIR, SYSFS_MISC_DIR,
-    SYSFS_UVERBS_DIR, UVERBS_DEV_DIR,
+    devices, devices_in, find_in, is_pci_addr, misc_devices, misc_devices_in, netdev_in,
+    parse_device_name, uverbs_node, uverbs_node_in, uverbs_node_of_ib, uverbs_node_of_ib_in,
+    DeviceInfo, DEV_DIR, SYSFS_IB_DIR, SYSFS_MISC_DIR, SYSFS_PCI_DIR, SYSFS_UVERBS_DIR,
+    UVERBS_DEV_DIR,
 };
 pub use doorbell::Doorbell;
 pub use error::{Errno, Error, PostError, PostReason, Result};

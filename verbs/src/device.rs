@@ -87,7 +87,8 @@ impl Dev {
 
 /// The qhca devices present now, each with the same `Dev` as in earlier lists.
 fn scan() -> Vec<&'static Dev> {
-    let found = qhca::devices().unwrap_or_default();
+    // The driver's own nodes (`/dev/qhcaN`): the layer goes with them (issue 26, step 5).
+    let found = qhca::misc_devices().unwrap_or_default();
     let mut devs = lock(&DEVS);
     found
         .into_iter()

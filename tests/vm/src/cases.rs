@@ -174,15 +174,15 @@ fn device_node(t: &mut T, cfg: &Config) -> CaseResult {
         "sysfs dev matches the node's numbers"
     );
 
-    let list = qhca::devices()?;
+    let list = qhca::misc_devices()?;
     let Some(found) = list.iter().find(|d| d.name == "qhca0") else {
-        fail!(t, "qhca::devices() did not list qhca0: {list:?}");
+        fail!(t, "qhca::misc_devices() did not list qhca0: {list:?}");
         return Err(Fail::recorded());
     };
     check_eq!(t, found.path, cfg.dev);
     check_eq!(t, found.index, 0);
     let sorted = list.windows(2).all(|w| w[0].index < w[1].index);
-    check!(t, sorted, "devices() sorted by index: {list:?}");
+    check!(t, sorted, "misc_devices() sorted by index: {list:?}");
 
     // The PCI device behind it: our IDs, bound to our driver.
     let bdf = system::pci_bdf(cfg)?;
@@ -215,7 +215,29 @@ fn device_node(t: &mut T, cfg: &Config) -> CaseResult {
         cfg.driver_dir().display()
     );
 
-    check_eq!(t, DeviceInfo::find("qhca0")?.path, cfg.dev);
+    // qhca::devices(): the RDMA core's device of this PCI device, by its name and uverbs node;
+    // `qhca0` names the first.
+    let core = qhca::devices()?;
+    let Some(mine) = core
+        .iter()
+        .find(|d| d.pci_addr.as_deref() == Some(bdf.as_str()))
+    else {
+        fail!(t, "qhca::devices() did not list {bdf}: {core:?}");
+        return Err(Fail::recorded());
+    };
+    check_eq!(t, Some(&mine.name), ib_device_of(&bdf).as_ref(), "{mine:?}");
+    check_eq!(
+        t,
+        Some(&mine.path),
+        qhca::uverbs_node(&bdf).as_ref(),
+        "{mine:?}"
+    );
+    check!(t, mine.path.exists(), "{mine:?}");
+    check_eq!(t, mine.netdev(), netdev_of(&bdf), "{mine:?}");
+    let sorted = core.windows(2).all(|w| w[0].pci_addr < w[1].pci_addr);
+    check!(t, sorted, "devices() in PCI address order: {core:?}");
+    check_eq!(t, &DeviceInfo::find(&mine.name)?, mine);
+    check_eq!(t, DeviceInfo::find("qhca0")?, core[0]);
     let missing = DeviceInfo::find("qhca4095");
     check!(
         t,

@@ -36,7 +36,7 @@ pub(crate) mod process;
 mod protection;
 mod rcache;
 mod ud;
-mod uverbs;
+pub(crate) mod uverbs;
 mod watch;
 
 pub use process::helper_main;

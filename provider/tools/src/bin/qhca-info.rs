@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! `qhca-info`: what `ibv_devinfo -v` shows, for qhca devices, and their port's IPv4 addresses
-//! as `ip addr` shows and sets them.
+//! `qhca-info`: what `ibv_devinfo -v` shows, for qhca devices, and their port's GID table as
+//! `ip addr` shows addresses. On the RDMA core's device (the default) the port's addresses are
+//! its netdev's (`ip addr add ... dev NETDEV`); only the driver's own node (`-d /dev/qhcaN`,
+//! until it goes) takes `addr add` and `addr del`.
 //!
 //! ```text
-//! qhca-info [-d NAME | --ib-dev=NAME] [-l | --list] [-v] [-h]
+//! qhca-info [-d NAME | -d PATH | --ib-dev=NAME] [-l | --list] [-v] [-h]
 //! qhca-info [NAME] addr [show]
 //! qhca-info [NAME] addr add A.B.C.D[/N]
 //! qhca-info [NAME] addr del A.B.C.D
@@ -21,11 +23,14 @@ Usage: qhca-info [options]
        qhca-info [NAME] addr [show]
        qhca-info [NAME] addr add A.B.C.D[/N]
        qhca-info [NAME] addr del A.B.C.D
-Show the attributes of qhca devices, like ibv_devinfo -v; list, add or delete the IPv4
-addresses (GIDs) of a device's port, like ip addr (adding and deleting need CAP_NET_ADMIN).
+Show the attributes of qhca devices, like ibv_devinfo -v; list the addresses (GIDs) of a
+device's port, like ip addr. A port's addresses are its netdev's: ip addr add A.B.C.D/N dev
+NETDEV. Only the driver's own node (-d /dev/qhcaN) takes addr add and addr del (they need
+CAP_NET_ADMIN).
 
 Options:
-  -d, --ib-dev=NAME   only show device NAME (e.g. qhca0); NAME may also come first
+  -d, --ib-dev=NAME   only show device NAME: the RDMA core's name (rocep0s10), qhcaN (the
+                      N-th qhca device), or a node's path; NAME may also come first
   -l, --list          only list the device names
   -v, --verbose       accepted for ibv_devinfo compatibility (output is always verbose)
   -h, --help          show this help
@@ -341,8 +346,38 @@ fn render_addrs(dev: &DeviceInfo, p: &PortAttr) -> String {
     s
 }
 
+/// The device whose node is `path`, as [`qhca::devices`] or [`qhca::misc_devices`] list it;
+/// named by its file name if neither does.
+fn device_at(path: &str) -> DeviceInfo {
+    let listed = |l: qhca::Result<Vec<DeviceInfo>>| {
+        l.ok()?
+            .into_iter()
+            .find(|d| d.path == std::path::Path::new(path))
+    };
+    listed(qhca::devices())
+        .or_else(|| listed(qhca::misc_devices()))
+        .unwrap_or_else(|| DeviceInfo {
+            name: path.rsplit('/').next().unwrap_or(path).to_owned(),
+            index: 0,
+            path: path.into(),
+            pci_addr: None,
+        })
+}
+
 /// `addr add` and `addr del` on one device: the line of the GID added, or of the one deleted.
+/// On the RDMA core's node the port's addresses are its netdev's: what to run instead.
 fn change_addr(dev: &DeviceInfo, cmd: &Cmd) -> qhca::Result<String> {
+    if dev.path.starts_with(qhca::UVERBS_DEV_DIR) {
+        let ndev = dev.netdev().unwrap_or_else(|| "NETDEV".into());
+        let what = match *cmd {
+            Cmd::AddrAdd(a, n) => format!("ip addr add {a}/{n} dev {ndev}"),
+            Cmd::AddrDel(a) => format!("ip addr del {a} dev {ndev}"),
+            Cmd::Show | Cmd::AddrList => unreachable!("not a change"),
+        };
+        return Err(qhca::Error::Invalid {
+            what: format!("the port's addresses are its netdev's: {what}"),
+        });
+    }
     let ctx = dev.open()?;
     Ok(match *cmd {
         Cmd::AddrAdd(addr, len) => {
@@ -380,6 +415,7 @@ fn main() -> ExitCode {
     }
 
     let devs = match &args.device {
+        Some(path) if path.starts_with('/') => Ok(vec![device_at(path)]),
         Some(name) => DeviceInfo::find(name).map(|d| vec![d]),
         None => qhca::devices(),
     };

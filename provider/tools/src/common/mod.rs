@@ -153,18 +153,14 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
     Ok(o)
 }
 
-/// A context on `-d NAME` (`qhca0`: `/dev/qhca0`; or the RDMA core's name of the device,
-/// `rocep0s10` as `ibv_devices` lists it: its uverbs node), or on `-d PATH` (a node: `/dev/qhca0`
-/// or `/dev/infiniband/uverbs0`), or on the first device.
+/// A context on `-d NAME` (the RDMA core's name of a qhca device, `rocep0s10` as `ibv_devices`
+/// lists it, or `qhcaN`, the N-th qhca device: its uverbs node), on `-d PATH` (a node:
+/// `/dev/infiniband/uverbs0`, or the driver's own `/dev/qhca0` while it is there), or on the
+/// first device.
 pub fn open_ctx(dev: Option<&str>) -> qhca::Result<Arc<Context>> {
     let info = match dev {
         Some(path) if path.starts_with('/') => return Ok(Arc::new(Context::open(path)?)),
-        Some(name) => match (DeviceInfo::find(name), qhca::uverbs_node_of_ib(name)) {
-            (Err(qhca::Error::NotFound { .. }), Some(node)) => {
-                return Ok(Arc::new(Context::open(node)?))
-            }
-            (r, _) => r?,
-        },
+        Some(name) => DeviceInfo::find(name)?,
         None => qhca::devices()?.remove(0),
     };
     Ok(Arc::new(info.open()?))

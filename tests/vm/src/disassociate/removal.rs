@@ -93,6 +93,8 @@ pub(super) fn perf_exits_on_removal(t: &mut T, cfg: &Config) -> CaseResult {
         bail!("qhca-perf not found next to qhca-vmtest or in PATH");
     };
     let bdf = system::pci_bdf(cfg)?;
+    // qhca-perf opens the first device, the RDMA core's: its port's netdev up (GID 0).
+    crate::verbs::uverbs::core_device(cfg)?;
     let mut kids = Vec::new();
     for _ in 0..2 {
         kids.push(

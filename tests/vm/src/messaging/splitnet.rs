@@ -237,6 +237,8 @@ fn objects_become(t: &mut T, cfg: &VmConfig, contexts: u32, what: &str) -> Resul
 }
 
 pub(super) fn splitnet_ping_and_tcp_survive_restarts(t: &mut T, cfg: &VmConfig) -> CaseResult {
+    // The halves open the first device, the RDMA core's: its port's netdev up (GID 0).
+    crate::verbs::uverbs::core_device(cfg)?;
     let _ = run(&["ip", "netns", "del", NETNS]);
     let (ok, out) = run(&["ip", "netns", "add", NETNS])?;
     require!(t, ok, "ip netns add: {out}");

@@ -336,9 +336,10 @@ pub(super) fn verbs_port_set_gid(t: &mut T, cfg: &Config) -> CaseResult {
     Ok(())
 }
 
-/// `qhca-info addr add`, `addr`, `addr del` on this device: the line of the entry added, the
-/// listing with it and then without it; the same address twice, or one that is not there, is
-/// an error (exit 1) that says why.
+/// `qhca-info -d /dev/qhcaN addr add`, `addr`, `addr del` on this device's own node: the line
+/// of the entry added, the listing with it and then without it; the same address twice, or one
+/// that is not there, is an error (exit 1) that says why. On the RDMA core's device the port's
+/// addresses are its netdev's: `addr add` there is an error that names the `ip` command.
 pub(super) fn verbs_port_addr_tool(t: &mut T, cfg: &Config) -> CaseResult {
     let exe = std::env::current_exe()?.with_file_name("qhca-info");
     require!(t, exe.exists(), "{} not built", exe.display());
@@ -348,8 +349,26 @@ pub(super) fn verbs_port_addr_tool(t: &mut T, cfg: &Config) -> CaseResult {
         .and_then(|n| n.to_str())
         .ok_or_else(|| fail_msg(format!("device {}", cfg.dev.display())))?
         .to_owned();
+    let core = super::uverbs::core_device(cfg)?;
+    let out = Command::new(&exe)
+        .args(["-d", &core.name, "addr", "add", "10.77.0.2/24"])
+        .output()?;
+    let ndev = core.netdev().unwrap_or_default();
+    check!(
+        t,
+        out.status.code() == Some(1)
+            && String::from_utf8_lossy(&out.stderr)
+                .contains(&format!("ip addr add 10.77.0.2/24 dev {ndev}")),
+        "addr add on {}: {}",
+        core.name,
+        crate::system::describe(&out)
+    );
     let run = |args: &[&str]| -> Result<(Option<i32>, String), Fail> {
-        let out = Command::new(&exe).arg(&name).args(args).output()?;
+        let out = Command::new(&exe)
+            .arg("-d")
+            .arg(&cfg.dev)
+            .args(args)
+            .output()?;
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -706,13 +725,13 @@ pub(super) fn verbs_port_tools_gid_index(t: &mut T, cfg: &Config) -> CaseResult 
     let ctx = Arc::new(Context::open(&cfg.dev)?);
     let a1 = Addr::add(&ctx, A1, 24)?;
     let x = a1.index.to_string();
+    // The driver's own node, where SET_GID put the address (the core's table is its netdev's).
     let dev = cfg.dev.display().to_string();
-    let name = dev.trim_start_matches("/dev/");
     let tool = |exe: &str, args: &[&str]| -> Result<(Option<i32>, String), Fail> {
         let exe = std::env::current_exe()?.with_file_name(exe);
         let out = Command::new(exe)
             .args(args)
-            .args(["-d", name, "--loopback", "-n", "20"])
+            .args(["-d", &dev, "--loopback", "-n", "20"])
             .output()?;
         let text = format!(
             "{}{}",

@@ -596,11 +596,8 @@ fn wait_or_kill(child: &mut Child, limit: Duration) -> Result<(ExitStatus, bool)
 /// source QP), the client reads back the server's answer, and both exit 0.
 pub(super) fn verbs_example_two_process(t: &mut T, cfg: &Config) -> CaseResult {
     let exe = example("rc_write_imm")?;
-    let dev = cfg
-        .dev
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    // By the RDMA core's name, as `ibv_devices` lists it.
+    let dev = super::uverbs::core_device(cfg)?.name;
     let port = (20000 + std::process::id() % 20000).to_string();
     let mut server = Command::new(&exe)
         .args(["server", "-p", &port, "-d", &dev])
@@ -619,7 +616,11 @@ pub(super) fn verbs_example_two_process(t: &mut T, cfg: &Config) -> CaseResult {
     if first.trim() != format!("listening on port {port}") {
         let _ = server.kill();
         let _ = server.wait();
-        bail!("server said {first:?}");
+        let mut err = String::new();
+        if let Some(mut e) = server.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut e, &mut err);
+        }
+        bail!("server said {first:?}, and on stderr {err:?}");
     }
     let client = Command::new(&exe)
         .args(["client", "127.0.0.1", "-p", &port, "-d", &dev])

@@ -15,9 +15,10 @@
 
 use super::*;
 
-/// `cfg` with the device under test's uverbs node as the node to open, once the port's netdev
-/// is up (its link-local address is the core's GID 0, which the core's address vectors need).
-fn on_uverbs(cfg: &Config) -> Result<Config, Fail> {
+/// The RDMA core's device of the device under test, once the port's netdev is up (its
+/// link-local address is the core's GID 0, which the core's address vectors need): what
+/// `qhca::devices()` lists, and the tools open by default.
+pub(crate) fn core_device(cfg: &Config) -> Result<qhca::DeviceInfo, Fail> {
     let bdf = match system::pci_bdf(cfg) {
         Ok(b) => b,
         Err(e) => bail!("{e}"),
@@ -33,12 +34,21 @@ fn on_uverbs(cfg: &Config) -> Result<Config, Fail> {
     crate::cases::link_up(&ndev)?;
     let mut dev = None;
     system::wait_for(Duration::from_secs(10), || {
-        dev = qhca::uverbs_node(&bdf).filter(|d| d.exists());
+        dev = qhca::devices().ok().and_then(|l| {
+            l.into_iter()
+                .find(|d| d.pci_addr.as_deref() == Some(bdf.as_str()) && d.path.exists())
+        });
         dev.is_some()
     });
-    let Some(dev) = dev else {
-        bail!("{bdf} has no uverbs node");
-    };
+    match dev {
+        Some(d) => Ok(d),
+        None => bail!("{bdf} has no uverbs node"),
+    }
+}
+
+/// `cfg` with the device under test's uverbs node as the node to open ([`core_device`]).
+fn on_uverbs(cfg: &Config) -> Result<Config, Fail> {
+    let dev = core_device(cfg)?.path;
     Ok(Config { dev, ..cfg.clone() })
 }
 
