@@ -59,8 +59,12 @@ struct net_device *qhca_shim_netdev_new(struct device *parent, const u8 *mac, in
 	SET_NETDEV_DEV(ndev, parent);
 	ndev->netdev_ops = &qhca_netdev_ops;
 	ndev->flags |= IFF_NOARP;
-	/* Bound to its ib_device: it stays in the namespace the device is in. */
-	ndev->netns_immutable = true;
+	/*
+	 * It may move to another network namespace, as a ConnectX's netdev may:
+	 * in the RDMA core's shared mode the ib_device stays visible in every
+	 * namespace and the port's GIDs follow the netdev's addresses there.  A
+	 * namespace that goes away hands it back to the initial one.
+	 */
 	eth_hw_addr_set(ndev, mac);
 	netif_carrier_off(ndev);
 	*err = register_netdev(ndev);

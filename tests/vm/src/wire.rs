@@ -20,10 +20,16 @@
 //! 10.7.0.2, the lossy qhca1 10.7.0.3, qhca2 10.7.0.4. The cases: the ports and ARP; hostile
 //! datagrams counted and dropped; every RC opcode byte for byte both ways (`qhca-verbs-check
 //! wire`, one program on both sides) between qhca and rxe, between qhca0 and qhca1 under loss,
-//! and between rxe and qhca2 under loss; `ibv_rc_pingpong` and perftest (RC latency and bandwidth of every
-//! opcode, UD) between qhca and rxe, each both ways: qhca as the client of rxe's server and rxe
-//! as the client of qhca's. rxe's side runs the Debian programs as they are; qhca's side runs
-//! the same programs with the verbs layer preloaded.
+//! and between rxe and qhca2 under loss; `ibv_rc_pingpong` and perftest (RC latency and
+//! bandwidth of every opcode, UD) between qhca and rxe, each both ways: qhca as the client of
+//! rxe's server and rxe as the client of qhca's. Both sides run the Debian programs as they are:
+//! libibverbs loads rxe's provider and qhca's installed one.
+//!
+//! Each qhca port's netdev (whose addresses are the port's GIDs) lives in a network namespace of
+//! its own (`qhca-wire-N`), as each would on a host of its own: were qhca's addresses local to
+//! this kernel, rxe would send to them through `lo` and never onto the wire. The RDMA core's
+//! devices stay visible here (its shared namespace mode), so every program runs here, over TCP
+//! on 127.0.0.1 for its exchange.
 
 use std::ffi::OsStr;
 use std::net::{Ipv4Addr, UdpSocket};
@@ -32,10 +38,10 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use qhca::{Context, Gid, PortAttr, PortCounters, PortState, Wire};
+use qhca::{Context, PortAttr, PortCounters, PortState, Wire};
 
 use crate::harness::{Case, CaseResult, Fail, T};
-use crate::ibverbs::{beside_me, layer, listening, rerun_clockless, text, tool, wait_output};
+use crate::ibverbs::{beside_me, listening, rerun_clockless, text, tool, wait_output};
 use crate::system::{self, describe, Config};
 use crate::{bail, check, check_eq, require};
 
@@ -75,8 +81,6 @@ const ROCE_PORT: u16 = 4791;
 struct End {
     dev: String,
     gidx: u32,
-    /// Runs with the verbs layer preloaded (qhca) or as it is (rxe).
-    preload: bool,
 }
 
 /// The segment, once set up.
@@ -140,14 +144,17 @@ fn interface_by_mac(mac: &str) -> Option<String> {
     found
 }
 
-/// The GID index of `ip` on `rxe0`'s port, as sysfs shows it, once the port is active.
-fn rxe_gid_index(ip: Ipv4Addr) -> Option<u32> {
+/// The GID index of `ip` on RDMA device `ibdev`'s port, as sysfs shows it, once the port is
+/// active (10 s at most).
+fn gid_index(ibdev: &str, ip: Ipv4Addr) -> Option<u32> {
     let o = ip.octets();
     let want = format!(
         "0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x}",
         o[0], o[1], o[2], o[3]
     );
-    let port = Path::new("/sys/class/infiniband/rxe0/ports/1");
+    let port = Path::new("/sys/class/infiniband")
+        .join(ibdev)
+        .join("ports/1");
     let mut idx = None;
     system::wait_for(Duration::from_secs(10), || {
         let active =
@@ -160,6 +167,40 @@ fn rxe_gid_index(ip: Ipv4Addr) -> Option<u32> {
         active && idx.is_some()
     });
     idx
+}
+
+/// The qhca device whose port has MAC `mac`, given address `ip` on its netdev in network
+/// namespace `ns` (made anew): the device and the End that names it.
+fn qhca_end(mac: &str, ip: Ipv4Addr, ns: &str) -> Result<(qhca::DeviceInfo, End), Fail> {
+    let found = qhca::devices()?.into_iter().find(|d| {
+        d.netdev().is_some_and(|n| {
+            std::fs::read_to_string(Path::new("/sys/class/net").join(n).join("address"))
+                .is_ok_and(|a| a.trim().eq_ignore_ascii_case(mac))
+        })
+    });
+    let (Some(dev), Some(ndev)) = (found.clone(), found.and_then(|d| d.netdev())) else {
+        bail!("no qhca device whose port's netdev has MAC {mac}");
+    };
+    let _ = sh("ip", &["netns", "del", ns]);
+    sh_ok("ip", &["netns", "add", ns])?;
+    sh_ok("ip", &["link", "set", &ndev, "netns", ns])?;
+    let cidr = format!("{ip}/{PREFIX}");
+    for cmd in [
+        &["link", "set", &ndev, "up"][..],
+        &["addr", "add", &cidr, "dev", &ndev],
+    ] {
+        let mut a = vec!["netns", "exec", ns, "ip"];
+        a.extend_from_slice(cmd);
+        sh_ok("ip", &a)?;
+    }
+    let Some(gidx) = gid_index(&dev.name, ip) else {
+        bail!("{}: no active port with the GID of {ip}", dev.name);
+    };
+    let end = End {
+        dev: dev.name.clone(),
+        gidx,
+    };
+    Ok((dev, end))
 }
 
 fn set_up() -> Result<Segment, Fail> {
@@ -180,7 +221,7 @@ fn set_up() -> Result<Segment, Fail> {
             &["link", "add", "rxe0", "type", "rxe", "netdev", &ifname],
         )?;
     }
-    let Some(rxe_gidx) = rxe_gid_index(NIC_IP) else {
+    let Some(rxe_gidx) = gid_index("rxe0", NIC_IP) else {
         bail!("rxe0 has no active port with the GID of {NIC_IP}");
     };
     // The three HCAs, told apart by their ports' MACs (vm.sh: 52:54:00:12:35:NN, :36:NN, :37:NN).
@@ -200,64 +241,22 @@ fn set_up() -> Result<Segment, Fail> {
             b[5]
         ))
     };
-    let (qmac, lmac, rmac) = (want(1)?, want(2)?, want(3)?);
-    let (mut qhca, mut lossy, mut rxe_lossy) = (None, None, None);
-    for n in 0..4 {
-        let path = PathBuf::from(format!("/dev/qhca{n}"));
-        if !path.exists() {
-            continue;
-        }
-        let port = Context::open(&path)?.query_port()?;
-        if port.mac_string() == qmac {
-            qhca = Some(path);
-        } else if port.mac_string() == lmac {
-            lossy = Some(path);
-        } else if port.mac_string() == rmac {
-            rxe_lossy = Some(path);
-        }
-    }
-    let (Some(qhca_path), Some(lossy_path), Some(rxe_lossy_path)) = (qhca, lossy, rxe_lossy) else {
-        bail!("no qhca devices with port MACs {qmac}, {lmac} and {rmac}");
-    };
-    let gidx = |path: &Path, ip: Ipv4Addr| -> Result<u32, Fail> {
-        let ctx = Context::open(path)?;
-        let have = ctx.query_port()?.find(&Gid::from_ipv4(ip)).map(|e| e.index);
-        Ok(u32::from(match have {
-            Some(i) => i,
-            None => ctx.add_ipv4(ip, PREFIX)?,
-        }))
-    };
-    let name = |p: &Path| {
-        p.file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned()
-    };
+    let qmac = want(1)?;
+    let (qdev, qhca) = qhca_end(&qmac, QHCA_IP, "qhca-wire-1")?;
+    let (ldev, lossy) = qhca_end(&want(2)?, LOSSY_IP, "qhca-wire-2")?;
+    let (rdev, rxe_lossy) = qhca_end(&want(3)?, RXE_LOSSY_IP, "qhca-wire-3")?;
     Ok(Segment {
         rxe: End {
             dev: "rxe0".into(),
             gidx: rxe_gidx,
-            preload: false,
         },
-        qhca: End {
-            dev: name(&qhca_path),
-            gidx: gidx(&qhca_path, QHCA_IP)?,
-            preload: true,
-        },
-        lossy: End {
-            dev: name(&lossy_path),
-            gidx: gidx(&lossy_path, LOSSY_IP)?,
-            preload: true,
-        },
-        rxe_lossy: End {
-            dev: name(&rxe_lossy_path),
-            gidx: gidx(&rxe_lossy_path, RXE_LOSSY_IP)?,
-            preload: true,
-        },
+        qhca,
+        lossy,
+        rxe_lossy,
         ifname,
-        qhca_path,
-        lossy_path,
-        rxe_lossy_path,
+        qhca_path: qdev.path,
+        lossy_path: ldev.path,
+        rxe_lossy_path: rdev.path,
         qhca_mac: qmac,
     })
 }
@@ -336,16 +335,13 @@ fn wire_arp_and_hostile_datagrams(t: &mut T, _cfg: &Config) -> CaseResult {
     Ok(())
 }
 
-/// `prog args..`, preloaded with the verbs layer if `end` is qhca's.
-fn end_cmd(end: &End, prog: &Path, args: &[String]) -> Result<Command, Fail> {
+/// `prog args..`, its output piped.
+fn prog_cmd(prog: &Path, args: &[String]) -> Result<Command, Fail> {
     let mut c = Command::new(prog);
     c.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if end.preload {
-        c.env("LD_PRELOAD", layer()?);
-    }
     Ok(c)
 }
 
@@ -362,11 +358,11 @@ fn cross(
     limit: Duration,
 ) -> Result<(String, String), Fail> {
     let (up, c, s) = rerun_clockless(prog, || {
-        let sv = end_cmd(server, prog, &args(server))?.spawn()?;
+        let sv = prog_cmd(prog, &args(server))?.spawn()?;
         let up = system::wait_for(Duration::from_secs(15), || listening(port));
         let mut ca = args(client);
         ca.push("127.0.0.1".into());
-        let cl = end_cmd(client, prog, &ca)?.spawn()?;
+        let cl = prog_cmd(prog, &ca)?.spawn()?;
         let c = wait_output(cl, limit)?;
         Ok((up, c, wait_output(sv, Duration::from_secs(20))?))
     })?;
