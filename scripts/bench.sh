@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The bench command: boots ONE VM and runs the same perftest binaries with the same arguments on qhca
-# (Debian's perftest, unmodified, through the verbs layer: LD_PRELOAD=libqhca_verbs.so) and on Linux
+# (Debian's perftest, unmodified, through Debian's libibverbs and qhca's installed provider) and on Linux
 # Soft-RoCE (rdma_rxe on lo), side by side; prints both tables, the qhca/rxe ratios and the system
 # calls per post of the perftest client on each side; qhca-perf's one-thread write_lat (what
 # perftest cannot do); then memory windows (bind + write + invalidate as a loop: rxe-mw-bench,
-# built here with gcc, on both sides, through the verbs layer on qhca; qhca-mw-bench, the loop on
+# built here with gcc, on both sides, through the installed provider on qhca; qhca-mw-bench, the loop on
 # the provider's API, beside it) and the qhca-only on-demand paging and registration cache benches.
 # The full output goes to ~/.cache/qhca/logs/bench.log.
 #
@@ -71,7 +71,7 @@ make -C "$kcopy/kmod" KDIR="$BKDIR" LLVM=-19 >"$kcopy/build.log" 2>&1 ||
 	{ tail -30 "$kcopy/build.log" >&2; die "module build for the bench kernel failed ($kcopy/build.log)"; }
 BKO=$kcopy/kmod/qhca.ko
 
-# The memory-window loop on libibverbs, for both sides (qhca through the verbs layer), next to
+# The memory-window loop on libibverbs, for both sides (qhca through the installed provider), next to
 # qhca-mw-bench, which runs the same loop on the provider's API.
 step "gcc: rxe-mw-bench (provider/tools/c/rxe-mw-bench.c, against libibverbs)"
 echo '#include <infiniband/verbs.h>' | gcc -E -x c - >/dev/null 2>&1 ||

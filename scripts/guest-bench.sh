@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs INSIDE the bench VM (scripts/bench.sh boots it): the same perftest binaries with the same
-# arguments on qhca (Debian's perftest, unmodified, with libqhca_verbs.so preloaded: -d qhca0 -x 0)
-# and on Soft-RoCE (rdma_rxe bound to lo: -d rxe0 -x 1; each device's own GID index is the only
+# arguments on qhca (Debian's perftest, unmodified, through Debian's libibverbs and qhca's installed
+# provider on the RDMA core's device: -d rocep0sN -x 0) and on Soft-RoCE (rdma_rxe bound to lo: -d rxe0 -x 1; each device's own GID index is the only
 # argument that differs), server and client in this guest over 127.0.0.1, then the two tables, the
 # qhca/rxe ratios and the system calls per post on each side (strace -c -f of the perftest client
 # over a fixed number of posts). The workloads are RC (write, send, read) and, beside send_lat and
@@ -11,8 +11,8 @@
 # datagram that finds no receive posted). qhca-perf stays for what perftest cannot do: write_lat
 # with one thread driving both QPs (write_lat*, the device's own round trip). Then
 # memory windows: a window bound, written through and invalidated as a loop, rxe-mw-bench (a
-# libibverbs program, built by scripts/bench.sh) on qhca0 through the verbs layer and on rxe0, and
-# qhca-mw-bench (the same loop on the provider's API) on qhca beside them.
+# libibverbs program, built by scripts/bench.sh) on qhca's device and on rxe0, and qhca-mw-bench
+# (the same loop on the provider's API) on qhca beside them.
 #
 #   guest-bench.sh QHCA_KO BIN [quick]
 #
@@ -123,10 +123,8 @@ ptx() {
 	case $1 in ud_*) echo -n " -c UD" ;; esac
 }
 
-# The device and GID index of each side, and what is preloaded (the verbs layer on qhca).
-layer=$bin/libqhca_verbs.so
-declare -A dev=([qhca]="-d qhca0 -x 0" [prov]="-d $ibdev -x 0" [rxe]="-d rxe0 -x 1")
-declare -A pre=([qhca]="$layer" [prov]="" [rxe]="")
+# The device and GID index of each side.
+declare -A dev=([qhca]="-d $ibdev -x 0" [rxe]="-d rxe0 -x 1")
 
 # perftest SIDE MODE BIN BYTES ITERS OUT [CLIENT-PREFIX...]: a server in the background, then the
 # client (under CLIENT-PREFIX, e.g. strace) writing its output to OUT; both with MODE's options,
@@ -140,14 +138,14 @@ perftest() {
 	# shellcheck disable=SC2207 # ptx's words, split on purpose
 	a+=($(ptx "$m"))
 	port=$((port + 1))
-	LD_PRELOAD=${pre[$side]} timeout 300 "$b" "${a[@]}" >"$f.server" 2>&1 &
+	timeout 300 "$b" "${a[@]}" >"$f.server" 2>&1 &
 	local spid=$!
 	# The client gives up at once if nobody is listening yet.
 	for _ in $(seq 100); do
 		ss -ltn 2>/dev/null | grep -q ":$p " && break
 		sleep 0.1
 	done
-	LD_PRELOAD=${pre[$side]} timeout 300 "$@" "$b" "${a[@]}" 127.0.0.1 >"$f" 2>&1
+	timeout 300 "$@" "$b" "${a[@]}" 127.0.0.1 >"$f" 2>&1
 	local rc=$?
 	wait "$spid"
 	return $rc
@@ -159,7 +157,7 @@ perftest_all() {
 	for w in "${workloads[@]}"; do
 		set -- $w
 		f=$out/$side.$i
-		log "${pre[$side]:+LD_PRELOAD=${pre[$side]} }$3 ${dev[$side]} -s $4 -n $5$(ptx "$2") (server &, then client to 127.0.0.1)"
+		log "$3 ${dev[$side]} -s $4 -n $5$(ptx "$2") (server &, then client to 127.0.0.1)"
 		# A UD message larger than the port's MTU: perftest would refuse it; clamping it would no
 		# longer be the workload qhca ran, so the row is left out on rxe, with the reason.
 		case $side.$2 in rxe.ud_*)
@@ -183,10 +181,8 @@ perftest_all() {
 }
 
 declare -A skip # SIDE.I: why workload I did not run on SIDE
-log "qhca: perftest with $layer preloaded, on qhca0"
+log "qhca: perftest through Debian's libibverbs and the installed provider, on $ibdev"
 perftest_all qhca
-log "qhca: perftest through Debian's libibverbs and the installed provider, on $ibdev (no preload)"
-perftest_all prov
 
 # One thread driving both QPs in turn: the device's own round trip, with no handoff between two
 # spinning threads (which on 2 vCPUs over a 2-core host costs most of a two-thread write_lat).
@@ -199,25 +195,21 @@ sed 's/^/    /' "$one"
 
 # Memory windows: bind + 8-byte inline WRITE through the window (+ LOCAL_INV for type 2) as a
 # loop, each completion polled; then its system calls (type 2) over a short and a longer run.
-# The same binary as on rxe (rxe-mw-bench, a libibverbs program) through the verbs layer, and
-# qhca-mw-bench, the loop on the provider's own API, beside it.
+# The same binary as on rxe (rxe-mw-bench, a libibverbs program) through the installed provider,
+# and qhca-mw-bench, the loop on the provider's own API, beside it.
 for ty in 2 1; do
-	log "LD_PRELOAD=$layer rxe-mw-bench -d qhca0 -x 0 --type $ty -n $mw_n"
-	LD_PRELOAD=$layer timeout 300 "$mwx" -d qhca0 -x 0 --type "$ty" -n "$mw_n" >"$out/mw.qhca.$ty" 2>&1 ||
+	log "rxe-mw-bench -d $ibdev -x 0 --type $ty -n $mw_n"
+	timeout 300 "$mwx" -d "$ibdev" -x 0 --type "$ty" -n "$mw_n" >"$out/mw.qhca.$ty" 2>&1 ||
 		echo "    (exit code $?)"
 	sed 's/^/    /' "$out/mw.qhca.$ty"
 	log "qhca-mw-bench --type $ty -n $mw_n"
 	timeout 300 "$bin/qhca-mw-bench" --type "$ty" -n "$mw_n" >"$out/mw.provider.$ty" 2>&1 ||
 		echo "    (exit code $?)"
 	sed 's/^/    /' "$out/mw.provider.$ty"
-	log "rxe-mw-bench -d $ibdev -x 0 --type $ty -n $mw_n (the installed provider, no preload)"
-	timeout 300 "$mwx" -d "$ibdev" -x 0 --type "$ty" -n "$mw_n" >"$out/mw.prov.$ty" 2>&1 ||
-		echo "    (exit code $?)"
-	sed 's/^/    /' "$out/mw.prov.$ty"
 done
 for n in $mw_sc_small $mw_sc_big; do
-	log "strace -c -f: LD_PRELOAD=$layer rxe-mw-bench -d qhca0 -x 0 --type 2 -n $n"
-	LD_PRELOAD=$layer timeout 300 strace -c -f -o "$out/strace.mw.qhca.$n" "$mwx" -d qhca0 -x 0 --type 2 -n "$n" \
+	log "strace -c -f: rxe-mw-bench -d $ibdev -x 0 --type 2 -n $n"
+	timeout 300 strace -c -f -o "$out/strace.mw.qhca.$n" "$mwx" -d "$ibdev" -x 0 --type 2 -n "$n" \
 		>"$out/strace.mw.qhca.$n.out" 2>&1 || { echo "    failed:"; tail -5 "$out/strace.mw.qhca.$n.out"; }
 done
 
@@ -365,13 +357,9 @@ table() {
 }
 echo
 echo "=================================================================================================="
-echo "qhca: perftest on qhca0 through the verbs layer (LD_PRELOAD=libqhca_verbs.so; server and client"
-echo "processes in this guest, 127.0.0.1, -x 0)"
+echo "qhca: perftest on $ibdev through Debian's libibverbs and the installed provider (libqhca-rdmav34.so;"
+echo "server and client processes in this guest, 127.0.0.1, -x 0)"
 table qhca
-echo
-echo "qhca: perftest on $ibdev, the same device as the RDMA core's, through Debian's libibverbs and the"
-echo "installed provider (libqhca-rdmav34.so, nothing preloaded; server and client in this guest, -x 0)"
-table prov
 echo
 echo "rxe: perftest on rdma_rxe bound to lo (server and client processes in this guest, 127.0.0.1, -x 1)"
 table rxe
@@ -385,24 +373,24 @@ printf "$fmt" "write_lat*" 8 "$(v "$one" '#iterations')" "$(v "$one" 't_min[usec
 	"$(v "$one" 't_typical[usec]')" "$(v "$one" 't_max[usec]')" "$(v "$one" 'BW[MB/s]')" "$(v "$one" 'MsgRate[Mpps]')"
 echo
 echo "qhca / rxe   (latency: t_typical ratio, lower is better for qhca; bandwidth: BW ratio, higher is better;"
-echo "              qhca: the verbs layer, provider: the installed provider, the same perftest binary)"
-rfmt='%-12s %8s %12s %12s %12s %10s %10s\n'
-printf "$rfmt" workload bytes qhca provider rxe qhca/rxe prov/rxe
+echo "              the same perftest binary on both)"
+rfmt='%-12s %8s %12s %12s %10s\n'
+printf "$rfmt" workload bytes qhca rxe qhca/rxe
 i=0
 for w in "${workloads[@]}"; do
 	set -- $w
 	if [[ $1 == *_bw ]]; then
-		a=${bw[qhca.$i]} p=${bw[prov.$i]} b=${bw[rxe.$i]} u=MB/s
+		a=${bw[qhca.$i]} b=${bw[rxe.$i]} u=MB/s
 	else
-		a=${typ[qhca.$i]} p=${typ[prov.$i]} b=${typ[rxe.$i]} u=us
+		a=${typ[qhca.$i]} b=${typ[rxe.$i]} u=us
 	fi
 	r="$b $u"
 	[ -n "${skip[rxe.$i]:-}" ] && r="not run"
-	printf "$rfmt" "$1" "$4" "$a $u" "$p $u" "$r" "$(div "$a" "$b")" "$(div "$p" "$b")"
+	printf "$rfmt" "$1" "$4" "$a $u" "$r" "$(div "$a" "$b")"
 	i=$((i + 1))
 done
 a=$(v "$one" 't_typical[usec]')
-printf "$rfmt" "write_lat*" 8 "$a us" "" "${typ[rxe.0]} us" "$(div "$a" "${typ[rxe.0]}")" ""
+printf "$rfmt" "write_lat*" 8 "$a us" "${typ[rxe.0]} us" "$(div "$a" "${typ[rxe.0]}")"
 echo
 # The figure the issue measured by hand on a kernel built from virtme-ng's default config (no
 # lockdep): how far this boot's rxe is from a plain kernel's.
@@ -438,13 +426,11 @@ for ty in 2 1; do
 	qo=$(mwcol "$out/mw.qhca.$ty" ops_per_sec) qu=$(mwcol "$out/mw.qhca.$ty" usec_per_op)
 	ro=$(mwcol "$out/mw.rxe.$ty" ops_per_sec) ru=$(mwcol "$out/mw.rxe.$ty" usec_per_op)
 	po=$(mwcol "$out/mw.provider.$ty" ops_per_sec) pu=$(mwcol "$out/mw.provider.$ty" usec_per_op)
-	io=$(mwcol "$out/mw.prov.$ty" ops_per_sec) iu=$(mwcol "$out/mw.prov.$ty" usec_per_op)
 	[ -n "$qo" ] || why+=("qhca type $ty: n/a: $(tail -n1 "$out/mw.qhca.$ty" 2>/dev/null)")
 	[ -n "$ro" ] || why+=("rxe type $ty: n/a: $(tail -n1 "$out/mw.rxe.$ty" 2>/dev/null)")
 	if [ "$ty" = 2 ]; then w="type 2B: bind+write+inv"; else w="type 1: bind+write"; fi
 	printf "$mfmt" "$w" "${qo:-n/a}" "${qu:-n/a}" "${ro:-n/a}" "${ru:-n/a}" "$(div "$qo" "$ro")"
 	printf "$mfmt" "  qhca-mw-bench" "${po:-n/a}" "${pu:-n/a}" "" "" ""
-	printf "$mfmt" "  installed provider" "${io:-n/a}" "${iu:-n/a}" "" "" "$(div "$io" "$ro")"
 done
 for l in "${why[@]}"; do echo "  $l"; done
 mw_d=$(($(mw_ops "$mw_sc_big") - $(mw_ops "$mw_sc_small")))
@@ -458,9 +444,9 @@ for s in qhca rxe; do
 	fi
 done
 echo "system calls per type 2B operation (strace -c -f, marginal between -n $mw_sc_small and -n $mw_sc_big): ${mwsc[0]}; ${mwsc[1]}"
-echo "(the same binary on both sides: rxe-mw-bench, on qhca0 through the verbs layer (-x 0) and on rxe0"
-echo " (-x 1); qhca-mw-bench is the same loop on the provider's own API, \"installed provider\" rxe-mw-bench through"
-echo " Debian's libibverbs and libqhca-rdmav34.so on the RDMA core's device; both QPs and the window in one process on one"
+echo "(the same binary on both sides: rxe-mw-bench, on qhca's device through Debian's libibverbs and"
+echo " libqhca-rdmav34.so (-x 0) and on rxe0 (-x 1); qhca-mw-bench is the same loop on the provider's own"
+echo " API; both QPs and the window in one process on one"
 echo " context (loopback), every request signaled and its completion polled before the next is posted;"
 echo " ops/s and us/op are means over the run, after -n/10 warm-up operations; qhca/rxe > 1: qhca faster)"
 echo "=================================================================================================="
@@ -482,7 +468,7 @@ echo "==========================================================================
 
 # Push-push: its data channel, and the split network driver on top of it.
 echo
-echo "push-push messaging: qhca-pp-perf -n $pp_n (both ends in one process on qhca0, one thread each; push ="
+echo "push-push messaging: qhca-pp-perf -n $pp_n (both ends in one process on the first qhca device, one thread each; push ="
 echo " copy into the staging ring + WRITE WITH IMMEDIATE into a free element of a 64-element pool, the"
 echo " target releasing each delivery, replenishments batched 16 per update; write = plain WRITEs of the"
 echo " same size on the same QP and window into one element, no protocol)"

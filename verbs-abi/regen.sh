@@ -10,7 +10,7 @@
 # These structs are libibverbs.so.1's ABI, which rdma-core keeps stable (new members of
 # struct verbs_context are added at its front, and its `sz` says how many there are), so the
 # committed output does not depend on the rdma-core version of the machine that builds it;
-# The layout tests (verbs-provider's, the preload's) check it against the installed header.
+# verbs-provider's layout tests check it against the installed header.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

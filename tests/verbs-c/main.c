@@ -2,9 +2,9 @@
 /*
  * qhca-verbs-check: an unmodified libibverbs program that checks what a verbs
  * device does against what libibverbs promises. It knows nothing of the
- * device but its name; for qhca it runs with the preloaded verbs layer:
+ * device but its name; libibverbs loads qhca's installed provider for it:
  *
- *   LD_PRELOAD=target/release/libqhca_verbs.so qhca-verbs-check checks qhca0
+ *   qhca-verbs-check checks rocep0s10
  *
  * Three subcommands:
  *
@@ -121,9 +121,12 @@ int open_env(struct env *e, const char *name)
         return FAIL("ibv_query_device failed");
     }
     {
-        const char *pre = getenv("LD_PRELOAD");
+        struct ibv_port_attr pa;
 
-        e->roce = !(pre && strstr(pre, "libqhca_verbs"));
+        if (ibv_query_port(e->ctx, PORT, &pa)) {
+            return FAIL("ibv_query_port(%d) failed", PORT);
+        }
+        e->roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
     }
     if (ibv_query_gid(e->ctx, PORT, 0, &e->gid)) {
         return FAIL("ibv_query_gid(1, 0) failed");

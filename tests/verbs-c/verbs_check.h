@@ -64,9 +64,8 @@ struct env {
     struct ibv_device_attr attr;
     union ibv_gid gid;
     /*
-     * 1 on the RDMA core's device through the installed provider, where every
-     * address vector needs a GRH (RoCE); 0 through the preloaded layer, which
-     * also takes one without (this device's own port).
+     * 1 if the port's link layer is Ethernet (RoCE): every address vector
+     * needs a GRH, and the RDMA core bans alternate paths.
      */
     int roce;
 };

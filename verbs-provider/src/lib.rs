@@ -6,9 +6,8 @@
 //!
 //! The control path is the core's commands (`ibv_cmd_*`, [`cmd`]) with qhca's driver data
 //! (`struct qhca_ib_*` in `qhca-abi.h`); the data path is the process's own rings and the
-//! context's doorbell page, with no system call: posting goes through the post path shared with
-//! the preload layer (`qhca_verbs_abi::post`) into the `qhca` crate's work queues, polling through
-//! its CQ consumer.
+//! context's doorbell page, with no system call: posting goes through the post path of
+//! `qhca_verbs_abi::post` into the `qhca` crate's work queues, polling through its CQ consumer.
 //!
 //! - [`context`]: the device, contexts, `ibv_query_device(_ex)`, `ibv_query_port`;
 //! - [`mem`]: protection domains, memory regions (pinned and on-demand, `ibv_advise_mr`),

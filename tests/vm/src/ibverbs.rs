@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! Unmodified libibverbs programs on qhca, two ways ([`Via`]): through the verbs layer
-//! (`libqhca_verbs.so`, preloaded, on `/dev/qhcaN`: the `ibverbs_*` cases) and through the
-//! distribution's libibverbs with the installed provider on the RDMA core's device (no preload:
-//! the `ibprov_*` cases). Debian's `ibv_devices`, `ibv_devinfo`, `ibv_rc_pingpong` and perftest,
-//! server and client in this guest, each passing its own checks; our C program
-//! `qhca-verbs-check` (tests/verbs-c/), whose battery asserts what verbs do and whose post/poll
-//! loop must make no system call; and rxe beside qhca in one device list.
+//! Unmodified libibverbs programs on qhca ([`Via`]): the distribution's libibverbs with the
+//! installed provider on the RDMA core's device, nothing preloaded (the `ibprov_*` cases; the
+//! preloaded verbs layer that the `ibverbs_*` cases ran is gone). Debian's `ibv_devices`,
+//! `ibv_devinfo`, `ibv_rc_pingpong` and perftest, server and client in this guest, each passing
+//! its own checks; our C program `qhca-verbs-check` (tests/verbs-c/), whose battery asserts what
+//! verbs do and whose post/poll loop must make no system call; and rxe beside qhca in one device
+//! list.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -21,23 +21,19 @@ use crate::{bail, check, check_eq, require};
 
 /// The cases of this section, in order.
 pub fn cases() -> Vec<Case<Config>> {
-    macro_rules! both {
+    macro_rules! provider {
         ($($name:ident),* $(,)?) => {{
             let mut v = Vec::new();
             $({
-                fn layer_case(t: &mut T, cfg: &Config) -> CaseResult {
-                    $name(t, cfg, Via::Layer)
-                }
                 fn provider_case(t: &mut T, cfg: &Config) -> CaseResult {
-                    $name(t, cfg, Via::Provider)
+                    $name(t, cfg, Via)
                 }
-                v.push(Case { name: concat!("ibverbs_", stringify!($name)), run: layer_case });
                 v.push(Case { name: concat!("ibprov_", stringify!($name)), run: provider_case });
             })*
             v
         }};
     }
-    let mut v = both![
+    let mut v = provider![
         devices_lists_qhca,
         devinfo,
         rxe_beside_qhca,
@@ -62,15 +58,11 @@ pub fn cases() -> Vec<Case<Config>> {
     v
 }
 
-/// How a program reaches qhca.
+/// How a program reaches qhca: the distribution's libibverbs and the installed provider, on the
+/// RDMA core's device (named as udev named it), with no preload; addressed by GID (RoCE), so the
+/// port's netdev is up.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Via {
-    /// The preloaded verbs layer, on `/dev/qhcaN` (named `qhca0`).
-    Layer,
-    /// The distribution's libibverbs and the installed provider, on the RDMA core's device (named
-    /// as udev named it), with no preload: addressed by GID (RoCE), so the port's netdev is up.
-    Provider,
-}
+pub(crate) struct Via;
 
 impl Via {
     /// `prog args..` reaching the device this way.
@@ -80,10 +72,7 @@ impl Via {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        match self {
-            Via::Layer => c.env("LD_PRELOAD", layer()?),
-            Via::Provider => c.env_remove("LD_PRELOAD"),
-        };
+        c.env_remove("LD_PRELOAD");
         Ok(c)
     }
 
@@ -91,73 +80,53 @@ impl Via {
         Ok(self.cmd(prog, args)?.output()?)
     }
 
-    /// The device's name for `-d`: `qhca0` for the layer; for the provider, the RDMA core's
-    /// device of our PCI device, whose netdev is brought up first (its link-local address is
-    /// the port's GID 0).
+    /// The device's name for `-d`: the RDMA core's device of our PCI device, whose netdev is
+    /// brought up first (its link-local address is the port's GID 0).
     pub(crate) fn device(self, cfg: &Config) -> Result<String, Fail> {
-        match self {
-            Via::Layer => Ok(device_name(cfg)),
-            Via::Provider => {
-                let bdf = system::pci_bdf(cfg)?;
-                // udev may still be renaming a device that was just probed (qhca0 becomes
-                // rocep0s10, eth0 enp0s10): names are read once it is done.
-                if let Some(udevadm) = system::find_tool("udevadm") {
-                    let _ = system::run_tool(
-                        &udevadm,
-                        &["settle".as_ref(), "-t".as_ref(), "10".as_ref()],
-                    );
-                }
-                let up = system::wait_for(Duration::from_secs(10), || {
-                    crate::cases::ib_device_of(&bdf).is_some()
-                        && crate::cases::netdev_of(&bdf).is_some()
-                });
-                require_found(up, &bdf)?;
-                let Some(ndev) = crate::cases::netdev_of(&bdf) else {
-                    bail!("{bdf}: no netdev");
-                };
-                crate::cases::link_up(&ndev)?;
-                // GID 0 once the link is up; the device's name as it is then.
-                let mut name = None;
-                let found = system::wait_for(Duration::from_secs(10), || {
-                    name = crate::cases::ib_device_of(&bdf);
-                    name.as_ref().is_some_and(|ib| {
-                        Path::new("/sys/class/infiniband")
-                            .join(ib)
-                            .join("ports/1/gid_attrs/ndevs/0")
-                            .exists()
-                    })
-                });
-                match name {
-                    Some(ib) if found => Ok(ib),
-                    _ => bail!("{bdf}: no GID 0 once {ndev} is up ({name:?})"),
-                }
-            }
+        let bdf = system::pci_bdf(cfg)?;
+        // udev may still be renaming a device that was just probed (qhca0 becomes
+        // rocep0s10, eth0 enp0s10): names are read once it is done.
+        if let Some(udevadm) = system::find_tool("udevadm") {
+            let _ = system::run_tool(&udevadm, &["settle".as_ref(), "-t".as_ref(), "10".as_ref()]);
+        }
+        let up = system::wait_for(Duration::from_secs(10), || {
+            crate::cases::ib_device_of(&bdf).is_some() && crate::cases::netdev_of(&bdf).is_some()
+        });
+        require_found(up, &bdf)?;
+        let Some(ndev) = crate::cases::netdev_of(&bdf) else {
+            bail!("{bdf}: no netdev");
+        };
+        crate::cases::link_up(&ndev)?;
+        // GID 0 once the link is up; the device's name as it is then.
+        let mut name = None;
+        let found = system::wait_for(Duration::from_secs(10), || {
+            name = crate::cases::ib_device_of(&bdf);
+            name.as_ref().is_some_and(|ib| {
+                Path::new("/sys/class/infiniband")
+                    .join(ib)
+                    .join("ports/1/gid_attrs/ndevs/0")
+                    .exists()
+            })
+        });
+        match name {
+            Some(ib) if found => Ok(ib),
+            _ => bail!("{bdf}: no GID 0 once {ndev} is up ({name:?})"),
         }
     }
 
     /// What a pingpong needs to address the peer (`-g 0`: by GID, as RoCE requires).
     fn pingpong_args(self) -> &'static [&'static str] {
-        match self {
-            Via::Layer => &[],
-            Via::Provider => &["-g", "0"],
-        }
+        &["-g", "0"]
     }
 
     /// What perftest needs to address the peer (`-x 0`).
     fn perftest_args(self) -> &'static [&'static str] {
-        match self {
-            Via::Layer => &[],
-            Via::Provider => &["-x", "0"],
-        }
+        &["-x", "0"]
     }
 
-    /// TCP ports of the two ways apart, so that a port the other way's run left in TIME_WAIT is
-    /// never in the way.
+    /// The TCP port of a case (apart from those the removed layer's cases used).
     fn port(self, base: u16) -> u16 {
-        match self {
-            Via::Layer => base,
-            Via::Provider => base + 100,
-        }
+        base + 100
     }
 }
 
@@ -168,7 +137,7 @@ fn require_found(found: bool, bdf: &str) -> Result<(), Fail> {
     Ok(())
 }
 
-/// A file next to this binary (cargo's release directory): the layer and the C program.
+/// A file next to this binary (cargo's release directory): the C program.
 pub(crate) fn beside_me(name: &str) -> Result<PathBuf, Fail> {
     let exe = std::env::current_exe()?;
     let p = exe.with_file_name(name);
@@ -176,11 +145,6 @@ pub(crate) fn beside_me(name: &str) -> Result<PathBuf, Fail> {
         bail!("{} not found (scripts/build-all.sh builds it)", p.display());
     }
     Ok(p)
-}
-
-/// The preloaded verbs layer.
-pub(crate) fn layer() -> Result<PathBuf, Fail> {
-    beside_me("libqhca_verbs.so")
 }
 
 /// A Debian tool by name, or the case fails (setup-host.sh installs them).
@@ -316,22 +280,13 @@ fn devices_lists_qhca(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
         guid.len() == 16 && u64::from_str_radix(&guid, 16).is_ok_and(|g| g != 0),
         "GUID {guid:?}"
     );
-    // One line per device: through the layer, the RDMA core's entry for the same device (the
-    // installed provider's) is not listed beside the layer's.
+    // One line per device.
     let same = text(&out)
         .lines()
         .filter(|l| l.split_whitespace().nth(1) == Some(guid.as_str()))
         .count();
     check_eq!(t, same, 1, "devices with GUID {guid}: {}", text(&out));
     Ok(())
-}
-
-/// `qhca0` for `/dev/qhca0`.
-fn device_name(cfg: &Config) -> String {
-    cfg.dev
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "qhca0".into())
 }
 
 fn devinfo(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
@@ -353,7 +308,7 @@ fn devinfo(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
 }
 
 /// rxe on `lo` beside qhca: one list has both, and a program reaches rxe through the real
-/// libibverbs (ibv_devinfo on rxe0, with the layer preloaded or not).
+/// libibverbs (ibv_devinfo on rxe0).
 fn rxe_beside_qhca(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
     let name = via.device(cfg)?;
     let rdma = tool("rdma")?;
@@ -499,14 +454,11 @@ fn zero_syscalls(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
         };
         let log =
             std::env::temp_dir().join(format!("qhca-verbs-nosys-{}.strace", std::process::id()));
-        // The layer is preloaded into the program only (-E), not into strace.
-        let mut c2 = Command::new(strace);
-        c2.arg("-f").arg("-o").arg(&log).env_remove("LD_PRELOAD");
-        if via == Via::Layer {
-            c2.arg("-E")
-                .arg(format!("LD_PRELOAD={}", layer()?.display()));
-        }
-        let c2 = c2
+        let c2 = Command::new(strace)
+            .arg("-f")
+            .arg("-o")
+            .arg(&log)
+            .env_remove("LD_PRELOAD")
             .arg(&prog)
             .args(["nosys", &name, NOSYS_OPS, "--no-seccomp"])
             .stdin(Stdio::null())
@@ -637,7 +589,7 @@ fn perftest_send_lat_ud(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
 fn ibprov_kill9_frees_everything(t: &mut T, cfg: &Config) -> CaseResult {
     use crate::verbs::limits::held;
     use crate::verbs::process::device_object_counts;
-    let via = Via::Provider;
+    let via = Via;
     let name = via.device(cfg)?;
     let before = device_object_counts(cfg)?;
     let charged =

@@ -42,7 +42,7 @@ pub(super) fn unbind_while_open(t: &mut T, cfg: &Config) -> CaseResult {
     check!(t, pd.is_ok(), "ALLOC_PD: {pd:?}");
     // A program of the installed provider with a region, a CQ and a QP (a pingpong server waiting
     // for its client): the core destroys them through the driver at the unbind.
-    let via = crate::ibverbs::Via::Provider;
+    let via = crate::ibverbs::Via;
     let port = 18690;
     let name = via.device(cfg)?;
     let args = ["-d", name.as_str(), "-g", "0", "-p", "18690"];

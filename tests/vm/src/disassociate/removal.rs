@@ -354,7 +354,7 @@ pub(super) fn unbind_releases_dma_while_bound(t: &mut T, cfg: &Config) -> CaseRe
 /// rescan with its RDMA core device.
 pub(super) fn ibprov_removed_under_traffic(t: &mut T, cfg: &Config) -> CaseResult {
     use crate::ibverbs::{beside_me, Via};
-    let via = Via::Provider;
+    let via = Via;
     let name = via.device(cfg)?;
     let bdf = system::pci_bdf(cfg)?;
     let mut child = via
