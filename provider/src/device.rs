@@ -88,6 +88,17 @@ pub fn netdev_in(sysfs_pci_dir: &Path, pci_addr: &str) -> Option<String> {
     (names.len() == 1).then(|| names.remove(0))
 }
 
+/// The node that `spec` names, as the tools' `-d` takes it: a path (`/dev/infiniband/uverbs0`,
+/// or the driver's own `/dev/qhca0`) as it is; a device's name or `qhcaN` through
+/// [`DeviceInfo::find`]; nothing (or an empty name): the first of [`devices`].
+pub fn node_of(spec: Option<&str>) -> Result<PathBuf> {
+    match spec.filter(|s| !s.is_empty()) {
+        Some(path) if path.starts_with('/') => Ok(PathBuf::from(path)),
+        Some(name) => Ok(DeviceInfo::find(name)?.path),
+        None => Ok(devices()?.remove(0).path),
+    }
+}
+
 /// `name` in `list`, as [`DeviceInfo::find`] looks for it.
 pub fn find_in(list: Vec<DeviceInfo>, name: &str) -> Option<DeviceInfo> {
     let index = parse_device_name(name);

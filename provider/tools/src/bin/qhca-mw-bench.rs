@@ -37,7 +37,7 @@ Usage: qhca-mw-bench [-n ITER] [--type 1|2] [-d DEV]
   -n ITER     timed operations (default 20000), after ITER / 10 of warm-up
   --type 2    type 2B window: BIND_MW + RDMA WRITE + LOCAL_INV per operation (default)
   --type 1    type 1 window: BIND_MW to the next key (ibv_bind_mw) + RDMA WRITE
-  -d DEV      device (default /dev/qhca0)
+  -d DEV      device: a name (rocep0s10, qhcaN) or a node (default: the first)
 ";
 
 /// Words of the target region the operations go round.
@@ -56,7 +56,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
     let mut o = Opts {
         iters: 20_000,
         ty: MwType::Type2B,
-        dev: "/dev/qhca0".into(),
+        dev: String::new(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -141,7 +141,7 @@ fn op(p: &mut Pair, mr: &Mr<'_>, mw: &mut Mw, i: u64) -> Result<(), String> {
 fn run(o: &Opts) -> Result<(), String> {
     let err = |e: qhca::Error| e.to_string();
     tsc::calibrate();
-    let ctx = Arc::new(Context::open(&o.dev).map_err(err)?);
+    let ctx = Arc::new(Context::open(node(&o.dev)?).map_err(err)?);
     let pd = Pd::new(&ctx).map_err(err)?;
     let mut p = pair(&ctx, &pd).map_err(err)?;
     // The target grants no remote right of its own: only through the window.
@@ -171,4 +171,9 @@ fn run(o: &Opts) -> Result<(), String> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     bench::exit("qhca-mw-bench", parse(&args).and_then(|o| run(&o)))
+}
+
+/// The node `-d` names (the first device without one).
+fn node(dev: &str) -> Result<std::path::PathBuf, String> {
+    qhca::node_of(Some(dev)).map_err(|e| format!("{dev:?}: {e}"))
 }

@@ -50,7 +50,7 @@ Usage: qhca-odp-bench [-s SIZE] [-n COUNT] [-r REG_BYTES] [-d DEV]
   -s SIZE       bytes per RDMA WRITE (default 64k; k/M/G suffixes)
   -n COUNT      messages per stream (default 256)
   -r REG_BYTES  size of the reg_mr comparison (default 1G)
-  -d DEV        device (default /dev/qhca0)
+  -d DEV        device: a name (rocep0s10, qhcaN) or a node (default: the first)
 ";
 
 struct Opts {
@@ -67,7 +67,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         size: 64 << 10,
         count: 256,
         reg: 1 << 30,
-        dev: "/dev/qhca0".into(),
+        dev: String::new(),
         neighbour: None,
     };
     let mut it = args.iter();
@@ -237,7 +237,7 @@ fn stalled_main(o: &Opts) -> Result<(), String> {
     // Closed now (the mapping holds the file): a close at exit would send FLUSH to a daemon
     // that is gone already, and wait for it for ever.
     drop(f);
-    let ctx = Arc::new(Context::open(&o.dev).map_err(err)?);
+    let ctx = Arc::new(Context::open(node(&o.dev)?).map_err(err)?);
     let pd = Pd::new(&ctx).map_err(err)?;
     let mut p = pair(&ctx, &pd).map_err(err)?;
     let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
@@ -284,7 +284,7 @@ fn neighbour_main(o: &Opts, which: Neighbour) -> Result<(), String> {
         println!("faults 0");
         return Ok(());
     }
-    let ctx = Arc::new(Context::open(&o.dev).map_err(err)?);
+    let ctx = Arc::new(Context::open(node(&o.dev)?).map_err(err)?);
     let pd = Pd::new(&ctx).map_err(err)?;
     let mut p = pair(&ctx, &pd).map_err(err)?;
     let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
@@ -343,7 +343,7 @@ fn neighbour_main(o: &Opts, which: Neighbour) -> Result<(), String> {
 /// neighbour's responder faults.
 fn beside(o: &Opts, which: Neighbour) -> Result<(f64, u64), String> {
     let err = |e: qhca::Error| e.to_string();
-    let ctx = Arc::new(Context::open(&o.dev).map_err(err)?);
+    let ctx = Arc::new(Context::open(node(&o.dev)?).map_err(err)?);
     let pd = Pd::new(&ctx).map_err(err)?;
     let mut p = pair(&ctx, &pd).map_err(err)?;
     let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
@@ -425,7 +425,7 @@ fn end_neighbour(child: Child) -> Result<u64, String> {
 /// posted once the one before completed; post-to-completion times in µs, sorted.
 fn fault_times(o: &Opts, n: usize) -> Result<Vec<f64>, String> {
     let err = |e: qhca::Error| e.to_string();
-    let ctx = Arc::new(Context::open(&o.dev).map_err(err)?);
+    let ctx = Arc::new(Context::open(node(&o.dev)?).map_err(err)?);
     let pd = Pd::new(&ctx).map_err(err)?;
     let mut p = pair(&ctx, &pd).map_err(err)?;
     let page = 4096;
@@ -536,7 +536,7 @@ fn isolation(o: &Opts) -> Result<(), String> {
 fn run(o: &Opts) -> Result<(), String> {
     let err = |e: qhca::Error| e.to_string();
     tsc::calibrate();
-    let ctx = Arc::new(Context::open(&o.dev).map_err(err)?);
+    let ctx = Arc::new(Context::open(node(&o.dev)?).map_err(err)?);
     let pd = Pd::new(&ctx).map_err(err)?;
     reg_compare(&pd, o.reg)?;
 
@@ -614,4 +614,9 @@ fn main() -> ExitCode {
         None => run(&o),
     });
     bench::exit("qhca-odp-bench", res)
+}
+
+/// The node `-d` names (the first device without one).
+fn node(dev: &str) -> Result<std::path::PathBuf, String> {
+    qhca::node_of(Some(dev)).map_err(|e| format!("{dev:?}: {e}"))
 }

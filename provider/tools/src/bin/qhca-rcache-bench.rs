@@ -33,7 +33,7 @@ Usage: qhca-rcache-bench [-s SIZE] [-n COUNT] [-b BUFFERS] [-d DEV]
   -s SIZE     bytes per buffer and per RDMA WRITE (default 64k; k/M suffixes)
   -n COUNT    RDMA WRITEs per write_bw run (default 1024)
   -b BUFFERS  source buffers (default 64, at least 16)
-  -d DEV      device (default /dev/qhca0)
+  -d DEV      device: a name (rocep0s10, qhcaN) or a node (default: the first)
 ";
 
 /// Requests in flight in the write_bw runs.
@@ -51,7 +51,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         size: 64 << 10,
         count: 1024,
         buffers: 64,
-        dev: "/dev/qhca0".into(),
+        dev: String::new(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -120,7 +120,7 @@ fn lookups(pd: &Pd, o: &Opts, bufs: &[PageBuf]) -> Result<(), String> {
 fn run(o: &Opts) -> Result<(), String> {
     let err = |e: qhca::Error| e.to_string();
     tsc::calibrate();
-    let ctx = Arc::new(Context::open(&o.dev).map_err(err)?);
+    let ctx = Arc::new(Context::open(node(&o.dev)?).map_err(err)?);
     let pd = Pd::new(&ctx).map_err(err)?;
     let bufs = (0..o.buffers)
         .map(|i| {
@@ -188,4 +188,9 @@ fn run(o: &Opts) -> Result<(), String> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     bench::exit("qhca-rcache-bench", parse(&args).and_then(|o| run(&o)))
+}
+
+/// The node `-d` names (the first device without one).
+fn node(dev: &str) -> Result<std::path::PathBuf, String> {
+    qhca::node_of(Some(dev)).map_err(|e| format!("{dev:?}: {e}"))
 }

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use qhca::conn::{self, ConnInfo};
 use qhca::{
-    Access, Ah, AhAttr, ConnOpts, Context, Cq, DeviceInfo, Error, Gid, MrBuf, Pd, Qp, QpCaps,
-    SendWr, UdDest, Wc, WcStatus, GRH_SIZE,
+    Access, Ah, AhAttr, ConnOpts, Context, Cq, Error, Gid, MrBuf, Pd, Qp, QpCaps, SendWr, UdDest,
+    Wc, WcStatus, GRH_SIZE,
 };
 
 /// Options both tools take.
@@ -158,12 +158,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
 /// `/dev/infiniband/uverbs0`, or the driver's own `/dev/qhca0` while it is there), or on the
 /// first device.
 pub fn open_ctx(dev: Option<&str>) -> qhca::Result<Arc<Context>> {
-    let info = match dev {
-        Some(path) if path.starts_with('/') => return Ok(Arc::new(Context::open(path)?)),
-        Some(name) => DeviceInfo::find(name)?,
-        None => qhca::devices()?.remove(0),
-    };
-    Ok(Arc::new(info.open()?))
+    Ok(Arc::new(Context::open(qhca::node_of(dev)?)?))
 }
 
 /// Which side of the TCP exchange this is.
