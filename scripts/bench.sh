@@ -58,13 +58,15 @@ fi
 # The module for the bench kernel, built in a copy so that kmod/qhca.ko stays the test kernel's.
 step "kmod: building qhca.ko for the bench kernel (a copy in $QHCA_CACHE/kmod-bench)"
 kcopy=$QHCA_CACHE/kmod-bench
-mkdir -p "$kcopy/kmod" "$kcopy/uapi/src"
+mkdir -p "$kcopy/kmod" "$kcopy/uapi/src" "$kcopy/uapi/include"
 cp "$QHCA_ROOT"/kmod/{Kbuild,Makefile,*.rs,*.c,*.h} "$kcopy/kmod/"
 # Its submodules' directories too (kmod/odp/region.rs, ...).
 for d in "$QHCA_ROOT"/kmod/*/; do
 	cp -r "$d" "$kcopy/kmod/"
 done
 cp "$QHCA_ROOT/uapi/src/bindings.rs" "$kcopy/uapi/src/"
+# qhca_uverbs.c includes the ABI header itself.
+cp "$QHCA_ROOT/uapi/include/qhca-abi.h" "$kcopy/uapi/include/"
 export RUST_LIB_SRC
 RUST_LIB_SRC=$(rust_lib_src)
 make -C "$kcopy/kmod" KDIR="$BKDIR" LLVM=-19 >"$kcopy/build.log" 2>&1 ||
