@@ -334,14 +334,33 @@ pub fn run_case<C>(case: &Case<C>, cfg: &C) -> T {
 }
 
 /// Runs `cases` in order, printing per-case lines and the closing lines to `out`.
-pub fn run_all<C>(cases: &[&Case<C>], cfg: &C, out: &mut dyn Write) -> Summary {
+pub fn run_all<C: Clone>(cases: &[&Case<C>], cfg: &C, out: &mut dyn Write) -> Summary {
+    run_all_with(cases, |_| Ok(cfg.clone()), out)
+}
+
+/// [`run_all`], each case with the configuration `cfg_for` gives it; a case whose configuration
+/// cannot be had fails with that error.
+pub fn run_all_with<C>(
+    cases: &[&Case<C>],
+    cfg_for: impl Fn(&str) -> Result<C, Fail>,
+    out: &mut dyn Write,
+) -> Summary {
     let mut s = Summary::default();
     let mut times = Vec::with_capacity(cases.len());
     for case in cases {
         let _ = write!(out, "test {} ... ", case.name);
         let _ = out.flush();
         let t0 = std::time::Instant::now();
-        let t = run_case(case, cfg);
+        let t = match cfg_for(case.name) {
+            Ok(cfg) => run_case(case, &cfg),
+            Err(fail) => {
+                let mut t = T::default();
+                t.record(false, fail.file, fail.line, || {
+                    format!("no configuration: {}", fail.msg)
+                });
+                t
+            }
+        };
         let took = t0.elapsed();
         times.push((took, case.name));
         s.checked += t.checked();

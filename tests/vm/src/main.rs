@@ -95,6 +95,16 @@ fn main() -> ExitCode {
     if selected.is_empty() {
         eprintln!("qhca-vmtest: no case matches {args:?} (see --list)");
     }
-    let summary = harness::run_all(&selected, &cfg, &mut std::io::stdout());
+    // The suite's cases run on the RDMA core's node but those verbs::uverbs::ON_MISC_NODE names;
+    // the wire section's find their devices themselves.
+    let summary = if wire {
+        harness::run_all(&selected, &cfg, &mut std::io::stdout())
+    } else {
+        harness::run_all_with(
+            &selected,
+            |name| verbs::uverbs::config_for(name, &cfg),
+            &mut std::io::stdout(),
+        )
+    };
     ExitCode::from(summary.exit_code() as u8)
 }

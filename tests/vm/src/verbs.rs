@@ -139,9 +139,6 @@ pub fn cases() -> Vec<Case<Config>> {
         port::verbs_port_rc_ipv4_gids,
         port::verbs_port_tools_gid_index,
     ]
-    .into_iter()
-    .chain(uverbs::cases())
-    .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
