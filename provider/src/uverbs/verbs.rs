@@ -11,8 +11,8 @@ use qhca_uapi::{
     qhca_ioc_reg_mr, qhca_qp_attr, QHCA_ACCESS_LOCAL_WRITE, QHCA_ACCESS_MW_BIND,
     QHCA_ACCESS_ON_DEMAND, QHCA_ACCESS_REMOTE_ATOMIC, QHCA_ACCESS_REMOTE_READ,
     QHCA_ACCESS_REMOTE_WRITE, QHCA_ACCESS_WATCHED, QHCA_IB_REG_MR_WATCHED, QHCA_MW_TYPE_1,
-    QHCA_MW_TYPE_2B, QHCA_QPS_INIT, QHCA_QPS_RESET, QHCA_QPS_RTR, QHCA_QPS_RTS, QHCA_QPT_RC,
-    QHCA_QPT_UD, QHCA_QP_ATTR_ACCESS, QHCA_QP_ATTR_AV, QHCA_QP_ATTR_DEST_QPN,
+    QHCA_MW_TYPE_2B, QHCA_QPS_ERR, QHCA_QPS_INIT, QHCA_QPS_RESET, QHCA_QPS_RTR, QHCA_QPS_RTS,
+    QHCA_QPT_RC, QHCA_QPT_UD, QHCA_QP_ATTR_ACCESS, QHCA_QP_ATTR_AV, QHCA_QP_ATTR_DEST_QPN,
     QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC, QHCA_QP_ATTR_MAX_RD_ATOMIC, QHCA_QP_ATTR_MIN_RNR_TIMER,
     QHCA_QP_ATTR_PATH_MTU, QHCA_QP_ATTR_QKEY, QHCA_QP_ATTR_RETRY_CNT, QHCA_QP_ATTR_RNR_RETRY,
     QHCA_QP_ATTR_RQ_PSN, QHCA_QP_ATTR_SQ_PSN, QHCA_QP_ATTR_STATE, QHCA_QP_ATTR_TIMEOUT,
@@ -88,6 +88,14 @@ fn fill_ins(qp_type: u8, cur: u8, next: u8) -> u32 {
         (QHCA_QPS_RTR, QHCA_QPS_RTS) if rc => mask::MAX_QP_RD_ATOMIC,
         _ => 0,
     }
+}
+
+/// Whether a transition to `next` may, from some current state, lack an attribute that
+/// [`fill_ins`] names and `ib_mask` does not have: only then is the QP queried for its state and
+/// values (a caller that gives them all, as `Qp::connect` does, costs one command a transition).
+fn may_lack(qp_type: u8, next: u8, ib_mask: u32) -> bool {
+    (QHCA_QPS_RESET as u8..=QHCA_QPS_ERR as u8)
+        .any(|cur| fill_ins(qp_type, cur, next) & !ib_mask != 0)
 }
 
 /// qhca's path MTU (log2 of bytes, 8..=12) as the core's `enum ib_mtu` (1..=5), and back.
@@ -407,8 +415,9 @@ impl Uverbs {
     }
 
     /// MODIFY_QP. qhca lets a transition leave out attributes the core requires (the device
-    /// keeps what it has): those are taken from a QUERY_QP first, with P_Key index 0 and port 1
-    /// at RESET → INIT.
+    /// keeps what it has): those are taken from a QUERY_QP first, if the caller left any out;
+    /// P_Key index 0 and port 1 go with every move to INIT (required from RESET, allowed from
+    /// INIT).
     pub(crate) fn modify_qp(&self, req: &mut qhca_ioc_qp_attr) -> Result<(), Errno> {
         let a = &req.attr;
         // PSNs are 24 bits: the device refuses more, the core would mask them with a warning.
@@ -441,9 +450,13 @@ impl Uverbs {
         if a.mask & QHCA_QP_ATTR_AV != 0 {
             cmd.dest = dest_of(&a.av);
         }
-        if a.mask & QHCA_QP_ATTR_STATE != 0 {
+        if a.mask & QHCA_QP_ATTR_STATE != 0 && u32::from(a.state) == QHCA_QPS_INIT {
+            // P_Key index 0 and port 1 are already in the command.
+            ib_mask |= mask::PKEY_INDEX | mask::PORT;
+        }
+        let qp_type = u8::try_from(self.handle(Kind::QpType, req.qpn)?).unwrap_or(0);
+        if a.mask & QHCA_QP_ATTR_STATE != 0 && may_lack(qp_type, a.state, ib_mask) {
             let cur = self.query_raw(req.qpn)?;
-            let qp_type = u8::try_from(self.handle(Kind::QpType, req.qpn)?).unwrap_or(0);
             let missing = fill_ins(qp_type, cur.qp_state, a.state) & !ib_mask;
             // The device's current value of each attribute filled in.
             macro_rules! take {
@@ -466,7 +479,6 @@ impl Uverbs {
                     ..cur.dest
                 };
             }
-            // P_Key index 0 and port 1 are already in the command.
             ib_mask |= missing;
         }
         cmd.attr_mask = ib_mask;
@@ -495,6 +507,29 @@ mod tests {
         );
         assert_eq!(fill_ins(IB_QPT_RC, rtr, rts), mask::MAX_QP_RD_ATOMIC);
         assert_eq!(fill_ins(IB_QPT_RC, rts, rts), 0);
+    }
+
+    #[test]
+    fn a_transition_queries_only_if_something_may_be_missing() {
+        let (i, rtr, rts, err) = (
+            QHCA_QPS_INIT as u8,
+            QHCA_QPS_RTR as u8,
+            QHCA_QPS_RTS as u8,
+            QHCA_QPS_ERR as u8,
+        );
+        let base = mask::STATE | mask::PKEY_INDEX | mask::PORT;
+        // What Qp::connect gives: nothing to fill in, no query.
+        assert!(!may_lack(IB_QPT_RC, i, base | mask::ACCESS_FLAGS));
+        let rtr_all = base | mask::AV | mask::MAX_DEST_RD_ATOMIC | mask::MIN_RNR_TIMER;
+        assert!(!may_lack(IB_QPT_RC, rtr, rtr_all));
+        assert!(!may_lack(IB_QPT_RC, rts, base | mask::MAX_QP_RD_ATOMIC));
+        assert!(!may_lack(IB_QPT_UD, i, base));
+        assert!(!may_lack(IB_QPT_UD, rtr, base));
+        assert!(!may_lack(IB_QPT_RC, err, mask::STATE));
+        // Left out: queried.
+        assert!(may_lack(IB_QPT_RC, i, base));
+        assert!(may_lack(IB_QPT_RC, rtr, rtr_all & !mask::MIN_RNR_TIMER));
+        assert!(may_lack(IB_QPT_RC, rts, base));
     }
 
     #[test]
