@@ -132,10 +132,12 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
         return Err("empty device name".into());
     }
     let mut words = &words[..];
-    if let Some(w) = words
-        .first()
-        .filter(|w| qhca::parse_device_name(w).is_some())
-    {
+    if let Some(w) = words.first().filter(|w| {
+        // `qhcaN`, a node's path, or any name followed by a command.
+        qhca::parse_device_name(w).is_some()
+            || w.starts_with('/')
+            || words.get(1).is_some_and(|c| c == "addr" || c == "address")
+    }) {
         if out.device.as_ref().is_some_and(|d| d != w) {
             return Err(format!(
                 "two devices named: {} and {w}",
@@ -537,6 +539,13 @@ mod tests {
             args(&["addr", "del", "10.7.0.3"]).unwrap().cmd,
             Cmd::AddrDel(v4("10.7.0.3"))
         );
+        // The RDMA core's name, or a node, first.
+        let a = args(&["rocep0s10", "addr"]).unwrap();
+        assert_eq!(a.device.as_deref(), Some("rocep0s10"));
+        assert_eq!(a.cmd, Cmd::AddrList);
+        let a = args(&["/dev/qhca0", "addr", "add", "10.7.0.3/24"]).unwrap();
+        assert_eq!(a.device.as_deref(), Some("/dev/qhca0"));
+        assert!(args(&["rocep0s10"]).is_err());
         // As `ip addr del` takes it: the prefix is ignored.
         assert_eq!(
             args(&["qhca0", "addr", "del", "10.7.0.3/24"]).unwrap().cmd,
