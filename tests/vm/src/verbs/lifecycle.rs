@@ -545,7 +545,9 @@ pub(super) fn verbs_default_rnr_is_finite(t: &mut T, cfg: &Config) -> CaseResult
 
 /// `Qp::connect` sets the responder resources at INIT -> RTR and the initiator depth at RTR ->
 /// RTS, through the driver to the device, and QUERY_QP reads them back; 16 of each by default.
-/// Each is taken only at its own transitions (EINVAL otherwise), 1..=16.
+/// Each is taken only at its own transitions (EINVAL otherwise), 1..=16. qhca's own node also
+/// takes `max_rd_atomic` at RTS -> RTS; the RDMA core's takes it only at RTR -> RTS
+/// (`ib_modify_qp_is_ok`, as for any device).
 pub(super) fn verbs_connect_sets_rd_atomic_depths(t: &mut T, cfg: &Config) -> CaseResult {
     let ctx = Arc::new(Context::open(&cfg.dev)?);
     let pd = Pd::new(&ctx)?;
@@ -582,8 +584,20 @@ pub(super) fn verbs_connect_sets_rd_atomic_depths(t: &mut T, cfg: &Config) -> Ca
         max_dest_rd_atomic: Some(v),
         ..QpAttr::default()
     };
-    qp.modify(&rd(1))?;
-    check_eq!(t, depths(&qp)?, (1, 5), "RTS -> RTS max_rd_atomic");
+    let core = cfg.dev.starts_with(qhca::UVERBS_DEV_DIR);
+    let now = if core {
+        check_errno!(
+            t,
+            qp.modify(&rd(1)),
+            Errno::EINVAL,
+            "RTS -> RTS max_rd_atomic on the core's node"
+        );
+        (3, 5)
+    } else {
+        qp.modify(&rd(1))?;
+        (1, 5)
+    };
+    check_eq!(t, depths(&qp)?, now, "RTS -> RTS max_rd_atomic");
     check_errno!(t, qp.modify(&rd(0)), Errno::EINVAL, "max_rd_atomic 0");
     check_errno!(t, qp.modify(&rd(17)), Errno::EINVAL, "max_rd_atomic 17");
     check_errno!(
@@ -592,6 +606,6 @@ pub(super) fn verbs_connect_sets_rd_atomic_depths(t: &mut T, cfg: &Config) -> Ca
         Errno::EINVAL,
         "RTS -> RTS max_dest_rd_atomic"
     );
-    check_eq!(t, depths(&qp)?, (1, 5), "refused modifies change nothing");
+    check_eq!(t, depths(&qp)?, now, "refused modifies change nothing");
     Ok(())
 }

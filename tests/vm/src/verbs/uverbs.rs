@@ -115,14 +115,6 @@ pub(crate) const ON_MISC_NODE: &[(&str, &str)] = &[
         "verbs_mw_rebind_and_invalidate",
         "type 2A windows (the core's type 2 is 2B)",
     ),
-    (
-        "verbs_connect_sets_rd_atomic_depths",
-        "max_rd_atomic at RTS -> RTS (the core: RTR -> RTS)",
-    ),
-    (
-        "verbs_ud_datagrams",
-        "the AH's own hop limit (the core takes a routed GID's from the route)",
-    ),
 ];
 
 /// The configuration case `name` runs with: `cfg` on the core's node ([`on_uverbs`]), but for
