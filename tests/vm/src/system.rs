@@ -62,6 +62,11 @@ impl Config {
         })
     }
 
+    /// Whether the node under test is the RDMA core's uverbs node (not the driver's own).
+    pub fn on_core_node(&self) -> bool {
+        self.dev.starts_with(qhca::UVERBS_DEV_DIR)
+    }
+
     /// `/sys/bus/pci/drivers/<driver>`.
     pub fn driver_dir(&self) -> PathBuf {
         Path::new("/sys/bus/pci/drivers").join(&self.driver)

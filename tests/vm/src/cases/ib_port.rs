@@ -74,7 +74,7 @@ fn gid_text(g: &Gid) -> String {
         .join(":")
 }
 
-fn ip(args: &[&str]) -> Result<(), Fail> {
+pub(crate) fn ip(args: &[&str]) -> Result<(), Fail> {
     let Some(tool) = find_tool("ip") else {
         bail!("the ip tool (iproute2) is not installed");
     };

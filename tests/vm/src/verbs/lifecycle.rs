@@ -584,7 +584,7 @@ pub(super) fn verbs_connect_sets_rd_atomic_depths(t: &mut T, cfg: &Config) -> Ca
         max_dest_rd_atomic: Some(v),
         ..QpAttr::default()
     };
-    let core = cfg.dev.starts_with(qhca::UVERBS_DEV_DIR);
+    let core = cfg.on_core_node();
     let now = if core {
         check_errno!(
             t,

@@ -30,28 +30,84 @@ const A2: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
 /// An address nobody has.
 const NOBODY: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 99);
 
-/// An address given to the port, taken back on drop.
+/// An address given to the port, taken back on drop: by SET_GID on the driver's own node; on
+/// the RDMA core's, as the port's netdev's address (`noprefixroute`: the netdev carries no IP
+/// traffic), which the core hands to the driver.
 struct Addr {
     ctx: Arc<Context>,
     index: u8,
     gid: Gid,
+    /// The netdev and `A.B.C.D/N`, on the core's node.
+    netdev: Option<(String, String)>,
 }
 
 impl Addr {
     #[track_caller]
-    fn add(ctx: &Arc<Context>, addr: Ipv4Addr, prefix_len: u8) -> Result<Addr, Fail> {
-        let index = ctx.add_ipv4(addr, prefix_len)?;
-        Ok(Addr {
+    fn add(cfg: &Config, ctx: &Arc<Context>, addr: Ipv4Addr, prefix_len: u8) -> Result<Addr, Fail> {
+        let gid = Gid::from_ipv4(addr);
+        if !cfg.on_core_node() {
+            let index = ctx.add_ipv4(addr, prefix_len)?;
+            return Ok(Addr {
+                ctx: ctx.clone(),
+                index,
+                gid,
+                netdev: None,
+            });
+        }
+        let bdf = match system::pci_bdf(cfg) {
+            Ok(b) => b,
+            Err(e) => bail!("{e}"),
+        };
+        let Some(ndev) = crate::cases::netdev_of(&bdf) else {
+            bail!("{bdf}: no netdev");
+        };
+        let cidr = format!("{addr}/{prefix_len}");
+        crate::cases::ip(&["addr", "add", &cidr, "dev", &ndev, "noprefixroute"])?;
+        // Taken back on drop whatever happens now.
+        let mut added = Addr {
             ctx: ctx.clone(),
-            index,
-            gid: Gid::from_ipv4(addr),
-        })
+            index: 0,
+            gid,
+            netdev: Some((ndev, cidr)),
+        };
+        let mut index = None;
+        system::wait_for(Duration::from_secs(10), || {
+            index = ctx
+                .query_port()
+                .ok()
+                .and_then(|p| p.find(&gid).map(|e| e.index));
+            index.is_some()
+        });
+        match index {
+            Some(index) => {
+                added.index = index;
+                Ok(added)
+            }
+            None => bail!("{addr}: no GID in the port's table 10 s after ip addr add"),
+        }
     }
 }
 
 impl Drop for Addr {
     fn drop(&mut self) {
-        let _ = self.ctx.set_gid(self.index, None);
+        match &self.netdev {
+            Some((ndev, cidr)) => {
+                let _ = crate::cases::ip(&["addr", "del", cidr, "dev", ndev]);
+            }
+            None => {
+                let _ = self.ctx.set_gid(self.index, None);
+            }
+        }
+    }
+}
+
+/// What naming an empty GID entry as an address vector's source gets: `EINVAL` from the driver's
+/// own node; `ENODATA` from the RDMA core's, which finds no GID there (as for any device).
+fn empty_entry_errno(cfg: &Config) -> Errno {
+    if cfg.on_core_node() {
+        Errno::ENODATA
+    } else {
+        Errno::EINVAL
     }
 }
 
@@ -231,7 +287,7 @@ pub(super) fn verbs_port_query(t: &mut T, cfg: &Config) -> CaseResult {
 pub(super) fn verbs_port_set_gid(t: &mut T, cfg: &Config) -> CaseResult {
     let ctx = Arc::new(Context::open(&cfg.dev)?);
     let other = Context::open(&cfg.dev)?;
-    let a1 = Addr::add(&ctx, A1, 24)?;
+    let a1 = Addr::add(cfg, &ctx, A1, 24)?;
     let seen = other.query_port()?;
     check_eq!(
         t,
@@ -461,7 +517,7 @@ fn connect_av(
 /// empty entry, or to a destination of the other family, is refused at INIT -> RTR.
 pub(super) fn verbs_port_rc_unreachable(t: &mut T, cfg: &Config) -> CaseResult {
     let ctx = Arc::new(Context::open(&cfg.dev)?);
-    let a1 = Addr::add(&ctx, A1, 24)?;
+    let a1 = Addr::add(cfg, &ctx, A1, 24)?;
     let pd = Pd::new(&ctx)?;
     let mut cq = Cq::new(&ctx, 16, None)?;
     let o = ConnOpts {
@@ -474,23 +530,31 @@ pub(super) fn verbs_port_rc_unreachable(t: &mut T, cfg: &Config) -> CaseResult {
         .query_port()?
         .free_index()
         .ok_or_else(|| fail_msg("no free entry".into()))?;
-    // Refused: the source entry is empty; IPv4 to the link-local GID; link-local to IPv4.
-    for (what, from, to) in [
+    // Refused: the source entry is empty (the RDMA core finds no GID there: ENODATA, as for any
+    // device); IPv4 to the link-local GID; link-local to IPv4.
+    let no_gid = empty_entry_errno(cfg);
+    for (what, from, to, errno) in [
         (
             "an empty entry",
             (Gid::from_ipv4(A2), empty),
             Gid::from_ipv4(NOBODY),
+            no_gid,
         ),
-        ("IPv4 to link-local", (a1.gid, a1.index), ctx.gid()),
-        ("link-local to IPv4", (ctx.gid(), 0), Gid::from_ipv4(NOBODY)),
+        (
+            "IPv4 to link-local",
+            (a1.gid, a1.index),
+            ctx.gid(),
+            Errno::EINVAL,
+        ),
+        (
+            "link-local to IPv4",
+            (ctx.gid(), 0),
+            Gid::from_ipv4(NOBODY),
+            Errno::EINVAL,
+        ),
     ] {
         let qp = Qp::new(&pd, &cq, &cq, &caps)?;
-        check_errno!(
-            t,
-            connect_av(&qp, from, to, qp.qpn(), &o),
-            Errno::EINVAL,
-            "{what}"
-        );
+        check_errno!(t, connect_av(&qp, from, to, qp.qpn(), &o), errno, "{what}");
         check_eq!(t, qp.query()?.state, QpState::Init, "{what}: still INIT");
     }
 
@@ -543,8 +607,8 @@ pub(super) fn verbs_port_rc_unreachable(t: &mut T, cfg: &Config) -> CaseResult {
 /// 20 zero bytes and the IPv4 header (addresses, TOS, TTL), as RoCEv2 delivers it.
 pub(super) fn verbs_port_rc_ipv4_gids(t: &mut T, cfg: &Config) -> CaseResult {
     let ctx = Arc::new(Context::open(&cfg.dev)?);
-    let a1 = Addr::add(&ctx, A1, 24)?;
-    let a2 = Addr::add(&ctx, A2, 24)?;
+    let a1 = Addr::add(cfg, &ctx, A1, 24)?;
+    let a2 = Addr::add(cfg, &ctx, A2, 24)?;
     let pd = Pd::new(&ctx)?;
     let o = PairOpts::default();
     let mut cq_a = Cq::new(&ctx, 64, None)?;
@@ -693,7 +757,14 @@ pub(super) fn verbs_port_rc_ipv4_gids(t: &mut T, cfg: &Config) -> CaseResult {
             g.hop_limit,
             g.next_hdr
         )),
-        Some((4, a1.gid, a2.gid, 0x20, 33, 17)),
+        Some((
+            4,
+            a1.gid,
+            a2.gid,
+            0x20,
+            super::ud::grh_hop_limit(cfg, 33, true)?,
+            17
+        )),
         "the IPv4 header: {area:02x?}"
     );
     if let Some(g) = grh {
@@ -705,15 +776,17 @@ pub(super) fn verbs_port_rc_ipv4_gids(t: &mut T, cfg: &Config) -> CaseResult {
         );
     }
     check_eq!(t, dgram.to_vec(GUARD + GRH_SIZE, 9), b"over IPv4".to_vec());
-    // From an empty entry: refused when the handle is made.
+    // From an empty entry: refused when the handle is made (the RDMA core finds no GID there:
+    // ENODATA, as for any device).
     let empty = ctx
         .query_port()?
         .free_index()
         .ok_or_else(|| fail_msg("no free entry".into()))?;
+    let no_gid = empty_entry_errno(cfg);
     check_errno!(
         t,
         pd.create_ah(&AhAttr::new(a2.gid).from_index(empty)),
-        Errno::EINVAL,
+        no_gid,
         "handle from an empty entry"
     );
     Ok(())
@@ -723,7 +796,7 @@ pub(super) fn verbs_port_rc_ipv4_gids(t: &mut T, cfg: &Config) -> CaseResult {
 /// sides sending from an IPv4 GID of this port; an empty entry is an error that says so.
 pub(super) fn verbs_port_tools_gid_index(t: &mut T, cfg: &Config) -> CaseResult {
     let ctx = Arc::new(Context::open(&cfg.dev)?);
-    let a1 = Addr::add(&ctx, A1, 24)?;
+    let a1 = Addr::add(cfg, &ctx, A1, 24)?;
     let x = a1.index.to_string();
     // The driver's own node, where SET_GID put the address (the core's table is its netdev's).
     let dev = cfg.dev.display().to_string();

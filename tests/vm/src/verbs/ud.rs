@@ -55,11 +55,12 @@ fn post_recv(qp: &mut Qp, mr: &MrBuf, wr_id: u64, off: usize, len: u32) -> Resul
 /// Datagrams of several sizes, SEND and SEND_WITH_IMM, from SGEs and inline: every byte, the
 /// GRH (version, traffic class, flow label, hop limit, PayLen, both GIDs), the CQE's source
 /// QPN, length and flags; nothing written past the message.
-/// The hop limit a datagram's GRH carries through an AH that asks for `asked`: that one on the
-/// driver's own node; on the RDMA core's, the route's, which the core puts into every RoCE v2
-/// address vector it resolves (the port's netdev's IPv6 `hop_limit`), as for any RoCE device.
-fn grh_hop_limit(cfg: &Config, asked: u8) -> Result<u8, Fail> {
-    if !cfg.dev.starts_with(qhca::UVERBS_DEV_DIR) {
+/// The hop limit a datagram's GRH (or TTL, over IPv4) carries through an AH that asks for
+/// `asked`: that one on the driver's own node; on the RDMA core's, the route's, which the core puts
+/// into every RoCE v2 address vector it resolves (the port's netdev's IPv6 `hop_limit`, or the
+/// IPv4 default TTL), as for any RoCE device.
+pub(super) fn grh_hop_limit(cfg: &Config, asked: u8, ipv4: bool) -> Result<u8, Fail> {
+    if !cfg.on_core_node() {
         return Ok(asked);
     }
     let bdf = match system::pci_bdf(cfg) {
@@ -69,7 +70,11 @@ fn grh_hop_limit(cfg: &Config, asked: u8) -> Result<u8, Fail> {
     let Some(ndev) = crate::cases::netdev_of(&bdf) else {
         bail!("{bdf}: no netdev");
     };
-    let path = format!("/proc/sys/net/ipv6/conf/{ndev}/hop_limit");
+    let path = if ipv4 {
+        "/proc/sys/net/ipv4/ip_default_ttl".to_owned()
+    } else {
+        format!("/proc/sys/net/ipv6/conf/{ndev}/hop_limit")
+    };
     let text = std::fs::read_to_string(&path)?;
     match text.trim().parse() {
         Ok(h) => Ok(h),
@@ -164,7 +169,7 @@ pub(super) fn verbs_ud_datagrams(t: &mut T, cfg: &Config) -> CaseResult {
             flow_label: 0x5_4321,
             paylen: (12 + 8 + if imm { 4 } else { 0 } + len.div_ceil(4) * 4 + 4) as u16,
             next_hdr: 17,
-            hop_limit: grh_hop_limit(cfg, 9)?,
+            hop_limit: grh_hop_limit(cfg, 9, false)?,
             sgid: gid,
             dgid: gid,
         }

@@ -107,9 +107,6 @@ pub(crate) const ON_MISC_NODE: &[(&str, &str)] = &[
     ("ib_gids", "SET_GID against the core's entries"),
     ("verbs_port_set_gid", "SET_GID"),
     ("verbs_port_addr_tool", "qhca-info addr add (SET_GID)"),
-    ("verbs_port_rc_unreachable", "addresses by SET_GID"),
-    ("verbs_port_rc_ipv4_gids", "addresses by SET_GID"),
-    ("verbs_port_tools_gid_index", "addresses by SET_GID"),
     // Where the core's rules differ from the misc ABI's.
     (
         "verbs_mw_rebind_and_invalidate",
