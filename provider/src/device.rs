@@ -21,8 +21,6 @@ pub const NAME_PREFIX: &str = "qhca";
 pub const SYSFS_UVERBS_DIR: &str = "/sys/class/infiniband_verbs";
 /// Where the uverbs nodes live.
 pub const UVERBS_DEV_DIR: &str = "/dev/infiniband";
-/// Where the RDMA core lists its devices by name.
-pub const SYSFS_IB_DIR: &str = "/sys/class/infiniband";
 /// Where PCI devices are, by address; `<SYSFS_PCI_DIR>/<addr>/net/` names a device's netdevs.
 pub const SYSFS_PCI_DIR: &str = "/sys/bus/pci/devices";
 
@@ -48,13 +46,6 @@ impl DeviceInfo {
     /// Opens a context on this device.
     pub fn open(&self) -> Result<Context> {
         Context::open(&self.path)
-    }
-
-    /// The RDMA core's uverbs node of this device (`/dev/infiniband/uverbsN`), which
-    /// [`Context::open`] also takes; `None` if the core has none for it (or sysfs does not link
-    /// this node to its PCI device).
-    pub fn uverbs_node(&self) -> Option<PathBuf> {
-        uverbs_node(self.pci_addr.as_deref()?)
     }
 
     /// The Linux netdev of the device's port (`enp0s10`): its addresses are the port's GIDs on
@@ -119,35 +110,47 @@ pub fn find_in(list: Vec<DeviceInfo>, name: &str) -> Option<DeviceInfo> {
 /// Returns [`Error::NoDevices`] if there is none (the driver is not loaded, or the core's
 /// `ib_uverbs` is not), [`Error::Discover`] if sysfs cannot be read.
 pub fn devices() -> Result<Vec<DeviceInfo>> {
-    let list = match devices_in(Path::new(SYSFS_UVERBS_DIR)) {
+    nonempty(match devices_in(Path::new(SYSFS_UVERBS_DIR)) {
         Err(Error::Discover {
             source: crate::Errno::ENOENT,
             ..
         }) => Vec::new(),
         r => r?,
-    };
+    })
+}
+
+/// `list`, or [`Error::NoDevices`] if it is empty.
+fn nonempty(list: Vec<DeviceInfo>) -> Result<Vec<DeviceInfo>> {
     if list.is_empty() {
         return Err(Error::NoDevices);
     }
     Ok(list)
 }
 
-/// [`devices`] over another sysfs directory (for tests); an empty list is not an error here.
-pub fn devices_in(sysfs_uverbs_dir: &Path) -> Result<Vec<DeviceInfo>> {
+/// The entries of `dir` whose names are UTF-8, with their paths; [`Error::Discover`] if `dir`
+/// cannot be read.
+fn named_entries(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
     let discover_err = |e: std::io::Error| Error::Discover {
-        path: sysfs_uverbs_dir.to_owned(),
+        path: dir.to_owned(),
         source: errno_of(&e),
     };
-    let mut list = Vec::new();
-    for entry in std::fs::read_dir(sysfs_uverbs_dir).map_err(discover_err)? {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(discover_err)? {
         let entry = entry.map_err(discover_err)?;
-        let Some(node) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
+        if let Some(name) = entry.file_name().to_str() {
+            out.push((name.to_owned(), entry.path()));
+        }
+    }
+    Ok(out)
+}
+
+/// [`devices`] over another sysfs directory (for tests); an empty list is not an error here.
+pub fn devices_in(sysfs_uverbs_dir: &Path) -> Result<Vec<DeviceInfo>> {
+    let mut list = Vec::new();
+    for (node, dir) in named_entries(sysfs_uverbs_dir)? {
         if !node.starts_with("uverbs") {
             continue;
         }
-        let dir = entry.path();
         let Some(pci_addr) = pci_addr_of(&dir) else {
             continue;
         };
@@ -187,31 +190,22 @@ fn is_qhca(pci_dir: &Path) -> bool {
 ///
 /// Returns [`Error::NoDevices`] if there is none, [`Error::Discover`] if `/dev` cannot be read.
 pub fn misc_devices() -> Result<Vec<DeviceInfo>> {
-    let list = misc_devices_in(Path::new(DEV_DIR), Path::new(SYSFS_MISC_DIR))?;
-    if list.is_empty() {
-        return Err(Error::NoDevices);
-    }
-    Ok(list)
+    nonempty(misc_devices_in(
+        Path::new(DEV_DIR),
+        Path::new(SYSFS_MISC_DIR),
+    )?)
 }
 
 /// [`misc_devices`] over other directories (for tests); an empty list is not an error here.
 pub fn misc_devices_in(dev_dir: &Path, sysfs_misc_dir: &Path) -> Result<Vec<DeviceInfo>> {
-    let discover_err = |e: std::io::Error| Error::Discover {
-        path: dev_dir.to_owned(),
-        source: errno_of(&e),
-    };
     let mut list = Vec::new();
-    for entry in std::fs::read_dir(dev_dir).map_err(discover_err)? {
-        let entry = entry.map_err(discover_err)?;
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
+    for (name, path) in named_entries(dev_dir)? {
         let Some(index) = parse_device_name(&name) else {
             continue;
         };
         let pci_addr = pci_addr_of(&sysfs_misc_dir.join(&name));
         list.push(DeviceInfo {
-            path: entry.path(),
+            path,
             name,
             index,
             pci_addr,
@@ -225,29 +219,6 @@ pub fn misc_devices_in(dev_dir: &Path, sysfs_misc_dir: &Path) -> Result<Vec<Devi
 /// (`0000:00:03.0`), which [`Context::open`] also takes; `None` if the core has none for it.
 pub fn uverbs_node(pci_addr: &str) -> Option<PathBuf> {
     uverbs_node_in(Path::new(SYSFS_UVERBS_DIR), pci_addr)
-}
-
-/// The uverbs node of the RDMA core's device called `ib_name` (`rocep0s10`, or `qhca0` where
-/// udev does not rename RDMA devices), as `ibv_devices` lists it: what [`Context::open`] takes
-/// for it; `None` if there is no such device (or it has no uverbs node).
-pub fn uverbs_node_of_ib(ib_name: &str) -> Option<PathBuf> {
-    uverbs_node_of_ib_in(Path::new(SYSFS_IB_DIR), ib_name)
-}
-
-/// [`uverbs_node_of_ib`] over another sysfs directory (for tests).
-pub fn uverbs_node_of_ib_in(sysfs_ib_dir: &Path, ib_name: &str) -> Option<PathBuf> {
-    if ib_name.is_empty() || ib_name.contains('/') || ib_name.starts_with('.') {
-        return None;
-    }
-    std::fs::read_dir(sysfs_ib_dir.join(ib_name).join("device/infiniband_verbs"))
-        .ok()?
-        .flatten()
-        .find(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.starts_with("uverbs"))
-        })
-        .map(|e| Path::new(UVERBS_DEV_DIR).join(e.file_name()))
 }
 
 /// [`uverbs_node`] over another sysfs directory (for tests).
@@ -466,20 +437,6 @@ mod tests {
         );
         assert_eq!(uverbs_node_in(&s.0, "0000:00:04.0"), None);
         assert_eq!(uverbs_node_in(&s.0.join("none"), "0000:00:03.0"), None);
-    }
-
-    #[test]
-    fn finds_the_uverbs_node_of_an_rdma_device() {
-        let s = Scratch::new("ibnames");
-        let verbs = s.0.join("rocep0s10/device/infiniband_verbs/uverbs2");
-        fs::create_dir_all(&verbs).unwrap();
-        assert_eq!(
-            uverbs_node_of_ib_in(&s.0, "rocep0s10"),
-            Some(PathBuf::from("/dev/infiniband/uverbs2"))
-        );
-        for bad in ["rxe0", "", "../rocep0s10", "."] {
-            assert_eq!(uverbs_node_of_ib_in(&s.0, bad), None, "{bad:?}");
-        }
     }
 
     #[test]

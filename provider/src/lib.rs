@@ -195,9 +195,8 @@ pub use context::{AsyncEvent, Context, CtxStats};
 pub use cq::{eventfd, Cq, CqConsumer, Wc, WcOpcode, WcStatus, LIVENESS_INTERVAL};
 pub use device::{
     devices, devices_in, find_in, is_pci_addr, misc_devices, misc_devices_in, netdev_in, node_of,
-    parse_device_name, uverbs_node, uverbs_node_in, uverbs_node_of_ib, uverbs_node_of_ib_in,
-    DeviceInfo, DEV_DIR, SYSFS_IB_DIR, SYSFS_MISC_DIR, SYSFS_PCI_DIR, SYSFS_UVERBS_DIR,
-    UVERBS_DEV_DIR,
+    parse_device_name, uverbs_node, uverbs_node_in, DeviceInfo, DEV_DIR, SYSFS_MISC_DIR,
+    SYSFS_PCI_DIR, SYSFS_UVERBS_DIR, UVERBS_DEV_DIR,
 };
 pub use doorbell::Doorbell;
 pub use error::{Errno, Error, PostError, PostReason, Result};

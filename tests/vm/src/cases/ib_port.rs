@@ -14,12 +14,7 @@ use super::*;
 
 /// The netdev of PCI device `bdf` (`/sys/bus/pci/devices/BDF/net/*`): its name.
 pub(crate) fn netdev_of(bdf: &str) -> Option<String> {
-    let dir = Path::new("/sys/bus/pci/devices").join(bdf).join("net");
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .collect();
-    (names.len() == 1).then(|| names.remove(0))
+    qhca::netdev_in(Path::new(qhca::SYSFS_PCI_DIR), bdf)
 }
 
 /// The RDMA core's device of PCI device `bdf` (`qhca0`, or as udev renamed it), if it has one.
