@@ -90,11 +90,8 @@ qhca_insmod "$ko" || { echo "bench: insmod $ko failed"; exit 1; }
 [ -c /dev/qhca0 ] || { echo "bench: /dev/qhca0 did not appear"; exit 1; }
 # The same device as the RDMA core's (as udev named it), reached through Debian's libibverbs and
 # the installed provider, nothing preloaded; its netdev up so that GID 0 exists.
-ibdev=$(ls /sys/bus/pci/devices/*/infiniband/ 2>/dev/null | head -n1)
-ndev=$(ls /sys/bus/pci/devices/*/net/ 2>/dev/null | head -n1)
-[ -n "$ndev" ] && ip link set "$ndev" up
-# Its link-local address (the route to GID 0) comes once the kernel has seen the carrier.
-for _ in $(seq 100); do ip -6 addr show dev "$ndev" scope link 2>/dev/null | grep -q "inet6 fe80" && break; sleep 0.1; done
+ibdev=$(ls /sys/bus/pci/drivers/qhca/*/infiniband/ 2>/dev/null | head -n1)
+qhca_links_up || echo "bench: a qhca netdev has no link-local address (GID 0)"
 
 # result_line FILE: the first numeric line after the "#bytes" header, with the header's column
 # names made single words so that columns can be found by name.

@@ -27,7 +27,7 @@ mod lifecycle;
 pub(crate) mod rdma_core;
 
 use args::{ioctl_bad_args, mmap_bad_args};
-pub(crate) use ib_port::{ib_device_of, ip, link_up, netdev_of};
+pub(crate) use ib_port::{gid_text, ib_device_of, ip, link_up, netdev_of};
 use ib_port::{ib_gids, ib_port_counters};
 use lifecycle::{reload_module, unbind_while_open};
 use rdma_core::{ib_device, ib_provider, ib_ucontext};

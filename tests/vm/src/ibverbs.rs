@@ -83,35 +83,15 @@ impl Via {
     /// The device's name for `-d`: the RDMA core's device of our PCI device, whose netdev is
     /// brought up first (its link-local address is the port's GID 0).
     pub(crate) fn device(self, cfg: &Config) -> Result<String, Fail> {
-        let bdf = system::pci_bdf(cfg)?;
-        // udev may still be renaming a device that was just probed (qhca0 becomes
-        // rocep0s10, eth0 enp0s10): names are read once it is done.
-        if let Some(udevadm) = system::find_tool("udevadm") {
-            let _ = system::run_tool(&udevadm, &["settle".as_ref(), "-t".as_ref(), "10".as_ref()]);
+        let dev = crate::verbs::uverbs::core_device(cfg)?;
+        // GID 0 once the link is up.
+        let gid0 = Path::new("/sys/class/infiniband")
+            .join(&dev.name)
+            .join("ports/1/gid_attrs/ndevs/0");
+        if !system::wait_for(Duration::from_secs(10), || gid0.exists()) {
+            bail!("{}: no GID 0 once its netdev is up", dev.name);
         }
-        let up = system::wait_for(Duration::from_secs(10), || {
-            crate::cases::ib_device_of(&bdf).is_some() && crate::cases::netdev_of(&bdf).is_some()
-        });
-        require_found(up, &bdf)?;
-        let Some(ndev) = crate::cases::netdev_of(&bdf) else {
-            bail!("{bdf}: no netdev");
-        };
-        crate::cases::link_up(&ndev)?;
-        // GID 0 once the link is up; the device's name as it is then.
-        let mut name = None;
-        let found = system::wait_for(Duration::from_secs(10), || {
-            name = crate::cases::ib_device_of(&bdf);
-            name.as_ref().is_some_and(|ib| {
-                Path::new("/sys/class/infiniband")
-                    .join(ib)
-                    .join("ports/1/gid_attrs/ndevs/0")
-                    .exists()
-            })
-        });
-        match name {
-            Some(ib) if found => Ok(ib),
-            _ => bail!("{bdf}: no GID 0 once {ndev} is up ({name:?})"),
-        }
+        Ok(dev.name)
     }
 
     /// What a pingpong needs to address the peer (`-g 0`: by GID, as RoCE requires).
@@ -128,13 +108,6 @@ impl Via {
     fn port(self, base: u16) -> u16 {
         base + 100
     }
-}
-
-fn require_found(found: bool, bdf: &str) -> Result<(), Fail> {
-    if !found {
-        bail!("{bdf}: no RDMA core device and netdev (is ib_uverbs loaded?)");
-    }
-    Ok(())
 }
 
 /// A file next to this binary (cargo's release directory): the C program.

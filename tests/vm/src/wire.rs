@@ -147,11 +147,7 @@ fn interface_by_mac(mac: &str) -> Option<String> {
 /// The GID index of `ip` on RDMA device `ibdev`'s port, as sysfs shows it, once the port is
 /// active (10 s at most).
 fn gid_index(ibdev: &str, ip: Ipv4Addr) -> Option<u32> {
-    let o = ip.octets();
-    let want = format!(
-        "0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x}",
-        o[0], o[1], o[2], o[3]
-    );
+    let want = crate::cases::gid_text(&qhca::Gid::from_ipv4(ip));
     let port = Path::new("/sys/class/infiniband")
         .join(ibdev)
         .join("ports/1");
@@ -172,13 +168,11 @@ fn gid_index(ibdev: &str, ip: Ipv4Addr) -> Option<u32> {
 /// The qhca device whose port has MAC `mac`, given address `ip` on its netdev in network
 /// namespace `ns` (made anew): the device and the End that names it.
 fn qhca_end(mac: &str, ip: Ipv4Addr, ns: &str) -> Result<(qhca::DeviceInfo, End), Fail> {
-    let found = qhca::devices()?.into_iter().find(|d| {
-        d.netdev().is_some_and(|n| {
-            std::fs::read_to_string(Path::new("/sys/class/net").join(n).join("address"))
-                .is_ok_and(|a| a.trim().eq_ignore_ascii_case(mac))
-        })
-    });
-    let (Some(dev), Some(ndev)) = (found.clone(), found.and_then(|d| d.netdev())) else {
+    let ndev = interface_by_mac(mac);
+    let found = qhca::devices()?
+        .into_iter()
+        .find(|d| ndev.is_some() && d.netdev() == ndev);
+    let (Some(dev), Some(ndev)) = (found, ndev) else {
         bail!("no qhca device whose port's netdev has MAC {mac}");
     };
     let _ = sh("ip", &["netns", "del", ns]);

@@ -61,7 +61,7 @@ fn core_gid(port: &Path, i: usize) -> (String, Option<(String, String)>) {
 }
 
 /// A GID as sysfs prints it: eight groups of four hex digits.
-fn gid_text(g: &Gid) -> String {
+pub(crate) fn gid_text(g: &Gid) -> String {
     g.raw
         .chunks(2)
         .map(|c| format!("{:02x}{:02x}", c[0], c[1]))

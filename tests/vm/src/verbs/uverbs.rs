@@ -23,7 +23,12 @@ pub(crate) fn core_device(cfg: &Config) -> Result<qhca::DeviceInfo, Fail> {
     if let Some(udevadm) = system::find_tool("udevadm") {
         let _ = system::run_tool(&udevadm, &["settle".as_ref(), "-t".as_ref(), "10".as_ref()]);
     }
-    let Some(ndev) = crate::cases::netdev_of(&bdf) else {
+    let mut ndev = None;
+    system::wait_for(Duration::from_secs(10), || {
+        ndev = crate::cases::netdev_of(&bdf);
+        ndev.is_some()
+    });
+    let Some(ndev) = ndev else {
         bail!("{bdf}: no netdev");
     };
     crate::cases::link_up(&ndev)?;
