@@ -18,7 +18,9 @@
 # It always ends with a summary, each stage's counts and time, and the closing line
 # "total: N passed, M failed", and exits non-zero on any failure. A stage that crashes, hangs
 # (every guest runs under a time limit) or prints no result counts as a failure; a guest that
-# fails prints the tail of its kernel console (kept in ~/.cache/qhca/logs/STAGE.console).
+# fails prints the tail of its kernel console (kept in ~/.cache/qhca/logs/STAGE.console). Each
+# failed stage's failures, the end of its log and of its console are printed again right above
+# the summary, where a CI that keeps only the tail of the output still shows them.
 source "$(dirname "$0")/lib.sh"
 
 logs=$QHCA_CACHE/logs
@@ -33,6 +35,17 @@ summary() {
 	summary_done=1
 	local tp=0 tf=0 s
 	echo
+	# What failed, again, right above the counts: CI keeps only the tail of the output.
+	for s in "${stages[@]}"; do
+		[ "${F[$s]:-1}" != 0 ] && [ -f "$logs/$s.log" ] || continue
+		echo "--- $s failed; its failures (log: $logs/$s.log):"
+		tr -d '\r' <"$logs/$s.log" | grep -aE 'FAILED|panicked|^qhca: ' | tail -n 20 | sed 's/^/  /'
+		echo "--- the last 10 lines of $s's log:"
+		tr -d '\r' <"$logs/$s.log" | tail -n 10 | sed 's/^/  /'
+		[ -f "$logs/$s.console" ] || continue
+		echo "--- the last 30 lines of $s's kernel console ($logs/$s.console):"
+		tail -n 30 "$logs/$s.console" | sed 's/^/  | /'
+	done
 	for s in "${stages[@]}"; do
 		printf '%-9s %4d passed, %d failed  (%dm%02ds)\n' "$s:" "${P[$s]:-0}" "${F[$s]:-1}" \
 			$((${T[$s]:-0} / 60)) $((${T[$s]:-0} % 60))
