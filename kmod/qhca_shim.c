@@ -765,6 +765,8 @@ void qhca_shim_wq_destroy(struct workqueue_struct *wq)
  * Maps @len bytes of MMIO at @phys into @vma, uncached, as @entry of
  * @ucontext: the core zaps the mapping when it disassociates the context.
  * Refuses an executable mapping and takes away the right to make it one.
+ * The mapping is never copied on fork: a doorbell page is its process's
+ * (a child opens a context of its own, as with mlx5's MADV_DONTFORK).
  */
 int qhca_shim_rdma_mmap_io(struct ib_ucontext *ucontext, struct vm_area_struct *vma,
 			   u64 phys, unsigned long len, struct rdma_user_mmap_entry *entry)
@@ -772,6 +774,7 @@ int qhca_shim_rdma_mmap_io(struct ib_ucontext *ucontext, struct vm_area_struct *
 	if (vma->vm_flags & VM_EXEC)
 		return -EINVAL;
 	vm_flags_clear(vma, VM_MAYEXEC);
+	vm_flags_set(vma, VM_DONTCOPY);
 	return rdma_user_mmap_io(ucontext, vma, PHYS_PFN(phys), len,
 				 pgprot_noncached(vma->vm_page_prot), entry);
 }

@@ -780,7 +780,8 @@ unsafe impl Send for OwnedQueue {}
 unsafe impl Sync for OwnedQueue {}
 
 /// Maps `len` bytes of MMIO at bus address `phys` into `vma`, uncached, as `entry` of `ucontext`
-/// (`rdma_user_mmap_io`); refuses an executable mapping and clears `VM_MAYEXEC`.
+/// (`rdma_user_mmap_io`), never copied on fork; refuses an executable mapping and clears
+/// `VM_MAYEXEC`.
 ///
 /// # Safety
 ///

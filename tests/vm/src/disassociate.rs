@@ -1,18 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! The driver's lifetime and soundness cases: asynchronous events and poll(2), doorbell pages
-//! allocated on first use, page-list limits and MRs over 2 GiB, pinning outside the device-wide
-//! lock, a dead command queue, the probe error path, a device that claims more doorbell pages
-//! than its BAR holds, and disassociation on surprise removal under traffic.
+//! The driver's lifetime and soundness cases: events routed to the context that owns the queue,
+//! event-queue overflow, page-list limits and MRs over 2 GiB, pinning outside the device-wide
+//! lock, a dead command queue, a refused destroy, the probe error path, a device that claims
+//! more doorbell pages than its BAR holds, and disassociation on surprise removal under traffic.
 //!
-//! They speak to the driver with raw system calls (no provider), so that they test the driver
-//! alone. The fault-injection knobs are the driver's `/sys/kernel/debug/qhca/` files. The cases
+//! They run on the RDMA core's node through the `qhca` crate (and, where they look at the core
+//! itself, its raw commands). The fault-injection knobs are the driver's `/sys/kernel/debug/qhca/` files. The cases
 //! that unbind or remove the device ([`destructive_cases`]) put it back, even when they fail.
 //! `qhca-vmtest __disassoc DEVICE` is the helper process of [`removal::remove_under_traffic`].
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
@@ -23,13 +23,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
 use qhca::{Access, AsyncEvent, ConnInfo, ConnOpts, Context, Cq, Pd, Qp, QpCaps, SendWr, WrOp};
-use qhca_uapi::ioctl::ioc_size;
-use qhca_uapi::{
-    qhca_ioc_async_event, qhca_ioc_create_cq, qhca_ioc_handle, qhca_ioc_query_device,
-    qhca_ioc_reg_mr, QHCA_ACCESS_LOCAL_WRITE, QHCA_ASYNC_DEVICE_FATAL, QHCA_IOCTL_ALLOC_PD,
-    QHCA_IOCTL_CREATE_CQ, QHCA_IOCTL_DEREG_MR, QHCA_IOCTL_GET_ASYNC_EVENT, QHCA_IOCTL_QUERY_DEVICE,
-    QHCA_IOCTL_REG_MR, QHCA_MAX_PAGE_LIST, UAR_PAGE_SIZE,
-};
+use qhca_uapi::QHCA_MAX_PAGE_LIST;
 
 use crate::harness::{Case, CaseResult, Fail, T};
 use crate::sys::RawMap;
@@ -55,14 +49,6 @@ const HELPER_OK: i32 = 3;
 /// The cases that leave the device bound: run with the others.
 pub fn cases() -> Vec<Case<Config>> {
     vec![
-        Case {
-            name: "async_event_and_poll",
-            run: events::async_event_and_poll,
-        },
-        Case {
-            name: "open_takes_no_doorbell_page",
-            run: memory::open_takes_no_doorbell_page,
-        },
         Case {
             name: "mr_limits_before_pinning",
             run: memory::mr_limits_before_pinning,
@@ -129,140 +115,16 @@ pub fn destructive_cases() -> Vec<Case<Config>> {
             name: "unbind_with_a_stalled_fault",
             run: crate::verbs::odp_stall::unbind_with_a_stalled_fault,
         },
-        // Last: it leaks pinned pages on purpose.
         Case {
-            name: "refused_destroy_leaks",
-            run: failure::refused_destroy_leaks,
+            name: "refused_destroy_stops_device",
+            run: failure::refused_destroy_stops_device,
         },
     ]
 }
 
 // ---------------------------------------------------------------------------------------------
-// Raw access to the driver
+// Helpers
 // ---------------------------------------------------------------------------------------------
-
-/// The ABI's ioctl argument structs: `repr(C)` integers only, so every byte pattern the kernel
-/// writes is a valid value.
-///
-/// # Safety
-///
-/// Only for bindgen structs of `qhca-abi.h` made of integer fields and arrays of them.
-unsafe trait IoctlArg: Default {}
-// SAFETY: Integer fields only (uapi/src/bindings.rs).
-unsafe impl IoctlArg for qhca_ioc_query_device {}
-// SAFETY: As above.
-unsafe impl IoctlArg for qhca_ioc_handle {}
-// SAFETY: As above.
-unsafe impl IoctlArg for qhca_ioc_reg_mr {}
-// SAFETY: As above.
-unsafe impl IoctlArg for qhca_ioc_create_cq {}
-// SAFETY: As above.
-unsafe impl IoctlArg for qhca_ioc_async_event {}
-
-/// A request with only its `size` set (every ABI struct starts with `size`, then `comp_mask`).
-fn req<A: IoctlArg>() -> A {
-    let mut a = A::default();
-    let size = (std::mem::size_of::<A>() as u32).to_ne_bytes();
-    // SAFETY: `A` is a `repr(C)` ABI struct whose first field is the `__u32 size` (IoctlArg's
-    // contract), so its first four bytes are that field; any bytes are a valid `u32`.
-    unsafe { std::ptr::copy_nonoverlapping(size.as_ptr(), std::ptr::from_mut(&mut a).cast(), 4) };
-    a
-}
-
-/// `ioctl(fd, req, a)`.
-///
-/// # Panics
-///
-/// If `req` announces another size than `A`'s (the kernel could then write past `a`).
-fn ioc<A: IoctlArg>(fd: &impl AsRawFd, req: u32, a: &mut A) -> nix::Result<()> {
-    assert_eq!(ioc_size(req) as usize, std::mem::size_of::<A>());
-    // SAFETY: `a` is exclusively borrowed and exactly as large as the request announces, so the
-    // kernel reads and writes only inside it, and any bytes it writes are a valid `A`
-    // (IoctlArg); the fd is only a number to the kernel.
-    Errno::result(unsafe { libc::ioctl(fd.as_raw_fd(), req as libc::Ioctl, std::ptr::from_mut(a)) })
-        .map(drop)
-}
-
-/// An open context, without the provider.
-struct Raw(File);
-
-impl Raw {
-    fn open(dev: &Path) -> std::io::Result<Raw> {
-        Ok(Raw(OpenOptions::new().read(true).write(true).open(dev)?))
-    }
-
-    fn query(&self) -> nix::Result<qhca_ioc_query_device> {
-        let mut q = req::<qhca_ioc_query_device>();
-        ioc(&self.0, QHCA_IOCTL_QUERY_DEVICE, &mut q)?;
-        Ok(q)
-    }
-
-    fn alloc_pd(&self) -> nix::Result<u32> {
-        let mut a = req::<qhca_ioc_handle>();
-        ioc(&self.0, QHCA_IOCTL_ALLOC_PD, &mut a)?;
-        Ok(a.handle)
-    }
-
-    fn reg_mr(&self, pdn: u32, addr: u64, len: u64) -> nix::Result<u32> {
-        let mut a = req::<qhca_ioc_reg_mr>();
-        (a.pdn, a.addr, a.length, a.access) = (pdn, addr, len, QHCA_ACCESS_LOCAL_WRITE);
-        ioc(&self.0, QHCA_IOCTL_REG_MR, &mut a)?;
-        Ok(a.lkey)
-    }
-
-    fn dereg_mr(&self, key: u32) -> nix::Result<()> {
-        let mut a = req::<qhca_ioc_handle>();
-        a.handle = key;
-        ioc(&self.0, QHCA_IOCTL_DEREG_MR, &mut a)
-    }
-
-    /// A CQ of 2 entries on `buf` (one page) whose completion events go to `efd`.
-    fn create_cq(&self, buf: &RawMap, efd: &OwnedFd) -> nix::Result<u32> {
-        let mut a = req::<qhca_ioc_create_cq>();
-        a.log_entries = 1;
-        a.eventfd = efd.as_raw_fd();
-        (a.buf_addr, a.buf_len) = (buf.addr() as u64, PAGE);
-        ioc(&self.0, QHCA_IOCTL_CREATE_CQ, &mut a)?;
-        Ok(a.cqn)
-    }
-
-    fn async_event(&self) -> nix::Result<(u32, u32)> {
-        let mut a = req::<qhca_ioc_async_event>();
-        ioc(&self.0, QHCA_IOCTL_GET_ASYNC_EVENT, &mut a)?;
-        Ok((a.type_, a.element))
-    }
-
-    /// poll(2) for input, `ms` milliseconds at most; the returned events.
-    fn poll(&self, ms: u16) -> nix::Result<PollFlags> {
-        let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLIN)];
-        poll(&mut fds, PollTimeout::from(ms))?;
-        Ok(fds[0].revents().unwrap_or(PollFlags::empty()))
-    }
-
-    /// The doorbell page, mapped.
-    fn map(&self) -> nix::Result<RawMap> {
-        RawMap::new(
-            self.0.as_raw_fd(),
-            UAR_PAGE_SIZE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            0,
-        )
-    }
-}
-
-/// A 64-bit store to the start of a doorbell mapping, then a load back.
-fn store_load(m: &RawMap, v: u64) -> u64 {
-    let p = m.addr() as *mut u64;
-    // SAFETY: `m` is a live shared mapping of at least one page, page aligned (RawMap's
-    // invariant), of device memory or of the driver's replacement page: the store and the load
-    // are in bounds and aligned, and no Rust reference points into the mapping. Reading a
-    // doorbell page is harmless (the device returns 0).
-    unsafe {
-        p.write_volatile(v);
-        p.read_volatile()
-    }
-}
 
 /// A non-blocking eventfd.
 fn eventfd() -> std::io::Result<OwnedFd> {
@@ -273,16 +135,6 @@ fn eventfd() -> std::io::Result<OwnedFd> {
     }
     // SAFETY: `fd` was just created and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// The eventfd's counter (0 if it was never signalled), read and reset.
-fn eventfd_count(efd: &OwnedFd) -> u64 {
-    let mut b = [0u8; 8];
-    let mut f = File::from(efd.try_clone().expect("dup eventfd"));
-    match f.read(&mut b) {
-        Ok(8) => u64::from_ne_bytes(b),
-        _ => 0,
-    }
 }
 
 /// Reads a number from a debugfs knob.

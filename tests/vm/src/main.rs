@@ -95,14 +95,14 @@ fn main() -> ExitCode {
     if selected.is_empty() {
         eprintln!("qhca-vmtest: no case matches {args:?} (see --list)");
     }
-    // The suite's cases run on the RDMA core's node but those verbs::uverbs::ON_MISC_NODE names;
+    // The suite's cases run on the RDMA core's node of the device, found again for each case;
     // the wire section's find their devices themselves.
     let summary = if wire {
         harness::run_all(&selected, &cfg, &mut std::io::stdout())
     } else {
         harness::run_all_with(
             &selected,
-            |name| verbs::uverbs::config_for(name, &cfg),
+            |_| verbs::uverbs::on_uverbs(&cfg),
             &mut std::io::stdout(),
         )
     };

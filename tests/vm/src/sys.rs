@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! Raw system calls for the cases that feed the driver bad input on purpose, wrapped so that the
-//! cases themselves contain no `unsafe`. This is the only module of the suite with `unsafe`.
+//! Raw system calls for the cases that map memory by hand, store to a doorbell from a child or
+//! forbid system calls, wrapped so that the cases themselves contain no `unsafe`. This is the only module of the suite with `unsafe`.
 
 use std::os::fd::RawFd;
 
@@ -10,59 +10,6 @@ use nix::errno::Errno;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
 use qhca::Doorbell;
-use qhca_uapi::{qhca_ioc_query_device, QHCA_IOCTL_QUERY_DEVICE};
-
-/// The largest argument an ioctl number can announce (`_IOC_SIZE` is 14 bits).
-pub const IOCTL_BUF_LEN: usize = 1 << 14;
-
-/// A zeroed, 8-aligned buffer as large as any ioctl number can announce, so that an ioctl with
-/// any request number stays inside it.
-#[repr(C, align(8))]
-pub struct IoctlBuf(pub [u8; IOCTL_BUF_LEN]);
-
-impl IoctlBuf {
-    pub fn new() -> Box<Self> {
-        Box::new(IoctlBuf([0; IOCTL_BUF_LEN]))
-    }
-}
-
-/// `ioctl(fd, req, buf)` with any request number.
-pub fn ioctl_buf(fd: RawFd, req: u32, buf: &mut IoctlBuf) -> nix::Result<c_int> {
-    // SAFETY:
-    // - `buf` is exclusively borrowed for the call and `IOCTL_BUF_LEN` bytes long, and by the ioctl
-    //   convention the kernel accesses at most `_IOC_SIZE(req) < IOCTL_BUF_LEN` bytes at the
-    //   argument, so nothing outside `buf` can be written;
-    // - `fd` is only a number to the kernel: a stale fd gives EBADF, not memory unsafety.
-    Errno::result(unsafe {
-        libc::ioctl(fd, req as libc::Ioctl, buf.0.as_mut_ptr().cast::<c_void>())
-    })
-}
-
-/// `ioctl(fd, QHCA_IOCTL_QUERY_DEVICE, q)` with whatever `q` holds (bad sizes, masks, reserved
-/// fields).
-pub fn query_raw(fd: RawFd, q: &mut qhca_ioc_query_device) -> nix::Result<c_int> {
-    // SAFETY: `q` is an exclusively borrowed `qhca_ioc_query_device`, exactly the
-    // `_IOC_SIZE(QHCA_IOCTL_QUERY_DEVICE)` = 160 bytes the request number announces (checked at
-    // compile time by qhca_uapi); the driver writes at most that.
-    Errno::result(unsafe {
-        libc::ioctl(
-            fd,
-            QHCA_IOCTL_QUERY_DEVICE as libc::Ioctl,
-            std::ptr::from_mut(q),
-        )
-    })
-}
-
-/// `ioctl(fd, req, addr)` with an argument address the kernel must refuse.
-///
-/// # Safety
-///
-/// The kernel must be unable to write through `addr` on our behalf: it must be NULL, unmapped,
-/// outside the user address space, or inside a mapping without `PROT_WRITE`.
-pub unsafe fn ioctl_addr(fd: RawFd, req: u32, addr: usize) -> nix::Result<c_int> {
-    // SAFETY: the caller guarantees that nothing of ours can be written through `addr`.
-    Errno::result(unsafe { libc::ioctl(fd, req as libc::Ioctl, addr as *mut c_void) })
-}
 
 /// An `mmap` made with raw arguments; unmapped on drop.
 ///
@@ -96,39 +43,9 @@ impl RawMap {
         Ok(RawMap { addr, len })
     }
 
-    /// An anonymous private read-write mapping.
-    pub fn anonymous(len: usize) -> nix::Result<RawMap> {
-        Self::new(
-            -1,
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            0,
-        )
-    }
-
     /// Start address.
     pub fn addr(&self) -> usize {
         self.addr as usize
-    }
-
-    /// Copies `bytes` to the start of the mapping.
-    ///
-    /// # Panics
-    ///
-    /// If `bytes` is longer than the mapping.
-    ///
-    /// # Safety
-    ///
-    /// The mapping must be writable (`PROT_WRITE`) and backed by memory (not a device page).
-    pub unsafe fn fill(&self, bytes: &[u8]) {
-        assert!(bytes.len() <= self.len);
-        // SAFETY: in bounds (checked above, the mapping is `len` bytes by the type invariant),
-        // writable and ordinary memory (caller's promise); no Rust reference points into it, and
-        // `bytes` cannot overlap it because nothing else refers to the mapping.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.addr.cast::<u8>(), bytes.len())
-        }
     }
 
     /// `mprotect` on the whole mapping.
@@ -144,15 +61,6 @@ impl Drop for RawMap {
         // SAFETY: by the type invariant this is our own mapping, unmapped nowhere else.
         unsafe { libc::munmap(self.addr, self.len) };
     }
-}
-
-/// The bytes of a request, to put it somewhere `ioctl` will read it from.
-pub fn query_bytes(q: &qhca_ioc_query_device) -> Vec<u8> {
-    let len = std::mem::size_of::<qhca_ioc_query_device>();
-    // SAFETY: `q` is a live `repr(C)` struct of `len` bytes with no padding (uapi's layout tests
-    // and the C check with -Wpadded), so all `len` bytes are initialized; the slice does not
-    // outlive the borrow of `q`.
-    unsafe { std::slice::from_raw_parts(std::ptr::from_ref(q).cast::<u8>(), len) }.to_vec()
 }
 
 /// Forks a child that rings `db` with `word` and then `_exit(0)`s, and waits for it: the status
@@ -347,36 +255,16 @@ mod tests {
             0,
         );
         assert_eq!(r.unwrap_err(), Errno::EACCES);
-        let m = RawMap::anonymous(4096).unwrap();
+        let m = RawMap::new(
+            -1,
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            0,
+        )
+        .unwrap();
         assert_eq!(m.addr() % 4096, 0);
-        let q = qhca_ioc_query_device {
-            size: 160,
-            ..Default::default()
-        };
-        // SAFETY: a fresh anonymous read-write mapping.
-        unsafe { m.fill(&query_bytes(&q)) };
         m.protect(libc::PROT_READ).unwrap();
-    }
-
-    #[test]
-    fn ioctls_on_an_ordinary_file() {
-        let null = std::fs::File::open("/dev/null").unwrap();
-        let mut buf = IoctlBuf::new();
-        assert_eq!(
-            ioctl_buf(null.as_raw_fd(), QHCA_IOCTL_QUERY_DEVICE, &mut buf),
-            Err(Errno::ENOTTY)
-        );
-        let mut q = qhca_ioc_query_device::default();
-        assert_eq!(query_raw(null.as_raw_fd(), &mut q), Err(Errno::ENOTTY));
-        // SAFETY: NULL.
-        assert_eq!(
-            unsafe { ioctl_addr(null.as_raw_fd(), QHCA_IOCTL_QUERY_DEVICE, 0) },
-            Err(Errno::ENOTTY)
-        );
-        assert_eq!(
-            ioctl_buf(-1, QHCA_IOCTL_QUERY_DEVICE, &mut buf),
-            Err(Errno::EBADF)
-        );
     }
 
     #[test]
@@ -399,19 +287,5 @@ mod tests {
         })
         .unwrap();
         assert!(killed_by(&ws, Signal::SIGSYS), "{ws:?}");
-    }
-
-    #[test]
-    fn query_bytes_is_the_struct() {
-        let q = qhca_ioc_query_device {
-            size: 160,
-            comp_mask: 2,
-            ..Default::default()
-        };
-        let b = query_bytes(&q);
-        assert_eq!(b.len(), 160);
-        assert_eq!(b[0..4], 160u32.to_ne_bytes());
-        assert_eq!(b[4..8], 2u32.to_ne_bytes());
-        assert!(b[8..].iter().all(|&x| x == 0));
     }
 }

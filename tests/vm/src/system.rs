@@ -25,10 +25,9 @@ pub struct Config {
     pub module: String,
     /// The PCI driver's name in sysfs (`/sys/bus/pci/drivers/qhca`).
     pub driver: String,
-    /// The device node under test.
+    /// The device node under test: the RDMA core's uverbs node of the device, which each case
+    /// gets from [`crate::verbs::uverbs::on_uverbs`] (empty before).
     pub dev: PathBuf,
-    /// Its misc class directory.
-    pub class_dir: PathBuf,
 }
 
 impl Config {
@@ -57,14 +56,8 @@ impl Config {
                 .filter(|s| !s.is_empty())
                 .unwrap_or_else(|| "qhca".into()),
             driver: "qhca".into(),
-            dev: "/dev/qhca0".into(),
-            class_dir: "/sys/class/misc/qhca0".into(),
+            dev: PathBuf::new(),
         })
-    }
-
-    /// Whether the node under test is the RDMA core's uverbs node (not the driver's own).
-    pub fn on_core_node(&self) -> bool {
-        self.dev.starts_with(qhca::UVERBS_DEV_DIR)
     }
 
     /// `/sys/bus/pci/drivers/<driver>`.
@@ -123,10 +116,14 @@ pub fn describe(out: &Output) -> String {
     )
 }
 
-/// The PCI address of the device behind `cfg.dev`: from the misc device's `device` link when the
-/// driver gives the node a parent, else the one device bound to the driver.
+/// The PCI address of the device behind `cfg.dev`: from its uverbs class entry's `device` link
+/// once the case has a node, else the one device bound to the driver.
 pub fn pci_bdf(cfg: &Config) -> Result<String, String> {
-    if let Ok(target) = std::fs::read_link(cfg.class_dir.join("device")) {
+    let class_dir = cfg
+        .dev
+        .file_name()
+        .map(|n| Path::new(qhca::SYSFS_UVERBS_DIR).join(n));
+    if let Some(target) = class_dir.and_then(|d| std::fs::read_link(d.join("device")).ok()) {
         if let Some(name) = target.file_name().and_then(OsStr::to_str) {
             if qhca::is_pci_addr(name) {
                 return Ok(name.to_owned());
@@ -423,6 +420,48 @@ pub fn hold_main(args: &[String]) -> i32 {
     0
 }
 
+/// Capabilities the cases drop (linux/capability.h).
+pub const CAP_NET_ADMIN: u32 = 12;
+pub const CAP_NET_RAW: u32 = 13;
+pub const CAP_IPC_LOCK: u32 = 14;
+
+/// Drops capability `cap` (below 32) from the calling thread's effective set (capabilities are
+/// per thread).
+pub fn drop_cap(cap: u32) -> std::io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut hdr = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget writes two `struct __user_cap_data_struct` (version 3) at `data`, which
+    // has room for them, and reads `hdr`; both live across the call.
+    let r = unsafe { libc::syscall(libc::SYS_capget, &mut hdr as *mut Header, data.as_mut_ptr()) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    data[0].effective &= !(1 << cap);
+    // SAFETY: capset reads `hdr` and two data structs at `data`, all initialised and live; it
+    // changes the calling thread's capabilities only.
+    let r = unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr()) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,7 +483,7 @@ mod tests {
         assert_eq!(c.module, "qhca");
         assert_eq!(c.driver_dir(), Path::new("/sys/bus/pci/drivers/qhca"));
         assert_eq!(c.module_dir(), Path::new("/sys/module/qhca"));
-        assert_eq!(c.dev, Path::new("/dev/qhca0"));
+        assert_eq!(c.dev, Path::new(""));
 
         let c = Config::from_vars(vars(&[
             ("QHCA_EXPECT_NUM_UARS", " 8\n"),
@@ -511,7 +550,7 @@ mod tests {
         // Neither a class link nor a driver directory exists on the host.
         let c = Config {
             driver: "qhca-no-such-driver".into(),
-            class_dir: "/nonexistent".into(),
+            dev: "/dev/infiniband/uverbs-no-such-node".into(),
             ..Config::from_vars(vars(&[("QHCA_EXPECT_NUM_UARS", "1")])).unwrap()
         };
         assert!(pci_bdf(&c)

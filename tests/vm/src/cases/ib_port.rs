@@ -83,8 +83,8 @@ pub(crate) fn ip(args: &[&str]) -> Result<(), Fail> {
 
 /// Case: the port has a netdev (the device's MAC, bound to the RDMA core's port); the core's GID
 /// 0 is the device's fixed link-local GID; an IPv4 address given to the netdev becomes a RoCE v2
-/// GID of the core and the same entry of the device's table (with its prefix), which
-/// `QHCA_IOCTL_SET_GID` may not take over; removing the address empties both.
+/// GID of the core and the same entry of the device's table (with its prefix); removing the
+/// address empties both.
 pub(super) fn ib_gids(t: &mut T, cfg: &Config) -> CaseResult {
     let bdf = system::pci_bdf(cfg)?;
     require!(
@@ -167,13 +167,6 @@ pub(super) fn ib_gids(t: &mut T, cfg: &Config) -> CaseResult {
             entry.map(|g| (gid_text(&g.gid), g.prefix_len)),
             Some((want.clone(), 20)),
             "the device's entry {i}"
-        );
-        // The core's entry is not QHCA_IOCTL_SET_GID's to change.
-        check_errno!(
-            t,
-            ctx.set_gid(i as u8, None),
-            Errno::EBUSY,
-            "SET_GID over the core's entry {i}"
         );
         Ok(())
     })();

@@ -3,14 +3,20 @@
 //! The destructive cases, run last: unbinding with a context open, and unloading and loading the
 //! module again.
 
+use std::sync::Arc;
+
+use qhca::Pd;
+
 use super::rdma_core::{alloc_pd, get_context, has_ib_device, ib_dirs, Uverbs};
 use super::*;
+use crate::verbs::uverbs::core_device;
 
-/// Case 7: Unbinding with a context open: the file stays closable, everything else on it is ENODEV,
-/// the doorbell mappings are zapped; binding again brings a working device back. The same for a
-/// user context of the RDMA core's device, which the core disassociates: unbind does not wait for
-/// its files, its PD is destroyed, its commands fail with EIO, its doorbell mapping is zapped (a
-/// store lands on a page of the core's).
+/// Case 7: Unbinding with user contexts of the RDMA core's device open, which the core
+/// disassociates: unbind does not wait for their files, the PDs they hold are destroyed, the
+/// files stay closable, and their doorbell mappings are zapped (a store lands on a page of the
+/// core's instead of raising SIGBUS, here and in a helper process). A context of the `qhca` crate
+/// sees ENODEV on its commands and its doorbell mapping refused; a raw one sees the core's EIO.
+/// Binding again brings a working device back, every doorbell page free.
 pub(super) fn unbind_while_open(t: &mut T, cfg: &Config) -> CaseResult {
     let bdf = system::pci_bdf(cfg)?;
     require!(
@@ -20,7 +26,7 @@ pub(super) fn unbind_while_open(t: &mut T, cfg: &Config) -> CaseResult {
         cfg.driver_dir().display()
     );
 
-    let (ctx, _) = open_query(&cfg.dev)?;
+    let ctx = Arc::new(Context::open(&cfg.dev)?);
     let db = ctx.map_doorbell()?;
     db.ring(stray_doorbell());
     // A helper with its doorbell mapped, to ring it after the unbind in a process that may die.
@@ -77,8 +83,8 @@ pub(super) fn unbind_while_open(t: &mut T, cfg: &Config) -> CaseResult {
         "the RDMA core's device still there after unbind: {:?}",
         ib_dirs(&bdf)
     );
-    check_errno!(t, ctx.query(), Errno::ENODEV, "ioctl after unbind");
-    check_errno!(t, ctx.map_doorbell(), Errno::ENODEV, "mmap after unbind");
+    check_errno!(t, Pd::new(&ctx), Errno::ENODEV, "a command after unbind");
+    check_errno!(t, ctx.map_doorbell(), Errno::EIO, "mmap after unbind");
     let reopen = Context::open(&cfg.dev);
     check!(
         t,
@@ -91,7 +97,7 @@ pub(super) fn unbind_while_open(t: &mut T, cfg: &Config) -> CaseResult {
     drop(reopen);
 
     // The zapped mapping is disassociated: a store through it lands on a harmless page of the
-    // helper's own instead of raising SIGBUS, and the helper exits normally.
+    // core's instead of raising SIGBUS, and the helper exits normally.
     let answered = h.ring()?;
     check!(
         t,
@@ -105,7 +111,12 @@ pub(super) fn unbind_while_open(t: &mut T, cfg: &Config) -> CaseResult {
         "helper ended with {status}"
     );
 
-    drop(db); // munmap of a zapped mapping
+    // A store through our own zapped mapping, then its munmap.
+    db.ring(stray_doorbell());
+    drop(db);
+    let Some(ctx) = Arc::into_inner(ctx) else {
+        bail!("the context is still shared");
+    };
     let fd: OwnedFd = ctx.into();
     check_eq!(
         t,
@@ -116,12 +127,6 @@ pub(super) fn unbind_while_open(t: &mut T, cfg: &Config) -> CaseResult {
 
     let rebound = unbound.rebind();
     check!(t, rebound.is_ok(), "bind {bdf}: {rebound:?}");
-    require!(
-        t,
-        wait_for(NODE_TIMEOUT, || cfg.dev.exists()),
-        "{} did not come back after bind",
-        cfg.dev.display()
-    );
     check!(
         t,
         cfg.driver_dir().join(&bdf).exists(),
@@ -133,7 +138,7 @@ pub(super) fn unbind_while_open(t: &mut T, cfg: &Config) -> CaseResult {
         "the RDMA core's device did not come back after bind: {:?}",
         ib_dirs(&bdf)
     );
-    let (_ctx, a) = open_query(&cfg.dev)?;
+    let (_ctx, a) = open_query(&core_device(cfg)?.path)?;
     check_eq!(t, a.num_uars, cfg.expect_num_uars, "after rebind");
     check_eq!(
         t,
@@ -155,12 +160,77 @@ impl Drop for Reload<'_> {
     fn drop(&mut self) {
         if !system::module_loaded(self.cfg) {
             let _ = run_tool(self.insmod, &[self.ko.as_os_str()]);
-            wait_for(NODE_TIMEOUT, || self.cfg.dev.exists());
+            let _ = core_device(self.cfg);
         }
     }
 }
 
-/// Case 8: An open file pins the module; without users it unloads, and loads again.
+/// `rmmod`, which must succeed `when` (with or without users), and what goes with the module:
+/// its uverbs node `dev` and the RDMA core's device.
+fn unload(t: &mut T, cfg: &Config, rmmod: &Path, bdf: &str, dev: &Path, when: &str) -> CaseResult {
+    let m = cfg.module.as_str();
+    let out = run_tool(rmmod, &[m.as_ref()])?;
+    require!(
+        t,
+        out.status.success(),
+        "rmmod {m} {when}: {}",
+        describe(&out)
+    );
+    check!(
+        t,
+        !system::module_loaded(cfg),
+        "{} still there after rmmod {when}",
+        cfg.module_dir().display()
+    );
+    check!(
+        t,
+        !dev.exists(),
+        "{} still there after rmmod {when}",
+        dev.display()
+    );
+    check!(
+        t,
+        ib_dirs(bdf).is_empty(),
+        "the RDMA core's device still there after rmmod {when}: {:?}",
+        ib_dirs(bdf)
+    );
+    check_errno!(
+        t,
+        Context::open(dev),
+        Errno::ENOENT,
+        "open with the module unloaded ({when})"
+    );
+    Ok(())
+}
+
+/// `insmod`, which must succeed, and a working device after it: its uverbs node (whose number
+/// may have changed) answers, every doorbell page free.
+fn load(t: &mut T, cfg: &Config, insmod: &Path, ko: &Path, bdf: &str) -> CaseResult {
+    let out = run_tool(insmod, &[ko.as_os_str()])?;
+    require!(
+        t,
+        out.status.success(),
+        "insmod {}: {}",
+        ko.display(),
+        describe(&out)
+    );
+    check!(
+        t,
+        wait_for(NODE_TIMEOUT, || has_ib_device(bdf)),
+        "the RDMA core's device did not come back after insmod: {:?}",
+        ib_dirs(bdf)
+    );
+    let (_ctx, a) = open_query(&core_device(cfg)?.path)?;
+    check_eq!(t, a.num_uars, cfg.expect_num_uars, "after insmod");
+    check_eq!(t, a.uar_index, 0, "a fresh driver hands out page 0 first");
+    Ok(())
+}
+
+/// Case 8: Without users the module unloads, and loads again. An open user context of the RDMA
+/// core's device does not pin the module (the driver lets the core disassociate its contexts):
+/// rmmod with one open succeeds, and the context is disassociated (DEVICE_FATAL once, ENODEV on
+/// its commands, its doorbell mapping zapped: a store lands on a page of the core's, where a
+/// SIGBUS would end the suite); the module loads again.
 pub(super) fn reload_module(t: &mut T, cfg: &Config) -> CaseResult {
     let Some(ko) = cfg.ko.as_deref() else {
         bail!("QHCA_KO is not set: cannot reload the module");
@@ -185,98 +255,31 @@ pub(super) fn reload_module(t: &mut T, cfg: &Config) -> CaseResult {
         ko,
     };
 
-    let (ctx, _) = open_query(&cfg.dev)?;
-    let refs = system::module_refcnt(cfg);
-    check!(
-        t,
-        refs.is_some_and(|r| r >= 1),
-        "an open file holds a module reference: refcnt {refs:?}"
-    );
-    let out = run_tool(&rmmod, &[m.as_ref()])?;
-    if !check!(
-        t,
-        !out.status.success(),
-        "rmmod {m} with a file open: {}",
-        describe(&out)
-    ) {
-        // The module is gone under an open file: do not call into it again.
-        std::mem::forget(ctx);
-        return Err(Fail::recorded());
-    }
-    check!(
-        t,
-        system::module_loaded(cfg),
-        "module gone after the refused rmmod"
-    );
-    check!(
-        t,
-        cfg.dev.exists(),
-        "{} gone after the refused rmmod",
-        cfg.dev.display()
-    );
-    let q = ctx.query();
-    check!(
-        t,
-        q.is_ok(),
-        "the open context after the refused rmmod: {q:?}"
-    );
-    drop(ctx);
+    unload(t, cfg, &rmmod, &bdf, &cfg.dev, "with no users")?;
+    load(t, cfg, &insmod, ko, &bdf)?;
 
-    let out = run_tool(&rmmod, &[m.as_ref()])?;
-    require!(
+    let dev = core_device(cfg)?.path;
+    let ctx = Arc::new(Context::open(&dev)?);
+    let pd = Pd::new(&ctx)?;
+    let db = ctx.doorbell()?;
+    db.ring(stray_doorbell());
+    unload(t, cfg, &rmmod, &bdf, &dev, "with a context open")?;
+    check!(
         t,
-        out.status.success(),
-        "rmmod {m} with no users: {}",
-        describe(&out)
+        matches!(
+            ctx.wait_async_event(Some(Duration::from_secs(10))),
+            Ok(Some(qhca::AsyncEvent::DeviceFatal))
+        ),
+        "the open context is told"
     );
     check!(
         t,
-        !system::module_loaded(cfg),
-        "{} still there after rmmod",
-        cfg.module_dir().display()
+        matches!(ctx.get_async_event(), Ok(None)),
+        "DEVICE_FATAL queued once"
     );
-    check!(
-        t,
-        !cfg.dev.exists(),
-        "{} still there after rmmod",
-        cfg.dev.display()
-    );
-    check!(
-        t,
-        ib_dirs(&bdf).is_empty(),
-        "the RDMA core's device still there after rmmod: {:?}",
-        ib_dirs(&bdf)
-    );
-    check_errno!(
-        t,
-        Context::open(&cfg.dev),
-        Errno::ENOENT,
-        "open with the module unloaded"
-    );
-
-    let out = run_tool(&insmod, &[ko.as_os_str()])?;
-    require!(
-        t,
-        out.status.success(),
-        "insmod {}: {}",
-        ko.display(),
-        describe(&out)
-    );
-    require!(
-        t,
-        wait_for(NODE_TIMEOUT, || cfg.dev.exists()),
-        "{} did not come back after insmod",
-        cfg.dev.display()
-    );
-    check!(
-        t,
-        wait_for(NODE_TIMEOUT, || has_ib_device(&bdf)),
-        "the RDMA core's device did not come back after insmod: {:?}",
-        ib_dirs(&bdf)
-    );
-    let (_ctx, a) = open_query(&cfg.dev)?;
-    check_eq!(t, a.abi_version, QHCA_ABI_VERSION, "after insmod");
-    check_eq!(t, a.num_uars, cfg.expect_num_uars, "after insmod");
-    check_eq!(t, a.uar_index, 0, "a fresh driver hands out page 0 first");
-    Ok(())
+    check_errno!(t, Pd::new(&ctx), Errno::ENODEV, "a command after rmmod");
+    db.ring(stray_doorbell());
+    // Closing the disassociated context with the module gone: the core calls nothing of it.
+    drop((db, pd, ctx));
+    load(t, cfg, &insmod, ko, &bdf)
 }

@@ -300,7 +300,7 @@ impl Uverbs {
 }
 
 /// Case: a user context of the RDMA core's device is one of the device's doorbell pages,
-/// charged to its user, its own (not a /dev/qhcaN context's), offered to mmap as a shared,
+/// charged to its user, its own (not another context's), offered to mmap as a shared,
 /// never executable page; its PDs are the device's, charged to the user too; all of it goes back
 /// when the files close.
 pub(super) fn ib_ucontext(t: &mut T, cfg: &Config) -> CaseResult {
@@ -317,7 +317,7 @@ pub(super) fn ib_ucontext(t: &mut T, cfg: &Config) -> CaseResult {
         QHCA_IB_UVERBS_ABI_VERSION.to_string(),
         "the uverbs device's ABI version is qhca's"
     );
-    let (misc, a) = open_query(&cfg.dev)?;
+    let (first, a) = open_query(&cfg.dev)?;
     let before = held(0, "contexts")?;
 
     let (u, vectors) = Uverbs::open(&bdf)?;
@@ -331,7 +331,7 @@ pub(super) fn ib_ucontext(t: &mut T, cfg: &Config) -> CaseResult {
         "the invalidation page has a mapping of its own: {:#x}",
         r.inval_mmap_offset
     );
-    // The device's attributes, as /dev/qhcaN's QUERY_DEVICE gives them.
+    // The device's attributes, as the crate's context (opened first) has them.
     let d = r.attr;
     check_eq!(
         t,
@@ -368,7 +368,7 @@ pub(super) fn ib_ucontext(t: &mut T, cfg: &Config) -> CaseResult {
     check!(
         t,
         r.uar_index < a.num_uars && r.uar_index != a.uar_index,
-        "doorbell page {} (num_uars {}, the /dev/qhca0 context's {})",
+        "doorbell page {} (num_uars {}, the first context's {})",
         r.uar_index,
         a.num_uars,
         a.uar_index
@@ -467,7 +467,7 @@ pub(super) fn ib_ucontext(t: &mut T, cfg: &Config) -> CaseResult {
         "the page is given back when the files close: held {:?}, before {before}",
         held(0, "contexts")
     );
-    drop(misc);
+    drop(first);
     Ok(())
 }
 
@@ -496,7 +496,7 @@ pub(super) fn ib_provider(t: &mut T, cfg: &Config) -> CaseResult {
         .and_then(|n| n.to_str())
         .unwrap_or_default()
         .to_owned();
-    let (_misc, a) = open_query(&cfg.dev)?;
+    let (_first, a) = open_query(&cfg.dev)?;
     let before = held(0, "contexts")?;
     let run = |tool: &str, args: &[&str]| -> Result<std::process::Output, Fail> {
         let Some(path) = find_tool(tool) else {

@@ -1,50 +1,53 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! Doorbell pages on first use, page-list and memlock limits before pinning, and an MR over
-//! 2 GiB pinned outside the device-wide lock.
+//! Page-list and memlock limits before pinning, and an MR over 2 GiB pinned outside the
+//! device-wide lock.
 
 use super::*;
 
-/// Opening runs no device command (it runs under the misc core's global mutex): a context gets
-/// its doorbell page on first use, so more files than pages can be open, and the page shortage
-/// shows at the first ioctl.
-pub(super) fn open_takes_no_doorbell_page(t: &mut T, cfg: &Config) -> CaseResult {
-    let n = cfg.expect_num_uars as usize;
-    let mut files = Vec::new();
-    for i in 0..n + 2 {
-        match Raw::open(&cfg.dev) {
-            Ok(f) => files.push(f),
-            Err(e) => {
-                bail!("open {} of {} (no ioctl yet) failed: {e}", i + 1, n + 2);
-            }
-        }
+/// Exit codes of [`mr_limits_before_pinning`]'s child when it could not try the registration
+/// (above every errno, which is what it exits with when it could).
+const CHILD_SETUP: i32 = 200;
+const CHILD_OPEN: i32 = 201;
+const CHILD_PD: i32 = 202;
+const CHILD_REGISTERED: i32 = 203;
+const CHILD_NO_ERRNO: i32 = 204;
+const CHILD_PANICKED: i32 = 205;
+
+/// The child of [`mr_limits_before_pinning`]: without CAP_IPC_LOCK and with a 64 KiB memlock
+/// limit, registers 1 MiB at `addr` on a context of its own; returns the errno it got, or one
+/// of the `CHILD_*` codes.
+fn register_over_memlock(dev: &Path, addr: u64) -> i32 {
+    let lim = 64 << 10;
+    if system::drop_cap(system::CAP_IPC_LOCK).is_err()
+        || nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK, lim, lim)
+            .is_err()
+    {
+        return CHILD_SETUP;
     }
-    let mut pages = Vec::new();
-    for f in &files[..n] {
-        pages.push(f.query()?.uar_index);
+    // Opened only now: the core refuses the commands of a file opened with other credentials.
+    let Ok(ctx) = Context::open(dev) else {
+        return CHILD_OPEN;
+    };
+    let ctx = Arc::new(ctx);
+    let Ok(pd) = Pd::new(&ctx) else {
+        return CHILD_PD;
+    };
+    // SAFETY: the range is the parent's PROT_NONE reservation, inherited and kept mapped until
+    // this process exits; a region over it (if the registration wrongly succeeded) is
+    // deregistered when it is dropped here, before that.
+    match unsafe { pd.reg_mr_raw(addr as *mut u8, 1 << 20, Access::LOCAL_WRITE) } {
+        Ok(_) => CHILD_REGISTERED,
+        Err(e) => e.errno().map_or(CHILD_NO_ERRNO, |e| e as i32),
     }
-    pages.sort_unstable();
-    pages.dedup();
-    check_eq!(t, pages.len(), n, "every context got its own page");
-    check_errno!(
-        t,
-        files[n].query(),
-        Errno::ENOSPC,
-        "first use with every page taken"
-    );
-    check_errno!(t, files[n + 1].query(), Errno::ENOSPC, "and for the next");
-    // A page freed by a close goes to the next first use.
-    files.remove(0);
-    check!(t, files[n - 1].query().is_ok(), "first use after a close");
-    Ok(())
 }
 
 /// REG_MR checks the page-list limit before it pins, and RLIMIT_MEMLOCK before it allocates: a
 /// region of 2^20 + 1 pages is EINVAL even where nothing is mapped (not EFAULT from pinning), and
 /// a process without CAP_IPC_LOCK over its limit gets ENOMEM.
 pub(super) fn mr_limits_before_pinning(t: &mut T, cfg: &Config) -> CaseResult {
-    let ctx = Raw::open(&cfg.dev)?;
-    let pd = ctx.alloc_pd()?;
+    let ctx = Arc::new(Context::open(&cfg.dev)?);
+    let pd = Pd::new(&ctx)?;
     let max = u64::from(QHCA_MAX_PAGE_LIST) * PAGE;
     // Address space only: PROT_NONE, nothing to pin.
     let hole = RawMap::new(
@@ -54,46 +57,35 @@ pub(super) fn mr_limits_before_pinning(t: &mut T, cfg: &Config) -> CaseResult {
         libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
         0,
     )?;
-    let base = hole.addr() as u64;
+    let base = hole.addr() as *mut u8;
+    // SAFETY (both registrations): the range is inside `hole`, our own reservation, mapped
+    // until the end of this function; a region over it (if the registration wrongly succeeded)
+    // is deregistered when `check_errno!` drops it, before that.
     check_errno!(
         t,
-        ctx.reg_mr(pd, base + 8, max),
+        unsafe { pd.reg_mr_raw(base.wrapping_add(8), max as usize, Access::LOCAL_WRITE) },
         Errno::EINVAL,
         "a region of {} pages (one over the page-list limit)",
         QHCA_MAX_PAGE_LIST + 1
     );
     check_errno!(
         t,
-        ctx.reg_mr(pd, base, max),
+        unsafe { pd.reg_mr_raw(base, max as usize, Access::LOCAL_WRITE) },
         Errno::EFAULT,
         "exactly {} pages, none mapped: pinning fails",
         QHCA_MAX_PAGE_LIST
     );
 
-    // Over RLIMIT_MEMLOCK without CAP_IPC_LOCK: ENOMEM before pinning (so not EFAULT).
-    let fd = ctx.0.as_raw_fd();
-    // SAFETY: the child runs only async-signal-safe code (setrlimit, setuid, ioctl, _exit) on
-    // memory it owns (its stack), then exits without running the parent's cleanup.
+    // Over RLIMIT_MEMLOCK without CAP_IPC_LOCK: ENOMEM before pinning (so not EFAULT). In a
+    // child, whose limit and capabilities are its own; it exits with what it got.
+    let (dev, addr) = (cfg.dev.as_path(), base as u64);
+    // SAFETY: the suite runs its cases on one thread, so the child inherits no lock another
+    // thread held; it runs `register_over_memlock` and ends with _exit, without running the
+    // parent's cleanup, even if it panics.
     let ws = match unsafe { fork() }? {
         ForkResult::Child => {
-            let lim = libc::rlimit {
-                rlim_cur: 64 << 10,
-                rlim_max: 64 << 10,
-            };
-            let mut a = req::<qhca_ioc_reg_mr>();
-            (a.pdn, a.addr, a.length) = (pd, base, 1 << 20);
-            a.access = QHCA_ACCESS_LOCAL_WRITE;
-            // SAFETY: plain system calls on our own stack values; `a` is the REG_MR argument,
-            // exactly the size the request announces.
-            let code = unsafe {
-                if libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) != 0 || libc::setuid(65534) != 0 {
-                    100
-                } else if libc::ioctl(fd, QHCA_IOCTL_REG_MR as libc::Ioctl, &mut a) == 0 {
-                    101
-                } else {
-                    *libc::__errno_location()
-                }
-            };
+            let code = std::panic::catch_unwind(|| register_over_memlock(dev, addr))
+                .unwrap_or(CHILD_PANICKED);
             // SAFETY: ends the child at once.
             unsafe { libc::_exit(code) }
         }
@@ -102,15 +94,17 @@ pub(super) fn mr_limits_before_pinning(t: &mut T, cfg: &Config) -> CaseResult {
     check!(
         t,
         matches!(ws, WaitStatus::Exited(_, c) if c == libc::ENOMEM),
-        "1 MiB over a 64 KiB memlock limit, unprivileged: {ws:?} (ENOMEM is {})",
+        "1 MiB over a 64 KiB memlock limit, without CAP_IPC_LOCK: {ws:?} (ENOMEM is {}; \
+         {CHILD_SETUP}..={CHILD_PANICKED}: the child could not try)",
         libc::ENOMEM
     );
+    drop(hole);
     Ok(())
 }
 
 /// An MR over 2 GiB (more than a 4 MiB page list, which one contiguous allocation cannot hold)
 /// registers through the two-level page list; and while it is being pinned, which takes a
-/// while, another context's ioctl is not held up (nothing device-wide is held while pinning).
+/// while, another context's command is not held up (nothing device-wide is held while pinning).
 pub(super) fn large_mr_pinned_outside_lock(t: &mut T, cfg: &Config) -> CaseResult {
     const CHUNK: usize = 2 << 20;
     const CHUNKS: usize = 1026; // 2 GiB + 4 MiB: 525312 pages, a 4.1 MiB flat page list
@@ -149,31 +143,36 @@ pub(super) fn large_mr_pinned_outside_lock(t: &mut T, cfg: &Config) -> CaseResul
             bail!("mmap chunk {i}: {}", std::io::Error::last_os_error());
         }
     }
-    let (a, b) = (Raw::open(&cfg.dev)?, Raw::open(&cfg.dev)?);
-    let (pd, _) = (a.alloc_pd()?, b.query()?);
+    let a = Arc::new(Context::open(&cfg.dev)?);
+    let b = Arc::new(Context::open(&cfg.dev)?);
+    let pd = Pd::new(&a)?;
     let before = pinned();
-    let addr = area.addr() as u64;
+    let addr = area.addr();
     let start = Instant::now();
-    let (key, took, pd_latency) = std::thread::scope(|s| {
+    let (mr, took, pd_latency) = std::thread::scope(|s| {
         let reg = s.spawn(|| {
-            let r = a.reg_mr(pd, addr, len as u64);
+            // SAFETY: `area` is our own mapping, mapped until the end of this function; the
+            // region is deregistered below, before that (or, if that fails, its pages stay
+            // pinned, so the device never reaches memory reused by anyone else).
+            let r = unsafe { pd.reg_mr_raw(addr as *mut u8, len, Access::LOCAL_WRITE) };
             (r, start.elapsed())
         });
-        // While it pins: another context's ioctl.
+        // While it pins: a command of another context.
         let mut lat = None;
         if wait_for(Duration::from_secs(60), || pinned() > before) && !reg.is_finished() {
             let t0 = Instant::now();
-            let r = b.alloc_pd();
+            let r = Pd::new(&b).map(drop);
             lat = Some((r, t0.elapsed(), reg.is_finished()));
         }
         let (r, took) = reg.join().expect("reg_mr thread");
         (r, took, lat)
     });
     let pages = (len as u64 / PAGE) as i64;
-    match key {
-        Ok(key) => {
+    match mr {
+        Ok(mr) => {
             check_eq!(t, pinned() - before, pages, "pinned pages while registered");
-            check!(t, a.dereg_mr(key).is_ok(), "dereg of the large MR");
+            let r = mr.dereg();
+            check!(t, r.is_ok(), "dereg of the large MR: {r:?}");
         }
         Err(e) => {
             check!(t, false, "REG_MR of {} pages ({len} bytes): {e}", pages);
@@ -194,7 +193,7 @@ pub(super) fn large_mr_pinned_outside_lock(t: &mut T, cfg: &Config) -> CaseResul
             check!(
                 t,
                 false,
-                "REG_MR ({took:?}) finished before another context's ioctl could run during it"
+                "REG_MR ({took:?}) finished before another context's command could run during it"
             );
         }
     }

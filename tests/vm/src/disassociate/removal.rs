@@ -3,6 +3,7 @@
 //! Surprise removal under traffic, and the `__disassoc` helper process.
 
 use super::*;
+use crate::verbs::uverbs::core_device;
 
 /// Rescans the PCI bus when dropped, so that a removed device comes back.
 struct Removed<'a> {
@@ -19,7 +20,10 @@ impl Removed<'_> {
 impl Drop for Removed<'_> {
     fn drop(&mut self) {
         let _ = std::fs::write("/sys/bus/pci/rescan", "1");
-        wait_for(NODE_TIMEOUT, || self.cfg.dev.exists());
+        // Waits for the device's uverbs node, its port up (the node's number may differ from
+        // the one before the removal).
+        wait_for(NODE_TIMEOUT, || system::pci_bdf(self.cfg).is_ok());
+        let _ = core_device(self.cfg);
     }
 }
 
@@ -43,10 +47,12 @@ fn spawn_helper(dev: &Path) -> Result<Child, Fail> {
     Ok(child)
 }
 
-/// Surprise removal under traffic: two processes ringing their doorbells and mapping it afresh
-/// in a loop see the device go (POLLERR, DEVICE_FATAL, EIO/ENODEV, a signalled eventfd, a
-/// harmless doorbell page) and exit by themselves, not by SIGBUS; a rescan brings a working
-/// device back.
+/// Surprise removal under traffic, with the `qhca` crate's own contexts: two processes ringing
+/// their doorbells and mapping them afresh in a loop see the device go (DEVICE_FATAL once,
+/// ENODEV, mmap refused, their CQs' completion channels woken, doorbell stores that land on a
+/// page of the core's) and exit by themselves, not by SIGBUS; a rescan brings a working device
+/// back. (`ibprov_removed_under_traffic` does the same through libibverbs and the installed
+/// provider.)
 pub(super) fn remove_under_traffic(t: &mut T, cfg: &Config) -> CaseResult {
     let bdf = system::pci_bdf(cfg)?;
     let mut kids = [spawn_helper(&cfg.dev)?, spawn_helper(&cfg.dev)?];
@@ -72,14 +78,8 @@ pub(super) fn remove_under_traffic(t: &mut T, cfg: &Config) -> CaseResult {
         }
     }
     drop(removed);
-    require!(
-        t,
-        cfg.dev.exists(),
-        "{} not back after rescan",
-        cfg.dev.display()
-    );
-    let ctx = Raw::open(&cfg.dev)?;
-    check!(t, ctx.alloc_pd().is_ok(), "the device works after rescan");
+    let ctx = Arc::new(Context::open(core_device(cfg)?.path)?);
+    check!(t, Pd::new(&ctx).is_ok(), "the device works after rescan");
     Ok(())
 }
 
@@ -94,7 +94,7 @@ pub(super) fn perf_exits_on_removal(t: &mut T, cfg: &Config) -> CaseResult {
     };
     let bdf = system::pci_bdf(cfg)?;
     // qhca-perf opens the first device, the RDMA core's: its port's netdev up (GID 0).
-    crate::verbs::uverbs::core_device(cfg)?;
+    core_device(cfg)?;
     let mut kids = Vec::new();
     for _ in 0..2 {
         kids.push(
@@ -134,14 +134,8 @@ pub(super) fn perf_exits_on_removal(t: &mut T, cfg: &Config) -> CaseResult {
         }
     }
     drop(removed);
-    require!(
-        t,
-        cfg.dev.exists(),
-        "{} not back after rescan",
-        cfg.dev.display()
-    );
-    let ctx = Raw::open(&cfg.dev)?;
-    check!(t, ctx.alloc_pd().is_ok(), "the device works after rescan");
+    let ctx = Arc::new(Context::open(core_device(cfg)?.path)?);
+    check!(t, Pd::new(&ctx).is_ok(), "the device works after rescan");
     Ok(())
 }
 
@@ -149,11 +143,13 @@ pub(super) fn perf_exits_on_removal(t: &mut T, cfg: &Config) -> CaseResult {
 // The helper process
 // ---------------------------------------------------------------------------------------------
 
-/// `qhca-vmtest __disassoc DEVICE`: holds a context with a PD, a CQ with an eventfd and its
-/// doorbell mapped, prints `ready`, then rings its doorbell and maps it afresh in a loop until
-/// poll(2) reports the context disassociated. Then checks what a disassociated context must
-/// look like and exits [`HELPER_OK`] if all of it held (another code, and a message on stderr,
-/// naming the first thing that did not; 10 if nothing happened within a minute).
+/// `qhca-vmtest __disassoc DEVICE`: holds a context of the `qhca` crate on the uverbs node
+/// DEVICE with a PD, a CQ with a completion channel and its doorbell mapped, prints `ready`,
+/// then rings its doorbell and maps it afresh in a loop until the context reports itself
+/// disassociated ([`Context::check`]). Then checks what a disassociated context must look like
+/// and exits [`HELPER_OK`] if all of it held (another code, and a message on stderr, naming the
+/// first thing that did not; 10 if nothing happened within a minute). A doorbell store that
+/// raised SIGBUS would end it by that signal instead.
 pub fn helper_main(args: &[String]) -> i32 {
     let [dev] = args else {
         eprintln!("usage: qhca-vmtest __disassoc DEVICE");
@@ -169,65 +165,67 @@ pub fn helper_main(args: &[String]) -> i32 {
 }
 
 fn helper(dev: &Path) -> Result<(), (i32, String)> {
-    let e = |code: i32| move |x: &dyn std::fmt::Debug| (code, format!("{x:?}"));
-    let ctx = Raw::open(dev).map_err(|x| e(20)(&x))?;
-    ctx.query().map_err(|x| e(21)(&x))?;
-    ctx.alloc_pd().map_err(|x| e(22)(&x))?;
-    let cq_buf = RawMap::anonymous(PAGE as usize).map_err(|x| e(23)(&x))?;
-    let efd = eventfd().map_err(|x| e(24)(&x))?;
-    ctx.create_cq(&cq_buf, &efd).map_err(|x| e(25)(&x))?;
-    let db = ctx.map().map_err(|x| e(26)(&x))?;
+    let e = |code: i32| move |x: qhca::Error| (code, x.to_string());
+    let ctx = Arc::new(Context::open(dev).map_err(e(20))?);
+    let _pd = Pd::new(&ctx).map_err(e(22))?;
+    let efd = qhca::eventfd().map_err(e(24))?;
+    let cq = Cq::new(&ctx, 2, Some(efd)).map_err(e(25))?;
+    let db = ctx.doorbell().map_err(e(26))?;
     println!("ready");
     let word = qhca::DbWord::new(qhca::DbType::Sq, 0, 0).raw();
 
     let start = Instant::now();
-    let mut fresh: Option<RawMap> = None;
+    let mut fresh: Option<qhca::Doorbell> = None;
     loop {
-        store_load(&db, word);
+        db.ring(word);
         // A mapping made now may race with the removal: it must end up harmless too.
-        if let Ok(m) = ctx.map() {
-            store_load(&m, word);
+        if let Ok(m) = ctx.map_doorbell() {
+            m.ring(word);
             fresh = Some(m);
         }
-        let ev = ctx.poll(1).map_err(|x| e(27)(&x))?;
-        if ev.intersects(PollFlags::POLLIN | PollFlags::POLLERR) {
-            break;
+        match ctx.check() {
+            Ok(()) => {}
+            Err(qhca::Error::Disassociated { .. }) => break,
+            Err(x) => return Err(e(27)(x)),
         }
         if start.elapsed() > Duration::from_secs(60) {
             return Err((10, "not disassociated within a minute".into()));
         }
+        std::thread::sleep(Duration::from_millis(1));
     }
-    let ev = ctx.poll(0).map_err(|x| e(11)(&x))?;
-    if !ev.contains(PollFlags::POLLERR | PollFlags::POLLIN) {
-        return Err((11, format!("poll after disassociation: {ev:?}")));
-    }
-    match ctx.async_event() {
-        Ok((ty, 0)) if ty == QHCA_ASYNC_DEVICE_FATAL => {}
+    match ctx.get_async_event() {
+        Ok(Some(AsyncEvent::DeviceFatal)) => {}
         other => return Err((12, format!("first async event: {other:?}"))),
     }
-    if ctx.async_event() != Err(Errno::EAGAIN) {
-        return Err((13, "DEVICE_FATAL queued more than once".into()));
+    match ctx.get_async_event() {
+        Ok(None) => {}
+        other => return Err((13, format!("second async event: {other:?}"))),
     }
-    match ctx.query() {
-        Err(Errno::ENODEV | Errno::EIO) => {}
-        other => return Err((14, format!("ioctl after disassociation: {other:?}"))),
+    match Pd::new(&ctx) {
+        Err(x) if x.errno() == Some(Errno::ENODEV) => {}
+        other => return Err((14, format!("a command after disassociation: {other:?}"))),
     }
-    if eventfd_count(&efd) == 0 {
-        return Err((15, "the CQ eventfd was not signalled".into()));
+    // The core closed the CQ's completion channel: a waiter on it wakes (POLLERR).
+    let Some(channel) = cq.event_fd() else {
+        return Err((15, "no completion channel".into()));
+    };
+    let mut fds = [PollFd::new(channel, PollFlags::POLLIN)];
+    let woke = poll(&mut fds, PollTimeout::ZERO)
+        .ok()
+        .and_then(|_| fds[0].revents())
+        .is_some_and(|r| r.intersects(PollFlags::POLLIN | PollFlags::POLLERR));
+    if !woke {
+        return Err((15, format!("the CQ's channel polls {:?}", fds[0].revents())));
     }
-    for (name, m) in [("doorbell", Some(&db)), ("fresh mapping", fresh.as_ref())] {
-        if let Some(m) = m {
-            let got = store_load(m, 0x1234_5678_9abc);
-            if got != 0x1234_5678_9abc {
-                return Err((
-                    16,
-                    format!("{name} still reaches the device: read {got:#x}"),
-                ));
-            }
-        }
+    // The core zapped the doorbell mappings: stores now land on a page of its own (a SIGBUS
+    // would end this process).
+    db.ring(word);
+    if let Some(m) = &fresh {
+        m.ring(word);
     }
-    if ctx.map().is_ok() {
-        return Err((17, "mmap after disassociation succeeded".into()));
+    match ctx.map_doorbell() {
+        Err(x) if x.errno() == Some(Errno::EIO) => {}
+        other => return Err((17, format!("mmap after disassociation: {other:?}"))),
     }
     Ok(())
 }

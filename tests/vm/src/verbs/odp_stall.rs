@@ -182,11 +182,9 @@ pub fn unbind_with_a_stalled_fault(t: &mut T, cfg: &Config) -> CaseResult {
         let _ = rx.recv_timeout(Duration::from_secs(30));
     }
     std::fs::write(cfg.driver_dir().join("bind"), &bdf)?;
-    // The device works again.
-    let end = Instant::now() + Duration::from_secs(10);
-    while !cfg.dev.exists() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // The device works again, on its uverbs node once its port is up (the node's number may
+    // change across the reprobe).
+    let cfg = &uverbs::on_uverbs(cfg)?;
     let mut p = pair(cfg, &PairOpts::default())?;
     let dst = p.pd.reg_odp_buf(PAGE, rw())?;
     let mut src = p.pd.reg_mr_buf(64, Access::NONE)?;

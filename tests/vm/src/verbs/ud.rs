@@ -3,7 +3,7 @@
 //! Unreliable datagram on the real device: datagrams byte for byte behind a GRH whose fields
 //! and source are right, the drops (a wrong Q_Key, no receive posted, too long) counted and
 //! writing nothing, 64 senders in four contexts on four threads to one receiver, one sender
-//! to many receivers, and the driver's address-handle checks.
+//! to many receivers, and the address handle's flow label and the controlled Q_Keys.
 
 use super::*;
 use qhca::{AhAttr, Grh, GRH_SIZE, UD_MAX_MSG};
@@ -52,17 +52,11 @@ fn post_recv(qp: &mut Qp, mr: &MrBuf, wr_id: u64, off: usize, len: u32) -> Resul
     Ok(())
 }
 
-/// Datagrams of several sizes, SEND and SEND_WITH_IMM, from SGEs and inline: every byte, the
-/// GRH (version, traffic class, flow label, hop limit, PayLen, both GIDs), the CQE's source
-/// QPN, length and flags; nothing written past the message.
-/// The hop limit a datagram's GRH (or TTL, over IPv4) carries through an AH that asks for
-/// `asked`: that one on the driver's own node; on the RDMA core's, the route's, which the core puts
-/// into every RoCE v2 address vector it resolves (the port's netdev's IPv6 `hop_limit`, or the
-/// IPv4 default TTL), as for any RoCE device.
-pub(super) fn grh_hop_limit(cfg: &Config, asked: u8, ipv4: bool) -> Result<u8, Fail> {
-    if !cfg.on_core_node() {
-        return Ok(asked);
-    }
+/// The hop limit a datagram's GRH (or TTL, over IPv4) carries through an AH, whatever the AH
+/// asked for: the route's, which the RDMA core puts into every RoCE v2 address vector it
+/// resolves (the port's netdev's IPv6 `hop_limit`, or the IPv4 default TTL), as for any RoCE
+/// device.
+pub(super) fn grh_hop_limit(cfg: &Config, ipv4: bool) -> Result<u8, Fail> {
     let bdf = match system::pci_bdf(cfg) {
         Ok(b) => b,
         Err(e) => bail!("{e}"),
@@ -82,6 +76,9 @@ pub(super) fn grh_hop_limit(cfg: &Config, asked: u8, ipv4: bool) -> Result<u8, F
     }
 }
 
+/// Datagrams of several sizes, SEND and SEND_WITH_IMM, from SGEs and inline: every byte, the
+/// GRH (version, traffic class, flow label, hop limit, PayLen, both GIDs), the CQE's source
+/// QPN, length and flags; nothing written past the message.
 pub(super) fn verbs_ud_datagrams(t: &mut T, cfg: &Config) -> CaseResult {
     let Pair {
         mut a,
@@ -169,7 +166,7 @@ pub(super) fn verbs_ud_datagrams(t: &mut T, cfg: &Config) -> CaseResult {
             flow_label: 0x5_4321,
             paylen: (12 + 8 + if imm { 4 } else { 0 } + len.div_ceil(4) * 4 + 4) as u16,
             next_hdr: 17,
-            hop_limit: grh_hop_limit(cfg, 9, false)?,
+            hop_limit: grh_hop_limit(cfg, false)?,
             sgid: gid,
             dgid: gid,
         }
@@ -469,92 +466,37 @@ pub(super) fn verbs_ud_one_to_many(t: &mut T, cfg: &Config) -> CaseResult {
     Ok(())
 }
 
-/// `QHCA_IOCTL_CREATE_AH` as raw bytes: (errno or the AH number).
-fn create_ah_raw(ctx: &Context, pdn: u32, port: u8, flow: u32) -> Result<u32, Errno> {
-    use qhca_uapi::{qhca_ah_attr, qhca_ioc_create_ah, QHCA_IOCTL_CREATE_AH};
-    use std::mem::{offset_of, size_of};
-    use std::os::fd::AsRawFd;
-    let mut buf = crate::sys::IoctlBuf::new();
-    let put = |b: &mut [u8], at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_ne_bytes());
-    put(&mut buf.0, 0, size_of::<qhca_ioc_create_ah>() as u32);
-    put(&mut buf.0, offset_of!(qhca_ioc_create_ah, pdn), pdn);
-    let attr = offset_of!(qhca_ioc_create_ah, attr);
-    buf.0[attr..attr + 16].copy_from_slice(&ctx.gid().raw);
-    put(
-        &mut buf.0,
-        attr + offset_of!(qhca_ah_attr, flow_label),
-        flow,
-    );
-    buf.0[attr + offset_of!(qhca_ah_attr, port_num)] = port;
-    crate::sys::ioctl_buf(ctx.as_raw_fd(), QHCA_IOCTL_CREATE_AH, &mut buf)?;
-    let at = offset_of!(qhca_ioc_create_ah, ah);
-    Ok(u32::from_ne_bytes(buf.0[at..at + 4].try_into().unwrap()))
-}
-
-/// The driver's address-handle checks: a port other than 1 or a flow label wider than 20 bits
-/// is EINVAL, another context's PD ENOENT; a PD with an AH is EBUSY to DEALLOC_PD; DESTROY_AH
-/// of a number that is not the file's AH (another context's, or one already destroyed) is
-/// ENOENT. A Q_Key with the high bit set needs CAP_NET_RAW (EPERM on a thread without it).
+/// The widest flow label (20 bits) makes an address handle. A Q_Key with the high bit set (a
+/// controlled one) needs CAP_NET_RAW: EPERM on a thread without it, the QP's Q_Key unchanged;
+/// fine as root.
 pub(super) fn verbs_ud_ah_checks(t: &mut T, cfg: &Config) -> CaseResult {
     let ctx = Arc::new(Context::open(&cfg.dev)?);
-    let other = Arc::new(Context::open(&cfg.dev)?);
     let pd = Pd::new(&ctx)?;
-    let opd = Pd::new(&other)?;
-    check_errno!(
-        t,
-        create_ah_raw(&ctx, pd.pdn(), 2, 0),
-        Errno::EINVAL,
-        "port 2"
-    );
-    check_errno!(
-        t,
-        create_ah_raw(&ctx, pd.pdn(), 1, 1 << 20),
-        Errno::EINVAL,
-        "flow"
-    );
-    check_errno!(
-        t,
-        create_ah_raw(&ctx, opd.pdn(), 1, 0),
-        Errno::ENOENT,
-        "other's PD"
-    );
-    let ah = create_ah_raw(&ctx, pd.pdn(), 1, 0xf_ffff);
-    check!(t, ah.is_ok(), "{ah:?}");
-    let ah = ah.unwrap_or(0);
-    check_errno!(
-        t,
-        destroy_raw(&ctx, ObjKind::Pd, pd.pdn()),
-        Errno::EBUSY,
-        "PD with an AH"
-    );
-    check_errno!(
-        t,
-        destroy_raw(&other, ObjKind::Ah, ah),
-        Errno::ENOENT,
-        "another's AH"
-    );
-    check!(t, destroy_raw(&ctx, ObjKind::Ah, ah).is_ok(), "DESTROY_AH");
-    check_errno!(
-        t,
-        destroy_raw(&ctx, ObjKind::Ah, ah),
-        Errno::ENOENT,
-        "twice"
-    );
+    let ah = pd.create_ah(&AhAttr {
+        flow_label: 0xf_ffff,
+        ..AhAttr::new(ctx.gid())
+    });
+    check!(t, ah.is_ok(), "flow label 0xfffff: {ah:?}");
 
-    // Controlled Q_Keys: fine as root; refused on a thread that dropped CAP_NET_RAW.
-    let cq = Cq::new(&ctx, 8, None)?;
-    let qp = Qp::new_ud(&pd, &cq, &cq, &ud_caps(1, 1))?;
-    qp.to_init_ud(QKEY)?;
     let set = |qp: &Qp| {
         qp.modify(&QpAttr {
             qkey: Some(qhca::QKEY_CONTROLLED | 1),
             ..QpAttr::default()
         })
     };
-    let unprivileged = std::thread::scope(|s| {
-        s.spawn(|| {
-            drop_cap(CAP_NET_RAW)?;
-            Ok::<_, std::io::Error>(set(&qp))
+    // The core refuses the commands of a thread whose credentials are not those the file was
+    // opened with, and dropping a capability makes new ones: the thread opens its own context
+    // after it, so that only the Q_Key is what is refused.
+    let (unprivileged, qkey) = std::thread::scope(|s| {
+        s.spawn(|| -> Result<_, Fail> {
+            system::drop_cap(system::CAP_NET_RAW)?;
+            let ctx = Arc::new(Context::open(&cfg.dev)?);
+            let pd = Pd::new(&ctx)?;
+            let cq = Cq::new(&ctx, 8, None)?;
+            let qp = Qp::new_ud(&pd, &cq, &cq, &ud_caps(1, 1))?;
+            qp.to_init_ud(QKEY)?;
+            let r = set(&qp);
+            Ok((r, qp.query()?.qkey))
         })
         .join()
         .expect("thread panicked")
@@ -564,49 +506,13 @@ pub(super) fn verbs_ud_ah_checks(t: &mut T, cfg: &Config) -> CaseResult {
         matches!(&unprivileged, Err(e) if e.errno() == Some(Errno::EPERM)),
         "without CAP_NET_RAW: {unprivileged:?}"
     );
-    check_eq!(t, qp.query()?.qkey, QKEY, "unchanged");
+    check_eq!(t, qkey, QKEY, "unchanged");
+
+    let cq = Cq::new(&ctx, 8, None)?;
+    let qp = Qp::new_ud(&pd, &cq, &cq, &ud_caps(1, 1))?;
+    qp.to_init_ud(QKEY)?;
     let privileged = set(&qp);
     check!(t, privileged.is_ok(), "as root: {privileged:?}");
     check_eq!(t, qp.query()?.qkey, qhca::QKEY_CONTROLLED | 1);
-    Ok(())
-}
-
-/// `CAP_NET_RAW` (linux/capability.h).
-const CAP_NET_RAW: u32 = 13;
-
-/// Drops capability `cap` (below 32) from the calling thread's effective set (capabilities are
-/// per thread).
-pub(super) fn drop_cap(cap: u32) -> std::io::Result<()> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    const VERSION_3: u32 = 0x2008_0522;
-    let mut hdr = Header {
-        version: VERSION_3,
-        pid: 0,
-    };
-    let mut data = [Data::default(); 2];
-    // SAFETY: capget writes two `struct __user_cap_data_struct` (version 3) at `data`, which
-    // has room for them, and reads `hdr`; both live across the call.
-    let r = unsafe { libc::syscall(libc::SYS_capget, &mut hdr as *mut Header, data.as_mut_ptr()) };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    data[0].effective &= !(1 << cap);
-    // SAFETY: capset reads `hdr` and two data structs at `data`, all initialised and live; it
-    // changes the calling thread's capabilities only.
-    let r = unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr()) };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
     Ok(())
 }
