@@ -22,7 +22,7 @@
 //! command returns: its caller, and every later one, may then free what the device was given.
 //!
 //! The rings live in the state their locks guard, so that unbind can free them while the driver
-//! is still bound ([`CmdQueue::release`], once the device is stopped) although open files keep
+//! is still bound ([`CmdQueue::release`], once the device is stopped) although user contexts keep
 //! the queue itself alive: from then on a command fails with `ENODEV` and the event ring reads
 //! as empty.
 

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! State shared by a device's PCI binding and every file open on it.
+//! State shared by a device's PCI binding and every user context on it.
 //!
-//! An open file can outlive the binding (unbind with the file still open), so what files need
-//! lives in an `Arc<QhcaDevice>` whose hardware access is revocable: BAR0 through `Devres`, and
-//! the doorbell pages through each context's [`Ctx`], which the device disassociates when it is
-//! unbound or fails.
+//! A user context can outlive the binding (unbind with a process still holding it), so what
+//! contexts need lives in an `Arc<QhcaDevice>` whose hardware access is revocable: BAR0 through
+//! `Devres`, and the doorbell pages through the RDMA core, which zaps a context's mappings when
+//! the device disassociates it ([`Ctx`]) on unbind or failure.
 //!
-//! Lock order: a file's `uar`, then `bound`, then the file's objects (a context's `objs`), then
+//! Lock order: `bound`, then the context's objects (a context's `objs`), then
 //! the command queue's locks, then `files`, then a context's state. Nothing that touches user
 //! memory (copies, pinning) runs under `bound` or any lock after it.
 
@@ -69,11 +69,11 @@ impl RateLimit {
     }
 }
 
-/// One qhca device, as seen by its open files.
+/// One qhca device, as seen by its user contexts.
 #[pin_data]
 pub(crate) struct QhcaDevice {
     pdev: ARef<pci::Device>,
-    /// Index of this device among qhca devices (`/dev/qhcaN`).
+    /// Index of this device among qhca devices (`qhcaN`).
     pub(crate) instance: u32,
     pub(crate) regs: regs::SharedBar0,
     #[pin]
@@ -498,11 +498,11 @@ impl QhcaDevice {
     ///
     /// What is freed here: every open context's objects ([`Ctx::release_objects`]: DMA mappings
     /// and pins of their memory, ODP regions with their mappings and notifiers), then the
-    /// command and event rings. What can still run afterwards finds them gone: ioctls fail
+    /// command and event rings. What can still run afterwards finds them gone: commands fail
     /// (`ENODEV`, the bound-device check), new objects cannot be created (they need the bound
     /// device), the fault worker is stopped, ODP invalidations find no region, a command fails
-    /// with `ENODEV` and the event ring reads as empty; a file's release then frees only plain
-    /// memory.
+    /// with `ENODEV` and the event ring reads as empty; a context's deallocation then frees only
+    /// plain memory.
     pub(crate) fn shutdown(&self) {
         {
             let mut bound = self.bound.lock();

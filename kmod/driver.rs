@@ -1,10 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! PCI binding: probe brings the device up, unbind takes it away from every open file.
+//! PCI binding: probe brings the device up, unbind takes it away from every user context.
 
-use crate::{
-    cmdq::EqHost, device::QhcaDevice, file::MiscNode, ib::QhcaIb, netdev::Netdev, rdma, regs, uapi,
-};
+use crate::{cmdq::EqHost, device::QhcaDevice, ib::QhcaIb, netdev::Netdev, rdma, regs, uapi};
 use kernel::{
     device::{Bound, Core},
     dma::{Device as _, DmaMask},
@@ -19,7 +17,7 @@ use kernel::{
     time::{Delta, Instant, Monotonic},
 };
 
-/// How many qhca devices one system may have (`/dev/qhca0` .. `/dev/qhca7`).
+/// How many qhca devices one system may have (`qhca0` .. `qhca7` in the RDMA core).
 const MAX_DEVICES: usize = 8;
 const NAMES: [&CStr; MAX_DEVICES] = [
     c"qhca0", c"qhca1", c"qhca2", c"qhca3", c"qhca4", c"qhca5", c"qhca6", c"qhca7",
@@ -43,7 +41,7 @@ kernel::pci_device_table!(
     [(QHCA_ID, ())]
 );
 
-/// Numbers for `/dev/qhcaN`, one bit per device in use.
+/// Numbers for `qhcaN`, one bit per device in use.
 static INSTANCES: Atomic<u32> = Atomic::new(0);
 
 /// A device number taken from [`INSTANCES`], given back on drop.
@@ -114,16 +112,15 @@ impl Drop for Running {
 /// What one bound device owns.
 ///
 /// Fields are dropped in declaration order, which is the teardown order: first the RDMA core's
-/// device goes (`ib`; `unbind` unregistered it already), then no new opens (`misc`), then the device stops (`running`; `unbind` stopped it already), then no interrupt
-/// (`irq`), then the vectors and BARs. `unbind` already freed every DMA resource (the rings and
-/// every open context's objects), while the driver was still bound; open files keep only plain
-/// memory alive. On the probe error path the fields initialised so far are
-/// dropped, `running` among them, so the device is stopped there too.
+/// device goes (`ib`; `unbind` unregistered it already), then the device stops (`running`;
+/// `unbind` stopped it already), then no interrupt (`irq`), then the vectors and BARs. `unbind`
+/// already freed every DMA resource (the rings and every user context's objects), while the
+/// driver was still bound; user contexts the core has not deallocated yet keep only plain memory
+/// alive. On the probe error path the fields initialised so far are dropped, `running` among
+/// them, so the device is stopped there too.
 #[pin_data]
 pub(crate) struct Qhca<'bound> {
     ib: rdma::Registration<'bound, QhcaIb>,
-    #[pin]
-    misc: MiscNode,
     running: Running,
     #[pin]
     irq: irq::ThreadedRegistration<'bound, EqIrq>,
@@ -199,7 +196,6 @@ impl pci::Driver for QhcaDriver {
                     )
                 },
                 running: Running::start(pdev, &dev)?,
-                misc <- MiscNode::new(name, dev.clone()),
                 // Last: registering queries the running device.
                 ib: register_ib(pdev.as_ref(), name, &dev)?,
                 _debugfs <- crate::debugfs::DeviceDir::new(name, &dev),

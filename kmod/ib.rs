@@ -3,13 +3,12 @@
 //! The device as the RDMA core sees it: `qhcaN` in `/sys/class/infiniband`, rdma netlink and the
 //! `rdma` tool, with the device's and the port's attributes translated from qhca's to the core's.
 //!
-//! The `ib_device` is registered beside `/dev/qhcaN`, which still carries every verb for the
-//! `qhca` crate and the preloaded layer (issue 26 moves them over, `docs/design-ib-device.md`).
-//! A user context (an open of the uverbs device) is one of the device's contexts ([`Ctx`], as an
-//! open of `/dev/qhcaN` is: its doorbell page, charged to its user, offered to `mmap(2)` through
-//! the core's entries; its event routes, page faults and objects), and its verbs objects are made
-//! by the same code as the ioctls' ([`Verbs`]): [`objects`] for CQs, regions, windows and address
-//! handles, [`qp`] for QPs. No kernel verbs (see [`crate::rdma`]). The port's GIDs are the core's,
+//! The `ib_device` is the driver's one control path (`docs/design-ib-device.md`). A user context
+//! (an open of the uverbs device) is one of the device's contexts ([`Ctx`]: its doorbell page,
+//! charged to its user, offered to `mmap(2)` through the core's entries; its event routes, page
+//! faults and objects), and its verbs objects are made by [`Verbs`], which checks them and runs
+//! the device's commands: [`objects`] translates the core's requests for CQs, regions, windows
+//! and address handles, [`qp`] for QPs. No kernel verbs (see [`crate::rdma`]). The port's GIDs are the core's,
 //! from the addresses of the port's netdev ([`crate::netdev`]): its default GID is the device's
 //! fixed entry 0, and each IPv4 address becomes the same entry of the device's table (`add_gid`);
 //! IPv6 addresses other than the link-local one are refused (the device takes IPv4-mapped GIDs
@@ -39,8 +38,8 @@ impl QhcaIb {
     }
 }
 
-/// A user context: one of the device's contexts ([`Ctx`], as an open of `/dev/qhcaN` is, which
-/// routes its events and serves its page faults), whose doorbell page is offered to `mmap(2)`.
+/// A user context: one of the device's contexts ([`Ctx`], which routes its events and serves its
+/// page faults), whose doorbell page is offered to `mmap(2)`.
 /// Dropped (or dropped part-way, when creating it fails): no new mapping of the page (the core
 /// zapped or the process unmapped every old one before the context goes), then the context
 /// closes (its objects, which the core destroyed already, its doorbell page, its charge).
@@ -280,7 +279,7 @@ unsafe impl rdma::Driver for QhcaIb {
             .limits
             .account(Kuid::current_euid(), !crate::shim::capable_sys_resource())?;
         quota.charge(dev, Pool::Contexts, 1)?;
-        let ctx = Ctx::new_core(dev, quota)?;
+        let ctx = Ctx::new(dev, quota)?;
         dev.open_context(ctx.clone())?;
         // From here on, dropping `c` closes the context.
         let mut c = QhcaUContext {
@@ -331,7 +330,7 @@ unsafe impl rdma::Driver for QhcaIb {
     fn alloc_pd(&self, uctx: &QhcaUContext, udata: &mut rdma::Udata<'_>) -> Result<QhcaPd> {
         udata.input_zero()?;
         let v = verbs(&uctx.ctx)?;
-        let pdn = v.alloc_pd_with()?;
+        let pdn = v.alloc_pd()?;
         let pd = QhcaPd {
             ctx: uctx.ctx.clone(),
             pdn,
@@ -426,7 +425,7 @@ unsafe impl rdma::Driver for QhcaIb {
     ) -> Result {
         let v = verbs(&pd.ctx)?;
         for r in ranges {
-            v.advise_mr_with(r.lkey, r.addr, u64::from(r.length), write, flush)?;
+            v.advise_mr(r.lkey, r.addr, u64::from(r.length), write, flush)?;
         }
         Ok(())
     }

@@ -4,7 +4,7 @@
 //! others: doorbell pages (contexts), PDs, CQs, QPs, memory regions, memory windows, address
 //! handles and the device's on-demand translation chunks (2 MiB each).
 //!
-//! Each context is charged to the user who opened its file (the file's effective UID, as
+//! Each context is charged to the user who opened it (the uverbs file's effective UID, as
 //! `RLIMIT_MEMLOCK` charges a process's pinned pages to it). A user may hold at most a share of
 //! each pool of each device: by default half of what the device has (for chunks, half of the
 //! device's 16384), or what the module parameter `user_max_<pool>` says (read at load:

@@ -1,17 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The device's one port (`QHCA_CAP_PORT`): `QHCA_IOCTL_QUERY_PORT`, which any context may ask,
-//! and `QHCA_IOCTL_SET_GID`, which sets an entry of the port's GID table and needs
-//! `CAP_NET_ADMIN`, as configuring a network interface's address does; and the RDMA core's
-//! `add_gid`/`del_gid`, which make the device's table follow the core's (the addresses of the
-//! port's netdev, [`crate::netdev`]) index for index. While both exist, an entry belongs to
-//! whichever set it first.
+//! The device's one port (`QHCA_CAP_PORT`): its attributes (`QHCA_CMD_QUERY_PORT`, which the
+//! core's QUERY_PORT and the driver's own QUERY_PORT method read), and the RDMA core's
+//! `add_gid`/`del_gid`, which make the device's GID table follow the core's (the addresses of
+//! the port's netdev, [`crate::netdev`]) index for index (`QHCA_CMD_SET_GID`).
 //!
-//! Neither names an object of the context, so neither needs its doorbell page: the commands are
-//! the driver's (`QHCA_CMD_QUERY_PORT`, `QHCA_CMD_SET_GID`). The argument is checked in full
-//! before the device is asked, and what the device answers is checked before user space sees
-//! it: the table's length is the ABI's at most, and an entry the device marks invalid, or that
-//! lies beyond that length, reads as all zero.
+//! Neither names an object of a context, so neither needs a doorbell page: the commands are the
+//! driver's. What the device answers is checked before user space sees it: the table's length
+//! is the ABI's at most, and an entry the device marks invalid, or that lies beyond that length,
+//! reads as all zero.
 
 use crate::{cmdq::Cmd, device::QhcaDevice, uapi};
 use kernel::{
@@ -19,7 +16,6 @@ use kernel::{
     io::Io,
     prelude::*,
     transmute::FromBytes,
-    uaccess::{UserPtr, UserSlice},
 };
 
 /// Entries in the port's GID table (`QHCA_GID_TABLE_LEN`).
@@ -51,20 +47,6 @@ fn gid_is_v4(gid: &[u8; 16]) -> bool {
     lo.copy_from_slice(&gid[8..]);
     u64::from_be_bytes(hi) == u64::from(uapi::QHCA_GID_V4_PREFIX_HI)
         && u64::from_be_bytes(lo) & 0xffff_ffff_0000_0000 == uapi::QHCA_GID_V4_PREFIX_LO
-}
-
-/// Checks an entry SET_GID may write: empty (flags, GID and prefix all zero), or valid with an
-/// IPv4-mapped GID and a prefix of at most 32 bits; reserved bytes zero. Whether the address is
-/// unicast and not already in the table is the device's to say.
-fn check_entry(e: &uapi::qhca_gid_entry) -> Result {
-    if e.rsvd.iter().any(|&b| b != 0) {
-        return Err(EINVAL);
-    }
-    match u32::from(e.flags) {
-        0 if e.prefix_len == 0 && e.gid.iter().all(|&b| b == 0) => Ok(()),
-        uapi::QHCA_GID_VALID if gid_is_v4(&e.gid) && e.prefix_len <= IPV4_PREFIX_MAX => Ok(()),
-        _ => Err(EINVAL),
-    }
 }
 
 /// What QUERY_PORT answered (little-endian), in CPU byte order and with nothing user space may
@@ -147,15 +129,11 @@ impl QhcaDevice {
     /// `index` becomes it, with `prefix` as its subnet prefix. Entry 0 is the device's fixed
     /// link-local GID, which the core's default GID (`fe80::` and the MAC's EUI-64) must be.
     ///
-    /// While `/dev/qhcaN` still exists, its `QHCA_IOCTL_SET_GID` shares the table: an entry
-    /// belongs to whichever of the two set it first, and the other gets `EBUSY`.
-    ///
     /// # Errors
     ///
     /// `EINVAL` for an index beyond the table, or a default GID that is not entry 0 (a node
     /// GUID that is not the MAC's EUI-64); `EOPNOTSUPP` for a GID that is not IPv4-mapped (the
-    /// device takes no other in this version); `EBUSY` for an entry `SET_GID` holds; what the
-    /// device answers.
+    /// device takes no other in this version); what the device answers.
     pub(crate) fn core_add_gid(&self, index: u32, gid: [u8; 16], prefix: u8) -> Result {
         let i = usize::try_from(index).map_err(|_| EINVAL)?;
         if i >= GID_TABLE_LEN {
@@ -176,9 +154,6 @@ impl QhcaDevice {
         } else {
             if !gid_is_v4(&gid) {
                 return Err(EOPNOTSUPP);
-            }
-            if held && *core & (1 << i) == 0 {
-                return Err(EBUSY);
             }
             let entry = uapi::qhca_gid_entry {
                 gid,
@@ -216,7 +191,8 @@ impl QhcaDevice {
     }
 
     /// Runs SET_GID: entry `index` (1 .. `QHCA_GID_TABLE_LEN` - 1) becomes `entry`. The caller
-    /// checked both ([`check_entry`]).
+    /// checked the index, and `entry` is empty or an IPv4-mapped GID with a prefix of at most
+    /// 32 bits.
     ///
     /// # Errors
     ///
@@ -234,54 +210,4 @@ impl QhcaDevice {
             Ok(())
         })
     }
-}
-
-/// `QHCA_IOCTL_QUERY_PORT`.
-///
-/// # Errors
-///
-/// `EINVAL` for a bad header or a nonzero reserved or output field; `EFAULT` for memory that
-/// cannot be read or written; what [`QhcaDevice::query_port`] returns.
-pub(crate) fn query_port(dev: &QhcaDevice, arg: usize) -> Result<isize> {
-    let size = core::mem::size_of::<uapi::qhca_ioc_query_port>();
-    let (mut reader, mut writer) = UserSlice::new(UserPtr::from_addr(arg), size).reader_writer();
-    let mut req: uapi::qhca_ioc_query_port = reader.read()?;
-    if req.size as usize != size || req.comp_mask != 0 || req.rsvd != 0 {
-        return Err(EINVAL);
-    }
-    req.attr = dev.query_port()?;
-    writer.write(&req)?;
-    Ok(0)
-}
-
-/// `QHCA_IOCTL_SET_GID`.
-///
-/// # Errors
-///
-/// `EPERM` without `CAP_NET_ADMIN` (asked once the header is checked); `EINVAL` for a bad
-/// header, a nonzero reserved field, index 0 or beyond the table, an entry that is neither
-/// empty nor an IPv4-mapped GID with a prefix of at most 32 bits, or what the device refuses;
-/// `EOPNOTSUPP` without a port.
-pub(crate) fn set_gid(dev: &QhcaDevice, arg: usize) -> Result<isize> {
-    let size = core::mem::size_of::<uapi::qhca_ioc_set_gid>();
-    let mut reader = UserSlice::new(UserPtr::from_addr(arg), size).reader();
-    let req: uapi::qhca_ioc_set_gid = reader.read()?;
-    if req.size as usize != size || req.comp_mask != 0 || req.rsvd != 0 {
-        return Err(EINVAL);
-    }
-    if !crate::shim::capable_net_admin() {
-        return Err(EPERM);
-    }
-    if !(1..uapi::QHCA_GID_TABLE_LEN).contains(&req.index) {
-        return Err(EINVAL);
-    }
-    check_entry(&req.entry)?;
-    dev.check_port_cap()?;
-    let core = dev.core_gids.lock();
-    if *core & (1 << req.index) != 0 {
-        // The RDMA core's entry (an address of the port's netdev).
-        return Err(EBUSY);
-    }
-    dev.set_gid(req.index, &req.entry)?;
-    Ok(0)
 }

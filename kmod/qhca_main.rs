@@ -5,9 +5,8 @@
 //! - `driver`: PCI binding (probe, unbind) and what one bound device owns.
 //! - `regs`: the register block in BAR0.
 //! - `cmdq`: the command queue and the event queue the device answers on.
-//! - `device`: state shared by the binding and every open file; disassociation.
-//! - `context`: what the device reaches of one open file: doorbell mapping, events, poll.
-//! - `file`: `/dev/qhcaN`: per-process contexts, ioctl, mmap and poll.
+//! - `device`: state shared by the binding and every user context; disassociation.
+//! - `context`: what the device reaches of one user context: doorbell page, event routes.
 //! - `ib`: the device as the RDMA core sees it (`qhcaN` in `/sys/class/infiniband`).
 //! - `rdma`: the RDMA core's interfaces, wrapped (an `ib_device` and its operations).
 //! - `verbs`: a context's PDs, MRs, memory windows, CQs, QPs and address handles.
@@ -27,7 +26,6 @@ mod context;
 mod debugfs;
 mod device;
 mod driver;
-mod file;
 mod ib;
 mod limits;
 mod netdev;

@@ -4,7 +4,6 @@
  * Each function is wrapped exactly once, in shim.rs, behind a safe API.
  */
 #include <linux/dma-mapping.h>
-#include <linux/eventfd.h>
 #include <linux/fs.h>
 #include <linux/hmm.h>
 #include <linux/jiffies.h>
@@ -12,7 +11,6 @@
 #include <linux/mm.h>
 #include <linux/mutex.h>
 #include <linux/pci.h>
-#include <linux/poll.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
 #include <linux/scatterlist.h>
@@ -22,172 +20,10 @@
 
 #include "qhca_shim.h"
 
-/* ------------------------------------------------------------------------ */
-/* Doorbell mappings, inserted on fault (as vfio-pci does for BARs).        */
-/* ------------------------------------------------------------------------ */
-
-/*
- * One context's doorbell page as user space maps it.  ->mmap only sets the
- * vma up; the PTE is inserted by the first fault, under @lock, after the
- * kernel has linked the vma into the file's reverse map.  So revoking is:
- * set @revoked under @lock, then unmap_mapping_range(): a fault either ran
- * before (its PTE is zapped) or sees @revoked and maps @dummy, a zeroed page
- * of this context alone, so that a disassociated process's doorbell stores
- * land somewhere harmless instead of raising SIGBUS (rdma_umap_fault() in
- * drivers/infiniband/core/uverbs_main.c does the same).
- *
- * Every vma of the page holds a reference to the file, and the file holds
- * the umap, so the umap outlives its vmas.
- */
-struct qhca_umap {
-	struct mutex lock;
-	unsigned long pfn;	/* the doorbell page; valid once mapped */
-	bool revoked;
-	struct page *dummy;	/* allocated by the first fault after revoke */
-};
-
-struct qhca_umap *qhca_shim_umap_new(void)
-{
-	struct qhca_umap *m = kzalloc(sizeof(*m), GFP_KERNEL);
-
-	if (m)
-		mutex_init(&m->lock);
-	return m;
-}
-
-void qhca_shim_umap_free(struct qhca_umap *m)
-{
-	if (m->dummy)
-		__free_page(m->dummy);
-	mutex_destroy(&m->lock);
-	kfree(m);
-}
-
-void qhca_shim_umap_set_phys(struct qhca_umap *m, phys_addr_t phys)
-{
-	mutex_lock(&m->lock);
-	m->pfn = PHYS_PFN(phys);
-	mutex_unlock(&m->lock);
-}
-
-void qhca_shim_umap_revoke(struct qhca_umap *m)
-{
-	mutex_lock(&m->lock);
-	m->revoked = true;
-	mutex_unlock(&m->lock);
-}
-
-static vm_fault_t qhca_umap_fault(struct vm_fault *vmf)
-{
-	struct vm_area_struct *vma = vmf->vma;
-	struct qhca_umap *m = vma->vm_private_data;
-	vm_fault_t ret;
-
-	mutex_lock(&m->lock);
-	if (!m->revoked) {
-		/* vm_page_prot is the uncached protection ->mmap set. */
-		ret = vmf_insert_pfn(vma, vmf->address, m->pfn);
-	} else {
-		if (!m->dummy)
-			m->dummy = alloc_page(GFP_KERNEL | __GFP_ZERO);
-		ret = m->dummy ?
-			vmf_insert_pfn_prot(vma, vmf->address,
-					    page_to_pfn(m->dummy),
-					    vm_get_page_prot(vma->vm_flags)) :
-			VM_FAULT_OOM;
-	}
-	mutex_unlock(&m->lock);
-	return ret;
-}
-
-static const struct vm_operations_struct qhca_umap_ops = {
-	.fault = qhca_umap_fault,
-};
-
-/*
- * Sets up a new vma for the doorbell page: uncached (doorbells are posted
- * writes that must reach the device in order, like mlx5's non-BlueFlame UAR
- * pages), VM_IO | VM_PFNMAP, never copied on fork, grown or dumped.  The
- * caller has validated the offset, length and flags, and the vma is not yet
- * visible to anyone.
- */
-void qhca_shim_umap_mmap(struct qhca_umap *m, struct vm_area_struct *vma)
-{
-	vma->vm_page_prot = pgprot_noncached(vma->vm_page_prot);
-	vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP);
-	vma->vm_private_data = m;
-	vma->vm_ops = &qhca_umap_ops;
-}
-
-/* The vma's offset into the file, in pages. */
-unsigned long qhca_shim_vma_pgoff(const struct vm_area_struct *vma)
-{
-	return vma->vm_pgoff;
-}
-
-/*
- * A reference to an open file's inode, to zap the user mappings of the
- * file's address space (for a character device, the inode's).
- */
-struct inode *qhca_shim_inode_get(struct file *filp)
-{
-	struct inode *inode = file_inode(filp);
-
-	ihold(inode);
-	return inode;
-}
-
-void qhca_shim_inode_put(struct inode *inode)
-{
-	iput(inode);
-}
-
-/*
- * Zaps the doorbell pages (offset 0) of every file of the device.  The
- * invalidation pages (offset QHCA_MMAP_INVAL) stay: they were inserted at
- * mmap time, have no fault handler, and must stay readable after
- * disassociation.
- */
-void qhca_shim_inode_zap(struct inode *inode)
-{
-	unmap_mapping_range(inode->i_mapping, 0, PAGE_SIZE, 1);
-}
-
 /* The kernel address of a page the driver allocated (never highmem here). */
 void *qhca_shim_page_address(struct page *page)
 {
 	return page_address(page);
-}
-
-/* ------------------------------------------------------------------------ */
-/* poll(2): the Rust miscdevice abstraction has no ->poll yet.              */
-/* ------------------------------------------------------------------------ */
-
-static struct file_operations qhca_fops_with_poll;
-static DEFINE_MUTEX(qhca_fops_lock);
-
-static __poll_t qhca_shim_poll(struct file *filp, struct poll_table_struct *wait)
-{
-	return qhca_rust_poll(filp, wait);
-}
-
-/*
- * Called from the Rust open: the file's operations become a copy of the Rust
- * miscdevice's with ->poll added.  Same owner, so the module reference that
- * misc_open took stays right (misc_open itself swaps f_op the same way).
- */
-void qhca_shim_file_add_poll(struct file *filp)
-{
-	mutex_lock(&qhca_fops_lock);
-	if (!qhca_fops_with_poll.poll) {
-		qhca_fops_with_poll = *filp->f_op;
-		qhca_fops_with_poll.poll = qhca_shim_poll;
-	}
-	mutex_unlock(&qhca_fops_lock);
-	if (WARN_ON_ONCE(qhca_fops_with_poll.owner != filp->f_op->owner ||
-			 qhca_fops_with_poll.unlocked_ioctl != filp->f_op->unlocked_ioctl))
-		return;
-	filp->f_op = &qhca_fops_with_poll;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -488,32 +324,6 @@ void qhca_shim_umem_release(struct qhca_umem *u)
 	mmdrop(u->mm);
 	kvfree(u->pages);
 	kfree(u);
-}
-
-/* ------------------------------------------------------------------------ */
-/* eventfds given by user space for completion notification.               */
-/* ------------------------------------------------------------------------ */
-
-struct eventfd_ctx *qhca_shim_eventfd_get(int fd, int *err)
-{
-	struct eventfd_ctx *ctx = eventfd_ctx_fdget(fd);
-
-	if (IS_ERR(ctx)) {
-		*err = PTR_ERR(ctx);
-		return NULL;
-	}
-	*err = 0;
-	return ctx;
-}
-
-void qhca_shim_eventfd_signal(struct eventfd_ctx *ctx)
-{
-	eventfd_signal(ctx);
-}
-
-void qhca_shim_eventfd_put(struct eventfd_ctx *ctx)
-{
-	eventfd_ctx_put(ctx);
 }
 
 /* ------------------------------------------------------------------------ */

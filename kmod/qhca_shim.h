@@ -6,16 +6,11 @@
 #include <linux/types.h>
 
 struct device;
-struct eventfd_ctx;
-struct file;
 struct ib_ucontext;
-struct inode;
 struct net_device;
 struct pci_dev;
 struct page;
-struct poll_table_struct;
 struct qhca_odp;
-struct qhca_umap;
 struct qhca_umem;
 struct rdma_user_mmap_entry;
 struct vm_area_struct;
@@ -31,21 +26,7 @@ const struct uapi_definition *qhca_shim_uapi_defs(void);
 int qhca_ib_query_ctx(struct ib_ucontext *uctx, struct qhca_ctx_stats *out);
 int qhca_ib_query_port(struct ib_ucontext *uctx, struct qhca_port_attr *out);
 
-struct qhca_umap *qhca_shim_umap_new(void);
-void qhca_shim_umap_free(struct qhca_umap *m);
-void qhca_shim_umap_set_phys(struct qhca_umap *m, phys_addr_t phys);
-void qhca_shim_umap_revoke(struct qhca_umap *m);
-void qhca_shim_umap_mmap(struct qhca_umap *m, struct vm_area_struct *vma);
-unsigned long qhca_shim_vma_pgoff(const struct vm_area_struct *vma);
-
-struct inode *qhca_shim_inode_get(struct file *filp);
-void qhca_shim_inode_put(struct inode *inode);
-void qhca_shim_inode_zap(struct inode *inode);
 void *qhca_shim_page_address(struct page *page);
-
-/* Implemented in Rust (file.rs). */
-__poll_t qhca_rust_poll(struct file *filp, struct poll_table_struct *wait);
-void qhca_shim_file_add_poll(struct file *filp);
 
 void qhca_shim_clear_master(struct pci_dev *pdev);
 
@@ -66,10 +47,6 @@ unsigned long qhca_shim_umem_take(struct qhca_umem *u, unsigned long first,
 				  unsigned long count, struct qhca_umem_page *out);
 void qhca_shim_umem_drop(struct device *dev, const struct qhca_umem_page *pages,
 			 unsigned long n, bool dirty);
-
-struct eventfd_ctx *qhca_shim_eventfd_get(int fd, int *err);
-void qhca_shim_eventfd_signal(struct eventfd_ctx *ctx);
-void qhca_shim_eventfd_put(struct eventfd_ctx *ctx);
 
 /* On-demand paging. */
 bool qhca_rust_odp_invalidate(const void *owner, struct qhca_odp *o, u64 start, u64 end,

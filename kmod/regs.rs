@@ -55,7 +55,7 @@ regs! {
     UD_NO_QP = uapi::QHCA_REG_UD_NO_QP;
 }
 
-/// BAR0 as shared with open files: revoked when the device is unbound.
+/// BAR0 as shared with user contexts: revoked when the device is unbound.
 pub(crate) type SharedBar0 = pci::DevresBar<SIZE>;
 
 /// Runs `f` on the registers if the device is still bound.

@@ -8,8 +8,6 @@ use kernel::{
     device::{Bound, Device},
     dma::CoherentBox,
     error::to_result,
-    fs::File,
-    mm::virt::VmaNew,
     pci,
     prelude::*,
 };
@@ -19,16 +17,6 @@ use kernel::{
 #[allow(improper_ctypes)]
 extern "C" {
     fn qhca_shim_uapi_defs() -> *const bindings::uapi_definition;
-    fn qhca_shim_umap_new() -> *mut QhcaUmap;
-    fn qhca_shim_umap_free(m: *mut QhcaUmap);
-    fn qhca_shim_umap_set_phys(m: *mut QhcaUmap, phys: bindings::phys_addr_t);
-    fn qhca_shim_umap_revoke(m: *mut QhcaUmap);
-    fn qhca_shim_umap_mmap(m: *mut QhcaUmap, vma: *mut bindings::vm_area_struct);
-    fn qhca_shim_vma_pgoff(vma: *const bindings::vm_area_struct) -> c_ulong;
-    fn qhca_shim_inode_get(filp: *mut bindings::file) -> *mut bindings::inode;
-    fn qhca_shim_inode_put(inode: *mut bindings::inode);
-    fn qhca_shim_inode_zap(inode: *mut bindings::inode);
-    fn qhca_shim_file_add_poll(filp: *mut bindings::file);
     fn qhca_shim_rdma_mmap_io(
         ucontext: *mut bindings::ib_ucontext,
         vma: *mut bindings::vm_area_struct,
@@ -61,9 +49,6 @@ extern "C" {
         n: c_ulong,
         dirty: bool,
     );
-    fn qhca_shim_eventfd_get(fd: c_int, err: *mut c_int) -> *mut bindings::eventfd_ctx;
-    fn qhca_shim_eventfd_signal(ctx: *mut bindings::eventfd_ctx);
-    fn qhca_shim_eventfd_put(ctx: *mut bindings::eventfd_ctx);
     fn qhca_shim_odp_new(
         start: u64,
         len: u64,
@@ -111,12 +96,6 @@ pub(crate) struct QhcaOdp {
     _opaque: [u8; 0],
 }
 
-/// `struct qhca_umap` of `qhca_shim.c`, opaque here.
-#[repr(C)]
-pub(crate) struct QhcaUmap {
-    _opaque: [u8; 0],
-}
-
 /// The driver's methods of the RDMA core's ioctl interface (`qhca_uverbs.c`), for
 /// `ib_device.driver_def`: a static table.
 pub(crate) fn uapi_defs() -> *const bindings::uapi_definition {
@@ -140,126 +119,6 @@ pub(crate) fn clear_master<Ctx: kernel::device::DeviceContext>(pdev: &pci::Devic
     // SAFETY: `raw` is a live `struct pci_dev` for the duration of the call (we hold a reference);
     // `pci_clear_master` only writes the command register in config space.
     unsafe { qhca_shim_clear_master(raw) }
-}
-
-/// One context's doorbell page as user space maps it: the PTE is inserted on fault, and once
-/// revoked a fault maps a zeroed page of this context instead (see `qhca_shim.c`).
-///
-/// # Invariants
-///
-/// `self.0` came from `qhca_shim_umap_new` and is freed exactly once, in `Drop`.
-pub(crate) struct Umap(NonNull<QhcaUmap>);
-
-impl Umap {
-    pub(crate) fn new() -> Result<Self> {
-        // SAFETY: No preconditions.
-        let m = unsafe { qhca_shim_umap_new() };
-        // INVARIANT: non-null is a fresh umap that we own.
-        NonNull::new(m).map(Self).ok_or(ENOMEM)
-    }
-
-    /// Sets the doorbell page that faults map while the umap is not revoked.
-    ///
-    /// # Safety
-    ///
-    /// `phys` must be the address of one 4 KiB doorbell page of the device's BAR2 that belongs
-    /// to this umap's context, and the umap must be revoked ([`Umap::revoke`], then the
-    /// mapping zapped) before that BAR is released: until then every fault of the context's
-    /// mappings maps that page into user space.
-    pub(crate) unsafe fn set_phys(&self, phys: u64) {
-        // SAFETY: `self.0` is live (type invariant); the shim takes its lock. What `phys` names
-        // is the caller's promise.
-        unsafe { qhca_shim_umap_set_phys(self.0.as_ptr(), phys) }
-    }
-
-    /// From now on faults map the harmless page. The caller zaps the existing PTEs afterwards
-    /// ([`InodeMapping::zap`]).
-    pub(crate) fn revoke(&self) {
-        // SAFETY: `self.0` is live (type invariant); the shim takes its lock.
-        unsafe { qhca_shim_umap_revoke(self.0.as_ptr()) }
-    }
-
-    /// Sets `vma` up to be filled on fault from this umap.
-    ///
-    /// # Safety
-    ///
-    /// `self` must outlive `vma` and every copy of it: the vma's fault handler uses it. That holds
-    /// when `self` belongs to the file being mapped and is dropped only after the file's release
-    /// (every vma holds a reference to its file).
-    pub(crate) unsafe fn mmap(&self, vma: &VmaNew) {
-        // SAFETY:
-        // - `vma` is a vma under construction (type invariant of `VmaNew`), so its flags, page
-        //   protection, ops and private data may be set;
-        // - `self.0` is live and, by the caller's promise, stays live while the vma exists.
-        unsafe { qhca_shim_umap_mmap(self.0.as_ptr(), vma.as_ptr()) }
-    }
-}
-
-impl Drop for Umap {
-    fn drop(&mut self) {
-        // SAFETY: `self.0` is live and freed only here (type invariant).
-        unsafe { qhca_shim_umap_free(self.0.as_ptr()) }
-    }
-}
-
-// SAFETY: The umap's state is guarded by its own mutex; any thread may use it.
-unsafe impl Send for Umap {}
-// SAFETY: See above.
-unsafe impl Sync for Umap {}
-
-/// The offset, in pages, that user space passed to `mmap`.
-pub(crate) fn vma_pgoff(vma: &VmaNew) -> usize {
-    // SAFETY: `vma.as_ptr()` is a valid vma for the duration of the `mmap` call (type invariant of
-    // `VmaNew`), and the shim only reads `vm_pgoff`, which nobody writes during the setup.
-    unsafe { qhca_shim_vma_pgoff(vma.as_ptr()) as usize }
-}
-
-/// A reference to the inode of an open file, through which every user mapping of the file's
-/// address space can be zapped.
-///
-/// # Invariants
-///
-/// `self.0` holds a reference taken with `ihold`, dropped once in `Drop`.
-pub(crate) struct InodeMapping(NonNull<bindings::inode>);
-
-impl InodeMapping {
-    pub(crate) fn new(file: &File) -> Result<Self> {
-        // SAFETY: `file` is an open file, so its inode is live; the shim takes a reference.
-        let inode = unsafe { qhca_shim_inode_get(file.as_ptr()) };
-        // INVARIANT: non-null is an inode we now hold a reference to (`file_inode` of an open
-        // file is never null).
-        NonNull::new(inode).map(Self).ok_or(EINVAL)
-    }
-
-    /// Zaps every user mapping of the inode's address space (for a character device, the node's:
-    /// every file opened through it). Later faults go to the vma's fault handler.
-    pub(crate) fn zap(&self) {
-        // SAFETY: The inode is live: we hold a reference (type invariant).
-        unsafe { qhca_shim_inode_zap(self.0.as_ptr()) }
-    }
-}
-
-impl Drop for InodeMapping {
-    fn drop(&mut self) {
-        // SAFETY: Drops the reference taken in `new` (type invariant).
-        unsafe { qhca_shim_inode_put(self.0.as_ptr()) }
-    }
-}
-
-// SAFETY: An inode reference may be used and dropped from any thread.
-unsafe impl Send for InodeMapping {}
-// SAFETY: `zap` may run concurrently from several threads.
-unsafe impl Sync for InodeMapping {}
-
-/// Gives a file of ours a `poll` operation (the Rust miscdevice has none).
-///
-/// # Safety
-///
-/// `file` must be a file of this driver's misc device, being opened (inside its `open`).
-pub(crate) unsafe fn file_add_poll(file: &File) {
-    // SAFETY: By the caller's promise, `file` is being opened through our misc device: its
-    // `f_op` is our Rust vtable and no other thread uses the file yet.
-    unsafe { qhca_shim_file_add_poll(file.as_ptr()) }
 }
 
 /// User memory pinned for the life of a verbs object, then DMA-mapped for the device.
@@ -397,48 +256,6 @@ unsafe impl Send for Umem {}
 // SAFETY: `&Umem` only reads immutable state.
 unsafe impl Sync for Umem {}
 
-/// A reference to a user's eventfd, signalled on completion events.
-///
-/// # Invariants
-///
-/// `self.0` holds a reference from `eventfd_ctx_fdget`, dropped once in `Drop`.
-pub(crate) struct EventFd(NonNull<bindings::eventfd_ctx>);
-
-impl EventFd {
-    /// Takes a reference to the eventfd open as `fd` in the calling process.
-    ///
-    /// # Errors
-    ///
-    /// `EBADF` if `fd` is not open, `EINVAL` if it is not an eventfd.
-    pub(crate) fn get(fd: i32) -> Result<Self> {
-        let mut err: c_int = 0;
-        // SAFETY: The shim looks `fd` up in the current process's table and checks its type.
-        let ctx = unsafe { qhca_shim_eventfd_get(fd, &mut err) };
-        // INVARIANT: non-null means we own a reference.
-        NonNull::new(ctx)
-            .map(Self)
-            .ok_or_else(|| Error::from_errno(err))
-    }
-
-    /// Adds one to the eventfd's counter, waking its readers. Callable from any context.
-    pub(crate) fn signal(&self) {
-        // SAFETY: `self.0` is a live reference (type invariant).
-        unsafe { qhca_shim_eventfd_signal(self.0.as_ptr()) }
-    }
-}
-
-impl Drop for EventFd {
-    fn drop(&mut self) {
-        // SAFETY: `self.0` is a live reference, dropped only here (type invariant).
-        unsafe { qhca_shim_eventfd_put(self.0.as_ptr()) }
-    }
-}
-
-// SAFETY: eventfd contexts are reference-counted and thread-safe.
-unsafe impl Send for EventFd {}
-// SAFETY: See above; `signal` is safe to call concurrently.
-unsafe impl Sync for EventFd {}
-
 /// The raw `struct device` of `dev` (`device::Device` is `#[repr(transparent)]` over
 /// `Opaque<bindings::device>`).
 pub(crate) fn raw_device<Ctx: kernel::device::DeviceContext>(
@@ -502,17 +319,8 @@ pub(crate) fn task_size() -> u64 {
 /// asks of whoever sets a controlled Q_Key. Marks the task as having used a privilege if so.
 pub(crate) fn capable_net_raw() -> bool {
     // SAFETY: `capable` checks the current task's credentials, which are always valid in process
-    // context (an ioctl); `CAP_NET_RAW` is a valid capability number.
+    // context (a command); `CAP_NET_RAW` is a valid capability number.
     unsafe { bindings::capable(bindings::CAP_NET_RAW as c_int) }
-}
-
-/// True if the calling task has `CAP_NET_ADMIN` (in the initial user namespace), as setting an
-/// address of a network interface needs (the port's GID table). Marks the task as having used a
-/// privilege if so.
-pub(crate) fn capable_net_admin() -> bool {
-    // SAFETY: `capable` checks the current task's credentials, which are always valid in process
-    // context (an ioctl); `CAP_NET_ADMIN` is a valid capability number.
-    unsafe { bindings::capable(bindings::CAP_NET_ADMIN as c_int) }
 }
 
 /// True if the calling task has been killed: long loops on its behalf stop.

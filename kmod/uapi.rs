@@ -30,10 +30,6 @@ unsafe impl kernel::transmute::AsBytes for qhca_eqe {}
 unsafe impl kernel::transmute::FromBytes for qhca_device_attr {}
 // SAFETY: See above.
 unsafe impl kernel::transmute::AsBytes for qhca_device_attr {}
-// SAFETY: See above.
-unsafe impl kernel::transmute::FromBytes for qhca_ioc_query_device {}
-// SAFETY: See above.
-unsafe impl kernel::transmute::AsBytes for qhca_ioc_query_device {}
 
 /// `FromBytes` + `AsBytes` for more of the ABI's plain structs (same argument as above).
 macro_rules! plain_abi_structs {
@@ -48,18 +44,9 @@ macro_rules! plain_abi_structs {
 }
 
 plain_abi_structs!(
-    qhca_ioc_handle,
     qhca_ioc_reg_mr,
     qhca_ioc_create_cq,
     qhca_ioc_create_qp,
-    qhca_ioc_qp_attr,
-    qhca_ioc_query_ctx,
-    qhca_ioc_async_event,
-    qhca_ioc_advise_mr,
-    qhca_ioc_alloc_mw,
-    qhca_ioc_create_ah,
-    qhca_ioc_query_port,
-    qhca_ioc_set_gid,
     qhca_ib_alloc_ucontext_resp,
     qhca_ib_alloc_pd_resp,
     qhca_ib_reg_mr,
@@ -82,44 +69,12 @@ const _: () = {
     assert!(core::mem::size_of::<qhca_cmd>() == 64);
     assert!(core::mem::size_of::<qhca_eqe>() == 32);
     assert!(core::mem::size_of::<qhca_device_attr>() == 128);
-    assert!(core::mem::size_of::<qhca_ioc_query_device>() == 160);
     assert!(core::mem::size_of::<qhca_ctx_stats>() == 96);
-    assert!(core::mem::size_of::<qhca_ioc_query_ctx>() == 0x70);
     assert!(core::mem::size_of::<qhca_ah_attr>() == 32);
-    assert!(core::mem::size_of::<qhca_ioc_create_ah>() == 48);
-    assert!(core::mem::size_of::<qhca_ioc_query_port>() == 576);
-    assert!(core::mem::size_of::<qhca_ioc_set_gid>() == 40);
     // It overlays `qhca_cmd.in[]`, which must hold all of it.
     assert!(core::mem::size_of::<qhca_cmd_create_ah>() == 40);
     assert!(
         core::mem::size_of::<qhca_cmd_create_ah>()
             <= core::mem::size_of::<qhca_cmd>() - core::mem::offset_of!(qhca_cmd, in_)
-    );
-    assert!(
-        QHCA_IOCTL_QUERY_DEVICE
-            == kernel::ioctl::_IOWR::<qhca_ioc_query_device>(
-                QHCA_IOC_MAGIC,
-                QHCA_IOC_NR_QUERY_DEVICE
-            )
-    );
-    assert!(
-        QHCA_IOCTL_QUERY_CTX
-            == kernel::ioctl::_IOWR::<qhca_ioc_query_ctx>(QHCA_IOC_MAGIC, QHCA_IOC_NR_QUERY_CTX)
-    );
-    assert!(
-        QHCA_IOCTL_CREATE_AH
-            == kernel::ioctl::_IOWR::<qhca_ioc_create_ah>(QHCA_IOC_MAGIC, QHCA_IOC_NR_CREATE_AH)
-    );
-    assert!(
-        QHCA_IOCTL_DESTROY_AH
-            == kernel::ioctl::_IOWR::<qhca_ioc_handle>(QHCA_IOC_MAGIC, QHCA_IOC_NR_DESTROY_AH)
-    );
-    assert!(
-        QHCA_IOCTL_QUERY_PORT
-            == kernel::ioctl::_IOWR::<qhca_ioc_query_port>(QHCA_IOC_MAGIC, QHCA_IOC_NR_QUERY_PORT)
-    );
-    assert!(
-        QHCA_IOCTL_SET_GID
-            == kernel::ioctl::_IOWR::<qhca_ioc_set_gid>(QHCA_IOC_MAGIC, QHCA_IOC_NR_SET_GID)
     );
 };

@@ -2,22 +2,21 @@
 
 //! Verbs objects of one context: protection domains, memory regions ([`mr`]) and windows
 //! ([`mw`]), completion queues, queue pairs ([`qp`]) and address handles ([`ah`]), created and
-//! destroyed by ioctl of `/dev/qhcaN`, or by the RDMA core's operations on a user context of the
-//! `ib_device` ([`crate::ib`], through the `*_with` methods, which take the arguments translated
-//! and do the same checks; the core's destroys go through [`Verbs::destroy_or_stop`]).
+//! destroyed by the RDMA core's operations on a user context of the `ib_device` ([`crate::ib`]
+//! translates the core's arguments to qhca's); the core's destroys go through
+//! [`Verbs::destroy_or_stop`].
 //!
 //! The device holds the objects' state; the driver keeps, per context, what it must undo when the
-//! file goes away (the handles, the pinned memory, the event routes) and enforces the destroy
+//! context goes away (the handles, the pinned memory, the event routes) and enforces the destroy
 //! order: a PD with MRs, windows, QPs or AHs, or a CQ with QPs, is busy (and a region with
 //! windows bound to it, which only the device knows: binding is the process's own business).
 //! Handles are the device's numbers (a QPN or AH number carries a generation above its index),
-//! looked up only among the handles this file created.
-//! Every ioctl argument is checked here before the device checks it again; the device's word is
-//! final.
+//! looked up only among the handles this context created.
+//! Every argument is checked here before the device checks it again; the device's word is final.
 //!
-//! Each ioctl runs in three steps: read and check the argument and pin user memory, with no lock
-//! held; then, under the bound-device lock and the file's objects, map, build the page list and
-//! run the command; then write the answer back, again with no lock held.
+//! Each command runs in two steps: check the arguments and pin user memory, with no lock held;
+//! then, under the bound-device lock and the context's objects, map, build the page list and run
+//! the command.
 
 mod ah;
 mod mr;
@@ -26,11 +25,12 @@ mod qp;
 
 use crate::{
     cmdq::Cmd,
-    context::{CqRoute, Ctx},
+    context::Ctx,
     device::QhcaDevice,
     limits::Pool,
     pagelist::{span_pages, PageList},
-    shim::{EventFd, Umem},
+    rdma::CqEvents,
+    shim::Umem,
     uapi,
 };
 use ah::Ah;
@@ -40,8 +40,7 @@ use kernel::{
     io::Io,
     prelude::*,
     sync::{Arc, Mutex},
-    transmute::{AsBytes, FromBytes},
-    uaccess::{UserPtr, UserSlice, UserSliceWriter},
+    transmute::FromBytes,
 };
 use mr::{Mr, MrMem};
 use mw::Mw;
@@ -61,39 +60,6 @@ pub(crate) struct Objects {
     cqs: KVec<Cq>,
     qps: KVec<Qp>,
     ahs: KVec<Ah>,
-}
-
-/// Reads an ioctl argument of type `T` from user space and checks its header: `size` must be
-/// `size_of::<T>()` and `comp_mask` zero. Returns it and the writer for the answer.
-fn read_arg<T: FromBytes + AsBytes>(arg: usize) -> Result<(T, UserSliceWriter)> {
-    let size = core::mem::size_of::<T>();
-    let (mut reader, writer) = UserSlice::new(UserPtr::from_addr(arg), size).reader_writer();
-    let v: T = reader.read()?;
-    let head = v.as_bytes();
-    let (sz, mask) = (
-        u32::from_ne_bytes([head[0], head[1], head[2], head[3]]),
-        u32::from_ne_bytes([head[4], head[5], head[6], head[7]]),
-    );
-    if sz as usize != size || mask != 0 {
-        return Err(EINVAL);
-    }
-    Ok((v, writer))
-}
-
-/// Writes `v` back to the user's argument.
-fn write_arg<T: AsBytes>(mut writer: UserSliceWriter, v: &T) -> Result<isize> {
-    writer.write(v)?;
-    Ok(0)
-}
-
-/// Reads a `qhca_ioc_handle` argument naming an existing object, with no flag outside
-/// `allowed`: the handle and the flags.
-fn read_handle(arg: usize, allowed: u32) -> Result<(u32, u32)> {
-    let (a, _) = read_arg::<uapi::qhca_ioc_handle>(arg)?;
-    if a.flags & !allowed != 0 {
-        return Err(EINVAL);
-    }
-    Ok((a.handle, a.flags))
 }
 
 /// Sends one of the destroy commands (`in[0]` = context, `in[1]` = handle, `in[2]` = flags:
@@ -137,65 +103,12 @@ fn position<T>(v: &KVec<T>, f: impl Fn(&T) -> bool) -> Result<usize> {
     v.iter().position(f).ok_or(ENOENT)
 }
 
-/// The argument of `QHCA_IOCTL_QUERY_CTX_V1`: `qhca_ioc_query_ctx` as it was before the UD
-/// counters (the first 64 bytes of the stats), by the size its ioctl number carries.
-const QUERY_CTX_V1_SIZE: usize = kernel::ioctl::_IOC_SIZE(uapi::QHCA_IOCTL_QUERY_CTX_V1);
-
-const _: () = {
-    use core::mem::{offset_of, size_of};
-    assert!(QUERY_CTX_V1_SIZE == offset_of!(uapi::qhca_ioc_query_ctx, stats) + 64);
-    assert!(QUERY_CTX_V1_SIZE < size_of::<uapi::qhca_ioc_query_ctx>());
-    // The same ioctl but for the size.
-    use kernel::ioctl::{_IOC_DIR, _IOC_NR, _IOC_TYPE};
-    let (v1, now) = (uapi::QHCA_IOCTL_QUERY_CTX_V1, uapi::QHCA_IOCTL_QUERY_CTX);
-    assert!(_IOC_DIR(v1) == _IOC_DIR(now) && _IOC_TYPE(v1) == _IOC_TYPE(now));
-    assert!(_IOC_NR(v1) == _IOC_NR(now));
-};
-
 fn page_align(x: u64) -> u64 {
     (x + u64::from(uapi::QHCA_PAGE_SIZE) - 1) & !(u64::from(uapi::QHCA_PAGE_SIZE) - 1)
 }
 
-/// Runs one verbs ioctl of the context `ctx` (see the module documentation). `uar` gives the
-/// context's doorbell page, allocating it on first use.
-pub(crate) fn ioctl(
-    dev: &Arc<QhcaDevice>,
-    ctx: &Arc<Ctx>,
-    objs: &Mutex<Objects>,
-    uar: impl Fn() -> Result<u32>,
-    cmd: u32,
-    arg: usize,
-) -> Result<isize> {
-    let uar = uar()?;
-    let v = Verbs {
-        dev,
-        ctx,
-        objs,
-        uar,
-    };
-    match cmd {
-        uapi::QHCA_IOCTL_ALLOC_PD => v.alloc_pd(arg),
-        uapi::QHCA_IOCTL_DEALLOC_PD => v.destroy(arg, uapi::QHCA_CMD_DEALLOC_PD),
-        uapi::QHCA_IOCTL_REG_MR => v.reg_mr(arg),
-        uapi::QHCA_IOCTL_DEREG_MR => v.destroy(arg, uapi::QHCA_CMD_DEREG_MR),
-        uapi::QHCA_IOCTL_CREATE_CQ => v.create_cq(arg),
-        uapi::QHCA_IOCTL_DESTROY_CQ => v.destroy(arg, uapi::QHCA_CMD_DESTROY_CQ),
-        uapi::QHCA_IOCTL_CREATE_QP => v.create_qp(arg),
-        uapi::QHCA_IOCTL_MODIFY_QP => v.modify_qp(arg),
-        uapi::QHCA_IOCTL_QUERY_QP => v.query_qp(arg),
-        uapi::QHCA_IOCTL_DESTROY_QP => v.destroy(arg, uapi::QHCA_CMD_DESTROY_QP),
-        uapi::QHCA_IOCTL_QUERY_CTX | uapi::QHCA_IOCTL_QUERY_CTX_V1 => v.query_ctx(arg, cmd),
-        uapi::QHCA_IOCTL_ADVISE_MR => v.advise_mr(arg),
-        uapi::QHCA_IOCTL_ALLOC_MW => v.alloc_mw(arg),
-        uapi::QHCA_IOCTL_DEALLOC_MW => v.destroy(arg, uapi::QHCA_CMD_DEALLOC_MW),
-        uapi::QHCA_IOCTL_CREATE_AH | uapi::QHCA_IOCTL_CREATE_AH_V1 => v.create_ah(arg, cmd),
-        uapi::QHCA_IOCTL_DESTROY_AH => v.destroy(arg, uapi::QHCA_CMD_DESTROY_AH),
-        _ => Err(ENOTTY),
-    }
-}
-
-/// One command's view of its context: an ioctl's of `/dev/qhcaN`, or an RDMA core
-/// operation's (the `*_with` methods, which take what the core checked and translated).
+/// One command's view of its context: an RDMA core operation's, with the arguments the core
+/// checked and [`crate::ib`] translated.
 pub(crate) struct Verbs<'a> {
     dev: &'a Arc<QhcaDevice>,
     ctx: &'a Arc<Ctx>,
@@ -214,7 +127,7 @@ impl<'a> Verbs<'a> {
         }
     }
 
-    /// Runs `f` under the bound-device lock and the file's objects.
+    /// Runs `f` under the bound-device lock and the context's objects.
     fn locked<R>(&self, f: impl FnOnce(&Device<Bound>, &mut Objects) -> Result<R>) -> Result<R> {
         self.dev.with_bound(|bound| f(bound, &mut self.objs.lock()))
     }
@@ -239,18 +152,8 @@ impl<'a> Verbs<'a> {
         device_handle(self.dev, what, raw).inspect_err(|_| self.dev.declare_dead())
     }
 
-    /// `QHCA_IOCTL_ALLOC_PD`.
-    fn alloc_pd(&self, arg: usize) -> Result<isize> {
-        let (mut a, out) = read_arg::<uapi::qhca_ioc_handle>(arg)?;
-        if a.handle != 0 || a.flags != 0 {
-            return Err(EINVAL);
-        }
-        a.handle = self.alloc_pd_with()?;
-        write_arg(out, &a)
-    }
-
     /// A PD: its number.
-    pub(crate) fn alloc_pd_with(&self) -> Result<u32> {
+    pub(crate) fn alloc_pd(&self) -> Result<u32> {
         self.locked(|_, objs| {
             objs.pds.reserve(1, GFP_KERNEL)?;
             let cmd = Cmd::new(uapi::QHCA_CMD_ALLOC_PD).input(0, self.uar.into());
@@ -260,21 +163,10 @@ impl<'a> Verbs<'a> {
         })
     }
 
-    /// The destroy ioctls: `EBUSY` while something uses the object; the device forgets it
-    /// before its memory is unpinned. DEREG_MR may say `QHCA_DEREG_MR_UNBIND_MWS`.
-    fn destroy(&self, arg: usize, op: u32) -> Result<isize> {
-        let allowed = if op == uapi::QHCA_CMD_DEREG_MR {
-            uapi::QHCA_DEREG_MR_UNBIND_MWS
-        } else {
-            0
-        };
-        let (h, flags) = read_handle(arg, allowed)?;
-        self.destroy_with(op, h, flags)?;
-        Ok(0)
-    }
-
-    /// Destroys object `h` with destroy command `op` (and its flags), as [`Verbs::destroy`].
-    pub(crate) fn destroy_with(&self, op: u32, h: u32, flags: u32) -> Result {
+    /// Destroys object `h` with destroy command `op` (and its flags: DEREG_MR's
+    /// `QHCA_DEREG_MR_*`, 0 for the others): `EBUSY` while something uses the object, `ENOENT`
+    /// for one this context did not create; the device forgets it before its memory is unpinned.
+    pub(crate) fn destroy(&self, op: u32, h: u32, flags: u32) -> Result {
         self.locked(|_, objs| {
             let busy = match op {
                 uapi::QHCA_CMD_DEALLOC_PD => {
@@ -373,11 +265,11 @@ impl<'a> Verbs<'a> {
     }
 
     /// A destroy that must not fail (the RDMA core's: it frees the object afterwards, or warns
-    /// and leaks it): as [`Verbs::destroy_with`], and if the device refuses, which leaves it
+    /// and leaks it): as [`Verbs::destroy`], and if the device refuses, which leaves it
     /// holding an object that may name the process's memory, the device is stopped first
     /// (reset, bus mastering off); then the driver lets go of the object.
     pub(crate) fn destroy_or_stop(&self, op: u32, h: u32, flags: u32) {
-        match self.destroy_with(op, h, flags) {
+        match self.destroy(op, h, flags) {
             Ok(()) => {}
             // Not (or no longer) this context's: unbind released it.
             Err(e) if e == ENOENT => {}
@@ -397,27 +289,9 @@ impl<'a> Verbs<'a> {
         }
     }
 
-    /// `QHCA_IOCTL_CREATE_CQ`.
-    fn create_cq(&self, arg: usize) -> Result<isize> {
-        let (mut a, out) = read_arg::<uapi::qhca_ioc_create_cq>(arg)?;
-        if a.rsvd != 0 || a.cqn != 0 || a.eventfd < -1 {
-            return Err(EINVAL);
-        }
-        let route = match a.eventfd {
-            -1 => CqRoute::None,
-            fd => CqRoute::EventFd(Arc::new(EventFd::get(fd)?, GFP_KERNEL)?),
-        };
-        a.cqn = self.create_cq_with(&a, route)?;
-        write_arg(out, &a)
-    }
-
     /// A CQ as `a` describes it (its header, eventfd and output fields ignored), whose events
-    /// go to `route`: its number.
-    pub(crate) fn create_cq_with(
-        &self,
-        a: &uapi::qhca_ioc_create_cq,
-        route: CqRoute,
-    ) -> Result<u32> {
+    /// go to the core's CQ `route`: its number.
+    pub(crate) fn create_cq(&self, a: &uapi::qhca_ioc_create_cq, route: CqEvents) -> Result<u32> {
         let log = a.log_entries;
         let bytes = page_align((u64::from(uapi::QHCA_CQE_SIZE) << log.min(31)) + 64);
         if !(uapi::QHCA_CQ_MIN_LOG..=uapi::QHCA_CQ_MAX_LOG).contains(&log)
@@ -480,33 +354,11 @@ impl<'a> Verbs<'a> {
         }
         uapi::qhca_ctx_stats::from_bytes_copy(&cpu).ok_or(EIO)
     }
-
-    /// `QHCA_IOCTL_QUERY_CTX`: what the device counted for this context. `ioctl` is the number
-    /// it came by: `QHCA_IOCTL_QUERY_CTX_V1`, of programs built before the UD counters, gets
-    /// the first [`QUERY_CTX_V1_SIZE`] bytes of the argument (its size field says so), no more.
-    fn query_ctx(&self, arg: usize, ioctl: u32) -> Result<isize> {
-        const FULL: usize = core::mem::size_of::<uapi::qhca_ioc_query_ctx>();
-        let len = if ioctl == uapi::QHCA_IOCTL_QUERY_CTX_V1 {
-            QUERY_CTX_V1_SIZE
-        } else {
-            FULL
-        };
-        let (mut reader, mut writer) = UserSlice::new(UserPtr::from_addr(arg), len).reader_writer();
-        let mut raw = [0u8; FULL];
-        reader.read_slice(&mut raw[..len])?;
-        let mut a = uapi::qhca_ioc_query_ctx::from_bytes_copy(&raw).ok_or(EINVAL)?;
-        if a.size as usize != len || a.comp_mask != 0 || a.rsvd != 0 {
-            return Err(EINVAL);
-        }
-        a.stats = self.ctx_stats()?;
-        writer.write_slice(&a.as_bytes()[..len])?;
-        Ok(0)
-    }
 }
 
 impl Objects {
     /// Destroys everything, in dependency order (QPs, AHs, CQs, windows, MRs, PDs). Called when
-    /// the file is released, and at unbind ([`Ctx::release_objects`]). With `device_alive` false
+    /// the context is deallocated, and at unbind ([`Ctx::release_objects`]). With `device_alive` false
     /// the device is stopped (unbound or failed) and forgot the objects, so only the host
     /// resources are freed. A destroy the live device refuses leaves an object the device may
     /// still use: its memory is leaked, pinned, rather than freed under the device.

@@ -139,7 +139,7 @@ impl InvalPage {
         generation.store(g, Release);
     }
 
-    /// Maps the page into `vma` (offset `QHCA_MMAP_INVAL`, checked by the caller): read-only
+    /// Maps the page into `vma` (its mmap entry, checked by the caller): read-only
     /// for good, never copied into a child, never grown. The PTE is inserted now and holds its
     /// own reference to the page, so the page outlives the context if the mapping does.
     ///
@@ -159,7 +159,7 @@ impl InvalPage {
 }
 
 struct State {
-    /// Registered in the device and not revoked whole. While set, the file's objects hold an
+    /// Registered in the device and not revoked whole. While set, the context's objects hold an
     /// `Arc` of the region (so an invalidation may take one).
     live: bool,
     /// Its key was published (once is enough: the cache drops the entry).
@@ -297,7 +297,7 @@ impl WatchedMr {
 
     /// Puts the region in the device over `mem` (pinned after [`WatchedMr::read_begin`]
     /// returned `seq`, and DMA-mapped), if no invalidation began since; then it is live. The
-    /// caller holds the bound-device lock and the file's objects, and pushes the region into
+    /// caller holds the bound-device lock and the context's objects, and pushes the region into
     /// them (room reserved) once this succeeded.
     ///
     /// # Errors
@@ -437,7 +437,7 @@ impl WatchedMr {
 
     /// Deregisters the region: `DEREG_MR` unless it was revoked (or `alive` is false: the
     /// device is stopped and forgot it), then the pages are unpinned and the notifier removed.
-    /// The caller holds the bound-device lock and the file's objects, not this region's lock.
+    /// The caller holds the bound-device lock and the context's objects, not this region's lock.
     ///
     /// # Errors
     ///

@@ -87,7 +87,8 @@ ip link set lo up
 # shellcheck source=guest-load.sh
 . "$(dirname "$0")/guest-load.sh"
 qhca_insmod "$ko" || { echo "bench: insmod $ko failed"; exit 1; }
-[ -c /dev/qhca0 ] || { echo "bench: /dev/qhca0 did not appear"; exit 1; }
+compgen -G '/sys/bus/pci/drivers/qhca/0000:*/infiniband_verbs/uverbs*' >/dev/null ||
+	{ echo "bench: no qhca device appeared in the RDMA core"; exit 1; }
 # The same device as the RDMA core's (as udev named it), reached through Debian's libibverbs and
 # the installed provider, nothing preloaded; its netdev up so that GID 0 exists.
 ibdev=$(ls /sys/bus/pci/drivers/qhca/*/infiniband/ 2>/dev/null | head -n1)

@@ -55,8 +55,6 @@ if [ "${1:-}" != --wire ]; then
 	tool tool_perf_write_lat '^ +8 +200 ' "$bin/qhca-perf" write_lat --loopback -s 8 -n 200
 	tool tool_perf_write_bw '^ +65536 +200 ' "$bin/qhca-perf" write_bw --loopback -s 65536 -n 200
 	tool tool_perf_write_lat_one_thread '^ +8 +200 ' "$bin/qhca-perf" write_lat --loopback --one-thread -s 8 -n 200
-	# The same tool on the driver's own node, while it is there.
-	tool tool_perf_write_lat_misc '^ +8 +200 ' "$bin/qhca-perf" write_lat --loopback -d /dev/qhca0 -s 8 -n 200
 fi
 
 # Leave the driver as the tests found it, then check that unloading is clean.

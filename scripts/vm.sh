@@ -26,8 +26,8 @@
 # port (--qhca-port) meet on hub 0 inside this one QEMU, so that Linux's rxe on the NIC and qhca talk
 # RoCEv2 to each other in one guest. --qhca2 PROPS (with --qhca-port) adds a second qhca device on
 # the hub, with MAC 52:54:00:12:36:NN and the extra device properties PROPS (e.g. the x-loss-*
-# ones; "-" for none); it is /dev/qhca1. --qhca3 PROPS (with --qhca2) adds a third, MAC
-# 52:54:00:12:37:NN, /dev/qhca2. --dump FILE (with --qhca-port) records every frame the
+# ones; "-" for none); it is qhca1. --qhca3 PROPS (with --qhca2) adds a third, MAC
+# 52:54:00:12:37:NN, qhca2. --dump FILE (with --qhca-port) records every frame the
 # first HCA's port sends or receives in FILE (pcap; QEMU's filter-dump), the second's in FILE.2,
 # the third's in FILE.3. QHCA_LINK_RCVBUF sets the UDP socket's receive buffer (default 4 MiB; 0:
 # the host's default; see link_rcvbuf below).

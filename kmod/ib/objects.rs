@@ -1,15 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! CQs, memory regions and windows, and address handles of user contexts: the core's requests
-//! translated to the context's commands ([`Verbs`]), which check them and run them on the device
-//! as for `/dev/qhcaN`. Each object keeps its context, and is destroyed through
+//! translated to the context's commands ([`Verbs`]), which check them and run them on the
+//! device. Each object keeps its context, and is destroyed through
 //! [`Verbs::destroy_or_stop`]: the core's destroys do not fail.
 
 use super::{verbs, QhcaPd, PORT};
-use crate::{
-    context::{CqRoute, Ctx},
-    rdma, uapi,
-};
+use crate::{context::Ctx, rdma, uapi};
 use kernel::{bindings, prelude::*, sync::Arc};
 
 /// `IB_ACCESS_*` bits, by name.
@@ -28,7 +25,7 @@ const _: () = {
     assert!(REMOTE == uapi::QHCA_ACCESS_ALL & !uapi::QHCA_ACCESS_LOCAL_WRITE);
 };
 
-/// The size field of an ioctl argument the core's requests are translated to.
+/// The size field of the request struct the core's requests are translated to.
 pub(super) fn ioc_size<T>() -> u32 {
     core::mem::size_of::<T>() as u32
 }
@@ -67,7 +64,7 @@ pub(super) fn create_cq(
         ..Default::default()
     };
     let v = verbs(ctx)?;
-    let cqn = v.create_cq_with(&a, CqRoute::Core(ev))?;
+    let cqn = v.create_cq(&a, ev)?;
     let cq = QhcaCq {
         ctx: ctx.clone(),
         cqn,
@@ -133,7 +130,7 @@ pub(super) fn reg_mr(
         length: attr.length,
         ..Default::default()
     };
-    let key = verbs(&pd.ctx)?.reg_mr_with(&a)?;
+    let key = verbs(&pd.ctx)?.reg_mr(&a)?;
     Ok((
         QhcaMr {
             ctx: pd.ctx.clone(),
@@ -174,7 +171,7 @@ pub(super) fn alloc_mw(
         bindings::ib_mw_type_IB_MW_TYPE_2 => uapi::QHCA_MW_TYPE_2B,
         _ => return Err(EINVAL),
     };
-    let key = verbs(&pd.ctx)?.alloc_mw_with(pd.pdn, kind)?;
+    let key = verbs(&pd.ctx)?.alloc_mw(pd.pdn, kind)?;
     Ok((
         QhcaMw {
             ctx: pd.ctx.clone(),
@@ -219,7 +216,7 @@ pub(super) fn qhca_av(av: &rdma::Av) -> Result<uapi::qhca_ah_attr> {
 pub(super) fn create_ah(pd: &QhcaPd, av: &rdma::Av, udata: &mut rdma::Udata<'_>) -> Result<QhcaAh> {
     udata.input_zero()?;
     let v = verbs(&pd.ctx)?;
-    let ah = v.create_ah_with(pd.pdn, &qhca_av(av)?)?;
+    let ah = v.create_ah(pd.pdn, &qhca_av(av)?)?;
     let a = QhcaAh {
         ctx: pd.ctx.clone(),
         ah,

@@ -116,7 +116,7 @@ pub(super) fn create(
     };
     // Every object of the command is the context's (the core looked them up in it), so the
     // context's commands find them.
-    let qpn = verbs(&pd.ctx)?.create_qp_with(&a, Some(ev))?;
+    let qpn = verbs(&pd.ctx)?.create_qp(&a, ev)?;
     cap.max_send_wr = 1 << u.sq_log;
     cap.max_recv_wr = 1 << u.rq_log;
     cap.max_send_sge = u32::from(max_sge);
@@ -156,7 +156,7 @@ impl QhcaQp {
         let cur = if has(bindings::ib_qp_attr_mask_IB_QP_CUR_STATE) {
             attr.cur_qp_state
         } else {
-            ib_state(v.query_qp_with(self.qpn)?.state)
+            ib_state(v.query_qp(self.qpn)?.state)
         };
         let next = if has(bindings::ib_qp_attr_mask_IB_QP_STATE) {
             attr.qp_state
@@ -257,7 +257,7 @@ impl QhcaQp {
             // Nothing the device keeps (a P_Key index or port only).
             return Ok(());
         }
-        v.modify_qp_with(self.qpn, &q)
+        v.modify_qp(self.qpn, &q)
     }
 
     /// QUERY_QP: the device's attributes, in the core's terms, and the creation's.
@@ -266,7 +266,7 @@ impl QhcaQp {
         attr: &mut bindings::ib_qp_attr,
         init: &mut bindings::ib_qp_init_attr,
     ) -> Result {
-        let q = verbs(&self.ctx)?.query_qp_with(self.qpn)?;
+        let q = verbs(&self.ctx)?.query_qp(self.qpn)?;
         attr.qp_state = ib_state(q.state);
         attr.cur_qp_state = attr.qp_state;
         attr.path_mtu = ib_mtu(q.path_mtu).ok_or(EIO)?;

@@ -136,7 +136,7 @@ impl OdpMr {
     }
 
     /// REG_MR with no page list, then the region can be found by its key. The caller holds the
-    /// bound-device lock and the file's objects (`exec` is the plain one: no region lock is
+    /// bound-device lock and the context's objects (`exec` is the plain one: no region lock is
     /// held). Until this succeeded, nothing is mapped and no invalidation sends a command.
     ///
     /// # Errors
@@ -528,7 +528,7 @@ impl OdpMr {
 
     /// Deregisters the region: `DEREG_MR` (unless `alive` is false: the device is stopped and
     /// forgot it), then everything is unmapped, then the notifier removed. The caller holds the
-    /// bound-device lock and the file's objects, not this region's lock.
+    /// bound-device lock and the context's objects, not this region's lock.
     ///
     /// # Errors
     ///

@@ -3,7 +3,7 @@
 //! Memory regions: REG_MR of pinned, on-demand-paged ([`crate::odp`]) and watched
 //! ([`crate::watch`]) regions, and ADVISE_MR; DEREG_MR goes through [`Verbs::destroy`].
 
-use super::{position, read_arg, write_arg, Verbs};
+use super::{position, Verbs};
 use crate::{
     cmdq::Cmd,
     limits::Pool,
@@ -29,21 +29,10 @@ pub(super) struct Mr {
 }
 
 impl Verbs<'_> {
-    /// `QHCA_IOCTL_REG_MR`: pins the region and hands the device its translation, or registers
-    /// an on-demand-paged region ([`Verbs::reg_odp_mr`]).
-    pub(super) fn reg_mr(&self, arg: usize) -> Result<isize> {
-        let (mut a, out) = read_arg::<uapi::qhca_ioc_reg_mr>(arg)?;
-        if a.lkey != 0 || a.rkey != 0 {
-            return Err(EINVAL);
-        }
-        let key = self.reg_mr_with(&a)?;
-        a.lkey = key;
-        a.rkey = key;
-        write_arg(out, &a)
-    }
-
-    /// REG_MR as `a` describes it (its header and output fields ignored): the region's key.
-    pub(crate) fn reg_mr_with(&self, a: &uapi::qhca_ioc_reg_mr) -> Result<u32> {
+    /// REG_MR as `a` describes it (its header and output fields ignored): pins the region and
+    /// hands the device its translation, or registers an on-demand-paged
+    /// ([`Verbs::reg_odp_mr`]) or watched ([`Verbs::reg_watched_mr`]) region. The region's key.
+    pub(crate) fn reg_mr(&self, a: &uapi::qhca_ioc_reg_mr) -> Result<u32> {
         let writes = uapi::QHCA_ACCESS_REMOTE_WRITE | uapi::QHCA_ACCESS_REMOTE_ATOMIC;
         if a.rsvd != 0
             || a.access
@@ -188,32 +177,15 @@ impl Verbs<'_> {
         })
     }
 
-    /// `QHCA_IOCTL_ADVISE_MR`: prefetches a range of an ODP region of this file, now
-    /// (`QHCA_ADVISE_FLAG_FLUSH`) or through the fault worker.
+    /// Prefetches `addr..addr + length` of the ODP region `lkey` (for writing if `write`), now
+    /// (`flush`) or through the fault worker.
     ///
     /// # Errors
     ///
-    /// `EINVAL` for a pinned region, a range outside the region, unknown advice or flags;
-    /// `ENOENT` for an unknown key; `EFAULT` if a page cannot be faulted in (with the flag);
-    /// `EAGAIN` if too many prefetches are queued (without).
-    pub(super) fn advise_mr(&self, arg: usize) -> Result<isize> {
-        let (a, _) = read_arg::<uapi::qhca_ioc_advise_mr>(arg)?;
-        let write = match a.advice {
-            uapi::QHCA_ADVISE_PREFETCH => false,
-            uapi::QHCA_ADVISE_PREFETCH_WRITE => true,
-            _ => return Err(EINVAL),
-        };
-        if a.rsvd != 0 || a.flags & !uapi::QHCA_ADVISE_FLAG_FLUSH != 0 {
-            return Err(EINVAL);
-        }
-        let flush = a.flags & uapi::QHCA_ADVISE_FLAG_FLUSH != 0;
-        self.advise_mr_with(a.lkey, a.addr, a.length, write, flush)?;
-        Ok(0)
-    }
-
-    /// Prefetches `addr..addr + length` of the ODP region `lkey` (for writing if `write`), now
-    /// (`flush`) or through the fault worker; as [`Verbs::advise_mr`].
-    pub(crate) fn advise_mr_with(
+    /// `EINVAL` for a pinned region, an empty range or one outside the region; `ENOENT` for an
+    /// unknown key; `EFAULT` if a page cannot be faulted in (with `flush`); `EAGAIN` if too many
+    /// prefetches are queued (without).
+    pub(crate) fn advise_mr(
         &self,
         lkey: u32,
         addr: u64,

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Memory windows (`QHCA_IOCTL_ALLOC_MW`; DEALLOC_MW goes through [`Verbs::destroy`]). Binding
+//! Memory windows (ALLOC_MW; DEALLOC_MW goes through [`Verbs::destroy`]). Binding
 //! and invalidating them is the process's business, on its QPs: the driver keeps only the key
 //! and the PD, so that the PD stays busy and the window is freed at close.
 
-use super::{position, read_arg, write_arg, Verbs};
+use super::{position, Verbs};
 use crate::{cmdq::Cmd, limits::Pool, uapi};
 use kernel::prelude::*;
 
@@ -22,27 +22,13 @@ impl Mw {
 }
 
 impl Verbs<'_> {
-    /// `QHCA_IOCTL_ALLOC_MW`: an unbound window of the given type in one of this file's PDs.
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` for a bad type or a nonzero output or reserved field; `EOPNOTSUPP` without
-    /// windows; `ENOENT` for a PD this file did not create; what the device answers.
-    pub(super) fn alloc_mw(&self, arg: usize) -> Result<isize> {
-        let (mut a, out) = read_arg::<uapi::qhca_ioc_alloc_mw>(arg)?;
-        if a.key != 0 || a.rsvd != 0 {
-            return Err(EINVAL);
-        }
-        a.key = self.alloc_mw_with(a.pdn, a.type_)?;
-        write_arg(out, &a)
-    }
-
     /// An unbound window of type `kind` (`QHCA_MW_TYPE_*`) in PD `pdn`: its key.
     ///
     /// # Errors
     ///
-    /// As [`Verbs::alloc_mw`], less the argument's header.
-    pub(crate) fn alloc_mw_with(&self, pdn: u32, kind: u32) -> Result<u32> {
+    /// `EINVAL` for a bad type; `EOPNOTSUPP` without windows; `ENOENT` for a PD this context
+    /// did not create; what the device answers.
+    pub(crate) fn alloc_mw(&self, pdn: u32, kind: u32) -> Result<u32> {
         if !(uapi::QHCA_MW_TYPE_1..=uapi::QHCA_MW_TYPE_2B).contains(&kind) {
             return Err(EINVAL);
         }

@@ -5,7 +5,7 @@
 
 use super::{
     ah::{av_from_le, av_to_le, check_av},
-    page_align, position, read_arg, write_arg, Objects, Verbs,
+    page_align, position, Objects, Verbs,
 };
 use crate::{
     cmdq::Cmd,
@@ -43,23 +43,9 @@ fn ring_bytes(log: u8, stride_log: u8, min_stride: u32, max_stride: u32) -> Resu
 }
 
 impl Verbs<'_> {
-    /// `QHCA_IOCTL_CREATE_QP`.
-    pub(super) fn create_qp(&self, arg: usize) -> Result<isize> {
-        let (mut a, out) = read_arg::<uapi::qhca_ioc_create_qp>(arg)?;
-        if a.rsvd1 != 0 || a.qpn != 0 {
-            return Err(EINVAL);
-        }
-        a.qpn = self.create_qp_with(&a, None)?;
-        write_arg(out, &a)
-    }
-
     /// A QP as `a` describes it (its header and output fields ignored), whose events go to
-    /// `route` (an RDMA core QP's) or to the context's queue: its number.
-    pub(crate) fn create_qp_with(
-        &self,
-        a: &uapi::qhca_ioc_create_qp,
-        route: Option<QpEvents>,
-    ) -> Result<u32> {
+    /// the core's QP `route`: its number.
+    pub(crate) fn create_qp(&self, a: &uapi::qhca_ioc_create_qp, route: QpEvents) -> Result<u32> {
         let attr = self.dev.attr()?;
         if !matches!(a.type_, uapi::QHCA_QPT_RC | uapi::QHCA_QPT_UD) {
             return Err(EINVAL);
@@ -143,30 +129,16 @@ impl Verbs<'_> {
         })
     }
 
-    /// `QHCA_IOCTL_MODIFY_QP`: the device checks the transition (`EINVAL` if invalid).
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` for an empty or unknown mask, nonzero reserved fields, an address vector that
-    /// [`check_av`] refuses (or one the mask does not name that is not all zero) or a
-    /// transition the device refuses; `EOPNOTSUPP` for an address vector on a device without a
-    /// port; `EPERM` for a controlled Q_Key (`QHCA_QKEY_CONTROLLED`, IBA 10.2.5) without
-    /// `CAP_NET_RAW`; `ENOENT` for a QP this file did not create.
-    pub(super) fn modify_qp(&self, arg: usize) -> Result<isize> {
-        let (a, _) = read_arg::<uapi::qhca_ioc_qp_attr>(arg)?;
-        if a.rsvd != 0 {
-            return Err(EINVAL);
-        }
-        self.modify_qp_with(a.qpn, &a.attr)?;
-        Ok(0)
-    }
-
     /// MODIFY_QP of QP `qpn` with `q` (CPU byte order).
     ///
     /// # Errors
     ///
-    /// As [`Verbs::modify_qp`], less the argument's header.
-    pub(crate) fn modify_qp_with(&self, qpn: u32, q: &uapi::qhca_qp_attr) -> Result {
+    /// `EINVAL` for an empty or unknown mask, an address vector that [`check_av`] refuses (or
+    /// one the mask does not name that is not all zero) or a transition the device refuses
+    /// (it checks the transition); `EOPNOTSUPP` for an address vector on a device without a
+    /// port; `EPERM` for a controlled Q_Key (`QHCA_QKEY_CONTROLLED`, IBA 10.2.5) without
+    /// `CAP_NET_RAW`; `ENOENT` for a QP this context did not create.
+    pub(crate) fn modify_qp(&self, qpn: u32, q: &uapi::qhca_qp_attr) -> Result {
         if q.mask == 0 || q.mask & !uapi::QHCA_QP_ATTR_ALL != 0 {
             return Err(EINVAL);
         }
@@ -210,18 +182,8 @@ impl Verbs<'_> {
         })
     }
 
-    /// `QHCA_IOCTL_QUERY_QP`.
-    pub(super) fn query_qp(&self, arg: usize) -> Result<isize> {
-        let (mut a, out) = read_arg::<uapi::qhca_ioc_qp_attr>(arg)?;
-        if a.rsvd != 0 || a.attr.as_bytes().iter().any(|&b| b != 0) {
-            return Err(EINVAL);
-        }
-        a.attr = self.query_qp_with(a.qpn)?;
-        write_arg(out, &a)
-    }
-
     /// QUERY_QP of QP `qpn`: its attributes in CPU byte order.
-    pub(crate) fn query_qp_with(&self, qpn: u32) -> Result<uapi::qhca_qp_attr> {
+    pub(crate) fn query_qp(&self, qpn: u32) -> Result<uapi::qhca_qp_attr> {
         const SIZE: usize = core::mem::size_of::<uapi::qhca_qp_attr>();
         let bytes = self.locked(|bound, objs| {
             position(&objs.qps, |x| x.qpn == qpn)?;

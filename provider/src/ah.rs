@@ -32,9 +32,9 @@ use qhca_uapi::{
     QHCA_QKEY_CONTROLLED, QHCA_UD_MAX_MSG,
 };
 
-use crate::error::{Errno, Error, Result};
+use crate::error::{Error, Result};
 use crate::pd::{Pd, PdInner};
-use crate::sys::{self, Request};
+use crate::request::Request;
 
 /// Bytes of the global route header at the start of every UD receive buffer.
 pub const GRH_SIZE: usize = QHCA_GRH_SIZE as usize;
@@ -136,7 +136,7 @@ impl From<Ipv4Addr> for Gid {
 }
 
 /// Entries in a port's GID table (`QHCA_GID_TABLE_LEN`): index 0, the link-local GID, and
-/// the ones the administrator sets ([`crate::Context::set_gid`]).
+/// the IPv4 addresses of the port's netdev, which the RDMA core puts there.
 pub const GID_TABLE_LEN: usize = QHCA_GID_TABLE_LEN as usize;
 
 /// An address vector (`struct ibv_ah_attr` with its `ibv_global_route`, on the device's one
@@ -241,42 +241,18 @@ pub struct Ah {
 }
 
 impl Pd {
-    /// `QHCA_IOCTL_CREATE_AH`: an address handle to `attr.dgid` from GID `attr.sgid_index`
+    /// `CREATE_AH`: an address handle to `attr.dgid` from GID `attr.sgid_index`
     /// (`EOPNOTSUPP` on a device without UD, [`crate::DeviceAttr::supports_ud`]; `EINVAL` for
     /// a source entry that is not valid or a destination of the other family, see
     /// [`AhAttr`]). Fails with [`Error::Invalid`] before asking the driver if `attr` has a
     /// field out of range.
-    ///
-    /// A driver from before the GID table does not know this number (`ENOTTY`): a handle from
-    /// GID index 0 is then asked for with `QHCA_IOCTL_CREATE_AH_V1`. If that fails too, the
-    /// first error is returned.
     pub fn create_ah(&self, attr: &AhAttr) -> Result<Ah> {
         attr.check()?;
         let mut req = qhca_ioc_create_ah::request();
         req.pdn = self.pdn();
         req.attr = attr.to_raw();
-        let handle = match self.context().cmd_create_ah(&mut req) {
-            Ok(()) => req.ah,
-            Err(
-                e @ Error::Ioctl {
-                    source: Errno::ENOTTY,
-                    ..
-                },
-            ) if attr.sgid_index == 0 => {
-                let mut v1 = sys::CreateAhV1::request();
-                v1.pdn = req.pdn;
-                v1.attr = sys::AhAttrV1::from(&req.attr);
-                if self
-                    .context()
-                    .ioctl("CREATE_AH", sys::create_ah_v1, &mut v1)
-                    .is_err()
-                {
-                    return Err(e);
-                }
-                v1.ah
-            }
-            Err(e) => return Err(e),
-        };
+        self.context().cmd_create_ah(&mut req)?;
+        let handle = req.ah;
         Ok(Ah {
             pd: self.inner.clone(),
             handle,

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! What `QHCA_IOCTL_QUERY_DEVICE` reports, as a plain Rust struct.
+//! What `GET_CONTEXT` answers (`struct qhca_ioc_query_device`), as a plain Rust struct.
 
 use qhca_uapi::{qhca_ioc_query_device, CAP_NAMES, CAP_PORT, CAP_UD, QHCA_ABI_VERSION};
 
 use crate::ah::Gid;
 use crate::error::{Error, Result};
 
-/// The device's attributes and this context's resources, from `QHCA_IOCTL_QUERY_DEVICE`.
+/// The device's attributes and this context's resources, from `GET_CONTEXT`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DeviceAttr {
     /// The driver's ABI version (checked: equals [`QHCA_ABI_VERSION`]).

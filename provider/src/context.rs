@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! A context: one open `/dev/qhcaN`, which owns one doorbell page of the device, and its
-//! asynchronous events.
+//! A context: one open of a qhca device's uverbs node (`/dev/infiniband/uverbsN`, a user context
+//! of the RDMA core), which owns one doorbell page of the device, and its asynchronous events.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -10,21 +10,18 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use qhca_uapi::{
-    qhca_ctx_stats, qhca_ioc_async_event, qhca_ioc_query_ctx, qhca_ioc_query_device,
-    QHCA_ASYNC_CQ_ERR, QHCA_ASYNC_DEVICE_FATAL, QHCA_ASYNC_QP_FATAL,
+    qhca_ctx_stats, qhca_ioc_async_event, qhca_ioc_query_ctx, QHCA_ASYNC_CQ_ERR,
+    QHCA_ASYNC_DEVICE_FATAL, QHCA_ASYNC_QP_FATAL,
 };
 
 use crate::attr::DeviceAttr;
 use crate::doorbell::Doorbell;
 use crate::error::{errno_of, Errno, Error, Result};
 use crate::inval::InvalPage;
-use crate::sys::{self, Request};
+use crate::request::Request;
 use crate::uverbs::{self, Uverbs};
 
-/// A raw verbs ioctl as nix declares it.
-pub(crate) type RawIoctl<T> = unsafe fn(libc::c_int, *mut T) -> nix::Result<libc::c_int>;
-
-/// What the device counted for one context (`QHCA_IOCTL_QUERY_CTX`).
+/// What the device counted for one context (the driver's `QUERY_CTX` method).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CtxStats {
     /// Doorbells rung on this context's page that named one of its queues.
@@ -120,16 +117,16 @@ impl AsyncEvent {
     }
 }
 
-/// An open device. The driver allocates the context's doorbell page when the file is opened and
-/// frees it when the last reference to the file goes away (this fd and any [`Doorbell`]
-/// mapping, which keeps the file open on its own).
+/// An open device. The driver allocates the context's doorbell page when the core creates the
+/// user context (at open) and frees it when the core deallocates it (the last reference to the
+/// file gone: this fd and any [`Doorbell`] mapping, which keeps the file open on its own).
 ///
 /// A context is *disassociated* when its device goes away under it (unbind, surprise removal,
-/// a device that stopped answering): the driver queues [`AsyncEvent::DeviceFatal`], replaces
-/// the doorbell page by a harmless one (doorbell stores are dropped, nothing faults), signals
-/// every CQ's eventfd, fails every ioctl with `ENODEV` (`EIO` after a device failure) and
-/// reports `EPOLLERR` on the file. The provider notices it without a system call on the data
-/// path: from then on posts fail with [`crate::PostReason::Disassociated`], and
+/// a device that stopped answering): the core queues [`AsyncEvent::DeviceFatal`] on the
+/// context's async event file and then reports `EPOLLERR` there, replaces the doorbell page by a
+/// harmless one (doorbell stores are dropped, nothing faults), wakes every completion channel,
+/// and fails every command with `EIO` (which the provider reports as `ENODEV`, `EIO` after a
+/// device failure). The provider notices it without a system call on the data path: from then on posts fail with [`crate::PostReason::Disassociated`], and
 /// [`crate::Cq::wait`], [`crate::Cq::poll_wait`], [`Context::check`] and
 /// [`Context::wait_async_event`] return [`Error::Disassociated`], so no wait lasts for ever.
 #[derive(Debug)]
@@ -141,44 +138,44 @@ pub struct Context {
     path: PathBuf,
     attr: DeviceAttr,
     dead: AtomicBool,
-    /// Set when the context is on the RDMA core's uverbs node rather than `/dev/qhcaN`.
+    /// The control path: the RDMA core's commands on the uverbs node. `None` only for a context
+    /// opened without a device ([`Context::open_unchecked`], host tests).
     pub(crate) uverbs: Option<Box<Uverbs>>,
 }
 
 impl Context {
-    /// Opens `path` (`/dev/qhcaN`) read-write, close-on-exec, and asks the driver
-    /// (`QUERY_DEVICE`) what the device is, checking that it speaks this provider's ABI version
-    /// ([`qhca_uapi::QHCA_ABI_VERSION`]). [`Context::attr`] keeps the answer.
+    /// Opens `path`, the RDMA core's uverbs node of a qhca device (`/dev/infiniband/uverbsN`,
+    /// [`crate::devices`] lists them), read-write, close-on-exec: the core creates a user
+    /// context (`GET_CONTEXT`), whose answer says what the device is; the provider checks that
+    /// the driver speaks its ABI version ([`qhca_uapi::QHCA_ABI_VERSION`]). [`Context::attr`]
+    /// keeps the answer.
     ///
     /// Each open context takes one of the device's doorbell pages until it is closed and its
-    /// doorbell mapping gone (the driver assigns the page at the file's first ioctl, which is
-    /// this query). The device has `num-uars` pages, a QEMU property: 64 unless the VM was
-    /// started with another value ([`DeviceAttr::num_uars`] says how many). So at most that
+    /// doorbell mapping gone. The device has `num-uars` pages, a QEMU property: 64 unless the VM
+    /// was started with another value ([`DeviceAttr::num_uars`] says how many). So at most that
     /// many contexts can be open on one device at a time, over every process; the next open
     /// fails with `ENOSPC`.
     ///
     /// Fails with [`Error::Open`] (`ENOENT`: no such node, `EACCES`, `ENODEV`: the device is
-    /// going away), with [`Error::Ioctl`] from `QUERY_DEVICE` (`ENOSPC`: every doorbell page is
-    /// taken; `ENOTTY`: not a qhca device; `ENODEV`), or with [`Error::AbiMismatch`].
-    ///
-    /// `path` may also be the RDMA core's node of a qhca device (`/dev/infiniband/uverbsN`):
-    /// the context then speaks the core's commands (`crate::uverbs`, issue 26's kernel ABI), with
-    /// the same rings and doorbell.
+    /// going away; `ENODEV` also for a path that is not a uverbs node), with what the core's
+    /// `GET_CONTEXT` fails with (`ENOSPC`: every doorbell page is taken), with
+    /// [`Error::Invalid`] for a uverbs node of another driver, or with [`Error::AbiMismatch`].
     pub fn open(path: impl AsRef<Path>) -> Result<Context> {
-        let ctx = Self::open_file(path.as_ref())?;
-        if uverbs::is_uverbs_path(path.as_ref()) {
-            let (u, req) = Uverbs::open(path.as_ref(), ctx.fd.as_fd())?;
-            let attr = DeviceAttr::from_ioctl(&req)?;
-            return Ok(Context {
-                attr,
-                uverbs: Some(Box::new(u)),
-                ..ctx
+        let path = path.as_ref();
+        if !uverbs::is_uverbs_path(path) {
+            return Err(Error::Open {
+                path: path.to_owned(),
+                source: Errno::ENODEV,
             });
         }
-        let mut req = query_device_request();
-        ctx.query_raw(&mut req)?;
+        let ctx = Self::open_file(path)?;
+        let (u, req) = Uverbs::open(path, ctx.fd.as_fd())?;
         let attr = DeviceAttr::from_ioctl(&req)?;
-        Ok(Context { attr, ..ctx })
+        Ok(Context {
+            attr,
+            uverbs: Some(Box::new(u)),
+            ..ctx
+        })
     }
 
     /// Opens without asking the driver anything: for host tests on ordinary files, whose
@@ -225,38 +222,16 @@ impl Context {
         self.attr.port_gid()
     }
 
-    fn query_raw(&self, req: &mut qhca_ioc_query_device) -> Result<()> {
-        // SAFETY:
-        // - `req` is a live, exclusively borrowed `qhca_ioc_query_device`, so the pointer is
-        //   valid for reads and writes of the whole struct for the duration of the call (the
-        //   size field tells the driver exactly that size);
-        // - the fd is open: `self.fd` is an `OwnedFd` that outlives the call.
-        unsafe { sys::query_device(self.fd.as_raw_fd(), req) }.map_err(|source| {
-            self.note_errno(source);
-            Error::Ioctl {
-                op: "QUERY_DEVICE",
-                source,
-            }
-        })?;
-        Ok(())
-    }
-
-    /// `QHCA_IOCTL_QUERY_DEVICE`: what the device is and which doorbell page this context owns.
-    ///
-    /// Fails with [`Error::Ioctl`] (`ENODEV` once the device is unbound, `EINVAL`/`ENOTTY` from
-    /// a driver that does not know this request) or [`Error::AbiMismatch`].
+    /// What the device is and which doorbell page this context owns: what `GET_CONTEXT`
+    /// answered when the context was opened ([`Context::attr`]; the core has no command that
+    /// asks again). Never fails; kept for programs written against earlier versions.
     pub fn query(&self) -> Result<DeviceAttr> {
-        if self.uverbs.is_some() {
-            // What GET_CONTEXT answered: the core has no command that asks again.
-            return Ok(self.attr);
-        }
-        let mut req = query_device_request();
-        self.query_raw(&mut req)?;
-        DeviceAttr::from_ioctl(&req)
+        Ok(self.attr)
     }
 
-    /// Maps this context's doorbell page (`QHCA_MMAP_UAR`, one `QHCA_UAR_PAGE_SIZE` page, shared,
-    /// read-write).
+    /// Maps this context's doorbell page (the core's mmap entry that `GET_CONTEXT` named, one
+    /// `QHCA_UAR_PAGE_SIZE` page, shared, read-write; offset 0 of a file opened without a
+    /// device).
     ///
     /// Fails with [`Error::Mmap`] (`ENODEV` once the device is unbound).
     pub fn map_doorbell(&self) -> Result<Doorbell> {
@@ -278,7 +253,8 @@ impl Context {
         Ok(self.db.get_or_init(|| db).clone())
     }
 
-    /// Maps this context's invalidation page (`QHCA_MMAP_INVAL`, one page, shared, read-only):
+    /// Maps this context's invalidation page (the core's mmap entry that `GET_CONTEXT` named,
+    /// one page, shared, read-only):
     /// where the driver publishes the watched regions it revoked ([`crate::Pd::reg_watched_mr`]).
     ///
     /// Fails with [`Error::Mmap`] (`EINVAL` from a driver without the page, `ENODEV` once the
@@ -344,8 +320,8 @@ impl Context {
     }
 
     /// The file whose `POLLERR` says the context is disassociated, and whose `POLLIN` says an
-    /// async event is queued: the context's own on `/dev/qhcaN`, the core's async event file on
-    /// the uverbs node.
+    /// async event is queued: the core's async event file (the context's own file when it was
+    /// opened without a device).
     pub(crate) fn event_fd(&self) -> RawFd {
         match &self.uverbs {
             Some(u) => u.async_fd(),
@@ -374,8 +350,8 @@ impl Context {
         Ok(pfd[0].revents)
     }
 
-    /// `QHCA_IOCTL_GET_ASYNC_EVENT`: takes the oldest queued asynchronous event, `None` if there
-    /// is none. Never blocks; [`Context::wait_async_event`] waits for one, and the file is
+    /// `GET_ASYNC_EVENT`: takes the oldest queued asynchronous event, `None` if there is
+    /// none. Never blocks; [`Context::wait_async_event`] waits for one, and the file is
     /// pollable (`POLLIN` while an event is queued) for an event loop.
     ///
     /// [`AsyncEvent::DeviceFatal`] marks the context disassociated. Fails with
@@ -432,56 +408,12 @@ impl Context {
         }
     }
 
-    /// Issues one verbs ioctl on `req`.
-    pub(crate) fn ioctl<T>(&self, op: &'static str, f: RawIoctl<T>, req: &mut T) -> Result<()> {
-        // SAFETY:
-        // - `req` is a live, exclusively borrowed `T` for the whole call, and every `f` passed
-        //   here is the nix wrapper of the ioctl whose number announces exactly `size_of::<T>()`
-        //   (checked at compile time in `sys`), so the driver reads and writes only `*req`;
-        // - the fd is open: `self.fd` outlives the call.
-        unsafe { f(self.fd.as_raw_fd(), req) }
-            .map(drop)
-            .map_err(|source| {
-                self.note_errno(source);
-                Error::Ioctl { op, source }
-            })
-    }
-
-    /// `QHCA_IOCTL_QUERY_CTX`: the device's counters for this context (doorbells, packets, RNR,
-    /// on-demand paging, datagrams dropped).
-    ///
-    /// A driver from before UD does not know this number (`ENOTTY`): the counters it has are
-    /// then read with `QHCA_IOCTL_QUERY_CTX_V1`, and the `ud_drop_*` ones are 0 (such a driver
-    /// has no UD QPs). If that fails too, the first error is returned.
+    /// `QUERY_CTX` (a method of the driver): the device's counters for this context
+    /// (doorbells, packets, RNR, on-demand paging, datagrams dropped).
     pub fn query_ctx(&self) -> Result<CtxStats> {
         let mut req = qhca_ioc_query_ctx::request();
-        match self.cmd_query_ctx(&mut req) {
-            Ok(()) => Ok(CtxStats::from_raw(&req.stats)),
-            Err(
-                e @ Error::Ioctl {
-                    source: Errno::ENOTTY,
-                    ..
-                },
-            ) => {
-                let mut v1 = sys::QueryCtxV1::request();
-                if self.ioctl("QUERY_CTX", sys::query_ctx_v1, &mut v1).is_err() {
-                    return Err(e);
-                }
-                let c = v1.stats;
-                Ok(CtxStats::from_raw(&qhca_ctx_stats {
-                    db_accepted: c[0],
-                    db_violations: c[1],
-                    pkt_foreign: c[2],
-                    rnr_retries: c[3],
-                    odp_req_faults: c[4],
-                    odp_resp_faults: c[5],
-                    odp_fault_rnr_naks: c[6],
-                    odp_invalidations: c[7],
-                    ..qhca_ctx_stats::default()
-                }))
-            }
-            Err(e) => Err(e),
-        }
+        self.cmd_query_ctx(&mut req)?;
+        Ok(CtxStats::from_raw(&req.stats))
     }
 }
 
@@ -532,67 +464,50 @@ impl AsRawFd for Context {
     }
 }
 
-/// The request as this ABI version sends it: `size` set, everything else zero.
-pub(crate) fn query_device_request() -> qhca_ioc_query_device {
-    qhca_ioc_query_device {
-        size: core::mem::size_of::<qhca_ioc_query_device>() as u32,
-        ..Default::default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Errno;
-
-    #[test]
-    fn request_has_size_and_zero_everything_else() {
-        let r = query_device_request();
-        assert_eq!(r.size, 160);
-        assert_eq!(r.comp_mask, 0);
-        assert_eq!(r.rsvd_in, [0, 0]);
-        assert_eq!(r.abi_version, 0);
-        assert_eq!(r.uar_index, 0);
-    }
+    use crate::{Errno, Pd};
 
     #[test]
     fn open_missing_node_reports_path_and_enoent() {
-        match Context::open("/dev/qhca-does-not-exist") {
+        match Context::open("/dev/infiniband/uverbs-does-not-exist") {
             Err(Error::Open { path, source }) => {
-                assert_eq!(path, Path::new("/dev/qhca-does-not-exist"));
+                assert_eq!(path, Path::new("/dev/infiniband/uverbs-does-not-exist"));
                 assert_eq!(source, Errno::ENOENT);
             }
             other => panic!("expected Open error, got {other:?}"),
         }
     }
 
-    /// The ABI check happens at open: a file that is not a qhca device (or a driver of another
-    /// ABI version) is refused there, not at the first query.
+    /// Only a uverbs node is a device: anything else (the driver's old `/dev/qhcaN`, a file)
+    /// is refused before it is opened.
     #[test]
-    fn open_checks_the_device_and_its_abi_version() {
-        match Context::open("/dev/null") {
-            Err(Error::Ioctl {
-                op: "QUERY_DEVICE",
-                source,
-            }) => assert_eq!(source, Errno::ENOTTY),
-            other => panic!("expected QUERY_DEVICE to fail at open, got {other:?}"),
+    fn open_refuses_what_is_not_a_uverbs_node() {
+        for p in ["/dev/null", "/dev/qhca0"] {
+            match Context::open(p) {
+                Err(Error::Open { path, source }) => {
+                    assert_eq!(path, Path::new(p));
+                    assert_eq!(source, Errno::ENODEV);
+                }
+                other => panic!("{p}: expected ENODEV at open, got {other:?}"),
+            }
         }
     }
 
     #[test]
-    fn query_on_a_non_qhca_file_is_an_ioctl_error() {
-        // /dev/null knows no ioctls: ENOTTY, reported as a typed error.
+    fn a_context_without_a_device_has_no_control_path() {
         let ctx = Context::open_unchecked(Path::new("/dev/null")).unwrap();
         assert_eq!(ctx.path(), Path::new("/dev/null"));
         assert!(ctx.as_raw_fd() >= 0);
-        match ctx.query() {
+        assert_eq!(ctx.query().unwrap(), *ctx.attr());
+        match Pd::new(&Arc::new(ctx)) {
             Err(Error::Ioctl {
-                op: "QUERY_DEVICE",
+                op: "ALLOC_PD",
                 source,
             }) => assert_eq!(source, Errno::ENOTTY),
             other => panic!("expected ENOTTY, got {other:?}"),
         }
-        assert!(!ctx.is_dead(), "ENOTTY says nothing about the device");
     }
 
     #[test]
@@ -629,7 +544,7 @@ mod tests {
         assert_eq!(
             ctx.wait_async_event(None).unwrap_err().errno(),
             Some(Errno::ENOTTY),
-            "the ioctl itself fails on /dev/null"
+            "no control path without a device"
         );
         let ctx = Context::open_unchecked(Path::new("/dev/null")).unwrap();
         ctx.note_errno(Errno::EIO);

@@ -1,35 +1,43 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
 //! The control path's one seam: each verb the objects issue, as a method of [`Context`] that
-//! goes to `/dev/qhcaN`'s ioctl ([`crate::sys`]) or to the RDMA core's command
-//! ([`crate::uverbs`]), whichever node the context was opened on. Both take and answer the same
-//! request struct, with the device's numbers, and fail with [`Error::Ioctl`] naming the verb.
+//! sends the RDMA core's command ([`crate::uverbs`]) on the context's uverbs node. It takes and
+//! answers the request struct with the device's numbers, and fails with [`Error::Ioctl`] naming
+//! the verb. A context opened without a device (`Context::open_unchecked`, for host tests) has
+//! no control path: every verb fails with `ENOTTY`, as an ioctl on an ordinary file does.
 
 use qhca_uapi::{
     qhca_ioc_advise_mr, qhca_ioc_alloc_mw, qhca_ioc_async_event, qhca_ioc_create_ah,
     qhca_ioc_create_cq, qhca_ioc_create_qp, qhca_ioc_handle, qhca_ioc_qp_attr, qhca_ioc_query_ctx,
-    qhca_ioc_query_port, qhca_ioc_reg_mr, qhca_ioc_set_gid,
+    qhca_ioc_query_port, qhca_ioc_reg_mr,
 };
 
 use crate::context::Context;
 use crate::error::{Errno, Error, Result};
-use crate::sys;
+use crate::uverbs::Uverbs;
 
-/// `cmd_VERB: VERB(request type) = "NAME"`: the ioctl `sys::VERB` on `/dev/qhcaN`, `Uverbs::VERB` on the
-/// uverbs node.
+impl Context {
+    /// The context's control path, or the `ENOTTY` of a context opened without a device.
+    fn control(&self, op: &'static str) -> Result<&Uverbs> {
+        self.uverbs.as_deref().ok_or(Error::Ioctl {
+            op,
+            source: Errno::ENOTTY,
+        })
+    }
+}
+
+/// `cmd_VERB: VERB(request type) = "NAME"`: `Uverbs::VERB` on the context's uverbs node.
 macro_rules! verbs {
     ($($name:ident: $verb:ident($ty:ty) = $op:literal;)*) => {
         impl Context {$(
             #[doc = concat!("`", $op, "` on `req`.")]
             pub(crate) fn $name(&self, req: &mut $ty) -> Result<()> {
-                match &self.uverbs {
-                    None => self.ioctl($op, sys::$verb, req),
-                    Some(u) => u.$verb(req).map_err(|e| {
-                        let source = u.errno_of(e);
-                        self.note_errno(source);
-                        Error::Ioctl { op: $op, source }
-                    }),
-                }
+                let u = self.control($op)?;
+                u.$verb(req).map_err(|e| {
+                    let source = u.errno_of(e);
+                    self.note_errno(source);
+                    Error::Ioctl { op: $op, source }
+                })
             }
         )*}
     };
@@ -55,31 +63,10 @@ verbs! {
     cmd_query_port: query_port(qhca_ioc_query_port) = "QUERY_PORT";
 }
 
-/// Verbs that only `/dev/qhcaN` has so far: `EOPNOTSUPP` on the uverbs node.
-macro_rules! misc_only {
-    ($($name:ident: $verb:ident($ty:ty) = $op:literal;)*) => {
-        impl Context {$(
-            #[doc = concat!("`", $op, "` on `req` (`/dev/qhcaN` only, so far).")]
-            pub(crate) fn $name(&self, req: &mut $ty) -> Result<()> {
-                match &self.uverbs {
-                    None => self.ioctl($op, sys::$verb, req),
-                    Some(_) => Err(Error::Ioctl { op: $op, source: Errno::EOPNOTSUPP }),
-                }
-            }
-        )*}
-    };
-}
-
-misc_only! {
-    cmd_set_gid: set_gid(qhca_ioc_set_gid) = "SET_GID";
-}
-
 impl Context {
     /// `GET_ASYNC_EVENT` on `req` (`EAGAIN`: none queued).
     pub(crate) fn cmd_get_async_event(&self, req: &mut qhca_ioc_async_event) -> Result<()> {
-        let Some(u) = &self.uverbs else {
-            return self.ioctl("GET_ASYNC_EVENT", sys::get_async_event, req);
-        };
+        let u = self.control("GET_ASYNC_EVENT")?;
         let (kind, element) = u.get_async_event().map_err(|source| {
             if source != Errno::EAGAIN {
                 self.note_errno(source);

@@ -38,7 +38,7 @@ use crate::doorbell::Doorbell;
 use crate::error::{Errno, Error, Result};
 use crate::layout::CqLayout;
 use crate::mem::PageBuf;
-use crate::sys::Request;
+use crate::request::Request;
 use crate::wq::WqShared;
 use crate::{DbType, DbWord};
 

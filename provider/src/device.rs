@@ -1,20 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
 //! Device discovery: qhca's devices as the RDMA core lists them (their uverbs nodes, names and PCI
-//! addresses, from sysfs), and, until it goes (issue 26, step 5), the driver's own misc node
-//! `/dev/qhcaN`.
+//! addresses, from sysfs).
 
 use std::path::{Path, PathBuf};
 
 use crate::context::Context;
 use crate::error::{errno_of, Error, Result};
 
-/// Where device nodes live.
-pub const DEV_DIR: &str = "/dev";
-/// Where the misc class lists them; `<SYSFS_MISC_DIR>/qhcaN/device` links to the PCI device.
-pub const SYSFS_MISC_DIR: &str = "/sys/class/misc";
-/// The prefix of every misc node's name, and of the names [`DeviceInfo::find`] takes for a
-/// device's place in [`devices`] (`qhca0` is the first).
+/// The prefix of the names [`DeviceInfo::find`] takes for a device's place in [`devices`]
+/// (`qhca0` is the first).
 pub const NAME_PREFIX: &str = "qhca";
 /// Where the RDMA core lists its uverbs nodes; `<SYSFS_UVERBS_DIR>/uverbsN/device` links to the
 /// PCI device, `<SYSFS_UVERBS_DIR>/uverbsN/ibdev` holds the RDMA device's name.
@@ -24,21 +19,20 @@ pub const UVERBS_DEV_DIR: &str = "/dev/infiniband";
 /// Where PCI devices are, by address; `<SYSFS_PCI_DIR>/<addr>/net/` names a device's netdevs.
 pub const SYSFS_PCI_DIR: &str = "/sys/bus/pci/devices";
 
-/// One qhca device, as found by [`devices`] (or [`misc_devices`]).
+/// One qhca device, as found by [`devices`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {
     /// The RDMA core's name of the device, as `ibv_devices` lists it (`rocep0s10` where udev
-    /// names RDMA devices by their PCI slot, `qhca0` where nothing renames them); `qhcaN` for a
-    /// misc node.
+    /// names RDMA devices by their PCI slot, `qhca0` where nothing renames them).
     pub name: String,
-    /// Its place among the qhca devices, in PCI address order (N of a misc node `qhcaN`):
-    /// [`DeviceInfo::find`] takes `qhcaN` for it.
+    /// Its place among the qhca devices, in PCI address order: [`DeviceInfo::find`] takes
+    /// `qhcaN` for it.
     pub index: u32,
     /// The node a context opens ([`Context::open`]): the core's uverbs node
-    /// (`/dev/infiniband/uverbsN`), or `/dev/qhcaN` for a misc node.
+    /// (`/dev/infiniband/uverbsN`).
     pub path: PathBuf,
     /// The PCI address (`0000:00:03.0`), when sysfs links the node to its PCI device (always
-    /// for a uverbs node; the misc node has no parent).
+    /// for a device [`devices`] lists).
     pub pci_addr: Option<String>,
 }
 
@@ -79,8 +73,8 @@ pub fn netdev_in(sysfs_pci_dir: &Path, pci_addr: &str) -> Option<String> {
     (names.len() == 1).then(|| names.remove(0))
 }
 
-/// The node that `spec` names, as the tools' `-d` takes it: a path (`/dev/infiniband/uverbs0`,
-/// or the driver's own `/dev/qhca0`) as it is; a device's name or `qhcaN` through
+/// The node that `spec` names, as the tools' `-d` takes it: a path (`/dev/infiniband/uverbs0`)
+/// as it is; a device's name or `qhcaN` through
 /// [`DeviceInfo::find`]; nothing (or an empty name): the first of [`devices`].
 pub fn node_of(spec: Option<&str>) -> Result<PathBuf> {
     match spec.filter(|s| !s.is_empty()) {
@@ -183,36 +177,6 @@ fn is_qhca(pci_dir: &Path) -> bool {
     };
     id("vendor") == Some(qhca_uapi::QHCA_PCI_VENDOR_ID)
         && id("device") == Some(qhca_uapi::QHCA_PCI_DEVICE_ID)
-}
-
-/// Every misc node `/dev/qhcaN` of the driver, sorted by N (`qhca2` before `qhca10`): the
-/// driver's own control path, which goes once nothing uses it (issue 26, step 5).
-///
-/// Returns [`Error::NoDevices`] if there is none, [`Error::Discover`] if `/dev` cannot be read.
-pub fn misc_devices() -> Result<Vec<DeviceInfo>> {
-    nonempty(misc_devices_in(
-        Path::new(DEV_DIR),
-        Path::new(SYSFS_MISC_DIR),
-    )?)
-}
-
-/// [`misc_devices`] over other directories (for tests); an empty list is not an error here.
-pub fn misc_devices_in(dev_dir: &Path, sysfs_misc_dir: &Path) -> Result<Vec<DeviceInfo>> {
-    let mut list = Vec::new();
-    for (name, path) in named_entries(dev_dir)? {
-        let Some(index) = parse_device_name(&name) else {
-            continue;
-        };
-        let pci_addr = pci_addr_of(&sysfs_misc_dir.join(&name));
-        list.push(DeviceInfo {
-            path,
-            name,
-            index,
-            pci_addr,
-        });
-    }
-    list.sort_by_key(|d| d.index);
-    Ok(list)
 }
 
 /// The RDMA core's uverbs node (`/dev/infiniband/uverbsN`) of PCI device `pci_addr`
@@ -327,35 +291,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn lists_misc_nodes_sorted_with_pci_addresses() {
-        let s = Scratch::new("devices");
-        let dev = s.0.join("dev");
-        let misc = s.0.join("misc");
-        fs::create_dir_all(&dev).unwrap();
-        for n in ["qhca10", "qhca2", "qhca0", "null", "qhca", "qhca03"] {
-            fs::write(dev.join(n), b"").unwrap();
-        }
-        // qhca0 has a parent PCI device, qhca2 has a class entry without one, qhca10 has none.
-        fs::create_dir_all(misc.join("qhca0")).unwrap();
-        std::os::unix::fs::symlink(
-            "../../../devices/pci0000:00/0000:00:03.0",
-            misc.join("qhca0/device"),
-        )
-        .unwrap();
-        fs::create_dir_all(misc.join("qhca2")).unwrap();
-
-        let list = misc_devices_in(&dev, &misc).unwrap();
-        let names: Vec<_> = list.iter().map(|d| d.name.as_str()).collect();
-        assert_eq!(names, ["qhca0", "qhca2", "qhca10"]);
-        assert_eq!(list[0].index, 0);
-        assert_eq!(list[0].path, dev.join("qhca0"));
-        assert_eq!(list[0].pci_addr.as_deref(), Some("0000:00:03.0"));
-        assert_eq!(list[1].pci_addr, None);
-        assert_eq!(list[2].index, 10);
-        assert_eq!(list[2].pci_addr, None);
-    }
-
     /// `<dir>/pci/<addr>` with these IDs, and `<dir>/uverbs/<node>` on it named `ibdev`.
     fn uverbs_entry(dir: &Path, node: &str, addr: &str, ids: (&str, &str), ibdev: Option<&str>) {
         let pci = dir.join("pci").join(addr);
@@ -442,10 +377,9 @@ mod tests {
     #[test]
     fn empty_and_missing_directories() {
         let s = Scratch::new("empty");
-        assert_eq!(misc_devices_in(&s.0, &s.0.join("nope")).unwrap(), []);
         assert_eq!(devices_in(&s.0).unwrap(), []);
         let missing = s.0.join("missing");
-        match misc_devices_in(&missing, &missing) {
+        match devices_in(&missing) {
             Err(Error::Discover { path, source }) => {
                 assert_eq!(path, missing);
                 assert_eq!(source, crate::Errno::ENOENT);

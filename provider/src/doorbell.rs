@@ -6,12 +6,17 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{fence, Ordering};
 
 use memmap2::{MmapOptions, MmapRaw};
-use qhca_uapi::{MMAP_UAR_OFFSET, QHCA_DB_OFFSET, UAR_PAGE_SIZE};
+use qhca_uapi::{QHCA_DB_OFFSET, UAR_PAGE_SIZE};
 
 use crate::error::{errno_of, Error, Result};
 
 /// Offset of the doorbell word in the page.
 const DB_OFFSET: usize = QHCA_DB_OFFSET as usize;
+
+/// Where [`Doorbell::map`] maps the page from: the first page of a file that stands in for the
+/// device in host tests (a context opened with `Context::open_unchecked`). Not ABI: a device's
+/// context maps its page at the offset `GET_CONTEXT` answered ([`Doorbell::map_at`]).
+const STAND_IN_OFFSET: u64 = 0;
 
 // The doorbell is one aligned 64-bit store inside the page.
 const _: () = assert!(DB_OFFSET % core::mem::align_of::<u64>() == 0);
@@ -51,8 +56,9 @@ pub struct Doorbell {
 }
 
 impl Doorbell {
+    /// Maps the page of a host test's stand-in file (at [`STAND_IN_OFFSET`]).
     pub(crate) fn map(fd: BorrowedFd<'_>) -> Result<Doorbell> {
-        Self::map_at(fd, MMAP_UAR_OFFSET)
+        Self::map_at(fd, STAND_IN_OFFSET)
     }
 
     /// Maps the doorbell page that `fd` offers at `offset` (a uverbs file's, at the offset

@@ -25,7 +25,7 @@ pub enum Error {
     /// An ioctl on an open context failed.
     #[error("ioctl {op} failed: {source}")]
     Ioctl {
-        /// The ioctl, by its header name without `QHCA_IOCTL_` (e.g. `QUERY_DEVICE`).
+        /// The command, by its name without a prefix (e.g. `REG_MR`, `GET_CONTEXT`).
         op: &'static str,
         /// Why.
         source: Errno,
@@ -49,8 +49,7 @@ pub enum Error {
         source: Errno,
     },
 
-    /// The RDMA core has no qhca device (or no `/dev/qhcaN` node exists, for
-    /// [`misc_devices`](crate::misc_devices)).
+    /// The RDMA core has no qhca device.
     #[error(
         "no qhca devices found (are the qhca and ib_uverbs modules loaded and a qhca PCI device \
          present?)"
@@ -117,17 +116,6 @@ pub enum Error {
         during: &'static str,
     },
 
-    /// The port's GID table cannot do what was asked ([`crate::Context::add_ipv4`],
-    /// [`crate::Context::del_ipv4`]): the address is in it already (`EEXIST`), no entry is free
-    /// (`ENOSPC`), or the address is not in it (`ENOENT`).
-    #[error("GID table: {what}: {source}")]
-    GidTable {
-        /// What was asked (e.g. `add 10.0.0.1/24`).
-        what: String,
-        /// Why.
-        source: Errno,
-    },
-
     /// The driver speaks a different ABI version than this provider was built for.
     #[error("ABI mismatch: driver has ABI version {driver}, provider was built for {provider}")]
     AbiMismatch {
@@ -146,8 +134,7 @@ impl Error {
             | Error::Ioctl { source, .. }
             | Error::Mmap { source, .. }
             | Error::Discover { source, .. }
-            | Error::Sys { source, .. }
-            | Error::GidTable { source, .. } => Some(*source),
+            | Error::Sys { source, .. } => Some(*source),
             Error::Invalid { .. } => Some(Errno::EINVAL),
             Error::Disassociated { .. } => Some(Errno::ENODEV),
             Error::Timeout { .. } => Some(Errno::ETIMEDOUT),

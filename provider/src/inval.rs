@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! The context's invalidation page (`QHCA_MMAP_INVAL`): where the driver publishes the watched
-//! regions it revoked ([`crate::Pd::reg_watched_mr`]), for registration caches
+//! The context's invalidation page (`struct qhca_inval_page`): where the driver publishes the
+//! watched regions it revoked ([`crate::Pd::reg_watched_mr`]), for registration caches
 //! ([`crate::RegCache`]) to read without a system call.
 //!
 //! The page is written only by the driver, concurrently with our reads. It is mapped read-only,
@@ -22,12 +22,18 @@ use std::ptr::{addr_of, NonNull};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use memmap2::{MmapOptions, MmapRaw};
-use qhca_uapi::{qhca_inval_page, QHCA_INVAL_RING_ENTRIES, QHCA_MMAP_INVAL};
+use qhca_uapi::{qhca_inval_page, QHCA_INVAL_RING_ENTRIES};
 
 use crate::error::{errno_of, Error, Result};
 use crate::mem::PAGE_SIZE;
 
 const RING: u64 = QHCA_INVAL_RING_ENTRIES as u64;
+
+/// Where [`InvalPage::map`] maps the page from: the second page of a file that stands in for the
+/// device in host tests (a context opened with `Context::open_unchecked`), after the doorbell
+/// page's. Not ABI: a device's context maps its page at the offset `GET_CONTEXT` answered
+/// ([`InvalPage::map_at`]).
+const STAND_IN_OFFSET: u64 = 4096;
 
 const _: () = assert!(size_of::<qhca_inval_page>() <= PAGE_SIZE);
 const _: () = assert!(align_of::<qhca_inval_page>() == 8);
@@ -182,7 +188,7 @@ impl PageReader {
     }
 }
 
-/// A context's invalidation page (`QHCA_MMAP_INVAL`), mapped read-only: where the driver
+/// A context's invalidation page (`struct qhca_inval_page`), mapped read-only: where the driver
 /// publishes the watched regions ([`crate::WatchedMr`]) it revoked, for registration caches to
 /// learn it without a system call. [`crate::Context::inval_page`] maps it once per context.
 ///
@@ -195,7 +201,7 @@ impl PageReader {
 /// # Invariants
 ///
 /// `reader` reads the start of `map`, a live shared read-only mapping of one page of the
-/// device file at `QHCA_MMAP_INVAL`, not unmapped until `self` is dropped.
+/// device file, not unmapped until `self` is dropped.
 #[derive(Debug)]
 pub struct InvalPage {
     reader: PageReader,
@@ -203,11 +209,12 @@ pub struct InvalPage {
 }
 
 impl InvalPage {
+    /// Maps the page of a host test's stand-in file (at [`STAND_IN_OFFSET`]).
     pub(crate) fn map(fd: BorrowedFd<'_>) -> Result<InvalPage> {
-        Self::map_at(fd, u64::from(QHCA_MMAP_INVAL))
+        Self::map_at(fd, STAND_IN_OFFSET)
     }
 
-    /// [`InvalPage::map`] at `offset`: where the RDMA core's uverbs node offers it
+    /// Maps the page at `offset`: where the RDMA core's uverbs node offers it
     /// (`qhca_ib_alloc_ucontext_resp.inval_mmap_offset`).
     pub(crate) fn map_at(fd: BorrowedFd<'_>, offset: u64) -> Result<InvalPage> {
         let map = MmapOptions::new()

@@ -16,8 +16,8 @@
 //! ```
 //!
 //! The control path is the RDMA core's commands on the device's uverbs node
-//! (`/dev/infiniband/uverbsN`, which [`devices`] finds), or the driver's own ioctls on its misc
-//! node `/dev/qhcaN` until that goes ([`Context`], [`Pd`], [`Mr`], [`Cq`], [`Qp`]); the data
+//! (`/dev/infiniband/uverbsN`, which [`devices`] finds: [`Context`], [`Pd`], [`Mr`], [`Cq`],
+//! [`Qp`]); the data
 //! path is stores into rings in our own memory and one doorbell store ([`Doorbell::ring`]) per
 //! post, and loads from the CQ ring to poll, with no system call.
 //!
@@ -61,7 +61,7 @@
 //! with a global route header ([`Grh`], [`GRH_SIZE`] bytes) naming the sender's port ([`Gid`]).
 //!
 //! The device's port ([`Context::query_port`], [`PortAttr`]) has a GID table: entry 0, the
-//! link-local GID, and IPv4 addresses an administrator adds ([`Context::add_ipv4`]). An
+//! link-local GID, and the IPv4 addresses of the port's netdev (`ip addr add`). An
 //! address vector ([`AhAttr`]: a handle's, or an RC QP's, [`QpAttr::av`]) sends from one
 //! entry (`sgid_index`) to a destination GID; an RC QP without one talks to its own port's
 //! GID 0, as before the table existed.
@@ -180,7 +180,7 @@ mod pd;
 mod port;
 mod qp;
 pub mod rcache;
-mod sys;
+mod request;
 mod uverbs;
 mod watched;
 mod wq;
@@ -194,9 +194,8 @@ pub use conn::ConnInfo;
 pub use context::{AsyncEvent, Context, CtxStats};
 pub use cq::{eventfd, Cq, CqConsumer, Wc, WcOpcode, WcStatus, LIVENESS_INTERVAL};
 pub use device::{
-    devices, devices_in, find_in, is_pci_addr, misc_devices, misc_devices_in, netdev_in, node_of,
-    parse_device_name, uverbs_node, uverbs_node_in, DeviceInfo, DEV_DIR, SYSFS_MISC_DIR,
-    SYSFS_PCI_DIR, SYSFS_UVERBS_DIR, UVERBS_DEV_DIR,
+    devices, devices_in, find_in, is_pci_addr, netdev_in, node_of, parse_device_name, uverbs_node,
+    uverbs_node_in, DeviceInfo, SYSFS_PCI_DIR, SYSFS_UVERBS_DIR, UVERBS_DEV_DIR,
 };
 pub use doorbell::Doorbell;
 pub use error::{Errno, Error, PostError, PostReason, Result};

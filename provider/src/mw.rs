@@ -27,7 +27,7 @@ use qhca_uapi::{
 
 use crate::error::Result;
 use crate::pd::{Access, Mr, Pd, PdInner};
-use crate::sys::Request;
+use crate::request::Request;
 use crate::wqe::{MwBind, WrOp};
 
 /// The kind of a window (IBA 10.6.7.2).
@@ -71,8 +71,7 @@ pub struct Mw {
 }
 
 impl Pd {
-    /// `QHCA_IOCTL_ALLOC_MW`: an unbound window of type `ty` (`EOPNOTSUPP` on a device without
-    /// windows).
+    /// `ALLOC_MW`: an unbound window of type `ty` (`EOPNOTSUPP` on a device without windows).
     pub fn alloc_mw(&self, ty: MwType) -> Result<Mw> {
         let mut req = qhca_ioc_alloc_mw::request();
         req.pdn = self.pdn();

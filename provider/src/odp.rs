@@ -48,7 +48,7 @@ use qhca_uapi::{
 use crate::error::{Error, Result};
 use crate::mem::{volatile_copy_from, volatile_copy_to, PageBuf};
 use crate::pd::{Access, Pd, PdInner};
-use crate::sys::Request;
+use crate::request::Request;
 use crate::wqe::{region_contains, Sge};
 
 /// What [`OdpMr::advise`] asks for (`ibv_advise_mr()`'s advice).
@@ -250,7 +250,7 @@ impl OdpMr {
         self.sge(self.addr + offset, len)
     }
 
-    /// `QHCA_IOCTL_ADVISE_MR` (`ibv_advise_mr()`): maps `[addr, addr + len)` into the device
+    /// `ADVISE_MR` (`ibv_advise_mr()`): maps `[addr, addr + len)` into the device
     /// ahead of use, so that the first access does not fault. With `flush` it returns once the
     /// pages are mapped, else it queues the work and returns at once.
     ///

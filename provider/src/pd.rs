@@ -15,7 +15,7 @@ use qhca_uapi::{
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::mem::{volatile_copy_from, volatile_copy_to, volatile_fill, PageBuf};
-use crate::sys::Request;
+use crate::request::Request;
 use crate::wqe::Sge;
 
 /// Access rights of a memory region, or of a QP as responder (`QHCA_ACCESS_*`).
@@ -94,7 +94,7 @@ pub struct Pd {
 }
 
 impl Pd {
-    /// `QHCA_IOCTL_ALLOC_PD`.
+    /// `ALLOC_PD`.
     pub fn new(ctx: &Arc<Context>) -> Result<Pd> {
         let mut req = qhca_ioc_handle::request();
         ctx.cmd_alloc_pd(&mut req)?;

@@ -1,19 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
 //! The device's one port (`QHCA_CAP_PORT`): its MAC address, state, wire, counters and GID
-//! table ([`Context::query_port`]), and the IPv4 addresses an administrator gives it
-//! ([`Context::set_gid`], [`Context::add_ipv4`], [`Context::del_ipv4`]), as `ip addr` gives
-//! them to a network interface.
+//! table ([`Context::query_port`]). The table is the RDMA core's: the addresses of the port's
+//! netdev (`ip addr add 10.0.0.1/24 dev enp0s10` needs `CAP_NET_ADMIN`, as for any network
+//! interface), index for index.
 //!
 //! ```no_run
 //! # fn main() -> qhca::Result<()> {
-//! use std::net::Ipv4Addr;
 //! let ctx = qhca::devices()?[0].open()?;
-//! let index = ctx.add_ipv4(Ipv4Addr::new(10, 0, 0, 1), 24)?; // needs CAP_NET_ADMIN
 //! for e in ctx.query_port()?.gids {
 //!     println!("gid {} {}", e.index, e.gid); // gid 0 fe80:..., gid 1 ::ffff:10.0.0.1
 //! }
-//! # let _ = index;
 //! # Ok(())
 //! # }
 //! ```
@@ -27,17 +24,14 @@ use std::fmt;
 use std::net::Ipv4Addr;
 
 use qhca_uapi::{
-    qhca_gid_entry, qhca_ioc_query_port, qhca_ioc_set_gid, qhca_port_attr, qhca_port_counters,
-    QHCA_GID_VALID, QHCA_PORT_ACTIVE, QHCA_PORT_DOWN, QHCA_WIRE_NONE, QHCA_WIRE_ROCEV2,
+    qhca_ioc_query_port, qhca_port_attr, qhca_port_counters, QHCA_GID_VALID, QHCA_PORT_ACTIVE,
+    QHCA_PORT_DOWN, QHCA_WIRE_NONE, QHCA_WIRE_ROCEV2,
 };
 
 use crate::ah::{Gid, GID_TABLE_LEN};
 use crate::context::Context;
-use crate::error::{Errno, Error, Result};
-use crate::sys::Request;
-
-/// An IPv4 address's prefix is at most 32 bits.
-const IPV4_PREFIX_MAX: u8 = 32;
+use crate::error::Result;
+use crate::request::Request;
 
 /// The port's state (`enum qhca_port_state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -209,7 +203,7 @@ impl PortCounters {
     }
 }
 
-/// The port's attributes (`QHCA_IOCTL_QUERY_PORT`).
+/// The port's attributes (`QUERY_PORT`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PortAttr {
     /// The MAC address.
@@ -280,42 +274,9 @@ impl PortAttr {
     }
 }
 
-/// The `SET_GID` request for entry `index`: `entry` an IPv4 address and its prefix, or `None`
-/// to empty it. [`Error::Invalid`] for index 0 or beyond the table, or a prefix above 32.
-fn set_gid_request(index: u8, entry: Option<(Ipv4Addr, u8)>) -> Result<qhca_ioc_set_gid> {
-    if index == 0 || usize::from(index) >= GID_TABLE_LEN {
-        return Err(Error::Invalid {
-            what: format!("GID index {index}: 1..{GID_TABLE_LEN} (0 is fixed)"),
-        });
-    }
-    let mut req = qhca_ioc_set_gid::request();
-    req.index = index.into();
-    if let Some((addr, prefix_len)) = entry {
-        if prefix_len > IPV4_PREFIX_MAX {
-            return Err(Error::Invalid {
-                what: format!("{addr}/{prefix_len}: an IPv4 prefix is at most 32 bits"),
-            });
-        }
-        req.entry = qhca_gid_entry {
-            gid: Gid::from_ipv4(addr).raw,
-            flags: QHCA_GID_VALID as u8,
-            prefix_len,
-            rsvd: [0; 6],
-        };
-    }
-    Ok(req)
-}
-
-/// True for an address a port may have: not `0.0.0.0/8`, loopback, multicast or reserved, nor
-/// the limited broadcast (what the device takes).
-fn ipv4_unicast(addr: Ipv4Addr) -> bool {
-    let first = addr.octets()[0];
-    first != 0 && first != 127 && first < 224
-}
-
 impl Context {
-    /// `QHCA_IOCTL_QUERY_PORT`: the port's MAC, state, wire, counters and valid GIDs. Any
-    /// context may ask.
+    /// `QUERY_PORT`: the port's MAC, state, wire, counters and valid GIDs. Any context may
+    /// ask.
     ///
     /// Fails with [`Error::Ioctl`] (`EOPNOTSUPP`: a device without a port, `ENOTTY`: a driver
     /// from before it).
@@ -324,74 +285,12 @@ impl Context {
         self.cmd_query_port(&mut req)?;
         Ok(PortAttr::from_raw(&req.attr))
     }
-
-    /// `QHCA_IOCTL_SET_GID`: entry `index` (1..[`GID_TABLE_LEN`]) of the port's GID table
-    /// becomes the IPv4 address and prefix length `entry`, or empty (`None`). Needs
-    /// `CAP_NET_ADMIN`.
-    ///
-    /// A QP or address handle that sends from the entry keeps the GID it had when it was set
-    /// up. Fails with [`Error::Invalid`] before asking the driver for index 0 or beyond the
-    /// table or a prefix above 32, and with [`Error::Ioctl`] (`EPERM` without `CAP_NET_ADMIN`,
-    /// `EINVAL` for an address that is not unicast or is in another entry already).
-    pub fn set_gid(&self, index: u8, entry: Option<(Ipv4Addr, u8)>) -> Result<()> {
-        let mut req = set_gid_request(index, entry)?;
-        self.cmd_set_gid(&mut req)
-    }
-
-    /// Gives the port the IPv4 address `addr` with prefix length `prefix_len`, in the lowest
-    /// free entry of its GID table, and returns that entry's index (what an address vector's
-    /// `sgid_index` names). Needs `CAP_NET_ADMIN`.
-    ///
-    /// Reads the table, then sets the entry: another process changing the table at the same
-    /// time may take the same entry (the last one wins). Fails with [`Error::GidTable`]
-    /// (`EEXIST`: the address is in the table already; `ENOSPC`: no entry is free),
-    /// [`Error::Invalid`] (not a unicast address, a prefix above 32) or what
-    /// [`Context::query_port`] and [`Context::set_gid`] fail with.
-    pub fn add_ipv4(&self, addr: Ipv4Addr, prefix_len: u8) -> Result<u8> {
-        if !ipv4_unicast(addr) {
-            return Err(Error::Invalid {
-                what: format!("{addr}: not a unicast address"),
-            });
-        }
-        let port = self.query_port()?;
-        let what = || format!("add {addr}/{prefix_len}");
-        if let Some(e) = port.find(&Gid::from_ipv4(addr)) {
-            return Err(Error::GidTable {
-                what: format!("{}: already at index {}", what(), e.index),
-                source: Errno::EEXIST,
-            });
-        }
-        let index = port.free_index().ok_or_else(|| Error::GidTable {
-            what: format!("{}: all {} entries are taken", what(), port.gid_tbl_len),
-            source: Errno::ENOSPC,
-        })?;
-        self.set_gid(index, Some((addr, prefix_len)))?;
-        Ok(index)
-    }
-
-    /// Takes the IPv4 address `addr` out of the port's GID table and returns the index it had.
-    /// Needs `CAP_NET_ADMIN`.
-    ///
-    /// Fails with [`Error::GidTable`] (`ENOENT`: the address is not in the table) or what
-    /// [`Context::query_port`] and [`Context::set_gid`] fail with.
-    pub fn del_ipv4(&self, addr: Ipv4Addr) -> Result<u8> {
-        let port = self.query_port()?;
-        let index = port
-            .find(&Gid::from_ipv4(addr))
-            .ok_or_else(|| Error::GidTable {
-                what: format!("delete {addr}: not in the table"),
-                source: Errno::ENOENT,
-            })?
-            .index;
-        self.set_gid(index, None)?;
-        Ok(index)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
+    use qhca_uapi::qhca_gid_entry;
 
     fn entry(gid: Gid, prefix_len: u8) -> qhca_gid_entry {
         qhca_gid_entry {
@@ -463,61 +362,5 @@ mod tests {
         assert_eq!(odd.max_mtu, 0);
         assert_eq!(PortState::Down.to_string(), "PORT_DOWN");
         assert_eq!(Wire::None.to_string(), "none (loopback only)");
-    }
-
-    #[test]
-    fn set_gid_request_encodes_an_address_or_an_empty_entry() {
-        let r = set_gid_request(2, Some((Ipv4Addr::new(192, 168, 1, 9), 24))).unwrap();
-        assert_eq!((r.size, r.comp_mask, r.index, r.rsvd), (40, 0, 2, 0));
-        assert_eq!(
-            r.entry.gid,
-            [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 168, 1, 9]
-        );
-        assert_eq!((r.entry.flags, r.entry.prefix_len), (1, 24));
-        let r = set_gid_request(15, None).unwrap();
-        assert_eq!(r.index, 15);
-        assert_eq!(
-            (r.entry.gid, r.entry.flags, r.entry.prefix_len),
-            ([0; 16], 0, 0)
-        );
-        for bad in [
-            set_gid_request(0, None),
-            set_gid_request(16, None),
-            set_gid_request(1, Some((Ipv4Addr::new(10, 0, 0, 1), 33))),
-        ] {
-            assert!(matches!(bad, Err(Error::Invalid { .. })), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn add_checks_the_address_then_asks_the_driver() {
-        let ctx = Context::open_unchecked(Path::new("/dev/null")).unwrap();
-        for bad in ["0.1.2.3", "127.0.0.1", "224.0.0.1", "255.255.255.255"] {
-            let e = ctx.add_ipv4(bad.parse().unwrap(), 8).unwrap_err();
-            assert!(matches!(e, Error::Invalid { .. }), "{bad}: {e}");
-        }
-        assert!(matches!(
-            ctx.add_ipv4(Ipv4Addr::new(10, 0, 0, 1), 8),
-            Err(Error::Ioctl {
-                op: "QUERY_PORT",
-                source: Errno::ENOTTY
-            })
-        ));
-        assert!(matches!(
-            ctx.set_gid(1, None),
-            Err(Error::Ioctl {
-                op: "SET_GID",
-                source: Errno::ENOTTY
-            })
-        ));
-        let e = Error::GidTable {
-            what: "add 10.0.0.1/8: already at index 1".into(),
-            source: Errno::EEXIST,
-        };
-        assert_eq!(e.errno(), Some(Errno::EEXIST));
-        assert!(
-            e.to_string().starts_with("GID table: add 10.0.0.1/8"),
-            "{e}"
-        );
     }
 }

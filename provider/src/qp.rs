@@ -30,7 +30,7 @@ use crate::error::{Error, PostError, PostReason, Result};
 use crate::layout::{QpCaps, QpLayout};
 use crate::mem::PageBuf;
 use crate::pd::{Access, Pd, PdInner};
-use crate::sys::Request;
+use crate::request::Request;
 use crate::wq::WorkQueues;
 use crate::wqe::{RecvWr, SendWr};
 
@@ -397,7 +397,7 @@ impl Qp {
         self.queues.outstanding().1
     }
 
-    /// `QHCA_IOCTL_MODIFY_QP` with the fields of `attr` that are set.
+    /// `MODIFY_QP` with the fields of `attr` that are set.
     ///
     /// A move to RESET also empties the provider's view of both queues: the device forgets
     /// every posted request and starts its indices again at 0, and so do we; and the QP's
@@ -426,7 +426,7 @@ impl Qp {
         }
     }
 
-    /// `QHCA_IOCTL_QUERY_QP`.
+    /// `QUERY_QP`.
     pub fn query(&self) -> Result<QpInfo> {
         let mut req = qhca_ioc_qp_attr::request();
         req.qpn = self.qpn;

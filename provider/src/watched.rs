@@ -9,7 +9,7 @@ use qhca_uapi::{qhca_ioc_handle, qhca_ioc_reg_mr};
 
 use crate::error::{Errno, Error, Result};
 use crate::pd::{Access, Pd, PdInner};
-use crate::sys::Request;
+use crate::request::Request;
 use crate::wqe::{region_contains, Sge};
 
 /// How many times a registration is tried while the driver reports that the range changed

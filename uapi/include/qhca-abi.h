@@ -698,7 +698,7 @@ enum qhca_mw_type {
 };
 
 #define QHCA_MW_KEY_FLAG        (1u << 31)
-/* DEREG_MR (command in[2], ioctl flags): unbind the region's windows. */
+/* DEREG_MR (command in[2], qhca_ioc_handle.flags): unbind its windows. */
 #define QHCA_DEREG_MR_UNBIND_MWS (1u << 0)
 #define QHCA_MW_INDEX_BITS      12
 
@@ -981,72 +981,65 @@ enum qhca_db_type {
 };
 
 /* ------------------------------------------------------------------------ */
-/* Character device /dev/qhcaN: ioctls and mmap.                            */
+/* The provider's control path: the request structs of its verbs.           */
 /* ------------------------------------------------------------------------ */
 
 /*
- * Every ioctl argument starts with `size` (sizeof the struct as the caller
- * knows it) and `comp_mask` (must be 0 in this version).  The driver rejects a
- * size it does not know and non-zero reserved fields with EINVAL, and an
- * unknown command with ENOTTY.
+ * Every verb of a context goes through the RDMA core's commands on qhca's
+ * uverbs node ("The RDMA core's commands on qhca's ib_device" below).  The
+ * provider names each verb's arguments and results with one struct
+ * qhca_ioc_* below, in the device's numbers, and translates it into the
+ * core's command with the driver's udata (struct qhca_ib_*), or into a
+ * method of the core's ioctl interface, and the answer back
+ * (provider/src/uverbs/).  The driver builds qhca_ioc_reg_mr, _create_cq
+ * and _create_qp from the core's request and that udata and hands them to
+ * its verbs, which check them and run the device's commands (kmod/ib/,
+ * kmod/verbs/).  The structs themselves never cross between user space and
+ * the kernel: what they carry does, field by field, and as is only for the
+ * structs embedded here that the core's commands carry too
+ * (qhca_device_attr, qhca_port_attr, qhca_ctx_stats).
  *
- * The numbers are _IOWR(QHCA_IOC_MAGIC, nr, struct) spelled out so that
- * bindgen sees them; uapi's tests recompute them from the struct sizes.
+ * size (sizeof the struct) and comp_mask (0) are set by whoever builds a
+ * request (the provider's Request::request(), the driver's ioc_size()) and
+ * read by no one.  Reserved fields are zero; the driver's REG_MR still
+ * refuses a non-zero rsvd (EINVAL).
+ *
+ * Handles (pdn, cqn, qpn, keys, ah) are the device's numbers; the provider
+ * keeps which of the core's handles each one is, and the core accepts only
+ * handles of the calling context.  Memory (ring buffers and regions) is the
+ * caller's: page-aligned for rings, any alignment for regions; the driver
+ * pins it for the object's lifetime.  The ring layout numbers (logs,
+ * strides) are the caller's choice within the device limits; the driver and
+ * the device both check them.
  */
-#define QHCA_IOC_MAGIC 0xCA
-
-#define QHCA_IOC_NR_QUERY_DEVICE 0x00
-
-/* QHCA_IOCTL_QUERY_DEVICE: what the device is and what this context owns. */
-struct qhca_ioc_query_device {
-	__u32 size;        /* in: sizeof(struct qhca_ioc_query_device) */
-	__u32 comp_mask;   /* in: must be 0 */
-	__u32 abi_version; /* out: QHCA_ABI_VERSION of the driver */
-	__u32 uar_index;   /* out: this context's doorbell page in BAR2 */
-	__u64 rsvd_in[2];  /* in: must be 0 */
-	struct qhca_device_attr attr; /* out */
-};
-
-/* _IOWR(0xCA, 0x00, struct qhca_ioc_query_device): size 0xa0 */
-#define QHCA_IOCTL_QUERY_DEVICE 0xc0a0ca00u
 
 /*
- * Verbs ioctls.  Handles (pdn, cqn, qpn, keys) are the device's numbers;
- * the driver accepts only handles this file created.  Memory (ring buffers
- * and regions) is the caller's: page-aligned for rings, any alignment for
- * regions; the driver pins it for the object's lifetime.  The ring layout
- * numbers (logs, strides) are the caller's choice within the device limits;
- * the driver and the device both check them.
+ * What the device is and what this context owns: the provider fills it from
+ * GET_CONTEXT's answer (struct qhca_ib_alloc_ucontext_resp: uar_index and
+ * attr) when it opens the context, abi_version with its own
+ * QHCA_ABI_VERSION (the driver's is the uverbs device's abi_version,
+ * QHCA_IB_UVERBS_ABI_VERSION, checked before).
  */
-#define QHCA_IOC_NR_ALLOC_PD     0x01
-#define QHCA_IOC_NR_DEALLOC_PD   0x02
-#define QHCA_IOC_NR_REG_MR       0x03
-#define QHCA_IOC_NR_DEREG_MR     0x04
-#define QHCA_IOC_NR_CREATE_CQ    0x05
-#define QHCA_IOC_NR_DESTROY_CQ   0x06
-#define QHCA_IOC_NR_CREATE_QP    0x07
-#define QHCA_IOC_NR_MODIFY_QP    0x08
-#define QHCA_IOC_NR_QUERY_QP     0x09
-#define QHCA_IOC_NR_DESTROY_QP   0x0a
-#define QHCA_IOC_NR_QUERY_CTX    0x0b
-#define QHCA_IOC_NR_GET_ASYNC_EVENT 0x0c
-#define QHCA_IOC_NR_ADVISE_MR    0x0d
-#define QHCA_IOC_NR_ALLOC_MW     0x0e
-#define QHCA_IOC_NR_DEALLOC_MW   0x0f
-#define QHCA_IOC_NR_CREATE_AH    0x10
-#define QHCA_IOC_NR_DESTROY_AH   0x11
-#define QHCA_IOC_NR_QUERY_PORT   0x12
-#define QHCA_IOC_NR_SET_GID      0x13
+struct qhca_ioc_query_device {
+	__u32 size;        /* sizeof(struct qhca_ioc_query_device) */
+	__u32 comp_mask;   /* 0 */
+	__u32 abi_version; /* QHCA_ABI_VERSION */
+	__u32 uar_index;   /* this context's doorbell page in BAR2 */
+	__u64 rsvd_in[2];  /* 0 */
+	struct qhca_device_attr attr;
+};
 
 /*
  * ALLOC_PD (out: handle), DEALLOC_PD, DEREG_MR, DEALLOC_MW, DESTROY_CQ,
- * DESTROY_QP, DESTROY_AH (in: handle).
+ * DESTROY_QP, DESTROY_AH (in: handle): the core's commands of the same
+ * names.  The core's DEREG_MR has no flags: the driver always deregisters
+ * with QHCA_DEREG_MR_UNBIND_MWS.
  */
 struct qhca_ioc_handle {
 	__u32 size;
 	__u32 comp_mask;
 	__u32 handle;
-	__u32 flags;      /* DEREG_MR: QHCA_DEREG_MR_*; the others: must be 0 */
+	__u32 flags;      /* DEREG_MR: QHCA_DEREG_MR_*; the others: 0 */
 };
 
 /*
@@ -1057,6 +1050,9 @@ struct qhca_ioc_handle {
  * ON_DEMAND registers the implicit region: one key for the whole address
  * space of the process.  With QHCA_ACCESS_WATCHED (pinned only) the driver
  * revokes the region when its pages change (see "The invalidation page").
+ * Sent as the core's REG_MR (iova = addr; ON_DEMAND and MW_BIND as the
+ * core's access bits, WATCHED as struct qhca_ib_reg_mr's flag); the core's
+ * lkey and rkey are the region's key.
  */
 struct qhca_ioc_reg_mr {
 	__u32 size;
@@ -1070,17 +1066,30 @@ struct qhca_ioc_reg_mr {
 	__u64 rsvd;
 };
 
+/*
+ * CREATE_CQ: sent as the core's CREATE_CQ (cqe 2^log_entries) with struct
+ * qhca_ib_create_cq.  eventfd is the completion channel the core signals on
+ * each completion event of the armed CQ: an fd of the core's
+ * CREATE_COMP_CHANNEL on the same uverbs file, which the provider passes as
+ * the core's comp_channel (-1: none).  The driver builds this struct with
+ * -1 and ignores the field.
+ */
 struct qhca_ioc_create_cq {
 	__u32 size;
 	__u32 comp_mask;
 	__u32 log_entries;
-	__s32 eventfd;    /* signalled on each completion event of the armed CQ; -1: none */
+	__s32 eventfd;    /* the core's completion channel; -1: none */
 	__u64 buf_addr;   /* page aligned: the CQEs, then struct qhca_cq_dbrec */
 	__u64 buf_len;
 	__u32 cqn;        /* out */
 	__u32 rsvd;
 };
 
+/*
+ * CREATE_QP: sent as the core's CREATE_QP (max_send_wr 2^sq_log, max_recv_wr
+ * 2^rq_log, both SGE counts max_sge, max_inline_data max_inline) with struct
+ * qhca_ib_create_qp; qpn is the core's QP number.
+ */
 struct qhca_ioc_create_qp {
 	__u32 size;
 	__u32 comp_mask;
@@ -1100,7 +1109,12 @@ struct qhca_ioc_create_qp {
 	__u32 rsvd1;
 };
 
-/* MODIFY_QP (attr in) and QUERY_QP (attr out). */
+/*
+ * MODIFY_QP (attr in) and QUERY_QP (attr out), as the core's commands of the
+ * same names.  What the core requires of a transition and the device lets a
+ * caller leave out (it keeps its current value), the provider takes from a
+ * QUERY_QP first.
+ */
 struct qhca_ioc_qp_attr {
 	__u32 size;
 	__u32 comp_mask;
@@ -1110,9 +1124,11 @@ struct qhca_ioc_qp_attr {
 };
 
 /*
- * ALLOC_MW: a window of type QHCA_MW_TYPE_* in pdn, unbound; out: its key
- * (tag included: the key of its first bind is ibv_inc_rkey() of it).
- * DEALLOC_MW takes a struct qhca_ioc_handle with that key.
+ * ALLOC_MW: a window of type QHCA_MW_TYPE_1 or _2B (the core's types 1 and
+ * 2; type 2A cannot be asked for: EOPNOTSUPP) in pdn, unbound; out: its key,
+ * the core's rkey (tag included: the key of its first bind is
+ * ibv_inc_rkey() of it).  DEALLOC_MW takes a struct qhca_ioc_handle with
+ * that key.
  */
 struct qhca_ioc_alloc_mw {
 	__u32 size;
@@ -1124,10 +1140,9 @@ struct qhca_ioc_alloc_mw {
 };
 
 /*
- * CREATE_AH: an address handle in pdn; DESTROY_AH takes a qhca_ioc_handle.
- * QHCA_IOCTL_CREATE_AH_V1, the struct as it was before the address vector
- * had sgid_index (40 bytes: attr without its last 8), is still answered
- * for programs built then, with sgid_index 0.
+ * CREATE_AH: an address handle in pdn, sent as the core's CREATE_AH (a
+ * global route from attr, port 1); out: the device's address handle (struct
+ * qhca_ib_create_ah_resp).  DESTROY_AH takes a qhca_ioc_handle.
  */
 struct qhca_ioc_create_ah {
 	__u32 size;
@@ -1137,7 +1152,10 @@ struct qhca_ioc_create_ah {
 	struct qhca_ah_attr attr;
 };
 
-/* QUERY_PORT: any context may ask. */
+/*
+ * QUERY_PORT: the driver's method QHCA_IB_METHOD_QUERY_PORT, whose attribute
+ * is attr.  Any context may ask.
+ */
 struct qhca_ioc_query_port {
 	__u32 size;
 	__u32 comp_mask;
@@ -1146,25 +1164,8 @@ struct qhca_ioc_query_port {
 };
 
 /*
- * SET_GID: entry index (1 .. QHCA_GID_TABLE_LEN - 1) of the port's GID
- * table, as QHCA_CMD_SET_GID takes it; needs CAP_NET_ADMIN (EPERM), as
- * configuring a network interface's address does.  EINVAL for what the
- * device refuses (not an IPv4-mapped unicast address, a duplicate); EBUSY
- * for an entry the RDMA core holds (an address of the port's netdev, which
- * the core's GID table follows; the core gets EBUSY for an entry set here).
- */
-struct qhca_ioc_set_gid {
-	__u32 size;
-	__u32 comp_mask;
-	__u32 index;
-	__u32 rsvd;
-	struct qhca_gid_entry entry;
-};
-
-/*
- * QUERY_CTX.  The stats grew with UD (ud_drop_*); QHCA_IOCTL_QUERY_CTX_V1,
- * the struct as it was before (the first 64 bytes of the stats), is still
- * answered for programs built then.
+ * QUERY_CTX: the driver's method QHCA_IB_METHOD_QUERY_CTX, whose attribute
+ * is stats.
  */
 struct qhca_ioc_query_ctx {
 	__u32 size;
@@ -1173,34 +1174,15 @@ struct qhca_ioc_query_ctx {
 	struct qhca_ctx_stats stats; /* out */
 };
 
-#define QHCA_IOCTL_ALLOC_PD     0xc010ca01u
-#define QHCA_IOCTL_DEALLOC_PD   0xc010ca02u
-#define QHCA_IOCTL_REG_MR       0xc030ca03u
-#define QHCA_IOCTL_DEREG_MR     0xc010ca04u
-#define QHCA_IOCTL_CREATE_CQ    0xc028ca05u
-#define QHCA_IOCTL_DESTROY_CQ   0xc010ca06u
-#define QHCA_IOCTL_CREATE_QP    0xc038ca07u
-#define QHCA_IOCTL_MODIFY_QP    0xc050ca08u
-#define QHCA_IOCTL_QUERY_QP     0xc050ca09u
-#define QHCA_IOCTL_DESTROY_QP   0xc010ca0au
-#define QHCA_IOCTL_QUERY_CTX    0xc070ca0bu
-#define QHCA_IOCTL_QUERY_CTX_V1 0xc050ca0bu
-#define QHCA_IOCTL_GET_ASYNC_EVENT 0xc020ca0cu
-#define QHCA_IOCTL_ADVISE_MR    0xc028ca0du
-#define QHCA_IOCTL_ALLOC_MW     0xc018ca0eu
-#define QHCA_IOCTL_DEALLOC_MW   0xc010ca0fu
-#define QHCA_IOCTL_CREATE_AH    0xc030ca10u
-#define QHCA_IOCTL_CREATE_AH_V1 0xc028ca10u
-#define QHCA_IOCTL_DESTROY_AH   0xc010ca11u
-#define QHCA_IOCTL_QUERY_PORT   0xc240ca12u
-#define QHCA_IOCTL_SET_GID      0xc028ca13u
-
 /*
  * ADVISE_MR: fault [addr, addr + length) of an on-demand region into the
- * device ahead of use, as ibv_advise_mr() does.  With QHCA_ADVISE_FLAG_FLUSH
- * the call returns once the pages are mapped (or with the error that stopped
- * it); without, it queues the work and returns.  EINVAL for a pinned region
- * or a range outside the region; EFAULT when a page cannot be faulted in.
+ * device ahead of use, as ibv_advise_mr() does: the core's ADVISE_MR method
+ * (of its MR object), whose advice and flag numbers these are, with one SGE
+ * for the range (so length fits 32 bits; EINVAL otherwise).  With
+ * QHCA_ADVISE_FLAG_FLUSH the call returns once the pages are mapped (or with
+ * the error that stopped it); without, it queues the work and returns.
+ * EINVAL for a pinned region or a range outside the region; EFAULT when a
+ * page cannot be faulted in.
  */
 enum qhca_advise_mr_advice {
 	QHCA_ADVISE_PREFETCH       = 0, /* map for reading */
@@ -1222,15 +1204,23 @@ struct qhca_ioc_advise_mr {
 
 /*
  * Asynchronous events of a context, as ibv_get_async_event() reports them.
- * The driver queues them per file; poll(2) on the file reports EPOLLIN while
- * one is queued.  GET_ASYNC_EVENT takes the oldest (EAGAIN when none).
+ * The RDMA core queues the driver's events on the context's async event
+ * file (GET_CONTEXT's async_fd; poll(2) reports EPOLLIN while one is
+ * queued).  The provider reads them and gives each, oldest first, as a
+ * struct qhca_ioc_async_event (GET_ASYNC_EVENT; EAGAIN when none): the
+ * core's IB_EVENT_CQ_ERR as QHCA_ASYNC_CQ_ERR, IB_EVENT_QP_FATAL,
+ * _QP_REQ_ERR and _QP_ACCESS_ERR as QHCA_ASYNC_QP_FATAL,
+ * IB_EVENT_DEVICE_FATAL as QHCA_ASYNC_DEVICE_FATAL, with the device's
+ * number of the object; any other as 0x100 + the core's type.
  *
  * QHCA_ASYNC_DEVICE_FATAL is queued once when the device is unbound, removed
  * or stops (a command timed out): the context is then disassociated.  Its
  * doorbell page is replaced by a harmless page (stores are dropped, nothing
- * faults), every CQ's eventfd is signalled so that waiters wake, every
- * other ioctl fails with ENODEV (EIO after a device failure), and poll(2)
- * also reports EPOLLERR.  The program cleans up and exits on its own.
+ * faults), every CQ's completion channel is woken so that waiters wake,
+ * every other command fails with EIO (which the provider reports as ENODEV,
+ * EIO after a device failure), and poll(2) on the async event file reports
+ * EPOLLERR once its events are read.  The program cleans up and exits on its
+ * own.
  */
 enum qhca_async_event_type {
 	QHCA_ASYNC_QP_FATAL     = 0x01, /* element = qpn: the QP entered ERR on its own */
@@ -1245,16 +1235,6 @@ struct qhca_ioc_async_event {
 	__u32 element;    /* out: qpn or cqn */
 	__u64 rsvd[2];
 };
-
-/*
- * mmap offsets (bytes; must be page aligned).  Two mappings, both shared,
- * one page long, never executable; anything else is EINVAL:
- *  - QHCA_MMAP_UAR: the context's own doorbell page (QHCA_UAR_PAGE_SIZE);
- *  - QHCA_MMAP_INVAL: the context's invalidation page (struct
- *    qhca_inval_page, QHCA_PAGE_SIZE), read-only: PROT_WRITE is EACCES.
- */
-#define QHCA_MMAP_UAR   0x0ull
-#define QHCA_MMAP_INVAL 0x1000ull
 
 /* ------------------------------------------------------------------------ */
 /* The invalidation page: watched regions for registration caches.          */
@@ -1277,7 +1257,8 @@ struct qhca_ioc_async_event {
 /* pinned.  Keys are never reused, so a published key names one             */
 /* registration.                                                            */
 /*                                                                          */
-/* The page is the context's, written only by the driver:                   */
+/* The page is the context's (GET_CONTEXT's inval_mmap_offset, below),     */
+/* written only by the driver:                                              */
 /*  - generation counts published revocations; revocation g (from 1) is in  */
 /*    ring[(g - 1) % QHCA_INVAL_RING_ENTRIES].  The driver writes an entry  */
 /*    as: seq = 0, the fields, then seq = g (release), then generation = g  */
@@ -1324,26 +1305,29 @@ struct qhca_inval_page {
 /*
  * GET_CONTEXT (alloc_ucontext): no driver input.  The response names the
  * context's own doorbell page (allocated with the context; a context is one
- * of the device's doorbell pages, charged to its user as a /dev/qhcaN open
- * is): mmap(db_mmap_offset, QHCA_UAR_PAGE_SIZE, PROT_WRITE, MAP_SHARED) on
- * the uverbs file maps it (uncached; never executable).  attr is what
- * QHCA_IOCTL_QUERY_DEVICE answers on /dev/qhcaN (CPU byte order): what the
- * device can do, beyond what the core's QUERY_DEVICE says (max_inline, the
- * QHCA_CAP_* bits).  A provider built before it passes a shorter response
- * and gets its prefix.
+ * of the device's doorbell pages, charged to the user who opened the uverbs
+ * file): mmap(db_mmap_offset, QHCA_UAR_PAGE_SIZE, PROT_WRITE, MAP_SHARED)
+ * on the uverbs file maps it (uncached; never executable).  It names the
+ * context's invalidation page too (struct qhca_inval_page, see "The
+ * invalidation page"): mmap(inval_mmap_offset, one page, PROT_READ,
+ * MAP_SHARED) maps it; PROT_WRITE is EACCES, a private or executable
+ * mapping EINVAL.  attr (CPU byte order) is what the device can do, beyond
+ * what the core's QUERY_DEVICE says (max_inline, the QHCA_CAP_* bits); the
+ * provider keeps it with uar_index as a struct qhca_ioc_query_device.  A
+ * provider built before it passes a shorter response and gets its prefix.
  */
 struct qhca_ib_alloc_ucontext_resp {
 	__u32 comp_mask;      /* 0 */
-	__u32 uar_index;      /* the doorbell page's index (what QUERY_DEVICE's uar_index is on /dev/qhcaN) */
+	__u32 uar_index;      /* the doorbell page's index in BAR2 */
 	__u64 db_mmap_offset; /* of the doorbell page */
-	__u64 inval_mmap_offset; /* of the invalidation page (QHCA_MMAP_INVAL's on /dev/qhcaN): read-only */
+	__u64 inval_mmap_offset; /* of the invalidation page: read-only */
 	__u64 rsvd;
 	struct qhca_device_attr attr;
 };
 
 /* ALLOC_PD: no driver input.  The response (4-byte aligned: it follows the
- * core's 4-byte pd_handle) names the device's PD, what QHCA_IOCTL_ALLOC_PD's
- * handle is on /dev/qhcaN. */
+ * core's 4-byte pd_handle) names the device's PD: the pdn of the device's
+ * commands and of the provider's requests (ALLOC_PD's handle). */
 struct qhca_ib_alloc_pd_resp {
 	__u32 pdn;
 	__u32 rsvd;
@@ -1363,7 +1347,7 @@ struct qhca_ib_reg_mr {
 };
 
 /*
- * CREATE_CQ: the ring is the process's memory, as QHCA_IOCTL_CREATE_CQ's:
+ * CREATE_CQ: the ring is the process's memory, as in qhca_ioc_create_cq:
  * buf_addr page aligned, 2^log_entries CQEs then struct qhca_cq_dbrec,
  * buf_len that rounded up to pages; at least the core's cqe entries.  The
  * core's cqe in the response is 2^log_entries.
@@ -1381,8 +1365,8 @@ struct qhca_ib_create_cq_resp {
 };
 
 /*
- * CREATE_QP (RC or UD; no SRQ, no creation flags): the rings, as
- * QHCA_IOCTL_CREATE_QP's.  The core's max_send_wr and max_recv_wr must fit
+ * CREATE_QP (RC or UD; no SRQ, no creation flags): the rings, as in
+ * qhca_ioc_create_qp.  The core's max_send_wr and max_recv_wr must fit
  * 2^sq_log and 2^rq_log; max_sge is the larger of its two SGE counts;
  * max_inline_data is the QP's inline limit.  The core's response carries the
  * QPN and the capabilities as created (each queue's 2^log entries, max_sge
@@ -1412,13 +1396,11 @@ struct qhca_ib_create_ah_resp {
  * UVERBS_OBJECT_DEVICE): what the verbs cannot ask.  Method and attribute
  * ids are in the driver's namespace (1 << UVERBS_ID_NS_SHIFT).
  *
- * QHCA_IB_METHOD_QUERY_CTX: the calling context's counters, as
- *   QHCA_IOCTL_QUERY_CTX gives them: attribute QHCA_IB_ATTR_QUERY_CTX_STATS
- *   (out) is a struct qhca_ctx_stats.
- * QHCA_IB_METHOD_QUERY_PORT: the port as the device sees it, as
- *   QHCA_IOCTL_QUERY_PORT gives it (MAC, state, wire, counters, the GID
- *   table with prefixes): attribute QHCA_IB_ATTR_QUERY_PORT_ATTR (out) is a
- *   struct qhca_port_attr.
+ * QHCA_IB_METHOD_QUERY_CTX: the calling context's counters: attribute
+ *   QHCA_IB_ATTR_QUERY_CTX_STATS (out) is a struct qhca_ctx_stats.
+ * QHCA_IB_METHOD_QUERY_PORT: the port as the device sees it (MAC, state,
+ *   wire, counters, the GID table with prefixes): attribute
+ *   QHCA_IB_ATTR_QUERY_PORT_ATTR (out) is a struct qhca_port_attr.
  */
 #define QHCA_IB_ID_NS (1u << 12)
 

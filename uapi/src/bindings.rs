@@ -144,52 +144,7 @@ pub const QHCA_DB_QN_MASK: u32 = 16777215;
 pub const QHCA_DB_TYPE_SHIFT: u32 = 24;
 pub const QHCA_DB_TYPE_MASK: u32 = 15;
 pub const QHCA_DB_INDEX_SHIFT: u32 = 32;
-pub const QHCA_IOC_MAGIC: u32 = 202;
-pub const QHCA_IOC_NR_QUERY_DEVICE: u32 = 0;
-pub const QHCA_IOCTL_QUERY_DEVICE: u32 = 3231762944;
-pub const QHCA_IOC_NR_ALLOC_PD: u32 = 1;
-pub const QHCA_IOC_NR_DEALLOC_PD: u32 = 2;
-pub const QHCA_IOC_NR_REG_MR: u32 = 3;
-pub const QHCA_IOC_NR_DEREG_MR: u32 = 4;
-pub const QHCA_IOC_NR_CREATE_CQ: u32 = 5;
-pub const QHCA_IOC_NR_DESTROY_CQ: u32 = 6;
-pub const QHCA_IOC_NR_CREATE_QP: u32 = 7;
-pub const QHCA_IOC_NR_MODIFY_QP: u32 = 8;
-pub const QHCA_IOC_NR_QUERY_QP: u32 = 9;
-pub const QHCA_IOC_NR_DESTROY_QP: u32 = 10;
-pub const QHCA_IOC_NR_QUERY_CTX: u32 = 11;
-pub const QHCA_IOC_NR_GET_ASYNC_EVENT: u32 = 12;
-pub const QHCA_IOC_NR_ADVISE_MR: u32 = 13;
-pub const QHCA_IOC_NR_ALLOC_MW: u32 = 14;
-pub const QHCA_IOC_NR_DEALLOC_MW: u32 = 15;
-pub const QHCA_IOC_NR_CREATE_AH: u32 = 16;
-pub const QHCA_IOC_NR_DESTROY_AH: u32 = 17;
-pub const QHCA_IOC_NR_QUERY_PORT: u32 = 18;
-pub const QHCA_IOC_NR_SET_GID: u32 = 19;
-pub const QHCA_IOCTL_ALLOC_PD: u32 = 3222325761;
-pub const QHCA_IOCTL_DEALLOC_PD: u32 = 3222325762;
-pub const QHCA_IOCTL_REG_MR: u32 = 3224422915;
-pub const QHCA_IOCTL_DEREG_MR: u32 = 3222325764;
-pub const QHCA_IOCTL_CREATE_CQ: u32 = 3223898629;
-pub const QHCA_IOCTL_DESTROY_CQ: u32 = 3222325766;
-pub const QHCA_IOCTL_CREATE_QP: u32 = 3224947207;
-pub const QHCA_IOCTL_MODIFY_QP: u32 = 3226520072;
-pub const QHCA_IOCTL_QUERY_QP: u32 = 3226520073;
-pub const QHCA_IOCTL_DESTROY_QP: u32 = 3222325770;
-pub const QHCA_IOCTL_QUERY_CTX: u32 = 3228617227;
-pub const QHCA_IOCTL_QUERY_CTX_V1: u32 = 3226520075;
-pub const QHCA_IOCTL_GET_ASYNC_EVENT: u32 = 3223374348;
-pub const QHCA_IOCTL_ADVISE_MR: u32 = 3223898637;
-pub const QHCA_IOCTL_ALLOC_MW: u32 = 3222850062;
-pub const QHCA_IOCTL_DEALLOC_MW: u32 = 3222325775;
-pub const QHCA_IOCTL_CREATE_AH: u32 = 3224422928;
-pub const QHCA_IOCTL_CREATE_AH_V1: u32 = 3223898640;
-pub const QHCA_IOCTL_DESTROY_AH: u32 = 3222325777;
-pub const QHCA_IOCTL_QUERY_PORT: u32 = 3259025938;
-pub const QHCA_IOCTL_SET_GID: u32 = 3223898643;
 pub const QHCA_ADVISE_FLAG_FLUSH: u32 = 1;
-pub const QHCA_MMAP_UAR: u32 = 0;
-pub const QHCA_MMAP_INVAL: u32 = 4096;
 pub const QHCA_INVAL_RING_ENTRIES: u32 = 127;
 pub const QHCA_IB_UVERBS_ABI_VERSION: u32 = 1;
 pub const QHCA_IB_REG_MR_WATCHED: u32 = 1;
@@ -693,15 +648,6 @@ pub struct qhca_ioc_query_port {
     pub comp_mask: __u32,
     pub rsvd: __u64,
     pub attr: qhca_port_attr,
-}
-#[repr(C)]
-#[derive(Debug, Default, Copy, Clone)]
-pub struct qhca_ioc_set_gid {
-    pub size: __u32,
-    pub comp_mask: __u32,
-    pub index: __u32,
-    pub rsvd: __u32,
-    pub entry: qhca_gid_entry,
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]

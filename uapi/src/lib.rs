@@ -5,19 +5,17 @@
 //! `uapi/include/qhca-abi.h` is the single source of truth. [`bindings`] is bindgen's output for
 //! it, committed and checked for drift by `cargo test` (`uapi/regen.sh` is the only place the
 //! bindgen command is written). Its items are re-exported here under their C names
-//! (`QHCA_ABI_VERSION`, `qhca_ioc_query_device`, ...).
+//! (`QHCA_ABI_VERSION`, `qhca_ib_alloc_ucontext_resp`, `qhca_ioc_query_device`, ...).
 //!
 //! Around it sit small pure helpers that the provider, the tools and the kernel module all need:
 //!
 //! - [`db`]: the doorbell word (queue number, type, index), encode and decode;
-//! - [`ioctl`]: the `_IOC` encoding as `const fn`s, and a compile-time check that the ioctl numbers
-//!   spelled out in the header match their structs;
 //! - typed constants for the few macros whose bindgen type (`u32`) is not the type of the field
 //!   they describe (capability bits, the doorbell page size as `usize`).
 //!
 //! The crate is `no_std` and has no dependencies. `bindings.rs` uses only `core::` paths, so the
-//! kernel module can include it directly with `#[path]`; `db.rs` and `ioctl.rs` only reach it
-//! through `super::bindings`, so they can be included the same way next to it.
+//! kernel module can include it directly with `#[path]`; `db.rs` only reaches it through
+//! `super::bindings`, so it can be included the same way next to it.
 
 #![no_std]
 
@@ -37,13 +35,9 @@ pub mod bindings;
 pub use bindings::*;
 
 pub mod db;
-pub mod ioctl;
 
-/// [`QHCA_UAR_PAGE_SIZE`] as a length: one doorbell page, the only mapping of this ABI version.
+/// [`QHCA_UAR_PAGE_SIZE`] as a length: one doorbell page, the length of its mapping.
 pub const UAR_PAGE_SIZE: usize = QHCA_UAR_PAGE_SIZE as usize;
-
-/// [`QHCA_MMAP_UAR`] as an mmap offset.
-pub const MMAP_UAR_OFFSET: u64 = QHCA_MMAP_UAR as u64;
 
 /// [`QHCA_CAP_UAR_ISOLATION`] as a bit of the 64-bit `caps` field.
 pub const CAP_UAR_ISOLATION: u64 = QHCA_CAP_UAR_ISOLATION as u64;
@@ -86,3 +80,4 @@ const _: () = assert!(core::mem::size_of::<qhca_eqe>() == 32);
 const _: () = assert!(core::mem::size_of::<qhca_eqe_page_fault>() == 32);
 const _: () = assert!(core::mem::size_of::<qhca_device_attr>() == 128);
 const _: () = assert!(core::mem::size_of::<qhca_ioc_query_device>() == 160);
+const _: () = assert!(core::mem::size_of::<qhca_ib_alloc_ucontext_resp>() == 160);

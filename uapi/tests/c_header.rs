@@ -2,7 +2,7 @@
 
 //! The header seen by a C compiler, as QEMU and user space see it: it must compile on its own,
 //! with <linux/types.h> and with <stdint.h>, have no implicit padding (-Wpadded), and agree with
-//! the sizes, offsets and ioctl numbers that layout.rs checks on the Rust side.
+//! the sizes and offsets that layout.rs checks on the Rust side.
 
 use std::path::Path;
 use std::process::Command;

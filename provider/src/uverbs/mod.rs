@@ -4,13 +4,12 @@
 //! ABI every RDMA device has: a context opened there speaks the core's write-ABI commands
 //! (`write(2)` of `struct ib_uverbs_cmd_hdr` and the command, with qhca's udata after it), as
 //! libibverbs does for the installed provider, and maps its doorbell page through the core's
-//! mmap entry. The rings and the doorbell are the same as on `/dev/qhcaN`, so the data path does
-//! not change and makes no system call.
+//! mmap entry. The data path (rings in the process's memory, one doorbell store per post) makes
+//! no system call.
 //!
 //! The rest of the crate keeps naming objects by the device's numbers (PDN, key, CQN, QPN, AH):
 //! this backend remembers which core handle each number is ([`Handles`]) and which number each
-//! user handle the core reports events with is. Issue 26's step 4 moves the crate here; until
-//! every user has moved, `/dev/qhcaN` stays the default ([`crate::Context::open`] takes either).
+//! user handle the core reports events with is.
 //!
 //! `ADVISE_MR` is a method of the core's ioctl interface (it has no write command), and so are
 //! the driver's own `QUERY_CTX` and `QUERY_PORT` ([`methods`]); watched regions are a flag of
@@ -201,8 +200,8 @@ fn exec<C: Command, D, R>(
 
 impl Uverbs {
     /// Opens the context on the uverbs node `fd` (`GET_CONTEXT`, which makes the context's async
-    /// event file and doorbell page) and returns it with what `QUERY_DEVICE` answers on
-    /// `/dev/qhcaN`.
+    /// event file and doorbell page) and returns it with what the device is and which doorbell
+    /// page the context owns (GET_CONTEXT's answer).
     pub(crate) fn open(path: &Path, fd: BorrowedFd<'_>) -> Result<(Uverbs, qhca_ioc_query_device)> {
         check_device(path)?;
         let mut resp = Resp::<ib_uverbs_get_context_resp, qhca_ib_alloc_ucontext_resp>::default();
@@ -296,7 +295,7 @@ impl Uverbs {
         exec(self.cmd, command, cmd, drv, resp)
     }
 
-    /// A command's errno as `/dev/qhcaN` would give it: the core answers `EIO` to every command
+    /// A command's errno as the crate reports it: the core answers `EIO` to every command
     /// of a disassociated context, which the rest of the crate knows as `ENODEV` (the device
     /// went away; `EIO` stays a device failure's).
     pub(crate) fn errno_of(&self, e: Errno) -> Errno {
@@ -343,7 +342,7 @@ impl Uverbs {
         }
     }
 
-    /// The oldest async event as `QHCA_IOCTL_GET_ASYNC_EVENT` gives it (`EAGAIN`: none).
+    /// The oldest async event as `GET_ASYNC_EVENT` gives it (`EAGAIN`: none).
     pub(crate) fn get_async_event(&self) -> Result<(u32, u32), Errno> {
         self.peek_events()
             .map_err(|e| e.errno().unwrap_or(Errno::EIO))?;

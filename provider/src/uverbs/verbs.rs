@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! The verbs objects through the core's commands: each takes the request the crate builds for
-//! `/dev/qhcaN` (`struct qhca_ioc_*`) and answers it the same way, with the device's numbers,
-//! so that the objects' code does not know which file its context is on.
+//! The verbs objects through the core's commands: each takes the request the crate builds
+//! (`struct qhca_ioc_*`) and answers it the same way, with the device's numbers, so that the
+//! objects' code does not deal with the core's handles.
 
 use qhca_uapi::{
     qhca_ah_attr, qhca_ib_alloc_pd_resp, qhca_ib_create_ah_resp, qhca_ib_create_cq,

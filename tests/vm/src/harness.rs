@@ -448,7 +448,7 @@ mod tests {
         assert!(!check_errno!(t, Ok::<(), Errno>(()), Errno::EINVAL));
         let io = std::fs::File::open("/nonexistent/qhca");
         assert!(check_errno!(t, io, Errno::ENOENT));
-        let q = qhca::Context::open("/nonexistent/qhca");
+        let q = qhca::Context::open("/dev/infiniband/uverbs-nonexistent");
         assert!(check_errno!(t, q, Errno::ENOENT));
         let q: Result<(), qhca::Error> = Err(qhca::Error::NoDevices);
         assert!(!check_errno!(t, q, Errno::ENOENT));

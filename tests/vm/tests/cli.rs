@@ -95,14 +95,14 @@ fn no_matching_case_is_not_a_pass() {
 
 #[test]
 fn hold_helper_reports_errno_of_a_failed_open_or_query() {
-    let out = vmtest(&["__hold", "/nonexistent/qhca0"], &[]);
+    let out = vmtest(&["__hold", "/dev/infiniband/uverbs-nonexistent"], &[]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(text(&out.stdout), "errno 2 No such file or directory\n");
-    // /dev/null opens but knows no QUERY_DEVICE.
+    // /dev/null is no uverbs node: refused before it is opened.
     let out = vmtest(&["__hold", "/dev/null"], &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out.stdout).starts_with("errno 25 "),
+        text(&out.stdout).starts_with("errno 19 "),
         "{}",
         text(&out.stdout)
     );
@@ -130,9 +130,12 @@ fn verbs_cases_are_listed_whatever_the_environment_says() {
 
 #[test]
 fn verbs_helpers_fail_cleanly_without_a_device() {
-    let out = vmtest(&["__verbs_nosys", "/nonexistent/qhca0", "10"], &[]);
+    let out = vmtest(
+        &["__verbs_nosys", "/dev/infiniband/uverbs-nonexistent", "10"],
+        &[],
+    );
     assert_eq!(out.status.code(), Some(10), "setup failure code");
-    let out = vmtest(&["__verbs_peer", "/nonexistent/qhca0"], &[]);
+    let out = vmtest(&["__verbs_peer", "/dev/infiniband/uverbs-nonexistent"], &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains("No such file"),

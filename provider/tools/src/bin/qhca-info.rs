@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
 //! `qhca-info`: what `ibv_devinfo -v` shows, for qhca devices, and their port's GID table as
-//! `ip addr` shows addresses. On the RDMA core's device (the default) the port's addresses are
-//! its netdev's (`ip addr add ... dev NETDEV`); only the driver's own node (`-d /dev/qhcaN`,
-//! until it goes) takes `addr add` and `addr del`.
+//! `ip addr` shows addresses. The port's addresses are its netdev's: `addr add` and `addr del`
+//! answer with the `ip addr` command that does it (`ip addr add ... dev NETDEV`).
 //!
 //! ```text
 //! qhca-info [-d NAME | -d PATH | --ib-dev=NAME] [-l | --list] [-v] [-h]
@@ -25,8 +24,7 @@ Usage: qhca-info [options]
        qhca-info [NAME] addr del A.B.C.D
 Show the attributes of qhca devices, like ibv_devinfo -v; list the addresses (GIDs) of a
 device's port, like ip addr. A port's addresses are its netdev's: ip addr add A.B.C.D/N dev
-NETDEV. Only the driver's own node (-d /dev/qhcaN) takes addr add and addr del (they need
-CAP_NET_ADMIN).
+NETDEV; addr add and addr del print that command and fail.
 
 Options:
   -d, --ib-dev=NAME   only show device NAME: the RDMA core's name (rocep0s10), qhcaN (the
@@ -348,58 +346,33 @@ fn render_addrs(dev: &DeviceInfo, p: &PortAttr) -> String {
     s
 }
 
-/// The device whose node is `path`, as [`qhca::devices`] or [`qhca::misc_devices`] list it;
-/// named by its file name if neither does.
+/// The device whose node is `path`, as [`qhca::devices`] lists it; named by its file name if it
+/// does not.
 fn device_at(path: &str) -> DeviceInfo {
     let listed = |l: qhca::Result<Vec<DeviceInfo>>| {
         l.ok()?
             .into_iter()
             .find(|d| d.path == std::path::Path::new(path))
     };
-    listed(qhca::devices())
-        .or_else(|| listed(qhca::misc_devices()))
-        .unwrap_or_else(|| DeviceInfo {
-            name: path.rsplit('/').next().unwrap_or(path).to_owned(),
-            index: 0,
-            path: path.into(),
-            pci_addr: None,
-        })
+    listed(qhca::devices()).unwrap_or_else(|| DeviceInfo {
+        name: path.rsplit('/').next().unwrap_or(path).to_owned(),
+        index: 0,
+        path: path.into(),
+        pci_addr: None,
+    })
 }
 
-/// `addr add` and `addr del` on one device: the line of the GID added, or of the one deleted.
-/// On the RDMA core's node the port's addresses are its netdev's: what to run instead.
+/// `addr add` and `addr del` on one device: the port's addresses are its netdev's, so the error
+/// names the `ip addr` command to run instead.
 fn change_addr(dev: &DeviceInfo, cmd: &Cmd) -> qhca::Result<String> {
-    if dev.path.starts_with(qhca::UVERBS_DEV_DIR) {
-        let ndev = dev.netdev().unwrap_or_else(|| "NETDEV".into());
-        let what = match *cmd {
-            Cmd::AddrAdd(a, n) => format!("ip addr add {a}/{n} dev {ndev}"),
-            Cmd::AddrDel(a) => format!("ip addr del {a} dev {ndev}"),
-            Cmd::Show | Cmd::AddrList => unreachable!("not a change"),
-        };
-        return Err(qhca::Error::Invalid {
-            what: format!("the port's addresses are its netdev's: {what}"),
-        });
-    }
-    let ctx = dev.open()?;
-    Ok(match *cmd {
-        Cmd::AddrAdd(addr, len) => {
-            let index = ctx.add_ipv4(addr, len)?;
-            let e = GidEntry {
-                index,
-                gid: addr.into(),
-                prefix_len: len,
-            };
-            format!("{}: {}\n", dev.name, gid_line(&e))
-        }
-        Cmd::AddrDel(addr) => {
-            let index = ctx.del_ipv4(addr)?;
-            format!(
-                "{}: deleted gid {index} {}\n",
-                dev.name,
-                qhca::Gid::from(addr)
-            )
-        }
+    let ndev = dev.netdev().unwrap_or_else(|| "NETDEV".into());
+    let what = match *cmd {
+        Cmd::AddrAdd(a, n) => format!("ip addr add {a}/{n} dev {ndev}"),
+        Cmd::AddrDel(a) => format!("ip addr del {a} dev {ndev}"),
         Cmd::Show | Cmd::AddrList => unreachable!("not a change"),
+    };
+    Err(qhca::Error::Invalid {
+        what: format!("the port's addresses are its netdev's: {what}"),
     })
 }
 
@@ -543,8 +516,8 @@ mod tests {
         let a = args(&["rocep0s10", "addr"]).unwrap();
         assert_eq!(a.device.as_deref(), Some("rocep0s10"));
         assert_eq!(a.cmd, Cmd::AddrList);
-        let a = args(&["/dev/qhca0", "addr", "add", "10.7.0.3/24"]).unwrap();
-        assert_eq!(a.device.as_deref(), Some("/dev/qhca0"));
+        let a = args(&["/dev/infiniband/uverbs0", "addr", "add", "10.7.0.3/24"]).unwrap();
+        assert_eq!(a.device.as_deref(), Some("/dev/infiniband/uverbs0"));
         assert!(args(&["rocep0s10"]).is_err());
         // As `ip addr del` takes it: the prefix is ignored.
         assert_eq!(
@@ -612,7 +585,7 @@ mod tests {
         let dev = DeviceInfo {
             name: "qhca0".into(),
             index: 0,
-            path: "/dev/qhca0".into(),
+            path: "/dev/infiniband/uverbs0".into(),
             pci_addr: None,
         };
         assert_eq!(
@@ -628,7 +601,7 @@ mod tests {
         let dev = DeviceInfo {
             name: "qhca0".into(),
             index: 0,
-            path: "/dev/qhca0".into(),
+            path: "/dev/infiniband/uverbs0".into(),
             pci_addr: Some("0000:00:03.0".into()),
         };
         let attr = DeviceAttr {

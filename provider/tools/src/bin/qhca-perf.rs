@@ -41,8 +41,8 @@ Modes: write_lat write_bw send_lat send_bw read_lat atomic_lat (RC)
 Options:
   -s, --size=BYTES      message size (default 2; atomic_lat: always 8; k/M suffixes)
   -n, --iters=N         iterations (default 1000)
-  -d, --ib-dev=NAME     device (default: the first qhca device); or a node, /dev/qhcaN or
-                        the RDMA core's /dev/infiniband/uverbsN
+  -d, --ib-dev=NAME     device (default: the first qhca device); or its node,
+                        /dev/infiniband/uverbsN
   -p, --port=PORT       TCP port for the connection exchange (default 18515)
   -m, --mtu=BYTES       path MTU: 256, 512, 1024, 2048 or 4096 (default 4096)
   -t, --tx-depth=N      outstanding requests in write_bw and send_bw (default 128)

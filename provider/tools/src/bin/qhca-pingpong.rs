@@ -31,8 +31,8 @@ Options:
   -s, --size=BYTES      message size (default 4096; k/M suffixes)
   -n, --iters=N         round trips (default 1000)
   -c, --chk             check every received message's contents
-  -d, --ib-dev=NAME     device (default: the first qhca device); or a node, /dev/qhcaN or
-                        the RDMA core's /dev/infiniband/uverbsN
+  -d, --ib-dev=NAME     device (default: the first qhca device); or its node,
+                        /dev/infiniband/uverbsN
   -p, --port=PORT       TCP port for the connection exchange (default 18515)
   -m, --mtu=BYTES       path MTU (default 4096)
   -x, --gid-index=N     send from GID N of the port and name it to the peer (as

@@ -155,8 +155,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Opts, String> {
 
 /// A context on `-d NAME` (the RDMA core's name of a qhca device, `rocep0s10` as `ibv_devices`
 /// lists it, or `qhcaN`, the N-th qhca device: its uverbs node), on `-d PATH` (a node:
-/// `/dev/infiniband/uverbs0`, or the driver's own `/dev/qhca0` while it is there), or on the
-/// first device.
+/// `/dev/infiniband/uverbs0`), or on the first device.
 pub fn open_ctx(dev: Option<&str>) -> qhca::Result<Arc<Context>> {
     Ok(Arc::new(Context::open(qhca::node_of(dev)?)?))
 }
