@@ -6,13 +6,13 @@
 //! The `ib_device` is the driver's one control path (`docs/design-ib-device.md`). A user context
 //! (an open of the uverbs device) is one of the device's contexts ([`Ctx`]: its doorbell page,
 //! charged to its user, offered to `mmap(2)` through the core's entries; its event routes, page
-//! faults and objects), and its verbs objects are made by [`Verbs`], which checks them and runs
-//! the device's commands: [`objects`] translates the core's requests for CQs, regions, windows
-//! and address handles, [`qp`] for QPs. No kernel verbs (see [`crate::rdma`]). The port's GIDs are the core's,
-//! from the addresses of the port's netdev ([`crate::netdev`]): its default GID is the device's
-//! fixed entry 0, and each IPv4 address becomes the same entry of the device's table (`add_gid`);
-//! IPv6 addresses other than the link-local one are refused (the device takes IPv4-mapped GIDs
-//! only in this version).
+//! faults and objects), and its verbs objects are made by [`Verbs`], which checks them and runs the
+//! device's commands: [`objects`] translates the core's requests for CQs, regions, windows and
+//! address handles, [`qp`] for QPs. No kernel verbs (see [`crate::rdma`]). The port's GIDs are the
+//! core's, from the addresses of the port's netdev ([`crate::netdev`]): its default GID is the
+//! device's fixed entry 0, and each IPv4 address becomes the same entry of the device's table
+//! (`add_gid`); IPv6 addresses other than the link-local one are refused (the device takes
+//! IPv4-mapped GIDs only in this version).
 
 mod objects;
 mod qp;

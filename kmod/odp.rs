@@ -21,11 +21,11 @@
 //! - **Teardown.** Deregistration sends `DEREG_MR` under the region's lock, unmaps everything,
 //!   and only then removes the notifier (until then it still guards the pages the device has).
 //!
-//! Locking. Invalidations run inside the kernel's `invalidate_range_start` with `mmap_lock` (or
-//! a file's `i_mmap_rwsem`) held, and may run from reclaim. So under a region's lock nothing
-//! allocates memory that may reclaim, takes `mmap_lock`, the bound-device lock or a file's
+//! Locking. Invalidations run inside the kernel's `invalidate_range_start` with `mmap_lock` (or a
+//! file's `i_mmap_rwsem`) held, and may run from reclaim. So under a region's lock nothing
+//! allocates memory that may reclaim, takes `mmap_lock`, the bound-device lock or a context's
 //! objects, or reports a command-queue death (which zaps mappings): commands sent there use
-//! [`QhcaDevice::exec_no_report`]. The order is: bound-device lock, a file's objects, a region's
+//! [`QhcaDevice::exec_no_report`]. The order is: bound-device lock, a context's objects, a region's
 //! lock, then the command queue.
 
 mod region;

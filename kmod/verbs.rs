@@ -357,11 +357,11 @@ impl<'a> Verbs<'a> {
 }
 
 impl Objects {
-    /// Destroys everything, in dependency order (QPs, AHs, CQs, windows, MRs, PDs). Called when
-    /// the context is deallocated, and at unbind ([`Ctx::release_objects`]). With `device_alive` false
-    /// the device is stopped (unbound or failed) and forgot the objects, so only the host
-    /// resources are freed. A destroy the live device refuses leaves an object the device may
-    /// still use: its memory is leaked, pinned, rather than freed under the device.
+    /// Destroys everything, in dependency order (QPs, AHs, CQs, windows, MRs, PDs). Called when the
+    /// context is deallocated, and at unbind ([`Ctx::release_objects`]). With `device_alive` false
+    /// the device is stopped (unbound or failed) and forgot the objects, so only the host resources
+    /// are freed. A destroy the live device refuses leaves an object the device may still use: its
+    /// memory is leaked, pinned, rather than freed under the device.
     pub(crate) fn destroy_all(
         &mut self,
         dev: &QhcaDevice,

@@ -23,8 +23,8 @@
 //! take) only if no invalidation began since; else `REG_MR` fails with `EAGAIN`.
 //!
 //! Locking is that of ODP regions (see [`crate::odp`]): under a region's lock nothing allocates
-//! memory that may reclaim, takes `mmap_lock`, the bound-device lock or a file's objects;
-//! commands go through [`QhcaDevice::exec_no_report`]. The order is: bound-device lock, a file's
+//! memory that may reclaim, takes `mmap_lock`, the bound-device lock or a context's objects;
+//! commands go through [`QhcaDevice::exec_no_report`]. The order is: bound-device lock, a context's
 //! objects, a region's lock, then the command queue, the context's invalidation page and the
 //! worker's queue.
 
@@ -410,9 +410,9 @@ impl WatchedMr {
             self.ctx.inval.publish(self.key(), self.addr, self.len);
         }
         // SAFETY: `self` is the owner of an inserted notifier, at its address in its `Arc`
-        // (`Arc::as_ptr`, type invariant); `st.live` is set, under this lock, so the file's
-        // objects hold an `Arc` of it, which only `close` (which takes this lock first) lets go
-        // of: the count stays above zero while the borrow lives.
+        // (`Arc::as_ptr`, type invariant); `st.live` is set, under this lock, so the context's
+        // objects hold an `Arc` of it, which only `close` (which takes this lock first) lets go of:
+        // the count stays above zero while the borrow lives.
         let this: Arc<Self> = unsafe { ArcBorrow::from_raw(self) }.into();
         if whole || dev.is_stopped() {
             st.live = false;
@@ -427,7 +427,7 @@ impl WatchedMr {
         drop(st);
         // Unpinned by the worker; without one (the device is shut down), at deregistration.
         // (`this` is not the last reference: `close` waits for this callback before the
-        // file's objects let go of theirs.)
+        // context's objects let go of theirs.)
         let _ = dev.odp.with_queue(|q| q.enqueue(this));
         if !was_stopped && dev.is_stopped() {
             dev.odp.report_death_later(&self.dev);

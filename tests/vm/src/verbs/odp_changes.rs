@@ -468,22 +468,22 @@ pub(super) fn verbs_odp_kill_while_faulting(t: &mut T, cfg: &Config) -> CaseResu
         system::killed_by_signal(&st, Signal::SIGKILL),
         "helper ended with {st}"
     );
-    // The file is released when the process is gone; the worker may still be finishing.
+    // The mappings go with the address space (exit_mm) and the pinned rings with the file's
+    // release, which comes after it (exit_files, then the core's release of the uverbs file);
+    // the worker may still be finishing: both must reach 0, within 10 s.
+    const PINNED: &str = "/sys/kernel/debug/qhca/pinned_pages";
     let end = Instant::now() + Duration::from_secs(10);
-    let mut mapped = String::new();
+    let (mut mapped, mut pinned) = (String::new(), String::new());
     while Instant::now() < end {
         mapped = std::fs::read_to_string(ODP_MAPPED)?.trim().to_owned();
-        if mapped == "0" {
+        pinned = std::fs::read_to_string(PINNED)?.trim().to_owned();
+        if mapped == "0" && pinned == "0" {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     check_eq!(t, mapped, "0", "{ODP_MAPPED} after kill -9");
-    check_eq!(
-        t,
-        std::fs::read_to_string("/sys/kernel/debug/qhca/pinned_pages")?.trim(),
-        "0"
-    );
+    check_eq!(t, pinned, "0", "{PINNED} after kill -9");
     // The mappings go with the address space (the exit's invalidations), before the file is
     // released; a region that the fault worker holds at the release is destroyed, and its PD
     // and context with it, when the worker lets go of it: that can come later.
