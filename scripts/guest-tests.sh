@@ -21,9 +21,26 @@ else
 	bad module_loads "insmod $ko failed"
 fi
 
+# The guest kernel has no hung-task detector: if the suite still runs after QHCA_STALL_DUMP_S
+# seconds (default 600, well below the guests' time limit), the stacks of the tasks in
+# uninterruptible sleep are printed, so that a hang shows where it is before the limit ends it.
+stall_dump() {
+	local p
+	sleep "${QHCA_STALL_DUMP_S:-600}"
+	echo "guest: the suite still runs after ${QHCA_STALL_DUMP_S:-600} s; tasks in D state:"
+	for p in /proc/[0-9]*; do
+		[ "$(awk '/^State/ {print $2}' "$p/status" 2>/dev/null)" = D ] || continue
+		echo "--- ${p#/proc/} $(cat "$p/comm" 2>/dev/null)"
+		cat "$p/stack" 2>/dev/null
+	done
+}
+stall_dump &
+stall=$!
+
 out=$(mktemp)
 QHCA_KO=$ko "$vmtest" "$@" 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
+kill "$stall" 2>/dev/null
 line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out" | tail -n1)
 if [ -n "$line" ]; then
 	pass=$((pass + $(echo "$line" | awk '{print $1}')))
