@@ -12,7 +12,7 @@
 
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
@@ -125,6 +125,14 @@ pub fn destructive_cases() -> Vec<Case<Config>> {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
+
+/// True if `fd` polls readable or in error right now: a waiter on it would wake.
+fn wakes(fd: BorrowedFd<'_>) -> nix::Result<bool> {
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    poll(&mut fds, PollTimeout::ZERO)?;
+    let ev = fds[0].revents().unwrap_or(PollFlags::empty());
+    Ok(ev.intersects(PollFlags::POLLIN | PollFlags::POLLERR))
+}
 
 /// A non-blocking eventfd.
 fn eventfd() -> std::io::Result<OwnedFd> {

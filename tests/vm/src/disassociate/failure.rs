@@ -3,7 +3,6 @@
 //! A dead command queue, a destroy the device refuses, the probe error path, and a device that
 //! claims more doorbell pages than its BAR holds.
 
-use std::os::fd::BorrowedFd;
 use std::panic::AssertUnwindSafe;
 
 use super::*;
@@ -19,14 +18,6 @@ fn rebind(cfg: &Config, bdf: &str) -> Result<PathBuf, Fail> {
     let u = Unbound::unbind(cfg, bdf)?;
     u.rebind()?;
     Ok(core_device(cfg)?.path)
-}
-
-/// True if `fd` polls readable or in error right now: a waiter on it would wake.
-fn wakes(fd: BorrowedFd<'_>) -> Result<bool, Fail> {
-    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
-    poll(&mut fds, PollTimeout::ZERO)?;
-    let ev = fds[0].revents().unwrap_or(PollFlags::empty());
-    Ok(ev.intersects(PollFlags::POLLIN | PollFlags::POLLERR))
 }
 
 /// A command that times out kills the queue: before the failing command returns, the device is

@@ -209,13 +209,9 @@ fn helper(dev: &Path) -> Result<(), (i32, String)> {
     let Some(channel) = cq.event_fd() else {
         return Err((15, "no completion channel".into()));
     };
-    let mut fds = [PollFd::new(channel, PollFlags::POLLIN)];
-    let woke = poll(&mut fds, PollTimeout::ZERO)
-        .ok()
-        .and_then(|_| fds[0].revents())
-        .is_some_and(|r| r.intersects(PollFlags::POLLIN | PollFlags::POLLERR));
-    if !woke {
-        return Err((15, format!("the CQ's channel polls {:?}", fds[0].revents())));
+    match wakes(channel) {
+        Ok(true) => {}
+        other => return Err((15, format!("the CQ's channel wakes no waiter: {other:?}"))),
     }
     // The core zapped the doorbell mappings: stores now land on a page of its own (a SIGBUS
     // would end this process).

@@ -19,6 +19,21 @@ pub(super) fn knob(path: &str) -> Result<i64, Fail> {
         .map_err(|e| fail_msg(format!("{path}: {s:?}: {e}")))
 }
 
+/// Checks that `inval` has published exactly one revocation since it was mapped: region `key`,
+/// `start..start + length`.
+fn check_published_once(t: &mut T, inval: &qhca::InvalPage, key: u32, start: u64, length: u64) {
+    let revoked = Revocation { key, start, length };
+    check_eq!(
+        t,
+        inval.poll(0),
+        InvalPoll::Revoked {
+            regions: vec![revoked],
+            upto: 1
+        },
+        "published"
+    );
+}
+
 /// Polls `path` until it reads `want` (the driver unpins revoked regions from its worker).
 pub(super) fn await_knob(path: &str, want: i64) -> Result<i64, Fail> {
     let end = Instant::now() + Duration::from_secs(5);
@@ -79,20 +94,7 @@ pub(super) fn verbs_watch_revokes_on_munmap(t: &mut T, cfg: &Config) -> CaseResu
     check_eq!(t, dst.to_vec(0, 256), data);
 
     drop(m); // munmap: the region is revoked before it returns
-    let revoked = Revocation {
-        key: mr.lkey(),
-        start: addr,
-        length: len as u64,
-    };
-    check_eq!(
-        t,
-        inval.poll(0),
-        InvalPoll::Revoked {
-            regions: vec![revoked],
-            upto: 1
-        },
-        "published"
-    );
+    check_published_once(t, &inval, mr.lkey(), addr, len as u64);
     check_eq!(t, knob(REVOCATIONS)?, revoked0 + 1);
     check_eq!(
         t,
@@ -151,20 +153,7 @@ pub(super) fn verbs_watch_revokes_only_the_pages_that_went(t: &mut T, cfg: &Conf
 
     // SAFETY: the first half of our own mapping; nothing refers into it.
     check_eq!(t, unsafe { libc::munmap(both.ptr.cast(), 2 * PAGE) }, 0);
-    let revoked = Revocation {
-        key: mr.lkey(),
-        start: a,
-        length: 4 * PAGE as u64,
-    };
-    check_eq!(
-        t,
-        inval.poll(0),
-        InvalPoll::Revoked {
-            regions: vec![revoked],
-            upto: 1
-        },
-        "published"
-    );
+    check_published_once(t, &inval, mr.lkey(), a, 4 * PAGE as u64);
     check_eq!(t, knob(REVOCATIONS)?, rev0 + 1);
     check_eq!(
         t,
