@@ -90,6 +90,9 @@ pub(crate) struct Ctx {
     pub(crate) dev: Arc<QhcaDevice>,
     /// What the context holds of the device's shared pools, charged to the user who opened it.
     pub(crate) quota: Quota,
+    /// The driver's own context, of the kernel's consumers ([`crate::kverbs`]), rather than a
+    /// user context.
+    pub(crate) kernel: bool,
     #[pin]
     state: Mutex<State>,
     /// The verbs objects this context created. Emptied when the core deallocates the context
@@ -125,10 +128,20 @@ impl Ctx {
     /// A user context of the RDMA core's device (an open of its uverbs file), charged to
     /// `quota`'s user.
     pub(crate) fn new(dev: &Arc<QhcaDevice>, quota: Quota) -> Result<Arc<Self>> {
+        Self::with_kind(dev, quota, false)
+    }
+
+    /// The kernel context ([`crate::kverbs`]), charged to `quota` (an unlimited one).
+    pub(crate) fn new_kernel(dev: &Arc<QhcaDevice>, quota: Quota) -> Result<Arc<Self>> {
+        Self::with_kind(dev, quota, true)
+    }
+
+    fn with_kind(dev: &Arc<QhcaDevice>, quota: Quota, kernel: bool) -> Result<Arc<Self>> {
         Arc::pin_init(
             try_pin_init!(Self {
                 dev: dev.clone(),
                 quota,
+                kernel,
                 state <- new_mutex!(State {
                     uar: None,
                     gone: None,

@@ -20,15 +20,16 @@
 //! - `odp_mapped_pages` (read): pages DMA-mapped for on-demand-paged regions right now.
 //! - `watched_regions` (read): watched regions (`QHCA_ACCESS_WATCHED`) not yet deregistered.
 //! - `watch_revocations` (read): watched regions revoked by a change of their mappings so far.
-//! - `qhcaN/state` (read): the device's contexts, command queue and lost events; while bound, the
-//!   objects the device holds by kind (its `NUM_*` registers, address handles included) and the
-//!   datagrams it delivered to no QP (`UD_NO_QP`).
+//! - `qhcaN/state` (read): the device's contexts, command queue and lost events; the kernel
+//!   context's page and objects (the kernel consumers' share, [`crate::kverbs`]); while bound,
+//!   the objects the device holds by kind (its `NUM_*` registers, address handles included, the
+//!   kernel's among them) and the datagrams it delivered to no QP (`UD_NO_QP`).
 //! - `qhcaN/odp` (read): on-demand paging: faults handled, resumed OK and with an error, RESUMEs
 //!   the device refused (the QP moved on), INVALIDATE_ODP commands, pages mapped and unmapped,
 //!   prefetches (ADVISE_MR), faults dropped (nobody waits: an unknown QP), faults resumed to be
 //!   raised again (invalidations kept racing with them).
 //! - `qhcaN/limits` (read): the per-user limits of the device's pools, and what each user holds
-//!   ([`crate::limits`]).
+//!   ([`crate::limits`]; the kernel context's holdings are those of uid 4294967295, unlimited).
 //! - `qhcaN/inject_event` (write `TYPE DATA0 DATA1`): dispatches an asynchronous event as if the
 //!   device had posted it (a device that names the wrong context, a stale object).
 

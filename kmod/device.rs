@@ -80,6 +80,9 @@ pub(crate) struct QhcaDevice {
     pub(crate) cmdq: CmdQueue,
     /// Bus address of BAR2, the doorbell pages.
     uar_phys: u64,
+    /// BAR2 as the driver rings its own doorbells (its kernel context's page): revoked at
+    /// unbind.
+    uar_bar: pci::DevresBar,
     /// What QUERY_DEVICE returned at probe, in CPU byte order.
     attr: SetOnce<uapi::qhca_device_attr>,
     /// The RDMA core's side of the device, for device-wide events (set once registered).
@@ -131,6 +134,7 @@ impl QhcaDevice {
         instance: u32,
         regs: regs::SharedBar0,
         uar_phys: u64,
+        uar_bar: pci::DevresBar,
     ) -> Result<impl PinInit<Self, Error>> {
         let cmdq = CmdQueue::new(pdev.as_ref())?;
         let odp = crate::odp::OdpDevice::new(instance)?;
@@ -141,6 +145,7 @@ impl QhcaDevice {
             regs,
             cmdq <- cmdq,
             uar_phys,
+            uar_bar,
             attr: SetOnce::new(),
             ib_events: SetOnce::new(),
             files <- new_mutex!(Files { open: KVec::new(), gone: None }),
@@ -233,11 +238,27 @@ impl QhcaDevice {
 
     /// For debugfs `state`.
     pub(crate) fn show_state(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
-        let (n, gone) = {
+        let (n, gone, kernel) = {
             let files = self.files.lock();
-            (files.open.len(), files.gone)
+            let kernel = files.open.iter().find(|c| c.kernel).cloned();
+            (files.open.len(), files.gone, kernel)
         };
         writeln!(f, "contexts: {}", n)?;
+        if let Some(k) = kernel {
+            // The kernel consumers' share of what the device holds (the count below includes
+            // it): their context's page and objects, as the driver knows them.
+            let [pd, mr, cq, qp, ah] = k.objs.lock().counts();
+            writeln!(
+                f,
+                "kernel context: uar {} pd {} mr {} cq {} qp {} ah {}",
+                k.uar().map_or(-1, i64::from),
+                pd,
+                mr,
+                cq,
+                qp,
+                ah
+            )?;
+        }
         writeln!(
             f,
             "command queue: {}",
@@ -431,7 +452,12 @@ impl QhcaDevice {
     /// `ENOSPC` when every page is taken, `EIO` if the device is dead or names a page that does
     /// not exist.
     pub(crate) fn alloc_uar(&self) -> Result<u32> {
-        let out = self.exec(Cmd::new(uapi::QHCA_CMD_ALLOC_UAR))?;
+        self.alloc_uar_with(0)
+    }
+
+    /// Allocates a doorbell page with `QHCA_UAR_*` `flags`, as [`QhcaDevice::alloc_uar`].
+    pub(crate) fn alloc_uar_with(&self, flags: u32) -> Result<u32> {
+        let out = self.exec(Cmd::new(uapi::QHCA_CMD_ALLOC_UAR).input(0, flags.into()))?;
         let num_uars = self.attr()?.num_uars;
         match u32::try_from(out.data[0]) {
             Ok(uar) if uar < num_uars => Ok(uar),
@@ -443,6 +469,17 @@ impl QhcaDevice {
                 );
                 Err(EIO)
             }
+        }
+    }
+
+    /// Rings a doorbell of the driver's own: stores `word` at `QHCA_DB_OFFSET` of doorbell
+    /// page `uar`. Never sleeps. After unbind it does nothing (nothing is left to ring for).
+    pub(crate) fn ring_doorbell(&self, uar: u32, word: u64) {
+        let off = (uar as usize) << uapi::QHCA_UAR_PAGE_SHIFT | uapi::QHCA_DB_OFFSET as usize;
+        if let Some(bar) = self.uar_bar.try_access() {
+            // `uar` is below `num_uars`, which probe checked against BAR2's length; a failure
+            // (an offset past the BAR) leaves the queue unrung, which its owner sees as a stall.
+            let _ = bar.try_write64(word, off);
         }
     }
 

@@ -125,8 +125,6 @@ pub(crate) struct Qhca<'bound> {
     #[pin]
     irq: irq::ThreadedRegistration<'bound, EqIrq>,
     vectors: pci::IrqVectorRegistration<'bound>,
-    /// Claims BAR2; the kernel never touches the doorbell pages, it only maps them to user space.
-    _uar_bar: pci::Bar<'bound>,
     dev: Arc<QhcaDevice>,
     #[pin]
     _debugfs: crate::debugfs::DeviceDir,
@@ -171,7 +169,13 @@ impl pci::Driver for QhcaDriver {
             let uar_phys = pdev.resource_start(uapi::QHCA_BAR_UAR)?;
             let instance = Instance::take()?;
             let dev = Arc::pin_init(
-                QhcaDevice::new(pdev, instance.0, bar0.into_devres()?, uar_phys)?,
+                QhcaDevice::new(
+                    pdev,
+                    instance.0,
+                    bar0.into_devres()?,
+                    uar_phys,
+                    uar_bar.into_devres()?,
+                )?,
                 GFP_KERNEL,
             )?;
             let msix = pci::IrqTypes::default().with(pci::IrqType::MsiX);
@@ -199,7 +203,6 @@ impl pci::Driver for QhcaDriver {
                 // Last: registering queries the running device.
                 ib: register_ib(pdev.as_ref(), name, &dev)?,
                 _debugfs <- crate::debugfs::DeviceDir::new(name, &dev),
-                _uar_bar: uar_bar,
                 dev,
                 _instance: instance,
             }))
@@ -252,7 +255,7 @@ fn register_ib<'bound>(
             node_desc: c"qhca emulated RDMA NIC",
             methods: crate::shim::uapi_defs(),
         },
-        QhcaIb::new(dev.clone()),
+        QhcaIb::new(dev.clone())?,
         netdev,
     )?;
     dev.set_ib_events(reg.events());

@@ -8,17 +8,19 @@
 //! charged to its user, offered to `mmap(2)` through the core's entries; its event routes, page
 //! faults and objects), and its verbs objects are made by [`Verbs`], which checks them and runs the
 //! device's commands: [`objects`] translates the core's requests for CQs, regions, windows and
-//! address handles, [`qp`] for QPs. No kernel verbs (see [`crate::rdma`]). The port's GIDs are the
+//! address handles, [`qp`] for QPs, [`kobjects`] for the objects of kernel consumers
+//! ([`crate::kverbs`]), with which the port carries MADs on QP1 and serves the CM. The port's GIDs are the
 //! core's, from the addresses of the port's netdev ([`crate::netdev`]): its default GID is the
 //! device's fixed entry 0, and each IPv4 address becomes the same entry of the device's table
 //! (`add_gid`); IPv6 addresses other than the link-local one are refused (the device takes
 //! IPv4-mapped GIDs only in this version).
 
+mod kobjects;
 mod objects;
 mod qp;
 
 use crate::{context::Ctx, device::QhcaDevice, limits::Pool, rdma, uapi, verbs::Verbs};
-use core::{ffi::c_int, fmt::Write};
+use core::{ffi::c_int, fmt::Write, mem::MaybeUninit};
 use kernel::{
     bindings,
     mm::virt::{flags as vmflags, VmaNew},
@@ -30,11 +32,35 @@ use kernel::{
 /// The driver data of a qhca `ib_device`.
 pub(crate) struct QhcaIb {
     dev: Arc<QhcaDevice>,
+    /// The kernel context ([`crate::kverbs`]), if the device serves kernel consumers.
+    kctx: Option<Arc<Ctx>>,
 }
 
 impl QhcaIb {
-    pub(crate) fn new(dev: Arc<QhcaDevice>) -> Self {
-        Self { dev }
+    /// The driver data for `dev`, with its kernel context open if the device has
+    /// `QHCA_CAP_KERNEL`.
+    pub(crate) fn new(dev: Arc<QhcaDevice>) -> Result<Self> {
+        let kctx = if dev.attr()?.caps & u64::from(uapi::QHCA_CAP_KERNEL) != 0 {
+            Some(kobjects::open(&dev)?)
+        } else {
+            None
+        };
+        Ok(Self { dev, kctx })
+    }
+
+    /// The kernel context, or `EOPNOTSUPP` without one.
+    fn kctx(&self) -> Result<&Arc<Ctx>> {
+        self.kctx.as_ref().ok_or(EOPNOTSUPP)
+    }
+}
+
+impl Drop for QhcaIb {
+    /// The core is done with the device (unregistered, or never registered): every kernel
+    /// consumer destroyed its objects, and the kernel context goes.
+    fn drop(&mut self) {
+        if let Some(ctx) = self.kctx.take() {
+            self.dev.close_context(&ctx, ctx.uar());
+        }
     }
 }
 
@@ -251,8 +277,13 @@ unsafe impl rdma::Driver for QhcaIb {
         let p = self.dev.query_port()?;
         imm.pkey_tbl_len = 1;
         imm.gid_tbl_len = i32::from(p.gid_tbl_len);
-        imm.core_cap_flags = rdma::PORT_CAPS_ROCE_V2;
-        imm.max_mad_size = 0;
+        if self.kernel_verbs() {
+            imm.core_cap_flags = rdma::PORT_CAPS_ROCE_V2_CM;
+            imm.max_mad_size = rdma::MAD_SIZE;
+        } else {
+            imm.core_cap_flags = rdma::PORT_CAPS_ROCE_V2;
+            imm.max_mad_size = 0;
+        }
         Ok(())
     }
 
@@ -343,7 +374,7 @@ unsafe impl rdma::Driver for QhcaIb {
         Ok(pd)
     }
 
-    fn dealloc_pd(&self, _uctx: &QhcaUContext, pd: &QhcaPd) -> Result {
+    fn dealloc_pd(&self, pd: &QhcaPd) -> Result {
         verbs(&pd.ctx)?.destroy_or_stop(uapi::QHCA_CMD_DEALLOC_PD, pd.pdn, 0);
         Ok(())
     }
@@ -383,7 +414,7 @@ unsafe impl rdma::Driver for QhcaIb {
         qp: &qp::QhcaQp,
         attr: &bindings::ib_qp_attr,
         mask: u32,
-        udata: &mut rdma::Udata<'_>,
+        udata: Option<&mut rdma::Udata<'_>>,
     ) -> Result {
         qp.modify(attr, mask, udata)
     }
@@ -458,6 +489,74 @@ unsafe impl rdma::Driver for QhcaIb {
 
     fn destroy_ah(&self, ah: &objects::QhcaAh) -> Result {
         ah.destroy()
+    }
+
+    fn kernel_verbs(&self) -> bool {
+        self.kctx.is_some()
+    }
+
+    fn alloc_kernel_pd(&self) -> Result<QhcaPd> {
+        kobjects::alloc_pd(self.kctx()?)
+    }
+
+    fn get_dma_mr(&self, pd: &QhcaPd, access: u32) -> Result<(objects::QhcaMr, u32)> {
+        kobjects::get_dma_mr(pd, access)
+    }
+
+    fn create_kernel_cq(
+        &self,
+        ev: rdma::CqEvents,
+        attr: &rdma::CqAttr,
+    ) -> Result<(objects::QhcaCq, u32)> {
+        kobjects::create_cq(self.kctx()?, ev, attr)
+    }
+
+    fn create_kernel_qp(
+        &self,
+        pd: &QhcaPd,
+        ev: rdma::QpEvents,
+        init: &mut bindings::ib_qp_init_attr,
+        send_cq: &objects::QhcaCq,
+        recv_cq: &objects::QhcaCq,
+    ) -> Result<(qp::QhcaQp, u32)> {
+        kobjects::create_qp(pd, ev, init, send_cq, recv_cq)
+    }
+
+    fn create_kernel_ah(&self, pd: &QhcaPd, av: &rdma::Av) -> Result<objects::QhcaAh> {
+        objects::create_kernel_ah(pd, av)
+    }
+
+    fn poll_cq(
+        &self,
+        cq: &objects::QhcaCq,
+        wc: &mut [MaybeUninit<bindings::ib_wc>],
+    ) -> Result<usize> {
+        Ok(cq.kernel_cq().ok_or(EINVAL)?.poll(wc))
+    }
+
+    fn req_notify_cq(
+        &self,
+        cq: &objects::QhcaCq,
+        _solicited: bool,
+        report_missed: bool,
+    ) -> Result<bool> {
+        Ok(cq.kernel_cq().ok_or(EINVAL)?.arm(report_missed))
+    }
+
+    fn post_send(
+        &self,
+        qp: &qp::QhcaQp,
+        wrs: &mut dyn Iterator<Item = Result<rdma::SendWr<'_, objects::QhcaAh>>>,
+    ) -> core::result::Result<(), (Error, usize)> {
+        qp.kernel_qp().ok_or((EINVAL, 0))?.post_send(wrs)
+    }
+
+    fn post_recv(
+        &self,
+        qp: &qp::QhcaQp,
+        wrs: &mut dyn Iterator<Item = Result<rdma::RecvWr<'_>>>,
+    ) -> core::result::Result<(), (Error, usize)> {
+        qp.kernel_qp().ok_or((EINVAL, 0))?.post_recv(wrs)
     }
 
     fn add_gid(&self, gid: &rdma::GidAttr<'_>) -> Result {

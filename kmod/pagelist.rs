@@ -10,7 +10,7 @@
 //! copies the list into its own state before that command completes, so a `PageList` lives only
 //! for the duration of one create command.
 
-use crate::{shim::Umem, uapi};
+use crate::{kverbs::ring::KRing, shim::Umem, uapi};
 use kernel::{
     device::{Bound, Device},
     dma::{Coherent, CoherentBox},
@@ -40,7 +40,7 @@ pub(crate) fn span_pages(addr: u64, len: u64) -> Result<usize> {
     usize::try_from(n).map_err(|_| EINVAL)
 }
 
-/// A complete two-level page list of a mapped [`Umem`].
+/// A complete two-level page list of a mapped [`Umem`] or of a kernel object's [`KRing`].
 pub(crate) struct PageList {
     dir: Coherent<[u64]>,
     _pages: KVec<Coherent<[u64]>>,
@@ -54,7 +54,31 @@ impl PageList {
     ///
     /// `EINVAL` if `mem` is larger than the ABI allows, `ENOMEM`, `EIO` if `mem` is not mapped.
     pub(crate) fn new(dev: &Device<Bound>, mem: &Umem) -> Result<Self> {
-        let n = mem.npages();
+        Self::build(dev, mem.npages(), |boxes| mem.fill(boxes, PER_PAGE))
+    }
+
+    /// The list of `ring`, contiguous in the device's address space.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if `ring` is larger than the ABI allows, `ENOMEM`.
+    pub(crate) fn of_ring(dev: &Device<Bound>, ring: &KRing) -> Result<Self> {
+        let base = ring.dma_address();
+        Self::build(dev, ring.npages(), |boxes| {
+            let page = u64::from(uapi::QHCA_PAGE_SIZE);
+            for (i, slot) in boxes.iter_mut().flat_map(|b| b.iter_mut()).enumerate() {
+                *slot = (base + i as u64 * page).to_le();
+            }
+            Ok(())
+        })
+    }
+
+    /// A list of `n` pages whose addresses `fill` writes into the page-list pages.
+    fn build(
+        dev: &Device<Bound>,
+        n: usize,
+        fill: impl FnOnce(&mut [CoherentBox<[u64]>]) -> Result,
+    ) -> Result<Self> {
         let ndir = n.div_ceil(PER_PAGE);
         if n == 0 || n > uapi::QHCA_MAX_PAGE_LIST as usize {
             return Err(EINVAL);
@@ -67,7 +91,7 @@ impl PageList {
                 GFP_KERNEL,
             )?;
         }
-        mem.fill(&mut boxes, PER_PAGE)?;
+        fill(&mut boxes)?;
         if crate::debugfs::take(&crate::debugfs::BAD_DMA_PAGES) {
             if let Some(last) = boxes.last_mut().and_then(|b| b.last_mut()) {
                 *last = BAD_DMA.to_le();

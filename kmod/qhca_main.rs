@@ -27,6 +27,7 @@ mod debugfs;
 mod device;
 mod driver;
 mod ib;
+mod kverbs;
 mod limits;
 mod netdev;
 mod odp;

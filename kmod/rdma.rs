@@ -18,7 +18,7 @@
 //! - `pd`: protection domains;
 //! - `cq`, `qp`, `mr` (regions and windows), `ah`: the verbs objects of user contexts;
 //! - `stats`: the port's hardware counters;
-//! - `kernel_verbs`: what the core requires for kernel consumers, which qhca does not serve yet.
+//! - `kernel_verbs`: the data path of kernel consumers' objects (posts, polls, arming).
 
 mod ah;
 mod cq;
@@ -31,6 +31,7 @@ mod ucontext;
 
 pub(crate) use ah::Av;
 pub(crate) use cq::{CqAttr, CqEvents};
+pub(crate) use kernel_verbs::{RecvWr, SendWr, WrKind};
 pub(crate) use mr::MrAttr;
 use pd::IbPd;
 pub(crate) use qp::QpEvents;
@@ -42,6 +43,7 @@ use core::{
     ffi::{c_int, c_void},
     fmt::Write,
     marker::PhantomData,
+    mem::MaybeUninit,
     ptr::NonNull,
 };
 use kernel::{
@@ -109,9 +111,9 @@ pub(crate) unsafe trait Driver: Send + Sync + Sized {
     type Pd: Send + Sync;
     /// `alloc_pd` for user context `uctx`.
     fn alloc_pd(&self, uctx: &Self::UContext, udata: &mut Udata<'_>) -> Result<Self::Pd>;
-    /// `dealloc_pd`: the core deallocates a PD only once nothing of the context uses it. On
-    /// success `pd` is dropped; on failure the core keeps the PD (and may call again).
-    fn dealloc_pd(&self, uctx: &Self::UContext, pd: &Self::Pd) -> Result;
+    /// `dealloc_pd` (of a user or kernel PD): the core deallocates a PD only once nothing uses
+    /// it. On success `pd` is dropped; on failure the core keeps the PD (and may call again).
+    fn dealloc_pd(&self, pd: &Self::Pd) -> Result;
 
     // Every destroy below: the core destroys an object only once nothing of the context uses
     // it; on success the object is dropped, on failure the core keeps it, and may call again
@@ -146,14 +148,15 @@ pub(crate) unsafe trait Driver: Send + Sync + Sized {
         recv_cq: &Self::Cq,
         udata: &mut Udata<'_>,
     ) -> Result<(Self::Qp, u32)>;
-    /// `modify_qp`: the attributes `mask` (`IB_QP_*`) names. An address vector's source GID is
-    /// resolved (see [`Av::from_core`]).
+    /// `modify_qp`: the attributes `mask` (`IB_QP_*`) names; `udata` is a user's command's
+    /// (none for a kernel QP). An address vector's source GID is resolved (see
+    /// [`Av::from_core`]).
     fn modify_qp(
         &self,
         qp: &Self::Qp,
         attr: &bindings::ib_qp_attr,
         mask: u32,
-        udata: &mut Udata<'_>,
+        udata: Option<&mut Udata<'_>>,
     ) -> Result;
     /// `query_qp`: fills the attributes and the creation attributes.
     fn query_qp(
@@ -202,8 +205,57 @@ pub(crate) unsafe trait Driver: Send + Sync + Sized {
     type Ah: Send + Sync;
     /// `create_user_ah` in `pd` for `av`.
     fn create_ah(&self, pd: &Self::Pd, av: &Av, udata: &mut Udata<'_>) -> Result<Self::Ah>;
-    /// `destroy_ah`.
+    /// `destroy_ah` (of a user or kernel AH); for a kernel AH it must not sleep.
     fn destroy_ah(&self, ah: &Self::Ah) -> Result;
+
+    // Kernel verbs: what the kernel's own consumers use (the MAD layer and the CM on QP1,
+    // NVMe over RDMA, ...), on objects without a user context. Creating and destroying them may
+    // sleep, except for AHs; the data path (posts, polls, arming: [`kernel_verbs`]) never
+    // sleeps, since the core may call it with interrupts off.
+
+    /// Whether the device serves kernel consumers. Without, the core's kernel operations
+    /// refuse with `EOPNOTSUPP` and the port claims neither MADs nor the CM.
+    fn kernel_verbs(&self) -> bool;
+    /// `alloc_pd` of a kernel PD.
+    fn alloc_kernel_pd(&self) -> Result<Self::Pd>;
+    /// `get_dma_mr`: a region of kernel PD `pd` over every DMA address, with `access`
+    /// (`IB_ACCESS_*`): the region and its key.
+    fn get_dma_mr(&self, pd: &Self::Pd, access: u32) -> Result<(Self::Mr, u32)>;
+    /// `create_cq` of a kernel CQ: the CQ and its number of entries (at least `attr.cqe`).
+    fn create_kernel_cq(&self, ev: CqEvents, attr: &CqAttr) -> Result<(Self::Cq, u32)>;
+    /// `create_qp` of a kernel QP (RC, UD, or the port's GSI QP) in kernel PD `pd`: the QP and
+    /// its number; `init.cap` is updated to what the QP has.
+    fn create_kernel_qp(
+        &self,
+        pd: &Self::Pd,
+        ev: QpEvents,
+        init: &mut bindings::ib_qp_init_attr,
+        send_cq: &Self::Cq,
+        recv_cq: &Self::Cq,
+    ) -> Result<(Self::Qp, u32)>;
+    /// `create_ah` of a kernel AH in kernel PD `pd`. Must not sleep.
+    fn create_kernel_ah(&self, pd: &Self::Pd, av: &Av) -> Result<Self::Ah>;
+    /// `poll_cq` of a kernel CQ: fills the first entries of `wc` with the oldest completions
+    /// (`qp` of each is the core's QP that [`QpEvents`] named at its creation) and returns
+    /// how many.
+    fn poll_cq(&self, cq: &Self::Cq, wc: &mut [MaybeUninit<bindings::ib_wc>]) -> Result<usize>;
+    /// `req_notify_cq` of a kernel CQ: the next completion (`solicited`: the next solicited
+    /// one) runs its completion handler once. Returns true if `report_missed` and completions
+    /// are waiting already (the caller polls again rather than wait).
+    fn req_notify_cq(&self, cq: &Self::Cq, solicited: bool, report_missed: bool) -> Result<bool>;
+    /// `post_send` of a kernel QP: posts the requests in order, ringing once. `Err((e, n))`:
+    /// the first `n` were posted, the next one was not (nor any after it).
+    fn post_send(
+        &self,
+        qp: &Self::Qp,
+        wrs: &mut dyn Iterator<Item = Result<SendWr<'_, Self::Ah>>>,
+    ) -> core::result::Result<(), (Error, usize)>;
+    /// `post_recv` of a kernel QP, as [`Driver::post_send`].
+    fn post_recv(
+        &self,
+        qp: &Self::Qp,
+        wrs: &mut dyn Iterator<Item = Result<RecvWr<'_>>>,
+    ) -> core::result::Result<(), (Error, usize)>;
 }
 
 /// What a device is called and how it looks to the core, fixed at registration.
@@ -407,7 +459,7 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         ops.alloc_pd = Some(pd::alloc_pd::<T>);
         ops.dealloc_pd = Some(pd::dealloc_pd::<T>);
         ops.size_ib_pd = core::mem::size_of::<IbPd<T::Pd>>();
-        ops.create_cq = Some(cq::create_cq);
+        ops.create_cq = Some(cq::create_cq::<T>);
         ops.create_user_cq = Some(cq::create_user_cq::<T>);
         ops.destroy_cq = Some(cq::destroy_cq::<T>);
         ops.size_ib_cq = core::mem::size_of::<cq::IbCq<T::Cq>>();
@@ -422,7 +474,7 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         ops.alloc_mw = Some(mr::alloc_mw::<T>);
         ops.dealloc_mw = Some(mr::dealloc_mw::<T>);
         ops.size_ib_mw = core::mem::size_of::<mr::IbMw<T::Mw>>();
-        ops.create_ah = Some(ah::create_ah);
+        ops.create_ah = Some(ah::create_ah::<T>);
         ops.create_user_ah = Some(ah::create_user_ah::<T>);
         ops.destroy_ah = Some(ah::destroy_ah::<T>);
         ops.size_ib_ah = core::mem::size_of::<ah::IbAh<T::Ah>>();
@@ -430,7 +482,8 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         ops.get_hw_stats = Some(stats::get_hw_stats::<T>);
         ops.add_gid = Some(add_gid::<T>);
         ops.del_gid = Some(del_gid::<T>);
-        kernel_verbs::fill(&mut ops);
+        ops.get_dma_mr = Some(mr::get_dma_mr::<T>);
+        kernel_verbs::fill::<T>(&mut ops);
         // SAFETY: `ib` is valid; `ops` is read (copied into `ib.ops`) during the call only.
         unsafe { bindings::ib_set_device_ops(ib, &*ops) };
         if let Some(n) = &self.netdev {
@@ -597,11 +650,20 @@ unsafe extern "C" fn get_dev_fw_str<T: Driver>(ib: *mut bindings::ib_device, out
     unsafe { core::ptr::copy_nonoverlapping(buf.as_ptr().cast::<c_char>(), out, n) };
 }
 
-/// The port capabilities qhca's port claims now: RoCE v2 (UDP encapsulation) with Ethernet
-/// address handles, without the MAD and CM capabilities that need kernel QP1 (so its
-/// `max_mad_size` is 0: the core refuses a MAD size on a port without MADs).
+/// The port capabilities of a RoCE v2 port (UDP encapsulation) with Ethernet address handles,
+/// without the MAD and CM capabilities that need kernel QP1 (so its `max_mad_size` is 0: the
+/// core refuses a MAD size on a port without MADs).
 pub(crate) const PORT_CAPS_ROCE_V2: u32 =
     bindings::RDMA_CORE_CAP_PROT_ROCE_UDP_ENCAP | bindings::RDMA_CORE_CAP_ETH_AH;
+
+/// The port capabilities of a RoCE v2 port with kernel verbs and QP1: MADs, the CM and
+/// `AF_IB` addresses, as ConnectX's (`RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP`), with MADs of
+/// [`MAD_SIZE`] bytes.
+pub(crate) const PORT_CAPS_ROCE_V2_CM: u32 = bindings::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
+
+/// The size of a MAD (`IB_MGMT_MAD_SIZE` of `rdma/ib_mad.h`, an enum the bindings lack): what a
+/// port with MADs announces.
+pub(crate) const MAD_SIZE: u32 = 256;
 
 /// An entry of a port's GID table, as the core hands it to `add_gid` and `del_gid`.
 pub(crate) struct GidAttr<'a>(&'a bindings::ib_gid_attr);

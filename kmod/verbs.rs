@@ -19,6 +19,7 @@
 //! the command.
 
 mod ah;
+mod kobjects;
 mod mr;
 mod mw;
 mod qp;
@@ -27,12 +28,14 @@ use crate::{
     cmdq::Cmd,
     context::Ctx,
     device::QhcaDevice,
+    kverbs::ring::KRing,
     limits::Pool,
     pagelist::{span_pages, PageList},
     rdma::CqEvents,
     shim::Umem,
     uapi,
 };
+pub(crate) use ah::check_av;
 use ah::Ah;
 use kernel::{
     device::{Bound, Device},
@@ -48,7 +51,29 @@ use qp::Qp;
 
 struct Cq {
     cqn: u32,
-    _mem: Umem,
+    _mem: RingMem,
+}
+
+/// The memory of a CQ's or QP's rings: the process's, pinned (unpinned when dropped), or the
+/// driver's own for a kernel object (freed when the last holder drops it). Either way it is
+/// held by the object's entry here until the device forgot the object, and leaked with the
+/// entry if the device may still use it.
+pub(crate) enum RingMem {
+    User(Umem),
+    Kernel(Arc<KRing>),
+}
+
+impl RingMem {
+    /// The page list of the memory, mapped for the device first if it is the process's.
+    fn page_list(&mut self, bound: &Device<Bound>) -> Result<PageList> {
+        match self {
+            RingMem::User(mem) => {
+                mem.map(bound)?;
+                PageList::new(bound, mem)
+            }
+            RingMem::Kernel(ring) => PageList::of_ring(bound, ring),
+        }
+    }
 }
 
 /// What one context created. Kept under its context's mutex ([`Ctx::objs`]).
@@ -205,7 +230,7 @@ impl<'a> Verbs<'a> {
                 let closed = match &objs.mrs[pos].mem {
                     MrMem::Odp(odp) => Some(odp.close(self.dev, true)),
                     MrMem::Watched(w) => Some(w.close(self.dev, true)),
-                    MrMem::Pinned(_) => None,
+                    MrMem::Pinned(_) | MrMem::Physical => None,
                 };
                 if let Some(res) = closed {
                     res?;
@@ -236,7 +261,7 @@ impl<'a> Verbs<'a> {
                     let _ = match &m.mem {
                         MrMem::Odp(odp) => odp.close(self.dev, false),
                         MrMem::Watched(w) => w.close(self.dev, false),
-                        MrMem::Pinned(_) => Ok(()),
+                        MrMem::Pinned(_) | MrMem::Physical => Ok(()),
                     };
                 }
                 objs.mrs.retain(|m| m.key != h);
@@ -302,12 +327,16 @@ impl<'a> Verbs<'a> {
             return Err(EINVAL);
         }
         span_pages(a.buf_addr, a.buf_len)?;
-        let mut mem = Umem::pin(a.buf_addr, a.buf_len, true)?;
+        let mem = Umem::pin(a.buf_addr, a.buf_len, true)?;
+        self.create_cq_in(log, RingMem::User(mem), route)
+    }
+
+    /// CREATE_CQ of `2^log` entries in `mem`, checked by the caller: its number.
+    fn create_cq_in(&self, log: u32, mut mem: RingMem, route: CqEvents) -> Result<u32> {
         self.locked(|bound, objs| {
             objs.cqs.reserve(1, GFP_KERNEL)?;
             self.ctx.reserve()?;
-            mem.map(bound)?;
-            let list = PageList::new(bound, &mem)?;
+            let list = mem.page_list(bound)?;
             let args = uapi::qhca_cmd_create_cq {
                 uar: self.uar.to_le(),
                 log_entries: log.to_le(),
@@ -357,6 +386,17 @@ impl<'a> Verbs<'a> {
 }
 
 impl Objects {
+    /// How many PDs, regions, CQs, QPs and AHs there are.
+    pub(crate) fn counts(&self) -> [usize; 5] {
+        [
+            self.pds.len(),
+            self.mrs.len(),
+            self.cqs.len(),
+            self.qps.len(),
+            self.ahs.len(),
+        ]
+    }
+
     /// Destroys everything, in dependency order (QPs, AHs, CQs, windows, MRs, PDs). Called when the
     /// context is deallocated, and at unbind ([`Ctx::release_objects`]). With `device_alive` false
     /// the device is stopped (unbound or failed) and forgot the objects, so only the host resources

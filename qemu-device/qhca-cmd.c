@@ -358,10 +358,11 @@ static uint8_t qhca_cmd_alloc_uar(QhcaState *s, const struct qhca_cmd *cmd,
 {
     int index;
 
-    if (!qhca_cmd_unused_zero(cmd, false, 0)) {
+    if (!qhca_cmd_unused_zero(cmd, false, 1) ||
+        (cmd->in[0] & ~(uint64_t)QHCA_UAR_KERNEL)) {
         return QHCA_CMD_BAD_PARAM;
     }
-    index = qhca_ctx_alloc(s);
+    index = qhca_ctx_alloc(s, cmd->in[0] & QHCA_UAR_KERNEL);
     if (index < 0) {
         return QHCA_CMD_NO_RESOURCES;
     }

@@ -24,16 +24,20 @@
 /* Bits 31..28 of the doorbell word are reserved. */
 #define QHCA_DB_RSVD_MASK 0xf0000000ull
 
-/* Lowest free page first, so that a freed page is handed out again first. */
-int qhca_ctx_alloc(QhcaState *s)
+/*
+ * Lowest free page first, so that a freed page is handed out again first.
+ * kernel: the driver's own context (QHCA_UAR_KERNEL), which may also have
+ * physical regions and the GSI QP.
+ */
+int qhca_ctx_alloc(QhcaState *s, bool kernel)
 {
     uint32_t i;
 
     for (i = 0; i < s->num_uars; i++) {
         if (!s->ctx[i].in_use) {
-            s->ctx[i] = (QhcaContext) { .in_use = true };
+            s->ctx[i] = (QhcaContext) { .in_use = true, .kernel = kernel };
             s->num_ctx++;
-            trace_qhca_ctx_alloc(i);
+            trace_qhca_ctx_alloc(i, kernel);
             return i;
         }
     }
@@ -48,6 +52,7 @@ bool qhca_ctx_free(QhcaState *s, uint64_t index)
     /* Everything the context still owns goes with it. */
     qhca_obj_free_ctx(s, index);
     s->ctx[index].in_use = false;
+    s->ctx[index].kernel = false;
     s->num_ctx--;
     trace_qhca_ctx_free(index);
     return true;

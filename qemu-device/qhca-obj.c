@@ -1,7 +1,7 @@
 /*
  * qhca: an emulated RDMA host channel adapter -- verbs objects
  *
- * Protection domains, memory regions, completion queues and RC queue pairs
+ * Protection domains, memory regions, completion queues and queue pairs
  * (those in qhca-qp.c; memory windows in qhca-mw.c), and the commands that
  * create, modify, query and destroy them.  Each object belongs to the
  * context (UAR page) named at create time; every later command names that
@@ -136,17 +136,30 @@ QhcaCq *qhca_cq_lookup(QhcaState *s, uint32_t cqn)
     return cqn < QHCA_LIMIT_MAX_CQ && s->cq[cqn].in_use ? &s->cq[cqn] : NULL;
 }
 
-/* The whole QPN, generation included: a stale QPN names no QP. */
+/*
+ * The whole QPN, generation included: a stale QPN names no QP.  The GSI
+ * QP's number, QHCA_GSI_QPN, has no generation (no other QP has it, as
+ * generations start at 1) and names it wherever its slot is.
+ */
 QhcaQp *qhca_qp_lookup(QhcaState *s, uint32_t qpn)
 {
     QhcaQp *qp = &s->qp[qpn & (QHCA_LIMIT_MAX_QP - 1)];
 
+    if (qpn == QHCA_GSI_QPN) {
+        return s->gsi_qp;
+    }
     return qp->in_use && qp->qpn == qpn ? qp : NULL;
 }
 
 bool qhca_uar_valid(QhcaState *s, uint64_t uar)
 {
     return uar < s->num_uars && s->ctx[uar].in_use;
+}
+
+/* The context is the driver's own (ALLOC_UAR with QHCA_UAR_KERNEL). */
+bool qhca_uar_kernel(QhcaState *s, uint64_t uar)
+{
+    return qhca_uar_valid(s, uar) && s->ctx[uar].kernel;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -388,7 +401,7 @@ static uint8_t qhca_cmd_reg_mr(QhcaState *s, const struct qhca_cmd *cmd,
         return QHCA_CMD_BAD_RESOURCE;
     }
     if (access & ~(QHCA_ACCESS_ALL | QHCA_ACCESS_ON_DEMAND |
-                   QHCA_ACCESS_MW_BIND)) {
+                   QHCA_ACCESS_MW_BIND | QHCA_ACCESS_PHYSICAL)) {
         return QHCA_CMD_BAD_PARAM;
     }
     if ((access & QHCA_ACCESS_ON_DEMAND) && (access & QHCA_ACCESS_MW_BIND)) {
@@ -399,7 +412,17 @@ static uint8_t qhca_cmd_reg_mr(QhcaState *s, const struct qhca_cmd *cmd,
         !(access & QHCA_ACCESS_LOCAL_WRITE)) {
         return QHCA_CMD_BAD_PARAM;
     }
-    if (access & QHCA_ACCESS_ON_DEMAND) {
+    if (access & QHCA_ACCESS_PHYSICAL) {
+        /*
+         * A kernel context's: no page list, no translation, any range of
+         * the DMA address space (iova 0, length UINT64_MAX: all of it).
+         */
+        if (!qhca_uar_kernel(s, uar) ||
+            (access & (QHCA_ACCESS_ON_DEMAND | QHCA_ACCESS_MW_BIND)) ||
+            npages || pages_addr || !length || iova + length - 1 < iova) {
+            return QHCA_CMD_BAD_PARAM;
+        }
+    } else if (access & QHCA_ACCESS_ON_DEMAND) {
         /*
          * No page list; any range of the address space the implicit
          * region covers, the implicit region itself included.
@@ -427,6 +450,9 @@ static uint8_t qhca_cmd_reg_mr(QhcaState *s, const struct qhca_cmd *cmd,
     if (access & QHCA_ACCESS_ON_DEMAND) {
         qhca_odp_mr_init(mr);
         access &= ~QHCA_ACCESS_ON_DEMAND;
+    } else if (access & QHCA_ACCESS_PHYSICAL) {
+        access &= ~QHCA_ACCESS_PHYSICAL;
+        mr->phys = true;
     } else if (!pl->pages) {
         return qhca_pl_request(s, pl, pages_addr, npages);
     } else {
@@ -458,6 +484,7 @@ static void qhca_mr_free(QhcaState *s, QhcaMr *mr)
     qhca_page_list_free(s, &mr->pages, &mr->npages);
     qhca_odp_mr_free(s, mr);
     mr->in_use = false;
+    mr->phys = false;
     mr->key = 0;
     s->num_mr--;
 }

@@ -240,7 +240,8 @@ static void qhca_exit(PCIDevice *pdev)
 }
 
 /*
- * Migration: device registers plus the UAR allocation table; the rings and
+ * Migration: device registers plus the UAR allocation table (which pages
+ * are allocated, and which of them to kernel contexts); the rings and
  * command buffers are guest memory.  Verbs objects (PDs, MRs, CQs, QPs) are
  * not migrated yet: while the device holds any, a migration blocker says so
  * (qhca_migration_update()), so that `migrate` fails before it starts
@@ -292,6 +293,21 @@ static int qhca_pre_save(void *opaque)
     return 0;
 }
 
+/*
+ * The kernel flags arrive in a subsection that a stream without kernel
+ * contexts does not have: none until it says otherwise.
+ */
+static int qhca_pre_load(void *opaque)
+{
+    QhcaState *s = opaque;
+    uint32_t i;
+
+    for (i = 0; i < s->num_uars; i++) {
+        s->ctx[i].kernel = false;
+    }
+    return 0;
+}
+
 static int qhca_post_load(void *opaque, int version_id)
 {
     QhcaState *s = opaque;
@@ -299,6 +315,9 @@ static int qhca_post_load(void *opaque, int version_id)
 
     s->num_ctx = 0;
     for (i = 0; i < s->num_uars; i++) {
+        if (s->ctx[i].kernel && !s->ctx[i].in_use) {
+            return -EINVAL;
+        }
         if (s->ctx[i].in_use) {
             s->num_ctx++;
         }
@@ -345,6 +364,46 @@ static const VMStateDescription qhca_vmstate_ctx = {
     },
 };
 
+/*
+ * Which contexts are the driver's own (QHCA_UAR_KERNEL), when any is; the
+ * GSI QP is a verbs object, so there is none while the device migrates.
+ */
+static bool qhca_kernel_needed(void *opaque)
+{
+    QhcaState *s = opaque;
+    uint32_t i;
+
+    for (i = 0; i < s->num_uars; i++) {
+        if (s->ctx[i].kernel) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static const VMStateDescription qhca_vmstate_ctx_kernel = {
+    .name = "qhca/ctx-kernel",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .fields = (const VMStateField[]) {
+        VMSTATE_BOOL(kernel, QhcaContext),
+        VMSTATE_END_OF_LIST()
+    },
+};
+
+static const VMStateDescription qhca_vmstate_kernel = {
+    .name = "qhca/kernel",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .needed = qhca_kernel_needed,
+    .fields = (const VMStateField[]) {
+        VMSTATE_STRUCT_VARRAY_POINTER_UINT32(ctx, QhcaState, num_uars,
+                                             qhca_vmstate_ctx_kernel,
+                                             QhcaContext),
+        VMSTATE_END_OF_LIST()
+    },
+};
+
 /* The GID table, when the driver has set an entry (checked on arrival). */
 static bool qhca_port_needed(void *opaque)
 {
@@ -381,6 +440,7 @@ static const VMStateDescription qhca_vmstate = {
     .version_id = 1,
     .minimum_version_id = 1,
     .pre_save = qhca_pre_save,
+    .pre_load = qhca_pre_load,
     .post_load = qhca_post_load,
     .fields = (const VMStateField[]) {
         VMSTATE_PCI_DEVICE(parent_obj, QhcaState),
@@ -403,6 +463,7 @@ static const VMStateDescription qhca_vmstate = {
     },
     .subsections = (const VMStateDescription * const []) {
         &qhca_vmstate_port,
+        &qhca_vmstate_kernel,
         NULL
     },
 };

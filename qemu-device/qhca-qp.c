@@ -40,14 +40,15 @@ static bool qhca_qpn_is_peer(QhcaState *s, uint32_t qpn)
 
 /*
  * The number for a new QP in slot qp: its next generation (0 skipped, so no
- * QPN is 0), passing over generations that a live RC QP still names as its
- * peer: a QP whose peer was destroyed keeps accepting the peer's QPN until
- * it leaves RTR/RTS, so that number must not come back meanwhile.  At most
- * QHCA_LIMIT_MAX_QP - 1 numbers can be named, fewer than the generations.
+ * QPN is 0 or QHCA_GSI_QPN), passing over generations that a live RC QP
+ * still names as its peer: a QP whose peer was destroyed keeps accepting
+ * the peer's QPN until it leaves RTR/RTS, so that number must not come back
+ * meanwhile.  At most QHCA_LIMIT_MAX_QP - 1 numbers can be named, fewer
+ * than the generations.
  */
 static uint32_t qhca_qpn_next(QhcaState *s, const QhcaQp *qp)
 {
-    uint32_t gen = qp->qpn >> QHCA_QPN_INDEX_BITS, qpn;
+    uint32_t gen = qp->slot_qpn >> QHCA_QPN_INDEX_BITS, qpn;
 
     do {
         gen = (gen + 1) & QHCA_QPN_GEN_MASK;
@@ -56,11 +57,17 @@ static uint32_t qhca_qpn_next(QhcaState *s, const QhcaQp *qp)
     return qpn;
 }
 
+/*
+ * A QP of type QHCA_QPT_GSI is the port's QP1, the driver's (a kernel
+ * context's only): a UD QP in every way (its type is QHCA_QPT_UD here) but
+ * for its number, QHCA_GSI_QPN.  One at a time; it holds a slot as any QP
+ * does, without using up one of its generations.
+ */
 uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
                            uint64_t *data, QhcaPageList *pl)
 {
     struct qhca_cmd_create_qp in;
-    uint32_t uar, pdn, scqn, rcqn, npages, n, qpn;
+    uint32_t uar, pdn, scqn, rcqn, npages, n, type, slot_qpn;
     uint16_t max_inline, max_sge;
     uint64_t sq_bytes, rq_off, rq_bytes;
     QhcaPd *pd;
@@ -78,12 +85,15 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     max_inline = le16_to_cpu(in.max_inline);
     max_sge = le16_to_cpu(in.max_sge);
     npages = le32_to_cpu(in.npages);
-    if (le32_to_cpu(in.type) != QHCA_QPT_RC &&
-        le32_to_cpu(in.type) != QHCA_QPT_UD) {
+    type = le32_to_cpu(in.type);
+    if (type != QHCA_QPT_RC && type != QHCA_QPT_UD && type != QHCA_QPT_GSI) {
         return QHCA_CMD_BAD_PARAM;
     }
     if (!qhca_uar_valid(s, uar)) {
         return QHCA_CMD_BAD_RESOURCE;
+    }
+    if (type == QHCA_QPT_GSI && !qhca_uar_kernel(s, uar)) {
+        return QHCA_CMD_BAD_PARAM;
     }
     pd = qhca_pd_lookup(s, pdn);
     scq = qhca_cq_lookup(s, scqn);
@@ -111,6 +121,9 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     if (npages != DIV_ROUND_UP(rq_off + rq_bytes, QHCA_PAGE_SIZE)) {
         return QHCA_CMD_BAD_PARAM;
     }
+    if (type == QHCA_QPT_GSI && s->gsi_qp) {
+        return QHCA_CMD_NO_RESOURCES;
+    }
     /* Round-robin, so that a QPN's index comes back as late as possible. */
     for (n = 0; n < QHCA_LIMIT_MAX_QP; n++) {
         if (!s->qp[(s->qp_next + n) % QHCA_LIMIT_MAX_QP].in_use) {
@@ -124,16 +137,20 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     if (!pl->pages) {
         return qhca_pl_request(s, pl, le64_to_cpu(in.pages_addr), npages);
     }
-    qpn = qhca_qpn_next(s, qp);
+    slot_qpn = type == QHCA_QPT_GSI ? qp->slot_qpn : qhca_qpn_next(s, qp);
     memset(qp, 0, sizeof(*qp));
     qp->in_use = true;
-    qp->qpn = qpn;
+    qp->slot_qpn = slot_qpn;
+    qp->qpn = type == QHCA_QPT_GSI ? QHCA_GSI_QPN : slot_qpn;
     s->qp_next = (qp - s->qp + 1) % QHCA_LIMIT_MAX_QP;
     qp->uar = uar;
     qp->pdn = pdn;
     qp->scqn = scqn;
     qp->rcqn = rcqn;
-    qp->type = le32_to_cpu(in.type);
+    qp->type = type == QHCA_QPT_GSI ? QHCA_QPT_UD : type;
+    if (type == QHCA_QPT_GSI) {
+        s->gsi_qp = qp;
+    }
     qp->max_inline = max_inline;
     qp->max_sge = max_sge;
     qp->sq = (QhcaWq) { .log = in.sq_log, .stride_log = in.sq_stride_log };
@@ -156,7 +173,8 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     rcq->nr_qp++;
     s->num_qp++;
     data[0] = qp->qpn;
-    trace_qhca_obj(qp->type == QHCA_QPT_UD ? "ud qp" : "qp", "create", uar,
+    trace_qhca_obj(type == QHCA_QPT_GSI ? "gsi qp" :
+                   type == QHCA_QPT_UD ? "ud qp" : "qp", "create", uar,
                    qp->qpn);
     return QHCA_CMD_OK;
 }
@@ -171,6 +189,10 @@ void qhca_qp_free(QhcaState *s, QhcaQp *qp)
     s->cq[qp->rcqn].nr_qp--;
     qhca_page_list_free(s, &qp->pages, &qp->npages);
     qp->in_use = false;
+    if (qp == s->gsi_qp) {
+        /* QHCA_GSI_QPN names nothing until the next GSI QP. */
+        s->gsi_qp = NULL;
+    }
     s->num_qp--;
 }
 
@@ -339,12 +361,8 @@ uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
     if ((mask & QHCA_QP_ATTR_PATH_MTU) && !a.path_mtu) {
         return QHCA_CMD_BAD_PARAM;
     }
-    if (((mask & QHCA_QP_ATTR_MAX_RD_ATOMIC) &&
-         (!a.max_rd_atomic ||
-          a.max_rd_atomic > QHCA_LIMIT_MAX_RD_ATOMIC)) ||
-        ((mask & QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC) &&
-         (!a.max_dest_rd_atomic ||
-          a.max_dest_rd_atomic > QHCA_LIMIT_MAX_RD_ATOMIC))) {
+    if (a.max_rd_atomic > QHCA_LIMIT_MAX_RD_ATOMIC ||
+        a.max_dest_rd_atomic > QHCA_LIMIT_MAX_RD_ATOMIC) {
         return QHCA_CMD_BAD_PARAM;
     }
     if (a.timeout > 31 || a.retry_cnt > 7 || a.rnr_retry > 7 ||
@@ -513,9 +531,11 @@ bool qhca_rwqe_read(QhcaState *s, QhcaQp *qp, uint64_t *wr_id,
  * w->length.  Returns the completion status, *why saying what was wrong.
  */
 uint8_t qhca_send_wqe_data(QhcaState *s, QhcaQp *qp, uint16_t idx,
-                           QhcaSendWqe *w, void *inline_dst, const char **why)
+                           uint32_t data_off, QhcaSendWqe *w, void *inline_dst,
+                           const char **why)
 {
     struct qhca_sge sge[QHCA_LIMIT_MAX_SGE];
+    uint64_t slot = 1ull << qp->sq.stride_log;
     uint64_t total;
     unsigned i;
     uint8_t st;
@@ -529,7 +549,11 @@ uint8_t qhca_send_wqe_data(QhcaState *s, QhcaQp *qp, uint16_t idx,
             *why = "inline data longer than max_inline";
             return QHCA_WC_LOC_LEN_ERR;
         }
-        if (!qhca_wq_read(s, qp, &qp->sq, idx, QHCA_WQE_DATA_OFFSET,
+        if (data_off + (uint64_t)w->inline_len > slot) {
+            *why = "inline data past the end of the slot";
+            return QHCA_WC_LOC_LEN_ERR;
+        }
+        if (!qhca_wq_read(s, qp, &qp->sq, idx, data_off,
                           inline_dst, w->inline_len)) {
             *why = "ring unreachable";
             return QHCA_WC_LOC_QP_OP_ERR;
@@ -537,11 +561,12 @@ uint8_t qhca_send_wqe_data(QhcaState *s, QhcaQp *qp, uint16_t idx,
         w->length = w->inline_len;
         return QHCA_WC_SUCCESS;
     }
-    if (w->inline_len || w->num_sge > qp->max_sge) {
+    if (w->inline_len || w->num_sge > qp->max_sge ||
+        data_off + w->num_sge * sizeof(sge[0]) > slot) {
         *why = "inline_len without INLINE, or too many SGEs";
         return QHCA_WC_LOC_QP_OP_ERR;
     }
-    if (!qhca_wq_read(s, qp, &qp->sq, idx, QHCA_WQE_DATA_OFFSET,
+    if (!qhca_wq_read(s, qp, &qp->sq, idx, data_off,
                       sge, w->num_sge * sizeof(sge[0]))) {
         *why = "ring unreachable";
         return QHCA_WC_LOC_QP_OP_ERR;

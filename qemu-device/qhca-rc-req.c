@@ -375,6 +375,13 @@ static bool qhca_req_start(QhcaState *s, QhcaQp *qp)
     }
     w->opcode = hdr.ctrl.opcode;
     w->flags = hdr.ctrl.flags;
+    if (qhca_wr_rd_atomic(w->opcode) && !qp->max_rd_atomic) {
+        /* An initiator depth of 0: this QP issues no READ or atomic. */
+        w->wr_id = le64_to_cpu(hdr.ctrl.wr_id);
+        qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_QP_OP_ERR,
+                         "READ or atomic with max_rd_atomic 0");
+        return true;
+    }
     /* Bounded: the QP's max_rd_atomic; a fence waits for them all. */
     if ((qhca_wr_rd_atomic(w->opcode) &&
          qp->req_rd_atomic >= qp->max_rd_atomic) ||
@@ -421,7 +428,8 @@ static bool qhca_req_start(QhcaState *s, QhcaQp *qp)
         return true;
     }
 
-    st = qhca_send_wqe_data(s, qp, idx, w, w->inline_data, &why);
+    st = qhca_send_wqe_data(s, qp, idx, QHCA_WQE_DATA_OFFSET, w,
+                            w->inline_data, &why);
     if (st != QHCA_WC_SUCCESS) {
         qhca_req_bad_wqe(s, qp, st, why);
         return true;

@@ -108,11 +108,21 @@ QhcaMr *qhca_mr_check(QhcaState *s, uint32_t key, uint32_t pdn,
     return mr;
 }
 
+/*
+ * [va, va + len) of a region that qhca_mr_check() accepted, through its
+ * translation: a page list, on-demand entries, or none at all (a physical
+ * region's addresses are the DMA addresses).
+ */
 QhcaMem qhca_mr_rw(QhcaState *s, QhcaMr *mr, uint64_t va, void *buf,
                    uint64_t len, bool write)
 {
     if (mr->odp) {
         return qhca_odp_rw(s, mr, va, buf, len, write);
+    }
+    if (mr->phys) {
+        return (write ? qhca_dma_write(s, va, buf, len)
+                      : qhca_dma_read(s, va, buf, len)) == MEMTX_OK ?
+               QHCA_MEM_OK : QHCA_MEM_ERROR;
     }
     return qhca_pl_rw(s, mr->pages, mr->npages,
                       (mr->iova & (QHCA_PAGE_SIZE - 1)) + (va - mr->iova),

@@ -106,7 +106,8 @@ bool qhca_wq_read(QhcaState *s, QhcaQp *qp, const QhcaWq *wq, uint16_t idx,
 bool qhca_rwqe_read(QhcaState *s, QhcaQp *qp, uint64_t *wr_id,
                     struct qhca_sge *sge, uint32_t *num_sge, const char **why);
 uint8_t qhca_send_wqe_data(QhcaState *s, QhcaQp *qp, uint16_t idx,
-                           QhcaSendWqe *w, void *inline_dst, const char **why);
+                           uint32_t data_off, QhcaSendWqe *w, void *inline_dst,
+                           const char **why);
 void qhca_complete(QhcaState *s, QhcaQp *qp, uint32_t cqn, uint16_t wqe_index,
                    uint64_t wr_id, uint8_t opcode, uint8_t status,
                    uint32_t byte_len, uint8_t flags, uint32_t imm);

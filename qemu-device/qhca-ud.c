@@ -166,8 +166,10 @@ static uint8_t qhca_ud_build(QhcaState *s, QhcaQp *qp, QhcaSendWqe *w,
         struct qhca_wqe_ctrl ctrl;
         struct qhca_wqe_ud ud;
     } hdr;
-    uint32_t qkey, remote_qpn;
+    uint32_t qkey, remote_qpn, data_off = QHCA_WQE_DATA_OFFSET;
+    const QhcaAv *av;
     uint64_t total;
+    QhcaAv wqe_av;
     QhcaAh *ah;
     uint8_t st;
 
@@ -185,20 +187,45 @@ static uint8_t qhca_ud_build(QhcaState *s, QhcaQp *qp, QhcaSendWqe *w,
     qkey = le32_to_cpu(hdr.ud.remote_qkey);
     if ((w->opcode != QHCA_WR_SEND && w->opcode != QHCA_WR_SEND_WITH_IMM) ||
         (w->flags & ~(QHCA_WQE_SIGNALED | QHCA_WQE_SOLICITED |
-                      QHCA_WQE_INLINE | QHCA_WQE_FENCE)) ||
+                      QHCA_WQE_INLINE | QHCA_WQE_FENCE | QHCA_WQE_AV)) ||
         hdr.ctrl.rsvd0 || hdr.ctrl.rsvd1[0] || hdr.ctrl.rsvd1[1] ||
         hdr.ctrl.rsvd1[2] || hdr.ud.rsvd || remote_qpn > QHCA_DB_QN_MASK) {
         *why = "not a SEND, bad flags or reserved field";
         return QHCA_WC_LOC_QP_OP_ERR;
     }
-    ah = qhca_ah_lookup(s, le32_to_cpu(hdr.ud.ah));
-    if (!ah || ah->uar != qp->uar || ah->pdn != qp->pdn) {
-        *why = "no such address handle in the QP's PD";
-        return QHCA_WC_LOC_QP_OP_ERR;
+    if (w->flags & QHCA_WQE_AV) {
+        /*
+         * A kernel context's datagram carries its address vector, which is
+         * checked as CREATE_AH checks one.
+         */
+        struct qhca_ah_attr in;
+
+        if (!qhca_uar_kernel(s, qp->uar) || hdr.ud.ah) {
+            *why = "address vector in the WQE outside a kernel context";
+            return QHCA_WC_LOC_QP_OP_ERR;
+        }
+        if (!qhca_wq_read(s, qp, &qp->sq, qp->sq.ci, QHCA_WQE_DATA_OFFSET,
+                          &in, sizeof(in))) {
+            *why = "ring unreachable";
+            return QHCA_WC_LOC_QP_OP_ERR;
+        }
+        if (qhca_av_load(s, &in, &wqe_av) != QHCA_CMD_OK) {
+            *why = "bad address vector in the WQE";
+            return QHCA_WC_LOC_QP_OP_ERR;
+        }
+        av = &wqe_av;
+        data_off = QHCA_WQE_AV_DATA_OFFSET;
+    } else {
+        ah = qhca_ah_lookup(s, le32_to_cpu(hdr.ud.ah));
+        if (!ah || ah->uar != qp->uar || ah->pdn != qp->pdn) {
+            *why = "no such address handle in the QP's PD";
+            return QHCA_WC_LOC_QP_OP_ERR;
+        }
+        av = &ah->av;
     }
 
     /* Inline bytes straight into the datagram. */
-    st = qhca_send_wqe_data(s, qp, qp->sq.ci, w, pkt->payload, why);
+    st = qhca_send_wqe_data(s, qp, qp->sq.ci, data_off, w, pkt->payload, why);
     if (st != QHCA_WC_SUCCESS) {
         return st;
     }
@@ -224,11 +251,11 @@ static uint8_t qhca_ud_build(QhcaState *s, QhcaQp *qp, QhcaSendWqe *w,
     pkt->dest_qpn = remote_qpn;
     /* IBA 10.2.5: the high-order bit set means the QP's own Q_Key. */
     pkt->qkey = qkey & QHCA_QKEY_CONTROLLED ? qp->qkey : qkey;
-    memcpy(pkt->sgid, ah->av.sgid, sizeof(pkt->sgid));
-    memcpy(pkt->dgid, ah->av.dgid, sizeof(pkt->dgid));
-    pkt->flow_label = ah->av.flow_label;
-    pkt->traffic_class = ah->av.traffic_class;
-    pkt->hop_limit = ah->av.hop_limit;
+    memcpy(pkt->sgid, av->sgid, sizeof(pkt->sgid));
+    memcpy(pkt->dgid, av->dgid, sizeof(pkt->dgid));
+    pkt->flow_label = av->flow_label;
+    pkt->traffic_class = av->traffic_class;
+    pkt->hop_limit = av->hop_limit;
     return QHCA_WC_SUCCESS;
 }
 

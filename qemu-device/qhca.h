@@ -94,7 +94,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_HW_VER             1
 #define QHCA_CAPS               (QHCA_CAP_UAR_ISOLATION | QHCA_CAP_RC | \
                                  QHCA_CAP_ODP | QHCA_CAP_MW | QHCA_CAP_UD | \
-                                 QHCA_CAP_PORT)
+                                 QHCA_CAP_PORT | QHCA_CAP_KERNEL)
 #define QHCA_ODP_GENERAL_CAPS   (QHCA_ODP_SUPPORT | QHCA_ODP_SUPPORT_IMPLICIT)
 #define QHCA_ODP_RC_CAPS        (QHCA_ODP_SUPPORT_SEND | \
                                  QHCA_ODP_SUPPORT_RECV | \
@@ -192,6 +192,7 @@ typedef struct QhcaRing {
  */
 typedef struct QhcaContext {
     bool in_use;
+    bool kernel;                /* QHCA_UAR_KERNEL: the driver's own */
     uint64_t db_accepted;
     uint64_t db_violations;
     uint64_t pkt_foreign;       /* packets for its QPs not from their peer */
@@ -256,6 +257,7 @@ typedef struct QhcaMr {
      */
     bool odp;
     GHashTable *odp_chunks;
+    bool phys;                  /* no page list: a va is its DMA address */
     /*
      * The key while in use (L_Key and R_Key), from the device's key sequence
      * (qhca_mr_key_next()); found through s->mr_hash.
@@ -397,10 +399,12 @@ struct QhcaQp {
     QhcaState *s;
     bool in_use;
     /*
-     * generation << QHCA_QPN_INDEX_BITS | index; kept when the QP is freed
-     * so that the next QP at this index gets the next generation.
+     * generation << QHCA_QPN_INDEX_BITS | index, or QHCA_GSI_QPN; slot_qpn
+     * is the index's last generation, kept when the QP is freed (and while
+     * the GSI QP holds the index) so that the next QP there gets the next.
      */
     uint32_t qpn;
+    uint32_t slot_qpn;
     uint32_t uar;
     uint32_t pdn;
     uint32_t scqn;
@@ -542,6 +546,7 @@ struct QhcaState {
     QhcaAh *ah;
     QhcaCq *cq;
     QhcaQp *qp;
+    QhcaQp *gsi_qp;             /* the GSI QP (QHCA_GSI_QPN), or NULL */
     uint32_t num_ctx;
     uint32_t num_pd;
     uint32_t num_mr;
@@ -693,7 +698,7 @@ bool qhca_queues_valid(const QhcaState *s);
 
 /* qhca-db.c: BAR2 and the contexts that own its pages */
 extern const MemoryRegionOps qhca_uar_ops;
-int qhca_ctx_alloc(QhcaState *s);
+int qhca_ctx_alloc(QhcaState *s, bool kernel);
 bool qhca_ctx_free(QhcaState *s, uint64_t index);
 void qhca_ctx_reset(QhcaState *s);
 
@@ -717,6 +722,7 @@ bool qhca_objects_exist(const QhcaState *s);
 QhcaMr *qhca_cmd_mr(QhcaState *s, uint64_t uar, uint64_t key);
 /* qhca-obj.c, for qhca-qp.c */
 bool qhca_uar_valid(QhcaState *s, uint64_t uar);
+bool qhca_uar_kernel(QhcaState *s, uint64_t uar);
 QhcaPd *qhca_pd_lookup(QhcaState *s, uint64_t pdn);
 uint8_t qhca_pl_request(QhcaState *s, QhcaPageList *pl, uint64_t dir,
                         uint32_t npages);

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Sourced INSIDE a guest (guest-tests.sh, guest-pair.sh, guest-demo.sh, guest-bench.sh): defines
-# qhca_insmod KO, which loads the RDMA core the driver registers its devices with and the core's
-# user-verbs module (modules, as a distribution has them: insmod does not resolve dependencies)
+# qhca_insmod KO, which loads the RDMA core the driver registers its devices with, the core's
+# user-verbs module and its connection manager with its user interface (rdma_ucm: rdma_cm, ib_cm)
+# (modules, as a distribution has them: insmod does not resolve dependencies)
 # and then the driver, and waits for the RDMA core's uverbs node of its first device and for udev
 # to have named its devices. Returns
 # nonzero if either does not load. qhca_links_up brings the ports' netdevs up.
 qhca_insmod() {
-	modprobe ib_core && modprobe ib_uverbs || { echo "guest: modprobe ib_core ib_uverbs failed" >&2; return 1; }
+	modprobe ib_core && modprobe ib_uverbs && modprobe rdma_ucm ||
+		{ echo "guest: modprobe ib_core ib_uverbs rdma_ucm failed" >&2; return 1; }
 	insmod "$1" || return 1
 	for _ in $(seq 50); do
 		compgen -G '/sys/bus/pci/drivers/qhca/0000:*/infiniband_verbs/uverbs*' >/dev/null && break

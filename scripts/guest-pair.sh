@@ -16,6 +16,8 @@
 #          and perftest's write latency and bandwidth qhca <-> qhca; ibv_rc_pingpong -c rxe <-> qhca
 #          and perftest's write, read and send latency and write bandwidth between rxe and qhca,
 #          each both ways (READs with -o 16: rxe offers 128 outstanding READs, qhca 16; see README);
+#          rdma_cm across the guests (rping qhca <-> qhca and qhca's client to rxe's server,
+#          ucmatose qhca <-> qhca: the CM's MADs on each port's QP1 over the wire);
 #          the split network driver (qhca-splitnet) with its halves on the two guests, ping and
 #          socat through it. Each guest prints "test pair_NAME ... ok|FAILED" for its side of
 #          each step, checks its kernel log, and ends with "pair-suite: N passed, M failed".
@@ -66,6 +68,10 @@ qnet=$(ls "$qpci/net" 2>/dev/null | head -n1)
 [ -n "$qdev" ] && [ -n "$qnet" ] || fatal "no RDMA device or netdev for qhca ($qpci)"
 ip link set "$qnet" up && ip addr add "$qhca_ip/24" dev "$qnet" noprefixroute ||
 	fatal "ip addr add $qhca_ip/24 dev $qnet"
+# The peer's port is reached through this one: rdma_cm's passive side accepts a connection only
+# from an address routed through the netdev of the GID it came to.
+ip route add "10.7.0.1$((3 - node))/32" dev "$qnet" src "$qhca_ip" ||
+	fatal "ip route add 10.7.0.1$((3 - node))/32 dev $qnet"
 # gid_index DEV IP: the index of IP's RoCEv2 GID in DEV's table, as sysfs shows it.
 gid_index() {
 	local dev=$1 ip=$2 want f
@@ -160,6 +166,38 @@ check() {
 	fi
 }
 
+# cm NAME PATTERN PROG "SERVER ARGS" "CLIENT ARGS": a program that connects with rdma_cm, node 1
+# its server, node 2 its client (again while node 1 does not listen yet: the peer's CM rejects,
+# or does not answer); both must exit 0, and the client print PATTERN. The client names its
+# source address, which binds it to that address's device (the subnet's route is the NIC's).
+cm() {
+	local name=$1 pat=$2 prog=$3 rc i
+	if [ "$node" = 1 ]; then
+		log "$name: server: $prog $4"
+		# shellcheck disable=SC2086 # the arguments' words, split on purpose
+		timeout 120 "${pin[@]}" "$prog" $4 >"$out" 2>&1
+		rc=$?
+	else
+		log "$name: client: $prog $5"
+		for i in $(seq 30); do
+			# shellcheck disable=SC2086
+			timeout 60 "${pin[@]}" "$prog" $5 >"$out" 2>&1
+			rc=$?
+			[ $rc = 0 ] && break
+			grep -Eq "REJECTED|UNREACHABLE|connect error|rdma_connect|failed to connect" "$out" || break
+			sleep 1
+		done
+	fi
+	sed 's/^/    /' "$out" | head -n 40
+	barrier=$((barrier + 1))
+	qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet after $name)"
+	if [ $rc = 0 ] && { [ "$node" = 1 ] || grep -Eq -e "$pat" "$out"; }; then
+		ok "$name"
+	else
+		bad "$name" "exit $rc: $(tail -n 3 "$out" | tr '\n' ' ')"
+	fi
+}
+
 wire() { # NAME SERVER_DEV CLIENT_DEV PORT
 	check "$1" '^wire: ok: 2 rounds' "$2" "$3" "$bin/qhca-verbs-check" wire "$(
 		[ "$node" = 1 ] && echo "$2" || echo "$3")" @GIDX "$4" -r 2 -u 18
@@ -248,6 +286,20 @@ if [ "$mode" = tests ]; then
 			port=$((port + 1))
 		done
 	done
+	# rdma_cm across the guests: the CM's MADs on QP1 over the wire, qhca to qhca, and qhca's
+	# client to rxe's server; rping validates every ping (-V) and the client shows them (-v).
+	# Not rxe's client to qhca's server yet: rdma_cm's passive side accepts a request only from
+	# an address routed through the netdev of the GID it came to, and the rxe client's address
+	# is the NIC's subnet, which the qhca netdev cannot carry until it has its Ethernet function
+	# (nor can one address be routed two ways without policy routing, which the guest kernel
+	# lacks).
+	q1=10.7.0.11 q2=10.7.0.12 rping_args="-C 10 -S 1000 -V"
+	cm pair_rping_qhca_qhca '^ping data: rdma-ping-9: ' rping "-s -a $q1 -p 18840 $rping_args" \
+		"-c -I $q2 -a $q1 -p 18840 $rping_args -v"
+	cm pair_rping_rxe_qhca '^ping data: rdma-ping-9: ' rping "-s -a 10.7.0.1 -p 18841 $rping_args" \
+		"-c -I $q2 -a 10.7.0.1 -p 18841 $rping_args -v"
+	cm pair_ucmatose_qhca_qhca '^test complete' ucmatose "-b $q1 -c 2 -C 20 -S 1000" \
+		"-s $q1 -b $q2 -c 2 -C 20 -S 1000"
 	splitnet_pair
 	qhca_kernel_log_case pair_kernel_log_clean
 	"$bin/qhca-info" | grep -E 'tx_frames|rx_frames|rx_bad_icrc|rx_malformed|rx_not_ours' | sed 's/^ */    /'

@@ -19,6 +19,8 @@ APT_PACKAGES=(
 	# The peer benchmarks compare against: Soft-RoCE (rxe) through rdma-core, with perftest;
 	# libibverbs-dev builds rxe-mw-bench (provider/tools/c), the memory-window loop on verbs
 	rdma-core ibverbs-utils ibverbs-providers perftest iproute2 libibverbs-dev
+	# Connection management through the kernel's rdma_cm (rping, ucmatose, udaddy, rdma_server)
+	rdmacm-utils
 	# rdma-core's own test suite, built from its source package with its pyverbs and libibverbs
 	# (scripts/build-rdma-core.sh)
 	cmake cython3 python3-dev libnl-3-dev libnl-route-3-dev libudev-dev

@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! CQs, memory regions and windows, and address handles of user contexts: the core's requests
-//! translated to the context's commands ([`Verbs`]), which check them and run them on the
+//! CQs, memory regions and windows, and address handles of user contexts (and the parts of
+//! kernel ones that are the same): the core's requests translated to the context's commands ([`Verbs`]), which check them and run them on the
 //! device. Each object keeps its context, and is destroyed through
 //! [`Verbs::destroy_or_stop`]: the core's destroys do not fail.
 
 use super::{verbs, QhcaPd, PORT};
-use crate::{context::Ctx, rdma, uapi};
+use crate::{
+    context::Ctx,
+    kverbs::{cq::KCq, qp::KernelAh},
+    rdma, uapi,
+};
 use kernel::{bindings, prelude::*, sync::Arc};
 
 /// `IB_ACCESS_*` bits, by name.
@@ -34,6 +38,8 @@ pub(super) fn ioc_size<T>() -> u32 {
 pub(crate) struct QhcaCq {
     ctx: Arc<Ctx>,
     pub(super) cqn: u32,
+    /// A kernel CQ's ring, which the driver polls.
+    k: Option<Arc<KCq>>,
 }
 
 /// A user CQ: its ring is the process's memory, named by the driver input; its events go to
@@ -68,6 +74,7 @@ pub(super) fn create_cq(
     let cq = QhcaCq {
         ctx: ctx.clone(),
         cqn,
+        k: None,
     };
     if let Err(e) = udata.respond(&uapi::qhca_ib_create_cq_resp { cqn, rsvd: 0 }) {
         // The core never hears of this CQ: it goes now.
@@ -78,6 +85,20 @@ pub(super) fn create_cq(
 }
 
 impl QhcaCq {
+    /// A kernel CQ of `ctx` (the kernel context), whose ring `k` polls.
+    pub(super) fn kernel(ctx: &Arc<Ctx>, cqn: u32, k: Arc<KCq>) -> Self {
+        Self {
+            ctx: ctx.clone(),
+            cqn,
+            k: Some(k),
+        }
+    }
+
+    /// The ring of a kernel CQ (`None` for a user's).
+    pub(super) fn kernel_cq(&self) -> Option<&Arc<KCq>> {
+        self.k.as_ref()
+    }
+
     /// DESTROY_CQ; its event route goes with it.
     pub(super) fn destroy(&self) -> Result {
         verbs(&self.ctx)?.destroy_or_stop(uapi::QHCA_CMD_DESTROY_CQ, self.cqn, 0);
@@ -141,6 +162,14 @@ pub(super) fn reg_mr(
 }
 
 impl QhcaMr {
+    /// Region `key` of `ctx`.
+    pub(super) fn new(ctx: &Arc<Ctx>, key: u32) -> Self {
+        Self {
+            ctx: ctx.clone(),
+            key,
+        }
+    }
+
     /// DEREG_MR. Windows bound to the region are unbound (their keys stop working), as
     /// deregistering a region does on other devices.
     pub(super) fn dereg(&self) -> Result {
@@ -189,10 +218,31 @@ impl QhcaMw {
     }
 }
 
-/// An address handle.
-pub(crate) struct QhcaAh {
-    ctx: Arc<Ctx>,
-    ah: u32,
+/// An address handle: a user context's AH of the device, or a kernel AH, which is the driver's
+/// alone (its address vector goes in each datagram WQE; see [`crate::kverbs`]).
+pub(crate) enum QhcaAh {
+    User { ctx: Arc<Ctx>, ah: u32 },
+    Kernel(uapi::qhca_ah_attr),
+}
+
+impl KernelAh for QhcaAh {
+    fn kernel_av(&self) -> Option<uapi::qhca_ah_attr> {
+        match self {
+            QhcaAh::Kernel(av) => Some(*av),
+            QhcaAh::User { .. } => None,
+        }
+    }
+}
+
+/// A kernel AH in kernel PD `pd`: its address vector, checked as the device checks one (the
+/// device checks it again, in every WQE). Never sleeps.
+pub(super) fn create_kernel_ah(pd: &QhcaPd, av: &rdma::Av) -> Result<QhcaAh> {
+    if !pd.ctx.kernel {
+        return Err(EINVAL);
+    }
+    let av = qhca_av(av)?;
+    crate::verbs::check_av(&av)?;
+    Ok(QhcaAh::Kernel(av))
 }
 
 /// qhca's address vector of the core's.
@@ -217,7 +267,7 @@ pub(super) fn create_ah(pd: &QhcaPd, av: &rdma::Av, udata: &mut rdma::Udata<'_>)
     udata.input_zero()?;
     let v = verbs(&pd.ctx)?;
     let ah = v.create_ah(pd.pdn, &qhca_av(av)?)?;
-    let a = QhcaAh {
+    let a = QhcaAh::User {
         ctx: pd.ctx.clone(),
         ah,
     };
@@ -229,9 +279,11 @@ pub(super) fn create_ah(pd: &QhcaPd, av: &rdma::Av, udata: &mut rdma::Udata<'_>)
 }
 
 impl QhcaAh {
-    /// DESTROY_AH.
+    /// DESTROY_AH of a user's AH; nothing for a kernel AH (the device has none).
     pub(super) fn destroy(&self) -> Result {
-        verbs(&self.ctx)?.destroy_or_stop(uapi::QHCA_CMD_DESTROY_AH, self.ah, 0);
+        if let QhcaAh::User { ctx, ah } = self {
+            verbs(ctx)?.destroy_or_stop(uapi::QHCA_CMD_DESTROY_AH, *ah, 0);
+        }
         Ok(())
     }
 }

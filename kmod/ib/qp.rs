@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Queue pairs of user contexts: the core's creation, attributes and states translated to
-//! qhca's (`struct qhca_qp_attr`), and back for QUERY_QP.
+//! Queue pairs of user contexts and kernel consumers ([`super::kobjects`] creates those): the
+//! core's creation, attributes and states translated to qhca's (`struct qhca_qp_attr`), and back for QUERY_QP.
 //!
 //! The transitions and the attributes each one needs are the verbs' (`ib_modify_qp_is_ok`,
 //! as rxe checks them); the device checks them again, and its values (ranges, the address
@@ -12,7 +12,11 @@ use super::{
     objects::{ioc_size, qhca_av, QhcaCq},
     verbs, QhcaPd, PORT,
 };
-use crate::{context::Ctx, rdma, uapi};
+use crate::{
+    context::Ctx,
+    kverbs::{cq::KCq, qp::KQp},
+    rdma, uapi,
+};
 use kernel::{bindings, prelude::*, sync::Arc};
 
 /// A queue pair, with what its creation settled (QUERY_QP reports it).
@@ -22,6 +26,15 @@ pub(crate) struct QhcaQp {
     qp_type: bindings::ib_qp_type,
     sq_sig_type: bindings::ib_sig_type,
     cap: bindings::ib_qp_cap,
+    /// A kernel QP's rings, and the CQs that report its completions.
+    k: Option<KernelQp>,
+}
+
+/// What a kernel QP has beyond a user's.
+struct KernelQp {
+    qp: Arc<KQp>,
+    send_cq: Arc<KCq>,
+    recv_cq: Arc<KCq>,
 }
 
 /// The `IB_QP_*` attributes qhca's QPs take.
@@ -128,11 +141,41 @@ pub(super) fn create(
         qp_type: init.qp_type,
         sq_sig_type: init.sq_sig_type,
         cap: init.cap,
+        k: None,
     };
     Ok((qp, qpn))
 }
 
 impl QhcaQp {
+    /// A kernel QP of `pd` (the kernel context's), created as `init` says, with rings `qp`
+    /// reporting into the CQs given.
+    pub(super) fn kernel(
+        pd: &QhcaPd,
+        init: &bindings::ib_qp_init_attr,
+        qpn: u32,
+        qp: Arc<KQp>,
+        send_cq: Arc<KCq>,
+        recv_cq: Arc<KCq>,
+    ) -> Self {
+        Self {
+            ctx: pd.ctx.clone(),
+            qpn,
+            qp_type: init.qp_type,
+            sq_sig_type: init.sq_sig_type,
+            cap: init.cap,
+            k: Some(KernelQp {
+                qp,
+                send_cq,
+                recv_cq,
+            }),
+        }
+    }
+
+    /// The rings of a kernel QP (`None` for a user's).
+    pub(super) fn kernel_qp(&self) -> Option<&Arc<KQp>> {
+        self.k.as_ref().map(|k| &k.qp)
+    }
+
     /// MODIFY_QP: the transition the verbs allow, with the attributes it needs.
     ///
     /// # Errors
@@ -145,9 +188,11 @@ impl QhcaQp {
         &self,
         attr: &bindings::ib_qp_attr,
         mask: u32,
-        udata: &mut rdma::Udata<'_>,
+        udata: Option<&mut rdma::Udata<'_>>,
     ) -> Result {
-        udata.input_zero()?;
+        if let Some(u) = udata {
+            u.input_zero()?;
+        }
         if mask & !KNOWN != 0 {
             return Err(EOPNOTSUPP);
         }
@@ -303,9 +348,14 @@ impl QhcaQp {
         Ok(())
     }
 
-    /// DESTROY_QP; its event route and page faults go with it.
+    /// DESTROY_QP; its event route and page faults go with it, and a kernel QP's completions
+    /// still in its CQs are no longer reported (the core frees its QP next).
     pub(super) fn destroy(&self) -> Result {
         verbs(&self.ctx)?.destroy_or_stop(uapi::QHCA_CMD_DESTROY_QP, self.qpn, 0);
+        if let Some(k) = &self.k {
+            k.send_cq.detach(self.qpn);
+            k.recv_cq.detach(self.qpn);
+        }
         Ok(())
     }
 }

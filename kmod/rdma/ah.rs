@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Address handles of user contexts (`ib_ah`), and address vectors ([`Av`]) as the core hands
+//! Address handles (`ib_ah`) of user contexts and kernel consumers, and address vectors ([`Av`]) as the core hands
 //! them to `create_user_ah` and `modify_qp`.
 
 use super::{data, errno, pd::pd_data, ucontext::udata_of, Driver};
@@ -80,8 +80,7 @@ pub(super) unsafe extern "C" fn create_user_ah<T: Driver>(
     udata: *mut bindings::ib_udata,
 ) -> c_int {
     if udata.is_null() {
-        // Kernel AHs: not yet (the RoCE NIC issue brings kernel verbs).
-        return EOPNOTSUPP.to_errno();
+        return EINVAL.to_errno();
     }
     // SAFETY: The core's AH, its attributes and PD (one of ours, allocated, a user PD since the
     // command is a user's), valid for the call.
@@ -107,18 +106,49 @@ pub(super) unsafe extern "C" fn create_user_ah<T: Driver>(
     }
 }
 
-/// Kernel AHs: not yet.
-pub(super) extern "C" fn create_ah(
-    _ah: *mut bindings::ib_ah,
-    _init: *mut bindings::rdma_ah_init_attr,
+/// # Safety
+///
+/// Called by the RDMA core only, for a fresh kernel AH of a registered device of ours (as
+/// `create_user_ah`'s, in a kernel PD), possibly where it cannot sleep.
+pub(super) unsafe extern "C" fn create_ah<T: Driver>(
+    ah: *mut bindings::ib_ah,
+    init: *mut bindings::rdma_ah_init_attr,
     _udata: *mut bindings::ib_udata,
 ) -> c_int {
-    EOPNOTSUPP.to_errno()
+    // SAFETY: The core's AH, its attributes and PD (one of ours, allocated), valid for the call.
+    let (dev, pd, attr) = unsafe {
+        (
+            data::<T>((*ah).device),
+            pd_data::<T::Pd>((*ah).pd),
+            &*(*init).ah_attr,
+        )
+    };
+    if !dev.kernel_verbs() {
+        return EOPNOTSUPP.to_errno();
+    }
+    match Av::from_core(attr).and_then(|av| dev.create_kernel_ah(pd, &av)) {
+        Ok(a) => {
+            // SAFETY: As in `create_user_ah`.
+            unsafe { (*ah.cast::<IbAh<T::Ah>>()).data.write(a) };
+            0
+        }
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// The driver's part of AH `ah`.
+///
+/// # Safety
+///
+/// `ah` is an AH of ours whose creation succeeded and which is not destroyed yet.
+pub(super) unsafe fn ah_data<'a, A>(ah: *mut bindings::ib_ah) -> &'a A {
+    // SAFETY: The caller's contract.
+    unsafe { (*ah.cast::<IbAh<A>>()).data.assume_init_ref() }
 }
 
 /// # Safety
 ///
-/// Called by the RDMA core only, for an AH whose `create_user_ah` succeeded.
+/// Called by the RDMA core only, for an AH whose `create_user_ah` or `create_ah` succeeded.
 pub(super) unsafe extern "C" fn destroy_ah<T: Driver>(
     ah: *mut bindings::ib_ah,
     _flags: u32,

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Completion queues of user contexts (`ib_cq`), and the way back from the device's events to
-//! the core's handlers ([`CqEvents`]).
+//! Completion queues (`ib_cq`) of user contexts and kernel consumers, and the way back from the
+//! device's events to the core's handlers ([`CqEvents`]).
 
 use super::{
     data, errno,
@@ -123,23 +123,49 @@ pub(super) unsafe extern "C" fn create_user_cq<T: Driver>(
     }
 }
 
-/// Kernel CQs: not yet (the RoCE NIC issue brings kernel verbs).
-pub(super) extern "C" fn create_cq(
-    _cq: *mut bindings::ib_cq,
-    _attr: *const bindings::ib_cq_init_attr,
+/// # Safety
+///
+/// Called by the RDMA core only, for a fresh kernel CQ of a registered device of ours
+/// (allocated with `size_ib_cq` zeroed bytes; `device`, handlers and context set).
+pub(super) unsafe extern "C" fn create_cq<T: Driver>(
+    cq: *mut bindings::ib_cq,
+    attr: *const bindings::ib_cq_init_attr,
     _attrs: *mut bindings::uverbs_attr_bundle,
 ) -> c_int {
-    EOPNOTSUPP.to_errno()
+    // SAFETY: The core's attributes, valid for the call; our device (see `query_device`).
+    let (a, dev) = unsafe { (&*attr, data::<T>((*cq).device)) };
+    if !dev.kernel_verbs() {
+        return EOPNOTSUPP.to_errno();
+    }
+    let Some(ptr) = NonNull::new(cq) else {
+        return EINVAL.to_errno();
+    };
+    let attr = CqAttr {
+        cqe: a.cqe,
+        comp_vector: a.comp_vector,
+        flags: a.flags,
+    };
+    match dev.create_kernel_cq(CqEvents(ptr), &attr) {
+        Ok((c, entries)) => {
+            // SAFETY: As in `create_user_cq`.
+            unsafe {
+                (*cq.cast::<IbCq<T::Cq>>()).data.write(c);
+                (*cq).cqe = entries as c_int;
+            }
+            0
+        }
+        Err(e) => e.to_errno(),
+    }
 }
 
 /// # Safety
 ///
-/// Called by the RDMA core only, for a CQ whose `create_user_cq` succeeded.
+/// Called by the RDMA core only, for a CQ whose `create_user_cq` or `create_cq` succeeded.
 pub(super) unsafe extern "C" fn destroy_cq<T: Driver>(
     cq: *mut bindings::ib_cq,
     _udata: *mut bindings::ib_udata,
 ) -> c_int {
-    // SAFETY: A CQ of ours, created (only user CQs are), so `data` is initialised.
+    // SAFETY: A CQ of ours, created, so `data` is initialised.
     let (dev, c) = unsafe { (data::<T>((*cq).device), IbCq::<T::Cq>::data(cq)) };
     let r = dev.destroy_cq(c);
     if r.is_ok() {

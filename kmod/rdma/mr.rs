@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Memory regions (`ib_mr`, which the driver allocates) and memory windows (`ib_mw`, which the
-//! core allocates) of user contexts.
+//! Memory regions (`ib_mr`, which the driver allocates) of user contexts and kernel consumers,
+//! and memory windows (`ib_mw`, which the core allocates) of user contexts.
 
 use super::{data, errno, pd::pd_data, ucontext::udata_of, Driver};
 use core::{ffi::c_int, mem::MaybeUninit};
@@ -83,7 +83,43 @@ pub(super) unsafe extern "C" fn reg_user_mr<T: Driver>(
 
 /// # Safety
 ///
-/// Called by the RDMA core only, for a region `reg_user_mr` returned.
+/// Called by the RDMA core only, for a kernel PD of a registered device of ours whose
+/// `alloc_pd` succeeded.
+pub(super) unsafe extern "C" fn get_dma_mr<T: Driver>(
+    pd: *mut bindings::ib_pd,
+    access: c_int,
+) -> *mut bindings::ib_mr {
+    // SAFETY: The core's PD (ours, allocated), valid for the call.
+    let (dev, p) = unsafe { (data::<T>((*pd).device), pd_data::<T::Pd>(pd)) };
+    if !dev.kernel_verbs() {
+        return EOPNOTSUPP.to_ptr();
+    }
+    // Allocated first: once the device holds the region, nothing may fail.
+    let mut b = match KBox::new(
+        IbMr {
+            ib: pin_init::zeroed::<bindings::ib_mr>(),
+            data: MaybeUninit::<T::Mr>::uninit(),
+        },
+        GFP_KERNEL,
+    ) {
+        Ok(b) => b,
+        Err(e) => return Error::from(e).to_ptr(),
+    };
+    match dev.get_dma_mr(p, access as u32) {
+        Ok((m, key)) => {
+            b.data.write(m);
+            b.ib.lkey = key;
+            b.ib.rkey = key;
+            b.ib.length = u64::MAX;
+            KBox::into_raw(b).cast::<bindings::ib_mr>()
+        }
+        Err(e) => e.to_ptr(),
+    }
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only, for a region `reg_user_mr` or `get_dma_mr` returned.
 pub(super) unsafe extern "C" fn dereg_mr<T: Driver>(
     mr: *mut bindings::ib_mr,
     _udata: *mut bindings::ib_udata,

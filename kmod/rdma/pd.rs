@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Protection domains of user contexts (`ib_pd`).
+//! Protection domains (`ib_pd`) of user contexts and of kernel consumers.
 
 use super::{
     data,
@@ -47,24 +47,26 @@ pub(super) unsafe fn pd_data<'a, P>(pd: *mut bindings::ib_pd) -> &'a P {
 /// # Safety
 ///
 /// Called by the RDMA core only, for a fresh PD of a registered device of ours (allocated with
-/// `size_ib_pd` zeroed bytes, `device` and `uobject` set).
+/// `size_ib_pd` zeroed bytes, `device` and `uobject` set; `uobject` null for a kernel PD, whose
+/// `udata` is null too).
 pub(super) unsafe extern "C" fn alloc_pd<T: Driver>(
     pd: *mut bindings::ib_pd,
     udata: *mut bindings::ib_udata,
 ) -> c_int {
-    // SAFETY: The core's PD, valid for the call; a user PD's context is alive.
-    let Some(uctx) = (unsafe { ucontext_of::<T>((*pd).uobject) }) else {
-        // A kernel PD: kernel verbs are not there yet.
-        return EOPNOTSUPP.to_errno();
-    };
-    if udata.is_null() {
-        return EINVAL.to_errno();
-    }
-    // SAFETY: `udata` is the command's, valid for the call.
-    let mut udata = unsafe { udata_of(udata) };
     // SAFETY: Our device (see `query_device`).
     let dev = unsafe { data::<T>((*pd).device) };
-    match dev.alloc_pd(uctx, &mut udata) {
+    // SAFETY: The core's PD, valid for the call; a user PD's context is alive.
+    let made = match unsafe { ucontext_of::<T>((*pd).uobject) } {
+        None if dev.kernel_verbs() => dev.alloc_kernel_pd(),
+        None => Err(EOPNOTSUPP),
+        Some(_) if udata.is_null() => Err(EINVAL),
+        Some(uctx) => {
+            // SAFETY: `udata` is the command's, valid for the call.
+            let mut udata = unsafe { udata_of(udata) };
+            dev.alloc_pd(uctx, &mut udata)
+        }
+    };
+    match made {
         Ok(p) => {
             // SAFETY: The core allocated an `IbPd<T::Pd>`; `data` is written once, here.
             unsafe { (*pd.cast::<IbPd<T::Pd>>()).data.write(p) };
@@ -81,20 +83,10 @@ pub(super) unsafe extern "C" fn dealloc_pd<T: Driver>(
     pd: *mut bindings::ib_pd,
     _udata: *mut bindings::ib_udata,
 ) -> c_int {
-    // SAFETY: A user PD of ours (only those are allocated: `alloc_pd` refuses the rest); its
-    // context is alive while it is, and `data` was written by `alloc_pd`.
-    let (dev, uctx, p) = unsafe {
-        (
-            data::<T>((*pd).device),
-            ucontext_of::<T>((*pd).uobject),
-            pd.cast::<IbPd<T::Pd>>(),
-        )
-    };
-    let Some(uctx) = uctx else {
-        return EINVAL.to_errno();
-    };
+    // SAFETY: A PD of ours that `alloc_pd` allocated, so `data` was written.
+    let (dev, p) = unsafe { (data::<T>((*pd).device), pd.cast::<IbPd<T::Pd>>()) };
     // SAFETY: `data` is initialised until dropped below, once, on success.
-    match dev.dealloc_pd(uctx, unsafe { (*p).data.assume_init_ref() }) {
+    match dev.dealloc_pd(unsafe { (*p).data.assume_init_ref() }) {
         Ok(()) => {
             // SAFETY: The core frees the PD after this and calls nothing more on it.
             unsafe { (*p).data.assume_init_drop() };

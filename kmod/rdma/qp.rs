@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Queue pairs of user contexts (`ib_qp`), and the way back from the device's QP events to the
-//! core ([`QpEvents`]).
+//! Queue pairs (`ib_qp`) of user contexts and kernel consumers, and the way back from the
+//! device's QP events to the core ([`QpEvents`]).
 
 use super::{cq::IbCq, data, errno, pd::pd_data, ucontext::udata_of, Driver};
 use core::{ffi::c_int, mem::MaybeUninit, ptr::NonNull};
@@ -28,6 +28,11 @@ unsafe impl Send for QpEvents {}
 unsafe impl Sync for QpEvents {}
 
 impl QpEvents {
+    /// The core's QP, for the completions of it that a kernel CQ reports (`ib_wc.qp`).
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_qp {
+        self.0.as_ptr()
+    }
+
     /// The QP entered ERR on its own (`IB_EVENT_QP_FATAL`).
     pub(crate) fn fatal(&self) {
         let qp = self.0.as_ptr();
@@ -50,7 +55,7 @@ impl QpEvents {
 /// # Safety
 ///
 /// `qp` is a QP of ours whose `create_qp` succeeded and which is not destroyed yet.
-unsafe fn qp_data<'a, Q>(qp: *mut bindings::ib_qp) -> &'a Q {
+pub(super) unsafe fn qp_data<'a, Q>(qp: *mut bindings::ib_qp) -> &'a Q {
     // SAFETY: The caller's contract.
     unsafe { (*qp.cast::<IbQp<Q>>()).data.assume_init_ref() }
 }
@@ -59,16 +64,12 @@ unsafe fn qp_data<'a, Q>(qp: *mut bindings::ib_qp) -> &'a Q {
 ///
 /// Called by the RDMA core only, for a fresh QP of a registered device of ours (allocated with
 /// `size_ib_qp` zeroed bytes; device, PD, CQs and handlers set), `init` and `udata` the
-/// command's.
+/// command's (`udata` null for a kernel QP).
 pub(super) unsafe extern "C" fn create_qp<T: Driver>(
     qp: *mut bindings::ib_qp,
     init: *mut bindings::ib_qp_init_attr,
     udata: *mut bindings::ib_udata,
 ) -> c_int {
-    if udata.is_null() {
-        // Kernel QPs: not yet (the RoCE NIC issue brings kernel verbs and QP1).
-        return EOPNOTSUPP.to_errno();
-    }
     // SAFETY: The core's QP and attributes, valid for the call.
     let (init, scq, rcq) = unsafe { (&mut *init, (*qp).send_cq, (*qp).recv_cq) };
     if scq.is_null() || rcq.is_null() || !init.srq.is_null() || !init.xrcd.is_null() {
@@ -79,18 +80,26 @@ pub(super) unsafe extern "C" fn create_qp<T: Driver>(
         return EINVAL.to_errno();
     };
     // SAFETY: Our device and PD (allocated); the CQs are created CQs of ours (the core looked
-    // them up among the context's live objects and holds them for the call); `udata` the
-    // command's.
-    let (dev, pd, send_cq, recv_cq, mut udata) = unsafe {
+    // them up among the context's live objects, or a kernel consumer holds them, for the call).
+    let (dev, pd, send_cq, recv_cq) = unsafe {
         (
             data::<T>((*qp).device),
             pd_data::<T::Pd>((*qp).pd),
             IbCq::<T::Cq>::data(scq),
             IbCq::<T::Cq>::data(rcq),
-            udata_of(udata),
         )
     };
-    match dev.create_qp(pd, QpEvents(ptr), init, send_cq, recv_cq, &mut udata) {
+    let made = if udata.is_null() {
+        if !dev.kernel_verbs() {
+            return EOPNOTSUPP.to_errno();
+        }
+        dev.create_kernel_qp(pd, QpEvents(ptr), init, send_cq, recv_cq)
+    } else {
+        // SAFETY: `udata` is the command's, valid for the call.
+        let mut udata = unsafe { udata_of(udata) };
+        dev.create_qp(pd, QpEvents(ptr), init, send_cq, recv_cq, &mut udata)
+    };
+    match made {
         Ok((q, qpn)) => {
             // SAFETY: The core allocated an `IbQp<T::Qp>`; `data` is written once, here.
             unsafe {
@@ -112,19 +121,17 @@ pub(super) unsafe extern "C" fn modify_qp<T: Driver>(
     mask: c_int,
     udata: *mut bindings::ib_udata,
 ) -> c_int {
-    if udata.is_null() {
-        return EOPNOTSUPP.to_errno();
-    }
-    // SAFETY: A created QP of ours; the core's attributes and udata, valid for the call.
+    // SAFETY: A created QP of ours; the core's attributes and udata (a user's command's, or
+    // null for a kernel QP), valid for the call.
     let (dev, q, attr, mut udata) = unsafe {
         (
             data::<T>((*qp).device),
             qp_data::<T::Qp>(qp),
             &*attr,
-            udata_of(udata),
+            (!udata.is_null()).then(|| udata_of(udata)),
         )
     };
-    errno(dev.modify_qp(q, attr, mask as u32, &mut udata))
+    errno(dev.modify_qp(q, attr, mask as u32, udata.as_mut()))
 }
 
 /// # Safety

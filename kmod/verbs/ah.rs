@@ -26,7 +26,7 @@ const SL_LIMIT: u8 = 16;
 ///
 /// `EINVAL` for a port other than 1, a flow label over 20 bits, a service level over 15, a GID
 /// index beyond the table or nonzero reserved bytes.
-pub(super) fn check_av(attr: &uapi::qhca_ah_attr) -> Result {
+pub(crate) fn check_av(attr: &uapi::qhca_ah_attr) -> Result {
     if attr.port_num != 1
         || attr.flow_label >= FLOW_LABEL_LIMIT
         || attr.sl >= SL_LIMIT

@@ -15,11 +15,13 @@ use crate::{
 };
 use kernel::{prelude::*, sync::Arc};
 
-/// A region's memory: pinned, on-demand paged, or pinned and watched.
+/// A region's memory: pinned, on-demand paged, pinned and watched, or none of the driver's (a
+/// kernel context's physical region: DMA addresses the kernel's consumers mapped).
 pub(super) enum MrMem {
     Pinned(#[expect(dead_code, reason = "held: unpinned when dropped")] Umem),
     Odp(Arc<OdpMr>),
     Watched(Arc<WatchedMr>),
+    Physical,
 }
 
 pub(super) struct Mr {
@@ -201,7 +203,7 @@ impl Verbs<'_> {
             let pos = position(&objs.mrs, |m| m.key == lkey)?;
             match &objs.mrs[pos].mem {
                 MrMem::Odp(mr) => mr.clone(),
-                MrMem::Pinned(_) | MrMem::Watched(_) => return Err(EINVAL),
+                MrMem::Pinned(_) | MrMem::Watched(_) | MrMem::Physical => return Err(EINVAL),
             }
         };
         if !mr.contains(addr, length) {

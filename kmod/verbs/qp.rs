@@ -5,16 +5,9 @@
 
 use super::{
     ah::{av_from_le, av_to_le, check_av},
-    page_align, position, Objects, Verbs,
+    page_align, position, Objects, RingMem, Verbs,
 };
-use crate::{
-    cmdq::Cmd,
-    limits::Pool,
-    pagelist::{span_pages, PageList},
-    rdma::QpEvents,
-    shim::Umem,
-    uapi,
-};
+use crate::{cmdq::Cmd, limits::Pool, pagelist::span_pages, rdma::QpEvents, shim::Umem, uapi};
 use kernel::{
     dma::{Coherent, CoherentBox},
     prelude::*,
@@ -27,7 +20,15 @@ pub(super) struct Qp {
     pub(super) pdn: u32,
     pub(super) send_cqn: u32,
     pub(super) recv_cqn: u32,
-    _mem: Umem,
+    _mem: RingMem,
+}
+
+/// `ENOENT` unless the PD and CQs `a` names are the context's.
+fn refs_exist(objs: &Objects, a: &uapi::qhca_ioc_create_qp) -> Result {
+    position(&objs.pds, |&p| p == a.pdn)?;
+    position(&objs.cqs, |c| c.cqn == a.send_cqn)?;
+    position(&objs.cqs, |c| c.cqn == a.recv_cqn)?;
+    Ok(())
 }
 
 /// `2^log` entries of `2^stride_log` bytes: the ring's size, or `EINVAL` if out of the ABI's
@@ -46,10 +47,26 @@ impl Verbs<'_> {
     /// A QP as `a` describes it (its header and output fields ignored), whose events go to
     /// the core's QP `route`: its number.
     pub(crate) fn create_qp(&self, a: &uapi::qhca_ioc_create_qp, route: QpEvents) -> Result<u32> {
-        let attr = self.dev.attr()?;
         if !matches!(a.type_, uapi::QHCA_QPT_RC | uapi::QHCA_QPT_UD) {
             return Err(EINVAL);
         }
+        let (sq, rq) = self.check_qp(a)?;
+        if a.buf_addr % u64::from(uapi::QHCA_PAGE_SIZE) != 0
+            || a.buf_len < page_align(sq) + rq
+            || a.buf_len > page_align(sq) + page_align(rq)
+        {
+            return Err(EINVAL);
+        }
+        span_pages(a.buf_addr, a.buf_len)?;
+        // Checked before pinning (a bad handle costs no pin) and again under the lock.
+        refs_exist(&self.objs.lock(), a)?;
+        let mem = Umem::pin(a.buf_addr, a.buf_len, true)?;
+        self.create_qp_in(a, RingMem::User(mem), route)
+    }
+
+    /// Checks the shape and limits `a` asks for: the bytes of its send and receive rings.
+    pub(super) fn check_qp(&self, a: &uapi::qhca_ioc_create_qp) -> Result<(u64, u64)> {
+        let attr = self.dev.attr()?;
         if a.type_ == uapi::QHCA_QPT_UD && attr.caps & u64::from(uapi::QHCA_CAP_UD) == 0 {
             return Err(EOPNOTSUPP);
         }
@@ -75,29 +92,26 @@ impl Verbs<'_> {
             || 16 * u32::from(a.max_sge) > rq_room
             || (1u32 << a.sq_log) > attr.max_qp_wr
             || (1u32 << a.rq_log) > attr.max_qp_wr
-            || a.buf_addr % u64::from(uapi::QHCA_PAGE_SIZE) != 0
-            || a.buf_len < page_align(sq) + rq
-            || a.buf_len > page_align(sq) + page_align(rq)
         {
             return Err(EINVAL);
         }
-        span_pages(a.buf_addr, a.buf_len)?;
-        // Checked before pinning (a bad handle costs no pin) and again under the lock (a
-        // concurrent destroy may have removed them in between).
-        let refs_exist = |objs: &Objects| -> Result {
-            position(&objs.pds, |&p| p == a.pdn)?;
-            position(&objs.cqs, |c| c.cqn == a.send_cqn)?;
-            position(&objs.cqs, |c| c.cqn == a.recv_cqn)?;
-            Ok(())
-        };
-        refs_exist(&self.objs.lock())?;
-        let mut mem = Umem::pin(a.buf_addr, a.buf_len, true)?;
+        Ok((sq, rq))
+    }
+
+    /// CREATE_QP as `a` describes it, checked by the caller, with its rings in `mem`: its
+    /// number.
+    pub(super) fn create_qp_in(
+        &self,
+        a: &uapi::qhca_ioc_create_qp,
+        mut mem: RingMem,
+        route: QpEvents,
+    ) -> Result<u32> {
         self.locked(|bound, objs| {
-            refs_exist(objs)?;
+            // A concurrent destroy may have removed them since the caller looked.
+            refs_exist(objs, a)?;
             objs.qps.reserve(1, GFP_KERNEL)?;
             self.ctx.reserve()?;
-            mem.map(bound)?;
-            let list = PageList::new(bound, &mem)?;
+            let list = mem.page_list(bound)?;
             let args = uapi::qhca_cmd_create_qp {
                 uar: self.uar.to_le(),
                 pdn: a.pdn.to_le(),
@@ -153,6 +167,7 @@ impl Verbs<'_> {
         }
         if q.mask & uapi::QHCA_QP_ATTR_QKEY != 0
             && q.qkey & uapi::QHCA_QKEY_CONTROLLED != 0
+            && !self.ctx.kernel
             && !crate::shim::capable_net_raw()
         {
             return Err(EPERM);

@@ -126,11 +126,11 @@ pub struct QpAttr {
     pub rnr_retry: Option<u8>,
     /// RNR NAK timer, IB encoding 0..=31.
     pub min_rnr_timer: Option<u8>,
-    /// RDMA READs and atomics in flight as requester (initiator depth), 1..=16; RTR → RTS and
-    /// RTS → RTS only.
+    /// RDMA READs and atomics in flight as requester (initiator depth), 0..=16 (0: none);
+    /// RTR → RTS and RTS → RTS only.
     pub max_rd_atomic: Option<u8>,
-    /// RDMA READs and atomics accepted as responder (responder resources), 1..=16; INIT → RTR
-    /// and RTR → RTR only.
+    /// RDMA READs and atomics accepted as responder (responder resources), 0..=16 (0: none);
+    /// INIT → RTR and RTR → RTR only.
     pub max_dest_rd_atomic: Option<u8>,
     /// UD only: the Q_Key datagrams to this QP must carry (and the one its sends use when a
     /// request's remote Q_Key has [`crate::QKEY_CONTROLLED`]). Required at RESET → INIT;
@@ -663,10 +663,10 @@ pub struct ConnOpts {
     /// The RNR timer this QP asks its peer to wait as responder (IB encoding: 12 = 0.64 ms).
     pub min_rnr_timer: u8,
     /// RDMA READs and atomics this QP keeps in flight as requester (the initiator depth,
-    /// ibv_qp_attr.max_rd_atomic), 1..=16; set at RTR → RTS.
+    /// ibv_qp_attr.max_rd_atomic), 0..=16 (0: none); set at RTR → RTS.
     pub max_rd_atomic: u8,
     /// RDMA READs and atomics this QP accepts in flight as responder (the responder resources,
-    /// ibv_qp_attr.max_dest_rd_atomic), 1..=16; set at INIT → RTR.
+    /// ibv_qp_attr.max_dest_rd_atomic), 0..=16 (0: none); set at INIT → RTR.
     pub max_dest_rd_atomic: u8,
 }
 

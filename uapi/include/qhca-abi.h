@@ -142,6 +142,7 @@ typedef unsigned long long __u64;
 #define QHCA_CAP_MW             (1ull << 3) /* memory windows, types 1, 2A and 2B: see "Memory windows" */
 #define QHCA_CAP_UD             (1ull << 4) /* unreliable datagram QPs: see "Unreliable datagram" */
 #define QHCA_CAP_PORT           (1ull << 5) /* a port with a GID table, address vectors on RC QPs: see "The port" */
+#define QHCA_CAP_KERNEL         (1ull << 6) /* the driver's own context: physical regions, the GSI QP: see "Kernel verbs" */
 
 /* Queue sizing limits. */
 #define QHCA_QUEUE_MIN_LOG      1
@@ -156,7 +157,7 @@ typedef unsigned long long __u64;
 enum qhca_cmd_opcode {
 	QHCA_CMD_NOP          = 0x00,
 	QHCA_CMD_QUERY_DEVICE = 0x01, /* out: struct qhca_device_attr at out_addr */
-	QHCA_CMD_ALLOC_UAR    = 0x02, /* out: eqe.data[0] = UAR page index */
+	QHCA_CMD_ALLOC_UAR    = 0x02, /* in[0] = QHCA_UAR_*; out: eqe.data[0] = UAR page index */
 	QHCA_CMD_FREE_UAR     = 0x03, /* in[0] = UAR page index */
 	/*
 	 * Verbs objects.  Every object belongs to the context (UAR page) named
@@ -331,6 +332,14 @@ struct qhca_device_attr {
  * ON_DEMAND or WATCHED in this version.
  */
 #define QHCA_ACCESS_MW_BIND       (1u << 6)
+/*
+ * Not a right: a physical region of a kernel context (see "Kernel verbs"):
+ * its addresses are DMA addresses, translated by nothing.  REG_MR then has
+ * npages = 0 and pages_addr = 0; the region spans iova .. iova + length - 1
+ * as any other (iova 0 and length UINT64_MAX: every address).  Not with
+ * ON_DEMAND, WATCHED or MW_BIND.
+ */
+#define QHCA_ACCESS_PHYSICAL      (1u << 7)
 
 /*
  * A memory region's key is opaque: the device takes it from a sequence of
@@ -481,6 +490,7 @@ enum qhca_wr_opcode {
 #define QHCA_WQE_SOLICITED      (1u << 1)
 #define QHCA_WQE_INLINE         (1u << 2) /* data is inline at QHCA_WQE_DATA_OFFSET */
 #define QHCA_WQE_FENCE          (1u << 3)
+#define QHCA_WQE_AV             (1u << 4) /* UD, kernel contexts: the address vector is in the WQE */
 
 struct qhca_wqe_ctrl {
 	__u64 wr_id;
@@ -545,8 +555,9 @@ enum qhca_qp_state {
 
 /* Transport service of a QP (CREATE_QP). */
 enum qhca_qp_type {
-	QHCA_QPT_RC = 0, /* reliable connected */
-	QHCA_QPT_UD = 1, /* unreliable datagram */
+	QHCA_QPT_RC  = 0, /* reliable connected */
+	QHCA_QPT_UD  = 1, /* unreliable datagram */
+	QHCA_QPT_GSI = 2, /* the port's QP1: a UD QP of a kernel context; see "Kernel verbs" */
 };
 
 /* QHCA_CMD_CREATE_QP input, overlaying qhca_cmd.in[]. */
@@ -577,8 +588,8 @@ struct qhca_cmd_create_qp {
 #define QHCA_QP_ATTR_RETRY_CNT  (1u << 7)
 #define QHCA_QP_ATTR_RNR_RETRY  (1u << 8)
 #define QHCA_QP_ATTR_MIN_RNR_TIMER (1u << 9)
-#define QHCA_QP_ATTR_MAX_RD_ATOMIC      (1u << 10) /* RTR->RTS, RTS->RTS; 1..max_qp_init_rd_atom */
-#define QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC (1u << 11) /* INIT->RTR, RTR->RTR; 1..max_qp_rd_atom */
+#define QHCA_QP_ATTR_MAX_RD_ATOMIC      (1u << 10) /* RTR->RTS, RTS->RTS; 0..max_qp_init_rd_atom */
+#define QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC (1u << 11) /* INIT->RTR, RTR->RTR; 0..max_qp_rd_atom */
 #define QHCA_QP_ATTR_QKEY       (1u << 12) /* UD only: RESET->INIT (required), then any */
 #define QHCA_QP_ATTR_AV         (1u << 13) /* RC only: INIT->RTR; the peer's address (see "The port") */
 #define QHCA_QP_ATTR_ALL        0x3fffu
@@ -588,8 +599,13 @@ struct qhca_cmd_create_qp {
  * resources) are 16, the device maximum, from CREATE_QP on.  MODIFY_QP takes
  * QHCA_QP_ATTR_MAX_RD_ATOMIC only at RTR->RTS and RTS->RTS and
  * QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC only at INIT->RTR and RTR->RTR, each
- * 1..16 (0 or more: QHCA_CMD_BAD_PARAM).  The requester keeps at most
- * max_rd_atomic RDMA READs and atomics in flight; a READ or atomic that
+ * 0..16 (more: QHCA_CMD_BAD_PARAM), 0 meaning none, as the verbs have it:
+ * a READ or atomic WQE of a QP whose max_rd_atomic is 0 completes with
+ * QHCA_WC_LOC_QP_OP_ERR (the QP to ERR), and one arriving at a QP whose
+ * max_dest_rd_atomic is 0 is an invalid request (below).  rdma_cm
+ * connections of programs that read nothing ask for 0.  The requester
+ * keeps at most max_rd_atomic RDMA READs and atomics in flight; a READ or
+ * atomic that
  * arrives while the responder is still answering max_dest_rd_atomic of them
  * is an invalid request: the responder NAKs it and goes to ERR, and the
  * requester completes its oldest outstanding WQE (the READ still being
@@ -782,6 +798,42 @@ struct qhca_grh {
 	__u8  sgid[16];
 	__u8  dgid[16];
 };
+
+/* ------------------------------------------------------------------------ */
+/* Kernel verbs (QHCA_CAP_KERNEL).                                          */
+/*                                                                          */
+/* The driver serves the kernel's own consumers (the MAD layer, the CM,     */
+/* NVMe over RDMA) from a context of its own: ALLOC_UAR with               */
+/* QHCA_UAR_KERNEL in in[0] (any other bit: QHCA_CMD_BAD_PARAM).  Its      */
+/* objects are a user context's, with rings in pages the driver owns and   */
+/* doorbells it rings in its own page, and two things no user context may  */
+/* have (QHCA_CMD_BAD_PARAM from any other context):                        */
+/*  - physical regions (REG_MR with QHCA_ACCESS_PHYSICAL): a key whose     */
+/*    addresses are the DMA addresses the driver mapped, for the kernel's  */
+/*    local DMA key (ib_pd.local_dma_lkey) and get_dma_mr;                 */
+/*  - the GSI QP (CREATE_QP type QHCA_QPT_GSI): the port's QP1, which      */
+/*    carries the MADs of the kernel's CM.  It is a UD QP in every way     */
+/*    (states, attributes, Q_Key, receive buffers with a struct qhca_grh)  */
+/*    whose number is QHCA_GSI_QPN, which no other QP ever gets (numbers   */
+/*    start at 1 << QHCA_QPN_INDEX_BITS); datagrams to QPN 1, from this    */
+/*    device or the wire, go to it, and it sends from QPN 1.  One at a time */
+/*    per device (a second: QHCA_CMD_NO_RESOURCES).                         */
+/*  - address vectors in the WQE: a UD send WQE with QHCA_WQE_AV names no    */
+/*    AH (struct qhca_wqe_ud.ah is 0): a struct qhca_ah_attr sits at        */
+/*    QHCA_WQE_DATA_OFFSET, checked as CREATE_AH checks one (a bad one:     */
+/*    QHCA_WC_LOC_QP_OP_ERR and the QP to ERR, as a bad AH), and the data  */
+/*    segments or inline data follow at QHCA_WQE_AV_DATA_OFFSET.  So a      */
+/*    kernel AH is the driver's alone, as mlx5's datagram segment carries  */
+/*    its address vector: the core creates AHs where it cannot sleep, and  */
+/*    a command sleeps.  In a user context the flag is QHCA_WC_LOC_QP_OP_ERR. */
+/* Without QHCA_CAP_KERNEL the device has none of this, and the driver      */
+/* offers no kernel verbs.                                                  */
+/* ------------------------------------------------------------------------ */
+
+#define QHCA_UAR_KERNEL         (1u << 0) /* ALLOC_UAR in[0] */
+#define QHCA_WQE_AV_DATA_OFFSET 96        /* QHCA_WQE_AV: QHCA_WQE_DATA_OFFSET + the AV */
+#define QHCA_GSI_QPN            1
+#define QHCA_GSI_QKEY           0x80010000u /* IBA 13.4.6.1.1: QP1's well-known Q_Key */
 
 /* ------------------------------------------------------------------------ */
 /* The port (QHCA_CAP_PORT).                                                */

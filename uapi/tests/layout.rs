@@ -528,9 +528,10 @@ fn constants_the_other_layers_rely_on() {
     assert_eq!(CAP_MW, 8);
     assert_eq!(CAP_UD, 16);
     assert_eq!(CAP_PORT, 32);
+    assert_eq!(CAP_KERNEL, 64);
     assert_eq!(
         CAP_KNOWN_MASK,
-        CAP_UAR_ISOLATION | CAP_RC | CAP_ODP | CAP_MW | CAP_UD | CAP_PORT
+        CAP_UAR_ISOLATION | CAP_RC | CAP_ODP | CAP_MW | CAP_UD | CAP_PORT | CAP_KERNEL
     );
     assert_eq!(QHCA_MW_KEY_FLAG, 1 << 31);
     assert_eq!(QHCA_ODP_MAP_MAX, 512);

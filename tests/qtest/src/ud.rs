@@ -108,6 +108,20 @@ impl UdWr {
         }
     }
 
+    /// The WQE with `av` carried in it (`QHCA_WQE_AV`, kernel contexts): no AH, the address
+    /// vector at `QHCA_WQE_DATA_OFFSET`, the data segments from `QHCA_WQE_AV_DATA_OFFSET`.
+    pub fn encode_av(&self, av: &crate::port::AhAttr) -> Vec<u8> {
+        let plain = self.encode();
+        let data = QHCA_WQE_DATA_OFFSET as usize;
+        let mut b = plain[..data].to_vec();
+        b[9] |= QHCA_WQE_AV as u8;
+        b[UD_OFFSET..UD_OFFSET + 4].fill(0);
+        b.extend_from_slice(&av.encode());
+        assert_eq!(b.len(), QHCA_WQE_AV_DATA_OFFSET as usize);
+        b.extend_from_slice(&plain[data..]);
+        b
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut b = self.wr.encode();
         b[UD_OFFSET..QHCA_WQE_DATA_OFFSET as usize].fill(0);

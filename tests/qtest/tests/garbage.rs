@@ -78,11 +78,22 @@ fn reserved_fields_must_be_zero() {
         let mut c = base(&mut h);
         c.rsvd0 = 0x8000_0000;
         h.expect_status(&c, QHCA_CMD_BAD_PARAM);
-        // in[] words the opcode does not use: all for NOP/QUERY_DEVICE/ALLOC_UAR, 1..4 for FREE_UAR.
-        let first_unused = if op == QHCA_CMD_FREE_UAR { 1 } else { 0 };
+        // in[] words the opcode does not use: all for NOP/QUERY_DEVICE, 1..4 for ALLOC_UAR (its
+        // flags) and FREE_UAR (the page).
+        let first_unused = if op == QHCA_CMD_FREE_UAR || op == QHCA_CMD_ALLOC_UAR {
+            1
+        } else {
+            0
+        };
         for i in first_unused..5 {
             let mut c = base(&mut h);
             c.in_[i] = 1 << (i * 7);
+            h.expect_status(&c, QHCA_CMD_BAD_PARAM);
+        }
+        // ALLOC_UAR's flags: QHCA_UAR_KERNEL alone (kernel.rs).
+        if op == QHCA_CMD_ALLOC_UAR {
+            let mut c = base(&mut h);
+            c.in_[0] = (QHCA_UAR_KERNEL << 1) as u64;
             h.expect_status(&c, QHCA_CMD_BAD_PARAM);
         }
         h.alive();

@@ -3,7 +3,8 @@
 //! Live state survives migration: a device caught mid-flight (events waiting in the EQ, commands
 //! stalled behind it, a UAR table with a hole, non-zero counters, MSI-X armed) is saved by one
 //! QEMU and loaded by another, which carries on exactly where the first stopped. The port's GID
-//! table migrates and is checked on arrival as SET_GID checks it.
+//! table migrates and is checked on arrival as SET_GID checks it; so do the kernel contexts
+//! (`QHCA_UAR_KERNEL`), which must be allocated ones.
 
 use qhca_qtest::abi::*;
 use qhca_qtest::hca::*;
@@ -499,4 +500,88 @@ fn gid_table_migrates_and_is_checked_on_arrival() {
     // Nor does the right table load into a device with another node GUID.
     let err = load("num-uars=4,node-guid=0x78", &stream).err();
     assert!(err.is_some_and(|e| e.contains("qhca")), "another node GUID");
+}
+
+#[test]
+fn kernel_contexts_migrate_and_are_checked_on_arrival() {
+    // Which contexts are the driver's own (ALLOC_UAR with QHCA_UAR_KERNEL) travels in
+    // subsection qhca/kernel, one flag per page: on the destination a kernel context may have
+    // a physical region and a user context may not; a stream that makes a free page a kernel
+    // context's is refused. A device with no kernel context sends no subsection.
+    use qhca_qtest::verbs::{alloc_pd, in_words, obj_cmd, reg_mr_bytes};
+    let physical = |h: &mut Hca, uar: u32| {
+        let (st, pdn) = alloc_pd(h, uar);
+        assert_eq!(st, QHCA_CMD_OK);
+        let b = reg_mr_bytes(uar, pdn, 0, u64::MAX, QHCA_ACCESS_PHYSICAL, 0, 0);
+        obj_cmd(h, QHCA_CMD_REG_MR, in_words(&b)).0
+    };
+    let alloc = |h: &mut Hca, flags: u32| {
+        let mut c = h.cmd(QHCA_CMD_ALLOC_UAR);
+        c.in_[0] = flags as u64;
+        let e = h.exec(&c);
+        assert_eq!(e.status as u32, QHCA_CMD_OK);
+        e.data[0]
+    };
+    let migrate = |qmp: &std::path::Path, stream: &std::path::Path| {
+        let mut q = Qmp::connect(qmp);
+        q.ok(&format!(
+            r#"{{"execute":"migrate","arguments":{{"uri":"file:{}"}}}}"#,
+            stream.display()
+        ));
+        q.wait_migration();
+        std::fs::read(stream).expect("migration stream")
+    };
+    let name = b"qhca/kernel";
+    let find = |s: &[u8]| s.windows(name.len()).position(|w| w == name);
+    let props = "num-uars=4";
+
+    // A user context only: no subsection.
+    let (qmp_u, stream_u) = (socket_path("qmp-user"), socket_path("migration-user"));
+    let mut u = Hca::start_with(props, &["-qmp", &qmp_arg(&qmp_u)]);
+    u.bring_up(3, 3);
+    assert_eq!(alloc(&mut u, 0), 0);
+    assert_eq!(find(&migrate(&qmp_u, &stream_u)), None);
+    drop(u);
+
+    // Page 0 a user's, page 1 the kernel's, page 2 the kernel's until freed, page 3 free.
+    let (qmp_a, stream) = (socket_path("qmp-kernel"), socket_path("migration-kernel"));
+    let mut a = Hca::start_with(props, &["-qmp", &qmp_arg(&qmp_a)]);
+    a.bring_up(3, 3);
+    assert_eq!(alloc(&mut a, 0), 0);
+    assert_eq!(alloc(&mut a, QHCA_UAR_KERNEL), 1);
+    assert_eq!(alloc(&mut a, QHCA_UAR_KERNEL), 2);
+    assert_eq!(a.free_uar(2), QHCA_CMD_OK);
+    let good = migrate(&qmp_a, &stream);
+    let (pi, ci) = (a.cmd_pi, a.eq_ci);
+    drop(a);
+    // The subsection's name, its version (4 bytes), then one flag per page.
+    let at = find(&good).expect("subsection qhca/kernel in the stream") + name.len() + 4;
+    assert_eq!(good[at..at + 4], [0, 1, 0, 0], "the kernel flags");
+
+    let mut b = load(props, &stream).expect("the stream with a kernel context");
+    (b.cmdq_base, b.cmdq_log, b.eq_base, b.eq_log) = (CMDQ_RAM, 3, EQ_RAM, 3);
+    (b.cmd_pi, b.eq_ci) = (pi, ci);
+    assert_eq!(physical(&mut b, 1), QHCA_CMD_OK, "page 1, the kernel's");
+    assert_eq!(physical(&mut b, 0), QHCA_CMD_BAD_PARAM, "page 0, a user's");
+    assert_eq!(alloc(&mut b, 0), 2, "page 2 free, as a user's");
+    assert_eq!(
+        physical(&mut b, 2),
+        QHCA_CMD_BAD_PARAM,
+        "page 2, a user's now"
+    );
+    drop(b);
+
+    let path = socket_path("tampered-kernel");
+    for (what, flags) in [
+        ("a free page", [0, 1, 1, 0]),
+        ("the last page", [0, 1, 0, 1]),
+    ] {
+        let mut bad = good.clone();
+        bad[at..at + 4].copy_from_slice(&flags);
+        std::fs::write(&path, &bad).unwrap();
+        match load(props, &path) {
+            Ok(_) => panic!("a stream with {what} a kernel context's loaded"),
+            Err(e) => assert!(e.contains("qhca"), "{what}: refusal: {e}"),
+        }
+    }
 }

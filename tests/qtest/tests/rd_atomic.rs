@@ -2,8 +2,9 @@
 
 //! The initiator depth (`max_rd_atomic`) and the responder resources (`max_dest_rd_atomic`)
 //! as QP attributes: 16 from CREATE_QP on, each set only at its transitions (RTR->RTS and
-//! RTS->RTS; INIT->RTR and RTR->RTR), 1..16; the requester keeps at most `max_rd_atomic` READs
-//! in flight; a READ beyond the responder's `max_dest_rd_atomic` is an invalid request.
+//! RTS->RTS; INIT->RTR and RTR->RTR), 0..16 (0: none); the requester keeps at most
+//! `max_rd_atomic` READs in flight; a READ beyond the responder's `max_dest_rd_atomic` is an
+//! invalid request.
 
 use qhca_qtest::abi::*;
 use qhca_qtest::verbs::*;
@@ -50,7 +51,7 @@ fn attr(mask: u32, state: u32, rd: u8, dest: u8) -> QpAttr {
     }
 }
 
-/// Each bit only at its own transitions, values 1..16, QUERY_QP reports what was set, and a QP
+/// Each bit only at its own transitions, values 0..16, QUERY_QP reports what was set, and a QP
 /// that never sets them has 16 of each.
 #[test]
 fn each_depth_only_at_its_transitions_and_in_range() {
@@ -98,11 +99,6 @@ fn each_depth_only_at_its_transitions_and_in_range() {
         modify(&mut h, &rtr(RD, 4, 0)),
         QHCA_CMD_BAD_PARAM,
         "RD at INIT->RTR"
-    );
-    assert_eq!(
-        modify(&mut h, &rtr(DEST, 0, 0)),
-        QHCA_CMD_BAD_PARAM,
-        "dest 0"
     );
     assert_eq!(
         modify(&mut h, &rtr(DEST, 0, 17)),
@@ -154,7 +150,6 @@ fn each_depth_only_at_its_transitions_and_in_range() {
         QHCA_CMD_BAD_PARAM,
         "dest at RTR->RTS"
     );
-    assert_eq!(modify(&mut h, &rts(RD, 0, 0)), QHCA_CMD_BAD_PARAM, "rd 0");
     assert_eq!(modify(&mut h, &rts(RD, 17, 0)), QHCA_CMD_BAD_PARAM, "rd 17");
     assert_eq!(
         modify(&mut h, &rts(0, 5, 0)),
@@ -165,7 +160,8 @@ fn each_depth_only_at_its_transitions_and_in_range() {
     assert_eq!(depths(&mut h, q), (5, 7));
     // RTS->RTS: max_rd_atomic again, not max_dest_rd_atomic.
     assert_eq!(modify(&mut h, &attr(DEST, none, 0, 2)), QHCA_CMD_BAD_PARAM);
-    assert_eq!(modify(&mut h, &attr(RD, none, 0, 0)), QHCA_CMD_BAD_PARAM);
+    assert_eq!(modify(&mut h, &attr(RD, none, 0, 0)), QHCA_CMD_OK);
+    assert_eq!(depths(&mut h, q), (0, 7), "0: no READs or atomics");
     assert_eq!(modify(&mut h, &attr(RD, none, 16, 0)), QHCA_CMD_OK);
     assert_eq!(depths(&mut h, q), (16, 7));
     assert_eq!(modify(&mut h, &attr(RD, none, 1, 0)), QHCA_CMD_OK);
@@ -326,4 +322,77 @@ fn a_read_beyond_the_responder_resources_is_an_invalid_request() {
         let (_, b) = query_qp(&mut h, p.uar, p.b.qpn);
         assert_eq!((a.state, b.state), (QHCA_QPS_ERR as u8, QHCA_QPS_ERR as u8));
     }
+}
+
+/// 0 is a depth too, meaning none (the verbs', and what rdma_cm asks for when a connection
+/// reads nothing): a requester with `max_rd_atomic` 0 completes a READ with LOC_QP_OP_ERR,
+/// after the WRITE before it, and goes to ERR; a responder with `max_dest_rd_atomic` 0 (set at
+/// INIT->RTR) answers a READ as an invalid request.
+#[test]
+fn depth_zero_means_no_reads_or_atomics() {
+    let params = ConnParams::default();
+    let (mut h, mut p) = start("num-uars=8", &params);
+    let (local, lkey) = p.buf(&mut h, 4096, 0, QHCA_ACCESS_LOCAL_WRITE);
+    let (remote, rkey) = p.buf(&mut h, 4096, 0x5a, RW);
+    let st = modify_qp(&mut h, p.uar, p.a.qpn, &attr(RD, u32::MAX, 0, 0));
+    assert_eq!(st, QHCA_CMD_OK);
+    assert_eq!(depths(&mut h, &p.a), (0, 16));
+    p.a.write_send_raw(
+        &mut h,
+        &SendWr {
+            wr_id: 0x60,
+            ..SendWr::write(local, 64, lkey, remote + 1024, rkey)
+        }
+        .encode(),
+    );
+    p.a.write_send_raw(&mut h, &read_wr(0, local, lkey, remote, rkey, 64));
+    p.a.ring_sq(&mut h);
+    let mut got = Vec::new();
+    assert!(h.poll(|h| {
+        while let Some(c) = p.scq.poll(h) {
+            got.push((c.wr_id, c.status as u32));
+        }
+        got.len() == 2
+    }));
+    assert_eq!(
+        got,
+        vec![(0x60, QHCA_WC_SUCCESS), (0x70, QHCA_WC_LOC_QP_OP_ERR)]
+    );
+    assert!(
+        h.qt.memread(local, 64).iter().all(|&b| b == 0),
+        "nothing read"
+    );
+
+    // The responder side, on a fresh pair: B reconnected with no responder resources.
+    let (mut h, mut p) = start("num-uars=8", &params);
+    let (local, lkey) = p.buf(&mut h, 4096, 0, QHCA_ACCESS_LOCAL_WRITE);
+    let (remote, rkey) = p.buf(&mut h, 4096, 0x5a, RW);
+    mute(&mut h, &mut p.b, params.access);
+    let rtr = QpAttr {
+        mask: DEST
+            | QHCA_QP_ATTR_STATE
+            | QHCA_QP_ATTR_DEST_QPN
+            | QHCA_QP_ATTR_RQ_PSN
+            | QHCA_QP_ATTR_PATH_MTU,
+        state: QHCA_QPS_RTR as u8,
+        dest_qpn: p.a.qpn,
+        rq_psn: PSN,
+        path_mtu: 8,
+        max_dest_rd_atomic: 0,
+        ..Default::default()
+    };
+    assert_eq!(modify_qp(&mut h, p.b.uar, p.b.qpn, &rtr), QHCA_CMD_OK);
+    assert_eq!(depths(&mut h, &p.b), (16, 0));
+    p.a.write_send_raw(&mut h, &read_wr(0, local, lkey, remote, rkey, 64));
+    p.a.ring_sq(&mut h);
+    let c = p.scq.wait(&mut h);
+    assert_eq!(
+        (c.wr_id, c.status as u32),
+        (0x70, QHCA_WC_REM_INV_REQ_ERR),
+        "{c:?}"
+    );
+    assert!(
+        h.qt.memread(local, 64).iter().all(|&b| b == 0),
+        "nothing read"
+    );
 }

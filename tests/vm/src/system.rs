@@ -462,6 +462,57 @@ pub fn drop_cap(cap: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The device's debugfs directory (`/sys/kernel/debug/qhca/qhcaN`).
+pub(crate) fn debugfs_dir(cfg: &Config) -> Result<PathBuf, Fail> {
+    let dev = crate::verbs::uverbs::core_device(cfg)?;
+    let dir = Path::new("/sys/kernel/debug/qhca").join(format!("qhca{}", dev.index));
+    if !dir.is_dir() {
+        crate::bail!(
+            "{} ({}): no {}",
+            dev.name,
+            dev.path.display(),
+            dir.display()
+        );
+    }
+    Ok(dir)
+}
+
+/// The doorbell page of the driver's kernel context (debugfs `state`), if it has one: a page
+/// no user context gets.
+pub(crate) fn kernel_uar(cfg: &Config) -> Result<Option<u32>, Fail> {
+    let state = std::fs::read_to_string(debugfs_dir(cfg)?.join("state"))?;
+    Ok(state
+        .lines()
+        .find_map(|l| l.strip_prefix("kernel context: uar "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|u| u.parse().ok()))
+}
+
+/// The doorbell page a fresh driver (or one whose user contexts are all closed) hands a user
+/// context first: the lowest one that is not the kernel context's.
+pub(crate) fn first_user_uar(cfg: &Config) -> Result<u32, Fail> {
+    let k = kernel_uar(cfg)?;
+    Ok((0..).find(|&p| Some(p) != k).unwrap_or(0))
+}
+
+/// What the kernel's own consumers hold of the device (the driver's kernel context, which the
+/// MAD layer's QP1 needs): its contexts (0 or 1), PDs, MRs, CQs and QPs, from debugfs `state`.
+/// The device's counts include them.
+pub(crate) fn kernel_share(cfg: &Config) -> Result<[u32; 5], Fail> {
+    let state = std::fs::read_to_string(debugfs_dir(cfg)?.join("state"))?;
+    let Some(line) = state.lines().find(|l| l.starts_with("kernel context:")) else {
+        return Ok([0; 5]);
+    };
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let num = |key: &str| -> Result<u32, Fail> {
+        match w.iter().position(|&x| x == key).and_then(|i| w.get(i + 1)) {
+            Some(v) => Ok(v.parse::<u32>().unwrap_or(u32::MAX)),
+            None => crate::bail!("no {key} in {line:?}"),
+        }
+    };
+    Ok([1, num("pd")?, num("mr")?, num("cq")?, num("qp")?])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

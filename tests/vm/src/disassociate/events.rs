@@ -78,23 +78,6 @@ pub(super) fn cq_overrun_event_rate_limited(t: &mut T, cfg: &Config) -> CaseResu
     Ok(())
 }
 
-/// The device's debugfs directory, `qhca/qhcaN/`. N is the driver's instance number, not the
-/// uverbs node's: the lowest free one at probe, which is the device's place in PCI address order
-/// ([`qhca::DeviceInfo::index`]) while every qhca device is bound.
-fn debugfs_dir(cfg: &Config) -> Result<PathBuf, Fail> {
-    let dev = crate::verbs::uverbs::core_device(cfg)?;
-    let dir = Path::new(DEBUGFS).join(format!("qhca{}", dev.index));
-    if !dir.is_dir() {
-        bail!(
-            "{} ({}): no {}",
-            dev.name,
-            dev.path.display(),
-            dir.display()
-        );
-    }
-    Ok(dir)
-}
-
 /// Dispatches an event as if the device had posted it (debugfs `qhcaN/inject_event`).
 fn inject(dir: &Path, kind: u32, d0: u32, d1: u32) -> Result<(), Fail> {
     let path = dir.join("inject_event");
@@ -125,7 +108,7 @@ pub(super) fn events_routed_by_context(t: &mut T, cfg: &Config) -> CaseResult {
     use qhca_uapi::{
         QHCA_EQE_CQ_COMP as COMP, QHCA_EQE_CQ_ERR as CQ_ERR, QHCA_EQE_QP_ERR as QP_ERR,
     };
-    let dir = debugfs_dir(cfg)?;
+    let dir = crate::system::debugfs_dir(cfg)?;
     let a = Arc::new(Context::open(&cfg.dev)?);
     let b = Arc::new(Context::open(&cfg.dev)?);
     let (ua, ub) = (a.attr().uar_index, b.attr().uar_index);
@@ -229,7 +212,7 @@ fn events_lost(dir: &Path) -> Option<u64> {
 /// injection) while a CQ with a completion in it is armed again and again, one event per arm.
 pub(super) fn eq_overflow_reported(t: &mut T, cfg: &Config) -> CaseResult {
     require_knob(t, "stall_events_ms")?;
-    let dir = debugfs_dir(cfg)?;
+    let dir = crate::system::debugfs_dir(cfg)?;
     let said = dmesg_count("event queue overflowed");
     let ctx = Arc::new(Context::open(&cfg.dev)?);
     let pd = Pd::new(&ctx)?;

@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Kernel verbs on qhca's `ib_device` ([`crate::kverbs`]): the core's requests for kernel
+//! objects translated to the kernel context's commands, and the data path handed to the rings.
+//!
+//! What a kernel consumer may have: PDs (with a physical region as local DMA key, which the
+//! core asks for through `get_dma_mr`), CQs of up to `max_cqe` entries on completion vector 0,
+//! RC and UD QPs and the port's GSI QP (QP1, for the MAD layer and the CM), AHs. Not yet: fast
+//! registration (`alloc_mr`, `map_mr_sg`, `IB_WR_REG_MR`), SRQs, memory windows.
+
+use super::{objects::QhcaCq, qp::QhcaQp, QhcaPd, PORT};
+use crate::{
+    context::Ctx,
+    device::QhcaDevice,
+    kverbs::{
+        cq::KCq,
+        qp::{KQp, Shape},
+        ring::KRing,
+    },
+    limits::Pool,
+    rdma, uapi,
+    verbs::Verbs,
+};
+use kernel::{bindings, prelude::*, sync::Arc, task::Kuid};
+
+/// Opens the kernel context of `dev`: one of the device's contexts, whose doorbell page the
+/// device knows as the kernel's (`QHCA_UAR_KERNEL`), charged without limits to an account of
+/// its own (that of the invalid user id, which no process has). Closed with
+/// [`QhcaDevice::close_context`].
+pub(super) fn open(dev: &Arc<QhcaDevice>) -> Result<Arc<Ctx>> {
+    let nobody = Kuid::from_raw(bindings::kuid_t { val: u32::MAX });
+    let quota = dev.limits.account(nobody, false)?;
+    quota.charge(dev, Pool::Contexts, 1)?;
+    let ctx = Ctx::new_kernel(dev, quota)?;
+    dev.open_context(ctx.clone())?;
+    match dev.with_bound(|_| dev.alloc_uar_with(uapi::QHCA_UAR_KERNEL)) {
+        Ok(uar) => {
+            ctx.set_uar(uar);
+            Ok(ctx)
+        }
+        Err(e) => {
+            dev.close_context(&ctx, None);
+            Err(e)
+        }
+    }
+}
+
+/// The kernel context's command view.
+fn verbs(ctx: &Arc<Ctx>) -> Result<Verbs<'_>> {
+    Ok(Verbs::of(ctx, ctx.uar().ok_or(EIO)?))
+}
+
+/// A kernel PD.
+pub(super) fn alloc_pd(ctx: &Arc<Ctx>) -> Result<QhcaPd> {
+    let pdn = verbs(ctx)?.alloc_pd()?;
+    Ok(QhcaPd {
+        ctx: ctx.clone(),
+        pdn,
+    })
+}
+
+/// `get_dma_mr` of kernel PD `pd`: a physical region with `access` (`IB_ACCESS_*`, of which
+/// the local and remote rights are qhca's).
+pub(super) fn get_dma_mr(pd: &QhcaPd, access: u32) -> Result<(super::objects::QhcaMr, u32)> {
+    let rights = access & uapi::QHCA_ACCESS_ALL;
+    if access & !(rights | bindings::ib_access_flags_IB_ACCESS_OPTIONAL) != 0 {
+        return Err(EOPNOTSUPP);
+    }
+    let key = verbs(&pd.ctx)?.reg_phys_mr(pd.pdn, rights)?;
+    Ok((super::objects::QhcaMr::new(&pd.ctx, key), key))
+}
+
+/// A kernel CQ of at least `attr.cqe` entries.
+pub(super) fn create_cq(
+    ctx: &Arc<Ctx>,
+    ev: rdma::CqEvents,
+    attr: &rdma::CqAttr,
+) -> Result<(QhcaCq, u32)> {
+    if attr.flags != 0 || attr.comp_vector != 0 {
+        return Err(EINVAL);
+    }
+    let want = attr.cqe.max(2);
+    if want > 1 << uapi::QHCA_CQ_MAX_LOG {
+        return Err(EINVAL);
+    }
+    let log = want.next_power_of_two().trailing_zeros();
+    let ring = ctx.dev.with_bound(|bound| {
+        Ok(Arc::new(
+            KRing::new(bound, KCq::ring_bytes(log))?,
+            GFP_KERNEL,
+        )?)
+    })?;
+    let v = verbs(ctx)?;
+    let cqn = v.create_kernel_cq(log, ring.clone(), ev)?;
+    let uar = ctx.uar().ok_or(EIO)?;
+    match KCq::new(ctx.dev.clone(), ring, uar, cqn, log) {
+        Ok(k) => Ok((QhcaCq::kernel(ctx, cqn, k), 1 << log)),
+        Err(e) => {
+            v.destroy_or_stop(uapi::QHCA_CMD_DESTROY_CQ, cqn, 0);
+            Err(e)
+        }
+    }
+}
+
+/// A kernel QP: RC, UD, or the port's GSI QP (QP1).
+pub(super) fn create_qp(
+    pd: &QhcaPd,
+    ev: rdma::QpEvents,
+    init: &mut bindings::ib_qp_init_attr,
+    send_cq: &QhcaCq,
+    recv_cq: &QhcaCq,
+) -> Result<(QhcaQp, u32)> {
+    let (type_, datagram) = match init.qp_type {
+        bindings::ib_qp_type_IB_QPT_RC => (uapi::QHCA_QPT_RC, false),
+        bindings::ib_qp_type_IB_QPT_UD => (uapi::QHCA_QPT_UD, true),
+        bindings::ib_qp_type_IB_QPT_GSI => (uapi::QHCA_QPT_GSI, true),
+        _ => return Err(EOPNOTSUPP),
+    };
+    if init.create_flags != 0 || (datagram && init.port_num > PORT) {
+        return Err(EOPNOTSUPP);
+    }
+    let (Some(scq), Some(rcq)) = (send_cq.kernel_cq(), recv_cq.kernel_cq()) else {
+        return Err(EINVAL);
+    };
+    let ctx = &pd.ctx;
+    let attr = ctx.dev.attr()?;
+    let shape = Shape::for_cap(&init.cap, datagram, attr.max_qp_wr)?;
+    if u32::from(shape.max_sge) > attr.max_sge || u32::from(shape.max_inline) > attr.max_inline {
+        return Err(EINVAL);
+    }
+    let ring = ctx
+        .dev
+        .with_bound(|bound| Ok(Arc::new(KRing::new(bound, shape.bytes())?, GFP_KERNEL)?))?;
+    let a = uapi::qhca_ioc_create_qp {
+        size: super::objects::ioc_size::<uapi::qhca_ioc_create_qp>(),
+        pdn: pd.pdn,
+        send_cqn: send_cq.cqn,
+        recv_cqn: recv_cq.cqn,
+        sq_log: shape.sq_log,
+        sq_stride_log: shape.sq_stride_log,
+        rq_log: shape.rq_log,
+        rq_stride_log: shape.rq_stride_log,
+        max_inline: shape.max_inline,
+        max_sge: shape.max_sge,
+        type_,
+        ..Default::default()
+    };
+    let core_qp = ev.as_raw();
+    let v = verbs(ctx)?;
+    let qpn = v.create_kernel_qp(&a, ring.clone(), ev)?;
+    let uar = ctx.uar().ok_or(EIO)?;
+    let signal_all = init.sq_sig_type == bindings::ib_sig_type_IB_SIGNAL_ALL_WR;
+    let k = KQp::new(
+        ctx.dev.clone(),
+        ring,
+        uar,
+        qpn,
+        datagram,
+        signal_all,
+        shape,
+        core_qp,
+    )
+    .and_then(|k| {
+        scq.attach(k.clone())?;
+        if !Arc::ptr_eq(scq, rcq) {
+            if let Err(e) = rcq.attach(k.clone()) {
+                scq.detach(qpn);
+                return Err(e);
+            }
+        }
+        Ok(k)
+    });
+    let k = match k {
+        Ok(k) => k,
+        Err(e) => {
+            v.destroy_or_stop(uapi::QHCA_CMD_DESTROY_QP, qpn, 0);
+            return Err(e);
+        }
+    };
+    shape.write_cap(&mut init.cap);
+    let qp = QhcaQp::kernel(pd, init, qpn, k, scq.clone(), rcq.clone());
+    Ok((qp, qpn))
+}

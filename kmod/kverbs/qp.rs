@@ -1,0 +1,419 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A kernel consumer's queue pair: its send and receive rings in the driver's memory, the WQEs
+//! the core's work requests become (the ABI header's formats: a control segment, the remote
+//! address or datagram segment, the atomic operands, then scatter entries or inline data), and
+//! the doorbells that hand them to the device.
+//!
+//! Each queue has its lock (the core may post from interrupt context) and its producer index;
+//! a slot is free again once a completion names it or a later WQE of the queue
+//! ([`KQp::send_done`], [`KQp::recv_done`], from the CQ's poll). A request that does not fit
+//! (queue full, too many scatter entries, inline data too long, an opcode qhca has not) is
+//! refused with nothing written, and the ones before it are rung.
+
+use super::ring::KRing;
+use crate::{
+    device::QhcaDevice,
+    rdma::{SendWr, WrKind},
+    uapi,
+};
+use kernel::{
+    bindings, new_spinlock_irq,
+    prelude::*,
+    sync::{Arc, SpinLockIrq},
+};
+
+/// What a datagram's address handle gives the WQE: the address vector it carries.
+pub(crate) trait KernelAh {
+    /// The address vector of a kernel AH (`None`: a user's AH, which a kernel QP cannot use).
+    fn kernel_av(&self) -> Option<uapi::qhca_ah_attr>;
+}
+
+/// The shape of a kernel QP's rings, as CREATE_QP names it.
+#[derive(Clone, Copy)]
+pub(crate) struct Shape {
+    pub(crate) sq_log: u8,
+    pub(crate) sq_stride_log: u8,
+    pub(crate) rq_log: u8,
+    pub(crate) rq_stride_log: u8,
+    pub(crate) max_sge: u16,
+    pub(crate) max_inline: u16,
+}
+
+impl Shape {
+    /// The smallest rings for `cap` on a QP that is a datagram QP or not: each slot holds the
+    /// headers and the scatter entries or inline data asked for.
+    pub(crate) fn for_cap(cap: &bindings::ib_qp_cap, datagram: bool, max_wr: u32) -> Result<Self> {
+        let log_of = |n: u32| -> Result<u8> {
+            let n = n.max(2);
+            if n > max_wr {
+                return Err(EINVAL);
+            }
+            Ok(n.next_power_of_two().trailing_zeros() as u8)
+        };
+        let max_sge = cap.max_send_sge.max(cap.max_recv_sge).max(1);
+        let head = if datagram {
+            uapi::QHCA_WQE_AV_DATA_OFFSET
+        } else {
+            uapi::QHCA_WQE_DATA_OFFSET
+        };
+        let send = head + (16 * max_sge).max(cap.max_inline_data);
+        let recv = 16 + 16 * max_sge;
+        let stride = |bytes: u32, min: u32, max: u32| -> Result<u8> {
+            let log = bytes.next_power_of_two().trailing_zeros().max(min);
+            if log > max {
+                return Err(EINVAL);
+            }
+            Ok(log as u8)
+        };
+        Ok(Self {
+            sq_log: log_of(cap.max_send_wr)?,
+            sq_stride_log: stride(
+                send,
+                uapi::QHCA_SQ_MIN_STRIDE_LOG,
+                uapi::QHCA_SQ_MAX_STRIDE_LOG,
+            )?,
+            rq_log: log_of(cap.max_recv_wr)?,
+            rq_stride_log: stride(
+                recv,
+                uapi::QHCA_RQ_MIN_STRIDE_LOG,
+                uapi::QHCA_RQ_MAX_STRIDE_LOG,
+            )?,
+            max_sge: u16::try_from(max_sge).map_err(|_| EINVAL)?,
+            max_inline: u16::try_from(cap.max_inline_data).map_err(|_| EINVAL)?,
+        })
+    }
+
+    /// Where the receive queue starts: the send queue, page aligned.
+    pub(crate) fn rq_offset(&self) -> usize {
+        let sq = 1usize << (self.sq_log + self.sq_stride_log);
+        sq.next_multiple_of(uapi::QHCA_PAGE_SIZE as usize)
+    }
+
+    /// Bytes of both rings.
+    pub(crate) fn bytes(&self) -> u64 {
+        (self.rq_offset() + (1usize << (self.rq_log + self.rq_stride_log))) as u64
+    }
+
+    /// What the QP can take, for the core's `ib_qp_cap`.
+    pub(crate) fn write_cap(&self, cap: &mut bindings::ib_qp_cap) {
+        cap.max_send_wr = 1 << self.sq_log;
+        cap.max_recv_wr = 1 << self.rq_log;
+        cap.max_send_sge = u32::from(self.max_sge);
+        cap.max_recv_sge = u32::from(self.max_sge);
+        cap.max_inline_data = u32::from(self.max_inline);
+    }
+}
+
+/// One work queue's indices (free-running, 16 bits on the wire).
+struct Wq {
+    pi: u32,
+    ci: u32,
+}
+
+impl Wq {
+    fn free(&self, log: u8) -> u32 {
+        (1u32 << log) - self.pi.wrapping_sub(self.ci)
+    }
+
+    /// The device is done with every slot up to `index` (a 16-bit WQE index).
+    fn done(&mut self, index: u16) {
+        let ahead = self.pi.wrapping_sub(u32::from(index).wrapping_add(1)) & 0xffff;
+        let ci = self.pi.wrapping_sub(ahead);
+        // Only forward, and never past what was posted (a device naming a slot never posted).
+        if ci.wrapping_sub(self.ci) <= self.pi.wrapping_sub(self.ci) {
+            self.ci = ci;
+        }
+    }
+}
+
+/// See the module documentation.
+#[pin_data]
+pub(crate) struct KQp {
+    dev: Arc<QhcaDevice>,
+    ring: Arc<KRing>,
+    uar: u32,
+    qpn: u32,
+    datagram: bool,
+    signal_all: bool,
+    shape: Shape,
+    /// The core's QP, for the completions the CQ reports (`ib_wc.qp`).
+    core_qp: *mut bindings::ib_qp,
+    #[pin]
+    sq: SpinLockIrq<Wq>,
+    #[pin]
+    rq: SpinLockIrq<Wq>,
+}
+
+// SAFETY: `core_qp` is only handed back to the core in completions, which it reads while the QP
+// exists (a kernel consumer destroys its QP only once its completions are drained, and the CQ
+// stops reporting a destroyed QP's: `KCq::detach`); everything else is locked or immutable.
+unsafe impl Send for KQp {}
+// SAFETY: As above.
+unsafe impl Sync for KQp {}
+
+/// Byte offsets of a send WQE's fields (`struct qhca_wqe_ctrl` and what follows it).
+mod wqe {
+    pub(super) const WR_ID: usize = 0;
+    pub(super) const OPCODE: usize = 8;
+    pub(super) const FLAGS: usize = 9;
+    pub(super) const NUM_SGE: usize = 10;
+    pub(super) const IMM: usize = 12;
+    pub(super) const INLINE_LEN: usize = 16;
+    /// `struct qhca_wqe_raddr` or `struct qhca_wqe_ud`.
+    pub(super) const SEG: usize = 32;
+    /// `struct qhca_wqe_atomic`.
+    pub(super) const ATOMIC: usize = 48;
+}
+
+impl KQp {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        dev: Arc<QhcaDevice>,
+        ring: Arc<KRing>,
+        uar: u32,
+        qpn: u32,
+        datagram: bool,
+        signal_all: bool,
+        shape: Shape,
+        core_qp: *mut bindings::ib_qp,
+    ) -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                dev,
+                ring,
+                uar,
+                qpn,
+                datagram,
+                signal_all,
+                shape,
+                core_qp,
+                sq <- new_spinlock_irq!(Wq { pi: 0, ci: 0 }),
+                rq <- new_spinlock_irq!(Wq { pi: 0, ci: 0 }),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    pub(crate) fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    pub(crate) fn core_qp(&self) -> *mut bindings::ib_qp {
+        self.core_qp
+    }
+
+    pub(crate) fn send_done(&self, index: u16) {
+        self.sq.lock().done(index);
+    }
+
+    pub(crate) fn recv_done(&self, index: u16) {
+        self.rq.lock().done(index);
+    }
+
+    /// Rings `kind`'s doorbell with producer index `pi`.
+    fn ring_doorbell(&self, kind: u32, pi: u32) {
+        let word = u64::from(self.qpn)
+            | u64::from(kind) << uapi::QHCA_DB_TYPE_SHIFT
+            | u64::from(pi & 0xffff) << uapi::QHCA_DB_INDEX_SHIFT;
+        self.dev.ring_doorbell(self.uar, word);
+    }
+
+    /// Writes scatter entries at `off`.
+    fn write_sges(&self, sges: &[bindings::ib_sge], off: usize) {
+        for (i, s) in sges.iter().enumerate() {
+            let o = off + 16 * i;
+            self.ring.write64(s.addr, o);
+            self.ring.write32(s.length, o + 8);
+            self.ring.write32(s.lkey, o + 12);
+        }
+    }
+
+    /// `post_send`: see [`crate::rdma::Driver::post_send`].
+    pub(crate) fn post_send<A: KernelAh>(
+        &self,
+        wrs: &mut dyn Iterator<Item = Result<SendWr<'_, A>>>,
+    ) -> core::result::Result<(), (Error, usize)> {
+        let mut sq = self.sq.lock();
+        let start = sq.pi;
+        let mut res = Ok(());
+        for (n, wr) in wrs.enumerate() {
+            if let Err(e) = wr.and_then(|wr| self.write_send(&mut sq, &wr)) {
+                res = Err((e, n));
+                break;
+            }
+        }
+        if sq.pi != start {
+            self.ring_doorbell(uapi::QHCA_DB_SQ, sq.pi);
+        }
+        res
+    }
+
+    /// Writes one send WQE at the producer index and moves it on, or refuses the request.
+    fn write_send<A: KernelAh>(&self, sq: &mut Wq, wr: &SendWr<'_, A>) -> Result {
+        let s = &self.shape;
+        if sq.free(s.sq_log) == 0 {
+            return Err(ENOMEM);
+        }
+        let opcode = match wr.opcode {
+            bindings::ib_wr_opcode_IB_WR_SEND => uapi::QHCA_WR_SEND,
+            bindings::ib_wr_opcode_IB_WR_SEND_WITH_IMM => uapi::QHCA_WR_SEND_WITH_IMM,
+            _ if self.datagram => return Err(EINVAL),
+            bindings::ib_wr_opcode_IB_WR_RDMA_WRITE => uapi::QHCA_WR_RDMA_WRITE,
+            bindings::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM => uapi::QHCA_WR_RDMA_WRITE_WITH_IMM,
+            bindings::ib_wr_opcode_IB_WR_RDMA_READ => uapi::QHCA_WR_RDMA_READ,
+            bindings::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP => uapi::QHCA_WR_ATOMIC_CMP_AND_SWP,
+            bindings::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD => uapi::QHCA_WR_ATOMIC_FETCH_AND_ADD,
+            bindings::ib_wr_opcode_IB_WR_SEND_WITH_INV => uapi::QHCA_WR_SEND_WITH_INV,
+            bindings::ib_wr_opcode_IB_WR_LOCAL_INV => uapi::QHCA_WR_LOCAL_INV,
+            // Fast registration and the rest: not on this device yet.
+            _ => return Err(EINVAL),
+        };
+        let inline = wr.flags & bindings::ib_send_flags_IB_SEND_INLINE as u32 != 0;
+        let data_off = if self.datagram {
+            uapi::QHCA_WQE_AV_DATA_OFFSET
+        } else {
+            uapi::QHCA_WQE_DATA_OFFSET
+        } as usize;
+        let stride = 1usize << s.sq_stride_log;
+        let total: u64 = wr.sges.iter().map(|g| u64::from(g.length)).sum();
+        if opcode == uapi::QHCA_WR_LOCAL_INV && !wr.sges.is_empty() {
+            return Err(EINVAL);
+        }
+        if inline {
+            if total > u64::from(s.max_inline) || data_off + total as usize > stride {
+                return Err(EINVAL);
+            }
+        } else if wr.sges.len() > usize::from(s.max_sge) || data_off + 16 * wr.sges.len() > stride {
+            return Err(EINVAL);
+        }
+        let mut flags = 0u32;
+        if self.signal_all || wr.flags & bindings::ib_send_flags_IB_SEND_SIGNALED as u32 != 0 {
+            flags |= uapi::QHCA_WQE_SIGNALED;
+        }
+        if wr.flags & bindings::ib_send_flags_IB_SEND_SOLICITED as u32 != 0 {
+            flags |= uapi::QHCA_WQE_SOLICITED;
+        }
+        if wr.flags & bindings::ib_send_flags_IB_SEND_FENCE as u32 != 0 {
+            flags |= uapi::QHCA_WQE_FENCE;
+        }
+        if inline {
+            flags |= uapi::QHCA_WQE_INLINE;
+        }
+        if matches!(wr.kind, WrKind::Ud { .. }) != self.datagram {
+            return Err(EINVAL);
+        }
+        let base = ((sq.pi & ((1 << s.sq_log) - 1)) as usize) << s.sq_stride_log;
+        let r = &self.ring;
+        r.zero(base, data_off);
+        match &wr.kind {
+            WrKind::Ud {
+                ah,
+                remote_qpn,
+                remote_qkey,
+            } => {
+                let av = ah.kernel_av().ok_or(EINVAL)?;
+                flags |= uapi::QHCA_WQE_AV;
+                r.write32(0, base + wqe::SEG);
+                r.write32(*remote_qpn, base + wqe::SEG + 4);
+                r.write32(*remote_qkey, base + wqe::SEG + 8);
+                let mut bytes = [0u8; 32];
+                bytes[..16].copy_from_slice(&av.dgid);
+                bytes[16..20].copy_from_slice(&av.flow_label.to_le_bytes());
+                bytes[20] = av.traffic_class;
+                bytes[21] = av.hop_limit;
+                bytes[22] = av.sl;
+                bytes[23] = av.port_num;
+                bytes[24] = av.sgid_index;
+                r.write_bytes(&bytes, base + uapi::QHCA_WQE_DATA_OFFSET as usize);
+            }
+            WrKind::Rdma { remote_addr, rkey } => {
+                r.write64(*remote_addr, base + wqe::SEG);
+                r.write32(*rkey, base + wqe::SEG + 8);
+            }
+            WrKind::Atomic {
+                remote_addr,
+                rkey,
+                compare_add,
+                swap,
+            } => {
+                r.write64(*remote_addr, base + wqe::SEG);
+                r.write32(*rkey, base + wqe::SEG + 8);
+                if opcode == uapi::QHCA_WR_ATOMIC_CMP_AND_SWP {
+                    r.write64(*swap, base + wqe::ATOMIC);
+                    r.write64(*compare_add, base + wqe::ATOMIC + 8);
+                } else {
+                    r.write64(*compare_add, base + wqe::ATOMIC);
+                }
+            }
+            WrKind::Plain => {}
+        }
+        if inline {
+            let mut off = base + data_off;
+            for g in wr.sges {
+                if g.length == 0 {
+                    continue;
+                }
+                // SAFETY: An inline request's scatter entries are kernel virtual addresses of
+                // `length` readable bytes, valid for the call (the verbs' contract for
+                // `IB_SEND_INLINE`); they are only read.
+                let src = unsafe {
+                    core::slice::from_raw_parts(g.addr as usize as *const u8, g.length as usize)
+                };
+                r.write_bytes(src, off);
+                off += src.len();
+            }
+            r.write32(total as u32, base + wqe::INLINE_LEN);
+        } else {
+            self.write_sges(wr.sges, base + data_off);
+            r.write8(wr.sges.len() as u8, base + wqe::NUM_SGE);
+        }
+        r.write64(wr.wr_id, base + wqe::WR_ID);
+        r.write32(wr.imm, base + wqe::IMM);
+        r.write8(flags as u8, base + wqe::FLAGS);
+        r.write8(opcode as u8, base + wqe::OPCODE);
+        sq.pi = sq.pi.wrapping_add(1);
+        Ok(())
+    }
+
+    /// `post_recv`: see [`crate::rdma::Driver::post_recv`].
+    pub(crate) fn post_recv(
+        &self,
+        wrs: &mut dyn Iterator<Item = Result<crate::rdma::RecvWr<'_>>>,
+    ) -> core::result::Result<(), (Error, usize)> {
+        let s = &self.shape;
+        let mut rq = self.rq.lock();
+        let start = rq.pi;
+        let mut res = Ok(());
+        for (n, wr) in wrs.enumerate() {
+            let wr = match wr {
+                Ok(wr) => wr,
+                Err(e) => {
+                    res = Err((e, n));
+                    break;
+                }
+            };
+            if rq.free(s.rq_log) == 0 {
+                res = Err((ENOMEM, n));
+                break;
+            }
+            if wr.sges.len() > usize::from(s.max_sge)
+                || 16 + 16 * wr.sges.len() > 1usize << s.rq_stride_log
+            {
+                res = Err((EINVAL, n));
+                break;
+            }
+            let base = self.shape.rq_offset()
+                + (((rq.pi & ((1 << s.rq_log) - 1)) as usize) << s.rq_stride_log);
+            self.ring.write64(wr.wr_id, base);
+            self.ring.write32(wr.sges.len() as u32, base + 8);
+            self.ring.write32(0, base + 12);
+            self.write_sges(wr.sges, base + 16);
+            rq.pi = rq.pi.wrapping_add(1);
+        }
+        if rq.pi != start {
+            self.ring_doorbell(uapi::QHCA_DB_RQ, rq.pi);
+        }
+        res
+    }
+}
