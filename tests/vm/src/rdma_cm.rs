@@ -2,7 +2,7 @@
 
 //! Connection management through the kernel's rdma_cm, with rdma-core's own programs, unmodified:
 //! `rping` (RC, data validated), `ucmatose` (RC, several connections), `udaddy` (UD) and
-//! perftest with `-R`. Each resolves an IPv4 address of the qhca port's netdev to the device (the
+//! perftest with `-R` (write, read, send; latency and bandwidth). Each resolves an IPv4 address of the qhca port's netdev to the device (the
 //! core's RoCE GID table), and the CM's MADs travel on the port's QP1, a QP of the driver's
 //! kernel verbs. Server and client run in this guest on one address, so both ends are the one
 //! device (rdma_cm binds a connection to a local address to the device that owns it).
@@ -257,13 +257,17 @@ fn rdma_cm_udaddy(t: &mut T, cfg: &Config) -> CaseResult {
     })
 }
 
-/// Case: perftest connecting with rdma_cm (`-R`): ib_send_lat, then ib_write_bw, each with a
-/// result row.
+/// Case: perftest connecting with rdma_cm (`-R`): write, read and send, latency and bandwidth,
+/// each with a result row.
 fn rdma_cm_perftest(t: &mut T, cfg: &Config) -> CaseResult {
     with_address(t, cfg, |t, name| {
         for (prog, size, port) in [
-            ("ib_send_lat", "64", 18741u16),
+            ("ib_write_lat", "64", 18741u16),
             ("ib_write_bw", "4096", 18742),
+            ("ib_read_lat", "64", 18743),
+            ("ib_read_bw", "4096", 18744),
+            ("ib_send_lat", "64", 18745),
+            ("ib_send_bw", "4096", 18746),
         ] {
             let p = port.to_string();
             let server = ["-d", name, "-R", "-s", size, "-n", "200", "-p", &p];
