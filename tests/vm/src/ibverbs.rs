@@ -565,8 +565,9 @@ fn ibprov_kill9_frees_everything(t: &mut T, cfg: &Config) -> CaseResult {
     let via = Via;
     let name = via.device(cfg)?;
     let before = device_object_counts(cfg)?;
-    let charged =
-        |pools: &[&str]| -> Result<Vec<u32>, Fail> { pools.iter().map(|p| held(0, p)).collect() };
+    let charged = |pools: &[&str]| -> Result<Vec<u32>, Fail> {
+        pools.iter().map(|p| held(cfg, 0, p)).collect()
+    };
     const POOLS: [&str; 5] = ["contexts", "pds", "mrs", "cqs", "qps"];
     let was = charged(&POOLS)?;
     let port = via.port(18603);

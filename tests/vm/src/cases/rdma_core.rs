@@ -318,7 +318,7 @@ pub(super) fn ib_ucontext(t: &mut T, cfg: &Config) -> CaseResult {
         "the uverbs device's ABI version is qhca's"
     );
     let (first, a) = open_query(&cfg.dev)?;
-    let before = held(0, "contexts")?;
+    let before = held(cfg, 0, "contexts")?;
 
     let (u, vectors) = Uverbs::open(&bdf)?;
     let r = u.resp;
@@ -379,7 +379,12 @@ pub(super) fn ib_ucontext(t: &mut T, cfg: &Config) -> CaseResult {
         0,
         "page aligned"
     );
-    check_eq!(t, held(0, "contexts")?, before + 1, "charged to its user");
+    check_eq!(
+        t,
+        held(cfg, 0, "contexts")?,
+        before + 1,
+        "charged to its user"
+    );
     check_errno!(
         t,
         get_context(u.fd.as_raw_fd()),
@@ -442,7 +447,7 @@ pub(super) fn ib_ucontext(t: &mut T, cfg: &Config) -> CaseResult {
 
     // Protection domains: the device's, charged to the user, given back by DEALLOC_PD and by
     // closing the file with one still allocated.
-    let pds = held(0, "pds")?;
+    let pds = held(cfg, 0, "pds")?;
     let fd = u.fd.as_raw_fd();
     let pd1 = alloc_pd(fd);
     let pd2 = alloc_pd(fd);
@@ -454,18 +459,24 @@ pub(super) fn ib_ucontext(t: &mut T, cfg: &Config) -> CaseResult {
             "two PDs: handles {h1} {h2}, pdns {n1} {n2}"
         );
         check_eq!(t, r1, 0, "reserved");
-        check_eq!(t, held(0, "pds")?, pds + 2, "PDs charged to the user");
+        check_eq!(t, held(cfg, 0, "pds")?, pds + 2, "PDs charged to the user");
         check_eq!(t, dealloc_pd(fd, h1), Ok(()), "DEALLOC_PD");
         check_errno!(t, dealloc_pd(fd, h1), Errno::ENOENT, "DEALLOC_PD again");
-        check_eq!(t, held(0, "pds")?, pds + 1, "one PD given back");
+        check_eq!(t, held(cfg, 0, "pds")?, pds + 1, "one PD given back");
     }
     drop(u);
-    check_eq!(t, held(0, "pds")?, pds, "the last PD goes with the file");
+    check_eq!(
+        t,
+        held(cfg, 0, "pds")?,
+        pds,
+        "the last PD goes with the file"
+    );
     check!(
         t,
-        wait_for(NODE_TIMEOUT, || held(0, "contexts").ok() == Some(before)),
+        wait_for(NODE_TIMEOUT, || held(cfg, 0, "contexts").ok()
+            == Some(before)),
         "the page is given back when the files close: held {:?}, before {before}",
-        held(0, "contexts")
+        held(cfg, 0, "contexts")
     );
     drop(first);
     Ok(())
@@ -497,7 +508,7 @@ pub(super) fn ib_provider(t: &mut T, cfg: &Config) -> CaseResult {
         .unwrap_or_default()
         .to_owned();
     let (_first, a) = open_query(&cfg.dev)?;
-    let before = held(0, "contexts")?;
+    let before = held(cfg, 0, "contexts")?;
     let run = |tool: &str, args: &[&str]| -> Result<std::process::Output, Fail> {
         let Some(path) = find_tool(tool) else {
             bail!("{tool} (ibverbs-utils) is not installed");
@@ -560,7 +571,7 @@ pub(super) fn ib_provider(t: &mut T, cfg: &Config) -> CaseResult {
     }
     check_eq!(
         t,
-        held(0, "contexts")?,
+        held(cfg, 0, "contexts")?,
         before,
         "ibv_devinfo's context was given back"
     );

@@ -10,7 +10,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 
 const EDQUOT: i32 = libc::EDQUOT;
-const LIMITS: &str = "/sys/kernel/debug/qhca/qhca0/limits";
 
 /// `__verbs_limits DEV`: opens contexts until one fails, then in the first allocates PDs until
 /// one fails, then windows; prints `contexts N E`, `pds N E`, `mws N E` (how many it got, the
@@ -89,9 +88,10 @@ fn count(lines: &[String], what: &str) -> Option<(u32, i32)> {
     Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
 }
 
-/// What debugfs says user `uid` holds of `pool` (0 if the user is not listed).
-pub(crate) fn held(uid: u32, pool: &str) -> Result<u32, Fail> {
-    let s = std::fs::read_to_string(LIMITS)?;
+/// What debugfs says user `uid` holds of `pool` on the device under test (0 if the user is not
+/// listed).
+pub(crate) fn held(cfg: &Config, uid: u32, pool: &str) -> Result<u32, Fail> {
+    let s = std::fs::read_to_string(crate::system::debugfs_dir(cfg)?.join("limits"))?;
     let Some(line) = s.lines().find(|l| l.starts_with(&format!("uid {uid}:"))) else {
         return Ok(0);
     };
@@ -136,11 +136,16 @@ pub(super) fn verbs_limits_per_user(t: &mut T, cfg: &Config) -> CaseResult {
         );
         check_eq!(
             t,
-            held(65534, "contexts")?,
+            held(cfg, 65534, "contexts")?,
             attr.num_uars / 2,
             "debugfs: contexts held"
         );
-        check_eq!(t, held(65534, "pds")?, attr.max_pd / 2, "debugfs: PDs held");
+        check_eq!(
+            t,
+            held(cfg, 65534, "pds")?,
+            attr.max_pd / 2,
+            "debugfs: PDs held"
+        );
 
         // Another user gets its own share: one context (then it stops at its limit too, but the
         // first ones work), PDs and windows.
@@ -160,13 +165,13 @@ pub(super) fn verbs_limits_per_user(t: &mut T, cfg: &Config) -> CaseResult {
         let st = finish(hog)?;
         check!(t, st.success(), "the hog ended with {st}");
         let end = Instant::now() + Duration::from_secs(10);
-        while held(65534, "contexts")? != 0 && Instant::now() < end {
+        while held(cfg, 65534, "contexts")? != 0 && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(50));
         }
         for pool in ["contexts", "pds", "mws"] {
             check_eq!(
                 t,
-                held(65534, pool)?,
+                held(cfg, 65534, pool)?,
                 0,
                 "{pool} held once the user's process ended"
             );

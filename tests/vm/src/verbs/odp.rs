@@ -17,9 +17,9 @@ pub(super) fn rw() -> Access {
     Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC
 }
 
-/// The driver's `qhca0/odp` counter `name`.
-pub(super) fn drv_counter(name: &str) -> Result<u64, Fail> {
-    let s = std::fs::read_to_string("/sys/kernel/debug/qhca/qhca0/odp")?;
+/// The driver's `qhcaN/odp` counter `name`, of the device under test.
+pub(super) fn drv_counter(cfg: &Config, name: &str) -> Result<u64, Fail> {
+    let s = std::fs::read_to_string(crate::system::debugfs_dir(cfg)?.join("odp"))?;
     for line in s.lines() {
         if let Some(v) = line.strip_prefix(name).and_then(|r| r.strip_prefix(": ")) {
             return v
@@ -151,22 +151,22 @@ pub(super) fn verbs_odp_bogus_fault_events(t: &mut T, cfg: &Config) -> CaseResul
     let mut p = pair(cfg, &PairOpts::default())?;
     let inject = |ev: String| -> Result<(), Fail> {
         Ok(std::fs::write(
-            "/sys/kernel/debug/qhca/qhca0/inject_event",
+            crate::system::debugfs_dir(cfg)?.join("inject_event"),
             ev,
         )?)
     };
     let (f0, e0, r0, d0) = (
-        drv_counter("faults")?,
-        drv_counter("resumed_error")?,
-        drv_counter("resume_refused")?,
-        drv_counter("dropped_faults")?,
+        drv_counter(cfg, "faults")?,
+        drv_counter(cfg, "resumed_error")?,
+        drv_counter(cfg, "resume_refused")?,
+        drv_counter(cfg, "dropped_faults")?,
     );
     let bogus_key = 0x00ff_ff00u64;
     // Nobody's QP: nobody waits; dropped (and counted) by the dispatcher.
     inject(format!("5 0x1000 {}", 0x00ff_fffeu64 << 32 | bogus_key))?;
     check_eq!(
         t,
-        drv_counter("dropped_faults")?,
+        drv_counter(cfg, "dropped_faults")?,
         d0 + 1,
         "the fault of nobody's QP"
     );
@@ -179,29 +179,34 @@ pub(super) fn verbs_odp_bogus_fault_events(t: &mut T, cfg: &Config) -> CaseResul
     // The context's worker counts a fault when it takes it, and the refusal once its RESUME
     // command has come back: wait for the last of them.
     let end = Instant::now() + Duration::from_secs(10);
-    while (drv_counter("faults")? < f0 + 1
-        || drv_counter("resumed_error")? < e0 + 1
-        || drv_counter("resume_refused")? < r0 + 1)
+    while (drv_counter(cfg, "faults")? < f0 + 1
+        || drv_counter(cfg, "resumed_error")? < e0 + 1
+        || drv_counter(cfg, "resume_refused")? < r0 + 1)
         && Instant::now() < end
     {
         std::thread::sleep(Duration::from_millis(20));
     }
-    check_eq!(t, drv_counter("faults")?, f0 + 1, "our QP's fault handled");
     check_eq!(
         t,
-        drv_counter("resumed_error")?,
+        drv_counter(cfg, "faults")?,
+        f0 + 1,
+        "our QP's fault handled"
+    );
+    check_eq!(
+        t,
+        drv_counter(cfg, "resumed_error")?,
         e0 + 1,
         "one resumed with an error"
     );
     check_eq!(
         t,
-        drv_counter("resume_refused")?,
+        drv_counter(cfg, "resume_refused")?,
         r0 + 1,
         "the device refused token 0"
     );
     check_eq!(
         t,
-        drv_counter("dropped_faults")?,
+        drv_counter(cfg, "dropped_faults")?,
         d0 + 1,
         "only nobody's fault dropped"
     );

@@ -23,7 +23,7 @@ pub(super) fn verbs_odp_madvise_refaults(t: &mut T, cfg: &Config) -> CaseResult 
     let d1 = write_pattern(&mut p, &mut src, &dst, 0x61, 1)?;
     check_bytes(t, &dst.to_vec(0, len), &d1, "first write");
     let s1 = stats(&p)?;
-    let inv1 = drv_counter("invalidations")?;
+    let inv1 = drv_counter(cfg, "invalidations")?;
     // SAFETY: the region owns the range and hands out no reference into it; DONTNEED only
     // drops its pages (they read as zero afterwards).
     let r = unsafe { libc::madvise(dst.addr() as *mut libc::c_void, len, libc::MADV_DONTNEED) };
@@ -36,7 +36,7 @@ pub(super) fn verbs_odp_madvise_refaults(t: &mut T, cfg: &Config) -> CaseResult 
     let s2 = stats(&p)?;
     check!(
         t,
-        s2.odp_invalidations > s1.odp_invalidations && drv_counter("invalidations")? > inv1,
+        s2.odp_invalidations > s1.odp_invalidations && drv_counter(cfg, "invalidations")? > inv1,
         "madvise invalidated nothing ({} -> {})",
         s1.odp_invalidations,
         s2.odp_invalidations
@@ -371,16 +371,16 @@ pub(super) fn verbs_odp_advise_prefetch(t: &mut T, cfg: &Config) -> CaseResult {
     let dst = p.pd.reg_odp_buf(len, rw())?;
     let data = pattern(0xb1, len);
     src.write_at(0, &data);
-    let pf0 = drv_counter("prefetches")?;
+    let pf0 = drv_counter(cfg, "prefetches")?;
     src.advise(Advice::Prefetch, src.addr(), len as u64, true)?;
     dst.advise(Advice::PrefetchWrite, dst.addr(), len as u64, true)?;
     check!(
         t,
-        drv_counter("prefetches")? >= pf0 + 2,
+        drv_counter(cfg, "prefetches")? >= pf0 + 2,
         "prefetches counted"
     );
     let s0 = stats(&p)?;
-    let f0 = drv_counter("faults")?;
+    let f0 = drv_counter(cfg, "faults")?;
     let op = WrOp::Write {
         raddr: dst.addr(),
         rkey: dst.rkey(),
@@ -403,7 +403,7 @@ pub(super) fn verbs_odp_advise_prefetch(t: &mut T, cfg: &Config) -> CaseResult {
     );
     check_eq!(
         t,
-        drv_counter("faults")?,
+        drv_counter(cfg, "faults")?,
         f0,
         "driver faults after prefetch"
     );
@@ -453,14 +453,18 @@ pub(super) fn verbs_odp_advise_prefetch(t: &mut T, cfg: &Config) -> CaseResult {
 /// A process killed while its QPs fault: everything is freed (no object in the device, nothing
 /// mapped or pinned), and the device works on.
 pub(super) fn verbs_odp_kill_while_faulting(t: &mut T, cfg: &Config) -> CaseResult {
-    let f0 = drv_counter("faults")?;
+    let f0 = drv_counter(cfg, "faults")?;
     let mut child = start_running_helper("__verbs_odp_fault", &cfg.dev)?;
     // Let it fault for a while, then kill it mid-way.
     let end = Instant::now() + Duration::from_secs(10);
-    while drv_counter("faults")? < f0 + 20 && Instant::now() < end {
+    while drv_counter(cfg, "faults")? < f0 + 20 && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(20));
     }
-    check!(t, drv_counter("faults")? >= f0 + 20, "the helper faulted");
+    check!(
+        t,
+        drv_counter(cfg, "faults")? >= f0 + 20,
+        "the helper faulted"
+    );
     kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL)?;
     let st = child.wait()?;
     check!(

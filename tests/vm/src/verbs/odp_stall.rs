@@ -86,7 +86,10 @@ pub(super) fn verbs_odp_stalled_fault_delays_no_one(t: &mut T, cfg: &Config) -> 
     let Some(child) = start_stall(t, cfg)? else {
         return Ok(());
     };
-    let (f0, d0) = (drv_counter("faults")?, drv_counter("dropped_faults")?);
+    let (f0, d0) = (
+        drv_counter(cfg, "faults")?,
+        drv_counter(cfg, "dropped_faults")?,
+    );
     let res = (|| -> CaseResult {
         let mut p = pair(cfg, &PairOpts::default())?;
         let n = 16;
@@ -116,7 +119,7 @@ pub(super) fn verbs_odp_stalled_fault_delays_no_one(t: &mut T, cfg: &Config) -> 
             worst <= FAULT_BOUND,
             "a fault of ours took {worst:?} while another process's fault stalled"
         );
-        let faults = drv_counter("faults")? - f0;
+        let faults = drv_counter(cfg, "faults")? - f0;
         check!(
             t,
             faults >= n as u64,
@@ -132,7 +135,7 @@ pub(super) fn verbs_odp_stalled_fault_delays_no_one(t: &mut T, cfg: &Config) -> 
         );
         check_eq!(
             t,
-            drv_counter("dropped_faults")?,
+            drv_counter(cfg, "dropped_faults")?,
             d0,
             "no fault was dropped"
         );

@@ -105,7 +105,7 @@ pub(super) fn verbs_odp_invalidate_last_chunk(t: &mut T, cfg: &Config) -> CaseRe
     write_at(&mut p, &mut src, &pattern(0x11, PAGE), early, mr.rkey(), 1)?;
     write_at(&mut p, &mut src, &pattern(0x12, PAGE), late, mr.rkey(), 2)?;
     check_eq!(t, odp_mapped()? - m0, 2, "pages mapped by the two writes");
-    let inv0 = drv_counter("invalidations")?;
+    let inv0 = drv_counter(cfg, "invalidations")?;
     // From 40 pages into the fourth chunk, 1 MiB: the late page goes, and with it the chunk.
     dontneed(base + (3 * CHUNK_BYTES + 40 * PAGE) as u64, 1 << 20)?;
     check_eq!(
@@ -116,7 +116,7 @@ pub(super) fn verbs_odp_invalidate_last_chunk(t: &mut T, cfg: &Config) -> CaseRe
     );
     check!(
         t,
-        drv_counter("invalidations")? > inv0,
+        drv_counter(cfg, "invalidations")? > inv0,
         "the device was told about the invalidation"
     );
     // Both pages work on: the early one still mapped, the late one faulted in again.
@@ -302,7 +302,7 @@ pub(super) fn verbs_odp_storm_threads(t: &mut T, cfg: &Config) -> CaseResult {
     let mr = unsafe { p.pd.reg_odp_mr_raw(m.ptr, STORM_LEN, rw())? };
     let src = p.pd.reg_mr_buf(8 * XFER, Access::NONE)?;
     let m0 = odp_mapped()?;
-    let inv0 = drv_counter("invalidations")?;
+    let inv0 = drv_counter(cfg, "invalidations")?;
     let stop = Arc::new(AtomicBool::new(false));
     let base = m.addr();
     let storm = {
@@ -368,7 +368,7 @@ pub(super) fn verbs_odp_storm_threads(t: &mut T, cfg: &Config) -> CaseResult {
     );
     check!(
         t,
-        drv_counter("invalidations")? > inv0,
+        drv_counter(cfg, "invalidations")? > inv0,
         "nothing was invalidated"
     );
     drop(mr);
@@ -388,7 +388,7 @@ pub(super) fn verbs_odp_storm_fork_munmap(t: &mut T, cfg: &Config) -> CaseResult
     let mr = unsafe { p.pd.reg_odp_mr_raw(m.ptr, STORM_LEN, rw())? };
     let src = p.pd.reg_mr_buf(8 * XFER, Access::NONE)?;
     let m0 = odp_mapped()?;
-    let inv0 = drv_counter("invalidations")?;
+    let inv0 = drv_counter(cfg, "invalidations")?;
     let mut rng = Rng(0x0ddb_1a5e_5ca1_ab1e);
     let depth = 8usize;
     let half = STORM_LEN / 2;
@@ -500,7 +500,7 @@ pub(super) fn verbs_odp_storm_fork_munmap(t: &mut T, cfg: &Config) -> CaseResult
     );
     check!(
         t,
-        drv_counter("invalidations")? > inv0,
+        drv_counter(cfg, "invalidations")? > inv0,
         "nothing was invalidated"
     );
     drop(mr);
