@@ -35,8 +35,8 @@ use crate::{
     shim::Umem,
     uapi,
 };
-pub(crate) use ah::check_av;
 use ah::Ah;
+pub(crate) use ah::{av_to_le, check_av};
 use kernel::{
     device::{Bound, Device},
     dma::{Coherent, CoherentBox},

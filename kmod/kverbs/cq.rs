@@ -53,19 +53,22 @@ const _: () = {
     assert!(uapi::QHCA_WC_RECV_RDMA_WITH_IMM == bindings::ib_wc_opcode_IB_WC_RECV_RDMA_WITH_IMM);
 };
 
-/// CQE field offsets (`struct qhca_cqe`).
+/// CQE field offsets, from the ABI's `struct qhca_cqe`.
 mod cqe {
-    pub(super) const WR_ID: usize = 0;
-    pub(super) const BYTE_LEN: usize = 8;
-    pub(super) const IMM: usize = 12;
-    pub(super) const QPN: usize = 16;
-    pub(super) const SRC_QP: usize = 20;
-    pub(super) const OPCODE: usize = 24;
-    pub(super) const STATUS: usize = 25;
-    pub(super) const VENDOR_ERR: usize = 26;
-    pub(super) const FLAGS: usize = 27;
-    pub(super) const WQE_INDEX: usize = 28;
-    pub(super) const OWNER: usize = 31;
+    use crate::uapi::qhca_cqe;
+    use core::mem::offset_of;
+
+    pub(super) const WR_ID: usize = offset_of!(qhca_cqe, wr_id);
+    pub(super) const BYTE_LEN: usize = offset_of!(qhca_cqe, byte_len);
+    pub(super) const IMM: usize = offset_of!(qhca_cqe, imm_data);
+    pub(super) const QPN: usize = offset_of!(qhca_cqe, qpn);
+    pub(super) const SRC_QP: usize = offset_of!(qhca_cqe, src_qp);
+    pub(super) const OPCODE: usize = offset_of!(qhca_cqe, opcode);
+    pub(super) const STATUS: usize = offset_of!(qhca_cqe, status);
+    pub(super) const VENDOR_ERR: usize = offset_of!(qhca_cqe, vendor_err);
+    pub(super) const FLAGS: usize = offset_of!(qhca_cqe, flags);
+    pub(super) const WQE_INDEX: usize = offset_of!(qhca_cqe, wqe_index);
+    pub(super) const OWNER: usize = offset_of!(qhca_cqe, owner);
 }
 
 impl KCq {

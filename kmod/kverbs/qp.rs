@@ -21,6 +21,7 @@ use kernel::{
     bindings, new_spinlock_irq,
     prelude::*,
     sync::{Arc, SpinLockIrq},
+    transmute::AsBytes,
 };
 
 /// What a datagram's address handle gives the WQE: the address vector it carries.
@@ -152,18 +153,22 @@ unsafe impl Send for KQp {}
 // SAFETY: As above.
 unsafe impl Sync for KQp {}
 
-/// Byte offsets of a send WQE's fields (`struct qhca_wqe_ctrl` and what follows it).
+/// Byte offsets of a send WQE's fields (`struct qhca_wqe_ctrl` and what follows it), from the
+/// ABI's structs.
 mod wqe {
-    pub(super) const WR_ID: usize = 0;
-    pub(super) const OPCODE: usize = 8;
-    pub(super) const FLAGS: usize = 9;
-    pub(super) const NUM_SGE: usize = 10;
-    pub(super) const IMM: usize = 12;
-    pub(super) const INLINE_LEN: usize = 16;
+    use crate::uapi::{qhca_wqe_ctrl, qhca_wqe_raddr};
+    use core::mem::{offset_of, size_of};
+
+    pub(super) const WR_ID: usize = offset_of!(qhca_wqe_ctrl, wr_id);
+    pub(super) const OPCODE: usize = offset_of!(qhca_wqe_ctrl, opcode);
+    pub(super) const FLAGS: usize = offset_of!(qhca_wqe_ctrl, flags);
+    pub(super) const NUM_SGE: usize = offset_of!(qhca_wqe_ctrl, num_sge);
+    pub(super) const IMM: usize = offset_of!(qhca_wqe_ctrl, imm_data);
+    pub(super) const INLINE_LEN: usize = offset_of!(qhca_wqe_ctrl, inline_len);
     /// `struct qhca_wqe_raddr` or `struct qhca_wqe_ud`.
-    pub(super) const SEG: usize = 32;
+    pub(super) const SEG: usize = size_of::<qhca_wqe_ctrl>();
     /// `struct qhca_wqe_atomic`.
-    pub(super) const ATOMIC: usize = 48;
+    pub(super) const ATOMIC: usize = SEG + size_of::<qhca_wqe_raddr>();
 }
 
 impl KQp {
@@ -317,15 +322,8 @@ impl KQp {
                 r.write32(0, base + wqe::SEG);
                 r.write32(*remote_qpn, base + wqe::SEG + 4);
                 r.write32(*remote_qkey, base + wqe::SEG + 8);
-                let mut bytes = [0u8; 32];
-                bytes[..16].copy_from_slice(&av.dgid);
-                bytes[16..20].copy_from_slice(&av.flow_label.to_le_bytes());
-                bytes[20] = av.traffic_class;
-                bytes[21] = av.hop_limit;
-                bytes[22] = av.sl;
-                bytes[23] = av.port_num;
-                bytes[24] = av.sgid_index;
-                r.write_bytes(&bytes, base + uapi::QHCA_WQE_DATA_OFFSET as usize);
+                let le = crate::verbs::av_to_le(&av);
+                r.write_bytes(le.as_bytes(), base + uapi::QHCA_WQE_DATA_OFFSET as usize);
             }
             WrKind::Rdma { remote_addr, rkey } => {
                 r.write64(*remote_addr, base + wqe::SEG);

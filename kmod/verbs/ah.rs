@@ -39,7 +39,7 @@ pub(crate) fn check_av(attr: &uapi::qhca_ah_attr) -> Result {
 }
 
 /// An address vector as the device reads it (its one wider field little-endian).
-pub(super) fn av_to_le(attr: &uapi::qhca_ah_attr) -> uapi::qhca_ah_attr {
+pub(crate) fn av_to_le(attr: &uapi::qhca_ah_attr) -> uapi::qhca_ah_attr {
     uapi::qhca_ah_attr {
         flow_label: attr.flow_label.to_le(),
         ..*attr
