@@ -50,7 +50,9 @@ impl Shape {
             if n > max_wr {
                 return Err(EINVAL);
             }
-            Ok(n.next_power_of_two().trailing_zeros() as u8)
+            // `max_wr` is the device's word: no overflow whatever it says.
+            let n = n.checked_next_power_of_two().ok_or(EINVAL)?;
+            Ok(n.trailing_zeros() as u8)
         };
         let max_sge = cap.max_send_sge.max(cap.max_recv_sge).max(1);
         let head = if datagram {
@@ -58,10 +60,13 @@ impl Shape {
         } else {
             uapi::QHCA_WQE_DATA_OFFSET
         };
-        let send = head + (16 * max_sge).max(cap.max_inline_data);
-        let recv = 16 + 16 * max_sge;
+        // The consumer's sizes, saturated: one too large for any slot is refused below.
+        let sges = max_sge.saturating_mul(16);
+        let send = head.saturating_add(sges.max(cap.max_inline_data));
+        let recv = sges.saturating_add(16);
         let stride = |bytes: u32, min: u32, max: u32| -> Result<u8> {
-            let log = bytes.next_power_of_two().trailing_zeros().max(min);
+            let bytes = bytes.checked_next_power_of_two().ok_or(EINVAL)?;
+            let log = bytes.trailing_zeros().max(min);
             if log > max {
                 return Err(EINVAL);
             }
