@@ -19,7 +19,9 @@ mod kobjects;
 mod objects;
 mod qp;
 
-use crate::{context::Ctx, device::QhcaDevice, limits::Pool, rdma, uapi, verbs::Verbs};
+use crate::{
+    context::Ctx, device::QhcaDevice, kverbs::qp::KernelMr, limits::Pool, rdma, uapi, verbs::Verbs,
+};
 use core::{ffi::c_int, fmt::Write, mem::MaybeUninit};
 use kernel::{
     bindings,
@@ -227,6 +229,10 @@ unsafe impl rdma::Driver for QhcaIb {
         let mut flags = bindings::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN as u64;
         if has(uapi::QHCA_CAP_RC) {
             attr.atomic_cap = bindings::ib_atomic_cap_IB_ATOMIC_HCA;
+        }
+        if has(uapi::QHCA_CAP_FAST_REG) && self.kctx.is_some() {
+            flags |= bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64;
+            attr.max_fast_reg_page_list_len = uapi::QHCA_FAST_REG_MAX_PAGES;
         }
         if has(uapi::QHCA_CAP_MW) {
             flags |= (bindings::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW
@@ -503,6 +509,21 @@ unsafe impl rdma::Driver for QhcaIb {
         kobjects::get_dma_mr(pd, access)
     }
 
+    fn alloc_mr(&self, pd: &QhcaPd, max_pages: u32) -> Result<(objects::QhcaMr, u32)> {
+        if self.dev.attr()?.caps & u64::from(uapi::QHCA_CAP_FAST_REG) == 0 {
+            return Err(EOPNOTSUPP);
+        }
+        kobjects::alloc_mr(pd, max_pages)
+    }
+
+    fn map_mr_start(&self, mr: &objects::QhcaMr, page_size: u32) -> Result {
+        mr.fast_mr().ok_or(EINVAL)?.start(page_size)
+    }
+
+    fn map_mr_page(&self, mr: &objects::QhcaMr, addr: u64) -> Result {
+        mr.fast_mr().ok_or(EINVAL)?.push(addr)
+    }
+
     fn create_kernel_cq(
         &self,
         ev: rdma::CqEvents,
@@ -546,7 +567,7 @@ unsafe impl rdma::Driver for QhcaIb {
     fn post_send(
         &self,
         qp: &qp::QhcaQp,
-        wrs: &mut dyn Iterator<Item = Result<rdma::SendWr<'_, objects::QhcaAh>>>,
+        wrs: &mut dyn Iterator<Item = Result<rdma::SendWr<'_, objects::QhcaAh, objects::QhcaMr>>>,
     ) -> core::result::Result<(), (Error, usize)> {
         qp.kernel_qp().ok_or((EINVAL, 0))?.post_send(wrs)
     }

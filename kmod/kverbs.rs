@@ -10,8 +10,10 @@
 //! kernel PD's local DMA key is a physical region (`QHCA_ACCESS_PHYSICAL`); a kernel AH is
 //! the driver's alone, and its address vector travels in each datagram WQE (`QHCA_WQE_AV`),
 //! since the core creates AHs where no command can wait. The data path: [`qp`] writes WQEs
-//! and rings, [`cq`] reads CQEs into `ib_wc`s.
+//! and rings, [`cq`] reads CQEs into `ib_wc`s, [`mr`] holds the page lists of fast
+//! registration.
 
 pub(crate) mod cq;
+pub(crate) mod mr;
 pub(crate) mod qp;
 pub(crate) mod ring;

@@ -221,6 +221,14 @@ pub(crate) unsafe trait Driver: Send + Sync + Sized {
     /// `get_dma_mr`: a region of kernel PD `pd` over every DMA address, with `access`
     /// (`IB_ACCESS_*`): the region and its key.
     fn get_dma_mr(&self, pd: &Self::Pd, access: u32) -> Result<(Self::Mr, u32)>;
+    /// `alloc_mr` of a fast-registration region (`IB_MR_TYPE_MEM_REG`) of kernel PD `pd` that
+    /// maps up to `max_pages` pages: the region and its key (`EOPNOTSUPP` without fast
+    /// registration).
+    fn alloc_mr(&self, pd: &Self::Pd, max_pages: u32) -> Result<(Self::Mr, u32)>;
+    /// `map_mr_sg` of region `mr` begins, in pages of `page_size` bytes. Must not sleep.
+    fn map_mr_start(&self, mr: &Self::Mr, page_size: u32) -> Result;
+    /// The next page of `map_mr_sg`'s mapping (page aligned). Must not sleep.
+    fn map_mr_page(&self, mr: &Self::Mr, addr: u64) -> Result;
     /// `create_cq` of a kernel CQ: the CQ and its number of entries (at least `attr.cqe`).
     fn create_kernel_cq(&self, ev: CqEvents, attr: &CqAttr) -> Result<(Self::Cq, u32)>;
     /// `create_qp` of a kernel QP (RC, UD, or the port's GSI QP) in kernel PD `pd`: the QP and
@@ -248,7 +256,7 @@ pub(crate) unsafe trait Driver: Send + Sync + Sized {
     fn post_send(
         &self,
         qp: &Self::Qp,
-        wrs: &mut dyn Iterator<Item = Result<SendWr<'_, Self::Ah>>>,
+        wrs: &mut dyn Iterator<Item = Result<SendWr<'_, Self::Ah, Self::Mr>>>,
     ) -> core::result::Result<(), (Error, usize)>;
     /// `post_recv` of a kernel QP, as [`Driver::post_send`].
     fn post_recv(
@@ -483,6 +491,8 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         ops.add_gid = Some(add_gid::<T>);
         ops.del_gid = Some(del_gid::<T>);
         ops.get_dma_mr = Some(mr::get_dma_mr::<T>);
+        ops.alloc_mr = Some(mr::alloc_mr::<T>);
+        ops.map_mr_sg = Some(mr::map_mr_sg::<T>);
         kernel_verbs::fill::<T>(&mut ops);
         // SAFETY: `ib` is valid; `ops` is read (copied into `ib.ops`) during the call only.
         unsafe { bindings::ib_set_device_ops(ib, &*ops) };

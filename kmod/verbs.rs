@@ -230,7 +230,7 @@ impl<'a> Verbs<'a> {
                 let closed = match &objs.mrs[pos].mem {
                     MrMem::Odp(odp) => Some(odp.close(self.dev, true)),
                     MrMem::Watched(w) => Some(w.close(self.dev, true)),
-                    MrMem::Pinned(_) | MrMem::Physical => None,
+                    MrMem::Pinned(_) | MrMem::Physical | MrMem::FastReg(_) => None,
                 };
                 if let Some(res) = closed {
                     res?;
@@ -261,7 +261,7 @@ impl<'a> Verbs<'a> {
                     let _ = match &m.mem {
                         MrMem::Odp(odp) => odp.close(self.dev, false),
                         MrMem::Watched(w) => w.close(self.dev, false),
-                        MrMem::Pinned(_) | MrMem::Physical => Ok(()),
+                        MrMem::Pinned(_) | MrMem::Physical | MrMem::FastReg(_) => Ok(()),
                     };
                 }
                 objs.mrs.retain(|m| m.key != h);

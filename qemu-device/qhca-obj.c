@@ -1,8 +1,9 @@
 /*
  * qhca: an emulated RDMA host channel adapter -- verbs objects
  *
- * Protection domains, memory regions, completion queues and queue pairs
- * (those in qhca-qp.c; memory windows in qhca-mw.c), and the commands that
+ * Protection domains, completion queues and queue pairs (those in
+ * qhca-qp.c; memory regions in qhca-mr.c, windows in qhca-mw.c), the page
+ * lists objects are created with, and the commands that
  * create, modify, query and destroy them.  Each object belongs to the
  * context (UAR page) named at create time; every later command names that
  * context again and is refused (BAD_RESOURCE) if it is not the owner.
@@ -16,10 +17,8 @@
  * again, validates again and creates the object, which takes the list.  An
  * error at any point leaves nothing behind.
  *
- * Names are never reused soon.  An MR key comes from a 31-bit sequence, so
- * a value comes back only after 2^31 - 1 more registrations (and never
- * while a region has it); slots are table entries found through a hash, so
- * keys never run out.  A QPN carries a generation bumped on each use of its
+ * Names are never reused soon (regions' keys: qhca-mr.c).  A QPN carries a
+ * generation bumped on each use of its
  * index, and is not handed out while a live QP names it as its peer
  * (qhca-qp.c); a type 2 window goes with the QP it is bound to (qhca-mw.c).
  *
@@ -35,9 +34,6 @@
 
 QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_CQE != 1u << QHCA_CQ_LIMIT_LOG);
 QEMU_BUILD_BUG_ON(QHCA_CQ_LIMIT_LOG > QHCA_CQ_MAX_LOG);
-QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_MR > UINT16_MAX);
-QEMU_BUILD_BUG_ON(QHCA_MR_HASH_SIZE & (QHCA_MR_HASH_SIZE - 1));
-QEMU_BUILD_BUG_ON(QHCA_MR_HASH_SIZE < 2 * QHCA_LIMIT_MAX_MR);
 QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_QP != 1u << QHCA_QPN_INDEX_BITS);
 QEMU_BUILD_BUG_ON(QHCA_PL_PAGE_ENTRIES * sizeof(uint64_t) != QHCA_PAGE_SIZE);
 
@@ -63,72 +59,6 @@ bool qhca_objects_exist(const QhcaState *s)
 QhcaPd *qhca_pd_lookup(QhcaState *s, uint64_t pdn)
 {
     return pdn < QHCA_LIMIT_MAX_PD && s->pd[pdn].in_use ? &s->pd[pdn] : NULL;
-}
-
-/* Where key's probe sequence starts in s->mr_hash. */
-static uint32_t qhca_mr_hash_home(uint32_t key)
-{
-    return (key * 0x9e3779b1u) >> (32 - ctz32(QHCA_MR_HASH_SIZE));
-}
-
-/* The s->mr_hash entry that holds key, or the empty one where it would go. */
-static uint32_t qhca_mr_hash_find(QhcaState *s, uint32_t key)
-{
-    uint32_t i = qhca_mr_hash_home(key);
-
-    while (s->mr_hash[i] && s->mr[s->mr_hash[i] - 1].key != key) {
-        i = (i + 1) & (QHCA_MR_HASH_SIZE - 1);
-    }
-    return i;
-}
-
-QhcaMr *qhca_mr_lookup(QhcaState *s, uint32_t key)
-{
-    uint16_t e = s->mr_hash[qhca_mr_hash_find(s, key)];
-
-    return e ? &s->mr[e - 1] : NULL;
-}
-
-static void qhca_mr_hash_add(QhcaState *s, QhcaMr *mr)
-{
-    s->mr_hash[qhca_mr_hash_find(s, mr->key)] = mr - s->mr + 1;
-}
-
-/* Removes mr's entry and shifts the ones probed past it back into place. */
-static void qhca_mr_hash_del(QhcaState *s, QhcaMr *mr)
-{
-    const uint32_t mask = QHCA_MR_HASH_SIZE - 1;
-    uint32_t hole = qhca_mr_hash_find(s, mr->key), j = hole;
-
-    assert(s->mr_hash[hole] == mr - s->mr + 1);
-    for (;;) {
-        uint32_t home;
-
-        j = (j + 1) & mask;
-        if (!s->mr_hash[j]) {
-            break;
-        }
-        home = qhca_mr_hash_home(s->mr[s->mr_hash[j] - 1].key);
-        /* It stays unless its home lies cyclically in (hole, j]. */
-        if (((j - home) & mask) >= ((j - hole) & mask)) {
-            s->mr_hash[hole] = s->mr_hash[j];
-            hole = j;
-        }
-    }
-    s->mr_hash[hole] = 0;
-}
-
-/*
- * The next key of the sequence 1..2^31-1 (never the window flag, never 0)
- * that no live region has.  At most QHCA_LIMIT_MAX_MR are live, so this
- * ends.
- */
-static uint32_t qhca_mr_key_next(QhcaState *s)
-{
-    do {
-        s->mr_key_seq = s->mr_key_seq % (QHCA_MW_KEY_FLAG - 1) + 1;
-    } while (qhca_mr_lookup(s, s->mr_key_seq));
-    return s->mr_key_seq;
 }
 
 QhcaCq *qhca_cq_lookup(QhcaState *s, uint32_t cqn)
@@ -355,203 +285,6 @@ static uint8_t qhca_cmd_dealloc_pd(QhcaState *s, const struct qhca_cmd *cmd)
 }
 
 /* ------------------------------------------------------------------------ */
-/* memory regions                                                           */
-
-/* A free slot, round-robin from mr_next; NULL when max_mr are live. */
-static QhcaMr *qhca_mr_next_free(QhcaState *s)
-{
-    uint32_t n;
-
-    for (n = 0; n < s->max_mr; n++) {
-        QhcaMr *mr = &s->mr[(s->mr_next + n) % s->max_mr];
-
-        if (!mr->in_use) {
-            return mr;
-        }
-    }
-    return NULL;
-}
-
-static uint8_t qhca_cmd_reg_mr(QhcaState *s, const struct qhca_cmd *cmd,
-                               uint64_t *data, QhcaPageList *pl)
-{
-    struct qhca_cmd_reg_mr in;
-    uint32_t uar, pdn, access, npages;
-    uint64_t iova, length, pages_addr, want;
-    QhcaPd *pd;
-    QhcaMr *mr;
-
-    if (!qhca_cmd_unused_zero(cmd, false, 5)) {
-        return QHCA_CMD_BAD_PARAM;
-    }
-    qhca_cmd_in_bytes(cmd, &in, sizeof(in));
-    uar = le32_to_cpu(in.uar);
-    pdn = le32_to_cpu(in.pdn);
-    iova = le64_to_cpu(in.iova);
-    length = le64_to_cpu(in.length);
-    access = le32_to_cpu(in.access);
-    npages = le32_to_cpu(in.npages);
-    pages_addr = le64_to_cpu(in.pages_addr);
-
-    if (!qhca_uar_valid(s, uar)) {
-        return QHCA_CMD_BAD_RESOURCE;
-    }
-    pd = qhca_pd_lookup(s, pdn);
-    if (!pd || pd->uar != uar) {
-        return QHCA_CMD_BAD_RESOURCE;
-    }
-    if (access & ~(QHCA_ACCESS_ALL | QHCA_ACCESS_ON_DEMAND |
-                   QHCA_ACCESS_MW_BIND | QHCA_ACCESS_PHYSICAL)) {
-        return QHCA_CMD_BAD_PARAM;
-    }
-    if ((access & QHCA_ACCESS_ON_DEMAND) && (access & QHCA_ACCESS_MW_BIND)) {
-        /* Not in this version: windows need a pinned region. */
-        return QHCA_CMD_BAD_PARAM;
-    }
-    if ((access & (QHCA_ACCESS_REMOTE_WRITE | QHCA_ACCESS_REMOTE_ATOMIC)) &&
-        !(access & QHCA_ACCESS_LOCAL_WRITE)) {
-        return QHCA_CMD_BAD_PARAM;
-    }
-    if (access & QHCA_ACCESS_PHYSICAL) {
-        /*
-         * A kernel context's: no page list, no translation, any range of
-         * the DMA address space (iova 0, length UINT64_MAX: all of it).
-         */
-        if (!qhca_uar_kernel(s, uar) ||
-            (access & (QHCA_ACCESS_ON_DEMAND | QHCA_ACCESS_MW_BIND)) ||
-            npages || pages_addr || !length || iova + length - 1 < iova) {
-            return QHCA_CMD_BAD_PARAM;
-        }
-    } else if (access & QHCA_ACCESS_ON_DEMAND) {
-        /*
-         * No page list; any range of the address space the implicit
-         * region covers, the implicit region itself included.
-         */
-        if (npages || pages_addr || !length ||
-            length > QHCA_ODP_IMPLICIT_LENGTH ||
-            iova > QHCA_ODP_IMPLICIT_LENGTH - length) {
-            return QHCA_CMD_BAD_PARAM;
-        }
-    } else {
-        if (!length || length > QHCA_LIMIT_MAX_MR_SIZE ||
-            iova + length - 1 < iova) {
-            return QHCA_CMD_BAD_PARAM;
-        }
-        want = ((iova & (QHCA_PAGE_SIZE - 1)) + length + QHCA_PAGE_SIZE - 1)
-               >> QHCA_PAGE_SHIFT;
-        if (npages != want) {
-            return QHCA_CMD_BAD_PARAM;
-        }
-    }
-    mr = qhca_mr_next_free(s);
-    if (!mr) {
-        return QHCA_CMD_NO_RESOURCES;
-    }
-    if (access & QHCA_ACCESS_ON_DEMAND) {
-        qhca_odp_mr_init(mr);
-        access &= ~QHCA_ACCESS_ON_DEMAND;
-    } else if (access & QHCA_ACCESS_PHYSICAL) {
-        access &= ~QHCA_ACCESS_PHYSICAL;
-        mr->phys = true;
-    } else if (!pl->pages) {
-        return qhca_pl_request(s, pl, pages_addr, npages);
-    } else {
-        mr->pages = qhca_pl_take(pl);
-    }
-    mr->in_use = true;
-    mr->key = qhca_mr_key_next(s);
-    qhca_mr_hash_add(s, mr);
-    mr->uar = uar;
-    mr->pdn = pdn;
-    mr->access = access;
-    mr->iova = iova;
-    mr->length = length;
-    mr->npages = npages;
-    mr->nr_mw = 0;
-    pd->nr_mr++;
-    s->num_mr++;
-    s->mr_next = (mr - s->mr + 1) % s->max_mr;
-    data[0] = mr->key;
-    trace_qhca_obj("mr", "reg", uar, data[0]);
-    return QHCA_CMD_OK;
-}
-
-static void qhca_mr_free(QhcaState *s, QhcaMr *mr)
-{
-    trace_qhca_obj("mr", "dereg", mr->uar, mr->key);
-    qhca_mr_hash_del(s, mr);
-    s->pd[mr->pdn].nr_mr--;
-    qhca_page_list_free(s, &mr->pages, &mr->npages);
-    qhca_odp_mr_free(s, mr);
-    mr->in_use = false;
-    mr->phys = false;
-    mr->key = 0;
-    s->num_mr--;
-}
-
-/* The MR behind key, if it belongs to the context uar. */
-QhcaMr *qhca_cmd_mr(QhcaState *s, uint64_t uar, uint64_t key)
-{
-    QhcaMr *mr = key <= UINT32_MAX ? qhca_mr_lookup(s, key) : NULL;
-
-    if (!mr || mr->uar != uar || !qhca_uar_valid(s, uar)) {
-        return NULL;
-    }
-    return mr;
-}
-
-static uint8_t qhca_cmd_dereg_mr(QhcaState *s, const struct qhca_cmd *cmd)
-{
-    QhcaMr *mr;
-
-    if (!qhca_cmd_unused_zero(cmd, false, 3) ||
-        (cmd->in[2] & ~(uint64_t)QHCA_DEREG_MR_UNBIND_MWS)) {
-        return QHCA_CMD_BAD_PARAM;
-    }
-    mr = qhca_cmd_mr(s, cmd->in[0], cmd->in[1]);
-    if (!mr) {
-        return QHCA_CMD_BAD_RESOURCE;
-    }
-    if (mr->nr_mw) {
-        /* Windows are bound to it: unbound first, or first invalidated. */
-        if (!(cmd->in[2] & QHCA_DEREG_MR_UNBIND_MWS)) {
-            return QHCA_CMD_BAD_STATE;
-        }
-        qhca_mw_unbind_mr(s, mr);
-    }
-    qhca_mr_free(s, mr);
-    return QHCA_CMD_OK;
-}
-
-/*
- * REVOKE_PAGES: pages [first, first + count) of a pinned region's page list
- * are never reached again; an access that touches one fails as a DMA error
- * would.  The rest of the region works on.
- */
-static uint8_t qhca_cmd_revoke_pages(QhcaState *s, const struct qhca_cmd *cmd)
-{
-    uint64_t first = cmd->in[2], count = cmd->in[3], i;
-    QhcaMr *mr;
-
-    if (!qhca_cmd_unused_zero(cmd, false, 4)) {
-        return QHCA_CMD_BAD_PARAM;
-    }
-    mr = qhca_cmd_mr(s, cmd->in[0], cmd->in[1]);
-    if (!mr) {
-        return QHCA_CMD_BAD_RESOURCE;
-    }
-    if (mr->odp || !count || first >= mr->npages ||
-        count > mr->npages - first) {
-        return QHCA_CMD_BAD_PARAM;
-    }
-    for (i = 0; i < count; i++) {
-        mr->pages[first + i] = QHCA_PL_REVOKED;
-    }
-    trace_qhca_obj("mr", "revoke", mr->uar, (uint32_t)cmd->in[1]);
-    return QHCA_CMD_OK;
-}
-
-/* ------------------------------------------------------------------------ */
 /* completion queues                                                        */
 
 static uint8_t qhca_cmd_create_cq(QhcaState *s, const struct qhca_cmd *cmd,
@@ -673,9 +406,9 @@ uint8_t qhca_cmd_obj(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data,
     case QHCA_CMD_DEALLOC_PD:
         return qhca_cmd_dealloc_pd(s, cmd);
     case QHCA_CMD_REG_MR:
-        return qhca_cmd_reg_mr(s, cmd, data, pl);
     case QHCA_CMD_DEREG_MR:
-        return qhca_cmd_dereg_mr(s, cmd);
+    case QHCA_CMD_REVOKE_PAGES:
+        return qhca_cmd_mr_reg(s, cmd, data, pl);
     case QHCA_CMD_CREATE_CQ:
         return qhca_cmd_create_cq(s, cmd, data, pl);
     case QHCA_CMD_DESTROY_CQ:
@@ -690,8 +423,6 @@ uint8_t qhca_cmd_obj(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data,
         return qhca_cmd_destroy_qp(s, cmd);
     case QHCA_CMD_QUERY_CTX:
         return qhca_cmd_query_ctx(s, cmd);
-    case QHCA_CMD_REVOKE_PAGES:
-        return qhca_cmd_revoke_pages(s, cmd);
     default:
         return QHCA_CMD_BAD_OPCODE;
     }
@@ -709,11 +440,7 @@ void qhca_obj_free_ctx(QhcaState *s, uint32_t uar)
     }
     qhca_mw_free_ctx(s, uar);
     qhca_ah_free_ctx(s, uar);
-    for (i = 0; i < QHCA_LIMIT_MAX_MR; i++) {
-        if (s->mr[i].in_use && s->mr[i].uar == uar) {
-            qhca_mr_free(s, &s->mr[i]);
-        }
-    }
+    qhca_mr_free_ctx(s, uar);
     for (i = 0; i < QHCA_LIMIT_MAX_CQ; i++) {
         if (s->cq[i].in_use && s->cq[i].uar == uar) {
             qhca_cq_free(s, &s->cq[i]);

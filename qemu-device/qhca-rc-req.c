@@ -301,14 +301,15 @@ static void qhca_req_bad_wqe(QhcaState *s, QhcaQp *qp, uint8_t status,
 }
 
 /*
- * A local operation (BIND_MW, LOCAL_INV) at req_head, every WQE before it
- * complete, runs now: a WQE after it starts only after it, so a message that
- * carries the new key goes out once the window is bound.  It sends nothing
- * (no PSN) and completes at once.
+ * A local operation (BIND_MW, LOCAL_INV, REG_MR) at req_head, every WQE
+ * before it complete, runs now: a WQE after it starts only after it, so a
+ * message that carries the new key goes out once the window is bound or the
+ * region registered.  It sends nothing (no PSN) and completes at once.
  */
-static void qhca_req_local(QhcaState *s, QhcaQp *qp,
-                           const struct qhca_wqe_bind *le)
+static void qhca_req_local(QhcaState *s, QhcaQp *qp, const void *seg)
 {
+    const struct qhca_wqe_bind *le = seg;
+    const struct qhca_wqe_reg_mr *reg = seg;
     QhcaReqSlot *sl = qhca_req_slot(qp, qp->req_head);
     QhcaSendWqe *w = &sl->wqe;
     const char *why = NULL;
@@ -330,8 +331,18 @@ static void qhca_req_local(QhcaState *s, QhcaQp *qp,
         };
 
         st = qhca_mw_bind(s, qp, &b, &why);
+    } else if (w->opcode == QHCA_WR_REG_MR) {
+        struct qhca_wqe_reg_mr r = {
+            .iova = le64_to_cpu(reg->iova),
+            .length = le64_to_cpu(reg->length),
+            .pages_addr = le64_to_cpu(reg->pages_addr),
+            .key = le32_to_cpu(reg->key),
+            .access = le32_to_cpu(reg->access),
+        };
+
+        st = qhca_mr_fast_reg(s, qp, &r, &why);
     } else {
-        st = qhca_mw_local_inv(s, qp, w->imm, &why);
+        st = qhca_local_inv(s, qp, w->imm, &why);
     }
     if (st != QHCA_WC_SUCCESS) {
         qhca_req_bad_wqe(s, qp, st, why);
@@ -362,6 +373,7 @@ static bool qhca_req_start(QhcaState *s, QhcaQp *qp)
                 struct qhca_wqe_atomic atomic;
             };
             struct qhca_wqe_bind bind;
+            struct qhca_wqe_reg_mr reg;
         };
     } hdr;
     const char *why;
@@ -406,17 +418,19 @@ static bool qhca_req_start(QhcaState *s, QhcaQp *qp)
     w->swap_add = le64_to_cpu(hdr.atomic.swap_add);
     w->compare = le64_to_cpu(hdr.atomic.compare);
 
-    if (w->opcode > QHCA_WR_SEND_WITH_INV ||
+    if (w->opcode > QHCA_WR_REG_MR ||
         (w->flags & ~(QHCA_WQE_SIGNALED | QHCA_WQE_SOLICITED |
                       QHCA_WQE_INLINE | QHCA_WQE_FENCE)) ||
         hdr.ctrl.rsvd0 || hdr.ctrl.rsvd1[0] || hdr.ctrl.rsvd1[1] ||
         hdr.ctrl.rsvd1[2] ||
-        (w->opcode != QHCA_WR_BIND_MW && hdr.raddr.rsvd)) {
+        (w->opcode != QHCA_WR_BIND_MW && w->opcode != QHCA_WR_REG_MR &&
+         hdr.raddr.rsvd)) {
         qhca_req_bad_wqe(s, qp, QHCA_WC_LOC_QP_OP_ERR,
                          "bad opcode, flags or reserved field");
         return true;
     }
-    if (w->opcode == QHCA_WR_BIND_MW || w->opcode == QHCA_WR_LOCAL_INV) {
+    if (w->opcode == QHCA_WR_BIND_MW || w->opcode == QHCA_WR_LOCAL_INV ||
+        w->opcode == QHCA_WR_REG_MR) {
         /*
          * Only once every WQE before it has completed: a bind behind a
          * request that fails is flushed, and must then not have happened.

@@ -574,12 +574,12 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
             uint32_t data = pkt->imm;
 
             if (op == QHCA_OP_SEND_LAST_INV || op == QHCA_OP_SEND_ONLY_INV) {
-                /* The message is in; the window goes before its CQE. */
-                if (!qhca_mw_remote_inv(s, qp, pkt->ieth)) {
+                /* The message is in; the key goes before its CQE. */
+                if (!qhca_remote_inv(s, qp, pkt->ieth)) {
                     qhca_resp_recv_fail(s, qp, pkt->psn,
                                         QHCA_WC_REM_INV_REQ_ERR,
                                         QHCA_NAK_INV_REQ,
-                                        "SEND_WITH_INV: no window to "
+                                        "SEND_WITH_INV: nothing to "
                                         "invalidate");
                     return;
                 }

@@ -5,9 +5,10 @@
  * WQEs into packets and packets into memory accesses, ACKs and completions;
  * it never knows how packets travel: it hands them to s->wire and receives
  * them in qhca_rc_recv() (qhca-wire.h).  This file holds what requester and
- * responder share (memory through page lists and keys, completion queues,
- * QP state, the wire) and the scheduler; the requester is in qhca-rc-req.c,
- * the responder in qhca-rc-resp.c, their shared declarations in qhca-rc.h.
+ * responder share (completion queues, QP state, the wire) and the
+ * scheduler; the requester is in qhca-rc-req.c, the responder in
+ * qhca-rc-resp.c, memory by key in qhca-mr.c, their shared declarations in
+ * qhca-rc.h.
  *
  * Requester: a window of messages in flight per QP (the SQ's depth, at most
  * QHCA_REQ_WINDOW_MAX; READs and atomics at most the QP's max_rd_atomic).
@@ -59,181 +60,6 @@
 #include "qemu/main-loop.h"
 #include "qhca-rc.h"
 #include "trace.h"
-
-/* ------------------------------------------------------------------------ */
-/* memory through page lists and keys                                       */
-
-/* [off, off + len) of the buffer described by a page list. */
-bool qhca_pl_rw(QhcaState *s, const uint64_t *pages, uint32_t npages,
-                uint64_t off, void *buf, uint64_t len, bool write)
-{
-    uint8_t *p = buf;
-
-    while (len) {
-        uint64_t pg = off >> QHCA_PAGE_SHIFT;
-        uint32_t in = off & (QHCA_PAGE_SIZE - 1);
-        uint32_t n = MIN(len, QHCA_PAGE_SIZE - in);
-        MemTxResult r;
-
-        if (pg >= npages || pages[pg] == QHCA_PL_REVOKED) {
-            return false;
-        }
-        r = write ? qhca_dma_write(s, pages[pg] + in, p, n)
-                  : qhca_dma_read(s, pages[pg] + in, p, n);
-        if (r != MEMTX_OK) {
-            return false;
-        }
-        off += n;
-        p += n;
-        len -= n;
-    }
-    return true;
-}
-
-/*
- * The MR behind key, if it may be used by a QP of PD pdn for [va, va + len)
- * with the rights in access.  Byte granular: one byte outside fails.
- */
-QhcaMr *qhca_mr_check(QhcaState *s, uint32_t key, uint32_t pdn,
-                      uint64_t va, uint64_t len, uint32_t access)
-{
-    QhcaMr *mr = qhca_mr_lookup(s, key);
-
-    if (!mr || mr->pdn != pdn || (mr->access & access) != access) {
-        return NULL;
-    }
-    if (va < mr->iova || len > mr->length || va - mr->iova > mr->length - len) {
-        return NULL;
-    }
-    return mr;
-}
-
-/*
- * [va, va + len) of a region that qhca_mr_check() accepted, through its
- * translation: a page list, on-demand entries, or none at all (a physical
- * region's addresses are the DMA addresses).
- */
-QhcaMem qhca_mr_rw(QhcaState *s, QhcaMr *mr, uint64_t va, void *buf,
-                   uint64_t len, bool write)
-{
-    if (mr->odp) {
-        return qhca_odp_rw(s, mr, va, buf, len, write);
-    }
-    if (mr->phys) {
-        return (write ? qhca_dma_write(s, va, buf, len)
-                      : qhca_dma_read(s, va, buf, len)) == MEMTX_OK ?
-               QHCA_MEM_OK : QHCA_MEM_ERROR;
-    }
-    return qhca_pl_rw(s, mr->pages, mr->npages,
-                      (mr->iova & (QHCA_PAGE_SIZE - 1)) + (va - mr->iova),
-                      buf, len, write) ? QHCA_MEM_OK : QHCA_MEM_ERROR;
-}
-
-/*
- * Whether [va, va + len) can be accessed without a page fault (pinned:
- * always); if not, s->fault says where.  For accesses that must not start
- * unless they can finish (atomics, READs before their first response).
- */
-bool qhca_mr_ready(QhcaState *s, QhcaMr *mr, uint64_t va, uint64_t len,
-                   bool write)
-{
-    return !mr->odp || qhca_odp_ready(s, mr, va, len, write);
-}
-
-/*
- * Copy between buf and bytes [off, off + len) of a message laid out over a
- * scatter/gather list.  Returns a qhca_wc_status, or QHCA_WC_ODP_FAULT
- * (s->fault says where; what was copied before it may be copied again).
- */
-uint8_t qhca_sge_copy(QhcaState *s, uint32_t pdn,
-                      const struct qhca_sge *sge, unsigned n,
-                      uint64_t off, void *buf, uint64_t len,
-                      bool to_mem)
-{
-    uint8_t *p = buf;
-    unsigned i;
-
-    for (i = 0; i < n && len; i++) {
-        uint64_t chunk;
-        QhcaMr *mr;
-
-        if (off >= sge[i].length) {
-            off -= sge[i].length;
-            continue;
-        }
-        chunk = MIN(len, sge[i].length - off);
-        mr = qhca_mr_check(s, sge[i].lkey, pdn, sge[i].addr + off, chunk,
-                           to_mem ? QHCA_ACCESS_LOCAL_WRITE : 0);
-        if (!mr) {
-            return QHCA_WC_LOC_PROT_ERR;
-        }
-        switch (qhca_mr_rw(s, mr, sge[i].addr + off, p, chunk, to_mem)) {
-        case QHCA_MEM_OK:
-            break;
-        case QHCA_MEM_FAULT:
-            /* The driver may as well bring in the rest of the element. */
-            s->fault.len = sge[i].addr + sge[i].length - s->fault.va;
-            return QHCA_WC_ODP_FAULT;
-        default:
-            return QHCA_WC_LOC_ACCESS_ERR;
-        }
-        off = 0;
-        p += chunk;
-        len -= chunk;
-    }
-    return len ? QHCA_WC_LOC_LEN_ERR : QHCA_WC_SUCCESS;
-}
-
-/* Every non-empty SGE usable as a whole; the sum of their lengths. */
-uint8_t qhca_sge_check(QhcaState *s, uint32_t pdn,
-                       const struct qhca_sge *sge, unsigned n,
-                       bool to_mem, uint64_t *total)
-{
-    unsigned i;
-
-    *total = 0;
-    for (i = 0; i < n; i++) {
-        if (!sge[i].length) {
-            continue;
-        }
-        if (!qhca_mr_check(s, sge[i].lkey, pdn, sge[i].addr, sge[i].length,
-                           to_mem ? QHCA_ACCESS_LOCAL_WRITE : 0)) {
-            return QHCA_WC_LOC_PROT_ERR;
-        }
-        *total += sge[i].length;
-    }
-    return *total > QHCA_MAX_MSG_SIZE ? QHCA_WC_LOC_LEN_ERR : QHCA_WC_SUCCESS;
-}
-
-/*
- * Whether the first len bytes of a scatter list (every SGE checked by
- * qhca_sge_check() for writing) can be written without a page fault:
- * QHCA_WC_SUCCESS, QHCA_WC_ODP_FAULT or QHCA_WC_LOC_PROT_ERR.
- */
-uint8_t qhca_sge_ready(QhcaState *s, uint32_t pdn,
-                       const struct qhca_sge *sge, unsigned n, uint64_t len)
-{
-    unsigned i;
-
-    for (i = 0; i < n && len; i++) {
-        uint64_t chunk = MIN(len, sge[i].length);
-        QhcaMr *mr;
-
-        if (!chunk) {
-            continue;
-        }
-        mr = qhca_mr_check(s, sge[i].lkey, pdn, sge[i].addr, chunk,
-                           QHCA_ACCESS_LOCAL_WRITE);
-        if (!mr) {
-            return QHCA_WC_LOC_PROT_ERR;
-        }
-        if (!qhca_mr_ready(s, mr, sge[i].addr, chunk, true)) {
-            return QHCA_WC_ODP_FAULT;
-        }
-        len -= chunk;
-    }
-    return QHCA_WC_SUCCESS;
-}
 
 /* ------------------------------------------------------------------------ */
 /* completion queues                                                        */
@@ -511,6 +337,8 @@ uint8_t qhca_wc_opcode(uint8_t wr_opcode)
         return QHCA_WC_BIND_MW;
     case QHCA_WR_LOCAL_INV:
         return QHCA_WC_LOCAL_INV;
+    case QHCA_WR_REG_MR:
+        return QHCA_WC_REG_MR;
     default:
         return QHCA_WC_SEND;
     }

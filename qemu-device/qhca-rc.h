@@ -85,7 +85,7 @@ typedef enum QhcaMem {
  */
 #define QHCA_WC_ODP_FAULT       0xfe
 
-/* qhca-rc.c */
+/* qhca-mr.c: memory by key */
 bool qhca_pl_rw(QhcaState *s, const uint64_t *pages, uint32_t npages,
                 uint64_t off, void *buf, uint64_t len, bool write);
 QhcaMr *qhca_mr_check(QhcaState *s, uint32_t key, uint32_t pdn,
@@ -101,6 +101,13 @@ uint8_t qhca_sge_check(QhcaState *s, uint32_t pdn, const struct qhca_sge *sge,
                        unsigned n, bool to_mem, uint64_t *total);
 uint8_t qhca_sge_ready(QhcaState *s, uint32_t pdn, const struct qhca_sge *sge,
                        unsigned n, uint64_t len);
+uint8_t qhca_mr_fast_reg(QhcaState *s, QhcaQp *qp,
+                         const struct qhca_wqe_reg_mr *r, const char **why);
+uint8_t qhca_local_inv(QhcaState *s, QhcaQp *qp, uint32_t key,
+                       const char **why);
+bool qhca_remote_inv(QhcaState *s, QhcaQp *qp, uint32_t key);
+
+/* qhca-rc.c */
 bool qhca_wq_read(QhcaState *s, QhcaQp *qp, const QhcaWq *wq, uint16_t idx,
                   uint64_t off, void *buf, uint64_t len);
 bool qhca_rwqe_read(QhcaState *s, QhcaQp *qp, uint64_t *wr_id,

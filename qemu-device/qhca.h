@@ -94,7 +94,8 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_HW_VER             1
 #define QHCA_CAPS               (QHCA_CAP_UAR_ISOLATION | QHCA_CAP_RC | \
                                  QHCA_CAP_ODP | QHCA_CAP_MW | QHCA_CAP_UD | \
-                                 QHCA_CAP_PORT | QHCA_CAP_KERNEL)
+                                 QHCA_CAP_PORT | QHCA_CAP_KERNEL | \
+                                 QHCA_CAP_FAST_REG)
 #define QHCA_ODP_GENERAL_CAPS   (QHCA_ODP_SUPPORT | QHCA_ODP_SUPPORT_IMPLICIT)
 #define QHCA_ODP_RC_CAPS        (QHCA_ODP_SUPPORT_SEND | \
                                  QHCA_ODP_SUPPORT_RECV | \
@@ -258,6 +259,13 @@ typedef struct QhcaMr {
     bool odp;
     GHashTable *odp_chunks;
     bool phys;                  /* no page list: a va is its DMA address */
+    /*
+     * Fast registration: pages holds npages entries, of which a REG_MR WQE
+     * maps the first; usable (found by its exact key) only while valid.
+     * Named in s->mr_hash by its first key (tag 0).
+     */
+    bool fast;
+    bool valid;
     /*
      * The key while in use (L_Key and R_Key), from the device's key sequence
      * (qhca_mr_key_next()); found through s->mr_hash.
@@ -717,10 +725,14 @@ uint8_t qhca_pl_load(QhcaState *s, QhcaPageList *pl, int64_t *budget);
 void qhca_pl_release(QhcaState *s, QhcaPageList *pl);
 QhcaQp *qhca_qp_lookup(QhcaState *s, uint32_t qpn);
 QhcaCq *qhca_cq_lookup(QhcaState *s, uint32_t cqn);
-QhcaMr *qhca_mr_lookup(QhcaState *s, uint32_t key);
 bool qhca_objects_exist(const QhcaState *s);
+/* qhca-mr.c: memory regions and their commands */
+uint8_t qhca_cmd_mr_reg(QhcaState *s, const struct qhca_cmd *cmd,
+                        uint64_t *data, QhcaPageList *pl);
+void qhca_mr_free_ctx(QhcaState *s, uint32_t uar);
+QhcaMr *qhca_mr_lookup(QhcaState *s, uint32_t key);
 QhcaMr *qhca_cmd_mr(QhcaState *s, uint64_t uar, uint64_t key);
-/* qhca-obj.c, for qhca-qp.c */
+/* qhca-obj.c, for qhca-qp.c and qhca-mr.c */
 bool qhca_uar_valid(QhcaState *s, uint64_t uar);
 bool qhca_uar_kernel(QhcaState *s, uint64_t uar);
 QhcaPd *qhca_pd_lookup(QhcaState *s, uint64_t pdn);

@@ -18,6 +18,8 @@
 #          each both ways (READs with -o 16: rxe offers 128 outstanding READs, qhca 16; see README);
 #          rdma_cm across the guests (rping qhca <-> qhca and qhca's client to rxe's server,
 #          ucmatose qhca <-> qhca: the CM's MADs on each port's QP1 over the wire);
+#          NVMe over RDMA, node 1's nvmet-rdma target and node 2's nvme-rdma host on qhca
+#          (fio writes and verifies; fast registration and remote invalidation on the wire);
 #          the split network driver (qhca-splitnet) with its halves on the two guests, ping and
 #          socat through it. Each guest prints "test pair_NAME ... ok|FAILED" for its side of
 #          each step, checks its kernel log, and ends with "pair-suite: N passed, M failed".
@@ -63,15 +65,20 @@ qhca_insmod "$ko" || fatal "insmod $ko"
 qhca_ip=10.7.0.1$node
 # The RDMA core's qhca device and its port's netdev.
 qpci=$(ls -d /sys/bus/pci/drivers/qhca/0000:* 2>/dev/null | head -n1)
-qdev=$(ls "$qpci/infiniband" 2>/dev/null | head -n1)
-qnet=$(ls "$qpci/net" 2>/dev/null | head -n1)
-[ -n "$qdev" ] && [ -n "$qnet" ] || fatal "no RDMA device or netdev for qhca ($qpci)"
-ip link set "$qnet" up && ip addr add "$qhca_ip/24" dev "$qnet" noprefixroute ||
-	fatal "ip addr add $qhca_ip/24 dev $qnet"
-# The peer's port is reached through this one: rdma_cm's passive side accepts a connection only
-# from an address routed through the netdev of the GID it came to.
-ip route add "10.7.0.1$((3 - node))/32" dev "$qnet" src "$qhca_ip" ||
-	fatal "ip route add 10.7.0.1$((3 - node))/32 dev $qnet"
+# qhca_port_up: the port's netdev up with its address, and the route to the peer's port (again
+# after the driver was bound anew: its netdev comes back without them).
+qhca_port_up() {
+	qdev=$(ls "$qpci/infiniband" 2>/dev/null | head -n1)
+	qnet=$(ls "$qpci/net" 2>/dev/null | head -n1)
+	[ -n "$qdev" ] && [ -n "$qnet" ] || { echo "no RDMA device or netdev for qhca ($qpci)"; return 1; }
+	ip link set "$qnet" up && ip addr add "$qhca_ip/24" dev "$qnet" noprefixroute ||
+		{ echo "ip addr add $qhca_ip/24 dev $qnet failed"; return 1; }
+	# The peer's port is reached through this one: rdma_cm's passive side accepts a connection
+	# only from an address routed through the netdev of the GID it came to.
+	ip route add "10.7.0.1$((3 - node))/32" dev "$qnet" src "$qhca_ip" ||
+		{ echo "ip route add 10.7.0.1$((3 - node))/32 dev $qnet failed"; return 1; }
+}
+qhca_port_up || fatal "the port of qhca ($qpci) did not come up"
 # gid_index DEV IP: the index of IP's RoCEv2 GID in DEV's table, as sysfs shows it.
 gid_index() {
 	local dev=$1 ip=$2 want f
@@ -245,6 +252,107 @@ splitnet_pair() {
 	rm -f "$src" "$dst" "$log"
 }
 
+# NVMe over RDMA across the guests, the kernel's own target and host on qhca: node 1 exports a
+# 64 MiB file on tmpfs through nvmet-rdma on its port's address, node 2 connects with nvme-cli
+# from its own (so the host's fast registrations, the target's RDMA READs and WRITEs through
+# them and its SEND_WITH_INVs cross the wire), fio writes random blocks of 4 KiB to 256 KiB and
+# verifies each, node 2 disconnects. Then node 2 connects again and node 1 unbinds its driver
+# under the live controller: the unbind returns, node 2's controller goes (ctrl-loss-tmo 5 s),
+# node 1 takes the target apart (its port has no listener left: see tests/vm/src/nvme_rdma.rs
+# for why the target is not unlinked first) and binds the driver again (its port's address and
+# route with it); both unload their NVMe modules.
+nvme_pair() {
+	local name=pair_nvme_rdma_qhca_qhca nqn=nqn.2026-11.io.qhca:pair cfg=/sys/kernel/config/nvmet
+	local hostid=5ca1ab1e-0000-4000-8000-00000000b0b0 ok=1 dev="" c="" m i
+	local subsys=$cfg/subsystems/$nqn port=$cfg/ports/1 bdf=${qpci##*/}
+	: >"$out"
+	# nvme_ctrl: the host's controller of $nqn, if any.
+	nvme_ctrl() {
+		local c
+		for c in /sys/class/nvme/nvme*; do
+			[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$nqn" ] && echo "${c##*/}" && return 0
+		done
+		return 1
+	}
+	nvme_connect() {
+		timeout 120 nvme connect -t rdma -a "$q1" -w "$q2" -s 4420 -n "$nqn" -I "$hostid" \
+			-q "nqn.2014-08.org.nvmexpress:uuid:$hostid" --ctrl-loss-tmo=5 \
+			--reconnect-delay=1 >>"$out" 2>&1
+	}
+	nvme_barrier() {
+		barrier=$((barrier + 1))
+		qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet in $name)"
+	}
+	if [ "$node" = 1 ]; then
+		{
+			modprobe nvmet && modprobe nvmet-rdma &&
+				{ mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config; } &&
+				truncate -s 64M /dev/shm/qhca-nvmet-ns &&
+				mkdir "$subsys" "$subsys/namespaces/1" "$port" &&
+				echo 1 >"$subsys/attr_allow_any_host" &&
+				echo -n /dev/shm/qhca-nvmet-ns >"$subsys/namespaces/1/device_path" &&
+				echo 1 >"$subsys/namespaces/1/buffered_io" &&
+				echo 1 >"$subsys/namespaces/1/enable" &&
+				echo rdma >"$port/addr_trtype" && echo ipv4 >"$port/addr_adrfam" &&
+				echo "$q1" >"$port/addr_traddr" && echo 4420 >"$port/addr_trsvcid" &&
+				ln -s "$subsys" "$port/subsystems/$nqn"
+		} >>"$out" 2>&1 || ok=0
+		log "$name: target: $nqn on $q1:4420 ($([ $ok = 1 ] && echo exported || echo failed))"
+	fi
+	nvme_barrier
+	if [ "$node" = 2 ]; then
+		log "$name: host: nvme connect -t rdma -a $q1 -w $q2, fio, disconnect"
+		modprobe nvme-rdma >>"$out" 2>&1 || ok=0
+		nvme_connect || ok=0
+		for i in $(seq 100); do
+			c=$(nvme_ctrl) && [ -b "/dev/${c}n1" ] && dev=/dev/${c}n1 && break
+			sleep 0.2
+		done
+		if [ -n "$dev" ] && [ "$(cat "/sys/class/nvme/$c/transport")" = rdma ]; then
+			timeout 600 fio --name=qhca --filename="$dev" --direct=1 --ioengine=libaio \
+				--iodepth=8 --rw=randwrite --bsrange=4k-256k --size=32M --verify=crc32c \
+				--do_verify=1 --verify_fatal=1 --verify_state_save=0 >>"$out" 2>&1 || ok=0
+			grep -Eq 'err= *0' "$out" || ok=0
+			timeout 60 nvme disconnect -n "$nqn" >>"$out" 2>&1 || ok=0
+		else
+			echo "no RDMA controller of $nqn with a namespace" >>"$out"
+			ok=0
+		fi
+		log "$name: host: connect again, for the target's unbind"
+		nvme_connect || ok=0
+		nvme_ctrl >/dev/null || { echo "no controller after the second connect" >>"$out"; ok=0; }
+	fi
+	nvme_barrier
+	if [ "$node" = 1 ]; then
+		log "$name: target: unbinding $bdf under the live controller"
+		timeout 120 sh -c "echo $bdf >/sys/bus/pci/drivers/qhca/unbind" >>"$out" 2>&1 ||
+			{ echo "the unbind of $bdf did not return" >>"$out"; ok=0; }
+	fi
+	nvme_barrier
+	if [ "$node" = 1 ]; then
+		# The target goes, the device comes back with its address: the host's reconnections
+		# are then refused at once (no listener) rather than each waiting out the CM's retries.
+		{
+			rm -f "$port/subsystems/$nqn" && echo 0 >"$subsys/namespaces/1/enable" &&
+				rmdir "$port" "$subsys/namespaces/1" "$subsys" &&
+				rm -f /dev/shm/qhca-nvmet-ns &&
+				modprobe -r nvmet-rdma && modprobe -r nvmet &&
+				echo "$bdf" >/sys/bus/pci/drivers/qhca/bind && sleep 2 && qhca_port_up
+		} >>"$out" 2>&1 || ok=0
+	fi
+	nvme_barrier
+	if [ "$node" = 2 ]; then
+		for i in $(seq 600); do nvme_ctrl >/dev/null || break; sleep 0.2; done
+		nvme_ctrl >/dev/null && { echo "the controller outlived the target's device" >>"$out"; ok=0; }
+		for m in nvme-rdma nvme-fabrics nvme-core; do
+			modprobe -r "$m" >>"$out" 2>&1 || { echo "modprobe -r $m failed" >>"$out"; ok=0; }
+		done
+	fi
+	nvme_barrier
+	sed 's/^/    /' "$out" | tail -n 40
+	if [ "$ok" = 1 ]; then ok "$name"; else bad "$name" "$(tail -n 3 "$out" | tr '\n' ' ')"; fi
+}
+
 if [ "$mode" = tests ]; then
 	wire pair_wire_qhca_qhca "$qdev" "$qdev" 18800
 	wire pair_wire_rxe_qhca rxe0 "$qdev" 18801
@@ -301,6 +409,7 @@ if [ "$mode" = tests ]; then
 	cm pair_ucmatose_qhca_qhca '^test complete' ucmatose "-b $q1 -c 2 -C 20 -S 1000" \
 		"-s $q1 -b $q2 -c 2 -C 20 -S 1000"
 	splitnet_pair
+	nvme_pair
 	qhca_kernel_log_case pair_kernel_log_clean
 	"$bin/qhca-info" | grep -E 'tx_frames|rx_frames|rx_bad_icrc|rx_malformed|rx_not_ours' | sed 's/^ */    /'
 	echo "pair-suite: $pass passed, $fail failed"

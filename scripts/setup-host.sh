@@ -21,6 +21,8 @@ APT_PACKAGES=(
 	rdma-core ibverbs-utils ibverbs-providers perftest iproute2 libibverbs-dev
 	# Connection management through the kernel's rdma_cm (rping, ucmatose, udaddy, rdma_server)
 	rdmacm-utils
+	# NVMe over RDMA on qhca: nvme-cli connects the host side, fio writes and verifies the namespace
+	nvme-cli fio
 	# rdma-core's own test suite, built from its source package with its pyverbs and libibverbs
 	# (scripts/build-rdma-core.sh)
 	cmake cython3 python3-dev libnl-3-dev libnl-route-3-dev libudev-dev

@@ -5,8 +5,10 @@
 //!
 //! What a kernel consumer may have: PDs (with a physical region as local DMA key, which the
 //! core asks for through `get_dma_mr`), CQs of up to `max_cqe` entries on completion vector 0,
-//! RC and UD QPs and the port's GSI QP (QP1, for the MAD layer and the CM), AHs. Not yet: fast
-//! registration (`alloc_mr`, `map_mr_sg`, `IB_WR_REG_MR`), SRQs, memory windows.
+//! RC and UD QPs and the port's GSI QP (QP1, for the MAD layer and the CM), AHs, and
+//! fast-registration regions (`alloc_mr`, `map_mr_sg`, `IB_WR_REG_MR`, invalidated by
+//! `IB_WR_LOCAL_INV` or the peer's `SEND_WITH_INV`) when the device has `QHCA_CAP_FAST_REG`.
+//! Not yet: SRQs, memory windows.
 
 use super::{objects::QhcaCq, qp::QhcaQp, QhcaPd, PORT};
 use crate::{
@@ -14,6 +16,7 @@ use crate::{
     device::QhcaDevice,
     kverbs::{
         cq::KCq,
+        mr::KFastMr,
         qp::{KQp, Shape},
         ring::KRing,
     },
@@ -68,6 +71,24 @@ pub(super) fn get_dma_mr(pd: &QhcaPd, access: u32) -> Result<(super::objects::Qh
     }
     let key = verbs(&pd.ctx)?.reg_phys_mr(pd.pdn, rights)?;
     Ok((super::objects::QhcaMr::new(&pd.ctx, key), key))
+}
+
+/// `alloc_mr` of kernel PD `pd`: a fast-registration region that maps up to `max_pages` pages,
+/// through a page list in the driver's coherent memory.
+pub(super) fn alloc_mr(pd: &QhcaPd, max_pages: u32) -> Result<(super::objects::QhcaMr, u32)> {
+    if max_pages == 0 || max_pages > uapi::QHCA_FAST_REG_MAX_PAGES {
+        return Err(EINVAL);
+    }
+    let ctx = &pd.ctx;
+    let list = ctx.dev.with_bound(|bound| {
+        Ok(Arc::new(
+            KRing::new(bound, KFastMr::list_bytes(max_pages))?,
+            GFP_KERNEL,
+        )?)
+    })?;
+    let fast = Arc::new(KFastMr::new(list.clone(), max_pages)?, GFP_KERNEL)?;
+    let key = verbs(ctx)?.alloc_fast_mr(pd.pdn, max_pages, list)?;
+    Ok((super::objects::QhcaMr::fast(ctx, key, fast), key))
 }
 
 /// A kernel CQ of at least `attr.cqe` entries.

@@ -8,7 +8,11 @@
 use super::{verbs, QhcaPd, PORT};
 use crate::{
     context::Ctx,
-    kverbs::{cq::KCq, qp::KernelAh},
+    kverbs::{
+        cq::KCq,
+        mr::KFastMr,
+        qp::{KernelAh, KernelMr},
+    },
     rdma, uapi,
 };
 use kernel::{bindings, prelude::*, sync::Arc};
@@ -109,7 +113,10 @@ impl QhcaCq {
 /// A memory region.
 pub(crate) struct QhcaMr {
     ctx: Arc<Ctx>,
+    /// Its key (a fast-registration region's first, by which commands name it).
     key: u32,
+    /// A kernel fast-registration region's page list.
+    fast: Option<Arc<KFastMr>>,
 }
 
 /// A user region: pinned, on demand (`IB_ACCESS_ON_DEMAND`; address 0 and length `u64::MAX`
@@ -152,13 +159,7 @@ pub(super) fn reg_mr(
         ..Default::default()
     };
     let key = verbs(&pd.ctx)?.reg_mr(&a)?;
-    Ok((
-        QhcaMr {
-            ctx: pd.ctx.clone(),
-            key,
-        },
-        key,
-    ))
+    Ok((QhcaMr::new(&pd.ctx, key), key))
 }
 
 impl QhcaMr {
@@ -167,6 +168,16 @@ impl QhcaMr {
         Self {
             ctx: ctx.clone(),
             key,
+            fast: None,
+        }
+    }
+
+    /// Fast-registration region `key` of `ctx`, mapped through `fast`.
+    pub(super) fn fast(ctx: &Arc<Ctx>, key: u32, fast: Arc<KFastMr>) -> Self {
+        Self {
+            ctx: ctx.clone(),
+            key,
+            fast: Some(fast),
         }
     }
 
@@ -179,6 +190,12 @@ impl QhcaMr {
             uapi::QHCA_DEREG_MR_UNBIND_MWS,
         );
         Ok(())
+    }
+}
+
+impl KernelMr for QhcaMr {
+    fn fast_mr(&self) -> Option<&KFastMr> {
+        self.fast.as_deref()
     }
 }
 

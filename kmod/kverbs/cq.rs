@@ -49,6 +49,7 @@ const _: () = {
     assert!(uapi::QHCA_WC_GENERAL_ERR == bindings::ib_wc_status_IB_WC_GENERAL_ERR);
     assert!(uapi::QHCA_WC_SEND == bindings::ib_wc_opcode_IB_WC_SEND);
     assert!(uapi::QHCA_WC_LOCAL_INV == bindings::ib_wc_opcode_IB_WC_LOCAL_INV);
+    assert!(uapi::QHCA_WC_REG_MR == bindings::ib_wc_opcode_IB_WC_REG_MR);
     assert!(uapi::QHCA_WC_RECV == bindings::ib_wc_opcode_IB_WC_RECV);
     assert!(uapi::QHCA_WC_RECV_RDMA_WITH_IMM == bindings::ib_wc_opcode_IB_WC_RECV_RDMA_WITH_IMM);
 };
@@ -173,6 +174,7 @@ impl KCq {
                 u32::from(opcode),
                 uapi::QHCA_WC_SEND
                     ..=uapi::QHCA_WC_LOCAL_INV
+                        | uapi::QHCA_WC_REG_MR
                         | uapi::QHCA_WC_RECV
                         | uapi::QHCA_WC_RECV_RDMA_WITH_IMM
             );

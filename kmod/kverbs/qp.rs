@@ -11,7 +11,7 @@
 //! (queue full, too many scatter entries, inline data too long, an opcode qhca has not) is
 //! refused with nothing written, and the ones before it are rung.
 
-use super::ring::KRing;
+use super::{mr::KFastMr, ring::KRing};
 use crate::{
     device::QhcaDevice,
     rdma::{SendWr, WrKind},
@@ -28,6 +28,12 @@ use kernel::{
 pub(crate) trait KernelAh {
     /// The address vector of a kernel AH (`None`: a user's AH, which a kernel QP cannot use).
     fn kernel_av(&self) -> Option<uapi::qhca_ah_attr>;
+}
+
+/// What a fast registration's region gives the WQE: its page list.
+pub(crate) trait KernelMr {
+    /// The page list of a kernel fast-registration region (`None`: any other region).
+    fn fast_mr(&self) -> Option<&KFastMr>;
 }
 
 /// The shape of a kernel QP's rings, as CREATE_QP names it.
@@ -161,7 +167,7 @@ unsafe impl Sync for KQp {}
 /// Byte offsets of a send WQE's fields (`struct qhca_wqe_ctrl` and what follows it), from the
 /// ABI's structs.
 mod wqe {
-    use crate::uapi::{qhca_wqe_ctrl, qhca_wqe_raddr};
+    use crate::uapi::{qhca_wqe_ctrl, qhca_wqe_raddr, qhca_wqe_reg_mr};
     use core::mem::{offset_of, size_of};
 
     pub(super) const WR_ID: usize = offset_of!(qhca_wqe_ctrl, wr_id);
@@ -174,6 +180,12 @@ mod wqe {
     pub(super) const SEG: usize = size_of::<qhca_wqe_ctrl>();
     /// `struct qhca_wqe_atomic`.
     pub(super) const ATOMIC: usize = SEG + size_of::<qhca_wqe_raddr>();
+    /// `struct qhca_wqe_reg_mr`, in place of the remote address and atomic segments.
+    pub(super) const REG_IOVA: usize = SEG + offset_of!(qhca_wqe_reg_mr, iova);
+    pub(super) const REG_LENGTH: usize = SEG + offset_of!(qhca_wqe_reg_mr, length);
+    pub(super) const REG_PAGES: usize = SEG + offset_of!(qhca_wqe_reg_mr, pages_addr);
+    pub(super) const REG_KEY: usize = SEG + offset_of!(qhca_wqe_reg_mr, key);
+    pub(super) const REG_ACCESS: usize = SEG + offset_of!(qhca_wqe_reg_mr, access);
 }
 
 impl KQp {
@@ -240,9 +252,9 @@ impl KQp {
     }
 
     /// `post_send`: see [`crate::rdma::Driver::post_send`].
-    pub(crate) fn post_send<A: KernelAh>(
+    pub(crate) fn post_send<A: KernelAh, M: KernelMr>(
         &self,
-        wrs: &mut dyn Iterator<Item = Result<SendWr<'_, A>>>,
+        wrs: &mut dyn Iterator<Item = Result<SendWr<'_, A, M>>>,
     ) -> core::result::Result<(), (Error, usize)> {
         let mut sq = self.sq.lock();
         let start = sq.pi;
@@ -260,7 +272,7 @@ impl KQp {
     }
 
     /// Writes one send WQE at the producer index and moves it on, or refuses the request.
-    fn write_send<A: KernelAh>(&self, sq: &mut Wq, wr: &SendWr<'_, A>) -> Result {
+    fn write_send<A: KernelAh, M: KernelMr>(&self, sq: &mut Wq, wr: &SendWr<'_, A, M>) -> Result {
         let s = &self.shape;
         if sq.free(s.sq_log) == 0 {
             return Err(ENOMEM);
@@ -276,7 +288,8 @@ impl KQp {
             bindings::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD => uapi::QHCA_WR_ATOMIC_FETCH_AND_ADD,
             bindings::ib_wr_opcode_IB_WR_SEND_WITH_INV => uapi::QHCA_WR_SEND_WITH_INV,
             bindings::ib_wr_opcode_IB_WR_LOCAL_INV => uapi::QHCA_WR_LOCAL_INV,
-            // Fast registration and the rest: not on this device yet.
+            bindings::ib_wr_opcode_IB_WR_REG_MR => uapi::QHCA_WR_REG_MR,
+            // Masked atomics, LSO, signature handover and the rest: not on this device.
             _ => return Err(EINVAL),
         };
         let inline = wr.flags & bindings::ib_send_flags_IB_SEND_INLINE as u32 != 0;
@@ -287,7 +300,11 @@ impl KQp {
         } as usize;
         let stride = 1usize << s.sq_stride_log;
         let total: u64 = wr.sges.iter().map(|g| u64::from(g.length)).sum();
-        if opcode == uapi::QHCA_WR_LOCAL_INV && !wr.sges.is_empty() {
+        let local = opcode == uapi::QHCA_WR_LOCAL_INV || opcode == uapi::QHCA_WR_REG_MR;
+        if local && (!wr.sges.is_empty() || inline) {
+            return Err(EINVAL);
+        }
+        if matches!(wr.kind, WrKind::RegMr { .. }) != (opcode == uapi::QHCA_WR_REG_MR) {
             return Err(EINVAL);
         }
         if inline {
@@ -349,6 +366,13 @@ impl KQp {
                     r.write64(*compare_add, base + wqe::ATOMIC);
                 }
             }
+            WrKind::RegMr {
+                mr,
+                iova,
+                length,
+                key,
+                access,
+            } => self.write_reg_mr(base, *mr, *iova, *length, *key, *access)?,
             WrKind::Plain => {}
         }
         if inline {
@@ -376,6 +400,43 @@ impl KQp {
         r.write8(flags as u8, base + wqe::FLAGS);
         r.write8(opcode as u8, base + wqe::OPCODE);
         sq.pi = sq.pi.wrapping_add(1);
+        Ok(())
+    }
+
+    /// The registration segment of a REG_MR WQE at `base`: region `mr` (a fast-registration
+    /// region, mapped over at least the pages `[iova, iova + length)` spans) as
+    /// `[iova, iova + length)` with `key` and `access` (`IB_ACCESS_*`: the local and remote
+    /// rights are qhca's, hints are ignored).
+    fn write_reg_mr<M: KernelMr>(
+        &self,
+        base: usize,
+        mr: &M,
+        iova: u64,
+        length: u64,
+        key: u32,
+        access: u32,
+    ) -> Result {
+        let f = mr.fast_mr().ok_or(EINVAL)?;
+        let (list, mapped) = f.pages();
+        let rights = access & uapi::QHCA_ACCESS_ALL;
+        if access & !(rights | bindings::ib_access_flags_IB_ACCESS_OPTIONAL) != 0 {
+            return Err(EINVAL);
+        }
+        let page = u64::from(uapi::QHCA_PAGE_SIZE);
+        let span = (iova % page)
+            .checked_add(length)
+            .ok_or(EINVAL)?
+            .div_ceil(page);
+        // Only pages this mapping wrote: past them the list holds an earlier mapping's.
+        if length == 0 || span > u64::from(mapped) {
+            return Err(EINVAL);
+        }
+        let r = &self.ring;
+        r.write64(iova, base + wqe::REG_IOVA);
+        r.write64(length, base + wqe::REG_LENGTH);
+        r.write64(list, base + wqe::REG_PAGES);
+        r.write32(key, base + wqe::REG_KEY);
+        r.write32(rights, base + wqe::REG_ACCESS);
         Ok(())
     }
 

@@ -4,10 +4,11 @@
 //!
 //! The core may call each of these with interrupts off and from any context: they never sleep.
 //! A work request chain is read here, one request at a time, into a [`SendWr`] or [`RecvWr`]
-//! (the container struct of a send request, `ib_rdma_wr`, `ib_atomic_wr` or `ib_ud_wr`, follows
+//! (the container struct of a send request, `ib_rdma_wr`, `ib_atomic_wr`, `ib_reg_wr` or
+//! `ib_ud_wr`, follows
 //! from its QP's type and opcode, as in every driver), and the driver posts them in order.
 
-use super::{ah::ah_data, cq::IbCq, data, qp::qp_data, Driver};
+use super::{ah::ah_data, cq::IbCq, data, mr::mr_data, qp::qp_data, Driver};
 use core::{ffi::c_int, mem::MaybeUninit};
 use kernel::{bindings, prelude::*};
 
@@ -19,7 +20,7 @@ pub(super) fn fill<T: Driver>(ops: &mut bindings::ib_device_ops) {
 }
 
 /// What a send request does beyond its opcode's plain form.
-pub(crate) enum WrKind<'a, A> {
+pub(crate) enum WrKind<'a, A, M> {
     /// SEND, SEND_WITH_IMM, SEND_WITH_INV, LOCAL_INV.
     Plain,
     /// RDMA WRITE (with immediate) and READ: the remote buffer.
@@ -31,6 +32,15 @@ pub(crate) enum WrKind<'a, A> {
         compare_add: u64,
         swap: u64,
     },
+    /// A fast registration (`IB_WR_REG_MR`): region `mr` of this device as the core's `ib_mr`
+    /// says after `map_mr_sg` (`iova`, `length`), with a new key and `IB_ACCESS_*` rights.
+    RegMr {
+        mr: &'a M,
+        iova: u64,
+        length: u64,
+        key: u32,
+        access: u32,
+    },
     /// A datagram (UD and GSI QPs): where it goes.
     Ud {
         ah: &'a A,
@@ -40,7 +50,7 @@ pub(crate) enum WrKind<'a, A> {
 }
 
 /// One send request of a kernel consumer.
-pub(crate) struct SendWr<'a, A> {
+pub(crate) struct SendWr<'a, A, M> {
     pub(crate) wr_id: u64,
     /// `IB_WR_*`.
     pub(crate) opcode: bindings::ib_wr_opcode,
@@ -49,7 +59,7 @@ pub(crate) struct SendWr<'a, A> {
     pub(crate) sges: &'a [bindings::ib_sge],
     /// The immediate data as the consumer gave it (big-endian), or the key to invalidate.
     pub(crate) imm: u32,
-    pub(crate) kind: WrKind<'a, A>,
+    pub(crate) kind: WrKind<'a, A, M>,
 }
 
 /// One receive request of a kernel consumer.
@@ -75,16 +85,18 @@ unsafe fn sges<'a>(list: *const bindings::ib_sge, n: c_int) -> Result<&'a [bindi
     Ok(unsafe { core::slice::from_raw_parts(list, n) })
 }
 
-/// Reads send request `wr` of a QP of type `qp_type`.
+/// Reads send request `wr` of a QP of type `qp_type` on device `dev`.
 ///
 /// # Safety
 ///
 /// `wr` is a valid request of the core's `post_send` chain (of the container type its QP type
-/// and opcode imply, a UD request's AH a created AH of ours of type `A`), valid for `'a`.
-unsafe fn send_wr<'a, A>(
+/// and opcode imply, a UD request's AH a created AH of ours of type `A`, a REG_MR request's
+/// region one of `dev`'s of type `M` if it names `dev`), valid for `'a`.
+unsafe fn send_wr<'a, A, M>(
     wr: *const bindings::ib_send_wr,
     qp_type: bindings::ib_qp_type,
-) -> Result<SendWr<'a, A>> {
+    dev: *mut bindings::ib_device,
+) -> Result<SendWr<'a, A, M>> {
     // SAFETY: The function's contract.
     let w = unsafe { &*wr };
     let kind = if qp_type == bindings::ib_qp_type_IB_QPT_UD
@@ -123,6 +135,26 @@ unsafe fn send_wr<'a, A>(
                     rkey: a.rkey,
                     compare_add: a.compare_add,
                     swap: a.swap,
+                }
+            }
+            bindings::ib_wr_opcode_IB_WR_REG_MR => {
+                // SAFETY: This opcode comes in an `ib_reg_wr`.
+                let r = unsafe { &*wr.cast::<bindings::ib_reg_wr>() };
+                // SAFETY: The consumer's region, valid for the call; only its device is read
+                // before it is known to be ours.
+                if r.mr.is_null() || unsafe { (*r.mr).device } != dev {
+                    return Err(EINVAL);
+                }
+                // SAFETY: A region of this device (checked above), allocated by the driver as
+                // every `ib_mr` of ours is, alive while a request names it.
+                let (mr, iova, length) =
+                    unsafe { (mr_data::<M>(r.mr), (*r.mr).iova, (*r.mr).length) };
+                WrKind::RegMr {
+                    mr,
+                    iova,
+                    length,
+                    key: r.key,
+                    access: r.access as u32,
                 }
             }
             _ => WrKind::Plain,
@@ -190,15 +222,21 @@ unsafe extern "C" fn post_send<T: Driver>(
     bad: *mut *const bindings::ib_send_wr,
 ) -> c_int {
     // SAFETY: A created QP of ours (the function's contract).
-    let (dev, q, qp_type) =
-        unsafe { (data::<T>((*qp).device), qp_data::<T::Qp>(qp), (*qp).qp_type) };
+    let (dev, q, qp_type, dev_ptr) = unsafe {
+        (
+            data::<T>((*qp).device),
+            qp_data::<T::Qp>(qp),
+            (*qp).qp_type,
+            (*qp).device,
+        )
+    };
     let mut cur = wr;
     let mut chain = core::iter::from_fn(|| {
         if cur.is_null() {
             return None;
         }
         // SAFETY: A request of the core's chain (the function's contract), valid for the call.
-        let (w, next) = unsafe { (send_wr::<T::Ah>(cur, qp_type), (*cur).next) };
+        let (w, next) = unsafe { (send_wr::<T::Ah, T::Mr>(cur, qp_type, dev_ptr), (*cur).next) };
         cur = next;
         Some(w)
     });

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Memory regions (`ib_mr`, which the driver allocates) of user contexts and kernel consumers,
-//! and memory windows (`ib_mw`, which the core allocates) of user contexts.
+//! Memory regions (`ib_mr`, which the driver allocates) of user contexts and kernel consumers
+//! (their fast registration: `alloc_mr`, `map_mr_sg`), and memory windows (`ib_mw`, which the
+//! core allocates) of user contexts.
 
 use super::{data, errno, pd::pd_data, ucontext::udata_of, Driver};
 use core::{ffi::c_int, mem::MaybeUninit};
@@ -13,6 +14,51 @@ use kernel::{bindings, prelude::*};
 struct IbMr<M> {
     ib: bindings::ib_mr,
     data: MaybeUninit<M>,
+}
+
+impl<M> IbMr<M> {
+    /// A region for the core from what `make` returns (the driver's part and its key), with
+    /// `iova` and `length` (the core fills in the rest). Allocated first: once the device
+    /// holds the region, nothing may fail.
+    fn new_raw(
+        iova: u64,
+        length: u64,
+        make: impl FnOnce() -> Result<(M, u32)>,
+    ) -> *mut bindings::ib_mr {
+        let b = KBox::new(
+            IbMr {
+                ib: pin_init::zeroed::<bindings::ib_mr>(),
+                data: MaybeUninit::<M>::uninit(),
+            },
+            GFP_KERNEL,
+        );
+        let mut b = match b {
+            Ok(b) => b,
+            Err(e) => return Error::from(e).to_ptr(),
+        };
+        match make() {
+            Ok((m, key)) => {
+                b.data.write(m);
+                b.ib.lkey = key;
+                b.ib.rkey = key;
+                b.ib.iova = iova;
+                b.ib.length = length;
+                KBox::into_raw(b).cast::<bindings::ib_mr>()
+            }
+            Err(e) => e.to_ptr(),
+        }
+    }
+}
+
+/// The driver's part of region `mr`.
+///
+/// # Safety
+///
+/// `mr` is a region of ours (made by [`IbMr::new_raw`] with `M` the driver's region type) that
+/// is not deregistered during `'a`.
+pub(super) unsafe fn mr_data<'a, M>(mr: *mut bindings::ib_mr) -> &'a M {
+    // SAFETY: The function's contract: an `IbMr<M>` whose `data` was written.
+    unsafe { (*mr.cast::<IbMr<M>>()).data.assume_init_ref() }
 }
 
 /// What a user asked to register.
@@ -38,9 +84,8 @@ pub(super) unsafe extern "C" fn reg_user_mr<T: Driver>(
     _dmah: *mut bindings::ib_dmah,
     udata: *mut bindings::ib_udata,
 ) -> *mut bindings::ib_mr {
-    let fail = |e: Error| -> *mut bindings::ib_mr { e.to_ptr() };
     if udata.is_null() {
-        return fail(EINVAL);
+        return EINVAL.to_ptr();
     }
     // SAFETY: The core's PD (ours, allocated) and udata, valid for the call.
     let (dev, p, mut udata) = unsafe {
@@ -56,29 +101,7 @@ pub(super) unsafe extern "C" fn reg_user_mr<T: Driver>(
         iova,
         access: access as u32,
     };
-    // Allocated first: once the device holds the region, nothing may fail.
-    let b = KBox::new(
-        IbMr {
-            ib: pin_init::zeroed::<bindings::ib_mr>(),
-            data: MaybeUninit::<T::Mr>::uninit(),
-        },
-        GFP_KERNEL,
-    );
-    let mut b = match b {
-        Ok(b) => b,
-        Err(e) => return fail(e.into()),
-    };
-    match dev.reg_user_mr(p, &attr, &mut udata) {
-        Ok((m, key)) => {
-            b.data.write(m);
-            b.ib.lkey = key;
-            b.ib.rkey = key;
-            b.ib.iova = iova;
-            b.ib.length = length;
-            KBox::into_raw(b).cast::<bindings::ib_mr>()
-        }
-        Err(e) => fail(e),
-    }
+    IbMr::new_raw(iova, length, || dev.reg_user_mr(p, &attr, &mut udata))
 }
 
 /// # Safety
@@ -94,32 +117,71 @@ pub(super) unsafe extern "C" fn get_dma_mr<T: Driver>(
     if !dev.kernel_verbs() {
         return EOPNOTSUPP.to_ptr();
     }
-    // Allocated first: once the device holds the region, nothing may fail.
-    let mut b = match KBox::new(
-        IbMr {
-            ib: pin_init::zeroed::<bindings::ib_mr>(),
-            data: MaybeUninit::<T::Mr>::uninit(),
-        },
-        GFP_KERNEL,
-    ) {
-        Ok(b) => b,
-        Err(e) => return Error::from(e).to_ptr(),
-    };
-    match dev.get_dma_mr(p, access as u32) {
-        Ok((m, key)) => {
-            b.data.write(m);
-            b.ib.lkey = key;
-            b.ib.rkey = key;
-            b.ib.length = u64::MAX;
-            KBox::into_raw(b).cast::<bindings::ib_mr>()
-        }
-        Err(e) => e.to_ptr(),
-    }
+    IbMr::new_raw(0, u64::MAX, || dev.get_dma_mr(p, access as u32))
 }
 
 /// # Safety
 ///
-/// Called by the RDMA core only, for a region `reg_user_mr` or `get_dma_mr` returned.
+/// Called by the RDMA core only, for a kernel PD of a registered device of ours whose
+/// `alloc_pd` succeeded.
+pub(super) unsafe extern "C" fn alloc_mr<T: Driver>(
+    pd: *mut bindings::ib_pd,
+    mr_type: bindings::ib_mr_type,
+    max_num_sg: u32,
+) -> *mut bindings::ib_mr {
+    // SAFETY: The core's PD (ours, allocated), valid for the call.
+    let (dev, p) = unsafe { (data::<T>((*pd).device), pd_data::<T::Pd>(pd)) };
+    if !dev.kernel_verbs() {
+        return EOPNOTSUPP.to_ptr();
+    }
+    if mr_type != bindings::ib_mr_type_IB_MR_TYPE_MEM_REG {
+        // SG_GAPS and integrity regions: not on this device.
+        return EINVAL.to_ptr();
+    }
+    IbMr::new_raw(0, 0, || dev.alloc_mr(p, max_num_sg))
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only (`ib_map_mr_sg`, with `page_size` set), for a region of ours
+/// that `alloc_mr` returned, with the consumer's DMA-mapped list of `sg_nents` entries.
+pub(super) unsafe extern "C" fn map_mr_sg<T: Driver>(
+    mr: *mut bindings::ib_mr,
+    sg: *mut bindings::scatterlist,
+    sg_nents: c_int,
+    sg_offset: *mut core::ffi::c_uint,
+) -> c_int {
+    // SAFETY: A region of ours, alive for the call.
+    let (dev, m, page_size) = unsafe {
+        (
+            data::<T>((*mr).device),
+            mr_data::<T::Mr>(mr),
+            (*mr).page_size,
+        )
+    };
+    if let Err(e) = dev.map_mr_start(m, page_size) {
+        return e.to_errno();
+    }
+    // SAFETY: The core's region and list (the function's contract); `set_page` is called with
+    // this region only, during this call.
+    unsafe { bindings::ib_sg_to_pages(mr, sg, sg_nents, sg_offset, Some(set_page::<T>)) }
+}
+
+/// `ib_sg_to_pages`' callback: the next page of `mr`'s mapping.
+///
+/// # Safety
+///
+/// Called by `ib_sg_to_pages` only, from [`map_mr_sg`], for its region.
+unsafe extern "C" fn set_page<T: Driver>(mr: *mut bindings::ib_mr, addr: u64) -> c_int {
+    // SAFETY: A region of ours, alive for the call.
+    let (dev, m) = unsafe { (data::<T>((*mr).device), mr_data::<T::Mr>(mr)) };
+    errno(dev.map_mr_page(m, addr))
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only, for a region `reg_user_mr`, `get_dma_mr` or `alloc_mr`
+/// returned.
 pub(super) unsafe extern "C" fn dereg_mr<T: Driver>(
     mr: *mut bindings::ib_mr,
     _udata: *mut bindings::ib_udata,

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The kernel context's objects (see [`crate::kverbs`]): CQs and QPs whose rings are the
-//! driver's own memory, the GSI QP, and physical regions. The same commands as a user
+//! driver's own memory, the GSI QP, physical regions and fast-registration regions. The same commands as a user
 //! context's, the same bookkeeping (each object's entry holds its ring memory until the device
 //! forgot the object), and the same checks, less those that only guard user memory.
 
@@ -70,28 +70,44 @@ impl Verbs<'_> {
         {
             return Err(EINVAL);
         }
+        let args = uapi::qhca_cmd_reg_mr {
+            uar: self.uar.to_le(),
+            pdn: pdn.to_le(),
+            iova: 0,
+            length: u64::MAX.to_le(),
+            access: (access | uapi::QHCA_ACCESS_PHYSICAL).to_le(),
+            npages: 0,
+            pages_addr: 0,
+        };
+        self.reg_kernel_mr(pdn, &args, MrMem::Physical)
+    }
+
+    /// A fast-registration region of PD `pdn` that maps up to `max_pages` pages through the
+    /// page list `list` (the ABI header's "Fast registration"): its first key. Only in the
+    /// kernel context.
+    pub(crate) fn alloc_fast_mr(&self, pdn: u32, max_pages: u32, list: Arc<KRing>) -> Result<u32> {
+        if !self.ctx.kernel || max_pages == 0 || max_pages > uapi::QHCA_FAST_REG_MAX_PAGES {
+            return Err(EINVAL);
+        }
+        let args = uapi::qhca_cmd_reg_mr {
+            uar: self.uar.to_le(),
+            pdn: pdn.to_le(),
+            access: uapi::QHCA_ACCESS_FAST_REG.to_le(),
+            npages: max_pages.to_le(),
+            ..Default::default()
+        };
+        self.reg_kernel_mr(pdn, &args, MrMem::FastReg(list))
+    }
+
+    /// REG_MR `args` of a region of PD `pdn` with no pages of its own to register, whose
+    /// memory (held as long as the device may use it) is `mem`: its key.
+    fn reg_kernel_mr(&self, pdn: u32, args: &uapi::qhca_cmd_reg_mr, mem: MrMem) -> Result<u32> {
         self.locked(|_, objs| {
             position(&objs.pds, |&p| p == pdn)?;
             objs.mrs.reserve(1, GFP_KERNEL)?;
-            let args = uapi::qhca_cmd_reg_mr {
-                uar: self.uar.to_le(),
-                pdn: pdn.to_le(),
-                iova: 0,
-                length: u64::MAX.to_le(),
-                access: (access | uapi::QHCA_ACCESS_PHYSICAL).to_le(),
-                npages: 0,
-                pages_addr: 0,
-            };
-            let cmd = Cmd::new(uapi::QHCA_CMD_REG_MR).input_struct(&args);
+            let cmd = Cmd::new(uapi::QHCA_CMD_REG_MR).input_struct(args);
             let key = self.charged(Pool::Mrs, || self.create(cmd, "key"))?;
-            objs.mrs.push(
-                Mr {
-                    key,
-                    pdn,
-                    mem: MrMem::Physical,
-                },
-                GFP_KERNEL,
-            )?;
+            objs.mrs.push(Mr { key, pdn, mem }, GFP_KERNEL)?;
             Ok(key)
         })
     }

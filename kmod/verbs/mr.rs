@@ -6,6 +6,7 @@
 use super::{position, Verbs};
 use crate::{
     cmdq::Cmd,
+    kverbs::ring::KRing,
     limits::Pool,
     odp::OdpMr,
     pagelist::{span_pages, PageList},
@@ -15,13 +16,17 @@ use crate::{
 };
 use kernel::{prelude::*, sync::Arc};
 
-/// A region's memory: pinned, on-demand paged, pinned and watched, or none of the driver's (a
-/// kernel context's physical region: DMA addresses the kernel's consumers mapped).
+/// A region's memory: pinned, on-demand paged, pinned and watched, none of the driver's (a
+/// kernel context's physical region: DMA addresses the kernel's consumers mapped), or a
+/// fast-registration region's page list.
 pub(super) enum MrMem {
     Pinned(#[expect(dead_code, reason = "held: unpinned when dropped")] Umem),
     Odp(Arc<OdpMr>),
     Watched(Arc<WatchedMr>),
     Physical,
+    /// A kernel context's fast-registration region: the page list its REG_MR WQEs name,
+    /// which the device reads as long as the region exists.
+    FastReg(#[expect(dead_code, reason = "held: the device reads it")] Arc<KRing>),
 }
 
 pub(super) struct Mr {
@@ -203,7 +208,9 @@ impl Verbs<'_> {
             let pos = position(&objs.mrs, |m| m.key == lkey)?;
             match &objs.mrs[pos].mem {
                 MrMem::Odp(mr) => mr.clone(),
-                MrMem::Pinned(_) | MrMem::Watched(_) | MrMem::Physical => return Err(EINVAL),
+                MrMem::Pinned(_) | MrMem::Watched(_) | MrMem::Physical | MrMem::FastReg(_) => {
+                    return Err(EINVAL)
+                }
             }
         };
         if !mr.contains(addr, length) {

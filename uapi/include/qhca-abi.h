@@ -143,6 +143,7 @@ typedef unsigned long long __u64;
 #define QHCA_CAP_UD             (1ull << 4) /* unreliable datagram QPs: see "Unreliable datagram" */
 #define QHCA_CAP_PORT           (1ull << 5) /* a port with a GID table, address vectors on RC QPs: see "The port" */
 #define QHCA_CAP_KERNEL         (1ull << 6) /* the driver's own context: physical regions, the GSI QP: see "Kernel verbs" */
+#define QHCA_CAP_FAST_REG       (1ull << 7) /* the kernel context's fast-registration regions: see "Fast registration" */
 
 /* Queue sizing limits. */
 #define QHCA_QUEUE_MIN_LOG      1
@@ -340,6 +341,13 @@ struct qhca_device_attr {
  * ON_DEMAND, WATCHED or MW_BIND.
  */
 #define QHCA_ACCESS_PHYSICAL      (1u << 7)
+/*
+ * Not a right: a fast-registration region of a kernel context (see "Fast
+ * registration"): REG_MR then has npages = the most pages it may map (1 ..
+ * QHCA_FAST_REG_MAX_PAGES), iova, length and pages_addr 0, and no other
+ * QHCA_ACCESS_* bit.  The region starts invalid.
+ */
+#define QHCA_ACCESS_FAST_REG      (1u << 8)
 
 /*
  * A memory region's key is opaque: the device takes it from a sequence of
@@ -416,6 +424,7 @@ enum qhca_wc_opcode {
 	QHCA_WC_FETCH_ADD          = 0x04,
 	QHCA_WC_BIND_MW            = 0x05,
 	QHCA_WC_LOCAL_INV          = 0x06,
+	QHCA_WC_REG_MR             = 0x0a, /* the kernel's IB_WC_REG_MR (no user verbs opcode) */
 	QHCA_WC_RECV               = 0x80,
 	QHCA_WC_RECV_RDMA_WITH_IMM = 0x81,
 };
@@ -483,6 +492,7 @@ enum qhca_wr_opcode {
 	QHCA_WR_LOCAL_INV           = 0x07, /* imm_data: the key to invalidate */
 	QHCA_WR_BIND_MW             = 0x08, /* struct qhca_wqe_bind */
 	QHCA_WR_SEND_WITH_INV       = 0x09, /* imm_data: the peer's key to invalidate */
+	QHCA_WR_REG_MR              = 0x0a, /* struct qhca_wqe_reg_mr: see "Fast registration" */
 };
 
 /* struct qhca_wqe_ctrl.flags */
@@ -522,6 +532,15 @@ struct qhca_wqe_bind {
 	__u32 new_key;    /* the window's key once bound: same index, new tag */
 	__u32 mr_key;     /* the region (QHCA_ACCESS_MW_BIND) */
 	__u32 access;     /* QHCA_ACCESS_REMOTE_*: the window's rights */
+};
+
+/* QHCA_WR_REG_MR, at offset 32 (see "Fast registration"). */
+struct qhca_wqe_reg_mr {
+	__u64 iova;       /* the region's first byte once registered (byte granular) */
+	__u64 length;     /* bytes; > 0 */
+	__u64 pages_addr; /* DMA address of __le64[npages], page 0 holding iova */
+	__u32 key;        /* the region's key once registered: its own, any tag */
+	__u32 access;     /* QHCA_ACCESS_LOCAL_WRITE and QHCA_ACCESS_REMOTE_* */
 };
 
 struct qhca_sge {
@@ -834,6 +853,42 @@ struct qhca_grh {
 #define QHCA_WQE_AV_DATA_OFFSET 96        /* QHCA_WQE_AV: QHCA_WQE_DATA_OFFSET + the AV */
 #define QHCA_GSI_QPN            1
 #define QHCA_GSI_QKEY           0x80010000u /* IBA 13.4.6.1.1: QP1's well-known Q_Key */
+
+/* ------------------------------------------------------------------------ */
+/* Fast registration (QHCA_CAP_FAST_REG, with QHCA_CAP_KERNEL).             */
+/*                                                                          */
+/* What the kernel's storage consumers (NVMe and iSER over RDMA, rdma_rw)   */
+/* register memory with, per I/O and without a command: REG_MR with         */
+/* QHCA_ACCESS_FAST_REG creates an invalid region of the kernel context     */
+/* that can map up to npages pages; its key is index << QHCA_KEY_TAG_BITS   */
+/* (a value of the region-key sequence whose low byte is the consumer's     */
+/* tag, ib_inc_rkey's, 0 at first), and the whole block of 256 keys is the  */
+/* region's while it lives: no other region gets one of them.               */
+/*                                                                          */
+/* A REG_MR WQE (struct qhca_wqe_reg_mr, RC QPs of the kernel context) runs */
+/* in SQ order as BIND_MW does (every earlier WQE complete, no later one    */
+/* started).  It needs: key naming a fast-registration region of the QP's  */
+/* PD by its index (the tag is the new key's: any value), the region        */
+/* invalid; length > 0 and iova + length without overflow; npages =        */
+/* pages spanned by [iova, iova + length) at QHCA_PAGE_SIZE, at most the    */
+/* region's; rights among LOCAL_WRITE and REMOTE_*, REMOTE_WRITE and         */
+/* REMOTE_ATOMIC with LOCAL_WRITE; the list readable and every entry page   */
+/* aligned.  The device copies the list then (a later change to it changes  */
+/* nothing) and the region is valid with that key, iova, length and        */
+/* rights: an L_Key and R_Key as a registered region's, found only by its   */
+/* exact key.  Anything else completes with QHCA_WC_LOC_QP_OP_ERR, changes  */
+/* nothing, and the QP goes to ERR.  Its CQE is QHCA_WC_REG_MR.             */
+/*                                                                          */
+/* LOCAL_INV of a region key (QHCA_MW_KEY_FLAG clear) names a fast-         */
+/* registration region of the QP's PD by its exact key: it becomes invalid  */
+/* (valid or not before: an invalid region stays so); a SEND_WITH_INV that  */
+/* lands on a QP of the region's PD does the same (the receive CQE has      */
+/* QHCA_CQE_WITH_INV).  Anything else: as for windows (LOCAL_INV            */
+/* QHCA_WC_LOC_QP_OP_ERR; SEND_WITH_INV a remote invalid request).  DEREG_MR */
+/* names the region by its first key (tag 0), in any state.                 */
+/* ------------------------------------------------------------------------ */
+
+#define QHCA_FAST_REG_MAX_PAGES 512
 
 /* ------------------------------------------------------------------------ */
 /* The port (QHCA_CAP_PORT).                                                */

@@ -63,6 +63,7 @@ pub const QHCA_CAP_MW: u32 = 8;
 pub const QHCA_CAP_UD: u32 = 16;
 pub const QHCA_CAP_PORT: u32 = 32;
 pub const QHCA_CAP_KERNEL: u32 = 64;
+pub const QHCA_CAP_FAST_REG: u32 = 128;
 pub const QHCA_QUEUE_MIN_LOG: u32 = 1;
 pub const QHCA_QUEUE_MAX_LOG: u32 = 12;
 pub const QHCA_EQE_OWNER: u32 = 1;
@@ -87,6 +88,7 @@ pub const QHCA_ACCESS_ON_DEMAND: u32 = 16;
 pub const QHCA_ACCESS_WATCHED: u32 = 32;
 pub const QHCA_ACCESS_MW_BIND: u32 = 64;
 pub const QHCA_ACCESS_PHYSICAL: u32 = 128;
+pub const QHCA_ACCESS_FAST_REG: u32 = 256;
 pub const QHCA_KEY_TAG_BITS: u32 = 8;
 pub const QHCA_CQE_SIZE: u32 = 32;
 pub const QHCA_CQ_MIN_LOG: u32 = 1;
@@ -134,6 +136,7 @@ pub const QHCA_UAR_KERNEL: u32 = 1;
 pub const QHCA_WQE_AV_DATA_OFFSET: u32 = 96;
 pub const QHCA_GSI_QPN: u32 = 1;
 pub const QHCA_GSI_QKEY: u32 = 2147549184;
+pub const QHCA_FAST_REG_MAX_PAGES: u32 = 512;
 pub const QHCA_GID_TABLE_LEN: u32 = 16;
 pub const QHCA_GID_VALID: u32 = 1;
 pub const QHCA_GID_V4_PREFIX_HI: u32 = 0;
@@ -303,6 +306,7 @@ pub const QHCA_WC_COMP_SWAP: qhca_wc_opcode = 3;
 pub const QHCA_WC_FETCH_ADD: qhca_wc_opcode = 4;
 pub const QHCA_WC_BIND_MW: qhca_wc_opcode = 5;
 pub const QHCA_WC_LOCAL_INV: qhca_wc_opcode = 6;
+pub const QHCA_WC_REG_MR: qhca_wc_opcode = 10;
 pub const QHCA_WC_RECV: qhca_wc_opcode = 128;
 pub const QHCA_WC_RECV_RDMA_WITH_IMM: qhca_wc_opcode = 129;
 pub type qhca_wc_opcode = core::ffi::c_uint;
@@ -332,6 +336,7 @@ pub const QHCA_WR_ATOMIC_FETCH_AND_ADD: qhca_wr_opcode = 6;
 pub const QHCA_WR_LOCAL_INV: qhca_wr_opcode = 7;
 pub const QHCA_WR_BIND_MW: qhca_wr_opcode = 8;
 pub const QHCA_WR_SEND_WITH_INV: qhca_wr_opcode = 9;
+pub const QHCA_WR_REG_MR: qhca_wr_opcode = 10;
 pub type qhca_wr_opcode = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -366,6 +371,15 @@ pub struct qhca_wqe_bind {
     pub mw_key: __u32,
     pub new_key: __u32,
     pub mr_key: __u32,
+    pub access: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_wqe_reg_mr {
+    pub iova: __u64,
+    pub length: __u64,
+    pub pages_addr: __u64,
+    pub key: __u32,
     pub access: __u32,
 }
 #[repr(C)]

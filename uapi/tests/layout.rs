@@ -147,6 +147,13 @@ fn every_struct_and_field() {
         mr_key @ 24,
         access @ 28,
     });
+    check_layout!(qhca_wqe_reg_mr, size 32, align 8, {
+        iova @ 0,
+        length @ 8,
+        pages_addr @ 16,
+        key @ 24,
+        access @ 28,
+    });
     check_layout!(qhca_sge, size 16, align 8, {
         addr @ 0,
         length @ 8,
@@ -529,9 +536,17 @@ fn constants_the_other_layers_rely_on() {
     assert_eq!(CAP_UD, 16);
     assert_eq!(CAP_PORT, 32);
     assert_eq!(CAP_KERNEL, 64);
+    assert_eq!(CAP_FAST_REG, 128);
     assert_eq!(
         CAP_KNOWN_MASK,
-        CAP_UAR_ISOLATION | CAP_RC | CAP_ODP | CAP_MW | CAP_UD | CAP_PORT | CAP_KERNEL
+        CAP_UAR_ISOLATION
+            | CAP_RC
+            | CAP_ODP
+            | CAP_MW
+            | CAP_UD
+            | CAP_PORT
+            | CAP_KERNEL
+            | CAP_FAST_REG
     );
     assert_eq!(QHCA_MW_KEY_FLAG, 1 << 31);
     assert_eq!(QHCA_ODP_MAP_MAX, 512);

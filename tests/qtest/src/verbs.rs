@@ -155,6 +155,23 @@ pub fn reg_mr_bytes(
     b
 }
 
+/// REG_MR exactly as given: (status, key).
+#[allow(clippy::too_many_arguments)]
+pub fn reg_mr_raw(
+    h: &mut Hca,
+    uar: u32,
+    pdn: u32,
+    iova: u64,
+    len: u64,
+    access: u32,
+    npages: u32,
+    pages_addr: u64,
+) -> (u32, u32) {
+    let b = reg_mr_bytes(uar, pdn, iova, len, access, npages, pages_addr);
+    let (st, key) = obj_cmd(h, QHCA_CMD_REG_MR, in_words(&b));
+    (st, key as u32)
+}
+
 /// Pages an MR over [addr, addr + len) needs.
 pub fn mr_npages(addr: u64, len: u64) -> u64 {
     ((addr & (PAGE - 1)) + len).div_ceil(PAGE)

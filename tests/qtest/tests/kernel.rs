@@ -44,26 +44,9 @@ fn alloc_uar_flags(h: &mut Hca, flags: u64) -> (u32, u64) {
     (e.status as u32, e.data[0])
 }
 
-/// REG_MR exactly as given: (status, key).
-#[allow(clippy::too_many_arguments)]
-fn reg_raw(
-    h: &mut Hca,
-    uar: u32,
-    pdn: u32,
-    iova: u64,
-    len: u64,
-    access: u32,
-    npages: u32,
-    pages_addr: u64,
-) -> (u32, u32) {
-    let b = reg_mr_bytes(uar, pdn, iova, len, access, npages, pages_addr);
-    let (st, key) = obj_cmd(h, QHCA_CMD_REG_MR, in_words(&b));
-    (st, key as u32)
-}
-
 /// REG_MR of a physical region over `[iova, iova + len)`: (status, key).
 fn reg_phys(h: &mut Hca, uar: u32, pdn: u32, iova: u64, len: u64, access: u32) -> (u32, u32) {
-    reg_raw(h, uar, pdn, iova, len, access | PHYS, 0, 0)
+    reg_mr_raw(h, uar, pdn, iova, len, access | PHYS, 0, 0)
 }
 
 /// A new PD in `uar` and whether a physical region over every address can be had in it.
@@ -285,7 +268,7 @@ fn physical_regions_are_a_kernel_contexts_and_checked_like_any_region() {
         ("ON_DEMAND", 0, max, LW | PHYS | QHCA_ACCESS_ON_DEMAND, 0, 0),
         ("MW_BIND", 0, max, LW | PHYS | QHCA_ACCESS_MW_BIND, 0, 0),
         ("WATCHED", 0, max, LW | PHYS | QHCA_ACCESS_WATCHED, 0, 0),
-        ("an unknown bit", 0, max, LW | PHYS | 1 << 8, 0, 0),
+        ("an unknown bit", 0, max, LW | PHYS | 1 << 9, 0, 0),
         (
             "REMOTE_WRITE without LOCAL_WRITE",
             0,
@@ -315,7 +298,7 @@ fn physical_regions_are_a_kernel_contexts_and_checked_like_any_region() {
         ),
     ];
     for (what, iova, len, access, npages, pages) in refused {
-        let (st, _) = reg_raw(&mut h, k.uar, k.pdn, iova, len, access, npages, pages);
+        let (st, _) = reg_mr_raw(&mut h, k.uar, k.pdn, iova, len, access, npages, pages);
         assert_eq!(st, QHCA_CMD_BAD_PARAM, "{what}: {}", status_name(st));
     }
     assert_eq!(h.reg(QHCA_REG_NUM_MR), 1, "the kernel's own region alone");

@@ -33,6 +33,7 @@ mod disassociate;
 mod harness;
 mod ibverbs;
 mod messaging;
+mod nvme_rdma;
 mod rdma_cm;
 mod sys;
 mod system;

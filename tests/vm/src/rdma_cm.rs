@@ -49,10 +49,14 @@ pub fn cases() -> Vec<Case<Config>> {
 }
 
 /// The address the cases give the port's netdev.
-const ADDR: &str = "10.77.12.1";
+pub(crate) const ADDR: &str = "10.77.12.1";
 
 /// The port's netdev, up, with [`ADDR`] for the duration of `f`, and the device's name.
-fn with_address(t: &mut T, cfg: &Config, f: impl FnOnce(&mut T, &str) -> CaseResult) -> CaseResult {
+pub(crate) fn with_address(
+    t: &mut T,
+    cfg: &Config,
+    f: impl FnOnce(&mut T, &str) -> CaseResult,
+) -> CaseResult {
     let bdf = system::pci_bdf(cfg)?;
     let Some(ndev) = netdev_of(&bdf) else {
         bail!("{bdf} has no netdev");
@@ -86,7 +90,7 @@ fn with_address(t: &mut T, cfg: &Config, f: impl FnOnce(&mut T, &str) -> CaseRes
 }
 
 /// True once a listening rdma_cm id is bound to TCP port `port` (`rdma resource show cm_id`).
-fn cm_listening(port: u16) -> bool {
+pub(crate) fn cm_listening(port: u16) -> bool {
     let Ok(rdma) = tool("rdma") else {
         return false;
     };

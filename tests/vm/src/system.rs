@@ -106,6 +106,28 @@ pub fn run_tool(tool: &Path, args: &[&OsStr]) -> Result<Output, Fail> {
         .output()?)
 }
 
+/// Runs tool `prog` (found as [`find_tool`] finds it) with `args` to its end.
+pub fn sh(prog: &str, args: &[&str]) -> Result<Output, Fail> {
+    let Some(p) = find_tool(prog) else {
+        return Err(Fail::new(file!(), line!(), format!("{prog} not found")));
+    };
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    run_tool(&p, &args)
+}
+
+/// [`sh`], which must succeed.
+pub fn sh_ok(prog: &str, args: &[&str]) -> Result<(), Fail> {
+    let out = sh(prog, args)?;
+    if !out.status.success() {
+        return Err(Fail::new(
+            file!(),
+            line!(),
+            format!("{prog} {}: {}", args.join(" "), describe(&out)),
+        ));
+    }
+    Ok(())
+}
+
 /// `status, stdout and stderr` of a finished tool, for failure messages.
 pub fn describe(out: &Output) -> String {
     format!(

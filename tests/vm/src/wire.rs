@@ -31,10 +31,9 @@
 //! devices stay visible here (its shared namespace mode), so every program runs here, over TCP
 //! on 127.0.0.1 for its exchange.
 
-use std::ffi::OsStr;
 use std::net::{Ipv4Addr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -42,7 +41,7 @@ use qhca::{Context, PortAttr, PortCounters, PortState, Wire};
 
 use crate::harness::{Case, CaseResult, Fail, T};
 use crate::ibverbs::{beside_me, listening, rerun_clockless, text, tool, wait_output};
-use crate::system::{self, describe, Config};
+use crate::system::{self, sh, sh_ok, Config};
 use crate::{bail, check, check_eq, require};
 
 /// The cases of this section, in order.
@@ -109,22 +108,6 @@ fn segment() -> Result<Segment, Fail> {
     let s = set_up()?;
     *g = Some(s.clone());
     Ok(s)
-}
-
-fn sh(prog: &str, args: &[&str]) -> Result<Output, Fail> {
-    let Some(p) = system::find_tool(prog) else {
-        bail!("{prog} not found");
-    };
-    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
-    system::run_tool(&p, &args)
-}
-
-fn sh_ok(prog: &str, args: &[&str]) -> Result<(), Fail> {
-    let out = sh(prog, args)?;
-    if !out.status.success() {
-        bail!("{prog} {}: {}", args.join(" "), describe(&out));
-    }
-    Ok(())
 }
 
 /// The interface with MAC `mac` (udev may still be naming it).
