@@ -24,8 +24,10 @@
 #          socat through it. Each guest prints "test pair_NAME ... ok|FAILED" for its side of
 #          each step, checks its kernel log, and ends with "pair-suite: N passed, M failed".
 #   bench  perftest ib_write_lat and ib_write_bw at 64 B and 64 KiB between qhca <-> qhca,
-#          qhca <-> rxe (qhca's client, rxe's server) and rxe <-> rxe on the same two guests; node 2
-#          ends with one line per result, "pair-bench: PAIR TEST SIZE VALUE UNIT".
+#          qhca <-> rxe (qhca's client, rxe's server) and rxe <-> rxe on the same two guests, and
+#          NVMe over RDMA 4 KiB random reads (fio, one job, queue depth 1 and 32) qhca <-> qhca
+#          and rxe <-> rxe with their ratio; node 2 ends with one line per result,
+#          "pair-bench: PAIR TEST SIZE VALUE UNIT".
 # Both sides run the Debian programs as they are: libibverbs loads qhca's installed provider for
 # the RDMA core's qhca device (named as udev named it, rocep0sN), as it loads rxe's for rxe0; our
 # tools open that device by default. QHCA_QP_TIMEOUT is perftest's -u (default 18: 1.07 s; a round trip
@@ -252,105 +254,147 @@ splitnet_pair() {
 	rm -f "$src" "$dst" "$log"
 }
 
-# NVMe over RDMA across the guests, the kernel's own target and host on qhca: node 1 exports a
-# 64 MiB file on tmpfs through nvmet-rdma on its port's address, node 2 connects with nvme-cli
-# from its own (so the host's fast registrations, the target's RDMA READs and WRITEs through
-# them and its SEND_WITH_INVs cross the wire), fio writes random blocks of 4 KiB to 256 KiB and
-# verifies each, node 2 disconnects. Then node 2 connects again and node 1 unbinds its driver
-# under the live controller: the unbind returns, node 2's controller goes (ctrl-loss-tmo 5 s),
-# node 1 takes the target apart (its port has no listener left: see tests/vm/src/nvme_rdma.rs
-# for why the target is not unlinked first) and binds the driver again (its port's address and
-# route with it); both unload their NVMe modules.
+# NVMe over RDMA across the guests: node 1 runs the kernel's target (nvmet-rdma) exporting a
+# 64 MiB file on tmpfs, node 2 the kernel's host (nvme-rdma) through nvme-cli.
+nvme_nqn=nqn.2026-11.io.qhca:pair
+nvme_hostid=5ca1ab1e-0000-4000-8000-00000000b0b0
+nvme_subsys=/sys/kernel/config/nvmet/subsystems/$nvme_nqn
+nvme_port=/sys/kernel/config/nvmet/ports/1
+# nvme_target_up ADDR: node 1 exports $nvme_nqn on ADDR:4420.
+nvme_target_up() {
+	modprobe nvmet && modprobe nvmet-rdma &&
+		{ mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config; } &&
+		truncate -s 64M /dev/shm/qhca-nvmet-ns &&
+		mkdir "$nvme_subsys" "$nvme_subsys/namespaces/1" "$nvme_port" &&
+		echo 1 >"$nvme_subsys/attr_allow_any_host" &&
+		echo -n /dev/shm/qhca-nvmet-ns >"$nvme_subsys/namespaces/1/device_path" &&
+		echo 1 >"$nvme_subsys/namespaces/1/buffered_io" &&
+		echo 1 >"$nvme_subsys/namespaces/1/enable" &&
+		echo rdma >"$nvme_port/addr_trtype" && echo ipv4 >"$nvme_port/addr_adrfam" &&
+		echo "$1" >"$nvme_port/addr_traddr" && echo 4420 >"$nvme_port/addr_trsvcid" &&
+		ln -s "$nvme_subsys" "$nvme_port/subsystems/$nvme_nqn"
+}
+# nvme_target_down: the target taken apart, its modules unloaded. On the test kernel only once
+# the device went (see nvme_pair).
+nvme_target_down() {
+	rm -f "$nvme_port/subsystems/$nvme_nqn" && echo 0 >"$nvme_subsys/namespaces/1/enable" &&
+		rmdir "$nvme_port" "$nvme_subsys/namespaces/1" "$nvme_subsys" &&
+		rm -f /dev/shm/qhca-nvmet-ns && modprobe -r nvmet-rdma && modprobe -r nvmet
+}
+# nvme_ctrl: the host's controller of $nvme_nqn, if any.
+nvme_ctrl() {
+	local c
+	for c in /sys/class/nvme/nvme*; do
+		[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$nvme_nqn" ] && echo "${c##*/}" && return 0
+	done
+	return 1
+}
+# nvme_connect TARGET_ADDR HOST_ADDR: node 2 connects, and prints its namespace's block device.
+nvme_connect() {
+	local c i
+	modprobe nvme-rdma &&
+		timeout 120 nvme connect -t rdma -a "$1" -w "$2" -s 4420 -n "$nvme_nqn" -I "$nvme_hostid" \
+			-q "nqn.2014-08.org.nvmexpress:uuid:$nvme_hostid" --ctrl-loss-tmo=5 \
+			--reconnect-delay=1 >&2 || return 1
+	for i in $(seq 100); do
+		c=$(nvme_ctrl) && [ -b "/dev/${c}n1" ] && [ "$(cat "/sys/class/nvme/$c/transport")" = rdma ] &&
+			echo "/dev/${c}n1" && return 0
+		sleep 0.2
+	done
+	echo "no RDMA controller of $nvme_nqn with a namespace" >&2
+	return 1
+}
+# nvme_host_down: node 2's NVMe modules unloaded.
+nvme_host_down() {
+	local m
+	for m in nvme-rdma nvme-fabrics nvme-core; do
+		modprobe -r "$m" || { echo "modprobe -r $m failed"; return 1; }
+	done
+}
+nvme_barrier() {
+	barrier=$((barrier + 1))
+	qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet in $1)"
+}
+
+# The test: qhca to qhca (so the host's fast registrations, the target's RDMA READs and WRITEs
+# through them and its SEND_WITH_INVs cross the wire); fio writes random blocks of 4 KiB to
+# 256 KiB and verifies each, node 2 disconnects. Then node 2 connects again and node 1 unbinds
+# its driver under the live controller: the unbind returns; node 1 takes the target apart (its
+# port has no listener left: see tests/vm/src/nvme_rdma.rs for why the target is not unlinked
+# first) and binds the driver again, its port's address and route with it, so that node 2's
+# reconnections are refused at once and its controller goes (ctrl-loss-tmo 5 s); both unload
+# their NVMe modules.
 nvme_pair() {
-	local name=pair_nvme_rdma_qhca_qhca nqn=nqn.2026-11.io.qhca:pair cfg=/sys/kernel/config/nvmet
-	local hostid=5ca1ab1e-0000-4000-8000-00000000b0b0 ok=1 dev="" c="" m i
-	local subsys=$cfg/subsystems/$nqn port=$cfg/ports/1 bdf=${qpci##*/}
+	local name=pair_nvme_rdma_qhca_qhca ok=1 dev="" i bdf=${qpci##*/}
 	: >"$out"
-	# nvme_ctrl: the host's controller of $nqn, if any.
-	nvme_ctrl() {
-		local c
-		for c in /sys/class/nvme/nvme*; do
-			[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$nqn" ] && echo "${c##*/}" && return 0
-		done
-		return 1
-	}
-	nvme_connect() {
-		timeout 120 nvme connect -t rdma -a "$q1" -w "$q2" -s 4420 -n "$nqn" -I "$hostid" \
-			-q "nqn.2014-08.org.nvmexpress:uuid:$hostid" --ctrl-loss-tmo=5 \
-			--reconnect-delay=1 >>"$out" 2>&1
-	}
-	nvme_barrier() {
-		barrier=$((barrier + 1))
-		qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet in $name)"
-	}
 	if [ "$node" = 1 ]; then
-		{
-			modprobe nvmet && modprobe nvmet-rdma &&
-				{ mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config; } &&
-				truncate -s 64M /dev/shm/qhca-nvmet-ns &&
-				mkdir "$subsys" "$subsys/namespaces/1" "$port" &&
-				echo 1 >"$subsys/attr_allow_any_host" &&
-				echo -n /dev/shm/qhca-nvmet-ns >"$subsys/namespaces/1/device_path" &&
-				echo 1 >"$subsys/namespaces/1/buffered_io" &&
-				echo 1 >"$subsys/namespaces/1/enable" &&
-				echo rdma >"$port/addr_trtype" && echo ipv4 >"$port/addr_adrfam" &&
-				echo "$q1" >"$port/addr_traddr" && echo 4420 >"$port/addr_trsvcid" &&
-				ln -s "$subsys" "$port/subsystems/$nqn"
-		} >>"$out" 2>&1 || ok=0
-		log "$name: target: $nqn on $q1:4420 ($([ $ok = 1 ] && echo exported || echo failed))"
+		nvme_target_up "$q1" >>"$out" 2>&1 || ok=0
+		log "$name: target: $nvme_nqn on $q1:4420 ($([ $ok = 1 ] && echo exported || echo failed))"
 	fi
-	nvme_barrier
+	nvme_barrier "$name"
 	if [ "$node" = 2 ]; then
 		log "$name: host: nvme connect -t rdma -a $q1 -w $q2, fio, disconnect"
-		modprobe nvme-rdma >>"$out" 2>&1 || ok=0
-		nvme_connect || ok=0
-		for i in $(seq 100); do
-			c=$(nvme_ctrl) && [ -b "/dev/${c}n1" ] && dev=/dev/${c}n1 && break
-			sleep 0.2
-		done
-		if [ -n "$dev" ] && [ "$(cat "/sys/class/nvme/$c/transport")" = rdma ]; then
+		if dev=$(nvme_connect "$q1" "$q2" 2>>"$out"); then
 			timeout 600 fio --name=qhca --filename="$dev" --direct=1 --ioengine=libaio \
 				--iodepth=8 --rw=randwrite --bsrange=4k-256k --size=32M --verify=crc32c \
 				--do_verify=1 --verify_fatal=1 --verify_state_save=0 >>"$out" 2>&1 || ok=0
 			grep -Eq 'err= *0' "$out" || ok=0
-			timeout 60 nvme disconnect -n "$nqn" >>"$out" 2>&1 || ok=0
+			timeout 60 nvme disconnect -n "$nvme_nqn" >>"$out" 2>&1 || ok=0
 		else
-			echo "no RDMA controller of $nqn with a namespace" >>"$out"
 			ok=0
 		fi
 		log "$name: host: connect again, for the target's unbind"
-		nvme_connect || ok=0
-		nvme_ctrl >/dev/null || { echo "no controller after the second connect" >>"$out"; ok=0; }
+		nvme_connect "$q1" "$q2" >/dev/null 2>>"$out" || ok=0
 	fi
-	nvme_barrier
+	nvme_barrier "$name"
 	if [ "$node" = 1 ]; then
 		log "$name: target: unbinding $bdf under the live controller"
 		timeout 120 sh -c "echo $bdf >/sys/bus/pci/drivers/qhca/unbind" >>"$out" 2>&1 ||
 			{ echo "the unbind of $bdf did not return" >>"$out"; ok=0; }
-	fi
-	nvme_barrier
-	if [ "$node" = 1 ]; then
-		# The target goes, the device comes back with its address: the host's reconnections
-		# are then refused at once (no listener) rather than each waiting out the CM's retries.
 		{
-			rm -f "$port/subsystems/$nqn" && echo 0 >"$subsys/namespaces/1/enable" &&
-				rmdir "$port" "$subsys/namespaces/1" "$subsys" &&
-				rm -f /dev/shm/qhca-nvmet-ns &&
-				modprobe -r nvmet-rdma && modprobe -r nvmet &&
-				echo "$bdf" >/sys/bus/pci/drivers/qhca/bind && sleep 2 && qhca_port_up
+			nvme_target_down && echo "$bdf" >/sys/bus/pci/drivers/qhca/bind && sleep 2 &&
+				qhca_port_up
 		} >>"$out" 2>&1 || ok=0
 	fi
-	nvme_barrier
+	nvme_barrier "$name"
 	if [ "$node" = 2 ]; then
 		for i in $(seq 600); do nvme_ctrl >/dev/null || break; sleep 0.2; done
 		nvme_ctrl >/dev/null && { echo "the controller outlived the target's device" >>"$out"; ok=0; }
-		for m in nvme-rdma nvme-fabrics nvme-core; do
-			modprobe -r "$m" >>"$out" 2>&1 || { echo "modprobe -r $m failed" >>"$out"; ok=0; }
-		done
+		nvme_host_down >>"$out" 2>&1 || ok=0
 	fi
-	nvme_barrier
+	nvme_barrier "$name"
 	sed 's/^/    /' "$out" | tail -n 40
 	if [ "$ok" = 1 ]; then ok "$name"; else bad "$name" "$(tail -n 3 "$out" | tr '\n' ' ')"; fi
+}
+
+# The bench (the bench kernel: no lockdep): LABEL TARGET_ADDR HOST_ADDR: node 2 fills the
+# namespace, then reads 4 KiB blocks at random for 10 s, one at a time and 32 at a time; it
+# adds "pair-bench: LABEL nvme randread 4k qdN IOPS X (lat mean Y us)" to results and keeps
+# the IOPS in nvme_iops[LABEL qdN].
+declare -A nvme_iops
+nvme_bench() {
+	local label=$1 dev qd f
+	: >"$out"
+	[ "$node" = 1 ] && { nvme_target_up "$2" >>"$out" 2>&1 || log "$label nvme: no target"; }
+	nvme_barrier "$label nvme"
+	if [ "$node" = 2 ] && dev=$(nvme_connect "$2" "$3" 2>>"$out"); then
+		fio --name=fill --filename="$dev" --direct=1 --rw=write --bs=1M --size=64M >>"$out" 2>&1
+		for qd in 1 32; do
+			# Terse v3: field 8 the read IOPS, field 40 the mean total latency (us).
+			IFS=';' read -ra f < <(fio --name=rr --filename="$dev" --direct=1 --ioengine=libaio \
+				--rw=randread --bs=4k --iodepth=$qd --size=64M --runtime=10 --time_based \
+				--output-format=terse 2>>"$out" | grep '^3;')
+			nvme_iops["$label qd$qd"]=${f[7]:-0}
+			results+=("pair-bench: $label nvme randread 4k qd$qd IOPS ${f[7]:-?} (lat mean ${f[39]:-?} us)")
+		done
+		timeout 60 nvme disconnect -n "$nvme_nqn" >>"$out" 2>&1
+		nvme_host_down >>"$out" 2>&1
+	elif [ "$node" = 2 ]; then
+		log "$label nvme: no controller: $(tail -n 2 "$out" | tr '\n' ' ')"
+	fi
+	nvme_barrier "$label nvme"
+	[ "$node" = 1 ] && { nvme_target_down >>"$out" 2>&1 || log "$label nvme: target not taken apart"; }
+	nvme_barrier "$label nvme"
 }
 
 if [ "$mode" = tests ]; then
@@ -441,5 +485,15 @@ for pair in "$qdev $qdev qhca<->qhca" "rxe0 $qdev qhca<->rxe" "rxe0 rxe0 rxe<->r
 		esac
 	done
 done
+# NVMe over RDMA, qhca to qhca and rxe to rxe (the rxe ports' addresses are the NICs').
+q1=10.7.0.11 q2=10.7.0.12
+nvme_bench "qhca<->qhca" "$q1" "$q2"
+nvme_bench "rxe<->rxe" 10.7.0.1 10.7.0.2
+if [ "$node" = 2 ]; then
+	for qd in qd1 qd32; do
+		results+=("pair-bench: nvme randread 4k $qd IOPS qhca/rxe $(awk -v a="${nvme_iops["qhca<->qhca $qd"]:-0}" \
+			-v b="${nvme_iops["rxe<->rxe $qd"]:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }')")
+	done
+fi
 printf '%s\n' "${results[@]}"
 rm -f "$out"
