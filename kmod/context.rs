@@ -30,6 +30,7 @@ use kernel::{
     prelude::*,
     sync::{
         atomic::{Atomic, Relaxed},
+        lock::{Backend, Lock},
         Arc, Mutex,
     },
     workqueue::{new_work, Work, WorkItem},
@@ -48,9 +49,9 @@ struct State {
 
 /// Makes room for one more element in the vector `get` picks out of the state behind `lock`,
 /// allocating with the lock released (for locks that must not be held across an allocation that
-/// may reclaim, which can run mmu notifiers). The vector keeps its order.
-pub(crate) fn reserve_unlocked<S: Unpin, T>(
-    lock: &Mutex<S>,
+/// may reclaim, which can run mmu notifiers, and spinlocks). The vector keeps its order.
+pub(crate) fn reserve_unlocked<S: Unpin, T, B: Backend>(
+    lock: &Lock<S, B>,
     get: impl Fn(&mut S) -> &mut KVec<T>,
 ) -> Result {
     loop {

@@ -11,12 +11,13 @@
 //! ([`KCq::attach`]): the QP's number is all a CQE carries.
 
 use super::{qp::KQp, ring::KRing};
-use crate::{device::QhcaDevice, uapi};
+use crate::{context::reserve_unlocked, device::QhcaDevice, uapi};
 use core::{
     mem::MaybeUninit,
     sync::atomic::{fence, Ordering},
 };
 use kernel::{
+    alloc::kvec::PushError,
     bindings, new_spinlock_irq,
     prelude::*,
     sync::{Arc, SpinLockIrq},
@@ -100,25 +101,14 @@ impl KCq {
 
     /// Completions of `qp` come here from now on. May sleep.
     pub(crate) fn attach(&self, qp: Arc<KQp>) -> Result {
-        let mut room = KVec::<Arc<KQp>>::new();
+        let mut qp = qp;
         loop {
-            let want = {
-                let mut st = self.state.lock();
-                if st.qps.len() < st.qps.capacity() {
-                    st.qps.push_within_capacity(qp).map_err(|_| ENOMEM)?;
-                    return Ok(());
-                }
-                if room.capacity() > st.qps.len() {
-                    for q in st.qps.drain_all() {
-                        room.push_within_capacity(q).map_err(|_| ENOMEM)?;
-                    }
-                    core::mem::swap(&mut st.qps, &mut room);
-                    st.qps.push_within_capacity(qp).map_err(|_| ENOMEM)?;
-                    return Ok(());
-                }
-                st.qps.len() * 2 + 4
-            };
-            room = KVec::with_capacity(want, GFP_KERNEL)?;
+            reserve_unlocked(&self.state, |st| &mut st.qps)?;
+            match self.state.lock().qps.push_within_capacity(qp) {
+                Ok(()) => return Ok(()),
+                // Another attach took the room meanwhile: make more.
+                Err(PushError(back)) => qp = back,
+            }
         }
     }
 
