@@ -17,7 +17,8 @@
 #          and perftest's write, read and send latency and write bandwidth between rxe and qhca,
 #          each both ways (READs with -o 16: rxe offers 128 outstanding READs, qhca 16; see README);
 #          rdma_cm across the guests (rping qhca <-> qhca and qhca's client to rxe's server,
-#          ucmatose qhca <-> qhca: the CM's MADs on each port's QP1 over the wire);
+#          ucmatose, rdma_server/rdma_client and perftest -R qhca <-> qhca: the CM's MADs on
+#          each port's QP1 over the wire);
 #          NVMe over RDMA, node 1's nvmet-rdma target and node 2's nvme-rdma host on qhca
 #          (fio writes and verifies; fast registration and remote invalidation on the wire);
 #          the split network driver (qhca-splitnet) with its halves on the two guests, ping and
@@ -175,10 +176,11 @@ check() {
 	fi
 }
 
-# cm NAME PATTERN PROG "SERVER ARGS" "CLIENT ARGS": a program that connects with rdma_cm, node 1
-# its server, node 2 its client (again while node 1 does not listen yet: the peer's CM rejects,
-# or does not answer); both must exit 0, and the client print PATTERN. The client names its
-# source address, which binds it to that address's device (the subnet's route is the NIC's).
+# cm NAME PATTERN PROG "SERVER ARGS" "CLIENT ARGS" [CLIENT_PROG]: a program that connects with
+# rdma_cm, node 1 its server, node 2 its client (CLIENT_PROG if given; again while node 1 does
+# not listen yet: the peer's CM rejects, or does not answer); both must exit 0, and the client
+# print PATTERN. The client reaches the server's qhca address through the route to it, the
+# qhca netdev's (or names its source address, which binds it to that address's device).
 cm() {
 	local name=$1 pat=$2 prog=$3 rc i
 	if [ "$node" = 1 ]; then
@@ -187,13 +189,14 @@ cm() {
 		timeout 120 "${pin[@]}" "$prog" $4 >"$out" 2>&1
 		rc=$?
 	else
+		prog=${6:-$prog}
 		log "$name: client: $prog $5"
 		for i in $(seq 30); do
 			# shellcheck disable=SC2086
 			timeout 60 "${pin[@]}" "$prog" $5 >"$out" 2>&1
 			rc=$?
 			[ $rc = 0 ] && break
-			grep -Eq "REJECTED|UNREACHABLE|connect error|rdma_connect|failed to connect" "$out" || break
+			grep -Eq "REJECTED|UNREACHABLE|connect error|rdma_connect|failed to connect|Unable to perform rdma_client" "$out" || break
 			sleep 1
 		done
 	fi
@@ -452,6 +455,10 @@ if [ "$mode" = tests ]; then
 		"-c -I $q2 -a 10.7.0.1 -p 18841 $rping_args -v"
 	cm pair_ucmatose_qhca_qhca '^test complete' ucmatose "-b $q1 -c 2 -C 20 -S 1000" \
 		"-s $q1 -b $q2 -c 2 -C 20 -S 1000"
+	cm pair_rdma_server_client_qhca_qhca '^rdma_client: end 0' rdma_server "-s $q1 -p 18842" \
+		"-s $q1 -p 18842" rdma_client
+	cm pair_ib_write_lat_R_qhca_qhca '^ *64 +200 ' ib_write_lat \
+		"-d $qdev -R -s 64 -n 200 -u $qpt -p 18843" "-d $qdev -R -s 64 -n 200 -u $qpt -p 18843 $q1"
 	splitnet_pair
 	nvme_pair
 	qhca_kernel_log_case pair_kernel_log_clean

@@ -38,6 +38,10 @@ pub fn cases() -> Vec<Case<Config>> {
             run: rdma_cm_udaddy,
         },
         Case {
+            name: "rdma_cm_rdma_server_client",
+            run: rdma_cm_rdma_server_client,
+        },
+        Case {
             name: "rdma_cm_perftest",
             run: rdma_cm_perftest,
         },
@@ -112,40 +116,45 @@ fn cm_pair(
     port: u16,
     limit: Duration,
 ) -> Result<(String, String), Fail> {
-    let prog = tool(prog)?;
-    let s = Via.cmd(&prog, server)?.spawn()?;
+    cm_programs(t, (prog, server), (prog, client), port, limit)
+}
+
+/// [`cm_pair`] with a server program and a client program of their own.
+fn cm_programs(
+    t: &mut T,
+    server: (&str, &[&str]),
+    client: (&str, &[&str]),
+    port: u16,
+    limit: Duration,
+) -> Result<(String, String), Fail> {
+    let (sprog, cprog) = (tool(server.0)?, tool(client.0)?);
+    let s = Via.cmd(&sprog, server.1)?.spawn()?;
     let up = system::wait_for(Duration::from_secs(20), || cm_listening(port));
-    let c = Via.cmd(&prog, client)?.spawn()?;
+    let c = Via.cmd(&cprog, client.1)?.spawn()?;
     let c = wait_output(c, limit)?;
     let s = wait_output(s, Duration::from_secs(if up { 30 } else { 1 }))?;
     require!(
         t,
         up,
         "{}: the server never listened on port {port}",
-        prog.display()
+        sprog.display()
     );
-    let finished = |o: Option<Output>, who: &str| -> Result<Output, Fail> {
-        o.ok_or_else(|| {
-            Fail::new(
-                file!(),
-                line!(),
-                format!("{} {who}: timed out", prog.display()),
-            )
-        })
+    let finished = |o: Option<Output>, prog: &Path| -> Result<Output, Fail> {
+        o.ok_or_else(|| Fail::new(file!(), line!(), format!("{}: timed out", prog.display())))
     };
-    let (c, s) = (finished(c, "client")?, finished(s, "server")?);
+    let (c, s) = (finished(c, &cprog)?, finished(s, &sprog)?);
     check!(
         t,
         c.status.success(),
-        "{} client: {}",
-        prog.display(),
+        "{} (client): {}",
+        cprog.display(),
         describe(&c)
     );
     check!(
         t,
         s.status.success(),
-        "{} server: {}",
-        prog.display(),
+        "{} (server): {}",
+        sprog.display(),
         describe(&s)
     );
     Ok((text(&c), text(&s)))
@@ -257,6 +266,26 @@ fn rdma_cm_udaddy(t: &mut T, cfg: &Config) -> CaseResult {
                 "udaddy {who}:\n{out}"
             );
         }
+        Ok(())
+    })
+}
+
+/// Case: librdmacm's own examples, `rdma_server` and `rdma_client`: the endpoint API
+/// (`rdma_getaddrinfo`, `rdma_create_ep`, `rdma_get_request`, `rdma_accept`/`rdma_connect`),
+/// one message each way with `rdma_post_send`/`rdma_post_recv` and their completions; both
+/// say they ended with 0.
+fn rdma_cm_rdma_server_client(t: &mut T, cfg: &Config) -> CaseResult {
+    with_address(t, cfg, |t, _| {
+        let args = ["-s", ADDR, "-p", "7472"];
+        let (c, s) = cm_programs(
+            t,
+            ("rdma_server", &args),
+            ("rdma_client", &args),
+            7472,
+            Duration::from_secs(60),
+        )?;
+        check!(t, c.contains("rdma_client: end 0"), "rdma_client:\n{c}");
+        check!(t, s.contains("rdma_server: end 0"), "rdma_server:\n{s}");
         Ok(())
     })
 }
