@@ -243,7 +243,8 @@ fn register_ib<'bound>(
     let attr = dev.attr()?;
     // A port gets its netdev, which gives the RDMA core the port's addresses (its GIDs).
     let netdev = if attr.caps & u64::from(uapi::QHCA_CAP_PORT) != 0 {
-        Some(Netdev::new(pdev, &dev.query_port()?.mac)?)
+        let eth = attr.caps & u64::from(uapi::QHCA_CAP_ETH) != 0;
+        Some(Netdev::new(pdev, &dev.query_port()?.mac, eth)?)
     } else {
         None
     };

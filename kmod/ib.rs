@@ -159,7 +159,7 @@ unsafe extern "C" fn qhca_ib_query_port(
 
 /// The port's counters (`struct qhca_port_counters`, less its reserved words), by the names
 /// `rdma statistic` and `hw_counters/` show, in the struct's order.
-static PORT_COUNTERS: rdma::StatNames<16> = rdma::StatNames::new([
+static PORT_COUNTERS: rdma::StatNames<19> = rdma::StatNames::new([
     c"tx_frames",
     c"tx_bytes",
     c"rx_frames",
@@ -176,6 +176,9 @@ static PORT_COUNTERS: rdma::StatNames<16> = rdma::StatNames::new([
     c"test_duplicated",
     c"test_reordered",
     c"rx_forged",
+    c"eth_tx_frames",
+    c"eth_rx_frames",
+    c"eth_rx_dropped",
 ]);
 
 /// `ib_mtu` of a path MTU of 2^`log` bytes (256 .. 4096), or `None`.
@@ -619,6 +622,9 @@ unsafe impl rdma::Driver for QhcaIb {
             c.test_duplicated,
             c.test_reordered,
             c.rx_forged,
+            c.eth_tx_frames,
+            c.eth_rx_frames,
+            c.eth_rx_dropped,
         ];
         for (o, v) in out.iter_mut().zip(values) {
             *o = v;

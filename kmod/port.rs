@@ -79,7 +79,10 @@ fn port_attr_from_le(le: &uapi::qhca_port_attr) -> uapi::qhca_port_attr {
         test_duplicated: u64::from_le(c.test_duplicated),
         test_reordered: u64::from_le(c.test_reordered),
         rx_forged: u64::from_le(c.rx_forged),
-        rsvd: [0; 4],
+        eth_tx_frames: u64::from_le(c.eth_tx_frames),
+        eth_rx_frames: u64::from_le(c.eth_rx_frames),
+        eth_rx_dropped: u64::from_le(c.eth_rx_dropped),
+        rsvd: [0; 1],
     };
     let len = usize::from(a.gid_tbl_len);
     for (out, e) in a.gids.iter_mut().zip(le.gids.iter()).take(len) {

@@ -6,6 +6,7 @@
 #include <linux/types.h>
 
 struct device;
+struct ib_device;
 struct ib_ucontext;
 struct net_device;
 struct pci_dev;
@@ -75,7 +76,9 @@ int qhca_shim_rdma_mmap_io(struct ib_ucontext *ucontext, struct vm_area_struct *
 			   u64 phys, unsigned long len, struct rdma_user_mmap_entry *entry);
 
 /* The port's net_device (qhca_netdev.c). */
-struct net_device *qhca_shim_netdev_new(struct device *parent, const u8 *mac, int *err);
+struct net_device *qhca_shim_netdev_new(struct device *parent, const u8 *mac, bool eth, int *err);
+void qhca_shim_netdev_attach(struct net_device *ndev, struct ib_device *ib);
+void qhca_shim_netdev_detach(struct net_device *ndev);
 void qhca_shim_netdev_free(struct net_device *ndev);
 u8 qhca_shim_netdev_ipv4_prefix(struct net_device *ndev, __be32 addr);
 

@@ -413,6 +413,11 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         })?;
         this.registered.store(true, Relaxed);
         *this.gate.open.lock() = true;
+        if let Some(n) = &this.netdev {
+            // SAFETY: `ib` is registered, and `unregister` detaches the netdev before it
+            // unregisters `ib`.
+            unsafe { n.attach(ib) };
+        }
         Ok(this)
     }
 
@@ -510,6 +515,10 @@ impl<'bound, T: Driver> Registration<'bound, T> {
     /// calls the driver for that) and the device is gone from sysfs and netlink.
     pub(crate) fn unregister(&self) {
         if self.registered.xchg(false, Relaxed) {
+            // The Ethernet function's objects are the device's own kernel verbs: gone first.
+            if let Some(n) = &self.netdev {
+                n.detach();
+            }
             // No event from [`Events`] from here on (one in flight finishes first).
             *self.gate.open.lock() = false;
             // SAFETY: The device is registered (the flag said so and is now clear, so no one

@@ -317,7 +317,7 @@ static uint8_t qhca_cmd_query_device(QhcaState *s, const struct qhca_cmd *cmd)
     struct qhca_device_attr attr = {
         .abi_version    = cpu_to_le32(QHCA_ABI_VERSION),
         .num_uars       = cpu_to_le32(s->num_uars),
-        .caps           = cpu_to_le64(QHCA_CAPS),
+        .caps           = cpu_to_le64(qhca_caps(s)),
         .node_guid      = cpu_to_le64(s->node_guid),
         .fw_version     = cpu_to_le64(QHCA_FW_VERSION),
         .vendor_id      = cpu_to_le32(QHCA_PCI_VENDOR_ID),

@@ -22,6 +22,12 @@
  * identifier is a unicast MAC's EUI-64, which gives the MAC itself; other
  * IPv6 destinations have no route here.
  *
+ * While the port's Ethernet QP is in RTR or RTS (qhca-eth.c), every frame
+ * for the port that is not RoCEv2 for one of its GIDs goes to that QP, ARP
+ * and neighbour solicitations included: the guest's stack owns the
+ * addresses then, and the port answers nothing, learning only from the
+ * replies to its own ARP requests.
+ *
  * For tests, x-loss-drop, x-loss-dup and x-loss-reorder make the port lose,
  * duplicate or hold back (behind the next frame, or for a millisecond) that
  * many frames per mille of those it sends, chosen by a generator seeded
@@ -289,7 +295,14 @@ static bool qhca_mac_forged(QhcaState *s, const uint8_t *mac)
            !memcmp(mac, s->conf.macaddr.a, ETH_ALEN);
 }
 
-static void qhca_arp_recv(QhcaRoce *r, const uint8_t *buf, size_t size)
+/*
+ * An ARP frame for the port.  answer: the port answers requests for its
+ * IPv4 GIDs; otherwise (the Ethernet QP is active, and the frame goes on to
+ * it whatever the port makes of it) it only learns from the replies to its
+ * own requests, and counts nothing it does not look at.
+ */
+static void qhca_arp_recv(QhcaRoce *r, const uint8_t *buf, size_t size,
+                          bool answer)
 {
     QhcaState *s = r->s;
     const uint8_t *a = buf + QHCA_ETH_SIZE;
@@ -302,7 +315,9 @@ static void qhca_arp_recv(QhcaRoce *r, const uint8_t *buf, size_t size)
     if (size < QHCA_ETH_SIZE + QHCA_ARP_SIZE || lduw_be_p(a) != 1 ||
         lduw_be_p(a + 2) != QHCA_ETH_P_IPV4 || a[4] != ETH_ALEN ||
         a[5] != 4) {
-        QHCA_RX_DROP(s, rx_malformed, "ARP: not Ethernet/IPv4");
+        if (answer) {
+            QHCA_RX_DROP(s, rx_malformed, "ARP: not Ethernet/IPv4");
+        }
         return;
     }
     op = lduw_be_p(a + 6);
@@ -312,8 +327,10 @@ static void qhca_arp_recv(QhcaRoce *r, const uint8_t *buf, size_t size)
     trace_qhca_roce_arp_rx(op, spa, tpa);
     /* The sender 0.0.0.0 is a probe (RFC 5227): not answered, not forged. */
     if (qhca_mac_forged(s, a + 8) || (spa && qhca_ipv4_forged(s, spa))) {
-        QHCA_RX_DROP(s, rx_forged, "ARP: the sender is the port's own"
-                     " address or MAC, or no one host");
+        if (answer) {
+            QHCA_RX_DROP(s, rx_forged, "ARP: the sender is the port's own"
+                         " address or MAC, or no one host");
+        }
         return;
     }
     s->port.arp_rx++;
@@ -322,7 +339,9 @@ static void qhca_arp_recv(QhcaRoce *r, const uint8_t *buf, size_t size)
     }
     if (op == 1) {
         /* Answered; the asker is not learnt (see the top of this file). */
-        qhca_arp_send(r, 2, tpa, a + 8, spa);
+        if (answer) {
+            qhca_arp_send(r, 2, tpa, a + 8, spa);
+        }
         return;
     }
     n = qhca_neigh_find(r, spa);
@@ -441,7 +460,7 @@ static ssize_t qhca_roce_receive(NetClientState *nc, const uint8_t *buf,
     const uint8_t *mac = s->conf.macaddr.a;
     QhcaPkt *pkt;
     uint16_t type;
-    bool to_us;
+    bool to_us, eth, wanted;
 
     if (!r || r->discard || !qhca_ready(s)) {
         return size;
@@ -452,9 +471,18 @@ static ssize_t qhca_roce_receive(NetClientState *nc, const uint8_t *buf,
     }
     type = lduw_be_p(buf + 12);
     to_us = !memcmp(buf, mac, ETH_ALEN);
-    if (!(type == QHCA_ETH_P_ARP && (to_us || is_broadcast_ether_addr(buf))) &&
-        !(type == QHCA_ETH_P_IPV6 && is_multicast_ether_addr(buf)) &&
-        !(to_us && (type == QHCA_ETH_P_IPV4 || type == QHCA_ETH_P_IPV6))) {
+    eth = qhca_eth_active(s);
+    if (eth) {
+        /* An Ethernet port's filter: its MAC, broadcast, every group. */
+        wanted = to_us || is_multicast_ether_addr(buf);
+    } else {
+        wanted = (type == QHCA_ETH_P_ARP &&
+                  (to_us || is_broadcast_ether_addr(buf))) ||
+                 (type == QHCA_ETH_P_IPV6 && is_multicast_ether_addr(buf)) ||
+                 (to_us &&
+                  (type == QHCA_ETH_P_IPV4 || type == QHCA_ETH_P_IPV6));
+    }
+    if (!wanted) {
         /* The segment's other traffic: not counted, as a NIC's filter. */
         return size;
     }
@@ -463,8 +491,16 @@ static ssize_t qhca_roce_receive(NetClientState *nc, const uint8_t *buf,
                      " a group's or none");
         return size;
     }
+    if (eth && (!to_us || !qhca_eth_is_roce(s, buf, size))) {
+        /* Not RoCEv2 for the port: the Ethernet QP's. */
+        if (type == QHCA_ETH_P_ARP) {
+            qhca_arp_recv(r, buf, size, false);
+        }
+        qhca_eth_rx(s, buf, size);
+        return size;
+    }
     if (type == QHCA_ETH_P_ARP) {
-        qhca_arp_recv(r, buf, size);
+        qhca_arp_recv(r, buf, size, true);
         return size;
     }
     if (type == QHCA_ETH_P_IPV6 && (!to_us ||
@@ -508,12 +544,12 @@ bool qhca_roce_poll(QhcaRoce *r, unsigned *budget)
     if (was_full && g_queue_get_length(&r->rx) < QHCA_ROCE_RX_MAX) {
         qemu_flush_queued_packets(qemu_get_queue(r->s->nic));
     }
-    return !g_queue_is_empty(&r->rx);
+    return qhca_eth_poll(r->s, budget) || !g_queue_is_empty(&r->rx);
 }
 
 bool qhca_roce_pending(QhcaRoce *r)
 {
-    return !g_queue_is_empty(&r->rx);
+    return !g_queue_is_empty(&r->rx) || qhca_eth_pending(r->s);
 }
 
 /*
@@ -538,6 +574,7 @@ void qhca_roce_reset(QhcaRoce *r)
     g_free(r->held);
     r->held = NULL;
     r->rng = r->s->loss_seed | 1;
+    qhca_eth_reset(r->s);
     if (r->s->nic) {
         r->discard = true;
         qemu_flush_queued_packets(qemu_get_queue(r->s->nic));
@@ -575,6 +612,7 @@ bool qhca_roce_realize(QhcaState *s, Error **errp)
                           object_get_typename(OBJECT(s)), dev->id,
                           &dev->mem_reentrancy_guard, s);
     qemu_format_nic_info_str(qemu_get_queue(s->nic), s->conf.macaddr.a);
+    qhca_eth_realize(s);
     return true;
 }
 
@@ -588,6 +626,7 @@ void qhca_roce_unrealize(QhcaState *s)
     qemu_del_nic(s->nic);
     s->nic = NULL;
     qhca_roce_reset(r);
+    qhca_eth_unrealize(s);
     timer_free(r->hold_timer);
     s->roce = NULL;
     g_free(r);

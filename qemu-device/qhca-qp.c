@@ -61,7 +61,11 @@ static uint32_t qhca_qpn_next(QhcaState *s, const QhcaQp *qp)
  * A QP of type QHCA_QPT_GSI is the port's QP1, the driver's (a kernel
  * context's only): a UD QP in every way (its type is QHCA_QPT_UD here) but
  * for its number, QHCA_GSI_QPN.  One at a time; it holds a slot as any QP
- * does, without using up one of its generations.
+ * does, without using up one of its generations.  A QP of type
+ * QHCA_QPT_ETH is the port's Ethernet QP (qhca-eth.c), also a kernel
+ * context's and one at a time, and only on a port with a netdev; its number
+ * is an ordinary one, which no packet reaches (qhca_rc_recv() and
+ * qhca_ud_recv() take RC and UD QPs only).
  */
 uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
                            uint64_t *data, QhcaPageList *pl)
@@ -86,13 +90,15 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     max_sge = le16_to_cpu(in.max_sge);
     npages = le32_to_cpu(in.npages);
     type = le32_to_cpu(in.type);
-    if (type != QHCA_QPT_RC && type != QHCA_QPT_UD && type != QHCA_QPT_GSI) {
+    if (type != QHCA_QPT_RC && type != QHCA_QPT_UD && type != QHCA_QPT_GSI &&
+        (type != QHCA_QPT_ETH || !s->nic)) {
         return QHCA_CMD_BAD_PARAM;
     }
     if (!qhca_uar_valid(s, uar)) {
         return QHCA_CMD_BAD_RESOURCE;
     }
-    if (type == QHCA_QPT_GSI && !qhca_uar_kernel(s, uar)) {
+    if ((type == QHCA_QPT_GSI || type == QHCA_QPT_ETH) &&
+        !qhca_uar_kernel(s, uar)) {
         return QHCA_CMD_BAD_PARAM;
     }
     pd = qhca_pd_lookup(s, pdn);
@@ -121,7 +127,8 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     if (npages != DIV_ROUND_UP(rq_off + rq_bytes, QHCA_PAGE_SIZE)) {
         return QHCA_CMD_BAD_PARAM;
     }
-    if (type == QHCA_QPT_GSI && s->gsi_qp) {
+    if ((type == QHCA_QPT_GSI && s->gsi_qp) ||
+        (type == QHCA_QPT_ETH && s->eth_qp)) {
         return QHCA_CMD_NO_RESOURCES;
     }
     /* Round-robin, so that a QPN's index comes back as late as possible. */
@@ -150,6 +157,8 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     qp->type = type == QHCA_QPT_GSI ? QHCA_QPT_UD : type;
     if (type == QHCA_QPT_GSI) {
         s->gsi_qp = qp;
+    } else if (type == QHCA_QPT_ETH) {
+        s->eth_qp = qp;
     }
     qp->max_inline = max_inline;
     qp->max_sge = max_sge;
@@ -174,6 +183,7 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     s->num_qp++;
     data[0] = qp->qpn;
     trace_qhca_obj(type == QHCA_QPT_GSI ? "gsi qp" :
+                   type == QHCA_QPT_ETH ? "eth qp" :
                    type == QHCA_QPT_UD ? "ud qp" : "qp", "create", uar,
                    qp->qpn);
     return QHCA_CMD_OK;
@@ -192,6 +202,10 @@ void qhca_qp_free(QhcaState *s, QhcaQp *qp)
     if (qp == s->gsi_qp) {
         /* QHCA_GSI_QPN names nothing until the next GSI QP. */
         s->gsi_qp = NULL;
+    }
+    if (qp == s->eth_qp) {
+        /* The port answers for its addresses again. */
+        s->eth_qp = NULL;
     }
     s->num_qp--;
 }
@@ -225,7 +239,7 @@ uint8_t qhca_cmd_destroy_qp(QhcaState *s, const struct qhca_cmd *cmd)
 /*
  * The QP state machine: for each (current, next) transition, the attributes
  * it requires and the ones it also accepts (IBA 11.2.4.2, reduced to what
- * qhca_qp_attr carries), for RC and for UD QPs.  Without
+ * qhca_qp_attr carries), for RC, UD and Ethernet QPs.  Without
  * QHCA_QP_ATTR_STATE a modify is the transition from the current state to
  * itself.
  */
@@ -250,6 +264,18 @@ static const QhcaQpTrans *qhca_qp_trans(uint8_t type, uint8_t cur,
             .optional = QHCA_QP_ATTR_QKEY,
         },
         [QHCA_QPS_RTS][QHCA_QPS_RTS] = { .optional = QHCA_QP_ATTR_QKEY },
+    };
+    /*
+     * UD's transitions without attributes: QHCA_QP_ATTR_STATE, which every
+     * mask may have, only marks the valid ones.
+     */
+    static const QhcaQpTrans eth[QHCA_QPS_NR][QHCA_QPS_NR] = {
+        [QHCA_QPS_RESET][QHCA_QPS_INIT] = { .optional = QHCA_QP_ATTR_STATE },
+        [QHCA_QPS_INIT][QHCA_QPS_INIT] = { .optional = QHCA_QP_ATTR_STATE },
+        [QHCA_QPS_INIT][QHCA_QPS_RTR] = { .optional = QHCA_QP_ATTR_STATE },
+        [QHCA_QPS_RTR][QHCA_QPS_RTR] = { .optional = QHCA_QP_ATTR_STATE },
+        [QHCA_QPS_RTR][QHCA_QPS_RTS] = { .optional = QHCA_QP_ATTR_STATE },
+        [QHCA_QPS_RTS][QHCA_QPS_RTS] = { .optional = QHCA_QP_ATTR_STATE },
     };
     static const QhcaQpTrans rc[QHCA_QPS_NR][QHCA_QPS_NR] = {
         [QHCA_QPS_RESET][QHCA_QPS_INIT] = {
@@ -287,7 +313,8 @@ static const QhcaQpTrans *qhca_qp_trans(uint8_t type, uint8_t cur,
     if (cur >= QHCA_QPS_NR || next >= QHCA_QPS_NR) {
         return NULL;
     }
-    t = type == QHCA_QPT_UD ? &ud[cur][next] : &rc[cur][next];
+    t = type == QHCA_QPT_UD ? &ud[cur][next] :
+        type == QHCA_QPT_ETH ? &eth[cur][next] : &rc[cur][next];
     /* Every valid transition has a non-zero entry (RC RESET->INIT above). */
     if (!t->required && !t->optional) {
         return NULL;
@@ -370,6 +397,11 @@ uint8_t qhca_cmd_modify_qp(QhcaState *s, const struct qhca_cmd *cmd)
         (access & ~QHCA_ACCESS_REMOTE) ||
         dest_qpn > QHCA_DB_QN_MASK || rq_psn > 0xffffff ||
         sq_psn > 0xffffff) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+
+    if (qp->type == QHCA_QPT_ETH && mask != QHCA_QP_ATTR_STATE) {
+        /* The Ethernet QP has no attribute but its state. */
         return QHCA_CMD_BAD_PARAM;
     }
 

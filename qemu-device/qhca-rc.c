@@ -474,8 +474,8 @@ static bool qhca_qp_turn(QhcaState *s, QhcaQp *qp, unsigned *budget)
 {
     if (qp->req_timer_fired) {
         qp->req_timer_fired = false;
-        if (qp->type == QHCA_QPT_UD) {
-            /* A page fault's event found the EQ full: raise it again. */
+        if (qp->type != QHCA_QPT_RC) {
+            /* UD: a page fault's event found the EQ full: raise it again. */
             qp->req_wait = false;
         } else if (qp->state == QHCA_QPS_RTS) {
             qhca_req_timeout(s, qp);
@@ -486,6 +486,10 @@ static bool qhca_qp_turn(QhcaState *s, QhcaQp *qp, unsigned *budget)
     }
     if (qp->type == QHCA_QPT_UD) {
         return qp->state == QHCA_QPS_RTS && qhca_ud_run(s, qp, budget);
+    }
+    if (qp->type == QHCA_QPT_ETH) {
+        /* Its receive side is the port's (qhca_eth_poll()). */
+        return qp->state == QHCA_QPS_RTS && qhca_eth_run(s, qp, budget);
     }
     if (qp->resp_fault_ack) {
         qhca_resp_resume_ack(s, qp);

@@ -158,6 +158,9 @@ void qhca_resp_resume_ack(QhcaState *s, QhcaQp *qp);
 /* qhca-ud.c */
 bool qhca_ud_run(QhcaState *s, QhcaQp *qp, unsigned *budget);
 
+/* qhca-eth.c */
+bool qhca_eth_run(QhcaState *s, QhcaQp *qp, unsigned *budget);
+
 /* qhca-mw.c */
 uint8_t qhca_mw_bind(QhcaState *s, QhcaQp *qp, const struct qhca_wqe_bind *b,
                      const char **why);

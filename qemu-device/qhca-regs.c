@@ -23,9 +23,9 @@ static uint32_t qhca_regs_value(QhcaState *s, hwaddr addr, bool *known)
     case QHCA_REG_ABI_VERSION:
         return QHCA_ABI_VERSION;
     case QHCA_REG_CAPS_LO:
-        return extract64(QHCA_CAPS, 0, 32);
+        return extract64(qhca_caps(s), 0, 32);
     case QHCA_REG_CAPS_HI:
-        return extract64(QHCA_CAPS, 32, 32);
+        return extract64(qhca_caps(s), 32, 32);
     case QHCA_REG_NUM_UARS:
         return s->num_uars;
     case QHCA_REG_CMDQ_MAX_LOG:

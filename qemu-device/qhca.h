@@ -512,6 +512,7 @@ struct QhcaQp {
 
 typedef struct QhcaWire QhcaWire;
 typedef struct QhcaRoce QhcaRoce;
+typedef struct QhcaEth QhcaEth;
 
 struct QhcaState {
     PCIDevice parent_obj;
@@ -555,6 +556,7 @@ struct QhcaState {
     QhcaCq *cq;
     QhcaQp *qp;
     QhcaQp *gsi_qp;             /* the GSI QP (QHCA_GSI_QPN), or NULL */
+    QhcaQp *eth_qp;             /* the Ethernet QP (QHCA_QPT_ETH), or NULL */
     uint32_t num_ctx;
     uint32_t num_pd;
     uint32_t num_mr;
@@ -631,7 +633,17 @@ struct QhcaState {
     struct qhca_port_counters port; /* host order */
     NICState *nic;
     QhcaRoce *roce;
+    QhcaEth *eth;               /* the Ethernet function (qhca-eth.c), if any */
 };
+
+/*
+ * The capability bits (CAPS registers, QUERY_DEVICE): the Ethernet function
+ * comes with a netdev.
+ */
+static inline uint64_t qhca_caps(const QhcaState *s)
+{
+    return QHCA_CAPS | (s->nic ? QHCA_CAP_ETH : 0);
+}
 
 /* Counters saturate rather than wrap. */
 static inline void qhca_count(uint32_t *counter)
@@ -783,6 +795,16 @@ bool qhca_port_post_load(QhcaState *s);
 /* qhca-net.c: the port on a QEMU netdev */
 bool qhca_roce_realize(QhcaState *s, Error **errp);
 void qhca_roce_unrealize(QhcaState *s);
+
+/* qhca-eth.c: the Ethernet function of a port on a netdev */
+void qhca_eth_realize(QhcaState *s);
+void qhca_eth_unrealize(QhcaState *s);
+void qhca_eth_reset(QhcaState *s);
+bool qhca_eth_active(const QhcaState *s);
+bool qhca_eth_is_roce(const QhcaState *s, const uint8_t *buf, size_t size);
+void qhca_eth_rx(QhcaState *s, const uint8_t *buf, size_t size);
+bool qhca_eth_poll(QhcaState *s, unsigned *budget);
+bool qhca_eth_pending(const QhcaState *s);
 
 /* qhca-odp.c: on-demand paging */
 uint8_t qhca_cmd_odp(QhcaState *s, const struct qhca_cmd *cmd);

@@ -35,6 +35,10 @@ qhca_net_up() {
 		ip -br link >&2
 		return 1
 	fi
+	# The NIC and qhca's port are two interfaces of this guest on one segment: each answers ARP
+	# only for its own addresses and asks from them, as a host with two NICs on one LAN must.
+	echo 1 >/proc/sys/net/ipv4/conf/all/arp_ignore && echo 2 >/proc/sys/net/ipv4/conf/all/arp_announce ||
+		return 1
 	ip link set dev "$ifc" mtu "${QHCA_NET_MTU:-1500}" || return 1
 	ip addr flush dev "$ifc"
 	ip addr add "$want/24" dev "$ifc" || return 1

@@ -257,6 +257,49 @@ splitnet_pair() {
 	rm -f "$src" "$dst" "$log"
 }
 
+# The Ethernet function: the qhca netdevs of the two guests carry IP as any NICs do (the route
+# to the peer's qhca address is theirs): ping at MTU 1500, then at MTU 9000 a ping of 8972 bytes
+# that must not be fragmented, and a TCP stream (socat; the receiver compares its sha256 with
+# the file's, the same on both guests); the interface's own counters (ip -s link) count it.
+eth_pair() {
+	local name=pair_eth_ping_tcp peer=10.7.0.1$((3 - node)) src=/tmp/eth-pair.src
+	local dst=/tmp/eth-pair.dst ok=1 rx0 rx1
+	seq 1 2000000 >"$src"
+	rm -f "$dst"
+	rx0=$(cat "/sys/class/net/$qnet/statistics/rx_bytes")
+	{
+		ping -c 3 -W 5 -I "$qnet" "$peer" || ok=0
+		ip link set "$qnet" mtu 9000 || ok=0
+		barrier=$((barrier + 1))
+		qhca_net_barrier "$barrier" >/dev/null || echo "(the peer did not meet after the MTU)"
+		ping -c 2 -W 5 -M do -s 8972 -I "$qnet" "$peer" || ok=0
+		if [ "$node" = 1 ]; then
+			timeout 180 socat -u TCP-LISTEN:7640,bind="$qhca_ip",reuseaddr \
+				"OPEN:$dst,creat,trunc" || ok=0
+			[ "$(sha256sum <"$src")" = "$(sha256sum <"$dst" 2>/dev/null)" ] ||
+				{ echo "the stream's bytes differ"; ok=0; }
+		else
+			timeout 180 socat -u "OPEN:$src" \
+				"TCP:$peer:7640,bind=$qhca_ip,retry=100,interval=0.2" || ok=0
+		fi
+		rx1=$(cat "/sys/class/net/$qnet/statistics/rx_bytes")
+		# Node 1 received the stream, node 2 its acknowledgements (and both the pings).
+		if [ "$node" = 1 ] && [ $((rx1 - rx0)) -lt "$(stat -c %s "$src")" ]; then
+			echo "$qnet received $((rx1 - rx0)) bytes, less than the stream"
+			ok=0
+		elif [ $((rx1 - rx0)) -lt 20000 ]; then
+			echo "$qnet received $((rx1 - rx0)) bytes"
+			ok=0
+		fi
+		ip -s link show "$qnet"
+	} >"$out" 2>&1
+	barrier=$((barrier + 1))
+	qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet after $name)"
+	sed 's/^/    /' "$out"
+	if [ "$ok" = 1 ]; then ok "$name"; else bad "$name" "$(tail -n 3 "$out" | tr '\n' ' ')"; fi
+	rm -f "$src" "$dst"
+}
+
 # NVMe over RDMA across the guests: node 1 runs the kernel's target (nvmet-rdma) exporting a
 # 64 MiB file on tmpfs, node 2 the kernel's host (nvme-rdma) through nvme-cli.
 nvme_nqn=nqn.2026-11.io.qhca:pair
@@ -461,6 +504,7 @@ if [ "$mode" = tests ]; then
 		"-d $qdev -R -s 64 -n 200 -u $qpt -p 18843" "-d $qdev -R -s 64 -n 200 -u $qpt -p 18843 $q1"
 	splitnet_pair
 	nvme_pair
+	eth_pair
 	qhca_kernel_log_case pair_kernel_log_clean
 	"$bin/qhca-info" | grep -E 'tx_frames|rx_frames|rx_bad_icrc|rx_malformed|rx_not_ours' | sed 's/^ */    /'
 	echo "pair-suite: $pass passed, $fail failed"

@@ -5,7 +5,8 @@
 //!
 //! What a kernel consumer may have: PDs (with a physical region as local DMA key, which the
 //! core asks for through `get_dma_mr`), CQs of up to `max_cqe` entries on completion vector 0,
-//! RC and UD QPs and the port's GSI QP (QP1, for the MAD layer and the CM), AHs, and
+//! RC and UD QPs, the port's GSI QP (QP1, for the MAD layer and the CM) and its Ethernet QP (a
+//! raw packet QP, for the driver's own net_device), AHs, and
 //! fast-registration regions (`alloc_mr`, `map_mr_sg`, `IB_WR_REG_MR`, invalidated by
 //! `IB_WR_LOCAL_INV` or the peer's `SEND_WITH_INV`) when the device has `QHCA_CAP_FAST_REG`.
 //! Not yet: SRQs, memory windows.
@@ -123,7 +124,8 @@ pub(super) fn create_cq(
     }
 }
 
-/// A kernel QP: RC, UD, or the port's GSI QP (QP1).
+/// A kernel QP: RC, UD, the port's GSI QP (QP1), or its Ethernet QP (`IB_QPT_RAW_PACKET`,
+/// the driver's own Ethernet function's: `qhca_eth.c`).
 pub(super) fn create_qp(
     pd: &QhcaPd,
     ev: rdma::QpEvents,
@@ -135,9 +137,11 @@ pub(super) fn create_qp(
         bindings::ib_qp_type_IB_QPT_RC => (uapi::QHCA_QPT_RC, false),
         bindings::ib_qp_type_IB_QPT_UD => (uapi::QHCA_QPT_UD, true),
         bindings::ib_qp_type_IB_QPT_GSI => (uapi::QHCA_QPT_GSI, true),
+        bindings::ib_qp_type_IB_QPT_RAW_PACKET => (uapi::QHCA_QPT_ETH, false),
         _ => return Err(EOPNOTSUPP),
     };
-    if init.create_flags != 0 || (datagram && init.port_num > PORT) {
+    let eth = type_ == uapi::QHCA_QPT_ETH;
+    if init.create_flags != 0 || ((datagram || eth) && init.port_num > PORT) {
         return Err(EOPNOTSUPP);
     }
     let (Some(scq), Some(rcq)) = (send_cq.kernel_cq(), recv_cq.kernel_cq()) else {
@@ -145,6 +149,9 @@ pub(super) fn create_qp(
     };
     let ctx = &pd.ctx;
     let attr = ctx.dev.attr()?;
+    if eth && attr.caps & u64::from(uapi::QHCA_CAP_ETH) == 0 {
+        return Err(EOPNOTSUPP);
+    }
     let shape = Shape::for_cap(&init.cap, datagram, attr.max_qp_wr)?;
     if u32::from(shape.max_sge) > attr.max_sge || u32::from(shape.max_inline) > attr.max_inline {
         return Err(EINVAL);
@@ -177,6 +184,7 @@ pub(super) fn create_qp(
         uar,
         qpn,
         datagram,
+        eth,
         signal_all,
         shape,
         core_qp,

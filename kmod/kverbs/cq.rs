@@ -191,6 +191,12 @@ impl KCq {
                 wflags |= bindings::ib_wc_flags_IB_WC_WITH_INVALIDATE;
                 wc.ex.invalidate_rkey = imm;
             }
+            if flags & uapi::QHCA_CQE_CSUM != 0 {
+                // The Ethernet QP's frame sum, for its one consumer, the driver's own
+                // Ethernet function (`qhca_eth.c`).
+                wflags |= bindings::ib_wc_flags_IB_WC_WITH_IMM;
+                wc.ex.imm_data = imm;
+            }
             if flags & uapi::QHCA_CQE_WITH_GRH != 0 {
                 wflags |= bindings::ib_wc_flags_IB_WC_GRH;
             }

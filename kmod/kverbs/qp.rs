@@ -147,6 +147,8 @@ pub(crate) struct KQp {
     uar: u32,
     qpn: u32,
     datagram: bool,
+    /// The port's Ethernet QP: SENDs of one frame each, checksum offload.
+    eth: bool,
     signal_all: bool,
     shape: Shape,
     /// The core's QP, for the completions the CQ reports (`ib_wc.qp`).
@@ -196,6 +198,7 @@ impl KQp {
         uar: u32,
         qpn: u32,
         datagram: bool,
+        eth: bool,
         signal_all: bool,
         shape: Shape,
         core_qp: *mut bindings::ib_qp,
@@ -207,6 +210,7 @@ impl KQp {
                 uar,
                 qpn,
                 datagram,
+                eth,
                 signal_all,
                 shape,
                 core_qp,
@@ -279,6 +283,7 @@ impl KQp {
         }
         let opcode = match wr.opcode {
             bindings::ib_wr_opcode_IB_WR_SEND => uapi::QHCA_WR_SEND,
+            _ if self.eth => return Err(EINVAL),
             bindings::ib_wr_opcode_IB_WR_SEND_WITH_IMM => uapi::QHCA_WR_SEND_WITH_IMM,
             _ if self.datagram => return Err(EINVAL),
             bindings::ib_wr_opcode_IB_WR_RDMA_WRITE => uapi::QHCA_WR_RDMA_WRITE,
@@ -326,6 +331,11 @@ impl KQp {
         }
         if inline {
             flags |= uapi::QHCA_WQE_INLINE;
+        }
+        // An Ethernet frame's checksum: `imm` says where (`qhca_eth.c`).
+        let csum = self.eth && wr.flags & bindings::ib_send_flags_IB_SEND_IP_CSUM as u32 != 0;
+        if csum {
+            flags |= uapi::QHCA_WQE_CSUM;
         }
         if matches!(wr.kind, WrKind::Ud { .. }) != self.datagram {
             return Err(EINVAL);
@@ -396,7 +406,8 @@ impl KQp {
             r.write8(wr.sges.len() as u8, base + wqe::NUM_SGE);
         }
         r.write64(wr.wr_id, base + wqe::WR_ID);
-        r.write32(wr.imm, base + wqe::IMM);
+        let imm = if self.eth && !csum { 0 } else { wr.imm };
+        r.write32(imm, base + wqe::IMM);
         r.write8(flags as u8, base + wqe::FLAGS);
         r.write8(opcode as u8, base + wqe::OPCODE);
         sq.pi = sq.pi.wrapping_add(1);

@@ -48,7 +48,7 @@ impl Verbs<'_> {
         if !self.ctx.kernel
             || !matches!(
                 a.type_,
-                uapi::QHCA_QPT_RC | uapi::QHCA_QPT_UD | uapi::QHCA_QPT_GSI
+                uapi::QHCA_QPT_RC | uapi::QHCA_QPT_UD | uapi::QHCA_QPT_GSI | uapi::QHCA_QPT_ETH
             )
         {
             return Err(EINVAL);

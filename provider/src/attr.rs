@@ -363,8 +363,8 @@ mod tests {
         assert_eq!(cap_names(CAP_UD | 8), ["MW", "UD"]);
         assert_eq!(CAP_UD, 1 << 4);
         assert_eq!(
-            cap_names(CAP_UAR_ISOLATION | (1 << 8) | (1 << 63)),
-            ["UAR_ISOLATION", "BIT8", "BIT63"]
+            cap_names(CAP_UAR_ISOLATION | (1 << 9) | (1 << 63)),
+            ["UAR_ISOLATION", "BIT9", "BIT63"]
         );
     }
 }

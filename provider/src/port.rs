@@ -155,6 +155,12 @@ pub struct PortCounters {
     /// one of its addresses) or from no one host (an unspecified, loopback, multicast or
     /// broadcast source): loopback traffic never reaches the wire, so they are forged.
     pub rx_forged: u64,
+    /// Frames the port's Ethernet QP (the driver's net_device) sent.
+    pub eth_tx_frames: u64,
+    /// Frames delivered to it.
+    pub eth_rx_frames: u64,
+    /// Frames for it that found no receive buffer, or one too small.
+    pub eth_rx_dropped: u64,
 }
 
 impl PortCounters {
@@ -177,11 +183,14 @@ impl PortCounters {
             test_duplicated: c.test_duplicated,
             test_reordered: c.test_reordered,
             rx_forged: c.rx_forged,
+            eth_tx_frames: c.eth_tx_frames,
+            eth_rx_frames: c.eth_rx_frames,
+            eth_rx_dropped: c.eth_rx_dropped,
         }
     }
 
     /// Every counter with its name, in the ABI's order (for tools that list them).
-    pub fn named(&self) -> [(&'static str, u64); 16] {
+    pub fn named(&self) -> [(&'static str, u64); 19] {
         [
             ("tx_frames", self.tx_frames),
             ("tx_bytes", self.tx_bytes),
@@ -199,6 +208,9 @@ impl PortCounters {
             ("test_duplicated", self.test_duplicated),
             ("test_reordered", self.test_reordered),
             ("rx_forged", self.rx_forged),
+            ("eth_tx_frames", self.eth_tx_frames),
+            ("eth_rx_frames", self.eth_rx_frames),
+            ("eth_rx_dropped", self.eth_rx_dropped),
         ]
     }
 }

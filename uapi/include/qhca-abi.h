@@ -144,6 +144,7 @@ typedef unsigned long long __u64;
 #define QHCA_CAP_PORT           (1ull << 5) /* a port with a GID table, address vectors on RC QPs: see "The port" */
 #define QHCA_CAP_KERNEL         (1ull << 6) /* the driver's own context: physical regions, the GSI QP: see "Kernel verbs" */
 #define QHCA_CAP_FAST_REG       (1ull << 7) /* the kernel context's fast-registration regions: see "Fast registration" */
+#define QHCA_CAP_ETH            (1ull << 8) /* the port's Ethernet QP: see "The Ethernet function" */
 
 /* Queue sizing limits. */
 #define QHCA_QUEUE_MIN_LOG      1
@@ -432,6 +433,7 @@ enum qhca_wc_opcode {
 #define QHCA_CQE_WITH_IMM       (1u << 0) /* struct qhca_cqe.flags: imm_data is valid */
 #define QHCA_CQE_WITH_INV       (1u << 1) /* a SEND_WITH_INV invalidated the key in imm_data */
 #define QHCA_CQE_WITH_GRH       (1u << 2) /* UD: a struct qhca_grh starts the receive buffer */
+#define QHCA_CQE_CSUM           (1u << 3) /* Ethernet QP receive: imm_data is the frame's sum */
 
 /* 32 bytes. */
 struct qhca_cqe {
@@ -501,6 +503,7 @@ enum qhca_wr_opcode {
 #define QHCA_WQE_INLINE         (1u << 2) /* data is inline at QHCA_WQE_DATA_OFFSET */
 #define QHCA_WQE_FENCE          (1u << 3)
 #define QHCA_WQE_AV             (1u << 4) /* UD, kernel contexts: the address vector is in the WQE */
+#define QHCA_WQE_CSUM           (1u << 5) /* Ethernet QP: checksum offload, imm_data says where */
 
 struct qhca_wqe_ctrl {
 	__u64 wr_id;
@@ -577,6 +580,7 @@ enum qhca_qp_type {
 	QHCA_QPT_RC  = 0, /* reliable connected */
 	QHCA_QPT_UD  = 1, /* unreliable datagram */
 	QHCA_QPT_GSI = 2, /* the port's QP1: a UD QP of a kernel context; see "Kernel verbs" */
+	QHCA_QPT_ETH = 3, /* the port's Ethernet QP, a kernel context's; see "The Ethernet function" */
 };
 
 /* QHCA_CMD_CREATE_QP input, overlaying qhca_cmd.in[]. */
@@ -986,7 +990,10 @@ struct qhca_port_counters {
 	__u64 test_duplicated;
 	__u64 test_reordered;
 	__u64 rx_forged;         /* frames (ARP too) from the port's own MAC or addresses, or from no one host */
-	__u64 rsvd[4];
+	__u64 eth_tx_frames;     /* frames the Ethernet QP sent (with QHCA_CAP_ETH) */
+	__u64 eth_rx_frames;     /* frames delivered to the Ethernet QP */
+	__u64 eth_rx_dropped;    /* frames for the Ethernet QP that found no receive WQE, or one too small */
+	__u64 rsvd[1];
 };
 
 /* QHCA_CMD_QUERY_PORT output. */
@@ -1000,6 +1007,63 @@ struct qhca_port_attr {
 	struct qhca_port_counters counters;
 	struct qhca_gid_entry gids[QHCA_GID_TABLE_LEN];
 };
+
+/* ------------------------------------------------------------------------ */
+/* The Ethernet function (QHCA_CAP_ETH: a port on a netdev, kernel verbs).  */
+/*                                                                          */
+/* The port is an Ethernet port, as a RoCE NIC's is: a frame that is not    */
+/* RoCEv2 for the port goes to the port's Ethernet QP, and what that QP     */
+/* sends leaves on the wire as it is.  The Ethernet QP is CREATE_QP type    */
+/* QHCA_QPT_ETH in the kernel context (anywhere else: QHCA_CMD_BAD_PARAM),  */
+/* one per device (a second: QHCA_CMD_NO_RESOURCES), with an ordinary QPN   */
+/* that no packet can name.  Its states are RESET, INIT, RTR, RTS and ERR,  */
+/* reached as a UD QP's are, but MODIFY_QP takes no attribute but the state */
+/* (any other bit of the mask: QHCA_CMD_BAD_PARAM).                         */
+/*                                                                          */
+/* Receive (RTR, RTS).  The port takes a frame for the Ethernet QP when its */
+/* destination is the port's MAC, broadcast or a multicast group, its       */
+/* source is not forged (see "The port": the port's own MAC, a group's, or  */
+/* zero), and it is not RoCEv2 for the port (UDP to port 4791 of an address */
+/* of the GID table, IPv4 or IPv6: those go to the RDMA engine as before).  */
+/* The frame takes the next receive WQE, from its Ethernet header on (no    */
+/* FCS), and completes with QHCA_WC_RECV, byte_len the frame's length and   */
+/* QHCA_CQE_CSUM: imm_data is the 16-bit ones'-complement sum of the bytes  */
+/* after the first QHCA_ETH_HLEN (big-endian 16-bit words, an odd last byte */
+/* padded with a zero; folded, not complemented), as Linux's                */
+/* CHECKSUM_COMPLETE wants it.  A frame with no receive WQE, or one whose   */
+/* buffers are too small, one longer than QHCA_ETH_FRAME_MAX, or one that   */
+/* finds 256 frames waiting for the QP already, is dropped                  */
+/* (eth_rx_dropped); nothing waits, and RoCEv2 never waits behind them.  A  */
+/* receive WQE the device cannot use (a bad key or SGE) completes in error  */
+/* and the QP goes to ERR, as a UD QP's.                                    */
+/*                                                                          */
+/* Addresses.  While the Ethernet QP is in RTR or RTS the guest's stack     */
+/* owns the port's addresses: the port answers no ARP request and no        */
+/* neighbour solicitation (they reach the QP, as every ARP and ND frame     */
+/* does).  It still resolves the MACs of its RoCEv2 peers itself, with ARP  */
+/* requests from the GID's address, and learns only from the answers to    */
+/* them, which the QP receives too.  Otherwise the port answers for its     */
+/* GIDs as "The port" says.                                                 */
+/*                                                                          */
+/* Send (RTS).  A send WQE is QHCA_WR_SEND with QHCA_WQE_SIGNALED,          */
+/* QHCA_WQE_INLINE, QHCA_WQE_FENCE and QHCA_WQE_CSUM allowed; its data,     */
+/* gathered or inline, is one frame from its Ethernet header on, without    */
+/* FCS, QHCA_ETH_HLEN to QHCA_ETH_FRAME_MAX bytes, whose source MAC is the  */
+/* port's.  With QHCA_WQE_CSUM, imm_data is csum_start | csum_offset << 16, */
+/* as Linux's CHECKSUM_PARTIAL: the device sums the frame's bytes from      */
+/* csum_start (at least QHCA_ETH_HLEN) to its end, as above, and stores the */
+/* complement of the sum, big-endian, at csum_start + csum_offset (its two  */
+/* bytes within the frame); a complement of 0 is stored as 0xffff, as UDP   */
+/* wants it.  Without the flag imm_data is ignored.  The frame goes out on */
+/* the wire (never back to the port itself), eth_tx_frames counts it, and a */
+/* CQE QHCA_WC_SEND follows if asked for.  Any other WQE, or a frame that   */
+/* breaks a rule, completes with QHCA_WC_LOC_LEN_ERR (its length) or        */
+/* QHCA_WC_LOC_QP_OP_ERR, nothing sent, and the QP goes to ERR.            */
+/* ------------------------------------------------------------------------ */
+
+#define QHCA_ETH_HLEN           14
+#define QHCA_ETH_MTU_MAX        9000
+#define QHCA_ETH_FRAME_MAX      (QHCA_ETH_MTU_MAX + QHCA_ETH_HLEN + 4) /* with one VLAN tag */
 
 /* ------------------------------------------------------------------------ */
 /* On-demand paging (ODP).                                                  */

@@ -64,6 +64,7 @@ pub const QHCA_CAP_UD: u32 = 16;
 pub const QHCA_CAP_PORT: u32 = 32;
 pub const QHCA_CAP_KERNEL: u32 = 64;
 pub const QHCA_CAP_FAST_REG: u32 = 128;
+pub const QHCA_CAP_ETH: u32 = 256;
 pub const QHCA_QUEUE_MIN_LOG: u32 = 1;
 pub const QHCA_QUEUE_MAX_LOG: u32 = 12;
 pub const QHCA_EQE_OWNER: u32 = 1;
@@ -96,6 +97,7 @@ pub const QHCA_CQ_MAX_LOG: u32 = 16;
 pub const QHCA_CQE_WITH_IMM: u32 = 1;
 pub const QHCA_CQE_WITH_INV: u32 = 2;
 pub const QHCA_CQE_WITH_GRH: u32 = 4;
+pub const QHCA_CQE_CSUM: u32 = 8;
 pub const QHCA_CQE_OWNER: u32 = 1;
 pub const QHCA_SQ_MIN_STRIDE_LOG: u32 = 7;
 pub const QHCA_SQ_MAX_STRIDE_LOG: u32 = 11;
@@ -108,6 +110,7 @@ pub const QHCA_WQE_SOLICITED: u32 = 2;
 pub const QHCA_WQE_INLINE: u32 = 4;
 pub const QHCA_WQE_FENCE: u32 = 8;
 pub const QHCA_WQE_AV: u32 = 16;
+pub const QHCA_WQE_CSUM: u32 = 32;
 pub const QHCA_QPN_INDEX_BITS: u32 = 10;
 pub const QHCA_QP_ATTR_STATE: u32 = 1;
 pub const QHCA_QP_ATTR_ACCESS: u32 = 2;
@@ -141,6 +144,9 @@ pub const QHCA_GID_TABLE_LEN: u32 = 16;
 pub const QHCA_GID_VALID: u32 = 1;
 pub const QHCA_GID_V4_PREFIX_HI: u32 = 0;
 pub const QHCA_GID_V4_PREFIX_LO: u64 = 281470681743360;
+pub const QHCA_ETH_HLEN: u32 = 14;
+pub const QHCA_ETH_MTU_MAX: u32 = 9000;
+pub const QHCA_ETH_FRAME_MAX: u32 = 9018;
 pub const QHCA_ODP_IMPLICIT_LENGTH: u64 = 144115188075855872;
 pub const QHCA_ODP_PRESENT: u32 = 1;
 pub const QHCA_ODP_WRITABLE: u32 = 2;
@@ -405,6 +411,7 @@ pub type qhca_qp_state = core::ffi::c_uint;
 pub const QHCA_QPT_RC: qhca_qp_type = 0;
 pub const QHCA_QPT_UD: qhca_qp_type = 1;
 pub const QHCA_QPT_GSI: qhca_qp_type = 2;
+pub const QHCA_QPT_ETH: qhca_qp_type = 3;
 pub type qhca_qp_type = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -540,7 +547,10 @@ pub struct qhca_port_counters {
     pub test_duplicated: __u64,
     pub test_reordered: __u64,
     pub rx_forged: __u64,
-    pub rsvd: [__u64; 4usize],
+    pub eth_tx_frames: __u64,
+    pub eth_rx_frames: __u64,
+    pub eth_rx_dropped: __u64,
+    pub rsvd: [__u64; 1usize],
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]

@@ -56,6 +56,8 @@ pub const CAP_PORT: u64 = QHCA_CAP_PORT as u64;
 pub const CAP_KERNEL: u64 = QHCA_CAP_KERNEL as u64;
 /// [`QHCA_CAP_FAST_REG`] as a bit of the 64-bit `caps` field.
 pub const CAP_FAST_REG: u64 = QHCA_CAP_FAST_REG as u64;
+/// [`QHCA_CAP_ETH`] as a bit of the 64-bit `caps` field.
+pub const CAP_ETH: u64 = QHCA_CAP_ETH as u64;
 
 /// Every capability bit this ABI version defines, with its name (the `QHCA_CAP_` suffix).
 pub const CAP_NAMES: &[(u64, &str)] = &[
@@ -67,6 +69,7 @@ pub const CAP_NAMES: &[(u64, &str)] = &[
     (CAP_PORT, "PORT"),
     (CAP_KERNEL, "KERNEL"),
     (CAP_FAST_REG, "FAST_REG"),
+    (CAP_ETH, "ETH"),
 ];
 
 /// The capability bits this ABI version knows about.

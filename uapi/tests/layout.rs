@@ -353,7 +353,10 @@ fn every_struct_and_field() {
         test_duplicated @ 104,
         test_reordered @ 112,
         rx_forged @ 120,
-        rsvd @ 128,
+        eth_tx_frames @ 128,
+        eth_rx_frames @ 136,
+        eth_rx_dropped @ 144,
+        rsvd @ 152,
     });
     check_layout!(qhca_port_attr, size 560, align 8, {
         mac @ 0,
@@ -537,6 +540,7 @@ fn constants_the_other_layers_rely_on() {
     assert_eq!(CAP_PORT, 32);
     assert_eq!(CAP_KERNEL, 64);
     assert_eq!(CAP_FAST_REG, 128);
+    assert_eq!(CAP_ETH, 256);
     assert_eq!(
         CAP_KNOWN_MASK,
         CAP_UAR_ISOLATION
@@ -547,6 +551,7 @@ fn constants_the_other_layers_rely_on() {
             | CAP_PORT
             | CAP_KERNEL
             | CAP_FAST_REG
+            | CAP_ETH
     );
     assert_eq!(QHCA_MW_KEY_FLAG, 1 << 31);
     assert_eq!(QHCA_ODP_MAP_MAX, 512);

@@ -29,6 +29,8 @@ const _: () = {
     assert!(offset_of!(qhca_port_counters, tx_no_route) == 32);
     assert!(offset_of!(qhca_port_counters, test_reordered) == 112);
     assert!(offset_of!(qhca_port_counters, rx_forged) == 120);
+    assert!(offset_of!(qhca_port_counters, eth_tx_frames) == 128);
+    assert!(offset_of!(qhca_port_counters, eth_rx_dropped) == 144);
     assert!(offset_of!(qhca_gid_entry, flags) == 16);
     assert!(offset_of!(qhca_gid_entry, prefix_len) == 17);
     assert!(size_of::<qhca_cmd_set_gid>() == 40);
@@ -164,7 +166,10 @@ impl PortAttr {
             test_duplicated: w[13],
             test_reordered: w[14],
             rx_forged: w[15],
-            rsvd: w[16..20].try_into().unwrap(),
+            eth_tx_frames: w[16],
+            eth_rx_frames: w[17],
+            eth_rx_dropped: w[18],
+            rsvd: [w[19]],
         };
         let gids = core::array::from_fn(|i| {
             let o = 176 + GID_ENTRY_SIZE * i;

@@ -189,7 +189,7 @@ pub(super) fn ib_gids(t: &mut T, cfg: &Config) -> CaseResult {
 }
 
 /// The port's counters as `struct qhca_port_counters` has them, by the names the RDMA core shows.
-const COUNTERS: [&str; 16] = [
+const COUNTERS: [&str; 19] = [
     "tx_frames",
     "tx_bytes",
     "rx_frames",
@@ -206,9 +206,12 @@ const COUNTERS: [&str; 16] = [
     "test_duplicated",
     "test_reordered",
     "rx_forged",
+    "eth_tx_frames",
+    "eth_rx_frames",
+    "eth_rx_dropped",
 ];
 
-fn counter_values(c: &qhca::PortCounters) -> [u64; 16] {
+fn counter_values(c: &qhca::PortCounters) -> [u64; 19] {
     [
         c.tx_frames,
         c.tx_bytes,
@@ -226,6 +229,9 @@ fn counter_values(c: &qhca::PortCounters) -> [u64; 16] {
         c.test_duplicated,
         c.test_reordered,
         c.rx_forged,
+        c.eth_tx_frames,
+        c.eth_rx_frames,
+        c.eth_rx_dropped,
     ]
 }
 
