@@ -664,11 +664,11 @@ mod tests {
         // The counters come last, all of them.
         assert_eq!(
             lines.last(),
-            Some(&"                                rx_forged 4")
+            Some(&"                                eth_rx_dropped 0")
         );
         assert_eq!(
             text.matches("                                ").count(),
-            2 + 1 + 15
+            2 + 1 + 18
         );
         // A port that cannot be asked says why, in the same place.
         let text = render(&dev, &attr, Err("no PORT capability"));
