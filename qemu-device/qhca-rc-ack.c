@@ -53,6 +53,17 @@ void qhca_req_timeout(QhcaState *s, QhcaQp *qp)
     }
     qp->req_retry_left--;
     /*
+     * Slow restart: a responder that fell behind (a software one, or one
+     * whose CPU the host took) is not sent the whole window again at once,
+     * which it would have to work through as duplicates before anything
+     * new, past the next timeout and the next.  Until an ACK comes, only
+     * the oldest message goes out; from there the window grows back, fast
+     * up to half of what was in flight and slowly beyond.
+     */
+    qp->req_ssthresh = MAX((uint16_t)(qp->req_head - qp->sq.ci) / 2, 2);
+    qp->req_cwnd = 1;
+    qp->req_cwnd_acked = 0;
+    /*
      * Go back to the oldest message not complete, from its first packet not
      * acknowledged (a READ: its first response not in); whatever follows is
      * sent again, and the responder drops the duplicates.  Not to

@@ -58,6 +58,22 @@ void qhca_req_progress(QhcaQp *qp)
 }
 
 /*
+ * A message acknowledged: the slow restart's window opens by one, or by one
+ * per window's worth once past the threshold (qhca-rc-ack.c).
+ */
+static void qhca_req_cwnd_grow(QhcaQp *qp)
+{
+    if (qp->req_cwnd >= qp->req_window) {
+        return;
+    }
+    if (qp->req_cwnd < qp->req_ssthresh ||
+        ++qp->req_cwnd_acked >= qp->req_cwnd) {
+        qp->req_cwnd++;
+        qp->req_cwnd_acked = 0;
+    }
+}
+
+/*
  * The oldest message in flight (sq.ci) is done: its CQE if it is signaled or
  * failed (every earlier WQE is complete, so CQEs stay in SQ order), then the
  * window moves on.
@@ -80,6 +96,7 @@ void qhca_req_complete(QhcaState *s, QhcaQp *qp, uint8_t status)
         qp->req_send = qp->sq.ci;
         qp->req_next = 0;
     }
+    qhca_req_cwnd_grow(qp);
     qp->req_retry_left = qp->retry_cnt;
     qp->req_rnr_left = qp->rnr_retry;
     qp->req_rnr_naks = 0;
@@ -644,6 +661,11 @@ bool qhca_req_run(QhcaState *s, QhcaQp *qp, unsigned *budget)
         if (qp->req_send != qp->req_head) {
             QhcaReqSlot *sl = qhca_req_slot(qp, qp->req_send);
 
+            if ((uint16_t)(qp->req_send - qp->sq.ci) >= qp->req_cwnd) {
+                /* Slow restart: the next message waits for an ACK. */
+                return false;
+            }
+
             if (sl->status) {
                 /* A WQE that failed: nothing after it goes out. */
                 return false;
@@ -659,7 +681,7 @@ bool qhca_req_run(QhcaState *s, QhcaQp *qp, unsigned *budget)
             continue;
         }
         if (qp->req_head == qp->sq.pi ||
-            (uint16_t)(qp->req_head - qp->sq.ci) >= qp->req_window) {
+            (uint16_t)(qp->req_head - qp->sq.ci) >= qp->req_cwnd) {
             return false;
         }
         (*budget)--;

@@ -277,6 +277,8 @@ void qhca_engine_qp_reset(QhcaState *s, QhcaQp *qp)
         qp->req_window = MIN(1u << qp->sq.log, QHCA_REQ_WINDOW_MAX);
         qp->req_slots = g_new0(QhcaReqSlot, qp->req_window);
     }
+    qp->req_cwnd = qp->req_ssthresh = qp->req_window;
+    qp->req_cwnd_acked = 0;
     qhca_engine_unschedule(s, qp);
     qp->sq.pi = qp->sq.ci = 0;
     qp->rq.pi = qp->rq.ci = 0;

@@ -463,6 +463,15 @@ struct QhcaQp {
     uint8_t req_retry_left;
     uint8_t req_rnr_left;
     uint8_t req_rnr_naks;       /* RNR NAKs in a row for this WQE */
+    /*
+     * Slow restart after an ACK timeout (qhca-rc-ack.c): the messages from
+     * sq.ci that may have packets out, req_window while nothing timed out;
+     * one after a timeout, growing by one per message acknowledged up to
+     * req_ssthresh and then by one per req_cwnd of them.
+     */
+    uint32_t req_cwnd;
+    uint32_t req_ssthresh;
+    uint32_t req_cwnd_acked;    /* messages acknowledged towards the next */
     QEMUTimer *timer;           /* RNR backoff and local ACK timeout */
 
     /* Responder: the message being received. */

@@ -641,3 +641,69 @@ fn psns_in_flight_stay_within_the_window() {
     );
     assert!(p.scq.poll(&mut h).is_none());
 }
+
+/// After an ACK timeout the requester restarts slowly: only the oldest message goes out until
+/// an ACK moves the window. Four WRITEs go out and are lost (packets 1..4); the timeout
+/// resends the first one alone (packet 5) and the responder's ACK of it (packet 6) is lost
+/// too, so nothing else goes out and nothing completes before the next timeout. (A requester
+/// that sent the whole window again would have lost the second WRITE as packet 6 instead, been
+/// NAKed for it and completed all four at once.) The next timeout resends the first WRITE; its
+/// ACK opens the window again and all four complete, in order, with their bytes.
+#[test]
+fn an_ack_timeout_resends_the_oldest_message_alone() {
+    let params = ConnParams {
+        timeout: 12, // ~17 ms
+        ..Default::default()
+    };
+    let (mut h, mut p) = start(
+        "num-uars=8,x-wire-queued=on,x-wire-drop=0x2f",
+        &params,
+        &QpCaps::default(),
+    );
+    let (src, lkey) = p.buf(&mut h, 4096, 0, QHCA_ACCESS_LOCAL_WRITE);
+    let (dst, rkey) = p.buf(&mut h, 4096, 0, RW);
+    for i in 0..4u64 {
+        h.qt.memwrite(src + i * 64, &pattern(64, i as u8 + 0x10));
+        let b = SendWr {
+            wr_id: 0x90 + i,
+            opcode: QHCA_WR_RDMA_WRITE,
+            flags: QHCA_WQE_SIGNALED,
+            remote_addr: dst + i * 64,
+            rkey,
+            sges: vec![(src + i * 64, 64, lkey)],
+            ..Default::default()
+        }
+        .encode();
+        p.a.write_send_raw(&mut h, &b);
+    }
+    p.a.ring_sq(&mut h);
+    // The four go out and are lost; the timer runs out once (~17 ms), not twice.
+    h.settle();
+    h.qt.clock_step(16_000_000);
+    let got = drain(&mut h, &mut p.scq);
+    assert_eq!(got, vec![], "nothing is acknowledged yet");
+    let (_, b) = query_qp(&mut h, p.uar, p.b.qpn);
+    assert_eq!(b.rq_psn, PSN + 1, "only the first WRITE went out again");
+
+    let mut got = Vec::new();
+    h.poll(|h| {
+        while let Some(c) = p.scq.poll(h) {
+            got.push((c.wr_id, c.status as u32, c.wqe_index));
+        }
+        got.len() == 4
+    });
+    let want: Vec<_> = (0..4u16)
+        .map(|i| (0x90 + i as u64, QHCA_WC_SUCCESS, i))
+        .collect();
+    assert_eq!(got, want);
+    for i in 0..4u64 {
+        assert_eq!(
+            h.qt.memread(dst + i * 64, 64),
+            pattern(64, i as u8 + 0x10),
+            "WRITE {i}"
+        );
+    }
+    let (_, a) = query_qp(&mut h, p.uar, p.a.qpn);
+    assert_eq!(a.state, QHCA_QPS_RTS as u8);
+    assert!(take_events(&mut h).is_empty());
+}
