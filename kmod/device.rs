@@ -622,6 +622,28 @@ impl EqHost for QhcaDevice {
                 let owner = files.open.iter().find(|c| c.owns_qp(pf.qpn()));
                 self.odp.queue_fault(self, owner, pf);
             }
+            uapi::QHCA_EQE_PORT_CHANGE => {
+                // The device is not trusted: port 1 and a state we know, or nothing happens.
+                let (port, state) = (ev.data[0], ev.data[1]);
+                let active = match u32::try_from(state) {
+                    Ok(uapi::QHCA_PORT_ACTIVE) if port == 1 => true,
+                    Ok(uapi::QHCA_PORT_DOWN) if port == 1 => false,
+                    _ => {
+                        if self.warn.allow() {
+                            dev_warn!(self.dev(), "port {} changed to state {}?\n", port, state);
+                        }
+                        return;
+                    }
+                };
+                dev_info!(
+                    self.dev(),
+                    "port 1 link {}\n",
+                    if active { "up" } else { "down" }
+                );
+                if let Some(ib) = self.ib_events.as_ref() {
+                    ib.link_changed();
+                }
+            }
             kind => {
                 if self.warn.allow() {
                     dev_warn!(self.dev(), "unknown event type {}\n", kind);

@@ -31,6 +31,7 @@ extern "C" {
     ) -> *mut bindings::net_device;
     fn qhca_shim_netdev_attach(ndev: *mut bindings::net_device, ib: *mut bindings::ib_device);
     fn qhca_shim_netdev_detach(ndev: *mut bindings::net_device);
+    fn qhca_shim_netdev_link_changed(ndev: *mut bindings::net_device);
     fn qhca_shim_netdev_free(ndev: *mut bindings::net_device);
     fn qhca_shim_netdev_ipv4_prefix(ndev: *mut bindings::net_device, addr: u32) -> u8;
 }
@@ -96,6 +97,18 @@ impl Drop for Netdev {
         // SAFETY: Registered by `new`, unregistered and freed once, here.
         unsafe { qhca_shim_netdev_free(self.ndev.as_ptr()) };
     }
+}
+
+/// The port's link went up or down: the carrier of a running Ethernet function follows what
+/// the port says (read again from a work item). Any context.
+///
+/// # Safety
+///
+/// `ndev` is a [`Netdev`]'s `net_device`, and that `Netdev` is not dropped during the call.
+pub(crate) unsafe fn link_changed(ndev: *mut bindings::net_device) {
+    // SAFETY: The caller's contract: `ndev` is registered and allocated; the shim only queues
+    // its work item, which freeing the netdev cancels.
+    unsafe { qhca_shim_netdev_link_changed(ndev) }
 }
 
 /// The prefix length of IPv4 address `addr` on `ndev` (32 if it is not there).

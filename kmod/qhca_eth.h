@@ -53,6 +53,8 @@ struct qhca_eth {
 	struct qhca_eth_stats tx_stats;   /* written by NAPI only */
 	atomic64_t rx_refill_failed;      /* frames dropped for want of a buffer */
 	atomic64_t tx_refused;            /* frames the device would refuse */
+	/* The port's link changed: the carrier follows (qhca_netdev.c). */
+	struct work_struct link_work;
 };
 
 void qhca_eth_init(struct qhca_eth *e);

@@ -11,8 +11,8 @@
  * addresses, offloads checksums both ways and takes an MTU up to 9000.  Its
  * queues exist while it is up and the device is registered with the RDMA
  * core (qhca_shim_netdev_attach .. qhca_shim_netdev_detach).  Its carrier is
- * the port's state when it came up (the device raises no event when the
- * QEMU netdev's link changes).
+ * the port's state: read when it comes up, and again (link_work) whenever
+ * the device reports that the QEMU netdev's link changed.
  *
  * Without the Ethernet function (no QEMU netdev: a port that reaches only
  * its own GIDs) it carries nothing: every frame is dropped and counted and,
@@ -90,6 +90,28 @@ static const struct net_device_ops qhca_netdev_ops = {
 	.ndo_get_stats64 = qhca_netdev_get_stats64,
 };
 
+/*
+ * The port's link changed: the carrier follows what the port says now.  A
+ * work item, as the event comes from the event queue's thread, which the
+ * commands RTNL's holders wait for complete through: it must not wait for
+ * RTNL itself.  Under RTNL the carrier changes with the queues (start, stop)
+ * and never against them.
+ */
+static void qhca_netdev_link_work(struct work_struct *work)
+{
+	struct qhca_eth *e = container_of(work, struct qhca_eth, link_work);
+	struct ib_port_attr port;
+
+	rtnl_lock();
+	if (e->up && e->ib && !ib_query_port(e->ib, 1, &port)) {
+		if (port.state == IB_PORT_ACTIVE)
+			netif_carrier_on(e->ndev);
+		else
+			netif_carrier_off(e->ndev);
+	}
+	rtnl_unlock();
+}
+
 struct net_device *qhca_shim_netdev_new(struct device *parent, const u8 *mac,
 					bool eth, int *err)
 {
@@ -108,6 +130,7 @@ struct net_device *qhca_shim_netdev_new(struct device *parent, const u8 *mac,
 	e = netdev_priv(ndev);
 	e->ndev = ndev;
 	e->eth = eth;
+	INIT_WORK(&e->link_work, qhca_netdev_link_work);
 	SET_NETDEV_DEV(ndev, parent);
 	ndev->netdev_ops = &qhca_netdev_ops;
 	if (eth) {
@@ -160,10 +183,28 @@ void qhca_shim_netdev_detach(struct net_device *ndev)
 		qhca_eth_stop(e);
 	e->ib = NULL;
 	rtnl_unlock();
+	/* Outside RTNL, which it takes; queued again, it finds no device. */
+	cancel_work_sync(&e->link_work);
+}
+
+/*
+ * The port's link went up or down (QHCA_EQE_PORT_CHANGE): the carrier of a
+ * running Ethernet function follows.  Any context, from the netdev's
+ * creation until its free.
+ */
+void qhca_shim_netdev_link_changed(struct net_device *ndev)
+{
+	struct qhca_eth *e = netdev_priv(ndev);
+
+	if (e->eth)
+		schedule_work(&e->link_work);
 }
 
 void qhca_shim_netdev_free(struct net_device *ndev)
 {
+	struct qhca_eth *e = netdev_priv(ndev);
+
+	cancel_work_sync(&e->link_work);
 	unregister_netdev(ndev);
 	free_netdev(ndev);
 }

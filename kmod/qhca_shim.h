@@ -79,6 +79,7 @@ int qhca_shim_rdma_mmap_io(struct ib_ucontext *ucontext, struct vm_area_struct *
 struct net_device *qhca_shim_netdev_new(struct device *parent, const u8 *mac, bool eth, int *err);
 void qhca_shim_netdev_attach(struct net_device *ndev, struct ib_device *ib);
 void qhca_shim_netdev_detach(struct net_device *ndev);
+void qhca_shim_netdev_link_changed(struct net_device *ndev);
 void qhca_shim_netdev_free(struct net_device *ndev);
 u8 qhca_shim_netdev_ipv4_prefix(struct net_device *ndev, __be32 addr);
 

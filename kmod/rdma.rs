@@ -307,13 +307,16 @@ pub(crate) struct Registration<'bound, T: Driver> {
 #[pin_data]
 struct EventGate {
     ib: *mut bindings::ib_device,
+    /// The port's netdev (the registration's, dropped after it is unregistered), or null.
+    ndev: *mut bindings::net_device,
     /// True while registered; cleared, under the lock, before unregistering.
     #[pin]
     open: Mutex<bool>,
 }
 
-// SAFETY: `ib` is only dereferenced (by the core, in `ib_dispatch_event`) under `open`'s lock
-// while `open` is true, that is while the device is registered and allocated.
+// SAFETY: `ib` is only dereferenced (by the core, in `ib_dispatch_event`) and `ndev` only passed
+// to the netdev's shim under `open`'s lock while `open` is true, that is while the device is
+// registered and allocated and the registration (which owns the netdev) not dropped.
 unsafe impl Send for EventGate {}
 // SAFETY: As above.
 unsafe impl Sync for EventGate {}
@@ -338,6 +341,20 @@ impl Events {
         // SAFETY: Registered (checked under the lock, which unregistering takes first), so `ib`
         // is a live, registered device; `ev` lives across the call.
         unsafe { bindings::ib_dispatch_event(&ev) };
+    }
+
+    /// The port's link went up or down (`QHCA_EQE_PORT_CHANGE`): the netdev's carrier follows
+    /// (from a work item that reads the port again), and the core turns the carrier's change
+    /// into `IB_EVENT_PORT_ACTIVE` or `IB_EVENT_PORT_ERR` for every user context, kernel client
+    /// and rdma_cm (`ib_dispatch_port_state_event`, once per change), as for any RoCE device
+    /// bound to a netdev: raising them here too would say everything twice. May sleep.
+    pub(crate) fn link_changed(&self) {
+        let open = self.0.open.lock();
+        if *open && !self.0.ndev.is_null() {
+            // SAFETY: Open (checked under the lock, which unregistering takes before the
+            // registration and its netdev can go), so the netdev is alive.
+            unsafe { crate::netdev::link_changed(self.0.ndev) };
+        }
     }
 }
 
@@ -378,9 +395,13 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         // SAFETY: `dev` points to a fresh allocation large and aligned enough for `IbDevice<T>`;
         // `data` is written once, before anything may read it.
         unsafe { (&raw mut (*dev.as_ptr()).data).write(data) };
+        let ndev = netdev
+            .as_ref()
+            .map_or(core::ptr::null_mut(), Netdev::as_raw);
         let gate = Arc::pin_init(
             pin_init!(EventGate {
                 ib,
+                ndev,
                 open <- new_mutex!(false),
             }),
             GFP_KERNEL,

@@ -82,6 +82,7 @@ struct QhcaRoce {
     QhcaFrame *held;            /* x-loss-reorder: the frame held back */
     QEMUTimer *hold_timer;
     bool discard;               /* a reset empties the netdev's queue */
+    bool link_down;             /* the link as last announced */
     uint8_t frame[QHCA_FRAME_MAX];
 };
 
@@ -582,11 +583,30 @@ void qhca_roce_reset(QhcaRoce *r)
     }
 }
 
+/*
+ * The netdev's link went up or down (set_link; QEMU drops the frames either
+ * way while it is down): the driver hears of it, as of a cable.
+ */
+static void qhca_roce_link_changed(NetClientState *nc)
+{
+    QhcaState *s = qemu_get_nic_opaque(nc);
+
+    /* set_link calls this whether or not the link changed. */
+    if (!s->roce || s->roce->link_down == nc->link_down) {
+        return;
+    }
+    s->roce->link_down = nc->link_down;
+    trace_qhca_port_link(!nc->link_down);
+    qhca_eq_event(s, QHCA_EQE_PORT_CHANGE, 1,
+                  nc->link_down ? QHCA_PORT_DOWN : QHCA_PORT_ACTIVE);
+}
+
 static NetClientInfo qhca_net_info = {
     .type = NET_CLIENT_DRIVER_NIC,
     .size = sizeof(NICState),
     .can_receive = qhca_roce_can_receive,
     .receive = qhca_roce_receive,
+    .link_status_changed = qhca_roce_link_changed,
 };
 
 /* realize: with a netdev, the port becomes a RoCEv2 port on it. */
@@ -612,6 +632,7 @@ bool qhca_roce_realize(QhcaState *s, Error **errp)
                           object_get_typename(OBJECT(s)), dev->id,
                           &dev->mem_reentrancy_guard, s);
     qemu_format_nic_info_str(qemu_get_queue(s->nic), s->conf.macaddr.a);
+    r->link_down = qemu_get_queue(s->nic)->link_down;
     qhca_eth_realize(s);
     return true;
 }

@@ -7,7 +7,8 @@
 #   4. the RoCEv2 wire in one more VM (qhca-vmtest --wire): Linux's rxe on a virtio-net NIC and
 #      three qhca ports on one Ethernet segment, the second losing, duplicating and reordering 1 %
 #      of its frames each, the third (rxe's lossy peer: tests/vm/src/wire.rs says why) losing and
-#      duplicating only; then the capture of the first port's frames, checked from outside
+#      duplicating only; the first port's netdev carrying IP, and its link pulled out and put
+#      back from the host (vm.sh --link-control); then the capture of its frames, checked from outside
 #      with tshark and an ICRC of our own (scripts/check-capture.py),
 #   5. rdma-core's own test suite (run_tests.py, built by scripts/build-rdma-core.sh) on qhca and
 #      on rxe in one guest, both counts printed; on qhca every test passes or skips but those
@@ -151,7 +152,7 @@ vm_suite vm 900
 vm_suite vm-iommu 900 --iommu
 # The wire: MACs as vm.sh gives them for node 1 (NIC 52:54:00:12:34:01, qhca0's port ...:35:01).
 pcap=/tmp/qhca-vm/wire.pcap
-vm_suite vm-wire 900 --nic --qhca-port --dump "$pcap" \
+vm_suite vm-wire 900 --nic --qhca-port --dump "$pcap" --link-control \
 	--qhca2 x-loss-drop=10,x-loss-dup=10,x-loss-reorder=10,x-loss-seed=7 \
 	--qhca3 x-loss-drop=10,x-loss-dup=10,x-loss-seed=7 -- --wire
 stage capture python3 "$QHCA_ROOT/scripts/check-capture.py" "$pcap" 52:54:00:12:35:01 52:54:00:12:34:01

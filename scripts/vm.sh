@@ -3,7 +3,8 @@
 #
 #   scripts/vm.sh [--uars N] [--iommu] [--append KERNEL_ARGS]
 #                 [--link LOCALPORT:REMOTEPORT | --nic] [--node N | --mac MAC]
-#                 [--qhca-port] [--qhca2 PROPS] [--qhca3 PROPS] [--dump FILE] [--] COMMAND...
+#                 [--qhca-port] [--qhca2 PROPS] [--qhca3 PROPS] [--dump FILE] [--link-control]
+#                 [--] COMMAND...
 #
 # The guest sees the host's root filesystem (read-only) and this repository; /tmp/qhca-vm is
 # shared read-write for results. Needs KDIR and QEMU in the environment (scripts/build-all.sh sets
@@ -29,7 +30,11 @@
 # ones; "-" for none); it is qhca1. --qhca3 PROPS (with --qhca2) adds a third, MAC
 # 52:54:00:12:37:NN, qhca2. --dump FILE (with --qhca-port) records every frame the
 # first HCA's port sends or receives in FILE (pcap; QEMU's filter-dump), the second's in FILE.2,
-# the third's in FILE.3. QHCA_LINK_RCVBUF sets the UDP socket's receive buffer (default 4 MiB; 0:
+# the third's in FILE.3. --link-control (with --qhca-port) lets the guest pull the cable out: a
+# virtio-serial port named qhca.link (QHCA_LINK_CONTROL=qhca.link in its environment) takes
+# "set_link NAME on|off" and answers "ok" or "error: ..." once QEMU's set_link has run
+# (scripts/qmp-link.py serves it through QMP); NAME "qhcaport" is the first HCA's port,
+# "qhcaport2" and "qhcaport3" the others'. QHCA_LINK_RCVBUF sets the UDP socket's receive buffer (default 4 MiB; 0:
 # the host's default; see link_rcvbuf below).
 #
 # --timeout S kills the guest (QEMU included) after S seconds: vm.sh then says so and exits 124.
@@ -39,12 +44,12 @@
 # times out, vm.sh prints the last 40 lines of it, so that a boot that hangs can be read.
 source "$(dirname "$0")/lib.sh"
 
-usage="usage: scripts/vm.sh [--timeout S] [--console FILE] [--uars N] [--iommu] [--append KERNEL_ARGS] [--link LOCALPORT:REMOTEPORT | --nic] [--node N | --mac MAC] [--qhca-port] [--qhca2 PROPS] [--qhca3 PROPS] [--dump FILE] [--] COMMAND..."
+usage="usage: scripts/vm.sh [--timeout S] [--console FILE] [--uars N] [--iommu] [--append KERNEL_ARGS] [--link LOCALPORT:REMOTEPORT | --nic] [--node N | --mac MAC] [--qhca-port] [--qhca2 PROPS] [--qhca3 PROPS] [--dump FILE] [--link-control] [--] COMMAND..."
 timeout="" console=""
 uars=24
 append=()
 iommu=""
-link="" nic="" node="" mac="" qhca_port="" qhca2="" qhca3="" dump=""
+link="" nic="" node="" mac="" qhca_port="" qhca2="" qhca3="" dump="" link_control=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--timeout) timeout=$2; shift 2 ;;
@@ -60,6 +65,7 @@ while [ $# -gt 0 ]; do
 	--qhca2) qhca2=$2; shift 2 ;;
 	--qhca3) qhca3=$2; shift 2 ;;
 	--dump) dump=$2; shift 2 ;;
+	--link-control) link_control=1; shift ;;
 	--) shift; break ;;
 	*) break ;;
 	esac
@@ -70,8 +76,8 @@ done
 if [ -z "$nic" ] && [ -n "$node$mac$qhca_port" ]; then
 	die "--node, --mac and --qhca-port need --link or --nic"
 fi
-if [ -z "$qhca_port" ] && [ -n "$qhca2$dump" ]; then
-	die "--qhca2 and --dump need --qhca-port"
+if [ -z "$qhca_port" ] && [ -n "$qhca2$dump$link_control" ]; then
+	die "--qhca2, --dump and --link-control need --qhca-port"
 fi
 [ -z "$qhca3" ] || [ -n "$qhca2" ] || die "--qhca3 needs --qhca2"
 if [ -z "${KDIR:-}" ] || [ -z "${QEMU:-}" ]; then
@@ -183,11 +189,21 @@ if [ -n "$nic" ]; then
 		link_rcvbuf "$lport" "${QHCA_LINK_RCVBUF:-4194304}" &
 	fi
 fi
+if [ -n "$link_control" ]; then
+	ctl=$(mktemp -d /tmp/qhca-link.XXXXXX)
+	net+=" -qmp unix:$ctl/qmp,server=on,wait=off"
+	net+=" -chardev socket,id=qhcalinkc,path=$ctl/port,server=on,wait=off"
+	net+=" -device virtio-serial-pci,id=qhcalinks"
+	net+=" -device virtserialport,bus=qhcalinks.0,chardev=qhcalinkc,name=qhca.link"
+	genv+="QHCA_LINK_CONTROL=qhca.link "
+	# It ends when QEMU closes its sockets.
+	"$QHCA_ROOT/scripts/qmp-link.py" "$ctl/qmp" "$ctl/port" &
+fi
 vng=(vng --run "$KDIR/arch/x86/boot/bzImage" "${kvm[@]}" --disable-microvm "${append[@]}"
 	--qemu "$QEMU" --cpus 2 --memory 2G --rwdir /tmp/qhca-vm
 	--qemu-opts="-L /usr/share/qemu -L /usr/share/seabios $net $dev ${QHCA_QEMU_OPTS:-}"
 	--exec "${genv}QHCA_EXPECT_NUM_UARS=$uars $cmd")
-[ -n "$timeout$console" ] || exec "${vng[@]}"
+[ -n "$timeout$console$link_control" ] || exec "${vng[@]}"
 
 # Under a time limit and/or with the console kept. timeout(1) runs the guest in a process group of
 # its own and signals all of it (vng and QEMU); a guest that ignores SIGTERM is killed 10 s later.
@@ -200,6 +216,7 @@ if [ -n "$console" ]; then
 else
 	"${limit[@]}" "${vng[@]}" || rc=$?
 fi
+[ -z "$link_control" ] || rm -rf "$ctl"
 if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
 	echo "qhca: the guest ran for more than $timeout s and was killed" >&2
 	rc=124

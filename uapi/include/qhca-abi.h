@@ -232,6 +232,12 @@ enum qhca_eqe_type {
 	QHCA_EQE_QP_ERR   = 0x03, /* data[0] = qpn, data[1] = uar: QP entered ERR on its own */
 	QHCA_EQE_CQ_ERR   = 0x04, /* data[0] = cqn, data[1] = uar: CQ overrun or bad ring access */
 	QHCA_EQE_PAGE_FAULT = 0x05, /* struct qhca_eqe_page_fault */
+	/*
+	 * data[0] = port (1), data[1] = enum qhca_port_state: the link of the
+	 * port's netdev went up or down (QUERY_PORT says the same from then on).
+	 * One per change, in order; none while the device is not READY.
+	 */
+	QHCA_EQE_PORT_CHANGE = 0x06,
 };
 
 /* 32 bytes. */

@@ -221,6 +221,7 @@ pub const QHCA_EQE_CQ_COMP: qhca_eqe_type = 2;
 pub const QHCA_EQE_QP_ERR: qhca_eqe_type = 3;
 pub const QHCA_EQE_CQ_ERR: qhca_eqe_type = 4;
 pub const QHCA_EQE_PAGE_FAULT: qhca_eqe_type = 5;
+pub const QHCA_EQE_PORT_CHANGE: qhca_eqe_type = 6;
 pub type qhca_eqe_type = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]

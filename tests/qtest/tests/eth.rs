@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use qhca_qtest::abi::*;
 use qhca_qtest::hca::{status_name, OUT_RAM};
 use qhca_qtest::port::*;
+use qhca_qtest::qmp::{socket_path, Qmp};
 use qhca_qtest::roce::*;
 use qhca_qtest::roce6::neighbour_solicitation;
 use qhca_qtest::ud::*;
@@ -253,10 +254,17 @@ struct W {
 }
 
 fn world() -> W {
+    world_with(&[])
+}
+
+/// [`world`], with more QEMU arguments.
+fn world_with(extra: &[&str]) -> W {
     let peer = Peer::new();
     let netdev = peer.netdev("n0");
     let props = format!("num-uars=8,netdev=n0,mac={}", mac_str(DEV_MAC));
-    let mut h = Hca::start_with(&props, &["-netdev", &netdev]);
+    let mut args = vec!["-netdev", netdev.as_str()];
+    args.extend_from_slice(extra);
+    let mut h = Hca::start_with(&props, &args);
     h.bring_up(5, 6);
     add_ipv4(&mut h, 1, DEV_IP);
     let mut k = Kernel::new(&mut h, Mem::default());
@@ -1174,4 +1182,63 @@ fn a_reset_takes_the_qp_and_zeroes_its_counters() {
     let mut k = Kernel::new(&mut w.h, Mem::default());
     let (st, _) = k.create(&mut w.h, ETH);
     assert_eq!(st, QHCA_CMD_OK, "a new Ethernet QP after the reset");
+}
+
+/// The link: QMP's `set_link` takes the netdev's link down and up again. Each change raises
+/// one `QHCA_EQE_PORT_CHANGE` (port 1, the new state), and QUERY_PORT says the same; while the
+/// link is down a frame the Ethernet QP sends completes and goes nowhere, and a frame from the
+/// wire reaches no receive WQE; once it is up both flow again. Setting the link to what it
+/// already is raises nothing.
+#[test]
+fn the_link_going_down_and_up_raises_port_change_events() {
+    let qmp_path = socket_path("qmp");
+    let qmp_arg = format!("unix:{},server=on,wait=off", qmp_path.display());
+    let mut w = world_with(&["-qmp", &qmp_arg]);
+    let mut qmp = Qmp::connect(&qmp_path);
+    let qp = w.qp;
+    activate(&mut w.h, &qp, true);
+    assert_eq!(query_port(&mut w.h).state, QHCA_PORT_ACTIVE as u8);
+    // set_link, then the one event it raises and the port's state.
+    let set_link = |w: &mut W, qmp: &mut Qmp, up: bool| {
+        qmp.ok(&format!(
+            r#"{{"execute":"set_link","arguments":{{"name":"n0","up":{up}}}}}"#
+        ));
+        let state = if up { QHCA_PORT_ACTIVE } else { QHCA_PORT_DOWN };
+        assert_eq!(
+            event_keys(&take_events(&mut w.h)),
+            [(QHCA_EQE_PORT_CHANGE, 1, state as u64)],
+            "one event: port 1 up {up}"
+        );
+        assert_eq!(query_port(&mut w.h).state, state as u8);
+    };
+
+    set_link(&mut w, &mut qmp, false);
+    qmp.ok(r#"{"execute":"set_link","arguments":{"name":"n0","up":false}}"#);
+    assert_eq!(
+        event_keys(&take_events(&mut w.h)),
+        [],
+        "no change, no event"
+    );
+    let before = counter_words(&mut w.h);
+    post_frame(&mut w, 1, 0, 0, &to_peer(&pattern(200, 1)));
+    expect_send_cqe(&mut w, 1);
+    expect_nothing(&w, "a frame sent while the link is down");
+    let buf = post_rx(&mut w, 2, 2048);
+    w.peer.send(&from_peer(&pattern(100, 2)));
+    no_cqe(&mut w.h, &mut w.k.rcq);
+    let c = counter_words(&mut w.h);
+    assert_eq!(
+        (c[ETH_TX], c[ETH_RX], c[ETH_DROP]),
+        (before[ETH_TX], before[ETH_RX], before[ETH_DROP]),
+        "nothing counted while the link is down: {c:?}"
+    );
+
+    set_link(&mut w, &mut qmp, true);
+    let f = to_peer(&pattern(300, 3));
+    post_frame(&mut w, 3, 0, 0, &f);
+    assert_eq!(expect_frame(&w, "a frame sent once the link is up"), f);
+    expect_send_cqe(&mut w, 3);
+    let g = from_peer(&pattern(120, 4));
+    w.peer.send(&g);
+    expect_received(&mut w, 2, buf, &g, "a frame received once the link is up");
 }

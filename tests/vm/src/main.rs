@@ -39,6 +39,7 @@ mod sys;
 mod system;
 mod verbs;
 mod wire;
+mod wire_eth;
 
 use std::process::ExitCode;
 

@@ -25,7 +25,8 @@
 //! rxe's server and rxe as the client of qhca's. Both sides run the Debian programs as they are:
 //! libibverbs loads rxe's provider and qhca's installed one.
 //!
-//! Last, the Ethernet function: qhca0's netdev carries IP to and from the NIC as any NIC would.
+//! Last, the Ethernet function (`wire_eth.rs`): qhca0's netdev carries IP to and from the NIC as
+//! any NIC would, and follows its port's link when the host takes it down and up again.
 //!
 //! Each qhca port's netdev (whose addresses are the port's GIDs) lives in a network namespace of
 //! its own (`qhca-wire-N`), as each would on a host of its own: were qhca's addresses local to
@@ -51,7 +52,7 @@ pub fn cases() -> Vec<Case<Config>> {
     macro_rules! cases {
         ($($name:ident),* $(,)?) => { vec![$(Case { name: stringify!($name), run: $name }),*] };
     }
-    cases![
+    let mut v = cases![
         wire_segment_up,
         wire_arp_and_hostile_datagrams,
         wire_rc_every_opcode_qhca_rxe,
@@ -66,12 +67,13 @@ pub fn cases() -> Vec<Case<Config>> {
         wire_perftest_read_bw,
         wire_perftest_send_bw,
         wire_perftest_send_lat_ud,
-        wire_eth_ping_tcp,
-    ]
+    ];
+    v.extend(crate::wire_eth::cases());
+    v
 }
 
 const NIC_IP: Ipv4Addr = Ipv4Addr::new(10, 7, 0, 1);
-const QHCA_IP: Ipv4Addr = Ipv4Addr::new(10, 7, 0, 2);
+pub(crate) const QHCA_IP: Ipv4Addr = Ipv4Addr::new(10, 7, 0, 2);
 const LOSSY_IP: Ipv4Addr = Ipv4Addr::new(10, 7, 0, 3);
 const RXE_LOSSY_IP: Ipv4Addr = Ipv4Addr::new(10, 7, 0, 4);
 const PREFIX: u8 = 24;
@@ -80,30 +82,30 @@ const ROCE_PORT: u16 = 4791;
 
 /// One end of a connection: a verbs device and the GID index of its IPv4 address.
 #[derive(Clone)]
-struct End {
-    dev: String,
-    gidx: u32,
+pub(crate) struct End {
+    pub(crate) dev: String,
+    pub(crate) gidx: u32,
 }
 
 /// The segment, once set up.
 #[derive(Clone)]
-struct Segment {
+pub(crate) struct Segment {
     ifname: String,
     rxe: End,
-    qhca: End,
+    pub(crate) qhca: End,
     lossy: End,
     /// rxe's lossy peer (no reordering).
     rxe_lossy: End,
-    qhca_path: PathBuf,
+    pub(crate) qhca_path: PathBuf,
     lossy_path: PathBuf,
     rxe_lossy_path: PathBuf,
-    qhca_mac: String,
+    pub(crate) qhca_mac: String,
 }
 
 static SEGMENT: Mutex<Option<Segment>> = Mutex::new(None);
 
 /// The segment, set up by the first case that needs it (again if that failed).
-fn segment() -> Result<Segment, Fail> {
+pub(crate) fn segment() -> Result<Segment, Fail> {
     let mut g = SEGMENT.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(s) = g.as_ref() {
         return Ok(s.clone());
@@ -241,7 +243,7 @@ fn set_up() -> Result<Segment, Fail> {
     })
 }
 
-fn port_of(path: &Path) -> Result<PortAttr, Fail> {
+pub(crate) fn port_of(path: &Path) -> Result<PortAttr, Fail> {
     Ok(Context::open(path)?.query_port()?)
 }
 
@@ -571,7 +573,7 @@ fn wire_perftest_send_lat_ud(t: &mut T, _cfg: &Config) -> CaseResult {
 }
 
 /// `ip netns exec ns PROG ARGS..`, which must succeed; its standard output.
-fn in_ns(ns: &str, prog: &str, args: &[&str]) -> Result<String, Fail> {
+pub(crate) fn in_ns(ns: &str, prog: &str, args: &[&str]) -> Result<String, Fail> {
     let mut a = vec!["netns", "exec", ns, prog];
     a.extend_from_slice(args);
     let out = sh("ip", &a)?;
@@ -579,109 +581,4 @@ fn in_ns(ns: &str, prog: &str, args: &[&str]) -> Result<String, Fail> {
         bail!("ip {}: {}", a.join(" "), system::describe(&out));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// The Ethernet function: qhca0's netdev, in its namespace, carries IP to and from the NIC as a
-/// NIC does (it answers ARP for its address itself, and the device's Ethernet QP takes every
-/// frame that is not RoCEv2 for it). From here over the NIC: three pings; with both interfaces
-/// at MTU 9000, pings of 8972 bytes that may not be fragmented; a TCP stream of 8 MB into a
-/// listener in qhca0's namespace (socat), its bytes compared. The netdev's counters (`ip -s
-/// link`) and the port's Ethernet counters count the traffic.
-fn wire_eth_ping_tcp(t: &mut T, _cfg: &Config) -> CaseResult {
-    let s = segment()?;
-    let ns = "qhca-wire-1";
-    let links = in_ns(ns, "ip", &["-o", "link", "show"])?;
-    let Some(ndev) = links
-        .lines()
-        .find(|l| l.contains(&s.qhca_mac))
-        .and_then(|l| l.split(": ").nth(1))
-        .map(|n| n.split('@').next().unwrap_or(n).to_string())
-    else {
-        bail!("no interface with MAC {} in {ns}: {links}", s.qhca_mac);
-    };
-    let stat = |name: &str| -> Result<u64, Fail> {
-        let path = format!("/sys/class/net/{ndev}/statistics/{name}");
-        let v = in_ns(ns, "cat", &[&path])?;
-        v.trim()
-            .parse()
-            .map_err(|e| Fail::new(file!(), line!(), format!("{path}: {v:?}: {e}")))
-    };
-    let before = port_of(&s.qhca_path)?.counters;
-    let (rx0, tx0) = (stat("rx_bytes")?, stat("tx_packets")?);
-    let ip = QHCA_IP.to_string();
-    let out = sh("ping", &["-c", "3", "-W", "5", &ip])?;
-    check!(
-        t,
-        out.status.success(),
-        "ping {ip}: {}",
-        system::describe(&out)
-    );
-    in_ns(ns, "ip", &["link", "set", &ndev, "mtu", "9000"])?;
-    let out = sh(
-        "ping",
-        &["-c", "2", "-W", "5", "-M", "do", "-s", "8972", &ip],
-    )?;
-    check!(
-        t,
-        out.status.success(),
-        "ping of 8972 bytes at MTU 9000: {}",
-        system::describe(&out)
-    );
-
-    let (src, dst) = ("/tmp/wire-eth.src", "/tmp/wire-eth.dst");
-    let data: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
-    std::fs::write(src, &data)?;
-    let _ = std::fs::remove_file(dst);
-    let listen = format!("TCP-LISTEN:7650,bind={ip},reuseaddr");
-    let sink = format!("OPEN:{dst},creat,trunc");
-    let Some(socat) = system::find_tool("socat") else {
-        bail!("socat not found");
-    };
-    let Some(ipt) = system::find_tool("ip") else {
-        bail!("ip not found");
-    };
-    let mut server = Command::new(ipt)
-        .args(["netns", "exec", ns])
-        .arg(&socat)
-        .args(["-u", &listen, &sink])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let to = format!("TCP:{ip}:7650,retry=100,interval=0.2");
-    let out = sh("socat", &["-u", &format!("OPEN:{src}"), &to])?;
-    let sent = out.status.success();
-    let done = system::wait_for(Duration::from_secs(60), || {
-        matches!(server.try_wait(), Ok(Some(_)))
-    });
-    if !done {
-        let _ = server.kill();
-    }
-    let _ = server.wait();
-    check!(t, sent, "socat to {ip}: {}", system::describe(&out));
-    let got = std::fs::read(dst).unwrap_or_default();
-    check!(
-        t,
-        got == data,
-        "the listener got {} bytes, not the {} sent (or other ones)",
-        got.len(),
-        data.len()
-    );
-    let _ = std::fs::remove_file(src);
-    let _ = std::fs::remove_file(dst);
-
-    let (rx1, tx1) = (stat("rx_bytes")?, stat("tx_packets")?);
-    check!(
-        t,
-        rx1 - rx0 >= data.len() as u64 && tx1 > tx0 + 5,
-        "{ndev}: rx_bytes {rx0} -> {rx1}, tx_packets {tx0} -> {tx1}"
-    );
-    let after = port_of(&s.qhca_path)?.counters;
-    check!(
-        t,
-        after.eth_rx_frames > before.eth_rx_frames + 5
-            && after.eth_tx_frames > before.eth_tx_frames + 5,
-        "the port's Ethernet counters: before {before:?}, after {after:?}"
-    );
-    Ok(())
 }
