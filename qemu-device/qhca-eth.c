@@ -179,19 +179,6 @@ void qhca_eth_rx(QhcaState *s, const uint8_t *buf, size_t size)
 /* ------------------------------------------------------------------------ */
 /* receive                                                                  */
 
-/* The receive WQE at rq.ci cannot be used: it completes so, QP to ERR. */
-static void qhca_eth_bad_rwqe(QhcaState *s, QhcaQp *qp, uint64_t wr_id,
-                              uint8_t status, const char *why)
-{
-    trace_qhca_err_wqe(qhca_qpn(s, qp), qp->rq.ci, why);
-    qemu_log_mask(LOG_GUEST_ERROR, "qhca: Ethernet QP %u receive WQE %u: %s\n",
-                  qhca_qpn(s, qp), qp->rq.ci, why);
-    qp->rq.ci++;
-    qhca_complete(s, qp, qp->rcqn, qp->rq.ci - 1, wr_id, QHCA_WC_RECV,
-                  status, 0, 0, 0);
-    qhca_qp_set_error(s, qp, true);
-}
-
 /* One frame into the Ethernet QP's next receive WQE, or dropped. */
 static void qhca_eth_deliver(QhcaState *s, const QhcaEthFrame *f)
 {
@@ -213,12 +200,14 @@ static void qhca_eth_deliver(QhcaState *s, const QhcaEthFrame *f)
         return;
     }
     if (!qhca_rwqe_read(s, qp, &wr_id, sge, &num_sge, &why)) {
-        qhca_eth_bad_rwqe(s, qp, wr_id, QHCA_WC_LOC_QP_OP_ERR, why);
+        qhca_wqe_fail(s, qp, false, "Ethernet", wr_id, QHCA_WC_RECV,
+                      QHCA_WC_LOC_QP_OP_ERR, why);
         return;
     }
     st = qhca_sge_check(s, qp->pdn, sge, num_sge, true, &total);
     if (st != QHCA_WC_SUCCESS) {
-        qhca_eth_bad_rwqe(s, qp, wr_id, st, "receive SGE refused");
+        qhca_wqe_fail(s, qp, false, "Ethernet", wr_id, QHCA_WC_RECV, st,
+                      "receive SGE refused");
         return;
     }
     if (total < f->len) {
@@ -235,9 +224,9 @@ static void qhca_eth_deliver(QhcaState *s, const QhcaEthFrame *f)
                            f->len, true);
     }
     if (st != QHCA_WC_SUCCESS) {
-        qhca_eth_bad_rwqe(s, qp, wr_id, st == QHCA_WC_ODP_FAULT ?
-                          QHCA_WC_LOC_ACCESS_ERR : st,
-                          "receive buffer unreachable");
+        qhca_wqe_fail(s, qp, false, "Ethernet", wr_id, QHCA_WC_RECV,
+                      st == QHCA_WC_ODP_FAULT ? QHCA_WC_LOC_ACCESS_ERR : st,
+                      "receive buffer unreachable");
         return;
     }
     sum = qhca_eth_sum(f->data + QHCA_ETH_HLEN, f->len - QHCA_ETH_HLEN);
@@ -275,19 +264,6 @@ bool qhca_eth_pending(const QhcaState *s)
 
 /* ------------------------------------------------------------------------ */
 /* send                                                                     */
-
-/* The WQE at sq.ci failed before its frame left: it completes so. */
-static void qhca_eth_bad_wqe(QhcaState *s, QhcaQp *qp, uint64_t wr_id,
-                             uint8_t status, const char *why)
-{
-    trace_qhca_err_wqe(qhca_qpn(s, qp), qp->sq.ci, why);
-    qemu_log_mask(LOG_GUEST_ERROR, "qhca: Ethernet QP %u send WQE %u: %s\n",
-                  qhca_qpn(s, qp), qp->sq.ci, why);
-    qp->sq.ci++;
-    qhca_complete(s, qp, qp->scqn, qp->sq.ci - 1, wr_id, QHCA_WC_SEND,
-                  status, 0, 0, 0);
-    qhca_qp_set_error(s, qp, true);
-}
 
 /*
  * Reads and checks the WQE at sq.ci and gathers its frame into f
@@ -380,7 +356,8 @@ bool qhca_eth_run(QhcaState *s, QhcaQp *qp, unsigned *budget)
         (*budget)--;
         st = qhca_eth_build(s, qp, &w, f, &len, &why);
         if (st != QHCA_WC_SUCCESS) {
-            qhca_eth_bad_wqe(s, qp, w.wr_id, st, why);
+            qhca_wqe_fail(s, qp, true, "Ethernet", w.wr_id, QHCA_WC_SEND,
+                          st, why);
             break;
         }
         trace_qhca_eth_tx(qhca_qpn(s, qp), qp->sq.ci, len,

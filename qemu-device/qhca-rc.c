@@ -158,6 +158,27 @@ void qhca_complete_src(QhcaState *s, QhcaQp *qp, uint32_t cqn,
     }
 }
 
+/*
+ * The WQE at the consumer index of the QP's SQ (send) or RQ fails before
+ * anything of it left or landed, on a QP that completes its WQEs in order as
+ * it takes them (UD, Ethernet): it completes with status and the WC opcode
+ * on its CQ, logged as a guest error of a @kind QP, and the QP goes to ERR.
+ */
+void qhca_wqe_fail(QhcaState *s, QhcaQp *qp, bool send, const char *kind,
+                   uint64_t wr_id, uint8_t opcode, uint8_t status,
+                   const char *why)
+{
+    QhcaWq *wq = send ? &qp->sq : &qp->rq;
+
+    trace_qhca_err_wqe(qhca_qpn(s, qp), wq->ci, why);
+    qemu_log_mask(LOG_GUEST_ERROR, "qhca: %s QP %u %s WQE %u: %s\n", kind,
+                  qhca_qpn(s, qp), send ? "send" : "receive", wq->ci, why);
+    wq->ci++;
+    qhca_complete(s, qp, send ? qp->scqn : qp->rcqn, wq->ci - 1, wr_id,
+                  opcode, status, 0, 0, 0);
+    qhca_qp_set_error(s, qp, true);
+}
+
 /* An RC completion: a received message came from the connected peer. */
 void qhca_complete(QhcaState *s, QhcaQp *qp, uint32_t cqn,
                    uint16_t wqe_index, uint64_t wr_id, uint8_t opcode,

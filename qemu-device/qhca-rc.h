@@ -122,6 +122,9 @@ void qhca_complete_src(QhcaState *s, QhcaQp *qp, uint32_t cqn,
                        uint16_t wqe_index, uint64_t wr_id, uint8_t opcode,
                        uint8_t status, uint32_t byte_len, uint8_t flags,
                        uint32_t imm, uint32_t src_qp);
+void qhca_wqe_fail(QhcaState *s, QhcaQp *qp, bool send, const char *kind,
+                   uint64_t wr_id, uint8_t opcode, uint8_t status,
+                   const char *why);
 void qhca_timer_arm(QhcaQp *qp, int64_t ns);
 void qhca_req_clear(QhcaQp *qp);
 void qhca_resp_clear(QhcaQp *qp);

@@ -141,19 +141,6 @@ void qhca_ah_free_ctx(QhcaState *s, uint32_t uar)
 /* ------------------------------------------------------------------------ */
 /* sender                                                                   */
 
-/* The WQE at sq.ci failed before its datagram left: it completes so. */
-static void qhca_ud_bad_wqe(QhcaState *s, QhcaQp *qp, uint64_t wr_id,
-                            uint8_t opcode, uint8_t status, const char *why)
-{
-    trace_qhca_err_wqe(qhca_qpn(s, qp), qp->sq.ci, why);
-    qemu_log_mask(LOG_GUEST_ERROR, "qhca: UD QP %u send WQE %u: %s\n",
-                  qhca_qpn(s, qp), qp->sq.ci, why);
-    qp->sq.ci++;
-    qhca_complete(s, qp, qp->scqn, qp->sq.ci - 1, wr_id,
-                  qhca_wc_opcode(opcode), status, 0, 0, 0);
-    qhca_qp_set_error(s, qp, true);
-}
-
 /*
  * Reads and checks the WQE at sq.ci, gathers its message into pkt and
  * fills in the header its AH and UD segment give.  Returns a
@@ -277,8 +264,9 @@ bool qhca_ud_run(QhcaState *s, QhcaQp *qp, unsigned *budget)
 
             qp->req_fault_failed = false;
             qhca_wq_read(s, qp, &qp->sq, qp->sq.ci, 0, &ctrl, sizeof(ctrl));
-            qhca_ud_bad_wqe(s, qp, le64_to_cpu(ctrl.wr_id), ctrl.opcode,
-                            QHCA_WC_LOC_PROT_ERR, "page fault not resolved");
+            qhca_wqe_fail(s, qp, true, "UD", le64_to_cpu(ctrl.wr_id),
+                          qhca_wc_opcode(ctrl.opcode), QHCA_WC_LOC_PROT_ERR,
+                          "page fault not resolved");
             break;
         }
         if (qp->req_wait || qp->req_fault || qp->sq.ci == qp->sq.pi) {
@@ -298,7 +286,8 @@ bool qhca_ud_run(QhcaState *s, QhcaQp *qp, unsigned *budget)
         }
         if (st != QHCA_WC_SUCCESS) {
             qhca_pkt_free(s, pkt);
-            qhca_ud_bad_wqe(s, qp, w.wr_id, w.opcode, st, why);
+            qhca_wqe_fail(s, qp, true, "UD", w.wr_id,
+                          qhca_wc_opcode(w.opcode), st, why);
             break;
         }
         QHCA_TRACE_STEP(QHCA_REQ_SEND, qhca_req_send, qhca_qpn(s, qp),
@@ -331,19 +320,6 @@ static void qhca_ud_drop(QhcaState *s, const QhcaPkt *pkt, uint64_t *counter,
         qhca_count(&s->ud_no_qp);
     }
     trace_qhca_pkt_drop(pkt->dest_qpn, pkt->opcode, pkt->psn, why);
-}
-
-/* The receive WQE at rq.ci cannot be used: it completes so, QP to ERR. */
-static void qhca_ud_bad_rwqe(QhcaState *s, QhcaQp *qp, uint64_t wr_id,
-                             uint8_t status, const char *why)
-{
-    trace_qhca_err_wqe(qhca_qpn(s, qp), qp->rq.ci, why);
-    qemu_log_mask(LOG_GUEST_ERROR, "qhca: UD QP %u receive WQE %u: %s\n",
-                  qhca_qpn(s, qp), qp->rq.ci, why);
-    qp->rq.ci++;
-    qhca_complete(s, qp, qp->rcqn, qp->rq.ci - 1, wr_id, QHCA_WC_RECV,
-                  status, 0, 0, 0);
-    qhca_qp_set_error(s, qp, true);
 }
 
 /*
@@ -407,12 +383,14 @@ void qhca_ud_recv(QhcaState *s, const QhcaPkt *pkt)
     }
 
     if (!qhca_rwqe_read(s, qp, &wr_id, sge, &num_sge, &why)) {
-        qhca_ud_bad_rwqe(s, qp, wr_id, QHCA_WC_LOC_QP_OP_ERR, why);
+        qhca_wqe_fail(s, qp, false, "UD", wr_id, QHCA_WC_RECV,
+                      QHCA_WC_LOC_QP_OP_ERR, why);
         return;
     }
     st = qhca_sge_check(s, qp->pdn, sge, num_sge, true, &total);
     if (st != QHCA_WC_SUCCESS) {
-        qhca_ud_bad_rwqe(s, qp, wr_id, st, "receive SGE refused");
+        qhca_wqe_fail(s, qp, false, "UD", wr_id, QHCA_WC_RECV, st,
+                      "receive SGE refused");
         return;
     }
     if (total < QHCA_GRH_SIZE + (uint64_t)pkt->len) {
@@ -438,9 +416,9 @@ void qhca_ud_recv(QhcaState *s, const QhcaPkt *pkt)
                            (void *)pkt->payload, pkt->len, true);
     }
     if (st != QHCA_WC_SUCCESS) {
-        qhca_ud_bad_rwqe(s, qp, wr_id, st == QHCA_WC_ODP_FAULT ?
-                         QHCA_WC_LOC_ACCESS_ERR : st,
-                         "receive buffer unreachable");
+        qhca_wqe_fail(s, qp, false, "UD", wr_id, QHCA_WC_RECV,
+                      st == QHCA_WC_ODP_FAULT ? QHCA_WC_LOC_ACCESS_ERR : st,
+                      "receive buffer unreachable");
         return;
     }
     trace_qhca_ud_recv(qhca_qpn(s, qp), qp->rq.ci, pkt->src_qpn, pkt->len);
