@@ -8,7 +8,8 @@
 //! - [`pci`]: config space over 0xcf8/0xcfc, BAR sizing and assignment, MSI-X;
 //! - [`wire`]: command/event/attribute structures as bytes;
 //! - [`hca`]: a test-side driver: rings in guest RAM, post a command, consume its event;
-//! - [`qmp`]: a minimal QMP client, for migration;
+//! - [`kernel`]: the driver's own context: kernel PD, CQs, the physical key, its QPs;
+//! - [`qmp`]: a minimal QMP client, for migration and the link;
 //! - [`rng`]: the deterministic generator behind the fuzz-style test;
 //! - [`verbs`]: PDs, MRs, CQs, QPs, WQEs and CQEs from the test side;
 //! - [`mw`]: memory windows: ALLOC_MW/DEALLOC_MW, BIND_MW, LOCAL_INV and SEND_WITH_INV WQEs;
@@ -21,6 +22,7 @@
 //! The QEMU binary comes from `$QHCA_QEMU`; `scripts/test.sh` sets it after building QEMU.
 
 pub mod hca;
+pub mod kernel;
 pub mod mw;
 pub mod pci;
 pub mod port;

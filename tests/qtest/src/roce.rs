@@ -82,16 +82,22 @@ pub fn crc32(crc: u32, data: &[u8]) -> u32 {
     !c
 }
 
-/// The Internet checksum of `b` (an IPv4 header: 0 over a header whose checksum is right).
-pub fn ip_checksum(b: &[u8]) -> u16 {
-    let mut s: u32 = b
+/// The 16-bit ones'-complement sum of `b` (big-endian words, an odd last byte padded with a
+/// zero), folded, not complemented (what `QHCA_CQE_CSUM` promises in `imm_data`).
+pub fn ones_sum(b: &[u8]) -> u16 {
+    let mut s: u64 = b
         .chunks(2)
-        .map(|w| u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]) as u32)
+        .map(|w| u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]) as u64)
         .sum();
     while s >> 16 != 0 {
         s = (s & 0xffff) + (s >> 16);
     }
-    !(s as u16)
+    s as u16
+}
+
+/// The Internet checksum of `b` (an IPv4 header: 0 over a header whose checksum is right).
+pub fn ip_checksum(b: &[u8]) -> u16 {
+    !ones_sum(b)
 }
 
 /// The ICRC of an IPv4 RoCEv2 frame (Ethernet header first), over everything from the IP

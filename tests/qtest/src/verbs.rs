@@ -291,6 +291,32 @@ impl Cq {
         got.unwrap()
     }
 
+    /// Waits (virtual time) until `n` CQEs came: `(wr_id, status, wqe_index)` of each, in
+    /// order; fewer if the polling rounds ran out first.
+    pub fn wait_n(&mut self, h: &mut Hca, n: usize) -> Vec<(u64, u32, u16)> {
+        let mut got = Vec::new();
+        h.poll(|h| {
+            while let Some(c) = self.poll(h) {
+                got.push((c.wr_id, c.status as u32, c.wqe_index));
+            }
+            got.len() >= n
+        });
+        got
+    }
+
+    /// Waits for the next CQE at most `limit` of real time, the virtual clock moving on
+    /// meanwhile: for CQEs of frames from a netdev, which arrive when QEMU reads them.
+    pub fn wait_real(&mut self, h: &mut Hca, limit: std::time::Duration) -> Cqe {
+        let t0 = std::time::Instant::now();
+        loop {
+            if let Some(c) = self.poll(h) {
+                return c;
+            }
+            assert!(t0.elapsed() < limit, "no CQE on CQ {}", self.cqn);
+            h.qt.clock_step(100_000);
+        }
+    }
+
     /// Asserts that no CQE arrives within a settle period.
     pub fn expect_empty(&mut self, h: &mut Hca) {
         h.settle();

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use qhca_qtest::abi::*;
 use qhca_qtest::hca::{status_name, OUT_RAM};
+use qhca_qtest::kernel::Kernel;
 use qhca_qtest::port::*;
 use qhca_qtest::qmp::{socket_path, Qmp};
 use qhca_qtest::roce::*;
@@ -31,7 +32,6 @@ use qhca_qtest::verbs::*;
 use qhca_qtest::Hca;
 
 const FILL: u8 = 0xee;
-const KERNEL: u64 = QHCA_UAR_KERNEL as u64;
 const ETH: u32 = QHCA_QPT_ETH;
 const HLEN: usize = QHCA_ETH_HLEN as usize;
 const FRAME_MAX: usize = QHCA_ETH_FRAME_MAX as usize;
@@ -69,19 +69,6 @@ const CAPS: QpCaps = QpCaps {
 };
 
 // ---------------------------------------------------------------------------- checksums
-
-/// The 16-bit ones'-complement sum of `b` (big-endian words, an odd last byte padded with a
-/// zero), folded, not complemented: what `QHCA_CQE_CSUM` promises in `imm_data`.
-fn ones_sum(b: &[u8]) -> u16 {
-    let mut s: u64 = b
-        .chunks(2)
-        .map(|w| u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]) as u64)
-        .sum();
-    while s >> 16 != 0 {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s as u16
-}
 
 /// The IPv4 pseudo-header of a UDP datagram of `udp_len` bytes (RFC 768).
 fn pseudo_v4(src: [u8; 4], dst: [u8; 4], udp_len: u16) -> Vec<u8> {
@@ -165,57 +152,6 @@ fn raw_frame(dst: [u8; 6], src: [u8; 6], len: usize, seed: u8) -> Vec<u8> {
 
 // --------------------------------------------------------------------------- the world
 
-/// A kernel context: a PD, a send and a receive CQ, and `key`, a physical region of the PD
-/// over every address (the kernel's local DMA key).
-struct Kernel {
-    m: Mem,
-    uar: u32,
-    pdn: u32,
-    scq: Cq,
-    rcq: Cq,
-    key: u32,
-}
-
-impl Kernel {
-    fn new(h: &mut Hca, mut m: Mem) -> Kernel {
-        let mut c = h.cmd(QHCA_CMD_ALLOC_UAR);
-        c.in_[0] = KERNEL;
-        let e = h.exec(&c);
-        assert_eq!(e.status as u32, QHCA_CMD_OK, "ALLOC_UAR QHCA_UAR_KERNEL");
-        let uar = e.data[0] as u32;
-        let (st, pdn) = alloc_pd(h, uar);
-        assert_eq!(st, QHCA_CMD_OK);
-        let (st, scq) = create_cq(h, &mut m, uar, 8);
-        assert_eq!(st, QHCA_CMD_OK);
-        let (st, rcq) = create_cq(h, &mut m, uar, 8);
-        assert_eq!(st, QHCA_CMD_OK);
-        let access = QHCA_ACCESS_ALL | QHCA_ACCESS_PHYSICAL;
-        let (st, key) = reg_mr_raw(h, uar, pdn, 0, u64::MAX, access, 0, 0);
-        assert_eq!(st, QHCA_CMD_OK, "the physical region over everything");
-        Kernel {
-            m,
-            uar,
-            pdn,
-            scq,
-            rcq,
-            key,
-        }
-    }
-
-    /// CREATE_QP of type `ty` on the context's CQs: (status, QP).
-    fn create(&mut self, h: &mut Hca, ty: u32) -> (u32, Qp) {
-        let (uar, pdn, scqn, rcqn) = (self.uar, self.pdn, self.scq.cqn, self.rcq.cqn);
-        create_qp_typed(h, &mut self.m, uar, pdn, scqn, rcqn, &CAPS, ty)
-    }
-
-    /// `len` bytes of guest memory filled with `fill`, reached through `key` as they are.
-    fn buf(&mut self, h: &mut Hca, len: u64, fill: u8) -> u64 {
-        let a = self.m.alloc(h, len);
-        h.qt.memset(a, len as usize, fill);
-        a
-    }
-}
-
 /// MODIFY_QP of `qp` to `state`, the mask `QHCA_QP_ATTR_STATE` alone: status.
 fn to_state(h: &mut Hca, qp: &Qp, state: u32) -> u32 {
     let a = QpAttr {
@@ -267,22 +203,10 @@ fn world_with(extra: &[&str]) -> W {
     let mut h = Hca::start_with(&props, &args);
     h.bring_up(5, 6);
     add_ipv4(&mut h, 1, DEV_IP);
-    let mut k = Kernel::new(&mut h, Mem::default());
+    let mut k = Kernel::with_caps(&mut h, Mem::default(), CAPS);
     let (st, qp) = k.create(&mut h, ETH);
     assert_eq!(st, QHCA_CMD_OK, "CREATE_QP ETH: {}", status_name(st));
     W { h, peer, k, qp }
-}
-
-/// The next CQE on `cq` within [`WAIT`] (real time: frames arrive when QEMU reads them).
-fn wait_cqe(h: &mut Hca, cq: &mut Cq) -> Cqe {
-    let t0 = Instant::now();
-    loop {
-        if let Some(c) = cq.poll(h) {
-            return c;
-        }
-        assert!(t0.elapsed() < WAIT, "no CQE on CQ {}", cq.cqn);
-        h.qt.clock_step(100_000);
-    }
 }
 
 /// No CQE on `cq` after [`QUIET`] of real time.
@@ -319,7 +243,7 @@ fn post_rx(w: &mut W, wr_id: u64, len: u32) -> u64 {
 /// Waits for the receive CQE of `frame` in WQE `wr_id` at `buf` and checks it: success,
 /// `byte_len`, `QHCA_CQE_CSUM`, the sum, the bytes, nothing written after them.
 fn expect_received(w: &mut W, wr_id: u64, buf: u64, frame: &[u8], what: &str) {
-    let c = wait_cqe(&mut w.h, &mut w.k.rcq);
+    let c = w.k.rcq.wait_real(&mut w.h, WAIT);
     assert_eq!(
         (c.wr_id, c.status as u32, c.opcode as u32, c.qpn),
         (wr_id, QHCA_WC_SUCCESS, QHCA_WC_RECV, w.qp.qpn),
@@ -399,7 +323,7 @@ fn post_frame(w: &mut W, wr_id: u64, flags: u32, imm: u32, frame: &[u8]) -> u64 
 }
 
 fn expect_send_cqe(w: &mut W, wr_id: u64) {
-    let c = wait_cqe(&mut w.h, &mut w.k.scq);
+    let c = w.k.scq.wait_real(&mut w.h, WAIT);
     assert_eq!(
         (c.wr_id, c.status as u32, c.opcode as u32, c.qpn),
         (wr_id, QHCA_WC_SUCCESS, QHCA_WC_SEND, w.qp.qpn),
@@ -424,7 +348,7 @@ fn the_capability_and_the_qp_come_with_a_netdev() {
     h.bring_up(5, 6);
     let plain = caps_of(&mut h);
     assert_eq!(plain & eth, 0, "no netdev, no QHCA_CAP_ETH: {plain:#x}");
-    let mut k = Kernel::new(&mut h, Mem::default());
+    let mut k = Kernel::with_caps(&mut h, Mem::default(), CAPS);
     let (st, _) = k.create(&mut h, ETH);
     assert_eq!(st, QHCA_CMD_BAD_PARAM, "an Ethernet QP without a netdev");
     assert_eq!(h.reg(QHCA_REG_NUM_QP), 0);
@@ -456,7 +380,7 @@ fn the_qp_is_a_kernel_contexts_one_per_device_with_no_attribute_but_its_state() 
     let (st, _) = w.k.create(h, ETH);
     assert_eq!(st, QHCA_CMD_NO_RESOURCES, "a second one");
     let km = w.k.m.carve(h, 4 << 20);
-    let mut k2 = Kernel::new(h, km);
+    let mut k2 = Kernel::with_caps(h, km, CAPS);
     let (st, _) = k2.create(h, ETH);
     assert_eq!(
         st, QHCA_CMD_NO_RESOURCES,
@@ -558,7 +482,7 @@ fn the_qp_is_a_kernel_contexts_one_per_device_with_no_attribute_but_its_state() 
     assert!(num_qp >= 2, "NUM_QP {num_qp}");
     h.bring_up(5, 6);
     assert_eq!(h.reg(QHCA_REG_NUM_QP), 0);
-    let mut k = Kernel::new(h, Mem::default());
+    let mut k = Kernel::with_caps(h, Mem::default(), CAPS);
     let (st, after) = k.create(h, ETH);
     assert_eq!(st, QHCA_CMD_OK, "after a reset");
     assert_ne!(after.qpn, third.qpn);
@@ -644,7 +568,7 @@ fn frames_from_the_wire_land_in_the_receive_buffers_with_their_sum() {
     for (i, (what, f)) in frames.iter().enumerate() {
         expect_received(&mut w, i as u64, bufs[i], f, what);
     }
-    let c = wait_cqe(&mut w.h, &mut w.k.rcq);
+    let c = w.k.rcq.wait_real(&mut w.h, WAIT);
     assert_eq!(
         (c.wr_id, c.status as u32, c.byte_len as usize, c.imm),
         (99, 0, split.len(), ones_sum(&split[HLEN..]) as u32),
@@ -856,7 +780,7 @@ fn forged_frames_never_reach_the_qp() {
     // The next good frame takes the first WQE.
     let f = raw_frame(DEV_MAC, PEER_MAC, 100, 2);
     w.peer.send(&f);
-    let c = wait_cqe(&mut w.h, &mut w.k.rcq);
+    let c = w.k.rcq.wait_real(&mut w.h, WAIT);
     assert_eq!((c.wr_id, c.status as u32), (0, QHCA_WC_SUCCESS), "{c:?}");
 }
 
@@ -892,7 +816,7 @@ fn frames_without_a_big_enough_receive_wqe_are_dropped_and_counted() {
     // A receive WQE the device cannot use: an error CQE and the QP in ERR.
     w.qp.post_recv(&mut w.h, 9, &[(0x40_0000, 64, 0xdead_0000)]);
     w.peer.send(&raw_frame(DEV_MAC, PEER_MAC, 60, 6));
-    let c = wait_cqe(&mut w.h, &mut w.k.rcq);
+    let c = w.k.rcq.wait_real(&mut w.h, WAIT);
     assert_eq!(
         (c.wr_id, c.status as u32, c.opcode as u32),
         (9, QHCA_WC_LOC_PROT_ERR, QHCA_WC_RECV),
@@ -946,7 +870,7 @@ fn frames_sent_leave_on_the_wire_byte_for_byte() {
     post_frame(&mut w, 4, 0, 0, &f4);
     assert_eq!(expect_frame(&w, "the unsignalled frame"), f3);
     assert_eq!(expect_frame(&w, "QHCA_ETH_FRAME_MAX bytes"), f4);
-    let c = wait_cqe(&mut w.h, &mut w.k.scq);
+    let c = w.k.scq.wait_real(&mut w.h, WAIT);
     assert_eq!(
         (c.wr_id, c.wqe_index),
         (4, 3),
@@ -1090,13 +1014,13 @@ fn bad_send_wqes_complete_in_error_with_nothing_sent() {
         w.qp.post_send(&mut w.h, &wr);
         // A good one behind it is flushed.
         post_frame(&mut w, 2, 0, 0, &good);
-        let c = wait_cqe(&mut w.h, &mut w.k.scq);
+        let c = w.k.scq.wait_real(&mut w.h, WAIT);
         assert_eq!(
             (c.wr_id, c.status as u32, c.qpn),
             (1, status, qp.qpn),
             "{what}: {c:?}"
         );
-        let c = wait_cqe(&mut w.h, &mut w.k.scq);
+        let c = w.k.scq.wait_real(&mut w.h, WAIT);
         assert_eq!(
             (c.wr_id, c.status as u32),
             (2, QHCA_WC_WR_FLUSH_ERR),
@@ -1115,7 +1039,7 @@ fn bad_send_wqes_complete_in_error_with_nothing_sent() {
     wr.inline = Some(raw_frame(PEER_MAC, DEV_MAC, 257, 3));
     w.qp.write_send_raw(&mut w.h, &wr.encode());
     w.qp.ring_sq(&mut w.h);
-    let c = wait_cqe(&mut w.h, &mut w.k.scq);
+    let c = w.k.scq.wait_real(&mut w.h, WAIT);
     assert_eq!(
         (c.wr_id, c.status as u32),
         (3, QHCA_WC_LOC_LEN_ERR),
@@ -1179,7 +1103,7 @@ fn a_reset_takes_the_qp_and_zeroes_its_counters() {
     assert_eq!(w.h.reg(QHCA_REG_NUM_QP), 0);
     add_ipv4(&mut w.h, 1, DEV_IP);
     assert!(ask_arp(&w, WAIT).is_some(), "no Ethernet QP: ARP answered");
-    let mut k = Kernel::new(&mut w.h, Mem::default());
+    let mut k = Kernel::with_caps(&mut w.h, Mem::default(), CAPS);
     let (st, _) = k.create(&mut w.h, ETH);
     assert_eq!(st, QHCA_CMD_OK, "a new Ethernet QP after the reset");
 }

@@ -19,7 +19,7 @@
 //! an unspecified, loopback, multicast or broadcast GID is refused with BAD_PARAM, and a
 //! link-local GID whose EUI-64 names a group MAC has no route.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use qhca_qtest::abi::*;
 use qhca_qtest::port::*;
@@ -97,18 +97,6 @@ fn expect_forged(w: &mut W, cases: &[(String, Vec<u8>)]) {
             assert_eq!(*a, want, "{what}: counter {i}: {before:?} -> {after:?}");
         }
         expect_nothing(w, what);
-    }
-}
-
-/// The next CQE on `cq` within [`WAIT`] (real time: frames arrive when QEMU reads them).
-fn wait_cqe(h: &mut Hca, cq: &mut Cq) -> Cqe {
-    let t0 = Instant::now();
-    loop {
-        if let Some(c) = cq.poll(h) {
-            return c;
-        }
-        assert!(t0.elapsed() < WAIT, "no CQE on CQ {}", cq.cqn);
-        h.qt.clock_step(100_000);
     }
 }
 
@@ -195,7 +183,7 @@ fn datagrams_from_the_port_itself_or_from_no_one_host_are_dropped_and_counted() 
     w.peer.send(&good.encode());
     w.peer.send(&good.encode_v6(PEER_LL, w.gid0));
     for (wr_id, sgid, dgid) in [(1, v4_gid(PEER_IP), v4_gid(DEV_IP)), (2, PEER_LL, w.gid0)] {
-        let c = wait_cqe(&mut w.h, &mut u.rcq);
+        let c = u.rcq.wait_real(&mut w.h, WAIT);
         assert_eq!(
             (c.wr_id, c.status as u32, c.byte_len, c.src_qp),
             (wr_id, QHCA_WC_SUCCESS, GRH as u32 + 40, PEER_QPN),
@@ -498,7 +486,7 @@ impl Rc {
         let mut ack = Pkt::new(PEER, DEV, op::ACK, self.qp.qpn, psn);
         ack.aeth = Some(Aeth { syndrome: 0, msn });
         w.peer.send(&ack.encode());
-        let c = wait_cqe(&mut w.h, &mut self.cq);
+        let c = self.cq.wait_real(&mut w.h, WAIT);
         assert_eq!(c.status as u32, QHCA_WC_SUCCESS, "{c:?}");
     }
 }

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use qhca_qtest::abi::*;
 use qhca_qtest::hca::{status_name, BEYOND_RAM, OUT_RAM};
+use qhca_qtest::kernel::*;
 use qhca_qtest::port::*;
 use qhca_qtest::roce::{self, ip_checksum, Peer, Pkt, DEV, DEV_IP, PEER, PEER_IP};
 use qhca_qtest::ud::*;
@@ -36,19 +37,6 @@ fn start() -> Hca {
     h
 }
 
-/// ALLOC_UAR with `flags` in `in[0]`: (status, page).
-fn alloc_uar_flags(h: &mut Hca, flags: u64) -> (u32, u64) {
-    let mut c = h.cmd(QHCA_CMD_ALLOC_UAR);
-    c.in_[0] = flags;
-    let e = h.exec(&c);
-    (e.status as u32, e.data[0])
-}
-
-/// REG_MR of a physical region over `[iova, iova + len)`: (status, key).
-fn reg_phys(h: &mut Hca, uar: u32, pdn: u32, iova: u64, len: u64, access: u32) -> (u32, u32) {
-    reg_mr_raw(h, uar, pdn, iova, len, access | PHYS, 0, 0)
-}
-
 /// A new PD in `uar` and whether a physical region over every address can be had in it.
 fn physical_status(h: &mut Hca, uar: u32) -> u32 {
     let (st, pdn) = alloc_pd(h, uar);
@@ -58,71 +46,6 @@ fn physical_status(h: &mut Hca, uar: u32) -> u32 {
 
 fn dereg(h: &mut Hca, uar: u32, key: u32) -> u32 {
     obj_cmd(h, QHCA_CMD_DEREG_MR, [uar as u64, key as u64, 0, 0, 0]).0
-}
-
-/// A kernel context: its page, a PD, a send and a receive CQ, and `key`, a physical region of
-/// the PD over every address with every right (the kernel's local DMA key).
-struct Kernel {
-    m: Mem,
-    uar: u32,
-    pdn: u32,
-    scq: Cq,
-    rcq: Cq,
-    key: u32,
-}
-
-impl Kernel {
-    fn new(h: &mut Hca, mut m: Mem) -> Kernel {
-        let (st, uar) = alloc_uar_flags(h, KERNEL);
-        assert_eq!(st, QHCA_CMD_OK, "ALLOC_UAR QHCA_UAR_KERNEL");
-        let uar = uar as u32;
-        let (st, pdn) = alloc_pd(h, uar);
-        assert_eq!(st, QHCA_CMD_OK);
-        let (st, scq) = create_cq(h, &mut m, uar, 8);
-        assert_eq!(st, QHCA_CMD_OK);
-        let (st, rcq) = create_cq(h, &mut m, uar, 8);
-        assert_eq!(st, QHCA_CMD_OK);
-        let (st, key) = reg_phys(h, uar, pdn, 0, u64::MAX, QHCA_ACCESS_ALL);
-        assert_eq!(st, QHCA_CMD_OK, "the physical region over everything");
-        Kernel {
-            m,
-            uar,
-            pdn,
-            scq,
-            rcq,
-            key,
-        }
-    }
-
-    /// CREATE_QP of type `ty` on the context's CQs: (status, QP).
-    fn create(&mut self, h: &mut Hca, ty: u32) -> (u32, Qp) {
-        let (uar, pdn, scqn, rcqn) = (self.uar, self.pdn, self.scq.cqn, self.rcq.cqn);
-        let caps = QpCaps::default();
-        create_qp_typed(h, &mut self.m, uar, pdn, scqn, rcqn, &caps, ty)
-    }
-
-    /// The GSI QP in RTS with QP1's Q_Key.
-    fn gsi(&mut self, h: &mut Hca) -> Qp {
-        let (st, q) = self.create(h, QHCA_QPT_GSI);
-        assert_eq!(st, QHCA_CMD_OK, "CREATE_QP GSI: {}", status_name(st));
-        assert_eq!(q.qpn, GSI, "the GSI QP's number");
-        ud_to_rts(h, &q, GSI_QKEY, 0);
-        q
-    }
-
-    /// `len` bytes of plain guest memory filled with `fill`: its address, which the physical
-    /// key reaches as it is (no registration of its own).
-    fn buf(&mut self, h: &mut Hca, len: u64, fill: u8) -> u64 {
-        let a = self.m.alloc(h, len);
-        h.qt.memset(a, len as usize, fill);
-        a
-    }
-
-    fn ah(&mut self, h: &mut Hca, a: &AhAttr) -> u32 {
-        let (st, ah) = create_ah(h, self.uar, self.pdn, a);
-        assert_eq!(st, QHCA_CMD_OK, "CREATE_AH {a:?}");
-        ah
-    }
 }
 
 fn destroy_qp(h: &mut Hca, uar: u32, qpn: u32) -> u32 {
@@ -863,18 +786,6 @@ fn ipv4_grh_of_datagrams_to_and_from_the_gsi_qp_is_a_valid_ipv4_header() {
 /// How long something the device owes on the wire may take (real time).
 const WAIT: Duration = Duration::from_secs(3);
 
-/// The next CQE on `cq` within [`WAIT`] (real time: frames arrive when QEMU reads them).
-fn wait_cqe(h: &mut Hca, cq: &mut Cq) -> Cqe {
-    let t0 = Instant::now();
-    loop {
-        if let Some(c) = cq.poll(h) {
-            return c;
-        }
-        assert!(t0.elapsed() < WAIT, "no CQE on CQ {}", cq.cqn);
-        h.qt.clock_step(100_000);
-    }
-}
-
 /// The port on `-netdev dgram` with the test as its peer (`roce.rs`): a datagram from the
 /// wire to QPN 1 reaches the GSI QP, with the DETH's source QP in its CQE and a GRH area whose
 /// IPv4 header is right; the GSI QP's datagram leaves with source QP 1 in its DETH; once the
@@ -899,7 +810,7 @@ fn gsi_qp_on_the_rocev2_wire() {
     p.ttl = 9;
     p.payload = mad.clone();
     peer.send(&p.encode());
-    let c = wait_cqe(&mut h, &mut k.rcq);
+    let c = k.rcq.wait_real(&mut h, WAIT);
     assert_eq!(
         (c.wr_id, c.status as u32, c.qpn, c.src_qp, c.byte_len),
         (0x31, QHCA_WC_SUCCESS, GSI, roce::PEER_QPN, 40 + 256),
@@ -942,7 +853,7 @@ fn gsi_qp_on_the_rocev2_wire() {
         (DEV_IP, PEER_IP, 0x20, 30)
     );
     assert_eq!(got.payload, mad[..100]);
-    let c = wait_cqe(&mut h, &mut k.scq);
+    let c = k.scq.wait_real(&mut h, WAIT);
     assert_eq!((c.wr_id, c.status as u32, c.qpn), (0x32, 0, GSI), "{c:?}");
 
     // No GSI QP: a datagram to QPN 1 finds no QP.

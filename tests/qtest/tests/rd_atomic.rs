@@ -247,13 +247,7 @@ fn max_rd_atomic_one_keeps_one_read_in_flight() {
     let st = modify_qp(&mut h, p.b.uar, p.b.qpn, &attr(0, QHCA_QPS_RESET, 0, 0));
     assert_eq!(st, QHCA_CMD_OK);
     bring_to_rts(&mut h, &p.b, p.a.qpn, PSN, &params);
-    let mut got = Vec::new();
-    h.poll(|h| {
-        while let Some(c) = p.scq.poll(h) {
-            got.push((c.wr_id, c.status as u32, c.wqe_index));
-        }
-        got.len() == 4
-    });
+    let got = p.scq.wait_n(&mut h, 4);
     let want: Vec<_> = (0..4u16)
         .map(|i| (0x70 + i as u64, QHCA_WC_SUCCESS, i))
         .collect();
@@ -282,13 +276,8 @@ fn a_read_beyond_the_responder_resources_is_an_invalid_request() {
             p.a.write_send_raw(&mut h, &read_wr(i, local, lkey, remote, rkey, LEN));
         }
         p.a.ring_sq(&mut h);
-        let mut got = Vec::new();
-        assert!(h.poll(|h| {
-            while let Some(c) = p.scq.poll(h) {
-                got.push((c.wr_id, c.status as u32, c.wqe_index));
-            }
-            got.len() == 2
-        }));
+        let got = p.scq.wait_n(&mut h, 2);
+        assert_eq!(got.len(), 2, "{got:?}");
         if dest == 16 {
             assert_eq!(
                 got,

@@ -284,13 +284,7 @@ fn reads_are_limited_by_the_initiator_depth() {
     assert!(p.scq.poll(&mut h).is_none());
 
     unmute_responder(&mut h, &mut p, &params);
-    let mut got = Vec::new();
-    h.poll(|h| {
-        while let Some(c) = p.scq.poll(h) {
-            got.push((c.wr_id, c.status as u32, c.wqe_index));
-        }
-        got.len() == 20
-    });
+    let got = p.scq.wait_n(&mut h, 20);
     let want: Vec<_> = (0..20u16)
         .map(|i| (0x70 + i as u64, QHCA_WC_SUCCESS, i))
         .collect();
@@ -347,13 +341,7 @@ fn the_window_is_bounded_by_the_posted_wqes_and_its_size() {
     assert!(p.scq.poll(&mut h).is_none());
 
     unmute_responder(&mut h, &mut p, &params);
-    let mut got = Vec::new();
-    h.poll(|h| {
-        while let Some(c) = p.scq.poll(h) {
-            got.push((c.wr_id, c.status as u32, c.wqe_index));
-        }
-        got.len() == 40
-    });
+    let got = p.scq.wait_n(&mut h, 40);
     let want: Vec<_> = (0..40u16)
         .map(|i| (0x100 + i as u64, QHCA_WC_SUCCESS, i))
         .collect();
@@ -456,7 +444,6 @@ fn random_losses_in_a_mixed_window_lose_nothing() {
             p.a.write_send_raw(&mut h, &wr.encode());
         }
         p.a.ring_sq(&mut h);
-        let mut got = Vec::new();
         for _ in 0..10 {
             h.qt.clock_step(100_000);
         }
@@ -464,12 +451,7 @@ fn random_losses_in_a_mixed_window_lose_nothing() {
             // In SEND order: the receive queue is consumed in order.
             p.b.post_recv(&mut h, 0x300 + i, &[(rbuf + i * slot, slot as u32, rbkey)]);
         }
-        h.poll(|h| {
-            while let Some(c) = p.scq.poll(h) {
-                got.push((c.wr_id, c.status as u32, c.wqe_index));
-            }
-            got.len() == n as usize
-        });
+        let got = p.scq.wait_n(&mut h, n as usize);
         let want: Vec<_> = (0..n as u16)
             .map(|i| (0x200 + i as u64, QHCA_WC_SUCCESS, i))
             .collect();
@@ -685,13 +667,7 @@ fn an_ack_timeout_resends_the_oldest_message_alone() {
     let (_, b) = query_qp(&mut h, p.uar, p.b.qpn);
     assert_eq!(b.rq_psn, PSN + 1, "only the first WRITE went out again");
 
-    let mut got = Vec::new();
-    h.poll(|h| {
-        while let Some(c) = p.scq.poll(h) {
-            got.push((c.wr_id, c.status as u32, c.wqe_index));
-        }
-        got.len() == 4
-    });
+    let got = p.scq.wait_n(&mut h, 4);
     let want: Vec<_> = (0..4u16)
         .map(|i| (0x90 + i as u64, QHCA_WC_SUCCESS, i))
         .collect();
