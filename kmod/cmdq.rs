@@ -432,7 +432,7 @@ fn write_cmd(ring: &Coherent<[uapi::qhca_cmd]>, slot: usize, cmd: &uapi::qhca_cm
     io_write!(ring, [try: slot].token, cmd.token);
     io_write!(ring, [try: slot].out_addr, cmd.out_addr);
     io_write!(ring, [try: slot].out_len, cmd.out_len);
-    io_write!(ring, [try: slot].rsvd0, cmd.rsvd0);
+    io_write!(ring, [try: slot].in_ext, cmd.in_ext);
     for (i, v) in cmd.in_.iter().enumerate() {
         io_write!(ring, [try: slot].in_[try: i], *v);
     }

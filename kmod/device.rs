@@ -408,6 +408,11 @@ impl QhcaDevice {
             attr.max_ah = 0;
             attr.odp_ud_caps = 0;
         }
+        // The device's shared receive queues have no verbs in this driver yet: nobody is told
+        // of them.
+        attr.caps &= !u64::from(uapi::QHCA_CAP_SRQ);
+        attr.max_srq = 0;
+        attr.max_srq_wr = 0;
         self.attr.populate(attr);
         self.attr.as_ref().ok_or(EIO)
     }
@@ -692,6 +697,7 @@ fn attr_from_le(le: &uapi::qhca_device_attr) -> uapi::qhca_device_attr {
         odp_rc_caps: u32::from_le(le.odp_rc_caps),
         odp_ud_caps: u32::from_le(le.odp_ud_caps),
         max_ah: u32::from_le(le.max_ah),
-        rsvd2: 0,
+        max_srq: u32::from_le(le.max_srq),
+        max_srq_wr: u32::from_le(le.max_srq_wr),
     }
 }

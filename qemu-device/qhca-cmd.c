@@ -298,7 +298,7 @@ bool qhca_cmd_unused_zero(const struct qhca_cmd *cmd, bool uses_out,
 {
     unsigned i;
 
-    if (cmd->flags || cmd->rsvd0) {
+    if (cmd->flags || (cmd->in_ext && cmd->opcode != QHCA_CMD_CREATE_QP)) {
         return false;
     }
     if (!uses_out && (cmd->out_addr || cmd->out_len)) {
@@ -340,6 +340,8 @@ static uint8_t qhca_cmd_query_device(QhcaState *s, const struct qhca_cmd *cmd)
         .max_mw         = cpu_to_le32(QHCA_LIMIT_MAX_MW),
         .max_ah         = cpu_to_le32(QHCA_LIMIT_MAX_AH),
         .odp_ud_caps    = cpu_to_le32(QHCA_ODP_UD_CAPS),
+        .max_srq        = cpu_to_le32(QHCA_LIMIT_MAX_SRQ),
+        .max_srq_wr     = cpu_to_le32(QHCA_LIMIT_MAX_QP_WR),
     };
 
     if (!qhca_cmd_unused_zero(cmd, true, 0) || !cmd->out_addr ||
@@ -409,6 +411,8 @@ static uint8_t qhca_cmd_exec(QhcaState *s, const struct qhca_cmd *cmd,
         return qhca_cmd_ah(s, cmd, data);
     case QHCA_CMD_QUERY_PORT ... QHCA_CMD_SET_GID:
         return qhca_cmd_port(s, cmd);
+    case QHCA_CMD_CREATE_SRQ ... QHCA_CMD_DESTROY_SRQ:
+        return qhca_cmd_srq(s, cmd, data, pl);
     default:
         return QHCA_CMD_BAD_OPCODE;
     }
@@ -423,7 +427,7 @@ static void qhca_cmd_to_cpu(struct qhca_cmd *cmd)
     cmd->token = le32_to_cpu(cmd->token);
     cmd->out_addr = le64_to_cpu(cmd->out_addr);
     cmd->out_len = le32_to_cpu(cmd->out_len);
-    cmd->rsvd0 = le32_to_cpu(cmd->rsvd0);
+    cmd->in_ext = le32_to_cpu(cmd->in_ext);
     for (i = 0; i < ARRAY_SIZE(cmd->in); i++) {
         cmd->in[i] = le64_to_cpu(cmd->in[i]);
     }

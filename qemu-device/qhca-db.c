@@ -5,13 +5,13 @@
  * power of two).  ALLOC_UAR hands a page to a context; the page index is the
  * context's id inside the device, so a doorbell's page says which context is
  * ringing.  A doorbell is accepted only if it names a queue that context
- * owns: a QP for SQ/RQ doorbells, a CQ for CQ_ARM.  Anything else is
- * dropped and counted, device-wide (DB_VIOLATIONS) and for the page's owner
- * (QUERY_CTX).  An accepted doorbell records the index, queues the QP on the
- * engine's run list, and runs one bounded engine turn inline
- * (qhca_engine_kick: at most QHCA_QP_BUDGET packets, as e1000 transmits on
- * its TDT write), so that a small message completes before the store
- * returns; the rest stays on the engine's bottom half (qhca-rc.c).
+ * owns: a QP for SQ/RQ doorbells, a CQ for CQ_ARM, an SRQ for SRQ.
+ * Anything else is dropped and counted, device-wide (DB_VIOLATIONS) and for
+ * the page's owner (QUERY_CTX).  An accepted doorbell records the index,
+ * queues the QP on the engine's run list, and runs one bounded engine turn
+ * inline (qhca_engine_kick: at most QHCA_QP_BUDGET packets, as e1000
+ * transmits on its TDT write), so that a small message completes before the
+ * store returns; the rest stays on the engine's bottom half (qhca-rc.c).
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -80,6 +80,10 @@ static bool qhca_ctx_owns_queue(QhcaState *s, uint64_t page, unsigned type,
         QhcaCq *cq = qhca_cq_lookup(s, qn);
 
         return cq && cq->uar == page;
+    } else if (type == QHCA_DB_SRQ) {
+        QhcaSrq *srq = qhca_srq_lookup(s, qn);
+
+        return srq && srq->uar == page;
     } else {
         QhcaQp *qp = qhca_qp_lookup(s, qn);
 
@@ -138,11 +142,24 @@ static void qhca_db_ring(QhcaState *s, QhcaContext *ctx, unsigned type,
             s->cq_arm_pending++;
             qemu_bh_schedule(s->engine_bh);
         }
+    } else if (type == QHCA_DB_SRQ) {
+        QhcaSrq *srq = qhca_srq_lookup(s, qn);
+
+        /* Its QPs take the WQEs as messages come: nothing to schedule. */
+        why = qhca_wq_check_pi(&srq->wq, index);
+        if (why) {
+            QHCA_GUEST_ERR(s, qhca_err_db_index,
+                           "doorbell on page %" PRIu64 " queue %u type %u"
+                           " index %u: %s", page, qn, type, index, why);
+            return;
+        }
+        srq->wq.pi = index;
     } else {
         QhcaQp *qp = qhca_qp_lookup(s, qn);
         QhcaWq *wq = type == QHCA_DB_SQ ? &qp->sq : &qp->rq;
 
-        why = qhca_wq_check_pi(wq, index);
+        why = type == QHCA_DB_RQ && qp->srq ? "the QP receives from an SRQ"
+                                            : qhca_wq_check_pi(wq, index);
         if (why) {
             QHCA_GUEST_ERR(s, qhca_err_db_index,
                            "doorbell on page %" PRIu64 " queue %u type %u"
@@ -199,7 +216,8 @@ static void qhca_uar_write(void *opaque, hwaddr addr, uint64_t val,
     }
 
     if ((val & QHCA_DB_RSVD_MASK) ||
-        (type != QHCA_DB_SQ && type != QHCA_DB_RQ && type != QHCA_DB_CQ_ARM)) {
+        (type != QHCA_DB_SQ && type != QHCA_DB_RQ && type != QHCA_DB_CQ_ARM &&
+         type != QHCA_DB_SRQ)) {
         QHCA_GUEST_ERR(s, qhca_err_db_malformed,
                        "malformed doorbell 0x%" PRIx64 " on page %" PRIu64
                        " (bad type or reserved bits)", val, page);

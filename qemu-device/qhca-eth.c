@@ -183,9 +183,8 @@ void qhca_eth_rx(QhcaState *s, const uint8_t *buf, size_t size)
 static void qhca_eth_deliver(QhcaState *s, const QhcaEthFrame *f)
 {
     QhcaQp *qp = s->eth_qp;
-    struct qhca_sge sge[QHCA_LIMIT_MAX_SGE];
-    uint64_t total, wr_id;
-    uint32_t num_sge;
+    const QhcaRecv *r = qp ? &qp->recv : NULL;
+    uint64_t total;
     const char *why;
     uint16_t sum;
     uint8_t st;
@@ -195,18 +194,18 @@ static void qhca_eth_deliver(QhcaState *s, const QhcaEthFrame *f)
         qhca_eth_drop(s, f->len, "no Ethernet QP ready to receive");
         return;
     }
-    if (qp->rq.ci == qp->rq.pi) {
+    if (!qhca_recv_posted(qp)) {
         qhca_eth_drop(s, f->len, "no receive WQE");
         return;
     }
-    if (!qhca_rwqe_read(s, qp, &wr_id, sge, &num_sge, &why)) {
-        qhca_wqe_fail(s, qp, false, "Ethernet", wr_id, QHCA_WC_RECV,
+    if (!qhca_recv_take(s, qp, &why)) {
+        qhca_wqe_fail(s, qp, false, "Ethernet", r->wr_id, QHCA_WC_RECV,
                       QHCA_WC_LOC_QP_OP_ERR, why);
         return;
     }
-    st = qhca_sge_check(s, qp->pdn, sge, num_sge, true, &total);
+    st = qhca_sge_check(s, r->pdn, r->sge, r->num_sge, true, &total);
     if (st != QHCA_WC_SUCCESS) {
-        qhca_wqe_fail(s, qp, false, "Ethernet", wr_id, QHCA_WC_RECV, st,
+        qhca_wqe_fail(s, qp, false, "Ethernet", r->wr_id, QHCA_WC_RECV, st,
                       "receive SGE refused");
         return;
     }
@@ -218,22 +217,22 @@ static void qhca_eth_deliver(QhcaState *s, const QhcaEthFrame *f)
      * Receive buffers are pinned (physical regions, as the kernel has
      * them): a page not present is a buffer the device cannot use.
      */
-    st = qhca_sge_ready(s, qp->pdn, sge, num_sge, f->len);
+    st = qhca_sge_ready(s, r->pdn, r->sge, r->num_sge, f->len);
     if (st == QHCA_WC_SUCCESS) {
-        st = qhca_sge_copy(s, qp->pdn, sge, num_sge, 0, (void *)f->data,
+        st = qhca_sge_copy(s, r->pdn, r->sge, r->num_sge, 0, (void *)f->data,
                            f->len, true);
     }
     if (st != QHCA_WC_SUCCESS) {
-        qhca_wqe_fail(s, qp, false, "Ethernet", wr_id, QHCA_WC_RECV,
+        qhca_wqe_fail(s, qp, false, "Ethernet", r->wr_id, QHCA_WC_RECV,
                       st == QHCA_WC_ODP_FAULT ? QHCA_WC_LOC_ACCESS_ERR : st,
                       "receive buffer unreachable");
         return;
     }
     sum = qhca_eth_sum(f->data + QHCA_ETH_HLEN, f->len - QHCA_ETH_HLEN);
-    trace_qhca_eth_rx(qhca_qpn(s, qp), qp->rq.ci, f->len, sum);
+    trace_qhca_eth_rx(qhca_qpn(s, qp), r->index, f->len, sum);
     s->port.eth_rx_frames++;
-    qp->rq.ci++;
-    qhca_complete(s, qp, qp->rcqn, qp->rq.ci - 1, wr_id, QHCA_WC_RECV,
+    qhca_recv_done(qp);
+    qhca_complete(s, qp, qp->rcqn, r->index, r->wr_id, QHCA_WC_RECV,
                   QHCA_WC_SUCCESS, f->len, QHCA_CQE_CSUM, sum);
 }
 

@@ -43,6 +43,7 @@ void qhca_obj_init(QhcaState *s)
     s->mr = g_new0(QhcaMr, QHCA_LIMIT_MAX_MR);
     s->mw = g_new0(QhcaMw, QHCA_LIMIT_MAX_MW);
     s->ah = g_new0(QhcaAh, QHCA_LIMIT_MAX_AH);
+    s->srq = g_new0(QhcaSrq, QHCA_LIMIT_MAX_SRQ);
     s->cq = g_new0(QhcaCq, QHCA_LIMIT_MAX_CQ);
     s->qp = g_new0(QhcaQp, QHCA_LIMIT_MAX_QP);
 }
@@ -50,7 +51,7 @@ void qhca_obj_init(QhcaState *s)
 bool qhca_objects_exist(const QhcaState *s)
 {
     return s->num_pd || s->num_mr || s->num_cq || s->num_qp || s->num_mw ||
-           s->num_ah;
+           s->num_ah || s->num_srq;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -277,7 +278,7 @@ static uint8_t qhca_cmd_dealloc_pd(QhcaState *s, const struct qhca_cmd *cmd)
     if (!pd || pd->uar != cmd->in[0] || !qhca_uar_valid(s, cmd->in[0])) {
         return QHCA_CMD_BAD_RESOURCE;
     }
-    if (pd->nr_mr || pd->nr_mw || pd->nr_qp || pd->nr_ah) {
+    if (pd->nr_mr || pd->nr_mw || pd->nr_qp || pd->nr_ah || pd->nr_srq) {
         return QHCA_CMD_BAD_STATE;
     }
     qhca_pd_free(s, pd);
@@ -438,6 +439,7 @@ void qhca_obj_free_ctx(QhcaState *s, uint32_t uar)
             qhca_qp_free(s, &s->qp[i]);
         }
     }
+    qhca_srq_free_ctx(s, uar);
     qhca_mw_free_ctx(s, uar);
     qhca_ah_free_ctx(s, uar);
     qhca_mr_free_ctx(s, uar);
@@ -475,6 +477,7 @@ void qhca_obj_fini(QhcaState *s)
     g_free(s->mr);
     g_free(s->mw);
     g_free(s->ah);
+    g_free(s->srq);
     g_free(s->cq);
     g_free(s->qp);
 }

@@ -76,6 +76,7 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     uint64_t sq_bytes, rq_off, rq_bytes;
     QhcaPd *pd;
     QhcaCq *scq, *rcq;
+    QhcaSrq *srq = NULL;
     QhcaQp *qp = NULL;
 
     if (!qhca_cmd_unused_zero(cmd, false, 5)) {
@@ -108,22 +109,35 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
         !rcq || rcq->uar != uar) {
         return QHCA_CMD_BAD_RESOURCE;
     }
-    if (in.sq_log > QHCA_WQ_LIMIT_LOG || in.rq_log > QHCA_WQ_LIMIT_LOG ||
+    if (cmd->in_ext) {
+        /* An SRQ of its context, for an RC or UD QP with no receive queue. */
+        if ((type != QHCA_QPT_RC && type != QHCA_QPT_UD) ||
+            in.rq_log || in.rq_stride_log) {
+            return QHCA_CMD_BAD_PARAM;
+        }
+        srq = qhca_srq_lookup(s, cmd->in_ext);
+        if (!srq || srq->uar != uar) {
+            return QHCA_CMD_BAD_RESOURCE;
+        }
+    } else if (in.rq_log > QHCA_WQ_LIMIT_LOG ||
+               in.rq_stride_log < QHCA_RQ_MIN_STRIDE_LOG ||
+               in.rq_stride_log > QHCA_RQ_MAX_STRIDE_LOG ||
+               sizeof(struct qhca_rwqe) + max_sge * sizeof(struct qhca_sge) >
+                   1u << in.rq_stride_log) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (in.sq_log > QHCA_WQ_LIMIT_LOG ||
         in.sq_stride_log < QHCA_SQ_MIN_STRIDE_LOG ||
         in.sq_stride_log > QHCA_SQ_MAX_STRIDE_LOG ||
-        in.rq_stride_log < QHCA_RQ_MIN_STRIDE_LOG ||
-        in.rq_stride_log > QHCA_RQ_MAX_STRIDE_LOG ||
         max_sge > QHCA_LIMIT_MAX_SGE || max_inline > QHCA_LIMIT_MAX_INLINE ||
         QHCA_WQE_DATA_OFFSET + max_sge * sizeof(struct qhca_sge) >
             1u << in.sq_stride_log ||
-        QHCA_WQE_DATA_OFFSET + max_inline > 1u << in.sq_stride_log ||
-        sizeof(struct qhca_rwqe) + max_sge * sizeof(struct qhca_sge) >
-            1u << in.rq_stride_log) {
+        QHCA_WQE_DATA_OFFSET + max_inline > 1u << in.sq_stride_log) {
         return QHCA_CMD_BAD_PARAM;
     }
     sq_bytes = 1ull << (in.sq_log + in.sq_stride_log);
     rq_off = ROUND_UP(sq_bytes, QHCA_PAGE_SIZE);
-    rq_bytes = 1ull << (in.rq_log + in.rq_stride_log);
+    rq_bytes = srq ? 0 : 1ull << (in.rq_log + in.rq_stride_log);
     if (npages != DIV_ROUND_UP(rq_off + rq_bytes, QHCA_PAGE_SIZE)) {
         return QHCA_CMD_BAD_PARAM;
     }
@@ -166,6 +180,7 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     qp->rq = (QhcaWq) {
         .log = in.rq_log, .stride_log = in.rq_stride_log, .offset = rq_off,
     };
+    qp->srq = srq;
     qp->npages = npages;
     qp->pages = qhca_pl_take(pl);
     qp->state = QHCA_QPS_RESET;
@@ -180,6 +195,9 @@ uint8_t qhca_cmd_create_qp(QhcaState *s, const struct qhca_cmd *cmd,
     pd->nr_qp++;
     scq->nr_qp++;
     rcq->nr_qp++;
+    if (srq) {
+        srq->nr_qp++;
+    }
     s->num_qp++;
     data[0] = qp->qpn;
     trace_qhca_obj(type == QHCA_QPT_GSI ? "gsi qp" :
@@ -197,6 +215,9 @@ void qhca_qp_free(QhcaState *s, QhcaQp *qp)
     s->pd[qp->pdn].nr_qp--;
     s->cq[qp->scqn].nr_qp--;
     s->cq[qp->rcqn].nr_qp--;
+    if (qp->srq) {
+        qp->srq->nr_qp--;
+    }
     qhca_page_list_free(s, &qp->pages, &qp->npages);
     qp->in_use = false;
     if (qp == s->gsi_qp) {
@@ -522,38 +543,6 @@ bool qhca_wq_read(QhcaState *s, QhcaQp *qp, const QhcaWq *wq,
 {
     return qhca_pl_rw(s, qp->pages, qp->npages, qhca_wq_slot(wq, idx) + off,
                       buf, len, false);
-}
-
-/*
- * The receive WQE at the RQ's consumer index: its wr_id (0 if even the header
- * is unreachable) and its SGEs in host order.  false if the device cannot use
- * it, *why saying why (the caller completes it with LOC_QP_OP_ERR).
- */
-bool qhca_rwqe_read(QhcaState *s, QhcaQp *qp, uint64_t *wr_id,
-                    struct qhca_sge *sge, uint32_t *num_sge, const char **why)
-{
-    struct qhca_rwqe hdr;
-    unsigned i;
-
-    *wr_id = 0;
-    if (!qhca_wq_read(s, qp, &qp->rq, qp->rq.ci, 0, &hdr, sizeof(hdr))) {
-        *why = "receive ring unreachable";
-        return false;
-    }
-    *wr_id = le64_to_cpu(hdr.wr_id);
-    *num_sge = le32_to_cpu(hdr.num_sge);
-    if (*num_sge > qp->max_sge || hdr.rsvd ||
-        !qhca_wq_read(s, qp, &qp->rq, qp->rq.ci, sizeof(hdr), sge,
-                      *num_sge * sizeof(sge[0]))) {
-        *why = "malformed receive WQE";
-        return false;
-    }
-    for (i = 0; i < *num_sge; i++) {
-        sge[i].addr = le64_to_cpu(sge[i].addr);
-        sge[i].length = le32_to_cpu(sge[i].length);
-        sge[i].lkey = le32_to_cpu(sge[i].lkey);
-    }
-    return true;
 }
 
 /*

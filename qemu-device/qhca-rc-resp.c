@@ -63,9 +63,9 @@ static void qhca_resp_recv_fail(QhcaState *s, QhcaQp *qp, uint32_t psn,
                                 uint8_t wc_status, uint8_t nak,
                                 const char *why)
 {
-    qhca_complete(s, qp, qp->rcqn, qp->rq.ci, qp->resp_wr_id, QHCA_WC_RECV,
-                  wc_status, qp->resp_off, 0, 0);
-    qp->rq.ci++;
+    qhca_recv_done(qp);
+    qhca_complete(s, qp, qp->rcqn, qp->recv.index, qp->recv.wr_id,
+                  QHCA_WC_RECV, wc_status, qp->resp_off, 0, 0);
     qhca_resp_fail(s, qp, psn, nak, why);
 }
 
@@ -142,13 +142,12 @@ void qhca_resp_resume_ack(QhcaState *s, QhcaQp *qp)
     }
 }
 
-/* Takes the receive WQE at rq.ci; false if it is malformed (QP to ERR). */
+/* Takes the next receive WQE; false if it is malformed (QP to ERR). */
 static bool qhca_resp_take_rwqe(QhcaState *s, QhcaQp *qp, uint32_t psn)
 {
     const char *why;
 
-    if (!qhca_rwqe_read(s, qp, &qp->resp_wr_id, qp->resp_sge,
-                        &qp->resp_num_sge, &why)) {
+    if (!qhca_recv_take(s, qp, &why)) {
         qhca_resp_recv_fail(s, qp, psn, QHCA_WC_LOC_QP_OP_ERR,
                             QHCA_NAK_REM_OP, why);
         return false;
@@ -532,7 +531,7 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
     }
 
     /* A message that consumes a receive WQE needs one before anything. */
-    if ((imm || (qhca_op_is_send(op) && starts)) && qp->rq.ci == qp->rq.pi) {
+    if ((imm || (qhca_op_is_send(op) && starts)) && !qhca_recv_posted(qp)) {
         trace_qhca_resp_rnr(qhca_qpn(s, qp), pkt->psn);
         qhca_resp_ack(s, qp, pkt->psn, QHCA_AETH_RNR_NAK | qp->min_rnr_timer);
         return;
@@ -545,11 +544,11 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
             }
             qp->resp_op = QHCA_RESP_SEND;
         }
-        st = qhca_sge_copy(s, qp->pdn, qp->resp_sge, qp->resp_num_sge,
+        st = qhca_sge_copy(s, qp->recv.pdn, qp->recv.sge, qp->recv.num_sge,
                            qp->resp_off, (void *)pkt->payload, pkt->len, true);
         if (st == QHCA_WC_ODP_FAULT) {
             if (starts) {
-                /* The receive WQE is taken again by the retry. */
+                /* The retry takes the receive WQE again (or the held one). */
                 qhca_resp_clear(qp);
             }
             qhca_resp_fault(s, qp, pkt->psn);
@@ -586,10 +585,10 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
                 flags = QHCA_CQE_WITH_INV;
                 data = pkt->ieth;
             }
-            qhca_complete(s, qp, qp->rcqn, qp->rq.ci, qp->resp_wr_id,
+            qhca_recv_done(qp);
+            qhca_complete(s, qp, qp->rcqn, qp->recv.index, qp->recv.wr_id,
                           QHCA_WC_RECV, QHCA_WC_SUCCESS, qp->resp_off, flags,
                           data);
-            qp->rq.ci++;
             qhca_resp_msg_done(qp);
             qhca_resp_clear(qp);
         }
@@ -656,10 +655,10 @@ static void qhca_resp_data(QhcaState *s, QhcaQp *qp, const QhcaPkt *pkt)
             if (!qhca_resp_take_rwqe(s, qp, pkt->psn)) {
                 return;
             }
-            qhca_complete(s, qp, qp->rcqn, qp->rq.ci, qp->resp_wr_id,
+            qhca_recv_done(qp);
+            qhca_complete(s, qp, qp->rcqn, qp->recv.index, qp->recv.wr_id,
                           QHCA_WC_RECV_RDMA_WITH_IMM, QHCA_WC_SUCCESS,
                           qp->resp_total, QHCA_CQE_WITH_IMM, pkt->imm);
-            qp->rq.ci++;
         }
         qp->rq_psn = psn_add(pkt->psn, 1);
         if (ends) {
@@ -689,7 +688,7 @@ static void qhca_resp_fault_retry(QhcaState *s, QhcaQp *qp,
         return;
     }
     qp->resp_fault_failed = false;
-    if (qhca_op_is_send(op) && qhca_op_starts(op) && qp->rq.ci != qp->rq.pi &&
+    if (qhca_op_is_send(op) && qhca_op_starts(op) && qhca_recv_posted(qp) &&
         !qp->resp_op) {
         if (!qhca_resp_take_rwqe(s, qp, pkt->psn)) {
             return;

@@ -159,22 +159,27 @@ void qhca_complete_src(QhcaState *s, QhcaQp *qp, uint32_t cqn,
 }
 
 /*
- * The WQE at the consumer index of the QP's SQ (send) or RQ fails before
- * anything of it left or landed, on a QP that completes its WQEs in order as
- * it takes them (UD, Ethernet): it completes with status and the WC opcode
- * on its CQ, logged as a guest error of a @kind QP, and the QP goes to ERR.
+ * The WQE at the consumer index of the QP's SQ (send), or the receive WQE
+ * it took (qp->recv), fails before anything of it left or landed, on a QP
+ * that completes its WQEs as it takes them (UD, Ethernet): it completes
+ * with status and the WC opcode on its CQ, logged as a guest error of a
+ * @kind QP, and the QP goes to ERR.
  */
 void qhca_wqe_fail(QhcaState *s, QhcaQp *qp, bool send, const char *kind,
                    uint64_t wr_id, uint8_t opcode, uint8_t status,
                    const char *why)
 {
-    QhcaWq *wq = send ? &qp->sq : &qp->rq;
+    uint16_t idx = send ? qp->sq.ci : qp->recv.index;
 
-    trace_qhca_err_wqe(qhca_qpn(s, qp), wq->ci, why);
+    trace_qhca_err_wqe(qhca_qpn(s, qp), idx, why);
     qemu_log_mask(LOG_GUEST_ERROR, "qhca: %s QP %u %s WQE %u: %s\n", kind,
-                  qhca_qpn(s, qp), send ? "send" : "receive", wq->ci, why);
-    wq->ci++;
-    qhca_complete(s, qp, send ? qp->scqn : qp->rcqn, wq->ci - 1, wr_id,
+                  qhca_qpn(s, qp), send ? "send" : "receive", idx, why);
+    if (send) {
+        qp->sq.ci++;
+    } else {
+        qhca_recv_done(qp);
+    }
+    qhca_complete(s, qp, send ? qp->scqn : qp->rcqn, idx, wr_id,
                   opcode, status, 0, 0, 0);
     qhca_qp_set_error(s, qp, true);
 }
@@ -303,6 +308,9 @@ void qhca_engine_qp_reset(QhcaState *s, QhcaQp *qp)
     qhca_engine_unschedule(s, qp);
     qp->sq.pi = qp->sq.ci = 0;
     qp->rq.pi = qp->rq.ci = 0;
+    /* A WQE taken from an SRQ is lost (the verbs go through ERR first). */
+    qp->recv_held = false;
+    qp->last_wqe = false;
     qhca_req_clear(qp);
     qhca_resp_clear(qp);
     qhca_resp_res_clear(qp);
@@ -472,6 +480,12 @@ static bool qhca_qp_flush(QhcaState *s, QhcaQp *qp, unsigned *budget)
         qhca_complete(s, qp, qp->rcqn, qp->rq.ci - 1, le64_to_cpu(rwqe.wr_id),
                       QHCA_WC_RECV, QHCA_WC_WR_FLUSH_ERR, 0, 0, 0);
         (*budget)--;
+    }
+    if (qp->srq) {
+        qhca_recv_flush(s, qp, budget);
+        if (qp->recv_held) {
+            return true;
+        }
     }
     return qp->sq.ci != qp->sq.pi || qp->rq.ci != qp->rq.pi;
 }

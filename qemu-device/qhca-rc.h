@@ -107,11 +107,15 @@ uint8_t qhca_local_inv(QhcaState *s, QhcaQp *qp, uint32_t key,
                        const char **why);
 bool qhca_remote_inv(QhcaState *s, QhcaQp *qp, uint32_t key);
 
+/* qhca-srq.c: receive WQEs, from a QP's receive queue or its SRQ */
+bool qhca_recv_posted(const QhcaQp *qp);
+bool qhca_recv_take(QhcaState *s, QhcaQp *qp, const char **why);
+void qhca_recv_done(QhcaQp *qp);
+void qhca_recv_flush(QhcaState *s, QhcaQp *qp, unsigned *budget);
+
 /* qhca-rc.c */
 bool qhca_wq_read(QhcaState *s, QhcaQp *qp, const QhcaWq *wq, uint16_t idx,
                   uint64_t off, void *buf, uint64_t len);
-bool qhca_rwqe_read(QhcaState *s, QhcaQp *qp, uint64_t *wr_id,
-                    struct qhca_sge *sge, uint32_t *num_sge, const char **why);
 uint8_t qhca_send_wqe_data(QhcaState *s, QhcaQp *qp, uint16_t idx,
                            uint32_t data_off, QhcaSendWqe *w, void *inline_dst,
                            const char **why);

@@ -355,11 +355,10 @@ static void qhca_ud_grh(QhcaState *s, const QhcaPkt *pkt, uint8_t *buf)
 void qhca_ud_recv(QhcaState *s, const QhcaPkt *pkt)
 {
     QhcaQp *qp = qhca_qp_lookup(s, pkt->dest_qpn);
-    struct qhca_sge sge[QHCA_LIMIT_MAX_SGE];
+    const QhcaRecv *r;
     uint8_t grh[QHCA_GRH_SIZE];
     QhcaContext *ctx;
-    uint32_t num_sge;
-    uint64_t total, wr_id;
+    uint64_t total;
     const char *why;
     uint8_t st;
 
@@ -377,19 +376,24 @@ void qhca_ud_recv(QhcaState *s, const QhcaPkt *pkt)
         qhca_ud_drop(s, pkt, &ctx->ud_drop_qkey, "UD: Q_Key mismatch");
         return;
     }
-    if (qp->rq.ci == qp->rq.pi) {
+    if (!qhca_recv_posted(qp)) {
         qhca_ud_drop(s, pkt, &ctx->ud_drop_no_recv, "UD: no receive WQE");
         return;
     }
 
-    if (!qhca_rwqe_read(s, qp, &wr_id, sge, &num_sge, &why)) {
-        qhca_wqe_fail(s, qp, false, "UD", wr_id, QHCA_WC_RECV,
+    /*
+     * A datagram dropped from here on leaves the WQE posted (an SRQ's
+     * with this QP, for its next datagram).
+     */
+    r = &qp->recv;
+    if (!qhca_recv_take(s, qp, &why)) {
+        qhca_wqe_fail(s, qp, false, "UD", r->wr_id, QHCA_WC_RECV,
                       QHCA_WC_LOC_QP_OP_ERR, why);
         return;
     }
-    st = qhca_sge_check(s, qp->pdn, sge, num_sge, true, &total);
+    st = qhca_sge_check(s, r->pdn, r->sge, r->num_sge, true, &total);
     if (st != QHCA_WC_SUCCESS) {
-        qhca_wqe_fail(s, qp, false, "UD", wr_id, QHCA_WC_RECV, st,
+        qhca_wqe_fail(s, qp, false, "UD", r->wr_id, QHCA_WC_RECV, st,
                       "receive SGE refused");
         return;
     }
@@ -399,7 +403,7 @@ void qhca_ud_recv(QhcaState *s, const QhcaPkt *pkt)
         return;
     }
     /* Every page present before anything is written. */
-    st = qhca_sge_ready(s, qp->pdn, sge, num_sge,
+    st = qhca_sge_ready(s, r->pdn, r->sge, r->num_sge,
                         QHCA_GRH_SIZE + (uint64_t)pkt->len);
     if (st == QHCA_WC_ODP_FAULT) {
         qhca_ud_drop(s, pkt, &ctx->ud_drop_fault,
@@ -408,22 +412,22 @@ void qhca_ud_recv(QhcaState *s, const QhcaPkt *pkt)
     }
     qhca_ud_grh(s, pkt, grh);
     if (st == QHCA_WC_SUCCESS) {
-        st = qhca_sge_copy(s, qp->pdn, sge, num_sge, 0, grh, sizeof(grh),
+        st = qhca_sge_copy(s, r->pdn, r->sge, r->num_sge, 0, grh, sizeof(grh),
                            true);
     }
     if (st == QHCA_WC_SUCCESS) {
-        st = qhca_sge_copy(s, qp->pdn, sge, num_sge, sizeof(grh),
+        st = qhca_sge_copy(s, r->pdn, r->sge, r->num_sge, sizeof(grh),
                            (void *)pkt->payload, pkt->len, true);
     }
     if (st != QHCA_WC_SUCCESS) {
-        qhca_wqe_fail(s, qp, false, "UD", wr_id, QHCA_WC_RECV,
+        qhca_wqe_fail(s, qp, false, "UD", r->wr_id, QHCA_WC_RECV,
                       st == QHCA_WC_ODP_FAULT ? QHCA_WC_LOC_ACCESS_ERR : st,
                       "receive buffer unreachable");
         return;
     }
-    trace_qhca_ud_recv(qhca_qpn(s, qp), qp->rq.ci, pkt->src_qpn, pkt->len);
-    qp->rq.ci++;
-    qhca_complete_src(s, qp, qp->rcqn, qp->rq.ci - 1, wr_id, QHCA_WC_RECV,
+    trace_qhca_ud_recv(qhca_qpn(s, qp), r->index, pkt->src_qpn, pkt->len);
+    qhca_recv_done(qp);
+    qhca_complete_src(s, qp, qp->rcqn, r->index, r->wr_id, QHCA_WC_RECV,
                       QHCA_WC_SUCCESS, QHCA_GRH_SIZE + pkt->len,
                       QHCA_CQE_WITH_GRH |
                       (pkt->opcode == QHCA_OP_UD_SEND_ONLY_IMM ?

@@ -95,7 +95,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_CAPS               (QHCA_CAP_UAR_ISOLATION | QHCA_CAP_RC | \
                                  QHCA_CAP_ODP | QHCA_CAP_MW | QHCA_CAP_UD | \
                                  QHCA_CAP_PORT | QHCA_CAP_KERNEL | \
-                                 QHCA_CAP_FAST_REG)
+                                 QHCA_CAP_FAST_REG | QHCA_CAP_SRQ)
 #define QHCA_ODP_GENERAL_CAPS   (QHCA_ODP_SUPPORT | QHCA_ODP_SUPPORT_IMPLICIT)
 #define QHCA_ODP_RC_CAPS        (QHCA_ODP_SUPPORT_SEND | \
                                  QHCA_ODP_SUPPORT_RECV | \
@@ -115,6 +115,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_MR_HASH_SIZE       (2 * QHCA_LIMIT_MAX_MR)
 #define QHCA_LIMIT_MAX_MW       (1u << QHCA_MW_INDEX_BITS)
 #define QHCA_LIMIT_MAX_AH       (1u << QHCA_AH_INDEX_BITS)
+#define QHCA_LIMIT_MAX_SRQ      (1u << QHCA_SRQ_INDEX_BITS)
 #define QHCA_LIMIT_MAX_MR_SIZE  (1ull << 32)
 #define QHCA_LIMIT_PAGE_SIZES   4096ull
 /*
@@ -235,6 +236,7 @@ typedef struct QhcaPd {
     uint32_t nr_mw;
     uint32_t nr_qp;
     uint32_t nr_ah;
+    uint32_t nr_srq;
 } QhcaPd;
 
 /* QHCA_ODP_CHUNK_PAGES translations of an on-demand region (qhca-odp.c). */
@@ -352,6 +354,37 @@ typedef struct QhcaWq {
     uint16_t ci;                /* device consumer index */
 } QhcaWq;
 
+/*
+ * A shared receive queue (qhca-srq.c).  index is generation <<
+ * QHCA_SRQ_INDEX_BITS | slot, as an AH's, with a generation never 0; wq
+ * is its ring at offset 0 of its pages, whose ci counts the WQEs taken.
+ */
+typedef struct QhcaSrq {
+    bool in_use;
+    uint32_t index;
+    uint32_t uar;
+    uint32_t pdn;
+    uint16_t max_sge;
+    uint32_t limit;             /* armed while non-zero */
+    uint32_t nr_qp;             /* QPs that receive from it */
+    QhcaWq wq;
+    uint32_t npages;
+    uint64_t *pages;
+} QhcaSrq;
+
+/*
+ * The receive WQE a QP took last (qhca-srq.c), as the device keeps it: a
+ * copy, so that an SRQ's slot is free once taken.
+ */
+typedef struct QhcaRecv {
+    uint64_t wr_id;
+    uint16_t index;             /* its RQ or SRQ index: the CQE's wqe_index */
+    uint32_t pdn;               /* the PD its SGEs are checked against */
+    uint32_t num_sge;
+    struct qhca_sge sge[QHCA_LIMIT_MAX_SGE];
+} QhcaRecv;
+
+
 /* A send WQE as the requester keeps it while working on it (host order). */
 typedef struct QhcaSendWqe {
     uint64_t wr_id;
@@ -421,9 +454,17 @@ struct QhcaQp {
     uint16_t max_inline;
     uint16_t max_sge;
     QhcaWq sq;
-    QhcaWq rq;
+    QhcaWq rq;                  /* empty (log 0) with an SRQ */
+    QhcaSrq *srq;               /* where its receive WQEs come from, or NULL */
     uint32_t npages;
     uint64_t *pages;
+    /*
+     * The receive WQE taken last.  With an SRQ, recv_held while the QP holds
+     * it (taken, not completed); last_wqe once QHCA_EQE_QP_LAST_WQE went.
+     */
+    QhcaRecv recv;
+    bool recv_held;
+    bool last_wqe;
 
     /* qhca_qp_attr, host order */
     uint8_t state;
@@ -476,9 +517,6 @@ struct QhcaQp {
 
     /* Responder: the message being received. */
     uint8_t resp_op;            /* QHCA_RESP_*: the message in progress */
-    uint64_t resp_wr_id;
-    uint32_t resp_num_sge;
-    struct qhca_sge resp_sge[QHCA_LIMIT_MAX_SGE];
     uint64_t resp_off;          /* bytes of the message placed */
     uint64_t resp_va;           /* RDMA WRITE: next byte */
     uint32_t resp_rkey;
@@ -562,6 +600,7 @@ struct QhcaState {
     QhcaMr *mr;
     QhcaMw *mw;
     QhcaAh *ah;
+    QhcaSrq *srq;
     QhcaCq *cq;
     QhcaQp *qp;
     QhcaQp *gsi_qp;             /* the GSI QP (QHCA_GSI_QPN), or NULL */
@@ -573,6 +612,7 @@ struct QhcaState {
     uint32_t num_qp;
     uint32_t num_mw;
     uint32_t num_ah;
+    uint32_t num_srq;
     uint32_t ud_no_qp;          /* QHCA_REG_UD_NO_QP */
     uint64_t total_pages;
     uint32_t odp_chunks;        /* QhcaOdpChunks of every on-demand region */
@@ -594,6 +634,7 @@ struct QhcaState {
     uint32_t qp_next;
     uint32_t mw_next;
     uint32_t ah_next;
+    uint32_t srq_next;
 
     /* Set while verbs objects exist (qhca_migration_update()). */
     Error *migration_blocker;
@@ -778,6 +819,12 @@ uint8_t qhca_cmd_mw(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data);
 void qhca_mw_free_ctx(QhcaState *s, uint32_t uar);
 void qhca_mw_unbind_mr(QhcaState *s, QhcaMr *mr);
 void qhca_mw_unbind_qp(QhcaState *s, uint32_t qpn);
+
+/* qhca-srq.c: shared receive queues, and where receive WQEs come from */
+uint8_t qhca_cmd_srq(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data,
+                     QhcaPageList *pl);
+void qhca_srq_free_ctx(QhcaState *s, uint32_t uar);
+QhcaSrq *qhca_srq_lookup(QhcaState *s, uint64_t srqn);
 
 /* qhca-ud.c: address handles */
 uint8_t qhca_cmd_ah(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data);

@@ -262,7 +262,8 @@ mod tests {
                 odp_ud_caps: 1,
                 max_mw: 21,
                 max_ah: 22,
-                rsvd2: 0,
+                max_srq: 0,
+                max_srq_wr: 0,
             },
         }
     }
@@ -363,8 +364,8 @@ mod tests {
         assert_eq!(cap_names(CAP_UD | 8), ["MW", "UD"]);
         assert_eq!(CAP_UD, 1 << 4);
         assert_eq!(
-            cap_names(CAP_UAR_ISOLATION | (1 << 9) | (1 << 63)),
-            ["UAR_ISOLATION", "BIT9", "BIT63"]
+            cap_names(CAP_UAR_ISOLATION | (1 << 9) | (1 << 10) | (1 << 63)),
+            ["UAR_ISOLATION", "SRQ", "BIT10", "BIT63"]
         );
     }
 }

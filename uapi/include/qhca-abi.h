@@ -145,6 +145,7 @@ typedef unsigned long long __u64;
 #define QHCA_CAP_KERNEL         (1ull << 6) /* the driver's own context: physical regions, the GSI QP: see "Kernel verbs" */
 #define QHCA_CAP_FAST_REG       (1ull << 7) /* the kernel context's fast-registration regions: see "Fast registration" */
 #define QHCA_CAP_ETH            (1ull << 8) /* the port's Ethernet QP: see "The Ethernet function" */
+#define QHCA_CAP_SRQ            (1ull << 9) /* shared receive queues: see "Shared receive queues" */
 
 /* Queue sizing limits. */
 #define QHCA_QUEUE_MIN_LOG      1
@@ -192,6 +193,11 @@ enum qhca_cmd_opcode {
 	/* The port; see "The port" below.  SET_GID is the driver's, not a context's. */
 	QHCA_CMD_QUERY_PORT   = 0x17, /* out: struct qhca_port_attr */
 	QHCA_CMD_SET_GID      = 0x18, /* in: struct qhca_cmd_set_gid */
+	/* Shared receive queues; see "Shared receive queues" below. */
+	QHCA_CMD_CREATE_SRQ   = 0x19, /* in: struct qhca_cmd_create_srq; out: data[0] = srqn */
+	QHCA_CMD_MODIFY_SRQ   = 0x1a, /* in[0] = uar, in[1] = srqn, in[2] = limit (0: disarmed) */
+	QHCA_CMD_QUERY_SRQ    = 0x1b, /* in[0] = uar, in[1] = srqn; out: data[0] = limit, data[1] = WQEs posted, not taken */
+	QHCA_CMD_DESTROY_SRQ  = 0x1c, /* in[0] = uar, in[1] = srqn; BAD_STATE while a QP uses it */
 	QHCA_CMD_MAX, /* first unassigned opcode */
 };
 
@@ -202,7 +208,11 @@ struct qhca_cmd {
 	__u32 token;    /* echoed in the completion event */
 	__u64 out_addr; /* DMA address of the output buffer, or 0 */
 	__u32 out_len;  /* bytes at out_addr the device may write */
-	__u32 rsvd0;    /* must be 0 */
+	/*
+	 * Opcode-specific input beyond in[]: CREATE_QP's SRQ number (0: the
+	 * QP has its own receive queue); 0 for every other opcode.
+	 */
+	__u32 in_ext;
 	__u64 in[5];    /* opcode-specific inline input */
 };
 
@@ -238,6 +248,10 @@ enum qhca_eqe_type {
 	 * One per change, in order; none while the device is not READY.
 	 */
 	QHCA_EQE_PORT_CHANGE = 0x06,
+	/* data[0] = srqn, data[1] = uar: fewer WQEs than the armed limit; disarmed */
+	QHCA_EQE_SRQ_LIMIT = 0x07,
+	/* data[0] = qpn, data[1] = uar: a QP of an SRQ in ERR holds no receive WQE */
+	QHCA_EQE_QP_LAST_WQE = 0x08,
 };
 
 /* 32 bytes. */
@@ -281,7 +295,8 @@ struct qhca_device_attr {
 	__u32 odp_ud_caps;         /* the same for UD QPs: QHCA_ODP_SUPPORT_SEND */
 	__u32 max_mw;              /* memory windows; 0 without QHCA_CAP_MW */
 	__u32 max_ah;              /* address handles; 0 without QHCA_CAP_UD */
-	__u64 rsvd2;
+	__u32 max_srq;             /* shared receive queues; 0 without QHCA_CAP_SRQ */
+	__u32 max_srq_wr;          /* WQEs per SRQ (max_sge SGEs each) */
 };
 
 /* qhca_device_attr.odp_general_caps (the values of IBV_ODP_SUPPORT*). */
@@ -795,6 +810,56 @@ enum qhca_mw_type {
 #define QHCA_AH_INDEX_BITS      12
 #define QHCA_QKEY_CONTROLLED    (1u << 31)
 
+/* ------------------------------------------------------------------------ */
+/* Shared receive queues (IBA 10.2.9).                                      */
+/*                                                                          */
+/* An SRQ is a receive queue that RC and UD QPs of its context share: a QP  */
+/* created with its srqn in qhca_cmd.in_ext (rq_log and rq_stride_log 0,    */
+/* its page list the send queue's alone) takes every receive WQE from it.   */
+/* The ring is 2^log slots of 2^stride_log bytes (struct qhca_rwqe and at   */
+/* most max_sge SGEs, as a QP's receive queue), then one struct             */
+/* qhca_srq_dbrec, all in the pages of the list.  The owner posts WQEs and  */
+/* rings QHCA_DB_SRQ with the new producer index from its own doorbell      */
+/* page, as for a receive queue.                                           */
+/*                                                                          */
+/* A message that needs a receive WQE (a SEND, an RDMA WRITE with           */
+/* immediate, a datagram) takes the oldest one; the device copies it (so    */
+/* the slot is free at once), writes its consumer index to the record and   */
+/* checks the SGEs against the SRQ's PD.  Taken WQEs complete in the order  */
+/* their messages end, on the recv CQ of the QP that took each, with        */
+/* wqe_index the WQE's SRQ index: the owner may post into a slot once the   */
+/* record's ci has passed it.  An empty SRQ is what an empty receive queue */
+/* is: an RNR NAK (RC), a dropped datagram (UD).  A QP in ERR flushes the   */
+/* WQE it holds (a message in progress) and then raises                     */
+/* QHCA_EQE_QP_LAST_WQE once; WQEs still in the SRQ stay there.  A QP      */
+/* reset or destroyed while holding one loses it (the verbs' order is ERR, */
+/* LAST_WQE_REACHED, then destroy).  MODIFY_SRQ arms a limit (at most      */
+/* 2^log): when taking a WQE leaves fewer than limit posted, the device     */
+/* raises QHCA_EQE_SRQ_LIMIT and disarms it.  SRQ numbers are generation << */
+/* QHCA_SRQ_INDEX_BITS | slot, never 0, as AH numbers.  A doorbell naming   */
+/* the receive queue of a QP that uses an SRQ is refused.                  */
+/* ------------------------------------------------------------------------ */
+
+#define QHCA_SRQ_INDEX_BITS     10
+
+/* QHCA_CMD_CREATE_SRQ input, overlaying qhca_cmd.in[] (40 bytes). */
+struct qhca_cmd_create_srq {
+	__u32 uar;
+	__u32 pdn;
+	__u8  log;        /* 2^log WQEs: 0 .. QHCA_WQ_MAX_LOG */
+	__u8  stride_log; /* QHCA_RQ_MIN_STRIDE_LOG .. QHCA_RQ_MAX_STRIDE_LOG */
+	__u16 max_sge;    /* SGEs per WQE; they must fit the stride */
+	__u32 npages;     /* the ring and the record */
+	__u64 pages_addr;
+	__u64 rsvd[2];
+};
+
+/* After the SRQ's slots; written by the device. */
+struct qhca_srq_dbrec {
+	__u32 ci;         /* WQEs taken: free-running, the low 16 bits count */
+	__u32 rsvd[15];
+};
+
 
 /* QHCA_CMD_CREATE_AH input, overlaying qhca_cmd.in[] (40 bytes). */
 struct qhca_cmd_create_ah {
@@ -1155,6 +1220,7 @@ enum qhca_db_type {
 	QHCA_DB_SQ     = 0x1, /* index = new SQ producer index */
 	QHCA_DB_RQ     = 0x2, /* index = new RQ producer index */
 	QHCA_DB_CQ_ARM = 0x3, /* index = consumer index the arm refers to */
+	QHCA_DB_SRQ    = 0x4, /* queue = srqn, index = new SRQ producer index */
 };
 
 /* ------------------------------------------------------------------------ */

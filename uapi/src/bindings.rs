@@ -65,6 +65,7 @@ pub const QHCA_CAP_PORT: u32 = 32;
 pub const QHCA_CAP_KERNEL: u32 = 64;
 pub const QHCA_CAP_FAST_REG: u32 = 128;
 pub const QHCA_CAP_ETH: u32 = 256;
+pub const QHCA_CAP_SRQ: u32 = 512;
 pub const QHCA_QUEUE_MIN_LOG: u32 = 1;
 pub const QHCA_QUEUE_MAX_LOG: u32 = 12;
 pub const QHCA_EQE_OWNER: u32 = 1;
@@ -135,6 +136,7 @@ pub const QHCA_GRH_SIZE: u32 = 40;
 pub const QHCA_GID_PREFIX: i64 = -108086391056891904;
 pub const QHCA_AH_INDEX_BITS: u32 = 12;
 pub const QHCA_QKEY_CONTROLLED: u32 = 2147483648;
+pub const QHCA_SRQ_INDEX_BITS: u32 = 10;
 pub const QHCA_UAR_KERNEL: u32 = 1;
 pub const QHCA_WQE_AV_DATA_OFFSET: u32 = 96;
 pub const QHCA_GSI_QPN: u32 = 1;
@@ -195,7 +197,11 @@ pub const QHCA_CMD_CREATE_AH: qhca_cmd_opcode = 21;
 pub const QHCA_CMD_DESTROY_AH: qhca_cmd_opcode = 22;
 pub const QHCA_CMD_QUERY_PORT: qhca_cmd_opcode = 23;
 pub const QHCA_CMD_SET_GID: qhca_cmd_opcode = 24;
-pub const QHCA_CMD_MAX: qhca_cmd_opcode = 25;
+pub const QHCA_CMD_CREATE_SRQ: qhca_cmd_opcode = 25;
+pub const QHCA_CMD_MODIFY_SRQ: qhca_cmd_opcode = 26;
+pub const QHCA_CMD_QUERY_SRQ: qhca_cmd_opcode = 27;
+pub const QHCA_CMD_DESTROY_SRQ: qhca_cmd_opcode = 28;
+pub const QHCA_CMD_MAX: qhca_cmd_opcode = 29;
 pub type qhca_cmd_opcode = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -205,7 +211,7 @@ pub struct qhca_cmd {
     pub token: __u32,
     pub out_addr: __u64,
     pub out_len: __u32,
-    pub rsvd0: __u32,
+    pub in_ext: __u32,
     pub in_: [__u64; 5usize],
 }
 pub const QHCA_CMD_OK: qhca_cmd_status = 0;
@@ -222,6 +228,8 @@ pub const QHCA_EQE_QP_ERR: qhca_eqe_type = 3;
 pub const QHCA_EQE_CQ_ERR: qhca_eqe_type = 4;
 pub const QHCA_EQE_PAGE_FAULT: qhca_eqe_type = 5;
 pub const QHCA_EQE_PORT_CHANGE: qhca_eqe_type = 6;
+pub const QHCA_EQE_SRQ_LIMIT: qhca_eqe_type = 7;
+pub const QHCA_EQE_QP_LAST_WQE: qhca_eqe_type = 8;
 pub type qhca_eqe_type = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -262,7 +270,8 @@ pub struct qhca_device_attr {
     pub odp_ud_caps: __u32,
     pub max_mw: __u32,
     pub max_ah: __u32,
-    pub rsvd2: __u64,
+    pub max_srq: __u32,
+    pub max_srq_wr: __u32,
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -484,6 +493,24 @@ pub const QHCA_MW_TYPE_2B: qhca_mw_type = 3;
 pub type qhca_mw_type = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_cmd_create_srq {
+    pub uar: __u32,
+    pub pdn: __u32,
+    pub log: __u8,
+    pub stride_log: __u8,
+    pub max_sge: __u16,
+    pub npages: __u32,
+    pub pages_addr: __u64,
+    pub rsvd: [__u64; 2usize],
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_srq_dbrec {
+    pub ci: __u32,
+    pub rsvd: [__u32; 15usize],
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct qhca_cmd_create_ah {
     pub uar: __u32,
     pub pdn: __u32,
@@ -582,6 +609,7 @@ pub struct qhca_eqe_page_fault {
 pub const QHCA_DB_SQ: qhca_db_type = 1;
 pub const QHCA_DB_RQ: qhca_db_type = 2;
 pub const QHCA_DB_CQ_ARM: qhca_db_type = 3;
+pub const QHCA_DB_SRQ: qhca_db_type = 4;
 pub type qhca_db_type = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]

@@ -14,7 +14,7 @@
 
 use super::bindings::{
     qhca_db_type, QHCA_DB_CQ_ARM, QHCA_DB_INDEX_SHIFT, QHCA_DB_QN_MASK, QHCA_DB_RQ, QHCA_DB_SQ,
-    QHCA_DB_TYPE_MASK, QHCA_DB_TYPE_SHIFT,
+    QHCA_DB_SRQ, QHCA_DB_TYPE_MASK, QHCA_DB_TYPE_SHIFT,
 };
 
 // The header's masks as words (bindgen types each macro by its value, here `u32`).
@@ -38,6 +38,8 @@ pub enum DbType {
     Rq = QHCA_DB_RQ,
     /// `QHCA_DB_CQ_ARM`: index = the consumer index the arm refers to.
     CqArm = QHCA_DB_CQ_ARM,
+    /// `QHCA_DB_SRQ`: queue = SRQ number, index = new SRQ producer index.
+    Srq = QHCA_DB_SRQ,
 }
 
 impl DbType {
@@ -47,6 +49,7 @@ impl DbType {
             QHCA_DB_SQ => Some(Self::Sq),
             QHCA_DB_RQ => Some(Self::Rq),
             QHCA_DB_CQ_ARM => Some(Self::CqArm),
+            QHCA_DB_SRQ => Some(Self::Srq),
             _ => None,
         }
     }
@@ -140,10 +143,10 @@ mod tests {
 
     #[test]
     fn type_raw_round_trip() {
-        for t in [DbType::Sq, DbType::Rq, DbType::CqArm] {
+        for t in [DbType::Sq, DbType::Rq, DbType::CqArm, DbType::Srq] {
             assert_eq!(DbType::from_raw(t.raw()), Some(t));
         }
         assert_eq!(DbType::from_raw(0), None);
-        assert_eq!(DbType::from_raw(4), None);
+        assert_eq!(DbType::from_raw(5), None);
     }
 }

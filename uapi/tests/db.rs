@@ -66,7 +66,7 @@ fn decode_rejects_what_the_header_does_not_define() {
     assert_eq!(w.reserved_bits(), 1 << 28);
     assert!(!w.is_well_formed());
     // Undefined types.
-    for t in [0u64, 4, 0xf] {
+    for t in [0u64, 5, 0xf] {
         let w = DbWord::from_raw(t << QHCA_DB_TYPE_SHIFT);
         assert_eq!(w.type_bits() as u64, t);
         assert_eq!(w.db_type(), None);

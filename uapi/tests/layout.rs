@@ -33,7 +33,7 @@ fn every_struct_and_field() {
         token @ 4,
         out_addr @ 8,
         out_len @ 16,
-        rsvd0 @ 20,
+        in_ext @ 20,
         in_ @ 24,
     });
     check_layout!(qhca_eqe, size 32, align 8, {
@@ -71,7 +71,8 @@ fn every_struct_and_field() {
         odp_ud_caps @ 108,
         max_mw @ 112,
         max_ah @ 116,
-        rsvd2 @ 120,
+        max_srq @ 120,
+        max_srq_wr @ 124,
     });
     check_layout!(qhca_eqe_page_fault, size 32, align 8, {
         type_ @ 0,
@@ -318,6 +319,20 @@ fn every_struct_and_field() {
         sgid_index @ 24,
         rsvd @ 25,
     });
+    check_layout!(qhca_cmd_create_srq, size 40, align 8, {
+        uar @ 0,
+        pdn @ 4,
+        log @ 8,
+        stride_log @ 9,
+        max_sge @ 10,
+        npages @ 12,
+        pages_addr @ 16,
+        rsvd @ 24,
+    });
+    check_layout!(qhca_srq_dbrec, size 64, align 4, {
+        ci @ 0,
+        rsvd @ 4,
+    });
     check_layout!(qhca_cmd_create_ah, size 40, align 4, {
         uar @ 0,
         pdn @ 4,
@@ -464,8 +479,14 @@ fn field_types_have_the_header_widths() {
     let a = q.attr;
     let _: (u32, u32, u64, u64, u64) =
         (a.abi_version, a.num_uars, a.caps, a.node_guid, a.fw_version);
-    let _: (u64, u64, u32, u32, u64) =
-        (a.max_mr_size, a.page_size_cap, a.max_mw, a.max_ah, a.rsvd2);
+    let _: (u64, u64, u32, u32, u32) = (
+        a.max_mr_size,
+        a.page_size_cap,
+        a.max_mw,
+        a.max_ah,
+        a.max_srq,
+    );
+    let _: u32 = a.max_srq_wr;
     let _: (u64, u32, u32) = (a.odp_general_caps, a.odp_rc_caps, a.odp_ud_caps);
     let e = qhca_eqe::default();
     let _: (u8, u8, u16, u32, [u64; 2], [u8; 7], u8) = (
@@ -473,7 +494,7 @@ fn field_types_have_the_header_widths() {
     );
     let c = qhca_cmd::default();
     let _: (u16, u16, u32, u64, u32, u32, [u64; 5]) = (
-        c.opcode, c.flags, c.token, c.out_addr, c.out_len, c.rsvd0, c.in_,
+        c.opcode, c.flags, c.token, c.out_addr, c.out_len, c.in_ext, c.in_,
     );
     // Unreliable datagram.
     let ah = qhca_ioc_create_ah::default();
@@ -541,6 +562,7 @@ fn constants_the_other_layers_rely_on() {
     assert_eq!(CAP_KERNEL, 64);
     assert_eq!(CAP_FAST_REG, 128);
     assert_eq!(CAP_ETH, 256);
+    assert_eq!(CAP_SRQ, 512);
     assert_eq!(
         CAP_KNOWN_MASK,
         CAP_UAR_ISOLATION
@@ -552,10 +574,24 @@ fn constants_the_other_layers_rely_on() {
             | CAP_KERNEL
             | CAP_FAST_REG
             | CAP_ETH
+            | CAP_SRQ
     );
     assert_eq!(QHCA_MW_KEY_FLAG, 1 << 31);
     assert_eq!(QHCA_ODP_MAP_MAX, 512);
     assert_eq!(QHCA_EQE_OWNER, 1);
+}
+
+#[test]
+fn shared_receive_queue_constants() {
+    assert_eq!(QHCA_CAP_SRQ, 1 << 9);
+    assert_eq!(QHCA_CMD_CREATE_SRQ, 0x19);
+    assert_eq!(QHCA_CMD_MODIFY_SRQ, 0x1a);
+    assert_eq!(QHCA_CMD_QUERY_SRQ, 0x1b);
+    assert_eq!(QHCA_CMD_DESTROY_SRQ, 0x1c);
+    assert_eq!(QHCA_EQE_SRQ_LIMIT, 0x07);
+    assert_eq!(QHCA_EQE_QP_LAST_WQE, 0x08);
+    assert_eq!(QHCA_DB_SRQ, 0x4);
+    assert_eq!(QHCA_SRQ_INDEX_BITS, 10);
 }
 
 #[test]
@@ -567,7 +603,7 @@ fn unreliable_datagram_constants() {
     assert_eq!(QHCA_CMD_DESTROY_AH, 0x16);
     assert_eq!(QHCA_CMD_QUERY_PORT, 0x17);
     assert_eq!(QHCA_CMD_SET_GID, 0x18);
-    assert_eq!(QHCA_CMD_MAX, 0x19);
+    assert_eq!(QHCA_CMD_MAX, 0x1d);
     assert_eq!(QHCA_CQE_WITH_GRH, 1 << 2);
     assert_eq!(QHCA_QPT_RC, 0);
     assert_eq!(QHCA_QPT_UD, 1);

@@ -14,6 +14,7 @@
 //! - [`verbs`]: PDs, MRs, CQs, QPs, WQEs and CQEs from the test side;
 //! - [`mw`]: memory windows: ALLOC_MW/DEALLOC_MW, BIND_MW, LOCAL_INV and SEND_WITH_INV WQEs;
 //! - [`ud`]: unreliable datagram: address handles, UD QPs and WQEs, the GRH;
+//! - [`srq`]: shared receive queues, their ring and record, QPs created on one;
 //! - [`port`]: QUERY_PORT, SET_GID, GIDs and address vectors;
 //! - [`roce`]: RoCEv2 frames and ARP as the test builds and checks them (its own codec and
 //!   ICRC), and [`roce::Peer`], the test as the far end of the port's netdev; [`roce6`]: the
@@ -31,6 +32,7 @@ pub mod qtest;
 pub mod rng;
 pub mod roce;
 pub mod roce6;
+pub mod srq;
 pub mod ud;
 pub mod verbs;
 pub mod wire;

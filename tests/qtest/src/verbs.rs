@@ -787,21 +787,68 @@ impl Qp {
     }
 
     pub fn post_recv(&mut self, h: &mut Hca, wr_id: u64, sges: &[(u64, u32, u32)]) {
-        let mut b = vec![0u8; 16];
-        put64(&mut b, 0, wr_id);
-        put32(&mut b, 8, sges.len() as u32);
-        for &(a, l, k) in sges {
-            let mut s = [0u8; 16];
-            put64(&mut s, 0, a);
-            put32(&mut s, 8, l);
-            put32(&mut s, 12, k);
-            b.extend_from_slice(&s);
-        }
         let a = self.rq_slot(self.rq_pi);
-        h.qt.memwrite(a, &b);
+        h.qt.memwrite(a, &rwqe_bytes(wr_id, sges));
         self.rq_pi = self.rq_pi.wrapping_add(1);
         self.ring_rq(h);
     }
+}
+
+/// MAP_ODP of raw entries (addresses with their `QHCA_ODP_*` bits) of region `key` from
+/// virtual page `first`, the entries in a buffer from `m`: the status.
+pub fn map_odp_raw(h: &mut Hca, m: &mut Mem, uar: u32, key: u32, first: u64, e: &[u64]) -> u32 {
+    let buf = m.alloc(h, (e.len() as u64 * 8).max(8));
+    let bytes: Vec<u8> = e.iter().flat_map(|x| x.to_le_bytes()).collect();
+    h.qt.memwrite(buf, &bytes);
+    let in_ = [uar as u64, key as u64, first, e.len() as u64, buf];
+    obj_cmd(h, QHCA_CMD_MAP_ODP, in_).0
+}
+
+/// MAP_ODP of `npages` pages of region `key` from `va` (page aligned) onto RAM at `ram`,
+/// present and writable: the status.
+pub fn map_odp(
+    h: &mut Hca,
+    m: &mut Mem,
+    uar: u32,
+    key: u32,
+    va: u64,
+    npages: u64,
+    ram: u64,
+) -> u32 {
+    let bits = (QHCA_ODP_PRESENT | QHCA_ODP_WRITABLE) as u64;
+    let e: Vec<u64> = (0..npages).map(|i| (ram + i * PAGE) | bits).collect();
+    map_odp_raw(h, m, uar, key, va / PAGE, &e)
+}
+
+/// RESUME of the page fault `token` with `status` (`QHCA_RESUME_*`): the command's status.
+pub fn resume(h: &mut Hca, uar: u32, token: u32, status: u32) -> u32 {
+    let in_ = [uar as u64, token as u64, status as u64, 0, 0];
+    obj_cmd(h, QHCA_CMD_RESUME, in_).0
+}
+
+/// MODIFY_QP of `qp` to `state` alone: the status.
+pub fn qp_to_state(h: &mut Hca, qp: &Qp, state: u32) -> u32 {
+    let a = QpAttr {
+        mask: QHCA_QP_ATTR_STATE,
+        state: state as u8,
+        ..Default::default()
+    };
+    modify_qp(h, qp.uar, qp.qpn, &a)
+}
+
+/// A receive WQE (`struct qhca_rwqe` and its SGEs `(addr, length, lkey)`) as bytes.
+pub fn rwqe_bytes(wr_id: u64, sges: &[(u64, u32, u32)]) -> Vec<u8> {
+    let mut b = vec![0u8; 16];
+    put64(&mut b, 0, wr_id);
+    put32(&mut b, 8, sges.len() as u32);
+    for &(a, l, k) in sges {
+        let mut s = [0u8; 16];
+        put64(&mut s, 0, a);
+        put32(&mut s, 8, l);
+        put32(&mut s, 12, k);
+        b.extend_from_slice(&s);
+    }
+    b
 }
 
 /// The verbs world most tests start from: one context with a PD, two CQs and two QPs
@@ -877,16 +924,7 @@ pub fn reconnect(h: &mut Hca, qps: [&mut Qp; 2], cqs: [&mut Cq; 2], p: &ConnPara
     take_events(h);
     let [a, b] = qps;
     for q in [&mut *a, &mut *b] {
-        let st = modify_qp(
-            h,
-            q.uar,
-            q.qpn,
-            &QpAttr {
-                mask: QHCA_QP_ATTR_STATE,
-                state: QHCA_QPS_RESET as u8,
-                ..Default::default()
-            },
-        );
+        let st = qp_to_state(h, q, QHCA_QPS_RESET);
         assert_eq!(st, QHCA_CMD_OK, "QP {:#x} to RESET", q.qpn);
         q.sq_pi = 0;
         q.rq_pi = 0;

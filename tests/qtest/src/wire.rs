@@ -19,7 +19,7 @@ const _: () = {
     assert!(offset_of!(qhca_cmd, token) == 4);
     assert!(offset_of!(qhca_cmd, out_addr) == 8);
     assert!(offset_of!(qhca_cmd, out_len) == 16);
-    assert!(offset_of!(qhca_cmd, rsvd0) == 20);
+    assert!(offset_of!(qhca_cmd, in_ext) == 20);
     assert!(offset_of!(qhca_cmd, in_) == 24);
     assert!(offset_of!(qhca_eqe, type_) == 0);
     assert!(offset_of!(qhca_eqe, status) == 1);
@@ -65,7 +65,7 @@ pub fn encode_cmd(c: &qhca_cmd) -> [u8; CMD_SIZE] {
     b[4..8].copy_from_slice(&c.token.to_le_bytes());
     b[8..16].copy_from_slice(&c.out_addr.to_le_bytes());
     b[16..20].copy_from_slice(&c.out_len.to_le_bytes());
-    b[20..24].copy_from_slice(&c.rsvd0.to_le_bytes());
+    b[20..24].copy_from_slice(&c.in_ext.to_le_bytes());
     for (i, v) in c.in_.iter().enumerate() {
         b[24 + 8 * i..32 + 8 * i].copy_from_slice(&v.to_le_bytes());
     }
@@ -84,7 +84,7 @@ pub fn decode_cmd(b: &[u8]) -> qhca_cmd {
         token: u32_at(b, 4),
         out_addr: u64_at(b, 8),
         out_len: u32_at(b, 16),
-        rsvd0: u32_at(b, 20),
+        in_ext: u32_at(b, 20),
         in_,
     }
 }
@@ -130,7 +130,8 @@ pub fn decode_attr(b: &[u8]) -> qhca_device_attr {
         odp_ud_caps: u32_at(b, 108),
         max_mw: u32_at(b, 112),
         max_ah: u32_at(b, 116),
-        rsvd2: u64_at(b, 120),
+        max_srq: u32_at(b, 120),
+        max_srq_wr: u32_at(b, 124),
     }
 }
 
@@ -146,7 +147,7 @@ mod tests {
             token: 0x0506_0708,
             out_addr: 0x1122_3344_5566_7788,
             out_len: 0x99aa_bbcc,
-            rsvd0: 0xdead_beef,
+            in_ext: 0xdead_beef,
             in_: [1, 2, 3, 4, u64::MAX],
         };
         let b = encode_cmd(&c);

@@ -75,7 +75,11 @@ fn query_device_reports_attributes() {
         0,
         "caps this ABI does not define: {a:?}"
     );
-    assert_eq!((a.max_mw, a.max_ah, a.rsvd2), (4096, 4096, 0), "{a:?}");
+    assert_eq!(
+        (a.max_mw, a.max_ah, a.max_srq, a.max_srq_wr),
+        (4096, 4096, 1024, 32768),
+        "{a:?}"
+    );
     assert!(
         b[ATTR_SIZE..].iter().all(|&x| x == 0xaa),
         "device wrote past the 128-byte attribute struct"

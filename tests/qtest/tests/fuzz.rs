@@ -131,7 +131,7 @@ impl Fuzz {
             c.flags = self.rng.next_u32() as u16;
         }
         if self.rng.chance(1, 6) {
-            c.rsvd0 = self.rng.next_u32();
+            c.in_ext = self.rng.next_u32();
         }
         c.in_[0] = *self.rng.pick(&[0, 1, 2, 5, 6, 7, 1 << 32, u64::MAX]);
         if self.rng.chance(1, 8) {

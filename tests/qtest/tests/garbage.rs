@@ -34,7 +34,7 @@ fn bad_opcodes() {
     // A bad opcode with garbage everywhere else is still just a bad opcode, never fatal.
     let mut c = h.cmd(0xabcd);
     c.flags = 0xffff;
-    c.rsvd0 = 0xffff_ffff;
+    c.in_ext = 0xffff_ffff;
     c.out_addr = BEYOND_RAM;
     c.out_len = 1;
     c.in_ = [u64::MAX; 5];
@@ -73,10 +73,10 @@ fn reserved_fields_must_be_zero() {
         c.flags = 0x8000;
         h.expect_status(&c, QHCA_CMD_BAD_PARAM);
         let mut c = base(&mut h);
-        c.rsvd0 = 1;
+        c.in_ext = 1;
         h.expect_status(&c, QHCA_CMD_BAD_PARAM);
         let mut c = base(&mut h);
-        c.rsvd0 = 0x8000_0000;
+        c.in_ext = 0x8000_0000;
         h.expect_status(&c, QHCA_CMD_BAD_PARAM);
         // in[] words the opcode does not use: all for NOP/QUERY_DEVICE, 1..4 for ALLOC_UAR (its
         // flags) and FREE_UAR (the page).

@@ -70,15 +70,7 @@ fn reg_odp(h: &mut Hca, p: &Pair, iova: u64, len: u64, access: u32) -> (u32, u32
 
 /// MAP_ODP of raw entries from virtual page `first`.
 fn map_raw(h: &mut Hca, p: &mut Pair, key: u32, first: u64, entries: &[u64]) -> u32 {
-    let buf = p.m.alloc(h, (entries.len() as u64 * 8).max(8));
-    let bytes: Vec<u8> = entries.iter().flat_map(|e| e.to_le_bytes()).collect();
-    h.qt.memwrite(buf, &bytes);
-    obj_cmd(
-        h,
-        QHCA_CMD_MAP_ODP,
-        [p.uar as u64, key as u64, first, entries.len() as u64, buf],
-    )
-    .0
+    map_odp_raw(h, &mut p.m, p.uar, key, first, entries)
 }
 
 /// Maps the pages of [va, va + len) onto RAM at `phys` (same offset from VA).
@@ -102,15 +94,6 @@ fn invalidate(h: &mut Hca, p: &Pair, key: u32, first: u64, count: u64) -> u32 {
         h,
         QHCA_CMD_INVALIDATE_ODP,
         [p.uar as u64, key as u64, first, count, 0],
-    )
-    .0
-}
-
-fn resume(h: &mut Hca, uar: u32, token: u32, status: u32) -> u32 {
-    obj_cmd(
-        h,
-        QHCA_CMD_RESUME,
-        [uar as u64, token as u64, status as u64, 0, 0],
     )
     .0
 }

@@ -18,7 +18,7 @@ CHECK_OFF(struct qhca_cmd, flags, 2);
 CHECK_OFF(struct qhca_cmd, token, 4);
 CHECK_OFF(struct qhca_cmd, out_addr, 8);
 CHECK_OFF(struct qhca_cmd, out_len, 16);
-CHECK_OFF(struct qhca_cmd, rsvd0, 20);
+CHECK_OFF(struct qhca_cmd, in_ext, 20);
 CHECK_OFF(struct qhca_cmd, in, 24);
 
 CHECK_SIZE(struct qhca_eqe, 32);
@@ -56,7 +56,8 @@ CHECK_OFF(struct qhca_device_attr, odp_rc_caps, 104);
 CHECK_OFF(struct qhca_device_attr, odp_ud_caps, 108);
 CHECK_OFF(struct qhca_device_attr, max_mw, 112);
 CHECK_OFF(struct qhca_device_attr, max_ah, 116);
-CHECK_OFF(struct qhca_device_attr, rsvd2, 120);
+CHECK_OFF(struct qhca_device_attr, max_srq, 120);
+CHECK_OFF(struct qhca_device_attr, max_srq_wr, 124);
 
 CHECK_SIZE(struct qhca_eqe_page_fault, 32);
 CHECK_OFF(struct qhca_eqe_page_fault, type, 0);
@@ -289,6 +290,17 @@ CHECK_OFF(struct qhca_ah_attr, port_num, 23);
 CHECK_OFF(struct qhca_ah_attr, sgid_index, 24);
 CHECK_OFF(struct qhca_ah_attr, rsvd, 25);
 
+CHECK_SIZE(struct qhca_cmd_create_srq, 40);
+CHECK_OFF(struct qhca_cmd_create_srq, uar, 0);
+CHECK_OFF(struct qhca_cmd_create_srq, pdn, 4);
+CHECK_OFF(struct qhca_cmd_create_srq, log, 8);
+CHECK_OFF(struct qhca_cmd_create_srq, stride_log, 9);
+CHECK_OFF(struct qhca_cmd_create_srq, max_sge, 10);
+CHECK_OFF(struct qhca_cmd_create_srq, npages, 12);
+CHECK_OFF(struct qhca_cmd_create_srq, pages_addr, 16);
+CHECK_OFF(struct qhca_cmd_create_srq, rsvd, 24);
+CHECK_SIZE(struct qhca_srq_dbrec, 64);
+CHECK_OFF(struct qhca_srq_dbrec, ci, 0);
 CHECK_SIZE(struct qhca_cmd_create_ah, 40);
 CHECK_OFF(struct qhca_cmd_create_ah, uar, 0);
 CHECK_OFF(struct qhca_cmd_create_ah, pdn, 4);
