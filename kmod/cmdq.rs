@@ -105,6 +105,12 @@ impl Cmd {
         self
     }
 
+    /// The word beyond `in[]` (CREATE_QP: the SRQ).
+    pub(crate) fn input_ext(mut self, value: u32) -> Self {
+        self.0.in_ext = value.to_le();
+        self
+    }
+
     pub(crate) fn output(mut self, addr: u64, len: u32) -> Self {
         self.0.out_addr = addr.to_le();
         self.0.out_len = len.to_le();

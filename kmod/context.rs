@@ -21,7 +21,7 @@ use crate::{
     device::QhcaDevice,
     limits::Quota,
     odp::FaultService,
-    rdma::{CqEvents, QpEvents},
+    rdma::{CqEvents, QpEvents, SrqEvents},
     verbs::Objects,
     watch::InvalPage,
 };
@@ -45,6 +45,8 @@ struct State {
     cqs: KVec<(u32, CqEvents)>,
     /// QPs of this context and the core's QPs their events go to.
     qps: KVec<(u32, QpEvents)>,
+    /// SRQs of this context and the core's SRQs their events go to.
+    srqs: KVec<(u32, SrqEvents)>,
 }
 
 /// Makes room for one more element in the vector `get` picks out of the state behind `lock`,
@@ -148,6 +150,7 @@ impl Ctx {
                     gone: None,
                     cqs: KVec::new(),
                     qps: KVec::new(),
+                    srqs: KVec::new(),
                 }),
                 objs <- new_mutex!(Objects::default()),
                 released: Atomic::new(false),
@@ -203,13 +206,22 @@ impl Ctx {
         Ok(())
     }
 
-    /// Makes room for one more CQ and QP route, and for the page faults of one more QP, so that
+    /// Routes SRQ `srqn`'s events to the core's SRQ `route`. Call with capacity reserved
+    /// ([`Ctx::reserve`]).
+    pub(crate) fn add_srq(&self, srqn: u32, route: SrqEvents) -> Result {
+        self.state.lock().srqs.push((srqn, route), GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Makes room for one more CQ, QP and SRQ route, and for the page faults of one more QP, so
+    /// that
     /// adding one after the device created the object cannot fail. Allocates with the state
     /// unlocked: the event dispatcher takes the state under the event queue, which ODP
     /// invalidations (possibly from reclaim) wait for. Callers serialise (the context's objects).
     pub(crate) fn reserve(&self) -> Result {
         reserve_unlocked(&self.state, |st| &mut st.cqs)?;
         reserve_unlocked(&self.state, |st| &mut st.qps)?;
+        reserve_unlocked(&self.state, |st| &mut st.srqs)?;
         let nqps = self.state.lock().qps.len();
         self.faults.reserve(nqps + 1)
     }
@@ -223,6 +235,13 @@ impl Ctx {
         let mut st = self.state.lock();
         if let Some(pos) = st.cqs.iter().position(|(n, _)| *n == cqn) {
             let _ = st.cqs.remove(pos);
+        }
+    }
+
+    pub(crate) fn remove_srq(&self, srqn: u32) {
+        let mut st = self.state.lock();
+        if let Some(pos) = st.srqs.iter().position(|(n, _)| *n == srqn) {
+            let _ = st.srqs.remove(pos);
         }
     }
 
@@ -252,13 +271,30 @@ impl Ctx {
         true
     }
 
-    /// QP `qpn` entered ERR on its own. Returns false if the context has no such QP.
-    pub(crate) fn qp_event(&self, qpn: u32) -> bool {
+    /// QP `qpn` entered ERR on its own, or (`last_wqe`) holds no more WQEs of its SRQ. Returns
+    /// false if the context has no such QP.
+    pub(crate) fn qp_event(&self, qpn: u32, last_wqe: bool) -> bool {
         let st = self.state.lock();
         match st.qps.iter().find(|(n, _)| *n == qpn) {
             None => false,
             Some((_, qp)) => {
-                qp.fatal();
+                if last_wqe {
+                    qp.last_wqe_reached();
+                } else {
+                    qp.fatal();
+                }
+                true
+            }
+        }
+    }
+
+    /// SRQ `srqn` went below its limit. Returns false if the context has no such SRQ.
+    pub(crate) fn srq_event(&self, srqn: u32) -> bool {
+        let st = self.state.lock();
+        match st.srqs.iter().find(|(n, _)| *n == srqn) {
+            None => false,
+            Some((_, srq)) => {
+                srq.limit_reached();
                 true
             }
         }

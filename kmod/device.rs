@@ -370,7 +370,9 @@ impl QhcaDevice {
         match ev.kind {
             uapi::QHCA_EQE_CQ_COMP => ctx.cq_event(obj, false),
             uapi::QHCA_EQE_CQ_ERR => ctx.cq_event(obj, true),
-            _ => ctx.qp_event(obj),
+            uapi::QHCA_EQE_SRQ_LIMIT => ctx.srq_event(obj),
+            uapi::QHCA_EQE_QP_LAST_WQE => ctx.qp_event(obj, true),
+            _ => ctx.qp_event(obj, false),
         }
     }
 
@@ -408,11 +410,10 @@ impl QhcaDevice {
             attr.max_ah = 0;
             attr.odp_ud_caps = 0;
         }
-        // The device's shared receive queues have no verbs in this driver yet: nobody is told
-        // of them.
-        attr.caps &= !u64::from(uapi::QHCA_CAP_SRQ);
-        attr.max_srq = 0;
-        attr.max_srq_wr = 0;
+        if attr.caps & u64::from(uapi::QHCA_CAP_SRQ) == 0 {
+            attr.max_srq = 0;
+            attr.max_srq_wr = 0;
+        }
         self.attr.populate(attr);
         self.attr.as_ref().ok_or(EIO)
     }
@@ -603,6 +604,17 @@ impl EqHost for QhcaDevice {
                 dev_dbg!(
                     self.dev(),
                     "QP {:#x} of context {} entered ERR (routed: {})\n",
+                    ev.data[0],
+                    ev.data[1],
+                    routed
+                );
+            }
+            uapi::QHCA_EQE_SRQ_LIMIT | uapi::QHCA_EQE_QP_LAST_WQE => {
+                let routed = self.route(&ev);
+                dev_dbg!(
+                    self.dev(),
+                    "event {} for {:#x} of context {} (routed: {})\n",
+                    ev.kind,
                     ev.data[0],
                     ev.data[1],
                     routed

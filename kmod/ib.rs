@@ -8,7 +8,8 @@
 //! charged to its user, offered to `mmap(2)` through the core's entries; its event routes, page
 //! faults and objects), and its verbs objects are made by [`Verbs`], which checks them and runs the
 //! device's commands: [`objects`] translates the core's requests for CQs, regions, windows and
-//! address handles, [`qp`] for QPs, [`kobjects`] for the objects of kernel consumers
+//! address handles, [`qp`] for QPs, [`srq`] for shared receive queues, [`kobjects`] for the
+//! objects of kernel consumers
 //! ([`crate::kverbs`]), with which the port carries MADs on QP1 and serves the CM. The port's GIDs are the
 //! core's, from the addresses of the port's netdev ([`crate::netdev`]): its default GID is the
 //! device's fixed entry 0, and each IPv4 address becomes the same entry of the device's table
@@ -18,6 +19,7 @@
 mod kobjects;
 mod objects;
 mod qp;
+mod srq;
 
 use crate::{
     context::Ctx, device::QhcaDevice, kverbs::qp::KernelMr, limits::Pool, rdma, uapi, verbs::Verbs,
@@ -226,6 +228,11 @@ unsafe impl rdma::Driver for QhcaIb {
         attr.max_res_rd_atom = u32::from(a.max_qp_rd_atom).saturating_mul(a.max_qp);
         attr.max_mw = a.max_mw;
         attr.max_ah = a.max_ah;
+        if has(uapi::QHCA_CAP_SRQ) {
+            attr.max_srq = a.max_srq;
+            attr.max_srq_wr = a.max_srq_wr;
+            attr.max_srq_sge = a.max_sge;
+        }
         attr.max_pkeys = 1;
         // 4.096 µs × 2^15: the longest an ACK may take under TCG with the engine busy.
         attr.local_ca_ack_delay = 15;
@@ -404,6 +411,30 @@ unsafe impl rdma::Driver for QhcaIb {
         cq.destroy()
     }
 
+    type Srq = srq::QhcaSrq;
+
+    fn create_srq(
+        &self,
+        pd: &QhcaPd,
+        ev: rdma::SrqEvents,
+        attr: &mut bindings::ib_srq_attr,
+        udata: &mut rdma::Udata<'_>,
+    ) -> Result<srq::QhcaSrq> {
+        srq::create(pd, ev, attr, udata)
+    }
+
+    fn modify_srq(&self, s: &srq::QhcaSrq, attr: &bindings::ib_srq_attr, mask: u32) -> Result {
+        s.modify(attr, mask)
+    }
+
+    fn query_srq(&self, s: &srq::QhcaSrq, attr: &mut bindings::ib_srq_attr) -> Result {
+        s.query(attr)
+    }
+
+    fn destroy_srq(&self, s: &srq::QhcaSrq) -> Result {
+        s.destroy()
+    }
+
     type Qp = qp::QhcaQp;
 
     fn create_qp(
@@ -413,9 +444,10 @@ unsafe impl rdma::Driver for QhcaIb {
         init: &mut bindings::ib_qp_init_attr,
         send_cq: &objects::QhcaCq,
         recv_cq: &objects::QhcaCq,
+        srq: Option<&srq::QhcaSrq>,
         udata: &mut rdma::Udata<'_>,
     ) -> Result<(qp::QhcaQp, u32)> {
-        qp::create(pd, ev, init, send_cq, recv_cq, udata)
+        qp::create(pd, ev, init, send_cq, recv_cq, srq, udata)
     }
 
     fn modify_qp(

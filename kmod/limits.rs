@@ -42,9 +42,10 @@ pub(crate) enum Pool {
     Mws,
     Ahs,
     OdpChunks,
+    Srqs,
 }
 
-const POOLS: usize = 8;
+const POOLS: usize = 9;
 
 impl Pool {
     const ALL: [Pool; POOLS] = [
@@ -56,6 +57,7 @@ impl Pool {
         Pool::Mws,
         Pool::Ahs,
         Pool::OdpChunks,
+        Pool::Srqs,
     ];
 
     fn name(self) -> &'static str {
@@ -68,6 +70,7 @@ impl Pool {
             Pool::Mws => "mws",
             Pool::Ahs => "ahs",
             Pool::OdpChunks => "odp_chunks",
+            Pool::Srqs => "srqs",
         }
     }
 
@@ -83,6 +86,7 @@ impl Pool {
             Pool::Mws => p::user_max_mws.value(),
             Pool::Ahs => p::user_max_ahs.value(),
             Pool::OdpChunks => p::user_max_odp_chunks.value(),
+            Pool::Srqs => p::user_max_srqs.value(),
         }
     }
 }
@@ -202,6 +206,7 @@ fn max(dev: &QhcaDevice, pool: Pool) -> u32 {
         Pool::Mws => a.max_mw,
         Pool::Ahs => a.max_ah,
         Pool::OdpChunks => DEVICE_ODP_CHUNKS,
+        Pool::Srqs => a.max_srq,
     };
     (whole / 2).max(1)
 }

@@ -99,6 +99,10 @@ kernel::prelude::module! {
             default: 0,
             description: "Address handles one user may hold per device (0: half)",
         },
+        user_max_srqs: u32 {
+            default: 0,
+            description: "Shared receive queues one user may hold per device (0: half)",
+        },
         user_max_odp_chunks: u32 {
             default: 0,
             description: "On-demand translation chunks (2 MiB) one user may hold per device (0: half)",

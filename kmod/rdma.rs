@@ -16,7 +16,7 @@
 //! - this file: the device (registration, attributes, device-wide events);
 //! - `ucontext`: user contexts, their commands' driver data, the MMIO they map;
 //! - `pd`: protection domains;
-//! - `cq`, `qp`, `mr` (regions and windows), `ah`: the verbs objects of user contexts;
+//! - `cq`, `qp`, `srq`, `mr` (regions and windows), `ah`: the verbs objects of user contexts;
 //! - `stats`: the port's hardware counters;
 //! - `kernel_verbs`: the data path of kernel consumers' objects (posts, polls, arming).
 
@@ -26,6 +26,7 @@ mod kernel_verbs;
 mod mr;
 mod pd;
 mod qp;
+mod srq;
 mod stats;
 mod ucontext;
 
@@ -35,6 +36,7 @@ pub(crate) use kernel_verbs::{RecvWr, SendWr, WrKind};
 pub(crate) use mr::MrAttr;
 use pd::IbPd;
 pub(crate) use qp::QpEvents;
+pub(crate) use srq::SrqEvents;
 pub(crate) use stats::StatNames;
 use ucontext::IbUContext;
 pub(crate) use ucontext::{method_ucontext, IoMapping, PageMapping, UContext, Udata};
@@ -68,9 +70,10 @@ use crate::{netdev::Netdev, shim::raw_device};
 ///
 /// # Safety
 ///
-/// The [`CqEvents`] and [`QpEvents`] an implementation is given by [`Driver::create_cq`] and
-/// [`Driver::create_qp`] point to the core's CQ and QP, which the core frees once
-/// [`Driver::destroy_cq`] or [`Driver::destroy_qp`] returns `Ok`: by then the implementation has
+/// The [`CqEvents`], [`QpEvents`] and [`SrqEvents`] an implementation is given by
+/// [`Driver::create_cq`], [`Driver::create_qp`] and [`Driver::create_srq`] point to the core's
+/// CQ, QP and SRQ, which the core frees once [`Driver::destroy_cq`], [`Driver::destroy_qp`] or
+/// [`Driver::destroy_srq`] returns `Ok`: by then the implementation has
 /// dropped them, and no call through them runs or starts afterwards (nor after a failed create,
 /// whose object the core frees too).
 pub(crate) unsafe trait Driver: Send + Sync + Sized {
@@ -134,11 +137,30 @@ pub(crate) unsafe trait Driver: Send + Sync + Sized {
     /// `destroy_cq`: `ev` is dropped before this returns success.
     fn destroy_cq(&self, cq: &Self::Cq) -> Result;
 
+    /// A shared receive queue of a user context.
+    type Srq: Send + Sync;
+    /// `create_srq` of a user SRQ in `pd`: the SRQ; `attr.max_wr` and `attr.max_sge` are
+    /// updated to what it has. `ev` reaches the core's SRQ until the SRQ is destroyed.
+    fn create_srq(
+        &self,
+        pd: &Self::Pd,
+        ev: SrqEvents,
+        attr: &mut bindings::ib_srq_attr,
+        udata: &mut Udata<'_>,
+    ) -> Result<Self::Srq>;
+    /// `modify_srq`: the attributes `mask` (`IB_SRQ_*`) names.
+    fn modify_srq(&self, srq: &Self::Srq, attr: &bindings::ib_srq_attr, mask: u32) -> Result;
+    /// `query_srq`: fills the attributes.
+    fn query_srq(&self, srq: &Self::Srq, attr: &mut bindings::ib_srq_attr) -> Result;
+    /// `destroy_srq` (no QP uses it): `ev` is dropped before this returns success.
+    fn destroy_srq(&self, srq: &Self::Srq) -> Result;
+
     /// A queue pair of a user context.
     type Qp: Send + Sync;
-    /// `create_qp` of a user QP in `pd` with the CQs `init` names (`send_cq`, `recv_cq`): the QP
-    /// and its number; `init.cap` is updated to what the QP has. `ev` reaches the core's QP
-    /// until the QP is destroyed.
+    /// `create_qp` of a user QP in `pd` with the CQs `init` names (`send_cq`, `recv_cq`) and,
+    /// if it has one, the SRQ it receives from: the QP and its number; `init.cap` is updated to
+    /// what the QP has. `ev` reaches the core's QP until the QP is destroyed.
+    #[allow(clippy::too_many_arguments)]
     fn create_qp(
         &self,
         pd: &Self::Pd,
@@ -146,6 +168,7 @@ pub(crate) unsafe trait Driver: Send + Sync + Sized {
         init: &mut bindings::ib_qp_init_attr,
         send_cq: &Self::Cq,
         recv_cq: &Self::Cq,
+        srq: Option<&Self::Srq>,
         udata: &mut Udata<'_>,
     ) -> Result<(Self::Qp, u32)>;
     /// `modify_qp`: the attributes `mask` (`IB_QP_*`) names; `udata` is a user's command's
@@ -380,6 +403,7 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         const { assert!(core::mem::align_of::<IbPd<T::Pd>>() <= 8) };
         const { assert!(core::mem::align_of::<cq::IbCq<T::Cq>>() <= 8) };
         const { assert!(core::mem::align_of::<qp::IbQp<T::Qp>>() <= 8) };
+        const { assert!(core::mem::align_of::<srq::IbSrq<T::Srq>>() <= 8) };
         const { assert!(core::mem::align_of::<mr::IbMw<T::Mw>>() <= 8) };
         const { assert!(core::mem::align_of::<ah::IbAh<T::Ah>>() <= 8) };
         // SAFETY: `init_net` is the initial network namespace, which lives forever; the core
@@ -502,6 +526,11 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         ops.query_qp = Some(qp::query_qp::<T>);
         ops.destroy_qp = Some(qp::destroy_qp::<T>);
         ops.size_ib_qp = core::mem::size_of::<qp::IbQp<T::Qp>>();
+        ops.create_srq = Some(srq::create_srq::<T>);
+        ops.modify_srq = Some(srq::modify_srq::<T>);
+        ops.query_srq = Some(srq::query_srq::<T>);
+        ops.destroy_srq = Some(srq::destroy_srq::<T>);
+        ops.size_ib_srq = core::mem::size_of::<srq::IbSrq<T::Srq>>();
         ops.reg_user_mr = Some(mr::reg_user_mr::<T>);
         ops.dereg_mr = Some(mr::dereg_mr::<T>);
         ops.advise_mr = Some(mr::advise_mr::<T>);

@@ -47,12 +47,15 @@ plain_abi_structs!(
     qhca_ioc_reg_mr,
     qhca_ioc_create_cq,
     qhca_ioc_create_qp,
+    qhca_ioc_create_srq,
     qhca_ib_alloc_ucontext_resp,
     qhca_ib_alloc_pd_resp,
     qhca_ib_reg_mr,
     qhca_ib_create_cq,
     qhca_ib_create_cq_resp,
     qhca_ib_create_qp,
+    qhca_ib_create_srq,
+    qhca_ib_create_srq_resp,
     qhca_ib_create_ah_resp,
     qhca_qp_attr,
     qhca_ah_attr,
@@ -60,6 +63,7 @@ plain_abi_structs!(
     qhca_cmd_reg_mr,
     qhca_cmd_create_cq,
     qhca_cmd_create_qp,
+    qhca_cmd_create_srq,
     qhca_cmd_create_ah,
     qhca_cmd_set_gid,
     qhca_port_attr,
@@ -73,6 +77,7 @@ const _: () = {
     assert!(core::mem::size_of::<qhca_ah_attr>() == 32);
     // It overlays `qhca_cmd.in[]`, which must hold all of it.
     assert!(core::mem::size_of::<qhca_cmd_create_ah>() == 40);
+    assert!(core::mem::size_of::<qhca_cmd_create_srq>() == 40);
     assert!(
         core::mem::size_of::<qhca_cmd_create_ah>()
             <= core::mem::size_of::<qhca_cmd>() - core::mem::offset_of!(qhca_cmd, in_)

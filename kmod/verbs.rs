@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Verbs objects of one context: protection domains, memory regions ([`mr`]) and windows
-//! ([`mw`]), completion queues, queue pairs ([`qp`]) and address handles ([`ah`]), created and
+//! ([`mw`]), completion queues, queue pairs ([`qp`]), shared receive queues ([`srq`]) and
+//! address handles ([`ah`]), created and
 //! destroyed by the RDMA core's operations on a user context of the `ib_device` ([`crate::ib`]
 //! translates the core's arguments to qhca's); the core's destroys go through
 //! [`Verbs::destroy_or_stop`].
 //!
 //! The device holds the objects' state; the driver keeps, per context, what it must undo when the
 //! context goes away (the handles, the pinned memory, the event routes) and enforces the destroy
-//! order: a PD with MRs, windows, QPs or AHs, or a CQ with QPs, is busy (and a region with
+//! order: a PD with MRs, windows, QPs, SRQs or AHs, or a CQ or an SRQ with QPs, is busy (and a
+//! region with
 //! windows bound to it, which only the device knows: binding is the process's own business).
 //! Handles are the device's numbers (a QPN or AH number carries a generation above its index),
 //! looked up only among the handles this context created.
@@ -23,6 +25,7 @@ mod kobjects;
 mod mr;
 mod mw;
 mod qp;
+mod srq;
 
 use crate::{
     cmdq::Cmd,
@@ -48,6 +51,7 @@ use kernel::{
 use mr::{Mr, MrMem};
 use mw::Mw;
 use qp::Qp;
+use srq::Srq;
 
 struct Cq {
     cqn: u32,
@@ -84,6 +88,7 @@ pub(crate) struct Objects {
     mws: KVec<Mw>,
     cqs: KVec<Cq>,
     qps: KVec<Qp>,
+    srqs: KVec<Srq>,
     ahs: KVec<Ah>,
 }
 
@@ -199,6 +204,7 @@ impl<'a> Verbs<'a> {
                     objs.mrs.iter().any(|m| m.pdn == h)
                         || objs.mws.iter().any(|w| w.pdn == h)
                         || objs.qps.iter().any(|q| q.pdn == h)
+                        || objs.srqs.iter().any(|s| s.pdn == h)
                         || objs.ahs.iter().any(|x| x.pdn == h)
                 }
                 uapi::QHCA_CMD_DEREG_MR => {
@@ -216,6 +222,10 @@ impl<'a> Verbs<'a> {
                 uapi::QHCA_CMD_DESTROY_CQ => {
                     position(&objs.cqs, |c| c.cqn == h)?;
                     objs.qps.iter().any(|q| q.send_cqn == h || q.recv_cqn == h)
+                }
+                uapi::QHCA_CMD_DESTROY_SRQ => {
+                    position(&objs.srqs, |s| s.srqn == h)?;
+                    objs.qps.iter().any(|q| q.srqn == h)
                 }
                 _ => {
                     position(&objs.qps, |q| q.qpn == h)?;
@@ -279,6 +289,11 @@ impl<'a> Verbs<'a> {
                 self.ctx.remove_cq(h);
                 objs.cqs.retain(|c| c.cqn != h);
                 Pool::Cqs
+            }
+            uapi::QHCA_CMD_DESTROY_SRQ => {
+                self.ctx.remove_srq(h);
+                objs.srqs.retain(|s| s.srqn != h);
+                Pool::Srqs
             }
             _ => {
                 self.ctx.remove_qp(h);
@@ -397,7 +412,8 @@ impl Objects {
         ]
     }
 
-    /// Destroys everything, in dependency order (QPs, AHs, CQs, windows, MRs, PDs). Called when the
+    /// Destroys everything, in dependency order (QPs, SRQs, AHs, CQs, windows, MRs, PDs). Called
+    /// when the
     /// context is deallocated, and at unbind ([`Ctx::release_objects`]). With `device_alive` false
     /// the device is stopped (unbound or failed) and forgot the objects, so only the host resources
     /// are freed. A destroy the live device refuses leaves an object the device may still use: its
@@ -448,6 +464,12 @@ impl Objects {
             ctx.remove_qp(qp.qpn);
             if !gone(uapi::QHCA_CMD_DESTROY_QP, qp.qpn) {
                 core::mem::forget(qp);
+            }
+        }
+        while let Some(srq) = self.srqs.pop() {
+            ctx.remove_srq(srq.srqn);
+            if !gone(uapi::QHCA_CMD_DESTROY_SRQ, srq.srqn) {
+                core::mem::forget(srq);
             }
         }
         // Address handles once no QP can send through them, and before their PDs (the device
@@ -507,6 +529,7 @@ impl Objects {
         // share comes back. (ODP regions gave back their chunks as they closed.)
         for pool in [
             Pool::Qps,
+            Pool::Srqs,
             Pool::Ahs,
             Pool::Cqs,
             Pool::Mws,

@@ -101,7 +101,8 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
                                  QHCA_ODP_SUPPORT_RECV | \
                                  QHCA_ODP_SUPPORT_WRITE | \
                                  QHCA_ODP_SUPPORT_READ | \
-                                 QHCA_ODP_SUPPORT_ATOMIC)
+                                 QHCA_ODP_SUPPORT_ATOMIC | \
+                                 QHCA_ODP_SUPPORT_SRQ_RECV)
 /* UD: a send gathers from on-demand regions; receive buffers must be pinned. */
 #define QHCA_ODP_UD_CAPS        QHCA_ODP_SUPPORT_SEND
 #define QHCA_LIMIT_MAX_PD       1024

@@ -10,6 +10,7 @@
 use super::{
     ib_mtu,
     objects::{ioc_size, qhca_av, QhcaCq},
+    srq::QhcaSrq,
     verbs, QhcaPd, PORT,
 };
 use crate::{
@@ -84,14 +85,16 @@ fn ib_state(s: u8) -> bindings::ib_qp_state {
     bindings::ib_qp_state::from(s)
 }
 
-/// A user QP of `pd`, RC or UD, with rings the driver input describes; its events go to the
-/// core's QP.
+/// A user QP of `pd`, RC or UD, with rings the driver input describes, receiving from `srq` if
+/// it has one (then the driver input has no receive queue, and the core's receive capabilities
+/// are ignored, as the verbs say); its events go to the core's QP.
 pub(super) fn create(
     pd: &QhcaPd,
     ev: rdma::QpEvents,
     init: &mut bindings::ib_qp_init_attr,
     send_cq: &QhcaCq,
     recv_cq: &QhcaCq,
+    srq: Option<&QhcaSrq>,
     udata: &mut rdma::Udata<'_>,
 ) -> Result<(QhcaQp, u32)> {
     let type_ = match init.qp_type {
@@ -104,6 +107,10 @@ pub(super) fn create(
     }
     let u: uapi::qhca_ib_create_qp = udata.read_in()?;
     let cap = &mut init.cap;
+    if srq.is_some() {
+        cap.max_recv_wr = 0;
+        cap.max_recv_sge = 0;
+    }
     let fits = |log: u8, wr: u32| log < 32 && (1u64 << log) >= u64::from(wr);
     let max_sge =
         u16::try_from(cap.max_send_sge.max(cap.max_recv_sge).max(1)).map_err(|_| EINVAL)?;
@@ -125,15 +132,18 @@ pub(super) fn create(
         type_,
         buf_addr: u.buf_addr,
         buf_len: u.buf_len,
+        srqn: srq.map_or(0, |s| s.srqn),
         ..Default::default()
     };
     // Every object of the command is the context's (the core looked them up in it), so the
     // context's commands find them.
     let qpn = verbs(&pd.ctx)?.create_qp(&a, ev)?;
     cap.max_send_wr = 1 << u.sq_log;
-    cap.max_recv_wr = 1 << u.rq_log;
     cap.max_send_sge = u32::from(max_sge);
-    cap.max_recv_sge = u32::from(max_sge);
+    if srq.is_none() {
+        cap.max_recv_wr = 1 << u.rq_log;
+        cap.max_recv_sge = u32::from(max_sge);
+    }
     cap.max_inline_data = u32::from(max_inline);
     let qp = QhcaQp {
         ctx: pd.ctx.clone(),

@@ -3,7 +3,7 @@
 //! Queue pairs (`ib_qp`) of user contexts and kernel consumers, and the way back from the
 //! device's QP events to the core ([`QpEvents`]).
 
-use super::{cq::IbCq, data, errno, pd::pd_data, ucontext::udata_of, Driver};
+use super::{cq::IbCq, data, errno, pd::pd_data, srq::IbSrq, ucontext::udata_of, Driver};
 use core::{ffi::c_int, mem::MaybeUninit, ptr::NonNull};
 use kernel::{bindings, prelude::*};
 
@@ -35,9 +35,18 @@ impl QpEvents {
 
     /// The QP entered ERR on its own (`IB_EVENT_QP_FATAL`).
     pub(crate) fn fatal(&self) {
+        self.dispatch(bindings::ib_event_type_IB_EVENT_QP_FATAL);
+    }
+
+    /// The QP, in ERR, holds no WQE of its SRQ any more (`IB_EVENT_QP_LAST_WQE_REACHED`).
+    pub(crate) fn last_wqe_reached(&self) {
+        self.dispatch(bindings::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED);
+    }
+
+    fn dispatch(&self, event: bindings::ib_event_type) {
         let qp = self.0.as_ptr();
         let mut ev: bindings::ib_event = pin_init::zeroed();
-        ev.event = bindings::ib_event_type_IB_EVENT_QP_FATAL;
+        ev.event = event;
         ev.element.qp = qp;
         // SAFETY: Valid until the driver's `destroy_qp` succeeds, which drops `self` first (the
         // type's contract); the handler and its context are the core's, set before creation.
@@ -72,10 +81,13 @@ pub(super) unsafe extern "C" fn create_qp<T: Driver>(
 ) -> c_int {
     // SAFETY: The core's QP and attributes, valid for the call.
     let (init, scq, rcq) = unsafe { (&mut *init, (*qp).send_cq, (*qp).recv_cq) };
-    if scq.is_null() || rcq.is_null() || !init.srq.is_null() || !init.xrcd.is_null() {
-        // Every RC and UD QP has both CQs; no SRQ or XRC yet.
+    if scq.is_null() || rcq.is_null() || !init.xrcd.is_null() {
+        // Every RC and UD QP has both CQs; no XRC.
         return EOPNOTSUPP.to_errno();
     }
+    // SAFETY: Null, or an SRQ of ours that the core looked up among the context's live objects
+    // (and counts as used by the QP from now on), created since only user SRQs are.
+    let srq = (!init.srq.is_null()).then(|| unsafe { IbSrq::<T::Srq>::data(init.srq) });
     let Some(ptr) = NonNull::new(qp) else {
         return EINVAL.to_errno();
     };
@@ -93,11 +105,15 @@ pub(super) unsafe extern "C" fn create_qp<T: Driver>(
         if !dev.kernel_verbs() {
             return EOPNOTSUPP.to_errno();
         }
+        if srq.is_some() {
+            // No kernel SRQ can exist yet.
+            return EOPNOTSUPP.to_errno();
+        }
         dev.create_kernel_qp(pd, QpEvents(ptr), init, send_cq, recv_cq)
     } else {
         // SAFETY: `udata` is the command's, valid for the call.
         let mut udata = unsafe { udata_of(udata) };
-        dev.create_qp(pd, QpEvents(ptr), init, send_cq, recv_cq, &mut udata)
+        dev.create_qp(pd, QpEvents(ptr), init, send_cq, recv_cq, srq, &mut udata)
     };
     match made {
         Ok((q, qpn)) => {

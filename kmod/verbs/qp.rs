@@ -20,14 +20,19 @@ pub(super) struct Qp {
     pub(super) pdn: u32,
     pub(super) send_cqn: u32,
     pub(super) recv_cqn: u32,
+    /// The SRQ it receives from, or 0.
+    pub(super) srqn: u32,
     _mem: RingMem,
 }
 
-/// `ENOENT` unless the PD and CQs `a` names are the context's.
+/// `ENOENT` unless the PD, CQs and SRQ `a` names are the context's.
 fn refs_exist(objs: &Objects, a: &uapi::qhca_ioc_create_qp) -> Result {
     position(&objs.pds, |&p| p == a.pdn)?;
     position(&objs.cqs, |c| c.cqn == a.send_cqn)?;
     position(&objs.cqs, |c| c.cqn == a.recv_cqn)?;
+    if a.srqn != 0 {
+        position(&objs.srqs, |s| s.srqn == a.srqn)?;
+    }
     Ok(())
 }
 
@@ -76,14 +81,22 @@ impl Verbs<'_> {
             uapi::QHCA_SQ_MIN_STRIDE_LOG,
             uapi::QHCA_SQ_MAX_STRIDE_LOG,
         )?;
-        let rq = ring_bytes(
-            a.rq_log,
-            a.rq_stride_log,
-            uapi::QHCA_RQ_MIN_STRIDE_LOG,
-            uapi::QHCA_RQ_MAX_STRIDE_LOG,
-        )?;
+        // On an SRQ: no receive queue of its own.
+        let (rq, rq_room) = if a.srqn != 0 {
+            if a.rq_log != 0 || a.rq_stride_log != 0 {
+                return Err(EINVAL);
+            }
+            (0, u32::MAX)
+        } else {
+            let rq = ring_bytes(
+                a.rq_log,
+                a.rq_stride_log,
+                uapi::QHCA_RQ_MIN_STRIDE_LOG,
+                uapi::QHCA_RQ_MAX_STRIDE_LOG,
+            )?;
+            (rq, (1u32 << a.rq_stride_log) - 16)
+        };
         let sq_room = (1u32 << a.sq_stride_log) - uapi::QHCA_WQE_DATA_OFFSET;
-        let rq_room = (1u32 << a.rq_stride_log) - 16;
         if a.max_sge == 0
             || u32::from(a.max_sge) > attr.max_sge
             || u32::from(a.max_inline) > attr.max_inline
@@ -127,7 +140,9 @@ impl Verbs<'_> {
                 type_: a.type_.to_le(),
                 pages_addr: list.dma_address().to_le(),
             };
-            let cmd = Cmd::new(uapi::QHCA_CMD_CREATE_QP).input_struct(&args);
+            let cmd = Cmd::new(uapi::QHCA_CMD_CREATE_QP)
+                .input_struct(&args)
+                .input_ext(a.srqn);
             let qpn = self.charged(Pool::Qps, || self.create(cmd, "qpn"))?;
             // Neither can fail: room was reserved above.
             self.ctx.add_qp(qpn, route)?;
@@ -136,6 +151,7 @@ impl Verbs<'_> {
                 pdn: a.pdn,
                 send_cqn: a.send_cqn,
                 recv_cqn: a.recv_cqn,
+                srqn: a.srqn,
                 _mem: mem,
             };
             objs.qps.push(qp, GFP_KERNEL)?;

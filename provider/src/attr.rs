@@ -2,7 +2,7 @@
 
 //! What `GET_CONTEXT` answers (`struct qhca_ioc_query_device`), as a plain Rust struct.
 
-use qhca_uapi::{qhca_ioc_query_device, CAP_NAMES, CAP_PORT, CAP_UD, QHCA_ABI_VERSION};
+use qhca_uapi::{qhca_ioc_query_device, CAP_NAMES, CAP_PORT, CAP_SRQ, CAP_UD, QHCA_ABI_VERSION};
 
 use crate::ah::Gid;
 use crate::error::{Error, Result};
@@ -51,6 +51,11 @@ pub struct DeviceAttr {
     pub max_mw: u32,
     /// Largest number of address handles (0: the device has no UD, no `QHCA_CAP_UD`).
     pub max_ah: u32,
+    /// Largest number of shared receive queues (0: the device has none, no `QHCA_CAP_SRQ`).
+    pub max_srq: u32,
+    /// Largest number of work requests in one shared receive queue (of up to
+    /// [`DeviceAttr::max_sge`] SGEs each).
+    pub max_srq_wr: u32,
     /// Largest responder resources of one QP (`max_dest_rd_atomic`): RDMA READs and atomics it
     /// accepts in flight.
     pub max_qp_rd_atom: u16,
@@ -105,6 +110,7 @@ impl OdpCaps {
             (qhca_uapi::QHCA_ODP_SUPPORT_WRITE, "WRITE"),
             (qhca_uapi::QHCA_ODP_SUPPORT_READ, "READ"),
             (qhca_uapi::QHCA_ODP_SUPPORT_ATOMIC, "ATOMIC"),
+            (qhca_uapi::QHCA_ODP_SUPPORT_SRQ_RECV, "SRQ_RECV"),
         ]
         .into_iter()
         .filter(|(b, _)| bits & b != 0)
@@ -144,6 +150,8 @@ impl DeviceAttr {
             max_mr: a.max_mr,
             max_mw: a.max_mw,
             max_ah: a.max_ah,
+            max_srq: a.max_srq,
+            max_srq_wr: a.max_srq_wr,
             max_qp_rd_atom: a.max_qp_rd_atom,
             max_qp_init_rd_atom: a.max_qp_init_rd_atom,
             max_mr_size: a.max_mr_size,
@@ -164,6 +172,11 @@ impl DeviceAttr {
     /// True if the device has UD QPs and address handles (`QHCA_CAP_UD`).
     pub fn supports_ud(&self) -> bool {
         self.has_cap(CAP_UD)
+    }
+
+    /// True if the device has shared receive queues (`QHCA_CAP_SRQ`): [`crate::Srq`].
+    pub fn supports_srq(&self) -> bool {
+        self.has_cap(CAP_SRQ)
     }
 
     /// The device has a port with a GID table (`QHCA_CAP_PORT`): [`crate::Context::query_port`],
@@ -262,8 +275,8 @@ mod tests {
                 odp_ud_caps: 1,
                 max_mw: 21,
                 max_ah: 22,
-                max_srq: 0,
-                max_srq_wr: 0,
+                max_srq: 23,
+                max_srq_wr: 24,
             },
         }
     }
@@ -294,6 +307,8 @@ mod tests {
                 max_mr: 18,
                 max_mw: 21,
                 max_ah: 22,
+                max_srq: 23,
+                max_srq_wr: 24,
                 max_qp_rd_atom: 19,
                 max_qp_init_rd_atom: 20,
                 max_mr_size: 1 << 40,
@@ -313,6 +328,7 @@ mod tests {
         assert_eq!(a.odp_caps.ud_names(), ["SEND"]);
         assert!(a.has_cap(CAP_UAR_ISOLATION));
         assert!(!a.supports_ud());
+        assert!(!a.supports_srq());
         assert_eq!(
             a.port_gid().to_string(),
             "fe80:0000:0000:0000:5254:0012:3456:0001"

@@ -19,7 +19,9 @@ use crate::doorbell::Doorbell;
 use crate::error::{errno_of, Errno, Error, Result};
 use crate::inval::InvalPage;
 use crate::request::Request;
-use crate::uverbs::{self, Uverbs};
+use crate::uverbs::{
+    self, Uverbs, ASYNC_CORE_BASE, IB_EVENT_QP_LAST_WQE_REACHED, IB_EVENT_SRQ_LIMIT_REACHED,
+};
 
 /// What the device counted for one context (the driver's `QUERY_CTX` method).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -96,6 +98,21 @@ pub enum AsyncEvent {
     /// The device was unbound, removed or failed: the context is disassociated
     /// ([`Error::Disassociated`] from now on). Clean up and exit, or reopen.
     DeviceFatal,
+    /// Taking a WQE left fewer WQEs in the shared receive queue than its armed limit
+    /// ([`crate::Srq::arm_limit`]); the limit is disarmed, arm it again after posting more.
+    /// (`IBV_EVENT_SRQ_LIMIT_REACHED`.)
+    SrqLimitReached {
+        /// The SRQ.
+        srqn: u32,
+    },
+    /// A QP of a shared receive queue, in ERR, has flushed the receive WQE it held, if any:
+    /// no more receive completions of it will come, and the SRQ keeps its other WQEs. The
+    /// verbs' order is ERR, this event, then RESET or destroy (a QP reset or destroyed while it
+    /// holds a WQE loses it). (`IBV_EVENT_QP_LAST_WQE_REACHED`.)
+    QpLastWqeReached {
+        /// The QP.
+        qpn: u32,
+    },
     /// A type this ABI version does not define.
     Unknown {
         /// The raw type.
@@ -106,12 +123,22 @@ pub enum AsyncEvent {
 }
 
 impl AsyncEvent {
+    /// The raw type of [`AsyncEvent::SrqLimitReached`]: not one of `enum
+    /// qhca_async_event_type`, but the core's `IB_EVENT_SRQ_LIMIT_REACHED` + 0x100, as
+    /// `qhca-abi.h` gives every other event of the core; its element is the SRQ's number.
+    pub const SRQ_LIMIT_REACHED: u32 = ASYNC_CORE_BASE + IB_EVENT_SRQ_LIMIT_REACHED;
+    /// The raw type of [`AsyncEvent::QpLastWqeReached`]: the core's
+    /// `IB_EVENT_QP_LAST_WQE_REACHED` + 0x100; its element is the QP's number.
+    pub const QP_LAST_WQE_REACHED: u32 = ASYNC_CORE_BASE + IB_EVENT_QP_LAST_WQE_REACHED;
+
     /// Decodes the ioctl's answer.
     pub fn from_raw(kind: u32, element: u32) -> AsyncEvent {
         match kind {
             QHCA_ASYNC_QP_FATAL => AsyncEvent::QpFatal { qpn: element },
             QHCA_ASYNC_CQ_ERR => AsyncEvent::CqErr { cqn: element },
             QHCA_ASYNC_DEVICE_FATAL => AsyncEvent::DeviceFatal,
+            Self::SRQ_LIMIT_REACHED => AsyncEvent::SrqLimitReached { srqn: element },
+            Self::QP_LAST_WQE_REACHED => AsyncEvent::QpLastWqeReached { qpn: element },
             _ => AsyncEvent::Unknown { kind, element },
         }
     }
@@ -571,6 +598,23 @@ mod tests {
         );
         assert_eq!(AsyncEvent::from_raw(2, 3), AsyncEvent::CqErr { cqn: 3 });
         assert_eq!(AsyncEvent::from_raw(3, 0), AsyncEvent::DeviceFatal);
+        // The core's IB_EVENT_SRQ_LIMIT_REACHED (15) and IB_EVENT_QP_LAST_WQE_REACHED (16).
+        assert_eq!(
+            AsyncEvent::from_raw(0x10f, 0x1401),
+            AsyncEvent::SrqLimitReached { srqn: 0x1401 }
+        );
+        assert_eq!(
+            AsyncEvent::from_raw(0x110, 0x42),
+            AsyncEvent::QpLastWqeReached { qpn: 0x42 }
+        );
+        assert_eq!(
+            AsyncEvent::from_raw(0x104, 1),
+            AsyncEvent::Unknown {
+                kind: 0x104,
+                element: 1
+            },
+            "IB_EVENT_COMM_EST"
+        );
         assert_eq!(
             AsyncEvent::from_raw(9, 7),
             AsyncEvent::Unknown {

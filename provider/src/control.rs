@@ -8,8 +8,8 @@
 
 use qhca_uapi::{
     qhca_ioc_advise_mr, qhca_ioc_alloc_mw, qhca_ioc_async_event, qhca_ioc_create_ah,
-    qhca_ioc_create_cq, qhca_ioc_create_qp, qhca_ioc_handle, qhca_ioc_qp_attr, qhca_ioc_query_ctx,
-    qhca_ioc_query_port, qhca_ioc_reg_mr,
+    qhca_ioc_create_cq, qhca_ioc_create_qp, qhca_ioc_create_srq, qhca_ioc_handle, qhca_ioc_qp_attr,
+    qhca_ioc_query_ctx, qhca_ioc_query_port, qhca_ioc_reg_mr,
 };
 
 use crate::context::Context;
@@ -24,6 +24,16 @@ impl Context {
             source: Errno::ENOTTY,
         })
     }
+
+    /// Runs verb `op` (`f`) on the control path; its errno as the crate reports it.
+    fn exec<T>(&self, op: &'static str, f: impl FnOnce(&Uverbs) -> Result<T, Errno>) -> Result<T> {
+        let u = self.control(op)?;
+        f(u).map_err(|e| {
+            let source = u.errno_of(e);
+            self.note_errno(source);
+            Error::Ioctl { op, source }
+        })
+    }
 }
 
 /// `cmd_VERB: VERB(request type) = "NAME"`: `Uverbs::VERB` on the context's uverbs node.
@@ -32,12 +42,7 @@ macro_rules! verbs {
         impl Context {$(
             #[doc = concat!("`", $op, "` on `req`.")]
             pub(crate) fn $name(&self, req: &mut $ty) -> Result<()> {
-                let u = self.control($op)?;
-                u.$verb(req).map_err(|e| {
-                    let source = u.errno_of(e);
-                    self.note_errno(source);
-                    Error::Ioctl { op: $op, source }
-                })
+                self.exec($op, |u| u.$verb(req))
             }
         )*}
     };
@@ -58,9 +63,25 @@ verbs! {
     cmd_modify_qp: modify_qp(qhca_ioc_qp_attr) = "MODIFY_QP";
     cmd_query_qp: query_qp(qhca_ioc_qp_attr) = "QUERY_QP";
     cmd_destroy_qp: destroy_qp(qhca_ioc_handle) = "DESTROY_QP";
+    cmd_create_srq: create_srq(qhca_ioc_create_srq) = "CREATE_SRQ";
+    cmd_destroy_srq: destroy_srq(qhca_ioc_handle) = "DESTROY_SRQ";
     cmd_advise_mr: advise_mr(qhca_ioc_advise_mr) = "ADVISE_MR";
     cmd_query_ctx: query_ctx(qhca_ioc_query_ctx) = "QUERY_CTX";
     cmd_query_port: query_port(qhca_ioc_query_port) = "QUERY_PORT";
+}
+
+/// The verbs that `qhca-abi.h` gives no request struct: the core's commands carry no driver data
+/// for them.
+impl Context {
+    /// `MODIFY_SRQ` of SRQ `srqn`: arms `limit` (0 disarms).
+    pub(crate) fn cmd_modify_srq(&self, srqn: u32, limit: u32) -> Result<()> {
+        self.exec("MODIFY_SRQ", |u| u.modify_srq(srqn, limit))
+    }
+
+    /// `QUERY_SRQ` of SRQ `srqn`: `(max_wr, max_sge, srq_limit)`.
+    pub(crate) fn cmd_query_srq(&self, srqn: u32) -> Result<(u32, u32, u32)> {
+        self.exec("QUERY_SRQ", |u| u.query_srq(srqn))
+    }
 }
 
 impl Context {

@@ -234,8 +234,9 @@ pub struct Wc {
     pub vendor_err: u8,
     /// True if this completion is of a receive request.
     pub is_recv: bool,
-    /// The free-running 16-bit index of the completed WQE in its queue (SQ or RQ); for a send
-    /// completion every earlier WQE of that SQ is complete too.
+    /// The free-running 16-bit index of the completed WQE in its queue (SQ or RQ, or the SRQ
+    /// of a QP created on one); for a send completion every earlier WQE of that SQ is complete
+    /// too.
     pub wqe_index: u16,
 }
 

@@ -237,6 +237,11 @@ pub enum PostReason {
     /// An operation other than SEND and SEND_WITH_IMM on a UD QP.
     #[error("a UD QP sends only SEND and SEND_WITH_IMM")]
     UdOpcode,
+    /// A receive request on a QP that receives from a shared receive queue
+    /// ([`crate::Qp::with_srq`]): it has no receive queue of its own; receives go to the SRQ
+    /// ([`crate::Srq::post_recv`]).
+    #[error("the QP receives from an SRQ: post receives to the SRQ")]
+    QpOnSrq,
     /// A datagram longer than [`crate::UD_MAX_MSG`] bytes (the port's MTU).
     #[error("datagram of {len} bytes: at most {} (the MTU)", crate::UD_MAX_MSG)]
     DatagramTooLong {

@@ -17,7 +17,7 @@
 //!
 //! The control path is the RDMA core's commands on the device's uverbs node
 //! (`/dev/infiniband/uverbsN`, which [`devices`] finds: [`Context`], [`Pd`], [`Mr`], [`Cq`],
-//! [`Qp`]); the data
+//! [`Qp`], [`Srq`]); the data
 //! path is stores into rings in our own memory and one doorbell store ([`Doorbell::ring`]) per
 //! post, and loads from the CQ ring to poll, with no system call.
 //!
@@ -60,6 +60,11 @@
 //! ([`Pd::create_ah`], [`Ah`]) named in each request ([`SendWr::to_ud`]); a receive starts
 //! with a global route header ([`Grh`], [`GRH_SIZE`] bytes) naming the sender's port ([`Gid`]).
 //!
+//! A shared receive queue ([`Srq`], `QHCA_CAP_SRQ`) is one receive queue that RC and UD QPs
+//! created on it ([`Qp::with_srq`]) take their receives from, posted to without a system call
+//! ([`Srq::post_recv`]); each request completes on the receive CQ of the QP that took it. Its
+//! limit ([`Srq::arm_limit`]) and its QPs' last WQE are [`AsyncEvent`]s.
+//!
 //! The device's port ([`Context::query_port`], [`PortAttr`]) has a GID table: entry 0, the
 //! link-local GID, and the IPv4 addresses of the port's netdev (`ip addr add`). An
 //! address vector ([`AhAttr`]: a handle's, or an RC QP's, [`QpAttr::av`]) sends from one
@@ -69,9 +74,9 @@
 //! `provider/examples/rc_write_imm.rs` is a complete two-process program: an RC connection
 //! over [`conn`]'s TCP exchange, a WRITE_WITH_IMM, then a READ back.
 //!
-//! Lifetimes: [`Pd`], [`Mr`], [`Cq`] and [`Qp`] hold an `Arc` of their [`Context`]; a [`Qp`]
-//! holds its PD and CQs, a [`Mr`], [`Mw`] or [`Ah`] its PD, so nothing is destroyed under a
-//! user. Registered memory is owned by the region ([`MrBuf`]: [`Pd::reg_mr_buf`],
+//! Lifetimes: [`Pd`], [`Mr`], [`Cq`], [`Srq`] and [`Qp`] hold an `Arc` of their [`Context`]; a
+//! [`Qp`] holds its PD, CQs and SRQ, a [`Mr`], [`Mw`], [`Srq`] or [`Ah`] its PD, so nothing is
+//! destroyed under a user. Registered memory is owned by the region ([`MrBuf`]: [`Pd::reg_mr_buf`],
 //! [`Pd::reg_mr_box`]) and freed only after a successful deregistration, or borrowed through
 //! the `unsafe` [`Pd::reg_mr`], whose caller promises the same. Ring memory is freed only after
 //! the device object is destroyed, and leaked if the destroy fails. Everything safe here stays
@@ -95,7 +100,9 @@
 //!   one fails the request), and handle numbers carry a generation.
 //! - A completion names its WQE by index, which is checked against what is outstanding; a QP
 //!   that is reset or destroyed first removes its unpolled CQEs from its CQs, and QP numbers
-//!   carry a generation: no completion is ever credited to the wrong requests.
+//!   carry a generation: no completion is ever credited to the wrong requests. (A receive
+//!   completion of a QP of an SRQ frees nothing: the SRQ's slots come back when its doorbell
+//!   record says the device took their requests, and that index is checked the same way.)
 //! - The device may go away under a context (see [`Context`]): posts and waits then fail with
 //!   [`PostReason::Disassociated`] / [`Error::Disassociated`] instead of hanging or faulting.
 //! - The doorbell page and rings are per process: after `fork` the child has no doorbell
@@ -108,7 +115,7 @@
 //!   device *write* memory the caller names.
 //!
 //! `unsafe` lives in the ioctl calls ([`Context`]), the doorbell store ([`Doorbell::ring`]), the
-//! ring accesses ([`Cq`], [`Qp`]), the volatile copies in and out of regions ([`Mr`],
+//! ring accesses ([`Cq`], [`Qp`], [`Srq`]), the volatile copies in and out of regions ([`Mr`],
 //! [`OdpMr`]) and the invalidation page's loads ([`InvalPage`]), each behind a safe API, and in
 //! the registrations that let the device write memory the caller names.
 //!
@@ -181,6 +188,7 @@ mod port;
 mod qp;
 pub mod rcache;
 mod request;
+mod srq;
 mod uverbs;
 mod watched;
 mod wq;
@@ -200,7 +208,7 @@ pub use device::{
 pub use doorbell::Doorbell;
 pub use error::{Errno, Error, PostError, PostReason, Result};
 pub use inval::{InvalPage, InvalPoll, Revocation};
-pub use layout::{CqLayout, QpCaps, QpLayout};
+pub use layout::{CqLayout, QpCaps, QpLayout, SrqLayout};
 pub use mem::{PageBuf, PAGE_SIZE};
 pub use mw::{inc_rkey, Mw, MwType};
 pub use odp::{Advice, OdpMr};
@@ -210,6 +218,7 @@ pub use qhca_uapi::db::{DbType, DbWord};
 pub use qhca_uapi::QHCA_ABI_VERSION;
 pub use qp::{ConnOpts, Qp, QpAttr, QpInfo, QpState, QpType};
 pub use rcache::{CacheConfig, CacheMode, CacheStats, CachedMr, RegCache};
+pub use srq::{Srq, SrqAttr, SrqQueue};
 pub use watched::WatchedMr;
 pub use wq::{WorkQueues, WqShared};
 pub use wqe::{MwBind, RecvWr, SendFlags, SendWr, Sge, WrOp};

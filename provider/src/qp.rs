@@ -26,11 +26,13 @@ use crate::ah::AhAttr;
 use crate::conn::ConnInfo;
 use crate::context::Context;
 use crate::cq::{Cq, CqInner};
+use crate::doorbell::Doorbell;
 use crate::error::{Error, PostError, PostReason, Result};
 use crate::layout::{QpCaps, QpLayout};
 use crate::mem::PageBuf;
 use crate::pd::{Access, Pd, PdInner};
 use crate::request::Request;
+use crate::srq::{Srq, SrqInner};
 use crate::wq::WorkQueues;
 use crate::wqe::{RecvWr, SendWr};
 
@@ -236,9 +238,10 @@ impl QpInfo {
     }
 }
 
-/// A queue pair, RC ([`Qp::new`]) or UD ([`Qp::new_ud`]).
+/// A queue pair, RC ([`Qp::new`]) or UD ([`Qp::new_ud`]), with a receive queue of its own or
+/// receiving from a shared receive queue ([`Qp::with_srq`]).
 ///
-/// It holds references to its PD and CQs, so they outlive it; it is destroyed on drop (its
+/// It holds references to its PD, CQs and SRQ, so they outlive it; it is destroyed on drop (its
 /// unpolled CQEs are then removed from its CQs), and its ring memory is freed only after the
 /// device object is gone (leaked if the destroy fails).
 ///
@@ -258,11 +261,12 @@ pub struct Qp {
     // use it).
     queues: WorkQueues,
     // Teardown: `Drop` destroys the QP, then the fields go in this order: the ring memory, then
-    // the references that may destroy the CQs and the PD.
+    // the references that may destroy the CQs, the PD and the SRQ.
     buf: Option<PageBuf>,
     send_cq: Arc<CqInner>,
     recv_cq: Arc<CqInner>,
     pd: Arc<PdInner>,
+    srq: Option<Arc<SrqInner>>,
 }
 
 impl Qp {
@@ -285,7 +289,43 @@ impl Qp {
         caps: &QpCaps,
         qp_type: QpType,
     ) -> Result<Qp> {
-        let layout = QpLayout::new(caps)?;
+        Self::create(pd, send_cq, recv_cq, QpLayout::new(caps)?, qp_type, None)
+    }
+
+    /// Creates a QP of type `qp_type` (RC or UD) in RESET that receives from `srq`: its ring is
+    /// the send queue of `caps` alone ([`QpLayout::on_srq`]; `caps.max_recv_wr` is not looked
+    /// at). Each message that needs a receive request takes the SRQ's oldest, which completes on
+    /// `recv_cq`; [`Qp::post_recv`] is refused ([`PostReason::QpOnSrq`]). The QP holds the SRQ
+    /// (the device object outlives the QP, whatever happens to the handle). The SRQ may be in
+    /// another PD of the context.
+    ///
+    /// Fails as [`Qp::with_type`] does, and with [`Error::Invalid`] for an SRQ of another
+    /// context.
+    pub fn with_srq(
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        srq: &Srq,
+        caps: &QpCaps,
+        qp_type: QpType,
+    ) -> Result<Qp> {
+        if !Arc::ptr_eq(srq.context(), &pd.inner.ctx) {
+            return Err(Error::Invalid {
+                what: format!("a QP on SRQ {:#x} of another context", srq.srqn()),
+            });
+        }
+        let layout = QpLayout::on_srq(caps)?;
+        Self::create(pd, send_cq, recv_cq, layout, qp_type, Some(srq))
+    }
+
+    fn create(
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        layout: QpLayout,
+        qp_type: QpType,
+        srq: Option<&Srq>,
+    ) -> Result<Qp> {
         let ctx: &Arc<Context> = &pd.inner.ctx;
         let db = ctx.doorbell()?;
         let buf = PageBuf::new(layout.buf_len)?;
@@ -302,22 +342,45 @@ impl Qp {
         req.type_ = qp_type.raw();
         req.buf_addr = buf.addr();
         req.buf_len = buf.len() as u64;
+        req.srqn = srq.map_or(0, Srq::srqn);
         ctx.cmd_create_qp(&mut req)?;
+        Ok(Self::with_buf(
+            pd, send_cq, recv_cq, layout, buf, req.qpn, qp_type, srq, db,
+        ))
+    }
+
+    /// The QP over `buf`, which a QP numbered `qpn` was created on (or no device knows: the
+    /// tests' fakes).
+    #[allow(clippy::too_many_arguments)]
+    fn with_buf(
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        layout: QpLayout,
+        buf: PageBuf,
+        qpn: u32,
+        qp_type: QpType,
+        srq: Option<&Srq>,
+        db: Arc<Doorbell>,
+    ) -> Qp {
+        debug_assert_eq!(layout.has_rq(), srq.is_none());
         // SAFETY: `buf` is `layout.buf_len` fresh, zeroed, page-aligned bytes that the QP owns
-        // and that are freed only after the queues are gone (or leaked).
-        let queues = unsafe { WorkQueues::new(buf.as_ptr(), layout, req.qpn, qp_type, db) };
+        // (in the field after `queues`) and that are freed only after the queues are gone and
+        // the device object is destroyed (or leaked).
+        let queues = unsafe { WorkQueues::new(buf.as_ptr(), layout, qpn, qp_type, db) };
         for cq in [send_cq, recv_cq] {
-            cq.inner().attach(req.qpn, queues.shared().clone());
+            cq.inner().attach(qpn, queues.shared().clone());
         }
-        Ok(Qp {
-            qpn: req.qpn,
+        Qp {
+            qpn,
             qp_type,
             queues,
             buf: Some(buf),
             send_cq: send_cq.inner().clone(),
             recv_cq: recv_cq.inner().clone(),
             pd: pd.inner.clone(),
-        })
+            srq: srq.map(|s| s.inner().clone()),
+        }
     }
 
     /// A QP over fresh memory that no device knows, for host tests of posting: the test reads
@@ -340,20 +403,36 @@ impl Qp {
         let layout = QpLayout::new(caps)?;
         let buf = PageBuf::new(layout.buf_len)?;
         let db = pd.inner.ctx.doorbell()?;
-        // SAFETY: as in `with_type`.
-        let queues = unsafe { WorkQueues::new(buf.as_ptr(), layout, qpn, qp_type, db) };
-        for cq in [send_cq, recv_cq] {
-            cq.inner().attach(qpn, queues.shared().clone());
-        }
-        Ok(Qp {
+        Ok(Self::with_buf(
+            pd, send_cq, recv_cq, layout, buf, qpn, qp_type, None, db,
+        ))
+    }
+
+    /// [`Qp::fake`] on an SRQ.
+    #[cfg(test)]
+    pub(crate) fn fake_on_srq(
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        srq: &Srq,
+        caps: &QpCaps,
+        qpn: u32,
+        qp_type: QpType,
+    ) -> Result<Qp> {
+        let layout = QpLayout::on_srq(caps)?;
+        let buf = PageBuf::new(layout.buf_len)?;
+        let db = pd.inner.ctx.doorbell()?;
+        Ok(Self::with_buf(
+            pd,
+            send_cq,
+            recv_cq,
+            layout,
+            buf,
             qpn,
             qp_type,
-            queues,
-            buf: Some(buf),
-            send_cq: send_cq.inner().clone(),
-            recv_cq: recv_cq.inner().clone(),
-            pd: pd.inner.clone(),
-        })
+            Some(srq),
+            db,
+        ))
     }
 
     /// The ring memory (tests).
@@ -365,6 +444,11 @@ impl Qp {
     /// The device's QP number.
     pub fn qpn(&self) -> u32 {
         self.qpn
+    }
+
+    /// The SRQ it receives from ([`Qp::with_srq`]), if any.
+    pub fn srqn(&self) -> Option<u32> {
+        self.srq.as_ref().map(|s| s.srqn)
     }
 
     /// Its transport service.
@@ -392,7 +476,8 @@ impl Qp {
         self.queues.outstanding().0
     }
 
-    /// Receive requests posted and not yet completed.
+    /// Receive requests posted and not yet completed (0 on a QP of an SRQ: see
+    /// [`Srq::outstanding`]).
     pub fn recv_outstanding(&self) -> u32 {
         self.queues.outstanding().1
     }
@@ -575,6 +660,9 @@ impl Qp {
     ///
     /// A receive that only a WRITE_WITH_IMM will consume needs no buffer: `sges` may be empty
     /// (see [`crate::WcOpcode::RecvRdmaWithImm`]).
+    ///
+    /// A QP of an SRQ has no receive queue: any request is refused with [`PostReason::QpOnSrq`]
+    /// (`EINVAL`); post to the SRQ ([`Srq::post_recv`]).
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         self.check_alive()?;
         self.queues.post_recv(wrs)
@@ -686,4 +774,4 @@ impl Default for ConnOpts {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

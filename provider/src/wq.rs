@@ -16,8 +16,12 @@
 //!
 //! The index is not trusted: a CQE naming a slot that is not outstanding (a stale CQE of a QP
 //! that was reset, a device bug) frees nothing and is counted as stray by the CQ.
+//!
+//! A QP that receives from a shared receive queue ([`crate::Srq`]) has no receive queue here:
+//! its receive CQEs name slots of the SRQ, whose slots come back as the device takes the WQEs
+//! (its doorbell record), not as they complete; so they free nothing here and are not stray.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::doorbell::Doorbell;
 use crate::error::{PostError, PostReason};
@@ -66,7 +70,6 @@ impl Tracker {
     }
 
     /// The consumer index (free-running).
-    #[cfg(test)]
     pub(crate) fn tail(&self) -> u32 {
         self.tail
     }
@@ -85,6 +88,18 @@ impl Tracker {
     pub(crate) fn reset(&mut self) {
         self.head = 0;
         self.tail = 0;
+    }
+
+    /// Accounts for a consumer index the device published (an SRQ's doorbell record: every WQE
+    /// before free-running 16-bit index `ci` is taken). Returns the slots freed; 0 if `ci` does
+    /// not lie between the tail and the head (the record is not trusted).
+    pub(crate) fn consumed_to(&mut self, ci: u16) -> u32 {
+        let k = u32::from(ci.wrapping_sub(self.tail as u16));
+        if k > self.outstanding() {
+            return 0;
+        }
+        self.tail = self.tail.wrapping_add(k);
+        k
     }
 
     /// Accounts for a CQE naming the WQE at 16-bit index `wqe_index`: it and every earlier
@@ -106,31 +121,43 @@ impl Tracker {
 /// completions land in (which free slots as they poll).
 #[derive(Debug)]
 pub struct WqShared {
-    pub(crate) sq: std::sync::Mutex<Tracker>,
-    pub(crate) rq: std::sync::Mutex<Tracker>,
+    pub(crate) sq: Mutex<Tracker>,
+    /// `None` for a QP that receives from an SRQ.
+    pub(crate) rq: Option<Mutex<Tracker>>,
+}
+
+fn lock(q: &Mutex<Tracker>) -> MutexGuard<'_, Tracker> {
+    q.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl WqShared {
+    /// Queues of `sq_depth` and `rq_depth` slots; `rq_depth` 0: no receive queue (the QP
+    /// receives from an SRQ).
     pub(crate) fn new(sq_depth: u32, rq_depth: u32) -> Self {
         WqShared {
-            sq: std::sync::Mutex::new(Tracker::new(sq_depth)),
-            rq: std::sync::Mutex::new(Tracker::new(rq_depth)),
+            sq: Mutex::new(Tracker::new(sq_depth)),
+            rq: (rq_depth > 0).then(|| Mutex::new(Tracker::new(rq_depth))),
         }
     }
 
-    /// Frees the slots a polled completion accounts for; false if it names none (stray).
+    /// Frees the slots a polled completion accounts for; false if it names none (stray). A
+    /// receive completion of a QP of an SRQ frees nothing here (the SRQ's slots came back when
+    /// the device took its WQE) and is not stray.
     pub fn complete(&self, wc: &crate::cq::Wc) -> bool {
-        let q = if wc.is_recv { &self.rq } else { &self.sq };
-        q.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .complete(wc.wqe_index)
-            > 0
+        let q = match (&self.rq, wc.is_recv) {
+            (_, false) => &self.sq,
+            (Some(rq), true) => rq,
+            (None, true) => return true,
+        };
+        lock(q).complete(wc.wqe_index) > 0
     }
 
     /// Forgets both queues (RESET).
     pub fn reset(&self) {
-        self.sq.lock().unwrap_or_else(|e| e.into_inner()).reset();
-        self.rq.lock().unwrap_or_else(|e| e.into_inner()).reset();
+        lock(&self.sq).reset();
+        if let Some(rq) = &self.rq {
+            lock(rq).reset();
+        }
     }
 }
 
@@ -142,9 +169,9 @@ impl WqShared {
 /// # Invariants
 ///
 /// `base` points to `layout.buf_len` bytes of ring memory (the send queue, then the receive
-/// queue at `layout.rq_offset`) that stay mapped for the life of the value, that no one but
-/// this value and the device accesses, and that the device reads only up to the producer
-/// indices rung.
+/// queue at `layout.rq_offset` unless the QP receives from an SRQ) that stay mapped for the life
+/// of the value, that no one but this value and the device accesses, and that the device reads
+/// only up to the producer indices rung.
 #[derive(Debug)]
 pub struct WorkQueues {
     qpn: u32,
@@ -211,8 +238,9 @@ impl WorkQueues {
     }
 
     /// A ring slot. Takes the layout and base, not `&mut self`, so that a post can hold its
-    /// queue's lock (in `shared`) while it writes the slot.
+    /// queue's lock (in `shared`) while it writes the slot. `rq` only if the layout has one.
     fn slot<'b>(base: *mut u8, l: &QpLayout, rq: bool, index: u32) -> &'b mut [u8] {
+        debug_assert!(!rq || l.has_rq());
         let (start, log, stride) = if rq {
             (l.rq_offset, l.rq_log, l.rq_stride())
         } else {
@@ -238,7 +266,7 @@ impl WorkQueues {
     /// On a refused request, the ones before it are posted (and rung) and the error names its
     /// index and the reason, as rdma-core's `bad_wr`.
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
-        let mut sq = self.shared.sq.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sq = lock(&self.shared.sq);
         let mut result = Ok(());
         let mut posted = 0;
         for (i, wr) in wrs.iter().enumerate() {
@@ -265,13 +293,23 @@ impl WorkQueues {
         result
     }
 
-    /// Posts receive requests, as [`WorkQueues::post_send`] does.
+    /// Posts receive requests, as [`WorkQueues::post_send`] does. A QP of an SRQ has no receive
+    /// queue: any request is refused ([`PostReason::QpOnSrq`]).
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        let mut rq = self.shared.rq.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(rq) = &self.shared.rq else {
+            return match wrs {
+                [] => Ok(()),
+                _ => Err(PostError {
+                    index: 0,
+                    reason: PostReason::QpOnSrq,
+                }),
+            };
+        };
+        let mut rq = lock(rq);
         let mut result = Ok(());
         let mut posted = 0;
         for (i, wr) in wrs.iter().enumerate() {
-            if let Err(reason) = check_recv_wr(wr, &self.layout) {
+            if let Err(reason) = check_recv_wr(wr, self.layout.max_sge) {
                 result = Err(PostError { index: i, reason });
                 break;
             }
@@ -294,12 +332,10 @@ impl WorkQueues {
         result
     }
 
-    /// Requests posted and not completed yet: (send, receive).
+    /// Requests posted and not completed yet: (send, receive); receive 0 for a QP of an SRQ.
     pub fn outstanding(&self) -> (u32, u32) {
-        let n = |q: &std::sync::Mutex<Tracker>| {
-            q.lock().unwrap_or_else(|e| e.into_inner()).outstanding()
-        };
-        (n(&self.shared.sq), n(&self.shared.rq))
+        let rq = self.shared.rq.as_ref().map_or(0, |q| lock(q).outstanding());
+        (lock(&self.shared.sq).outstanding(), rq)
     }
 }
 
@@ -361,6 +397,35 @@ mod tests {
         }
         assert_eq!(t.complete(3), 10, "65530..=65539 wraps to 65530..=3");
         assert_eq!(t.outstanding(), 10);
+    }
+
+    /// An SRQ's record: every WQE before its index is taken; an index outside what is
+    /// outstanding (behind the tail, past the head) frees nothing.
+    #[test]
+    fn a_published_consumer_index_frees_what_it_passed() {
+        let mut t = Tracker::new(4);
+        for _ in 0..4 {
+            t.push();
+        }
+        assert_eq!(t.consumed_to(0), 0, "nothing taken");
+        assert_eq!(t.consumed_to(3), 3);
+        assert_eq!((t.free(), t.tail()), (3, 3));
+        assert_eq!(t.consumed_to(5), 0, "past the head");
+        assert_eq!(t.consumed_to(2), 0, "behind the tail");
+        assert_eq!(t.consumed_to(3), 0, "the same again");
+        assert_eq!(t.consumed_to(4), 1);
+        assert_eq!(t.outstanding(), 0);
+        // Across the 16-bit wrap: tail 65534, head 65538.
+        let mut t = Tracker::new(8);
+        for i in 1..=65_534u32 {
+            t.push();
+            assert_eq!(t.consumed_to(i as u16), 1);
+        }
+        for _ in 0..4 {
+            t.push();
+        }
+        assert_eq!(t.consumed_to(1), 3, "65534, 65535, 0");
+        assert_eq!((t.tail(), t.outstanding()), (65_537, 1));
     }
 
     #[test]

@@ -536,12 +536,13 @@ pub fn encode_send_wqe(slot: &mut [u8], wr: &SendWr<'_>) {
     }
 }
 
-/// Checks a receive request against the QP's limits.
-pub fn check_recv_wr(wr: &RecvWr<'_>, layout: &QpLayout) -> Result<(), PostReason> {
-    if wr.sges.len() > layout.max_sge as usize {
+/// Checks a receive request against the limit of its queue (a QP's receive queue or an SRQ):
+/// `max_sge` SGEs per request.
+pub fn check_recv_wr(wr: &RecvWr<'_>, max_sge: u32) -> Result<(), PostReason> {
+    if wr.sges.len() > max_sge as usize {
         return Err(PostReason::TooManySge {
             num_sge: wr.sges.len(),
-            max_sge: layout.max_sge,
+            max_sge,
         });
     }
     if let Some(i) = wr.sges.iter().position(|s| s.length == 0) {
@@ -550,7 +551,7 @@ pub fn check_recv_wr(wr: &RecvWr<'_>, layout: &QpLayout) -> Result<(), PostReaso
     Ok(())
 }
 
-/// Encodes a checked receive request into `slot` (one RQ stride).
+/// Encodes a checked receive request into `slot` (one RQ or SRQ stride).
 pub fn encode_recv_wqe(slot: &mut [u8], wr: &RecvWr<'_>) {
     set_rwqe_hdr(slot, wr.wr_id, wr.sges.len() as u32);
     for (i, s) in wr.sges.iter().enumerate() {

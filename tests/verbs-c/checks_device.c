@@ -251,29 +251,16 @@ out:
 
 int check_unsupported(struct env *e)
 {
-    struct ibv_srq_init_attr sa;
     struct ibv_qp_init_attr ia;
     struct ibv_qp_attr qa;
     struct pair p = { 0 };
     struct region r = { 0 };
-    struct ibv_srq *srq;
     struct ibv_qp *uc;
     struct ibv_wc wc;
     int rc, ret = -1;
 
     TRY(connected_pair(e, &p, NULL));
     TRY(region_new(e->pd, &r, 8192, REMOTE_ALL));
-
-    memset(&sa, 0, sizeof(sa));
-    sa.attr.max_wr = 16;
-    sa.attr.max_sge = 1;
-    errno = 0;
-    srq = ibv_create_srq(e->pd, &sa);
-    CHECK(!srq, "ibv_create_srq succeeded");
-    CHECK(errno == EOPNOTSUPP,
-          "ibv_create_srq: errno %s, expected "
-          "EOPNOTSUPP",
-          strerror(errno));
 
     rc = ibv_resize_cq(p.cq_a, 512);
     CHECK(rc == EOPNOTSUPP, "ibv_resize_cq: %d (%s), expected EOPNOTSUPP", rc,

@@ -103,22 +103,31 @@ struct ibv_qp *qp_new(struct ibv_pd *pd, struct ibv_cq *cq,
                       enum ibv_qp_type type, int sig_all,
                       struct ibv_qp_cap *cap)
 {
+    return qp_new_on(pd, cq, NULL, type, sig_all, cap);
+}
+
+struct ibv_qp *qp_new_on(struct ibv_pd *pd, struct ibv_cq *cq,
+                         struct ibv_srq *srq, enum ibv_qp_type type,
+                         int sig_all, struct ibv_qp_cap *cap)
+{
     struct ibv_qp_init_attr init;
     struct ibv_qp *qp;
 
     memset(&init, 0, sizeof(init));
     init.send_cq = cq;
     init.recv_cq = cq;
+    init.srq = srq;
     init.qp_type = type;
     init.sq_sig_all = sig_all;
     init.cap.max_send_wr = 64;
-    init.cap.max_recv_wr = 64;
+    init.cap.max_recv_wr = srq ? 0 : 64;
     init.cap.max_send_sge = 4;
-    init.cap.max_recv_sge = 4;
+    init.cap.max_recv_sge = srq ? 0 : 4;
     init.cap.max_inline_data = type == IBV_QPT_RC ? 64 : 0;
     qp = ibv_create_qp(pd, &init);
     if (!qp) {
-        FAIL("ibv_create_qp(type %d): %s", type, strerror(errno));
+        FAIL("ibv_create_qp(type %d%s): %s", type, srq ? ", on an SRQ" : "",
+             strerror(errno));
         return NULL;
     }
     if (cap) {

@@ -157,6 +157,7 @@ static const struct check checks[] = {
     { "unsupported", check_unsupported, NULL },
     { "bad_args", check_bad_args, NULL },
     { "ud", check_ud, NULL },
+    { "srq", check_srq, NULL },
     { "odp", NULL, check_odp },
     { "memory_windows", NULL, check_memory_windows },
     { "events_and_teardown", check_events_and_teardown, NULL },

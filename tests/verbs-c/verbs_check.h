@@ -101,6 +101,10 @@ struct pair_opts {
 struct ibv_qp *qp_new(struct ibv_pd *pd, struct ibv_cq *cq,
                       enum ibv_qp_type type, int sig_all,
                       struct ibv_qp_cap *cap);
+/* The same, receiving from @srq if not NULL (then no receive queue). */
+struct ibv_qp *qp_new_on(struct ibv_pd *pd, struct ibv_cq *cq,
+                         struct ibv_srq *srq, enum ibv_qp_type type,
+                         int sig_all, struct ibv_qp_cap *cap);
 int rc_connect(struct ibv_qp *qp, uint32_t dest_qpn, uint32_t sq_psn,
                uint32_t rq_psn);
 
@@ -166,6 +170,9 @@ int check_comp_channel(struct env *e);
 int check_ud(struct env *e);
 int check_odp(struct env *e, const char **note);
 int check_memory_windows(struct env *e, const char **note);
+
+/* checks_srq.c */
+int check_srq(struct env *e);
 
 /* wire.c: the "wire" subcommand; @argv after "wire"; returns the exit code */
 int run_wire(int argc, char **argv);

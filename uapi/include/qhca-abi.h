@@ -308,6 +308,7 @@ struct qhca_device_attr {
 #define QHCA_ODP_SUPPORT_WRITE    (1u << 2)
 #define QHCA_ODP_SUPPORT_READ     (1u << 3)
 #define QHCA_ODP_SUPPORT_ATOMIC   (1u << 4)
+#define QHCA_ODP_SUPPORT_SRQ_RECV (1u << 5) /* a receive WQE of an SRQ */
 
 /* ------------------------------------------------------------------------ */
 /* Verbs objects: protection domains, memory regions, completion queues and  */
@@ -1349,7 +1350,31 @@ struct qhca_ioc_create_qp {
 	__u64 buf_addr;   /* page aligned: the SQ, then the RQ at the next page boundary */
 	__u64 buf_len;
 	__u32 qpn;        /* out */
-	__u32 rsvd1;
+	/*
+	 * The SRQ it receives from (RC, UD), or 0: then rq_log and
+	 * rq_stride_log are 0 and buf_addr holds the SQ alone.
+	 */
+	__u32 srqn;
+};
+
+/*
+ * CREATE_SRQ: sent as the core's CREATE_SRQ (max_wr 2^log, max_sge) with
+ * struct qhca_ib_create_srq; srqn comes back in struct
+ * qhca_ib_create_srq_resp.  The ring ("Shared receive queues") is the
+ * caller's memory.  MODIFY_SRQ (IB_SRQ_LIMIT alone: no resizing) and
+ * QUERY_SRQ are the core's commands, with no driver data.
+ */
+struct qhca_ioc_create_srq {
+	__u32 size;
+	__u32 comp_mask;
+	__u32 pdn;
+	__u8  log;
+	__u8  stride_log;
+	__u16 max_sge;
+	__u64 buf_addr;   /* page aligned: the slots, then struct qhca_srq_dbrec */
+	__u64 buf_len;
+	__u32 srqn;       /* out */
+	__u32 rsvd;
 };
 
 /*
@@ -1475,7 +1500,7 @@ struct qhca_ioc_async_event {
 	__u32 size;
 	__u32 comp_mask;
 	__u32 type;       /* out: enum qhca_async_event_type */
-	__u32 element;    /* out: qpn or cqn */
+	__u32 element;    /* out: qpn or cqn; srqn for 0x100 + IB_EVENT_SRQ_LIMIT_REACHED */
 	__u64 rsvd[2];
 };
 
@@ -1608,7 +1633,7 @@ struct qhca_ib_create_cq_resp {
 };
 
 /*
- * CREATE_QP (RC or UD; no SRQ, no creation flags): the rings, as in
+ * CREATE_QP (RC or UD; no creation flags): the rings, as in
  * qhca_ioc_create_qp.  The core's max_send_wr and max_recv_wr must fit
  * 2^sq_log and 2^rq_log; max_sge is the larger of its two SGE counts;
  * max_inline_data is the QP's inline limit.  The core's response carries the
@@ -1623,6 +1648,29 @@ struct qhca_ib_create_qp {
 	__u8  rq_log;
 	__u8  rq_stride_log;
 	__u32 comp_mask;  /* 0 */
+};
+
+/*
+ * CREATE_SRQ: the ring as in qhca_ioc_create_srq: buf_addr page aligned,
+ * 2^log slots of 2^stride_log bytes then struct qhca_srq_dbrec, buf_len that
+ * rounded up to pages; the core's max_wr at most 2^log and its max_sge
+ * WQE segments fitting a slot.  The core's response has max_wr 2^log and
+ * max_sge as asked; srqn is the device's number, which the SRQ's doorbells
+ * carry.  A QP created on the SRQ sends qhca_ib_create_qp with rq_log and
+ * rq_stride_log 0 and the SQ alone in its buffer.
+ */
+struct qhca_ib_create_srq {
+	__u64 buf_addr;
+	__u64 buf_len;
+	__u8  log;
+	__u8  stride_log;
+	__u16 rsvd;
+	__u32 comp_mask;  /* 0 */
+};
+
+struct qhca_ib_create_srq_resp {
+	__u32 srqn;
+	__u32 rsvd;
 };
 
 /*

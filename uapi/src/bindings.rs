@@ -76,6 +76,7 @@ pub const QHCA_ODP_SUPPORT_RECV: u32 = 2;
 pub const QHCA_ODP_SUPPORT_WRITE: u32 = 4;
 pub const QHCA_ODP_SUPPORT_READ: u32 = 8;
 pub const QHCA_ODP_SUPPORT_ATOMIC: u32 = 16;
+pub const QHCA_ODP_SUPPORT_SRQ_RECV: u32 = 32;
 pub const QHCA_PAGE_SHIFT: u32 = 12;
 pub const QHCA_PAGE_SIZE: u32 = 4096;
 pub const QHCA_MAX_PAGE_LIST: u32 = 1048576;
@@ -672,7 +673,21 @@ pub struct qhca_ioc_create_qp {
     pub buf_addr: __u64,
     pub buf_len: __u64,
     pub qpn: __u32,
-    pub rsvd1: __u32,
+    pub srqn: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ioc_create_srq {
+    pub size: __u32,
+    pub comp_mask: __u32,
+    pub pdn: __u32,
+    pub log: __u8,
+    pub stride_log: __u8,
+    pub max_sge: __u16,
+    pub buf_addr: __u64,
+    pub buf_len: __u64,
+    pub srqn: __u32,
+    pub rsvd: __u32,
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -811,6 +826,22 @@ pub struct qhca_ib_create_qp {
     pub rq_log: __u8,
     pub rq_stride_log: __u8,
     pub comp_mask: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ib_create_srq {
+    pub buf_addr: __u64,
+    pub buf_len: __u64,
+    pub log: __u8,
+    pub stride_log: __u8,
+    pub rsvd: __u16,
+    pub comp_mask: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct qhca_ib_create_srq_resp {
+    pub srqn: __u32,
+    pub rsvd: __u32,
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]

@@ -262,7 +262,19 @@ fn every_struct_and_field() {
         buf_addr @ 32,
         buf_len @ 40,
         qpn @ 48,
-        rsvd1 @ 52,
+        srqn @ 52,
+    });
+    check_layout!(qhca_ioc_create_srq, size 40, align 8, {
+        size @ 0,
+        comp_mask @ 4,
+        pdn @ 8,
+        log @ 12,
+        stride_log @ 13,
+        max_sge @ 14,
+        buf_addr @ 16,
+        buf_len @ 24,
+        srqn @ 32,
+        rsvd @ 36,
     });
     check_layout!(qhca_ioc_qp_attr, size 80, align 4, {
         size @ 0,
@@ -452,6 +464,18 @@ fn every_struct_and_field() {
         rq_log @ 18,
         rq_stride_log @ 19,
         comp_mask @ 20,
+    });
+    check_layout!(qhca_ib_create_srq, size 24, align 8, {
+        buf_addr @ 0,
+        buf_len @ 8,
+        log @ 16,
+        stride_log @ 17,
+        rsvd @ 18,
+        comp_mask @ 20,
+    });
+    check_layout!(qhca_ib_create_srq_resp, size 8, align 4, {
+        srqn @ 0,
+        rsvd @ 4,
     });
     check_layout!(qhca_ib_create_ah_resp, size 8, align 4, {
         ah @ 0,

@@ -1,17 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0-only OR MIT
 
-//! The post path of `ibv_post_send` and `ibv_post_recv`: a list of libibverbs requests
-//! converted in batches and written into a QP's rings with one doorbell store per batch, no
-//! system call. Shared by the libraries that give programs qhca QPs: each says how it finds the
-//! objects a request names ([`Objects`]) and posts through its queues ([`Queues`]).
+//! The post path of `ibv_post_send`, `ibv_post_recv` and `ibv_post_srq_recv`: a list of
+//! libibverbs requests converted in batches and written into a QP's rings, or an SRQ's, with one
+//! doorbell store per batch, no system call. Shared by the libraries that give programs qhca QPs:
+//! each says how it finds the objects a request names ([`Objects`]) and posts through its queues
+//! ([`Queues`], [`RecvQueue`]).
 
 use core::ffi::c_int;
 use core::fmt::Arguments;
 use core::ptr::{self, null_mut};
 
 use qhca::{
-    inc_rkey, Access, MwBind, PostError, QpLayout, QpType, RecvWr, SendWr, Sge, UdDest, WorkQueues,
-    WrOp,
+    inc_rkey, Access, MwBind, PostError, QpLayout, QpType, RecvWr, SendWr, Sge, SrqQueue, UdDest,
+    WorkQueues, WrOp,
 };
 
 use crate::access::mw_access_from_ibv;
@@ -22,16 +23,31 @@ use crate::wr::{send_flags, send_op, sges, Refused};
 /// Work requests converted and handed to the queues at once (one doorbell store each).
 pub const BATCH: usize = 8;
 
+/// A receive queue as the post path writes it: a QP's, or a shared one.
+pub trait RecvQueue {
+    /// SGEs per receive request.
+    fn max_recv_sge(&self) -> u32;
+    /// Posts receive requests in order; on a refusal, those before it are posted.
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError>;
+}
+
 /// A QP's two queues as the post path writes them.
-pub trait Queues {
+pub trait Queues: RecvQueue {
     /// RC or UD.
     fn qp_type(&self) -> QpType;
     /// The ring layout (SGEs and inline bytes per request).
     fn layout(&self) -> &QpLayout;
     /// Posts send requests in order; on a refusal, those before it are posted.
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError>;
-    /// Posts receive requests, as `post_send`.
-    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError>;
+}
+
+impl RecvQueue for WorkQueues {
+    fn max_recv_sge(&self) -> u32 {
+        WorkQueues::layout(self).max_sge
+    }
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        WorkQueues::post_recv(self, wrs)
+    }
 }
 
 impl Queues for WorkQueues {
@@ -44,8 +60,14 @@ impl Queues for WorkQueues {
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         WorkQueues::post_send(self, wrs)
     }
+}
+
+impl RecvQueue for qhca::Qp {
+    fn max_recv_sge(&self) -> u32 {
+        qhca::Qp::layout(self).max_sge
+    }
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        WorkQueues::post_recv(self, wrs)
+        qhca::Qp::post_recv(self, wrs)
     }
 }
 
@@ -59,8 +81,23 @@ impl Queues for qhca::Qp {
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         qhca::Qp::post_send(self, wrs)
     }
+}
+
+impl RecvQueue for SrqQueue {
+    fn max_recv_sge(&self) -> u32 {
+        SrqQueue::layout(self).max_sge
+    }
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        qhca::Qp::post_recv(self, wrs)
+        SrqQueue::post_recv(self, wrs)
+    }
+}
+
+impl RecvQueue for qhca::Srq {
+    fn max_recv_sge(&self) -> u32 {
+        qhca::Srq::layout(self).max_sge
+    }
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        qhca::Srq::post_recv(self, wrs)
     }
 }
 
@@ -93,8 +130,8 @@ pub trait Objects {
     unsafe fn bound(&self, mw: *mut ibv_mw, key: u32);
 }
 
-/// A QP's queues with scratch room for the scatter/gather lists and inline data of one batch:
-/// what a post needs, under the QP's lock.
+/// A QP's queues (or an SRQ) with scratch room for the scatter/gather lists and inline data of
+/// one batch: what a post needs, under the QP's (or the SRQ's) lock.
 pub struct Posting<Q> {
     pub queues: Q,
     sges: Vec<Sge>,
@@ -213,90 +250,6 @@ impl<Q: Queues> Posting<Q> {
         0
     }
 
-    /// `ibv_post_recv`, as `post_send`.
-    ///
-    /// # Safety
-    ///
-    /// `wr` is the program's NULL-terminated list of live requests; `bad` is NULL or room for
-    /// a request's address.
-    pub unsafe fn post_recv(
-        &mut self,
-        wr: *mut ibv_recv_wr,
-        bad: *mut *mut ibv_recv_wr,
-        debug: fn(Arguments<'_>),
-    ) -> c_int {
-        // SAFETY: the caller's promise.
-        if !wr.is_null() && unsafe { (*wr).next.is_null() } {
-            // SAFETY: the caller's promise.
-            unsafe { self.post_recvs::<1>(wr, bad, debug) }
-        } else {
-            // SAFETY: the caller's promise.
-            unsafe { self.post_recvs::<BATCH>(wr, bad, debug) }
-        }
-    }
-
-    /// `post_recv` in batches of up to `N` requests, as `post_sends`.
-    ///
-    /// # Safety
-    ///
-    /// As `post_recv`.
-    unsafe fn post_recvs<const N: usize>(
-        &mut self,
-        wr: *mut ibv_recv_wr,
-        bad: *mut *mut ibv_recv_wr,
-        debug: fn(Arguments<'_>),
-    ) -> c_int {
-        let Posting {
-            queues,
-            sges: sge_buf,
-            ..
-        } = self;
-        let max_sge = queues.layout().max_sge as usize;
-        let mut cur = wr;
-        while !cur.is_null() {
-            let mut wrs = [RecvWr {
-                wr_id: 0,
-                sges: &[],
-            }; N];
-            let mut heads = [null_mut::<ibv_recv_wr>(); N];
-            let mut chunks = sge_buf.chunks_mut(max_sge.max(1));
-            let mut n = 0;
-            let mut refusal = None;
-            while n < N && !cur.is_null() {
-                // SAFETY: the program's list of live requests, NULL-terminated.
-                let w = unsafe { &*cur };
-                let out = chunks.next().unwrap_or_default();
-                let list: &[ibv_sge] = match usize::try_from(w.num_sge) {
-                    // SAFETY: the program passes `num_sge` entries at `sg_list`.
-                    Ok(k) if k > 0 => unsafe { core::slice::from_raw_parts(w.sg_list, k) },
-                    _ => &[],
-                };
-                match sges(list, out) {
-                    Ok(k) => {
-                        wrs[n] = RecvWr {
-                            wr_id: w.wr_id,
-                            sges: &out[..k],
-                        };
-                        heads[n] = cur;
-                        n += 1;
-                        cur = w.next;
-                    }
-                    Err(r) => {
-                        refusal = Some(r);
-                        break;
-                    }
-                }
-            }
-            let posted = queues.post_recv(&wrs[..n]);
-            // SAFETY: the program passes room for the failed request's address (or NULL).
-            if let Some(errno) =
-                unsafe { batch_end("ibv_post_recv", posted, refusal, &heads, cur, bad, debug) }
-            {
-                return errno;
-            }
-        }
-        0
-    }
     /// `ibv_bind_mw` of a type 1 window: one BIND_MW request with no data, posted as
     /// `ibv_post_send` would, and on success the window's next key in `mw->rkey`. A length of 0
     /// unbinds it.
@@ -348,6 +301,103 @@ impl<Q: Queues> Posting<Q> {
                 e.errno() as c_int
             }
         }
+    }
+}
+
+impl<Q: RecvQueue> Posting<Q> {
+    /// A receive queue alone (an SRQ): scratch room for SGEs, none for inline data.
+    pub fn for_recv(queues: Q) -> Self {
+        let sges = queues.max_recv_sge() as usize;
+        Posting {
+            queues,
+            sges: vec![Sge::default(); BATCH * sges],
+            inline: Vec::new(),
+        }
+    }
+
+    /// `ibv_post_recv` (and `ibv_post_srq_recv`), as `post_send`.
+    ///
+    /// # Safety
+    ///
+    /// `wr` is the program's NULL-terminated list of live requests; `bad` is NULL or room for
+    /// a request's address.
+    pub unsafe fn post_recv(
+        &mut self,
+        wr: *mut ibv_recv_wr,
+        bad: *mut *mut ibv_recv_wr,
+        debug: fn(Arguments<'_>),
+    ) -> c_int {
+        // SAFETY: the caller's promise.
+        if !wr.is_null() && unsafe { (*wr).next.is_null() } {
+            // SAFETY: the caller's promise.
+            unsafe { self.post_recvs::<1>(wr, bad, debug) }
+        } else {
+            // SAFETY: the caller's promise.
+            unsafe { self.post_recvs::<BATCH>(wr, bad, debug) }
+        }
+    }
+
+    /// `post_recv` in batches of up to `N` requests, as `post_sends`.
+    ///
+    /// # Safety
+    ///
+    /// As `post_recv`.
+    unsafe fn post_recvs<const N: usize>(
+        &mut self,
+        wr: *mut ibv_recv_wr,
+        bad: *mut *mut ibv_recv_wr,
+        debug: fn(Arguments<'_>),
+    ) -> c_int {
+        let Posting {
+            queues,
+            sges: sge_buf,
+            ..
+        } = self;
+        let max_sge = queues.max_recv_sge() as usize;
+        let mut cur = wr;
+        while !cur.is_null() {
+            let mut wrs = [RecvWr {
+                wr_id: 0,
+                sges: &[],
+            }; N];
+            let mut heads = [null_mut::<ibv_recv_wr>(); N];
+            let mut chunks = sge_buf.chunks_mut(max_sge.max(1));
+            let mut n = 0;
+            let mut refusal = None;
+            while n < N && !cur.is_null() {
+                // SAFETY: the program's list of live requests, NULL-terminated.
+                let w = unsafe { &*cur };
+                let out = chunks.next().unwrap_or_default();
+                let list: &[ibv_sge] = match usize::try_from(w.num_sge) {
+                    // SAFETY: the program passes `num_sge` entries at `sg_list`.
+                    Ok(k) if k > 0 => unsafe { core::slice::from_raw_parts(w.sg_list, k) },
+                    _ => &[],
+                };
+                match sges(list, out) {
+                    Ok(k) => {
+                        wrs[n] = RecvWr {
+                            wr_id: w.wr_id,
+                            sges: &out[..k],
+                        };
+                        heads[n] = cur;
+                        n += 1;
+                        cur = w.next;
+                    }
+                    Err(r) => {
+                        refusal = Some(r);
+                        break;
+                    }
+                }
+            }
+            let posted = queues.post_recv(&wrs[..n]);
+            // SAFETY: the program passes room for the failed request's address (or NULL).
+            if let Some(errno) =
+                unsafe { batch_end("ibv_post_recv", posted, refusal, &heads, cur, bad, debug) }
+            {
+                return errno;
+            }
+        }
+        0
     }
 }
 
@@ -505,4 +555,107 @@ unsafe fn bind_keys(objs: &impl Objects, wr: &ibv_send_wr) -> Result<(u32, u32),
     let lkey = unsafe { objs.region_lkey(b.bind_info.mr) }
         .ok_or(Refused("BIND_MW to a region that is not qhca's"))?;
     Ok((mw_key, lkey))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qhca::PostReason;
+
+    /// A receive queue (an SRQ, as the provider's) of `room` slots, 2 SGEs each, that records
+    /// what it is given and how many times.
+    #[derive(Default)]
+    struct Fake {
+        room: usize,
+        posted: Vec<(u64, Vec<Sge>)>,
+        calls: usize,
+    }
+
+    impl RecvQueue for Fake {
+        fn max_recv_sge(&self) -> u32 {
+            2
+        }
+        fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+            self.calls += 1;
+            for (index, w) in wrs.iter().enumerate() {
+                if self.posted.len() == self.room {
+                    let n = self.room as u32;
+                    let reason = PostReason::QueueFull {
+                        outstanding: n,
+                        depth: n,
+                    };
+                    return Err(PostError { index, reason });
+                }
+                self.posted.push((w.wr_id, w.sges.to_vec()));
+            }
+            Ok(())
+        }
+    }
+
+    /// `n` linked requests of `num_sge` entries each, all over `sge`.
+    fn list(n: usize, sge: &mut [ibv_sge], num_sge: usize) -> Vec<ibv_recv_wr> {
+        let mut wrs: Vec<ibv_recv_wr> = (0..n)
+            .map(|i| ibv_recv_wr {
+                wr_id: 100 + i as u64,
+                next: null_mut(),
+                sg_list: sge.as_mut_ptr(),
+                num_sge: num_sge as c_int,
+            })
+            .collect();
+        for i in 1..n {
+            let next: *mut ibv_recv_wr = &mut wrs[i];
+            wrs[i - 1].next = next;
+        }
+        wrs
+    }
+
+    /// `ibv_post_srq_recv`'s path: a list goes in batches of [`BATCH`], one queue call each; a
+    /// full queue stops it with `ENOMEM` and `bad_wr` at the first request not posted.
+    #[test]
+    fn a_receive_list_posts_in_batches_and_names_the_first_refused() {
+        let mut sge = [ibv_sge {
+            addr: 0x1000,
+            length: 64,
+            lkey: 7,
+        }; 3];
+        let mut wrs = list(12, &mut sge, 2);
+        let mut p = Posting::for_recv(Fake {
+            room: 10,
+            ..Fake::default()
+        });
+        let mut bad = null_mut();
+        // SAFETY: a list of live requests over `sge`; `bad` is room for an address.
+        let r = unsafe { p.post_recv(wrs.as_mut_ptr(), &mut bad, |_| {}) };
+        assert_eq!(r, libc::ENOMEM);
+        assert!(ptr::eq(bad, &wrs[10]));
+        assert_eq!((p.queues.calls, p.queues.posted.len()), (2, 10));
+        let want = Sge {
+            addr: 0x1000,
+            length: 64,
+            lkey: 7,
+        };
+        assert_eq!(p.queues.posted[9], (109, vec![want; 2]));
+
+        // More SGEs than the queue takes: refused at that request, the ones before posted.
+        let mut wrs = list(3, &mut sge, 2);
+        wrs[1].num_sge = 3;
+        let mut p = Posting::for_recv(Fake {
+            room: 10,
+            ..Fake::default()
+        });
+        // SAFETY: as above.
+        let r = unsafe { p.post_recv(wrs.as_mut_ptr(), &mut bad, |_| {}) };
+        assert_eq!(r, libc::EINVAL);
+        assert!(ptr::eq(bad, &wrs[1]));
+        assert_eq!(p.queues.posted.len(), 1);
+
+        // One request, and an empty list.
+        let mut wrs = list(1, &mut sge, 0);
+        // SAFETY: as above; NULL `bad` is allowed.
+        let r = unsafe { p.post_recv(wrs.as_mut_ptr(), null_mut(), |_| {}) };
+        assert_eq!(r, 0);
+        assert_eq!(p.queues.posted[1], (100, vec![]));
+        // SAFETY: the empty list.
+        assert_eq!(unsafe { p.post_recv(null_mut(), null_mut(), |_| {}) }, 0);
+    }
 }

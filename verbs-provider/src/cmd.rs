@@ -25,11 +25,19 @@ pub(crate) const QUERY_QP_CMD: usize = 8 + 16;
 pub(crate) const REG_MR_CMD: usize = 8 + 40;
 /// `struct ibv_alloc_mw`: header, then `struct ib_uverbs_alloc_mw` (16 bytes).
 pub(crate) const ALLOC_MW_CMD: usize = 8 + 16;
+/// `struct ibv_create_srq`: header, then `struct ib_uverbs_create_srq` (32 bytes).
+pub(crate) const CREATE_SRQ_CMD: usize = 8 + 32;
+/// `struct ibv_modify_srq`: header, then `struct ib_uverbs_modify_srq` (16 bytes).
+pub(crate) const MODIFY_SRQ_CMD: usize = 8 + 16;
+/// `struct ibv_query_srq`: header, then `struct ib_uverbs_query_srq` (16 bytes).
+pub(crate) const QUERY_SRQ_CMD: usize = 8 + 16;
 
 /// `struct ib_uverbs_create_qp_resp`.
 pub(crate) const CREATE_QP_RESP: usize = 32;
 /// `struct ib_uverbs_reg_mr_resp`.
 pub(crate) const REG_MR_RESP: usize = 12;
+/// `struct ib_uverbs_create_srq_resp`.
+pub(crate) const CREATE_SRQ_RESP: usize = 16;
 
 /// A command: the core's request (`CORE` bytes, header included), then the driver's `D`.
 #[repr(C)]
@@ -185,6 +193,29 @@ extern "C" {
         cmd_size: usize,
     ) -> c_int;
     pub(crate) fn ibv_cmd_destroy_qp(qp: *mut ibv_qp) -> c_int;
+    pub(crate) fn ibv_cmd_create_srq(
+        pd: *mut ibv_pd,
+        srq: *mut ibv_srq,
+        attr: *mut ibv_srq_init_attr,
+        cmd: *mut c_void,
+        cmd_size: usize,
+        resp: *mut c_void,
+        resp_size: usize,
+    ) -> c_int;
+    pub(crate) fn ibv_cmd_modify_srq(
+        srq: *mut ibv_srq,
+        attr: *mut ibv_srq_attr,
+        attr_mask: c_int,
+        cmd: *mut c_void,
+        cmd_size: usize,
+    ) -> c_int;
+    pub(crate) fn ibv_cmd_query_srq(
+        srq: *mut ibv_srq,
+        attr: *mut ibv_srq_attr,
+        cmd: *mut c_void,
+        cmd_size: usize,
+    ) -> c_int;
+    pub(crate) fn ibv_cmd_destroy_srq(srq: *mut ibv_srq) -> c_int;
     pub(crate) fn ibv_cmd_create_ah(
         pd: *mut ibv_pd,
         ah: *mut ibv_ah,

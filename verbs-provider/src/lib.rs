@@ -13,12 +13,15 @@
 //! - [`mem`]: protection domains, memory regions (pinned and on-demand, `ibv_advise_mr`),
 //!   memory windows;
 //! - [`cq`]: completion queues (poll, arm; completion channels are libibverbs's);
-//! - [`qp`]: RC and UD queue pairs (create, modify, query, destroy, post, `ibv_bind_mw`);
+//! - [`qp`]: RC and UD queue pairs (create, modify, query, destroy, post, `ibv_bind_mw`), with
+//!   a receive queue of their own or on an SRQ;
+//! - [`srq`]: shared receive queues (create, modify the limit, query, destroy, post);
 //! - [`ah`]: address handles.
 //!
 //! Not yet: watched regions (`QHCA_IB_REG_MR_WATCHED` has no verbs call; the `qhca` crate will
-//! ask for them), SRQs, extended QPs and CQs (`EOPNOTSUPP`, libibverbs's default for an op a
-//! provider does not set).
+//! ask for them), XRC and tag-matching SRQs, resizing an SRQ, extended QPs and CQs
+//! (`EOPNOTSUPP`, libibverbs's default for an op a provider does not set; a basic
+//! `ibv_create_srq_ex` is libibverbs's `ibv_create_srq`).
 //!
 //! Debian does not ship libibverbs's private header (`driver.h`): the few types this needs are
 //! declared here from rdma-core 44's, with their sizes checked at compile time (the layouts are
@@ -36,6 +39,7 @@ mod context;
 mod cq;
 mod mem;
 mod qp;
+mod srq;
 
 // ---- driver.h, declared (rdma-core 44) ------------------------------------------------------
 
@@ -81,20 +85,25 @@ const OP_BIND_MW: usize = 10;
 const OP_CREATE_AH: usize = 13;
 const OP_CREATE_CQ: usize = 15;
 const OP_CREATE_QP: usize = 19;
+const OP_CREATE_SRQ: usize = 22;
 const OP_DEALLOC_MW: usize = 25;
 const OP_DEALLOC_PD: usize = 26;
 const OP_DEREG_MR: usize = 28;
 const OP_DESTROY_AH: usize = 29;
 const OP_DESTROY_CQ: usize = 31;
 const OP_DESTROY_QP: usize = 34;
+const OP_DESTROY_SRQ: usize = 36;
 const OP_FREE_CONTEXT: usize = 39;
 const OP_MODIFY_QP: usize = 47;
+const OP_MODIFY_SRQ: usize = 49;
 const OP_POLL_CQ: usize = 53;
 const OP_POST_RECV: usize = 54;
 const OP_POST_SEND: usize = 55;
+const OP_POST_SRQ_RECV: usize = 57;
 const OP_QUERY_DEVICE_EX: usize = 58;
 const OP_QUERY_PORT: usize = 60;
 const OP_QUERY_QP: usize = 61;
+const OP_QUERY_SRQ: usize = 64;
 const OP_REG_MR: usize = 68;
 const OP_REQ_NOTIFY_CQ: usize = 69;
 
@@ -120,20 +129,25 @@ const fn context_ops() -> ContextOps {
     t[OP_CREATE_AH] = ah::create_ah as *const c_void;
     t[OP_CREATE_CQ] = cq::create_cq as *const c_void;
     t[OP_CREATE_QP] = qp::create_qp as *const c_void;
+    t[OP_CREATE_SRQ] = srq::create_srq as *const c_void;
     t[OP_DEALLOC_MW] = mem::dealloc_mw as *const c_void;
     t[OP_DEALLOC_PD] = mem::dealloc_pd as *const c_void;
     t[OP_DEREG_MR] = mem::dereg_mr as *const c_void;
     t[OP_DESTROY_AH] = ah::destroy_ah as *const c_void;
     t[OP_DESTROY_CQ] = cq::destroy_cq as *const c_void;
     t[OP_DESTROY_QP] = qp::destroy_qp as *const c_void;
+    t[OP_DESTROY_SRQ] = srq::destroy_srq as *const c_void;
     t[OP_FREE_CONTEXT] = context::free_context as *const c_void;
     t[OP_MODIFY_QP] = qp::modify_qp as *const c_void;
+    t[OP_MODIFY_SRQ] = srq::modify_srq as *const c_void;
     t[OP_POLL_CQ] = cq::poll_cq as *const c_void;
     t[OP_POST_RECV] = qp::post_recv as *const c_void;
     t[OP_POST_SEND] = qp::post_send as *const c_void;
+    t[OP_POST_SRQ_RECV] = srq::post_srq_recv as *const c_void;
     t[OP_QUERY_DEVICE_EX] = context::query_device_ex as *const c_void;
     t[OP_QUERY_PORT] = context::query_port as *const c_void;
     t[OP_QUERY_QP] = qp::query_qp as *const c_void;
+    t[OP_QUERY_SRQ] = srq::query_srq as *const c_void;
     t[OP_REG_MR] = mem::reg_mr as *const c_void;
     t[OP_REQ_NOTIFY_CQ] = cq::req_notify_cq as *const c_void;
     ContextOps(t)
@@ -276,20 +290,25 @@ mod tests {
             (OP_CREATE_AH, "create_ah"),
             (OP_CREATE_CQ, "create_cq"),
             (OP_CREATE_QP, "create_qp"),
+            (OP_CREATE_SRQ, "create_srq"),
             (OP_DEALLOC_MW, "dealloc_mw"),
             (OP_DEALLOC_PD, "dealloc_pd"),
             (OP_DEREG_MR, "dereg_mr"),
             (OP_DESTROY_AH, "destroy_ah"),
             (OP_DESTROY_CQ, "destroy_cq"),
             (OP_DESTROY_QP, "destroy_qp"),
+            (OP_DESTROY_SRQ, "destroy_srq"),
             (OP_FREE_CONTEXT, "free_context"),
             (OP_MODIFY_QP, "modify_qp"),
+            (OP_MODIFY_SRQ, "modify_srq"),
             (OP_POLL_CQ, "poll_cq"),
             (OP_POST_RECV, "post_recv"),
             (OP_POST_SEND, "post_send"),
+            (OP_POST_SRQ_RECV, "post_srq_recv"),
             (OP_QUERY_DEVICE_EX, "query_device_ex"),
             (OP_QUERY_PORT, "query_port"),
             (OP_QUERY_QP, "query_qp"),
+            (OP_QUERY_SRQ, "query_srq"),
             (OP_REG_MR, "reg_mr"),
             (OP_REQ_NOTIFY_CQ, "req_notify_cq"),
         ] {

@@ -2,7 +2,8 @@
 
 //! Queue pairs (RC and UD): the rings in the process's memory (`struct qhca_ib_create_qp`
 //! names them to the driver), posted to with no system call through the shared post path
-//! (`qhca_verbs_abi::post`) over the `qhca` crate's work queues.
+//! (`qhca_verbs_abi::post`) over the `qhca` crate's work queues. A QP created on an SRQ has a
+//! send queue alone: its receives come from the SRQ (`ibv_post_recv` on it is `EINVAL`).
 
 use core::ffi::c_int;
 use core::fmt::Arguments;
@@ -98,13 +99,14 @@ impl Objects for Ours {
 }
 
 /// Why a post failed, on stderr with `QHCA_VERBS_DEBUG=1`.
-fn debug(msg: Arguments<'_>) {
+pub(crate) fn debug(msg: Arguments<'_>) {
     if std::env::var_os("QHCA_VERBS_DEBUG").is_some_and(|v| v == "1") {
         eprintln!("libqhca: {msg}");
     }
 }
 
-/// `create_qp`: RC or UD, without an SRQ.
+/// `create_qp`: RC or UD, with a receive queue of its own or on an SRQ of this context (then
+/// the QP's buffer is the send queue alone, and the receive capabilities are 0).
 pub(crate) unsafe extern "C" fn create_qp(
     pd: *mut ibv_pd,
     init: *mut ibv_qp_init_attr,
@@ -120,20 +122,27 @@ pub(crate) unsafe extern "C" fn create_qp(
         IBV_QPT_UD => QpType::Ud,
         _ => return fail(libc::EOPNOTSUPP),
     };
-    if !a.srq.is_null() || a.send_cq.is_null() || a.recv_cq.is_null() {
-        return fail(if a.srq.is_null() {
-            libc::EINVAL
-        } else {
-            libc::EOPNOTSUPP
-        });
+    if a.send_cq.is_null() || a.recv_cq.is_null() {
+        return fail(libc::EINVAL);
     }
+    let on_srq = !a.srq.is_null();
+    // SAFETY: the program's PD and SRQ, live (ibv_create_qp(3)).
+    if on_srq && unsafe { (*a.srq).context != (*pd).context } {
+        return fail(libc::EINVAL);
+    }
+    let recv_sge = if on_srq { 0 } else { a.cap.max_recv_sge };
     let caps = QpCaps {
         max_send_wr: a.cap.max_send_wr.max(1),
         max_recv_wr: a.cap.max_recv_wr.max(1),
-        max_sge: a.cap.max_send_sge.max(a.cap.max_recv_sge).max(1),
+        max_sge: a.cap.max_send_sge.max(recv_sge).max(1),
         max_inline: a.cap.max_inline_data,
     };
-    let Ok(layout) = QpLayout::new(&caps) else {
+    let layout = if on_srq {
+        QpLayout::on_srq(&caps)
+    } else {
+        QpLayout::new(&caps)
+    };
+    let Ok(layout) = layout else {
         return fail(libc::EINVAL);
     };
     let buf = match PageBuf::new(layout.buf_len) {
@@ -150,15 +159,15 @@ pub(crate) unsafe extern "C" fn create_qp(
         comp_mask: 0,
     });
     let mut resp = Resp::<CREATE_QP_RESP, NoData>::new();
-    // The kernel is asked for what the rings hold.
+    // The kernel is asked for what the rings hold (no receive queue on an SRQ).
     let asked = a.cap;
     // SAFETY: the program's attributes; nothing else reads them during the call.
     unsafe {
         let c = &mut (*init).cap;
-        c.max_send_wr = 1 << layout.sq_log;
-        c.max_recv_wr = 1 << layout.rq_log;
+        c.max_send_wr = layout.sq_depth();
+        c.max_recv_wr = layout.rq_depth();
         c.max_send_sge = layout.max_sge;
-        c.max_recv_sge = layout.max_sge;
+        c.max_recv_sge = if on_srq { 0 } else { layout.max_sge };
         c.max_inline_data = layout.max_inline;
     }
     let base = buf.as_ptr();

@@ -166,13 +166,13 @@ fn connect_sets_the_address_vector_from_the_records_gids() {
 /// A context on an ordinary 4 KiB file: its "doorbell page" is the file, so the test reads
 /// the last doorbell word back from it; ioctls on it fail (ENOTTY), which only makes the
 /// objects' drops leak their rings.
-struct FakeDevice {
+pub(crate) struct FakeDevice {
     path: std::path::PathBuf,
-    ctx: Arc<Context>,
+    pub(crate) ctx: Arc<Context>,
 }
 
 impl FakeDevice {
-    fn new(tag: &str) -> FakeDevice {
+    pub(crate) fn new(tag: &str) -> FakeDevice {
         let path = std::env::temp_dir().join(format!("qhca-fake-{tag}-{}", std::process::id()));
         let f = std::fs::File::create(&path).unwrap();
         f.set_len(4096).unwrap();
@@ -180,7 +180,7 @@ impl FakeDevice {
         FakeDevice { path, ctx }
     }
 
-    fn last_doorbell(&self) -> DbWord {
+    pub(crate) fn last_doorbell(&self) -> DbWord {
         let b = std::fs::read(&self.path).unwrap();
         DbWord::from_raw(u64::from_le_bytes(b[0..8].try_into().unwrap()))
     }
@@ -192,7 +192,7 @@ impl Drop for FakeDevice {
     }
 }
 
-fn bytes(buf: &PageBuf, off: usize, len: usize) -> Vec<u8> {
+pub(crate) fn bytes(buf: &PageBuf, off: usize, len: usize) -> Vec<u8> {
     // SAFETY: inside the test's own mapping, which nothing else writes now.
     unsafe { std::slice::from_raw_parts(buf.as_ptr().add(off), len) }.to_vec()
 }

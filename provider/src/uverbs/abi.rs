@@ -431,3 +431,60 @@ pub struct ib_uverbs_create_ah_resp {
 pub struct ib_uverbs_destroy_ah {
     pub ah_handle: __u32,
 }
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct ib_uverbs_create_srq {
+    pub response: __u64,
+    pub user_handle: __u64,
+    pub pd_handle: __u32,
+    pub max_wr: __u32,
+    pub max_sge: __u32,
+    pub srq_limit: __u32,
+    pub driver_data: __IncompleteArrayField<__u64>,
+}
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct ib_uverbs_create_srq_resp {
+    pub srq_handle: __u32,
+    pub max_wr: __u32,
+    pub max_sge: __u32,
+    pub srqn: __u32,
+    pub driver_data: __IncompleteArrayField<__u32>,
+}
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct ib_uverbs_modify_srq {
+    pub srq_handle: __u32,
+    pub attr_mask: __u32,
+    pub max_wr: __u32,
+    pub srq_limit: __u32,
+    pub driver_data: __IncompleteArrayField<__u64>,
+}
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct ib_uverbs_query_srq {
+    pub response: __u64,
+    pub srq_handle: __u32,
+    pub reserved: __u32,
+    pub driver_data: __IncompleteArrayField<__u64>,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct ib_uverbs_query_srq_resp {
+    pub max_wr: __u32,
+    pub max_sge: __u32,
+    pub srq_limit: __u32,
+    pub reserved: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct ib_uverbs_destroy_srq {
+    pub response: __u64,
+    pub srq_handle: __u32,
+    pub reserved: __u32,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct ib_uverbs_destroy_srq_resp {
+    pub events_reported: __u32,
+}

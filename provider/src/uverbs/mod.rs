@@ -7,7 +7,8 @@
 //! mmap entry. The data path (rings in the process's memory, one doorbell store per post) makes
 //! no system call.
 //!
-//! The rest of the crate keeps naming objects by the device's numbers (PDN, key, CQN, QPN, AH):
+//! The rest of the crate keeps naming objects by the device's numbers (PDN, key, CQN, QPN, SRQN,
+//! AH):
 //! this backend remembers which core handle each number is ([`Handles`]) and which number each
 //! user handle the core reports events with is.
 //!
@@ -44,9 +45,14 @@ const IB_EVENT_QP_FATAL: u32 = 1;
 const IB_EVENT_QP_REQ_ERR: u32 = 2;
 const IB_EVENT_QP_ACCESS_ERR: u32 = 3;
 const IB_EVENT_DEVICE_FATAL: u32 = 8;
+pub(crate) const IB_EVENT_SRQ_LIMIT_REACHED: u32 = 15;
+pub(crate) const IB_EVENT_QP_LAST_WQE_REACHED: u32 = 16;
 
-/// The kinds of object whose device numbers map to core handles, and the two whose user handles
-/// (what the core's events name) map back to device numbers.
+/// How a core event outside `enum qhca_async_event_type` is given: `0x100 +` its type.
+pub(crate) const ASYNC_CORE_BASE: u32 = 0x100;
+
+/// The kinds of object whose device numbers map to core handles, and the three whose user
+/// handles (what the core's events name) map back to device numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Kind {
     Pd,
@@ -54,9 +60,11 @@ pub(crate) enum Kind {
     Mw,
     Cq,
     Qp,
+    Srq,
     Ah,
     CqEvents,
     QpEvents,
+    SrqEvents,
     /// QPN → the core's QP type (not a handle).
     QpType,
     /// lkey → the core handle of the region's PD.
@@ -162,9 +170,10 @@ macro_rules! command {
 command!(
     respond: ib_uverbs_get_context, ib_uverbs_alloc_pd, ib_uverbs_reg_mr, ib_uverbs_alloc_mw,
     ib_uverbs_create_comp_channel, ib_uverbs_create_cq, ib_uverbs_destroy_cq,
-    ib_uverbs_create_qp, ib_uverbs_query_qp, ib_uverbs_destroy_qp, ib_uverbs_create_ah;
+    ib_uverbs_create_qp, ib_uverbs_query_qp, ib_uverbs_destroy_qp, ib_uverbs_create_ah,
+    ib_uverbs_create_srq, ib_uverbs_query_srq, ib_uverbs_destroy_srq;
     none: ib_uverbs_dealloc_pd, ib_uverbs_dereg_mr, ib_uverbs_dealloc_mw, ib_uverbs_destroy_ah,
-    ib_uverbs_modify_qp
+    ib_uverbs_modify_qp, ib_uverbs_modify_srq
 );
 
 /// Issues command `command` on `fd` with the core's `cmd` and the driver's `drv`; the kernel
@@ -354,6 +363,8 @@ impl Uverbs {
     }
 
     /// The core's event, in qhca's terms (`enum qhca_async_event_type` and the device number).
+    /// The SRQ's limit and a QP's last WQE, which that enum does not have, keep the core's type
+    /// (`0x100 +`, as every other event) but name the device's SRQ or QP.
     fn translate(&self, d: &ib_uverbs_async_event_desc) -> (u32, u32) {
         let num = |kind| {
             self.handles()
@@ -368,8 +379,16 @@ impl Uverbs {
                 (QHCA_ASYNC_QP_FATAL, num(Kind::QpEvents))
             }
             IB_EVENT_DEVICE_FATAL => (QHCA_ASYNC_DEVICE_FATAL, 0),
+            IB_EVENT_SRQ_LIMIT_REACHED => (
+                ASYNC_CORE_BASE + IB_EVENT_SRQ_LIMIT_REACHED,
+                num(Kind::SrqEvents),
+            ),
+            IB_EVENT_QP_LAST_WQE_REACHED => (
+                ASYNC_CORE_BASE + IB_EVENT_QP_LAST_WQE_REACHED,
+                num(Kind::QpEvents),
+            ),
             // Outside qhca's types: the core's, offset so that they cannot be taken for one.
-            t => (0x100 + t, d.element as u32),
+            t => (ASYNC_CORE_BASE + t, d.element as u32),
         }
     }
 
@@ -429,6 +448,42 @@ mod tests {
         assert!(!is_uverbs_path(Path::new("/dev/infiniband/rdma_cm")));
     }
 
+    /// The core's events name objects by the user handles the backend gave them (ring
+    /// addresses): the SRQ limit and a QP's last WQE come out with the device's numbers.
+    #[test]
+    fn srq_events_name_the_device_objects() {
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let u = Uverbs {
+            cmd: -1,
+            class_dir: PathBuf::new(),
+            async_fd: null.into(),
+            db_mmap_offset: 0,
+            inval_mmap_offset: 0,
+            handles: Mutex::default(),
+            pending: Mutex::default(),
+        };
+        u.remember(Kind::SrqEvents, 0x7f00_0000_0000, 0x1401);
+        u.remember(Kind::QpEvents, 0x7f00_0001_0000, 0x42);
+        let ev = |event_type, element| {
+            u.translate(&ib_uverbs_async_event_desc {
+                element,
+                event_type,
+                ..Default::default()
+            })
+        };
+        assert_eq!(
+            ev(IB_EVENT_SRQ_LIMIT_REACHED, 0x7f00_0000_0000),
+            (0x10f, 0x1401)
+        );
+        assert_eq!(
+            ev(IB_EVENT_QP_LAST_WQE_REACHED, 0x7f00_0001_0000),
+            (0x110, 0x42)
+        );
+        assert_eq!(ev(IB_EVENT_QP_FATAL, 0x7f00_0001_0000), (1, 0x42));
+        // An SRQ the backend does not know (destroyed meanwhile).
+        assert_eq!(ev(IB_EVENT_SRQ_LIMIT_REACHED, 0x1000), (0x10f, u32::MAX));
+    }
+
     #[test]
     fn commands_have_the_kernels_sizes() {
         // <rdma/ib_user_verbs.h>: the write ABI's fixed sizes.
@@ -441,5 +496,19 @@ mod tests {
         assert_eq!(size_of::<ib_uverbs_reg_mr>(), 40);
         assert_eq!(size_of::<ib_uverbs_create_ah>(), 56);
         assert_eq!(size_of::<ib_uverbs_async_event_desc>(), 16);
+        assert_eq!(size_of::<ib_uverbs_create_srq>(), 32);
+        assert_eq!(size_of::<ib_uverbs_create_srq_resp>(), 16);
+        assert_eq!(size_of::<ib_uverbs_modify_srq>(), 16);
+        assert_eq!(size_of::<ib_uverbs_query_srq>(), 16);
+        assert_eq!(size_of::<ib_uverbs_query_srq_resp>(), 16);
+        assert_eq!(size_of::<ib_uverbs_destroy_srq>(), 16);
+        assert_eq!(size_of::<ib_uverbs_destroy_srq_resp>(), 4);
+        // CREATE_SRQ's udata: right after the core's struct, both ways.
+        type SrqMsg = Msg<ib_uverbs_create_srq, qhca_uapi::qhca_ib_create_srq>;
+        type SrqResp = Resp<ib_uverbs_create_srq_resp, qhca_uapi::qhca_ib_create_srq_resp>;
+        assert_eq!(core::mem::offset_of!(SrqMsg, drv), 8 + 32);
+        assert_eq!(size_of::<SrqMsg>(), 8 + 32 + 24);
+        assert_eq!(core::mem::offset_of!(SrqResp, drv), 16);
+        assert_eq!(size_of::<SrqResp>(), 16 + 8);
     }
 }

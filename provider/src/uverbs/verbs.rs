@@ -6,16 +6,17 @@
 
 use qhca_uapi::{
     qhca_ah_attr, qhca_ib_alloc_pd_resp, qhca_ib_create_ah_resp, qhca_ib_create_cq,
-    qhca_ib_create_cq_resp, qhca_ib_create_qp, qhca_ib_reg_mr, qhca_ioc_alloc_mw,
-    qhca_ioc_create_ah, qhca_ioc_create_cq, qhca_ioc_create_qp, qhca_ioc_handle, qhca_ioc_qp_attr,
-    qhca_ioc_reg_mr, qhca_qp_attr, QHCA_ACCESS_LOCAL_WRITE, QHCA_ACCESS_MW_BIND,
-    QHCA_ACCESS_ON_DEMAND, QHCA_ACCESS_REMOTE_ATOMIC, QHCA_ACCESS_REMOTE_READ,
-    QHCA_ACCESS_REMOTE_WRITE, QHCA_ACCESS_WATCHED, QHCA_IB_REG_MR_WATCHED, QHCA_MW_TYPE_1,
-    QHCA_MW_TYPE_2B, QHCA_QPS_ERR, QHCA_QPS_INIT, QHCA_QPS_RESET, QHCA_QPS_RTR, QHCA_QPS_RTS,
-    QHCA_QPT_RC, QHCA_QPT_UD, QHCA_QP_ATTR_ACCESS, QHCA_QP_ATTR_AV, QHCA_QP_ATTR_DEST_QPN,
-    QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC, QHCA_QP_ATTR_MAX_RD_ATOMIC, QHCA_QP_ATTR_MIN_RNR_TIMER,
-    QHCA_QP_ATTR_PATH_MTU, QHCA_QP_ATTR_QKEY, QHCA_QP_ATTR_RETRY_CNT, QHCA_QP_ATTR_RNR_RETRY,
-    QHCA_QP_ATTR_RQ_PSN, QHCA_QP_ATTR_SQ_PSN, QHCA_QP_ATTR_STATE, QHCA_QP_ATTR_TIMEOUT,
+    qhca_ib_create_cq_resp, qhca_ib_create_qp, qhca_ib_create_srq, qhca_ib_create_srq_resp,
+    qhca_ib_reg_mr, qhca_ioc_alloc_mw, qhca_ioc_create_ah, qhca_ioc_create_cq, qhca_ioc_create_qp,
+    qhca_ioc_create_srq, qhca_ioc_handle, qhca_ioc_qp_attr, qhca_ioc_reg_mr, qhca_qp_attr,
+    QHCA_ACCESS_LOCAL_WRITE, QHCA_ACCESS_MW_BIND, QHCA_ACCESS_ON_DEMAND, QHCA_ACCESS_REMOTE_ATOMIC,
+    QHCA_ACCESS_REMOTE_READ, QHCA_ACCESS_REMOTE_WRITE, QHCA_ACCESS_WATCHED, QHCA_IB_REG_MR_WATCHED,
+    QHCA_MW_TYPE_1, QHCA_MW_TYPE_2B, QHCA_QPS_ERR, QHCA_QPS_INIT, QHCA_QPS_RESET, QHCA_QPS_RTR,
+    QHCA_QPS_RTS, QHCA_QPT_RC, QHCA_QPT_UD, QHCA_QP_ATTR_ACCESS, QHCA_QP_ATTR_AV,
+    QHCA_QP_ATTR_DEST_QPN, QHCA_QP_ATTR_MAX_DEST_RD_ATOMIC, QHCA_QP_ATTR_MAX_RD_ATOMIC,
+    QHCA_QP_ATTR_MIN_RNR_TIMER, QHCA_QP_ATTR_PATH_MTU, QHCA_QP_ATTR_QKEY, QHCA_QP_ATTR_RETRY_CNT,
+    QHCA_QP_ATTR_RNR_RETRY, QHCA_QP_ATTR_RQ_PSN, QHCA_QP_ATTR_SQ_PSN, QHCA_QP_ATTR_STATE,
+    QHCA_QP_ATTR_TIMEOUT,
 };
 
 use super::abi::*;
@@ -33,6 +34,8 @@ const IB_ACCESS_MW_BIND: u32 = 1 << 4;
 const IB_ACCESS_ON_DEMAND: u32 = 1 << 6;
 /// The one port.
 const PORT: u8 = 1;
+/// The core's `enum ib_srq_attr_mask`: qhca changes the limit alone (no resizing).
+const IB_SRQ_LIMIT: u32 = 1 << 1;
 
 /// The core's `enum ib_qp_attr_mask`.
 mod mask {
@@ -324,7 +327,9 @@ impl Uverbs {
         Ok(())
     }
 
-    /// CREATE_QP (RC or UD): the core reports the QP's events by its rings' address.
+    /// CREATE_QP (RC or UD): the core reports the QP's events by its rings' address. A QP of an
+    /// SRQ (`req.srqn` not 0) names the SRQ's core handle and asks for no receive queue
+    /// (`max_recv_wr` and `max_recv_sge` 0; `rq_log` and `rq_stride_log` are 0 in the udata).
     pub(crate) fn create_qp(&self, req: &mut qhca_ioc_create_qp) -> Result<(), Errno> {
         let qp_type = match req.type_ {
             QHCA_QPT_RC => IB_QPT_RC,
@@ -332,18 +337,24 @@ impl Uverbs {
             _ => return Err(Errno::EOPNOTSUPP),
         };
         let wr = |log: u8| 1u32.checked_shl(log.into()).ok_or(Errno::EINVAL);
+        let (srq_handle, max_recv_wr, max_recv_sge) = match req.srqn {
+            0 => (0, wr(req.rq_log)?, req.max_sge.into()),
+            srqn => (self.handle(Kind::Srq, srqn)?, 0, 0),
+        };
         let mut resp = ib_uverbs_create_qp_resp::default();
         let cmd = ib_uverbs_create_qp {
             user_handle: req.buf_addr,
             pd_handle: self.handle(Kind::Pd, req.pdn)?,
             send_cq_handle: self.handle(Kind::Cq, req.send_cqn)?,
             recv_cq_handle: self.handle(Kind::Cq, req.recv_cqn)?,
+            srq_handle,
             max_send_wr: wr(req.sq_log)?,
-            max_recv_wr: wr(req.rq_log)?,
+            max_recv_wr,
             max_send_sge: req.max_sge.into(),
-            max_recv_sge: req.max_sge.into(),
+            max_recv_sge,
             max_inline_data: req.max_inline.into(),
             qp_type,
+            is_srq: u8::from(req.srqn != 0),
             ..Default::default()
         };
         let drv = qhca_ib_create_qp {
@@ -376,6 +387,73 @@ impl Uverbs {
         self.handles()
             .0
             .retain(|&(k, _), v| !(k == Kind::QpEvents && *v == req.handle));
+        Ok(())
+    }
+
+    /// CREATE_SRQ: the core's `max_wr` is the ring's `2^log` slots, `max_sge` the SGEs a slot
+    /// holds, `srq_limit` 0 (not armed: [`Uverbs::modify_srq`] arms it); the core reports the
+    /// SRQ's events by its ring's address.
+    pub(crate) fn create_srq(&self, req: &mut qhca_ioc_create_srq) -> Result<(), Errno> {
+        let mut resp = Resp::<ib_uverbs_create_srq_resp, qhca_ib_create_srq_resp>::default();
+        let cmd = ib_uverbs_create_srq {
+            user_handle: req.buf_addr,
+            pd_handle: self.handle(Kind::Pd, req.pdn)?,
+            max_wr: 1u32.checked_shl(req.log.into()).ok_or(Errno::EINVAL)?,
+            max_sge: req.max_sge.into(),
+            srq_limit: 0,
+            ..Default::default()
+        };
+        let drv = qhca_ib_create_srq {
+            buf_addr: req.buf_addr,
+            buf_len: req.buf_len,
+            log: req.log,
+            stride_log: req.stride_log,
+            rsvd: 0,
+            comp_mask: 0,
+        };
+        self.run(IB_USER_VERBS_CMD_CREATE_SRQ, cmd, drv, &mut resp)?;
+        let srqn = resp.drv.srqn;
+        self.remember(Kind::Srq, srqn.into(), resp.core.srq_handle);
+        self.remember(Kind::SrqEvents, req.buf_addr, srqn);
+        req.srqn = srqn;
+        Ok(())
+    }
+
+    /// MODIFY_SRQ: arms the limit (`IB_SRQ_LIMIT` alone; 0 disarms).
+    pub(crate) fn modify_srq(&self, srqn: u32, limit: u32) -> Result<(), Errno> {
+        let cmd = ib_uverbs_modify_srq {
+            srq_handle: self.handle(Kind::Srq, srqn)?,
+            attr_mask: IB_SRQ_LIMIT,
+            max_wr: 0,
+            srq_limit: limit,
+            ..Default::default()
+        };
+        self.run(IB_USER_VERBS_CMD_MODIFY_SRQ, cmd, (), &mut ())
+    }
+
+    /// QUERY_SRQ: `(max_wr, max_sge, srq_limit)`.
+    pub(crate) fn query_srq(&self, srqn: u32) -> Result<(u32, u32, u32), Errno> {
+        let mut resp = ib_uverbs_query_srq_resp::default();
+        let cmd = ib_uverbs_query_srq {
+            srq_handle: self.handle(Kind::Srq, srqn)?,
+            ..Default::default()
+        };
+        self.run(IB_USER_VERBS_CMD_QUERY_SRQ, cmd, (), &mut resp)?;
+        Ok((resp.max_wr, resp.max_sge, resp.srq_limit))
+    }
+
+    /// DESTROY_SRQ: the core refuses it (`EBUSY`) while a QP receives from the SRQ.
+    pub(crate) fn destroy_srq(&self, req: &mut qhca_ioc_handle) -> Result<(), Errno> {
+        let mut resp = ib_uverbs_destroy_srq_resp::default();
+        let cmd = ib_uverbs_destroy_srq {
+            srq_handle: self.handle(Kind::Srq, req.handle)?,
+            ..Default::default()
+        };
+        self.run(IB_USER_VERBS_CMD_DESTROY_SRQ, cmd, (), &mut resp)?;
+        self.forget(Kind::Srq, req.handle.into());
+        self.handles()
+            .0
+            .retain(|&(k, _), v| !(k == Kind::SrqEvents && *v == req.handle));
         Ok(())
     }
 

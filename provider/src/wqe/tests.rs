@@ -352,7 +352,7 @@ fn recv_wqe_byte_for_byte() {
         wr_id: 0x0102_0304_0506_0708,
         sges: &sges,
     };
-    check_recv_wr(&wr, &layout()).unwrap();
+    check_recv_wr(&wr, layout().max_sge).unwrap();
     let mut slot = vec![0xeeu8; 64];
     encode_recv_wqe(&mut slot, &wr);
     let mut want = Vec::new();
@@ -369,7 +369,7 @@ fn recv_wqe_byte_for_byte() {
             wr_id: 0,
             sges: &three
         },
-        &layout()
+        layout().max_sge
     )
     .is_err());
 }

@@ -62,7 +62,8 @@ fn query_device_reports_attributes() {
                 | QHCA_ODP_SUPPORT_RECV
                 | QHCA_ODP_SUPPORT_WRITE
                 | QHCA_ODP_SUPPORT_READ
-                | QHCA_ODP_SUPPORT_ATOMIC,
+                | QHCA_ODP_SUPPORT_ATOMIC
+                | QHCA_ODP_SUPPORT_SRQ_RECV,
             QHCA_ODP_SUPPORT_SEND
         ),
         "ODP capabilities, as ibv_odp_caps: {a:?}"

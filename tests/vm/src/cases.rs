@@ -298,8 +298,8 @@ fn query_device(t: &mut T, cfg: &Config) -> CaseResult {
     check_eq!(
         t,
         a.odp_caps.rc_odp_caps,
-        0x1f,
-        "SEND RECV WRITE READ ATOMIC on RC"
+        0x3f,
+        "SEND RECV WRITE READ ATOMIC SRQ_RECV on RC"
     );
     check_eq!(t, a.odp_caps.ud_odp_caps, 0x1, "SEND on UD");
     Ok(())

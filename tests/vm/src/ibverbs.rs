@@ -40,6 +40,7 @@ pub fn cases() -> Vec<Case<Config>> {
         rc_pingpong,
         rc_pingpong_events,
         ud_pingpong,
+        srq_pingpong,
         check_battery,
         zero_syscalls,
         perftest_write_lat,
@@ -50,6 +51,8 @@ pub fn cases() -> Vec<Case<Config>> {
         perftest_send_bw,
         perftest_atomic_lat,
         perftest_send_lat_ud,
+        perftest_send_lat_srq,
+        perftest_send_bw_srq,
     ];
     v.push(Case {
         name: "ibprov_kill9_frees_everything",
@@ -381,6 +384,28 @@ fn ud_pingpong(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
     Ok(())
 }
 
+/// A shared receive queue: Debian's `ibv_srq_pingpong`, 16 RC QPs a side receiving from one SRQ
+/// of 500 WQEs, each side checking the received buffers (`-c`) and counting the completions of
+/// every QP.
+fn srq_pingpong(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
+    let name = via.device(cfg)?;
+    let args = ["-d", &name, "-g", "0", "-c", "-s", "1024", "-n", "100"];
+    let (c, s) = pair(
+        t,
+        via,
+        &tool("ibv_srq_pingpong")?,
+        &args,
+        via.port(18603),
+        "-p",
+        Duration::from_secs(120),
+    )?;
+    for (who, out) in [("client", &c), ("server", &s)] {
+        // Every QP's 100 exchanges: the loop ends only when each QP has its count.
+        check!(t, out.contains("100 iters in"), "{who}: {out}");
+    }
+    Ok(())
+}
+
 fn check_battery(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
     let prog = beside_me("qhca-verbs-check")?;
     let name = via.device(cfg)?;
@@ -553,6 +578,17 @@ fn perftest_send_lat_ud(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
         "1024",
         18617,
     )
+}
+
+/// SENDs into a shared receive queue (`--use-srq`), latency and bandwidth.
+fn perftest_send_lat_srq(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
+    let args = ["--use-srq", "-n", "2000"];
+    perftest(t, cfg, via, "ib_send_lat", &args, "8", 18618)
+}
+
+fn perftest_send_bw_srq(t: &mut T, cfg: &Config, via: Via) -> CaseResult {
+    let args = ["--use-srq", "-n", "2000"];
+    perftest(t, cfg, via, "ib_send_bw", &args, "4096", 18619)
 }
 
 /// A provider program killed (SIGKILL) while it holds a context, a PD, a region, a CQ and a QP

@@ -35,6 +35,7 @@ mod port;
 pub(crate) mod process;
 mod protection;
 mod rcache;
+mod srq;
 mod ud;
 pub(crate) mod uverbs;
 mod watch;
@@ -130,6 +131,7 @@ pub fn cases() -> Vec<Case<Config>> {
         ud::verbs_ud_many_to_one,
         ud::verbs_ud_one_to_many,
         ud::verbs_ud_ah_checks,
+        srq::verbs_srq_shared_by_rc_and_ud,
         port::verbs_port_query,
         port::verbs_port_addr_tool,
         port::verbs_port_rc_unreachable,

@@ -240,7 +240,16 @@ CHECK_OFF(struct qhca_ioc_create_qp, type, 28);
 CHECK_OFF(struct qhca_ioc_create_qp, buf_addr, 32);
 CHECK_OFF(struct qhca_ioc_create_qp, buf_len, 40);
 CHECK_OFF(struct qhca_ioc_create_qp, qpn, 48);
-CHECK_OFF(struct qhca_ioc_create_qp, rsvd1, 52);
+CHECK_OFF(struct qhca_ioc_create_qp, srqn, 52);
+CHECK_SIZE(struct qhca_ioc_create_srq, 40);
+CHECK_OFF(struct qhca_ioc_create_srq, log, 12);
+CHECK_OFF(struct qhca_ioc_create_srq, max_sge, 14);
+CHECK_OFF(struct qhca_ioc_create_srq, buf_addr, 16);
+CHECK_OFF(struct qhca_ioc_create_srq, srqn, 32);
+CHECK_SIZE(struct qhca_ib_create_srq, 24);
+CHECK_OFF(struct qhca_ib_create_srq, log, 16);
+CHECK_OFF(struct qhca_ib_create_srq, comp_mask, 20);
+CHECK_SIZE(struct qhca_ib_create_srq_resp, 8);
 
 CHECK_SIZE(struct qhca_ioc_qp_attr, 80);
 CHECK_OFF(struct qhca_ioc_qp_attr, size, 0);

@@ -278,6 +278,8 @@ fn render(dev: &DeviceInfo, attr: &DeviceAttr, port: Result<&PortAttr, &str>) ->
     field(&mut s, i, "max_mr", attr.max_mr);
     field(&mut s, i, "max_mw", attr.max_mw);
     field(&mut s, i, "max_ah", attr.max_ah);
+    field(&mut s, i, "max_srq", attr.max_srq);
+    field(&mut s, i, "max_srq_wr", attr.max_srq_wr);
     field(&mut s, i, "max_pd", attr.max_pd);
     field(&mut s, i, "max_qp_rd_atom", attr.max_qp_rd_atom);
     field(&mut s, i, "max_qp_init_rd_atom", attr.max_qp_init_rd_atom);
@@ -617,6 +619,8 @@ mod tests {
             hw_ver: 1,
             max_qp: 64,
             max_ah: 512,
+            max_srq: 1024,
+            max_srq_wr: 32768,
             ..Default::default()
         };
         let port = sample_port();
@@ -639,6 +643,8 @@ mod tests {
             "                                BIT10",
             "        max_qp:                 64",
             "        max_ah:                 512",
+            "        max_srq:                1024",
+            "        max_srq_wr:             32768",
             "        port_gid:               fe80:0000:0000:0000:5254:0012:3456:0001",
             "        port:                   1",
             "        port_state:             PORT_ACTIVE",
