@@ -5,7 +5,8 @@
 # argument that differs), server and client in this guest over 127.0.0.1, then the two tables, the
 # qhca/rxe ratios and the system calls per post on each side (strace -c -f of the perftest client
 # over a fixed number of posts). The workloads are RC (write, send, read) and, beside send_lat and
-# send_bw, UD datagrams: ud_send_lat and ud_send_bw, which run perftest with -c UD (skipped on rxe,
+# send_bw, their shared-receive-queue twins srq_send_lat and srq_send_bw (--use-srq) and UD
+# datagrams: ud_send_lat and ud_send_bw, which run perftest with -c UD (skipped on rxe,
 # with the reason, if the message is larger than rxe0's active MTU, perftest's limit for UD); for
 # send_bw and ud_send_bw the tables also give the server's line (the receiver's view; UD drops a
 # datagram that finds no receive posted). qhca-perf stays for what perftest cannot do: write_lat
@@ -33,17 +34,20 @@ workloads=(
 	"write_lat write_lat ib_write_lat 8 5000"
 	"write_lat write_lat ib_write_lat 64 5000"
 	"send_lat send_lat ib_send_lat 8 5000"
+	"srq_send_lat srq_send_lat ib_send_lat 8 5000"
 	"ud_send_lat ud_send_lat ib_send_lat 8 5000"
 	"read_lat read_lat ib_read_lat 8 5000"
 	"write_bw write_bw ib_write_bw 64 500000"
 	"write_bw write_bw ib_write_bw 65536 1000"
 	"write_bw write_bw ib_write_bw 1048576 200"
 	"send_bw send_bw ib_send_bw 65536 1000"
+	"srq_send_bw srq_send_bw ib_send_bw 65536 1000"
 	"ud_send_bw ud_send_bw ib_send_bw 64 200000"
 	"ud_send_bw ud_send_bw ib_send_bw 1024 5000"
 )
 # (The first row must stay write_lat 8: the one-thread run and the reference figure use it. A
-# name ending in _bw is a bandwidth row, any other a latency row; a name starting with ud_ is UD.)
+# name ending in _bw is a bandwidth row, any other a latency row; a name starting with ud_ is UD,
+# one starting with srq_ receives through a shared receive queue: perftest's --use-srq.)
 depth=128          # *_bw outstanding requests (-t), both sides
 sc_mode=write_bw   # the system-call count: this mode, this size, sc_small and sc_big posts
 sc_bytes=64
@@ -115,10 +119,12 @@ col() {
 port=18600
 
 # ptx MODE: perftest's options for a workload besides device, GID, size, count and port: the
-# depth of the bandwidth tests (as qhca-perf's -t) and -c UD for the UD ones.
+# depth of the bandwidth tests (as qhca-perf's -t), -c UD for the UD ones, --use-srq for the
+# SRQ ones.
 ptx() {
 	case $1 in *_bw) echo -n " -t $depth" ;; esac
 	case $1 in ud_*) echo -n " -c UD" ;; esac
+	case $1 in srq_*) echo -n " --use-srq" ;; esac
 }
 
 # The device and GID index of each side.

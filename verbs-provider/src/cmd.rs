@@ -15,6 +15,9 @@ use qhca_verbs_abi::ffi::*;
 
 /// `struct ibv_create_cq`: header, then `struct ib_uverbs_create_cq` (32 bytes).
 pub(crate) const CREATE_CQ_CMD: usize = 8 + 32;
+/// `struct ibv_create_cq_ex`: the extended header (`struct ex_hdr`: the header, then `struct
+/// ib_uverbs_ex_cmd_hdr`, 16 bytes), then `struct ib_uverbs_ex_create_cq` (32 bytes).
+pub(crate) const CREATE_CQ_EX_CMD: usize = 8 + 16 + 32;
 /// `struct ibv_create_qp`: header, then `struct ib_uverbs_create_qp` (56 bytes).
 pub(crate) const CREATE_QP_CMD: usize = 8 + 56;
 /// `struct ibv_modify_qp`: header, then `struct ib_uverbs_modify_qp` (112 bytes).
@@ -32,6 +35,11 @@ pub(crate) const MODIFY_SRQ_CMD: usize = 8 + 16;
 /// `struct ibv_query_srq`: header, then `struct ib_uverbs_query_srq` (16 bytes).
 pub(crate) const QUERY_SRQ_CMD: usize = 8 + 16;
 
+/// `struct ib_uverbs_create_cq_resp`.
+pub(crate) const CREATE_CQ_RESP: usize = 8;
+/// `struct ib_uverbs_ex_create_cq_resp`: the core's response, then `comp_mask` and
+/// `response_length`.
+pub(crate) const CREATE_CQ_EX_RESP: usize = 8 + 4 + 4;
 /// `struct ib_uverbs_create_qp_resp`.
 pub(crate) const CREATE_QP_RESP: usize = 32;
 /// `struct ib_uverbs_reg_mr_resp`.
@@ -166,6 +174,17 @@ extern "C" {
         cmd_size: usize,
         resp: *mut c_void,
         resp_size: usize,
+    ) -> c_int;
+    /// `cq` is a `struct verbs_cq *` (the union of `struct ibv_cq` and `struct ibv_cq_ex`).
+    pub(crate) fn ibv_cmd_create_cq_ex(
+        context: *mut ibv_context,
+        cq_attr: *const ibv_cq_init_attr_ex,
+        cq: *mut ibv_cq_ex,
+        cmd: *mut c_void,
+        cmd_size: usize,
+        resp: *mut c_void,
+        resp_size: usize,
+        cmd_flags: u32,
     ) -> c_int;
     pub(crate) fn ibv_cmd_destroy_cq(cq: *mut ibv_cq) -> c_int;
     pub(crate) fn ibv_cmd_create_qp(

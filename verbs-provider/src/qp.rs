@@ -62,7 +62,7 @@ impl Qp {
     /// QP is in RESET or destroyed), so that none is polled or credited to new requests later.
     fn clean_cqs(&self) {
         for cq in self.cqs() {
-            cq.consumer().clean(self.ibv.qp_num);
+            cq.with_consumer(|c| c.clean(self.ibv.qp_num));
         }
     }
 }
@@ -208,7 +208,7 @@ pub(crate) unsafe extern "C" fn create_qp(
     let shared = queues.shared().clone();
     *q.posting() = Some(Posting::new(queues));
     for cq in q.cqs() {
-        cq.consumer().attach(q.ibv.qp_num, shared.clone());
+        cq.with_consumer(|c| c.attach(q.ibv.qp_num, shared.clone()));
     }
     qp.cast()
 }
@@ -216,6 +216,11 @@ pub(crate) unsafe extern "C" fn create_qp(
 /// `modify_qp`. A move to RESET also empties the provider's view of both queues: the device
 /// forgets every posted request and starts its indices again at 0, and so do we, and the QP's
 /// unpolled CQEs leave its CQs (as rdma-core's mlx5 does).
+///
+/// The CQs are cleaned before the QP's posting lock is taken, never under it: a thread in a poll
+/// batch holds its CQ's lock while it posts (CQ, then posting), so the reverse order here could
+/// deadlock with it. Apart, the two steps are still right: once the kernel moved the QP to RESET
+/// the device writes no CQE of it, so none arrives between them.
 pub(crate) unsafe extern "C" fn modify_qp(
     qp: *mut ibv_qp,
     attr: *mut ibv_qp_attr,
@@ -229,9 +234,8 @@ pub(crate) unsafe extern "C" fn modify_qp(
     {
         // SAFETY: a QP of ours.
         let q = unsafe { Qp::of(qp) };
-        let posting = q.posting();
         q.clean_cqs();
-        if let Some(p) = posting.as_ref() {
+        if let Some(p) = q.posting().as_ref() {
             p.queues.shared().reset();
         }
     }
@@ -261,9 +265,10 @@ pub(crate) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
     // SAFETY: the kernel forgot it; the program's last use.
     let q = unsafe { Box::from_raw(qp.cast::<Qp>()) };
     for cq in q.cqs() {
-        let mut c = cq.consumer();
-        c.detach(q.ibv.qp_num);
-        c.clean(q.ibv.qp_num);
+        cq.with_consumer(|c| {
+            c.detach(q.ibv.qp_num);
+            c.clean(q.ibv.qp_num);
+        });
     }
     0
 }
