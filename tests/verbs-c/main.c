@@ -30,10 +30,10 @@
  *    another device or host reached over TCP (see wire.c).
  *
  * This file holds the table of checks and the loop that runs them, the
- * nosys subcommand, and main; the checks are in checks_device.c, checks_rc.c
- * and checks_ext.c, the helpers they share in common.c, and verbs_check.h
- * declares what the files share. Build, in this directory (what
- * scripts/build-all.sh does):
+ * nosys subcommand, and main; the checks are in checks_device.c,
+ * checks_rc.c, checks_ext.c, checks_srq.c and checks_qpex.c, the helpers
+ * they share in common.c, and verbs_check.h declares what the files share.
+ * Build, in this directory (what scripts/build-all.sh does):
  *   gcc -O2 -Wall -Wextra -Werror -o qhca-verbs-check *.c -libverbs
  */
 
@@ -158,6 +158,8 @@ static const struct check checks[] = {
     { "bad_args", check_bad_args, NULL },
     { "ud", check_ud, NULL },
     { "srq", check_srq, NULL },
+    { "qp_ex", check_qp_ex, NULL },
+    { "qp_ex_ud", check_qp_ex_ud, NULL },
     { "odp", NULL, check_odp },
     { "memory_windows", NULL, check_memory_windows },
     { "events_and_teardown", check_events_and_teardown, NULL },

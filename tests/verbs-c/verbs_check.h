@@ -174,6 +174,10 @@ int check_memory_windows(struct env *e, const char **note);
 /* checks_srq.c */
 int check_srq(struct env *e);
 
+/* checks_qpex.c */
+int check_qp_ex(struct env *e);
+int check_qp_ex_ud(struct env *e);
+
 /* wire.c: the "wire" subcommand; @argv after "wire"; returns the exit code */
 int run_wire(int argc, char **argv);
 

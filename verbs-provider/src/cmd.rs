@@ -196,6 +196,20 @@ extern "C" {
         resp: *mut c_void,
         resp_size: usize,
     ) -> c_int;
+    /// libibverbs's public `ibv_qp_to_qp_ex` (`qp` is a `struct verbs_qp *`): asked once where
+    /// it reads the mask (see [`crate::verbs_qp_mask_offset`]).
+    pub(crate) fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex;
+    /// `qp` is a `struct verbs_qp *`; `cmd` starts with `struct ibv_create_qp` (the command of
+    /// `ibv_cmd_create_qp`), `resp` with `struct ib_uverbs_create_qp_resp`.
+    pub(crate) fn ibv_cmd_create_qp_ex(
+        context: *mut ibv_context,
+        qp: *mut c_void,
+        attr_ex: *mut ibv_qp_init_attr_ex,
+        cmd: *mut c_void,
+        cmd_size: usize,
+        resp: *mut c_void,
+        resp_size: usize,
+    ) -> c_int;
     pub(crate) fn ibv_cmd_modify_qp(
         qp: *mut ibv_qp,
         attr: *mut ibv_qp_attr,

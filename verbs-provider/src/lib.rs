@@ -14,16 +14,18 @@
 //!   memory windows;
 //! - [`cq`]: completion queues, basic and extended (`ibv_create_cq_ex`, with the polling API of
 //!   `struct ibv_cq_ex`); poll, arm; completion channels are libibverbs's;
-//! - [`qp`]: RC and UD queue pairs (create, modify, query, destroy, post, `ibv_bind_mw`), with
-//!   a receive queue of their own or on an SRQ;
+//! - [`qp`]: RC and UD queue pairs (create, basic and extended: `ibv_create_qp_ex`; modify,
+//!   query, destroy, post, `ibv_bind_mw`), with a receive queue of their own or on an SRQ;
+//! - [`qp_ex`]: the work-request API of extended QPs (`ibv_wr_start`, `ibv_wr_*`,
+//!   `ibv_wr_complete`), built into `ibv_send_wr`s and posted through the same post path;
 //! - [`srq`]: shared receive queues (create, modify the limit, query, destroy, post);
 //! - [`ah`]: address handles.
 //!
 //! Not yet: watched regions (`QHCA_IB_REG_MR_WATCHED` has no verbs call; the `qhca` crate will
-//! ask for them), XRC and tag-matching SRQs, resizing an SRQ, extended QPs (`EOPNOTSUPP`,
-//! libibverbs's default for an op a provider does not set; a basic `ibv_create_srq_ex` is
-//! libibverbs's `ibv_create_srq`), and of extended CQs, the completion timestamps and the
-//! fields of features qhca lacks (see [`cq`]).
+//! ask for them), XRC and tag-matching SRQs, resizing an SRQ (a basic `ibv_create_srq_ex` is
+//! libibverbs's `ibv_create_srq`), of extended QPs the create flags, TSO, RSS, XRC and the
+//! `ATOMIC_WRITE` and `FLUSH` ops (see [`qp_ex`]), and of extended CQs, the completion timestamps
+//! and the fields of features qhca lacks (see [`cq`]).
 //!
 //! Debian does not ship libibverbs's private header (`driver.h`): the few types this needs are
 //! declared here from rdma-core 44's, with their sizes checked at compile time (the layouts are
@@ -41,6 +43,7 @@ mod context;
 mod cq;
 mod mem;
 mod qp;
+mod qp_ex;
 mod srq;
 
 // ---- driver.h, declared (rdma-core 44) ------------------------------------------------------
@@ -59,6 +62,85 @@ const _: () = assert!(size_of::<MatchEnt>() == 24);
 /// `VERBS_MATCH_SENTINEL`, `VERBS_MATCH_PCI`.
 const MATCH_SENTINEL: u8 = 0;
 const MATCH_PCI: u8 = 1;
+
+/// `struct verbs_qp`: the union of `struct ibv_qp` and `struct ibv_qp_ex` (which starts with
+/// it), then libibverbs's mask, which says whether `ibv_qp_to_qp_ex` finds the `struct
+/// ibv_qp_ex` ([`VERBS_QP_EX`]), then the XRC domain. Where the mask lies depends on the
+/// libibverbs that loaded the provider: rdma-core 44's `struct ibv_qp_ex` ends at
+/// `wr_atomic_write` (352 bytes, the mask at 352), later ones add `wr_flush` (the mask at 360),
+/// and the rdma-core suite runs the provider in 56.1's. So the struct holds room for the larger
+/// layout and the mask is written where [`verbs_qp_mask_offset`] found libibverbs reads it;
+/// `ibv_cmd_create_qp_ex` writes the mask (and the XRC domain, which qhca refuses) within it.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct VerbsQp {
+    pub(crate) qp_ex: qhca_verbs_abi::ffi::ibv_qp_ex,
+    /// 44's mask, padding and XRC domain, or a later release's `wr_flush` (left NULL: qhca has
+    /// no FLUSH), then its mask, padding and XRC domain.
+    tail: [u32; 6],
+}
+const _: () = {
+    use core::mem::offset_of;
+    use qhca_verbs_abi::ffi::{ibv_qp, ibv_qp_ex};
+    assert!(size_of::<ibv_qp>() == 160 && size_of::<ibv_qp_ex>() == 352);
+    assert!(offset_of!(ibv_qp_ex, qp_base) == 0);
+    assert!(offset_of!(VerbsQp, tail) == 352 && size_of::<VerbsQp>() == 376);
+};
+
+impl VerbsQp {
+    /// The offsets libibverbs's mask may have: rdma-core 44's, then later releases'.
+    const MASK_OFFSETS: [usize; 2] = [352, 360];
+
+    /// Marks the QP extended where the loaded libibverbs looks ([`verbs_qp_mask_offset`]);
+    /// false (nothing written) if that is not known.
+    pub(crate) fn mark_ex(&mut self) -> bool {
+        match verbs_qp_mask_offset() {
+            Some(off) => {
+                self.set_mask(off, self.mask(off) | VERBS_QP_EX);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the QP is marked extended where libibverbs looks.
+    #[cfg(test)]
+    pub(crate) fn is_ex(&self) -> bool {
+        verbs_qp_mask_offset().is_some_and(|off| self.mask(off) & VERBS_QP_EX != 0)
+    }
+
+    /// The 32-bit word at byte `off` (one of [`Self::MASK_OFFSETS`]) of the struct.
+    fn mask(&self, off: usize) -> u32 {
+        self.tail[(off - 352) / 4]
+    }
+
+    fn set_mask(&mut self, off: usize, v: u32) {
+        self.tail[(off - 352) / 4] = v;
+    }
+}
+
+/// Where the libibverbs this process runs reads `struct verbs_qp`'s mask: found once by asking
+/// its own `ibv_qp_to_qp_ex` about a struct marked at each candidate offset in turn; `None` if
+/// neither answers (an unknown libibverbs: `create_qp_ex` then refuses extended QPs).
+pub(crate) fn verbs_qp_mask_offset() -> Option<usize> {
+    use std::sync::OnceLock;
+    static OFFSET: OnceLock<Option<usize>> = OnceLock::new();
+    *OFFSET.get_or_init(|| {
+        VerbsQp::MASK_OFFSETS.into_iter().find(|&off| {
+            let mut probe = Box::new(VerbsQp::default());
+            probe.set_mask(off, VERBS_QP_EX);
+            let p: *mut VerbsQp = &mut *probe;
+            // SAFETY: `ibv_qp_to_qp_ex` reads the mask word of a `struct verbs_qp` and returns
+            // a pointer into it or NULL; `probe` is one, zeroed but for the word tried, with
+            // room for the larger layout, live for the call. Nothing is dereferenced here.
+            let got = unsafe { cmd::ibv_qp_to_qp_ex(p.cast()) };
+            got == p.cast()
+        })
+    })
+}
+
+/// `VERBS_QP_EX` of `enum verbs_qp_mask`: the QP is an extended one.
+pub(crate) const VERBS_QP_EX: u32 = 1 << 1;
 
 /// `struct verbs_device_ops`.
 #[repr(C)]
@@ -88,6 +170,7 @@ const OP_CREATE_AH: usize = 13;
 const OP_CREATE_CQ: usize = 15;
 const OP_CREATE_CQ_EX: usize = 16;
 const OP_CREATE_QP: usize = 19;
+const OP_CREATE_QP_EX: usize = 20;
 const OP_CREATE_SRQ: usize = 22;
 const OP_DEALLOC_MW: usize = 25;
 const OP_DEALLOC_PD: usize = 26;
@@ -133,6 +216,7 @@ const fn context_ops() -> ContextOps {
     t[OP_CREATE_CQ] = cq::create_cq as *const c_void;
     t[OP_CREATE_CQ_EX] = cq::create_cq_ex as *const c_void;
     t[OP_CREATE_QP] = qp::create_qp as *const c_void;
+    t[OP_CREATE_QP_EX] = qp::create_qp_ex as *const c_void;
     t[OP_CREATE_SRQ] = srq::create_srq as *const c_void;
     t[OP_DEALLOC_MW] = mem::dealloc_mw as *const c_void;
     t[OP_DEALLOC_PD] = mem::dealloc_pd as *const c_void;
@@ -295,6 +379,7 @@ mod tests {
             (OP_CREATE_CQ, "create_cq"),
             (OP_CREATE_CQ_EX, "create_cq_ex"),
             (OP_CREATE_QP, "create_qp"),
+            (OP_CREATE_QP_EX, "create_qp_ex"),
             (OP_CREATE_SRQ, "create_srq"),
             (OP_DEALLOC_MW, "dealloc_mw"),
             (OP_DEALLOC_PD, "dealloc_pd"),

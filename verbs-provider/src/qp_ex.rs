@@ -1,0 +1,770 @@
+// SPDX-License-Identifier: GPL-2.0-only OR MIT
+
+//! The work-request API of extended QPs (`struct ibv_qp_ex`: `ibv_wr_start`, the `ibv_wr_*` ops
+//! and setters, `ibv_wr_complete`, `ibv_wr_abort`), for the QPs `create_qp_ex` makes with
+//! `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
+//!
+//! Between `wr_start` and `wr_complete` the QP's [`WrBatch`] builds one `ibv_send_wr` per op,
+//! with the program's `qpx->wr_id` and `qpx->wr_flags` as they are when the op is called, and
+//! the setters' SGEs and inline data copied into the batch's own buffers (kept from batch to
+//! batch: no allocation once they have grown to the program's batches). `wr_complete` checks
+//! the whole batch, then posts it through the post path of `ibv_post_send`
+//! ([`Qp::post_batch`]) under the QP's posting lock, all of it or, if the send queue has no room
+//! for all of it, none (`ENOMEM`); `wr_abort` drops it. No system call.
+//!
+//! Ops: RC has SEND, SEND_WITH_IMM, SEND_WITH_INV, RDMA_WRITE, RDMA_WRITE_WITH_IMM, RDMA_READ,
+//! ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD, LOCAL_INV and BIND_MW (of type 2 windows, as
+//! `ibv_post_send`'s); UD has SEND and SEND_WITH_IMM, with `wr_set_ud_addr`. Every op of the
+//! QP's type is set, whichever `send_ops_flags` asked for; the ops qhca lacks (TSO,
+//! ATOMIC_WRITE, FLUSH, XRC) stay NULL and asking for them is `EOPNOTSUPP`, as rxe answers.
+//!
+//! # Errors
+//!
+//! As rxe and mlx5, an op or setter that cannot be honoured records an errno, the rest of the
+//! batch is ignored, and `wr_complete` returns it and posts nothing: `EINVAL` for an op or
+//! setter outside a batch (then `wr_complete` is `EINVAL` too), a setter before any op, unknown
+//! `wr_flags`, more SGEs than the QP's `max_send_sge`, more inline data than its
+//! `max_inline_data`, inline data on an op that carries none inline (READ, atomics), data on
+//! LOCAL_INV or BIND_MW, an atomic whose SGE is not one aligned 8-byte entry, a UD send without
+//! a qhca address handle, a message over 2 GiB or a datagram over the MTU, a window or region
+//! that is not this context's; `ENOMEM` for more requests than the send queue holds. A refusal
+//! the checks do not foresee stops the post at that request, as `ibv_post_send` does.
+//!
+//! # Threads
+//!
+//! libibverbs's contract: a batch is built by one thread, from `wr_start` to `wr_complete` or
+//! `wr_abort`, and no other thread builds one on the QP meanwhile. The batch is behind a lock
+//! of its own that each call takes briefly (no system call while uncontended), so a program
+//! that breaks the contract mixes requests into one batch but cannot corrupt anything. The QP's
+//! posting lock is held only inside `wr_complete`: `ibv_post_send` on other threads goes on
+//! during a batch, and the batch's requests land in the send queue together.
+
+use core::ffi::{c_int, c_uint, c_void};
+use core::ptr;
+
+use qhca::{QpLayout, QpType, UD_MAX_MSG};
+use qhca_verbs_abi::access::mw_access_from_ibv;
+use qhca_verbs_abi::ffi::*;
+use qhca_verbs_abi::wr::send_flags;
+
+use crate::qp::{debug, Qp};
+
+/// `send_ops_flags` of an RC QP.
+const RC_SEND_OPS: u64 = (IBV_QP_EX_WITH_SEND
+    | IBV_QP_EX_WITH_SEND_WITH_IMM
+    | IBV_QP_EX_WITH_SEND_WITH_INV
+    | IBV_QP_EX_WITH_RDMA_WRITE
+    | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+    | IBV_QP_EX_WITH_RDMA_READ
+    | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+    | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+    | IBV_QP_EX_WITH_LOCAL_INV
+    | IBV_QP_EX_WITH_BIND_MW) as u64;
+
+/// `send_ops_flags` of a UD QP.
+const UD_SEND_OPS: u64 = (IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM) as u64;
+
+/// The largest message, as the post path allows it.
+const MAX_MSG: u64 = 1 << 31;
+
+/// Whether `create_qp_ex` honours `a`, or the errno it refuses it with: unknown `comp_mask` bits
+/// and a missing PD are `EINVAL`; XRC, create flags, TSO, RSS and send ops the QP's type does
+/// not have in qhca are `EOPNOTSUPP` (rxe's answer). The QP type and the rest are
+/// `create_qp`'s.
+pub(crate) fn check_attr(a: &ibv_qp_init_attr_ex) -> Result<(), c_int> {
+    let known = IBV_QP_INIT_ATTR_PD
+        | IBV_QP_INIT_ATTR_XRCD
+        | IBV_QP_INIT_ATTR_CREATE_FLAGS
+        | IBV_QP_INIT_ATTR_MAX_TSO_HEADER
+        | IBV_QP_INIT_ATTR_IND_TABLE
+        | IBV_QP_INIT_ATTR_RX_HASH
+        | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if a.comp_mask & !known != 0 || a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+        return Err(libc::EINVAL);
+    }
+    if a.comp_mask & !(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
+        let ops = match a.qp_type {
+            IBV_QPT_RC => RC_SEND_OPS,
+            IBV_QPT_UD => UD_SEND_OPS,
+            _ => return Err(libc::EOPNOTSUPP),
+        };
+        if a.send_ops_flags & !ops != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+    }
+    Ok(())
+}
+
+/// Fills in the ops of `struct ibv_qp_ex` for an RC QP, or a UD one (`ud`).
+pub(crate) fn set_ops(ex: &mut ibv_qp_ex, ud: bool) {
+    ex.wr_start = Some(wr_start);
+    ex.wr_complete = Some(wr_complete);
+    ex.wr_abort = Some(wr_abort);
+    ex.wr_send = Some(wr_send);
+    ex.wr_send_imm = Some(wr_send_imm);
+    ex.wr_set_sge = Some(wr_set_sge);
+    ex.wr_set_sge_list = Some(wr_set_sge_list);
+    ex.wr_set_inline_data = Some(wr_set_inline_data);
+    ex.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    if ud {
+        ex.wr_set_ud_addr = Some(wr_set_ud_addr);
+        return;
+    }
+    ex.wr_send_inv = Some(wr_send_inv);
+    ex.wr_rdma_write = Some(wr_rdma_write);
+    ex.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    ex.wr_rdma_read = Some(wr_rdma_read);
+    ex.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    ex.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    ex.wr_local_inv = Some(wr_local_inv);
+    ex.wr_bind_mw = Some(wr_bind_mw);
+}
+
+/// What a QP's batch may hold, from its ring layout.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// SGEs per request.
+    pub(crate) max_sge: u32,
+    /// Inline bytes per request.
+    pub(crate) max_inline: u32,
+    /// Requests in the send queue, and so in one batch.
+    pub(crate) depth: u32,
+    /// A UD QP: each request needs `wr_set_ud_addr`.
+    pub(crate) ud: bool,
+}
+
+impl Limits {
+    /// The limits of a QP of `qp_type` over rings of `layout`.
+    pub(crate) fn of(layout: &QpLayout, qp_type: QpType) -> Limits {
+        Limits {
+            max_sge: layout.max_sge,
+            max_inline: layout.max_inline,
+            depth: layout.sq_depth(),
+            ud: qp_type == QpType::Ud,
+        }
+    }
+}
+
+/// What data a request carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Data {
+    /// SGEs or inline data (SEND, WRITE).
+    MayInline,
+    /// SGEs (READ).
+    Sges,
+    /// One aligned 8-byte SGE (the atomics), at this remote address.
+    Atomic { raddr: u64 },
+    /// None (LOCAL_INV, BIND_MW).
+    Nothing,
+}
+
+/// What the batch knows of one request beyond its `ibv_send_wr`.
+#[derive(Clone, Copy, Debug)]
+struct Meta {
+    data: Data,
+    /// Its SGEs: `sges[first..first + n]`.
+    first: usize,
+    n: usize,
+    /// Inline: its one SGE's address is this offset into `inline` until `complete`.
+    inline_at: Option<usize>,
+    /// A UD destination was set.
+    dest: bool,
+}
+
+/// The requests of one batch of the work-request API, and the errno of the first op or setter
+/// that failed.
+///
+/// # Invariants
+///
+/// - `wrs` and `meta` have the same length; each `meta[i]` names SGEs inside `sges` and, if
+///   inline, bytes inside `inline`.
+/// - Outside `complete`, the `ibv_send_wr`s hold no pointer into the batch (`next` and
+///   `sg_list` are NULL): the vectors may grow and move.
+pub(crate) struct WrBatch {
+    limits: Limits,
+    open: bool,
+    err: c_int,
+    wrs: Vec<ibv_send_wr>,
+    meta: Vec<Meta>,
+    sges: Vec<ibv_sge>,
+    inline: Vec<u8>,
+}
+
+// SAFETY: the raw pointers in the built requests are the program's objects (address handles,
+// windows, regions), only carried, and the batch's own (NULL outside `complete`); nothing ties
+// them to a thread.
+unsafe impl Send for WrBatch {}
+
+impl WrBatch {
+    pub(crate) fn new(limits: Limits) -> WrBatch {
+        WrBatch {
+            limits,
+            open: false,
+            err: 0,
+            wrs: Vec::new(),
+            meta: Vec::new(),
+            sges: Vec::new(),
+            inline: Vec::new(),
+        }
+    }
+
+    /// Empties the batch (its buffers keep their room) and closes it.
+    fn clear(&mut self) {
+        self.open = false;
+        self.err = 0;
+        self.wrs.clear();
+        self.meta.clear();
+        self.sges.clear();
+        self.inline.clear();
+    }
+
+    /// `wr_start`: a new, empty batch (one left open is dropped).
+    pub(crate) fn start(&mut self) {
+        self.clear();
+        self.open = true;
+    }
+
+    /// `wr_abort`: drops the batch; nothing is posted.
+    pub(crate) fn abort(&mut self) {
+        self.clear();
+    }
+
+    /// Records the first failure of the batch (outside one: it stays until the next start).
+    fn fail(&mut self, errno: c_int, why: &str) {
+        debug(format_args!("ibv_wr_*: {why}"));
+        if self.err == 0 {
+            self.err = errno;
+        }
+    }
+
+    /// Whether a call may add to the batch: it is open and nothing failed yet.
+    fn usable(&mut self, call: &str) -> bool {
+        if !self.open {
+            self.fail(libc::EINVAL, call);
+            return false;
+        }
+        self.err == 0
+    }
+
+    /// An op: a new request of `opcode` carrying `data`, with the program's `wr_id` and
+    /// `wr_flags`; `fill` sets the members of its opcode.
+    fn push(
+        &mut self,
+        wr_id: u64,
+        flags: c_uint,
+        opcode: ibv_wr_opcode,
+        data: Data,
+        fill: impl FnOnce(&mut ibv_send_wr),
+    ) {
+        if !self.usable("an op outside ibv_wr_start..ibv_wr_complete") {
+            return;
+        }
+        if self.wrs.len() >= self.limits.depth as usize {
+            return self.fail(libc::ENOMEM, "more requests than the send queue holds");
+        }
+        // Inline data is the setters' to ask for (`wr_set_inline_data`), as mlx5's.
+        let flags = flags & !IBV_SEND_INLINE;
+        if send_flags(flags, false).is_err() {
+            return self.fail(libc::EINVAL, "wr_flags qhca does not have");
+        }
+        let mut wr = ibv_send_wr {
+            wr_id,
+            opcode,
+            send_flags: flags,
+            ..Default::default()
+        };
+        fill(&mut wr);
+        self.wrs.push(wr);
+        self.meta.push(Meta {
+            data,
+            first: self.sges.len(),
+            n: 0,
+            inline_at: None,
+            dest: false,
+        });
+    }
+
+    /// The index of the request the setters apply to: the last op's.
+    fn current(&mut self, call: &str) -> Option<usize> {
+        if !self.usable(call) {
+            return None;
+        }
+        let i = self.wrs.len().checked_sub(1);
+        if i.is_none() {
+            self.fail(libc::EINVAL, "a setter before any op of the batch");
+        }
+        i
+    }
+
+    /// `wr_set_sge`, `wr_set_sge_list`: the request's SGEs are `list` (replacing any set).
+    pub(crate) fn set_sges(&mut self, list: &[ibv_sge]) {
+        let (max_sge, first) = (self.limits.max_sge as usize, self.sges.len());
+        let Some(i) = self.current("ibv_wr_set_sge") else {
+            return;
+        };
+        let (w, m) = (&mut self.wrs[i], &mut self.meta[i]);
+        let why = match m.data {
+            Data::Nothing => "data on LOCAL_INV or BIND_MW",
+            _ if list.len() > max_sge => "more SGEs than the QP's max_send_sge",
+            _ => {
+                w.send_flags &= !IBV_SEND_INLINE;
+                (m.first, m.n, m.inline_at) = (first, list.len(), None);
+                self.sges.extend_from_slice(list);
+                return;
+            }
+        };
+        self.fail(libc::EINVAL, why);
+    }
+
+    /// `wr_set_inline_data`, `wr_set_inline_data_list`: the request's data is the bytes of the
+    /// buffers `bufs` names (`(address, length)`), copied now (replacing any set). The lengths
+    /// are added up first: too many bytes is `EINVAL` before any is read.
+    ///
+    /// # Safety
+    ///
+    /// Each `(addr, len)` of `bufs` is `len` bytes the program lets us read (any address if 0).
+    pub(crate) unsafe fn set_inline<I>(&mut self, bufs: I)
+    where
+        I: Iterator<Item = (*const u8, usize)> + Clone,
+    {
+        let max_inline = self.limits.max_inline as usize;
+        let (first, at) = (self.sges.len(), self.inline.len());
+        let Some(i) = self.current("ibv_wr_set_inline_data") else {
+            return;
+        };
+        let (w, m) = (&mut self.wrs[i], &mut self.meta[i]);
+        let total = bufs
+            .clone()
+            .try_fold(0usize, |t, (_, len)| t.checked_add(len))
+            .filter(|&t| t <= max_inline);
+        let why = match (m.data, total) {
+            (Data::MayInline, Some(total)) => {
+                w.send_flags |= IBV_SEND_INLINE;
+                (m.first, m.n, m.inline_at) = (first, 1, Some(at));
+                for (addr, len) in bufs.filter(|&(_, len)| len > 0) {
+                    // SAFETY: the caller's promise: `len` readable bytes at `addr`, which the
+                    // program does not write during the call (the data is copied before it
+                    // returns, as ibv_wr_set_inline_data(3) allows the program to reuse it).
+                    self.inline
+                        .extend_from_slice(unsafe { core::slice::from_raw_parts(addr, len) });
+                }
+                // The address is an offset into `inline` until `complete` (it may move).
+                self.sges.push(ibv_sge {
+                    addr: at as u64,
+                    length: total as u32,
+                    lkey: 0,
+                });
+                return;
+            }
+            (Data::MayInline, None) => "more inline data than the QP's max_inline_data",
+            _ => "inline data on an op that carries none inline",
+        };
+        self.fail(libc::EINVAL, why);
+    }
+
+    /// `wr_set_ud_addr`, its handle checked by the caller: the request's UD destination.
+    fn set_ud(&mut self, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) {
+        let Some(i) = self.current("ibv_wr_set_ud_addr") else {
+            return;
+        };
+        let (w, m) = (&mut self.wrs[i], &mut self.meta[i]);
+        w.wr.ud = ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+            ah,
+            remote_qpn,
+            remote_qkey,
+        };
+        m.dest = true;
+    }
+
+    /// Why request `i` cannot be posted, if it cannot.
+    fn refusal(&self, i: usize) -> Option<&'static str> {
+        let m = &self.meta[i];
+        let sges = &self.sges[m.first..m.first + m.n];
+        let len: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+        if self.limits.ud && !m.dest {
+            return Some("a UD send without ibv_wr_set_ud_addr");
+        }
+        if let Data::Atomic { raddr } = m.data {
+            let ok = matches!(sges, [s] if s.length == 8 && s.addr % 8 == 0) && raddr % 8 == 0;
+            if !ok {
+                return Some("an atomic needs one aligned 8-byte SGE and remote address");
+            }
+        }
+        if len > MAX_MSG {
+            return Some("a message over 2 GiB");
+        }
+        if self.limits.ud && len > UD_MAX_MSG as u64 {
+            return Some("a datagram over the MTU");
+        }
+        None
+    }
+
+    /// `wr_complete`: checks the batch, links it, and hands it to `post` (the list's head and
+    /// length; it answers the post's errno), unless it is empty; then empties the batch. The
+    /// errno of a failed op or setter or check, with nothing posted; or `post`'s answer.
+    pub(crate) fn complete(
+        &mut self,
+        post: impl FnOnce(*mut ibv_send_wr, usize) -> c_int,
+    ) -> c_int {
+        if !self.open {
+            self.fail(libc::EINVAL, "ibv_wr_complete without ibv_wr_start");
+        }
+        if self.err == 0 {
+            if let Some(why) = (0..self.wrs.len()).find_map(|i| self.refusal(i)) {
+                self.fail(libc::EINVAL, why);
+            }
+        }
+        let ret = match self.err {
+            0 if self.wrs.is_empty() => 0,
+            0 => {
+                // The inline data has its final address now: nothing grows until the end.
+                let data = self.inline.as_ptr() as u64;
+                for m in &self.meta {
+                    if let Some(at) = m.inline_at {
+                        self.sges[m.first].addr = data + at as u64;
+                    }
+                }
+                let n = self.wrs.len();
+                let (wrs, sges) = (self.wrs.as_mut_ptr(), self.sges.as_mut_ptr());
+                for (i, m) in self.meta.iter().enumerate() {
+                    // SAFETY: `i < n`, inside `wrs`, reached through the pointer alone (no
+                    // reference to the vector is made until the list is posted); `m.first +
+                    // m.n` is inside `sges` (the type invariant), and `m.first` may be its end
+                    // only with `m.n` 0, which leaves the list NULL.
+                    unsafe {
+                        let w = &mut *wrs.add(i);
+                        w.sg_list = if m.n > 0 {
+                            sges.add(m.first)
+                        } else {
+                            ptr::null_mut()
+                        };
+                        w.num_sge = m.n as c_int;
+                        w.next = if i + 1 < n {
+                            wrs.add(i + 1)
+                        } else {
+                            ptr::null_mut()
+                        };
+                    }
+                }
+                post(wrs, n)
+            }
+            e => e,
+        };
+        // INVARIANT: the list's pointers go with the requests.
+        self.clear();
+        ret
+    }
+}
+
+// ---- the ops of `struct ibv_qp_ex` -----------------------------------------------------------
+
+/// Runs `f` on the batch of the extended QP `qp`.
+///
+/// # Safety
+///
+/// `qp` is an extended QP of ours, live (libibverbs calls these ops only through its `struct
+/// ibv_qp_ex`).
+unsafe fn with_batch<R>(qp: *mut ibv_qp_ex, f: impl FnOnce(&mut WrBatch) -> R) -> R {
+    // SAFETY: the caller's promise; `qp_base` is at offset 0.
+    let q = unsafe { Qp::of(qp.cast()) };
+    f(&mut q.batch())
+}
+
+/// An op: a request of `opcode` with the program's `qp->wr_id` and `qp->wr_flags`.
+///
+/// # Safety
+///
+/// As [`with_batch`].
+unsafe fn op(
+    qp: *mut ibv_qp_ex,
+    opcode: ibv_wr_opcode,
+    data: Data,
+    fill: impl FnOnce(&mut ibv_send_wr),
+) {
+    // SAFETY: the caller's promise; the two fields the program sets before an op (verbs.h),
+    // read on their own, with no reference to the struct.
+    let (wr_id, flags) = unsafe {
+        (
+            (&raw const (*qp).wr_id).read(),
+            (&raw const (*qp).wr_flags).read(),
+        )
+    };
+    // SAFETY: the caller's promise.
+    unsafe { with_batch(qp, |b| b.push(wr_id, flags, opcode, data, fill)) }
+}
+
+/// `wr_start` (`ibv_wr_start`).
+unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
+    // SAFETY: libibverbs's call on an extended QP of ours.
+    unsafe { with_batch(qp, WrBatch::start) }
+}
+
+/// `wr_complete` (`ibv_wr_complete`): posts the batch (0), or nothing (an errno).
+unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
+    // SAFETY: libibverbs's call on an extended QP of ours.
+    let q = unsafe { Qp::of(qp.cast()) };
+    // Batch, then posting: no path takes them the other way round.
+    // SAFETY: `complete` hands over a NULL-terminated list of `n` requests over its own SGEs and
+    // inline data, and the program's handles, windows and regions, live (the ops' contract).
+    q.batch()
+        .complete(|head, n| unsafe { q.post_batch(head, n) })
+}
+
+/// `wr_abort` (`ibv_wr_abort`).
+unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
+    // SAFETY: libibverbs's call on an extended QP of ours.
+    unsafe { with_batch(qp, WrBatch::abort) }
+}
+
+/// `wr_send` (`ibv_wr_send`).
+unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
+    // SAFETY: libibverbs's call on an extended QP of ours.
+    unsafe { op(qp, IBV_WR_SEND, Data::MayInline, |_| {}) }
+}
+
+/// `wr_send_imm` (`ibv_wr_send_imm`).
+unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp_ex, imm_data: __be32) {
+    // SAFETY: libibverbs's call on an extended QP of ours.
+    unsafe {
+        op(qp, IBV_WR_SEND_WITH_IMM, Data::MayInline, |w| {
+            w.__bindgen_anon_1.imm_data = imm_data;
+        })
+    }
+}
+
+/// `wr_send_inv` (`ibv_wr_send_inv`).
+unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) {
+    // SAFETY: libibverbs's call on an extended QP of ours.
+    unsafe {
+        op(qp, IBV_WR_SEND_WITH_INV, Data::MayInline, |w| {
+            w.__bindgen_anon_1.invalidate_rkey = invalidate_rkey;
+        })
+    }
+}
+
+fn rdma(remote_addr: u64, rkey: u32) -> ibv_send_wr__bindgen_ty_2 {
+    ibv_send_wr__bindgen_ty_2 {
+        rdma: ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey },
+    }
+}
+
+/// `wr_rdma_write` (`ibv_wr_rdma_write`).
+unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    // SAFETY: libibverbs's call on an extended QP of ours.
+    unsafe {
+        op(qp, IBV_WR_RDMA_WRITE, Data::MayInline, |w| {
+            w.wr = rdma(remote_addr, rkey);
+        })
+    }
+}
+
+/// `wr_rdma_write_imm` (`ibv_wr_rdma_write_imm`).
+unsafe extern "C" fn wr_rdma_write_imm(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    imm_data: __be32,
+) {
+    // SAFETY: libibverbs's call on an extended QP of ours.
+    unsafe {
+        op(qp, IBV_WR_RDMA_WRITE_WITH_IMM, Data::MayInline, |w| {
+            w.wr = rdma(remote_addr, rkey);
+            w.__bindgen_anon_1.imm_data = imm_data;
+        })
+    }
+}
+
+/// `wr_rdma_read` (`ibv_wr_rdma_read`).
+unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    // SAFETY: libibverbs's call on an extended QP of ours.
+    unsafe {
+        op(qp, IBV_WR_RDMA_READ, Data::Sges, |w| {
+            w.wr = rdma(remote_addr, rkey);
+        })
+    }
+}
+
+fn atomic(remote_addr: u64, rkey: u32, compare_add: u64, swap: u64) -> ibv_send_wr__bindgen_ty_2 {
+    ibv_send_wr__bindgen_ty_2 {
+        atomic: ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+            remote_addr,
+            compare_add,
+            swap,
+            rkey,
+        },
+    }
+}
+
+/// `wr_atomic_cmp_swp` (`ibv_wr_atomic_cmp_swp`).
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    let data = Data::Atomic { raddr: remote_addr };
+    // SAFETY: libibverbs's call on an extended QP of ours.
+    unsafe {
+        op(qp, IBV_WR_ATOMIC_CMP_AND_SWP, data, |w| {
+            w.wr = atomic(remote_addr, rkey, compare, swap);
+        })
+    }
+}
+
+/// `wr_atomic_fetch_add` (`ibv_wr_atomic_fetch_add`).
+unsafe extern "C" fn wr_atomic_fetch_add(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    add: u64,
+) {
+    let data = Data::Atomic { raddr: remote_addr };
+    // SAFETY: libibverbs's call on an extended QP of ours.
+    unsafe {
+        op(qp, IBV_WR_ATOMIC_FETCH_AND_ADD, data, |w| {
+            w.wr = atomic(remote_addr, rkey, add, 0);
+        })
+    }
+}
+
+/// `wr_local_inv` (`ibv_wr_local_inv`).
+unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) {
+    // SAFETY: libibverbs's call on an extended QP of ours.
+    unsafe {
+        op(qp, IBV_WR_LOCAL_INV, Data::Nothing, |w| {
+            w.__bindgen_anon_1.invalidate_rkey = invalidate_rkey;
+        })
+    }
+}
+
+/// `wr_bind_mw` (`ibv_wr_bind_mw`): binds window `mw` with its new key `rkey`, as
+/// `ibv_post_send`'s BIND_MW. The window, region and access are checked now: `EINVAL` unless
+/// the window (and the region, unless the length is 0) is this context's and the access is
+/// qhca's.
+unsafe extern "C" fn wr_bind_mw(
+    qp: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    bind_info: *const ibv_mw_bind_info,
+) {
+    // SAFETY: libibverbs's call on an extended QP of ours: its context, set at create.
+    let ctx = unsafe { Qp::of(qp.cast()) }.context();
+    // SAFETY: NULL or the program's live window and bind information (ibv_wr_bind_mw(3)),
+    // copied out.
+    let info = unsafe { (!bind_info.is_null()).then(|| *bind_info) };
+    // SAFETY: as above: the window and region are NULL or live.
+    let ours = |info: &ibv_mw_bind_info| unsafe {
+        !mw.is_null()
+            && (*mw).context == ctx
+            && (info.length == 0 || (!info.mr.is_null() && (*info.mr).context == ctx))
+            && mw_access_from_ibv(info.mw_access_flags).is_ok()
+    };
+    match info {
+        Some(info) if ours(&info) => {
+            // SAFETY: libibverbs's call on an extended QP of ours.
+            unsafe {
+                op(qp, IBV_WR_BIND_MW, Data::Nothing, |w| {
+                    w.__bindgen_anon_2.bind_mw = ibv_send_wr__bindgen_ty_4__bindgen_ty_1 {
+                        mw,
+                        rkey,
+                        bind_info: info,
+                    };
+                })
+            }
+        }
+        // SAFETY: libibverbs's call on an extended QP of ours.
+        _ => unsafe {
+            with_batch(qp, |b| {
+                if b.usable("ibv_wr_bind_mw outside a batch") {
+                    b.fail(
+                        libc::EINVAL,
+                        "ibv_wr_bind_mw of a window or region not qhca's",
+                    );
+                }
+            })
+        },
+    }
+}
+
+/// `wr_set_sge` (`ibv_wr_set_sge`).
+unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    let sge = ibv_sge { addr, length, lkey };
+    // SAFETY: libibverbs's call on an extended QP of ours.
+    unsafe { with_batch(qp, |b| b.set_sges(&[sge])) }
+}
+
+/// `wr_set_sge_list` (`ibv_wr_set_sge_list`).
+unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
+    let list: &[ibv_sge] = if num_sge == 0 || sg_list.is_null() {
+        &[]
+    } else {
+        // SAFETY: the program passes `num_sge` entries at `sg_list` (ibv_wr_set_sge_list(3)),
+        // which it does not write during the call (they are copied).
+        unsafe { core::slice::from_raw_parts(sg_list, num_sge) }
+    };
+    // SAFETY: libibverbs's call on an extended QP of ours.
+    unsafe { with_batch(qp, |b| b.set_sges(list)) }
+}
+
+/// `wr_set_inline_data` (`ibv_wr_set_inline_data`).
+unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
+    let buf = core::iter::once((addr.cast_const().cast::<u8>(), length));
+    // SAFETY: libibverbs's call on an extended QP of ours; the program's `length` bytes at
+    // `addr` (ibv_wr_set_inline_data(3)).
+    unsafe { with_batch(qp, |b| b.set_inline(buf)) }
+}
+
+/// `wr_set_inline_data_list` (`ibv_wr_set_inline_data_list`).
+unsafe extern "C" fn wr_set_inline_data_list(
+    qp: *mut ibv_qp_ex,
+    num_buf: usize,
+    buf_list: *const ibv_data_buf,
+) {
+    let list: &[ibv_data_buf] = if num_buf == 0 || buf_list.is_null() {
+        &[]
+    } else {
+        // SAFETY: the program passes `num_buf` entries at `buf_list`
+        // (ibv_wr_set_inline_data_list(3)), which it does not write during the call.
+        unsafe { core::slice::from_raw_parts(buf_list, num_buf) }
+    };
+    let bufs = list
+        .iter()
+        .map(|d| (d.addr.cast_const().cast::<u8>(), d.length));
+    // SAFETY: libibverbs's call on an extended QP of ours; each buffer is the program's
+    // `length` readable bytes.
+    unsafe { with_batch(qp, |b| b.set_inline(bufs)) }
+}
+
+/// `wr_set_ud_addr` (`ibv_wr_set_ud_addr`): `EINVAL` unless `ah` is an address handle of this
+/// context.
+unsafe extern "C" fn wr_set_ud_addr(
+    qp: *mut ibv_qp_ex,
+    ah: *mut ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) {
+    // SAFETY: libibverbs's call on an extended QP of ours.
+    let ctx = unsafe { Qp::of(qp.cast()) }.context();
+    // SAFETY: NULL or the program's live handle (ibv_wr_set_ud_addr(3)).
+    let ours = !ah.is_null() && unsafe { (*ah).context } == ctx;
+    // SAFETY: libibverbs's call on an extended QP of ours.
+    unsafe {
+        with_batch(qp, |b| {
+            if ours {
+                b.set_ud(ah, remote_qpn, remote_qkey);
+            } else if b.usable("ibv_wr_set_ud_addr outside a batch") {
+                b.fail(
+                    libc::EINVAL,
+                    "ibv_wr_set_ud_addr without a qhca address handle",
+                );
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
