@@ -67,4 +67,7 @@ step "gcc: qhca-verbs-check (tests/verbs-c/*.c, an unmodified libibverbs program
 gcc -O2 -Wall -Wextra -Werror -o "$BIN/qhca-verbs-check" \
 	"$QHCA_ROOT"/tests/verbs-c/*.c -libverbs ||
 	die "building qhca-verbs-check failed (gcc, see above)"
+step "mpicc: qhca-mpi-check (tests/mpi/mpi_check.c, Open MPI over UCX)"
+mpicc -O2 -Wall -Wextra -Werror -o "$BIN/qhca-mpi-check" "$QHCA_ROOT/tests/mpi/mpi_check.c" ||
+	die "building qhca-mpi-check failed (mpicc, see above)"
 export KDIR QEMU KO BIN

@@ -13,7 +13,8 @@
 # with one thread driving both QPs (write_lat*, the device's own round trip). Then
 # memory windows: a window bound, written through and invalidated as a loop, rxe-mw-bench (a
 # libibverbs program, built by scripts/bench.sh) on qhca's device and on rxe0, and qhca-mw-bench
-# (the same loop on the provider's API) on qhca beside them.
+# (the same loop on the provider's API) on qhca beside them. Then UCX: ucx_perftest's tag latency
+# and bandwidth over UCX's rc_verbs on each device.
 #
 #   guest-bench.sh QHCA_KO BIN [quick]
 #
@@ -186,7 +187,38 @@ perftest_all() {
 
 declare -A skip # SIDE.I: why workload I did not run on SIDE
 log "qhca: perftest through Debian's libibverbs and the installed provider, on $ibdev"
+# UCX (Debian's ucx_perftest, the same binary on both sides): tag-matching latency and bandwidth
+# through UCP over UCX's rc_verbs on port 1 of SIDE's device (rc_v: ud_verbs for the wire-up
+# alone), server and client in this guest. UCX_UD_ETH_DGID_CHECK=n on both: UCX before 1.19 drops
+# every datagram between IPv4 GIDs on a device other than mlx5 (rxe0 on lo has them), so the
+# wire-up would never end on rxe (tests/vm/src/frameworks.rs and scripts/guest-pair.sh say more).
+# Results in $out/ucx.SIDE.TEST: ucx_perftest's "Final:" row.
+ucx_tests=("tag_lat 8 20000" "tag_bw 65536 5000")
+ucx_all() {
+	local side=$1 d=$2 t port=18870 f
+	for t in "${ucx_tests[@]}"; do
+		# shellcheck disable=SC2086 # the test's words, split on purpose
+		set -- $t
+		local n=$3
+		[ "$quick" = quick ] && n=$((n / 10))
+		f=$out/ucx.$side.$1
+		log "$side: ucx_perftest -t $1 -s $2 -n $n (UCX_TLS=rc_v UCX_NET_DEVICES=$d:1)"
+		export UCX_NET_DEVICES=$d:1 UCX_TLS=rc_v UCX_UD_ETH_DGID_CHECK=n UCX_WARN_UNUSED_ENV_VARS=n
+		timeout 300 ucx_perftest -t "$1" -s "$2" -n "$n" -p "$port" >"$f.server" 2>&1 &
+		local srv=$!
+		for _ in $(seq 100); do grep -q "Waiting for connection" "$f.server" && break; sleep 0.1; done
+		timeout 300 ucx_perftest -t "$1" -s "$2" -n "$n" -p "$port" 127.0.0.1 >"$f.out" 2>&1 ||
+			echo "    (ucx_perftest client failed: $(grep -m1 -E 'ERROR|Fatal' "$f.out"))"
+		wait "$srv"
+		unset UCX_NET_DEVICES UCX_TLS UCX_UD_ETH_DGID_CHECK UCX_WARN_UNUSED_ENV_VARS
+		grep '^Final:' "$f.out" >"$f"
+		sed 's/^/    /' "$f"
+		port=$((port + 1))
+	done
+}
+
 perftest_all qhca
+ucx_all qhca "$ibdev"
 
 # One thread driving both QPs in turn: the device's own round trip, with no handoff between two
 # spinning threads (which on 2 vCPUs over a 2-core host costs most of a two-thread write_lat).
@@ -228,6 +260,7 @@ ibv_devinfo -d rxe0 | grep -E 'hca_id|state|active_mtu|transport' | sed 's/^/   
 rxe_mtu=$(ibv_devinfo -d rxe0 2>/dev/null | awk '/active_mtu/ { print $2; exit }')
 
 perftest_all rxe
+ucx_all rxe rxe0
 
 # The memory-window loop on rxe0: rxe-mw-bench, the same loop on libibverbs.
 for ty in 2 1; do
@@ -412,6 +445,27 @@ for s in qhca rxe; do
 done
 echo "(total/N counts setup too: open, mmap, verbs commands, the TCP exchange; marginal = the extra"
 echo " calls per extra post, i.e. what the data path costs)"
+echo "=================================================================================================="
+
+# UCX's Final rows: "Final: iters lat50 lat_avg lat_overall bw_avg bw_overall rate_avg rate_overall".
+echo
+echo "UCX: ucx_perftest (UCP tag matching, UCX_TLS=rc_v: rc_verbs, ud_verbs for the wire-up), server and client in this guest"
+ufmt='%-8s %8s %16s %16s %10s\n'
+printf "$ufmt" test bytes qhca rxe qhca/rxe
+for t in "${ucx_tests[@]}"; do
+	# shellcheck disable=SC2086
+	set -- $t
+	# lat: the median latency (lower is better: rxe/qhca); bw: the overall MB/s (qhca/rxe).
+	if [ "$1" = tag_lat ]; then
+		a=$(awk '{ print $3 }' "$out/ucx.qhca.$1" 2>/dev/null) b=$(awk '{ print $3 }' "$out/ucx.rxe.$1" 2>/dev/null)
+		printf "$ufmt" "$1" "$2" "${a:-?} us" "${b:-?} us" "$(div "$b" "$a")"
+	else
+		a=$(awk '{ print $7 }' "$out/ucx.qhca.$1" 2>/dev/null) b=$(awk '{ print $7 }' "$out/ucx.rxe.$1" 2>/dev/null)
+		printf "$ufmt" "$1" "$2" "${a:-?} MB/s" "${b:-?} MB/s" "$(div "$a" "$b")"
+	fi
+done
+echo "(tag_lat: the median one-way latency, ucx_perftest's 50.0%ile; tag_bw: its overall MB/s;"
+echo " qhca/rxe > 1: qhca faster)"
 echo "=================================================================================================="
 
 # Memory windows, side by side: the "mw typeN ops N ops_per_sec X usec_per_op Y" lines of both

@@ -153,7 +153,8 @@ step() {
 			rc=$?
 			[ $rc = 0 ] && break
 			# perftest's words, and ours (qhca-pingpong, qhca-perf) for a server not listening yet.
-			grep -Eq "Couldn't connect to|ECONNREFUSED" "$out" || break
+			# (ucx_perftest: "connect() failed: Connection refused").
+			grep -Eq "Couldn't connect to|ECONNREFUSED|connect\(\) failed" "$out" || break
 			sleep 1
 		done
 	fi
@@ -298,6 +299,56 @@ eth_pair() {
 	sed 's/^/    /' "$out"
 	if [ "$ok" = 1 ]; then ok "$name"; else bad "$name" "$(tail -n 3 "$out" | tr '\n' ' ')"; fi
 	rm -f "$src" "$dst"
+}
+
+# Open MPI over UCX across the guests, qhca to qhca: node 1's mpirun starts one rank there and
+# one on node 2, whose Open MPI daemon it launches through node 2's socat listener (the guests
+# have no ssh: this is mpirun's rsh agent), the UCX PML forced and UCX allowed qhca's RC transport
+# alone between the ranks; qhca-mpi-check checks every word both ways (tests/mpi/mpi_check.c).
+# (UCX_UD_ETH_DGID_CHECK: see the tests below.)
+mpi_pair() {
+	local name=pair_ompi_ucx_qhca_qhca run=/tmp/qhca-rsh-run agent=/tmp/qhca-rsh pid="" ok=1
+	local rsh_port=18860
+	# The guests boot with one hostname: Open MPI tells its nodes apart by theirs.
+	hostname "qhca-node$node"
+	: >"$out"
+	if [ "$node" = 2 ]; then
+		printf '#!/bin/sh\n%s\n%s\n' 'read -r cmd' 'exec sh -c "$cmd"' >"$run"
+		chmod +x "$run"
+		socat "TCP-LISTEN:$rsh_port,reuseaddr,fork" "EXEC:$run" 2>>"$out" &
+		pid=$!
+	fi
+	barrier=$((barrier + 1))
+	qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet before $name)"
+	# AGENT HOST COMMAND...: COMMAND on HOST, until it ends (ignoreeof: the command's line
+	# sent, the connection stays until the remote end closes it). On both nodes: mpirun hands
+	# the agent's path to node 2's daemon too, which checks that it exists.
+	printf '#!/bin/sh\nhost=$1\nshift\nprintf "%%s\\n" "$*" |\n\texec socat STDIN,ignoreeof "TCP:$host:%s"\n' \
+		"$rsh_port" >"$agent"
+	chmod +x "$agent"
+	if [ "$node" = 1 ]; then
+		log "$name: mpirun -np 2 --host $QHCA_SELF_IP,$peer_nic $bin/qhca-mpi-check on $qdev"
+		OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun \
+			--allow-run-as-root -np 2 --host "$QHCA_SELF_IP,$peer_nic" \
+			--mca plm_rsh_agent "$agent" --mca oob_tcp_if_include "$QHCA_NET_IF" \
+			--mca pml ucx -x UCX_NET_DEVICES="$qdev:1" -x UCX_TLS=rc_v,self \
+			-x UCX_IB_GID_INDEX="$qhca_gidx" -x UCX_UD_ETH_DGID_CHECK=n -x UCX_WARN_UNUSED_ENV_VARS=n \
+			"$bin/qhca-mpi-check" >>"$out" 2>&1 || ok=0
+		# Each rank where it belongs: rank 1 on node 2.
+		grep -q '^mpi-check: rank 0 of 2: ok (qhca-node1)' "$out" &&
+			grep -q '^mpi-check: rank 1 of 2: ok (qhca-node2)' "$out" || ok=0
+	fi
+	barrier=$((barrier + 1))
+	qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet after $name)"
+	[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+	sed 's/^/    /' "$out" | head -n 60
+	if [ "$node" = 2 ]; then
+		log "$name: node 1's mpirun ran a rank here (its result is node 1's)"
+	elif [ "$ok" = 1 ]; then
+		ok "$name"
+	else
+		bad "$name" "$(tail -n 3 "$out" | tr '\n' ' ')"
+	fi
 }
 
 # NVMe over RDMA across the guests: node 1 runs the kernel's target (nvmet-rdma) exporting a
@@ -502,6 +553,21 @@ if [ "$mode" = tests ]; then
 		"-s $q1 -p 18842" rdma_client
 	cm pair_ib_write_lat_R_qhca_qhca '^ *64 +200 ' ib_write_lat \
 		"-d $qdev -R -s 64 -n 200 -u $qpt -p 18843" "-d $qdev -R -s 64 -n 200 -u $qpt -p 18843 $q1"
+	# UCX across the guests, qhca to qhca: ucx_perftest over UCX's rc_verbs (ud_verbs for the
+	# wire-up alone: UCX's rc_v), then ud_verbs alone; and Open MPI over UCX. On the ports'
+	# IPv4 GIDs, with UCX's check of a datagram's destination GID off: UCX before 1.19 takes a
+	# datagram's address family from wc.sl, where only mlx5 puts it, and drops every IPv4
+	# datagram on other devices, rxe as qhca (UCX's 7de57ad9f9; Debian's UCX is 1.13).
+	port=18850
+	for tls in rc_v ud_v; do
+		for t in tag_lat tag_bw; do
+			check "pair_ucx_${tls}_${t}_qhca_qhca" 'client:^Final: +1000 ' "$qdev" "$qdev" env \
+				UCX_NET_DEVICES=@DEV:1 UCX_TLS=$tls UCX_IB_GID_INDEX=@GIDX UCX_UD_ETH_DGID_CHECK=n \
+				UCX_WARN_UNUSED_ENV_VARS=n ucx_perftest -t $t -n 1000 -p $port
+			port=$((port + 1))
+		done
+	done
+	mpi_pair
 	splitnet_pair
 	nvme_pair
 	eth_pair

@@ -23,6 +23,9 @@ APT_PACKAGES=(
 	rdmacm-utils
 	# NVMe over RDMA on qhca: nvme-cli connects the host side, fio writes and verifies the namespace
 	nvme-cli fio
+	# The frameworks on qhca's verbs (issue 28): UCX (ucx_info, ucx_perftest) and Open MPI over
+	# UCX; libopenmpi-dev's mpicc builds tests/mpi
+	ucx-utils openmpi-bin libopenmpi-dev
 	# rdma-core's own test suite, built from its source package with its pyverbs and libibverbs
 	# (scripts/build-rdma-core.sh)
 	cmake cython3 python3-dev libnl-3-dev libnl-route-3-dev libudev-dev

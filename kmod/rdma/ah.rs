@@ -14,6 +14,9 @@ pub(super) struct IbAh<A> {
     data: MaybeUninit<A>,
 }
 
+/// The bits of a flow label (`IB_GRH_FLOWLABEL_MASK`, a macro bindgen does not see).
+const FLOW_LABEL_MASK: u32 = 0xf_ffff;
+
 /// A RoCE address vector: where packets go, and from which entry of the port's GID table.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Av {
@@ -47,7 +50,10 @@ impl Av {
         Ok(Av {
             // SAFETY: Every bit pattern is a valid `[u8; 16]`, the union's raw view.
             dgid: unsafe { attr.grh.dgid.raw },
-            flow_label: attr.grh.flow_label,
+            // The GRH's field is 20 bits; the core passes the program's 32-bit value on, and
+            // RoCE NICs use its low 20 bits (rxe's IPv6 header, mlx5's address vector). UCX
+            // sets all 32 (`~0`) and relies on that.
+            flow_label: attr.grh.flow_label & FLOW_LABEL_MASK,
             traffic_class: attr.grh.traffic_class,
             hop_limit: attr.grh.hop_limit,
             sl: attr.sl,

@@ -49,6 +49,8 @@ pub fn all() -> Vec<Case<Config>> {
     let at = v.len() - 2;
     v.splice(at..at, crate::nvme_rdma::cases());
     let at = v.len() - 2;
+    v.splice(at..at, crate::frameworks::cases());
+    let at = v.len() - 2;
     v.splice(at..at, crate::disassociate::cases());
     let at = v.len() - 2;
     v.splice(at..at, crate::messaging::cases());

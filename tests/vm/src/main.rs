@@ -30,6 +30,7 @@
 
 mod cases;
 mod disassociate;
+mod frameworks;
 mod harness;
 mod ibverbs;
 mod messaging;
