@@ -567,6 +567,15 @@ unsafe impl rdma::Driver for QhcaIb {
         kobjects::create_cq(self.kctx()?, ev, attr)
     }
 
+    fn create_kernel_srq(
+        &self,
+        pd: &QhcaPd,
+        ev: rdma::SrqEvents,
+        attr: &mut bindings::ib_srq_attr,
+    ) -> Result<srq::QhcaSrq> {
+        kobjects::create_srq(pd, ev, attr)
+    }
+
     fn create_kernel_qp(
         &self,
         pd: &QhcaPd,
@@ -574,8 +583,9 @@ unsafe impl rdma::Driver for QhcaIb {
         init: &mut bindings::ib_qp_init_attr,
         send_cq: &objects::QhcaCq,
         recv_cq: &objects::QhcaCq,
+        srq: Option<&srq::QhcaSrq>,
     ) -> Result<(qp::QhcaQp, u32)> {
-        kobjects::create_qp(pd, ev, init, send_cq, recv_cq)
+        kobjects::create_qp(pd, ev, init, send_cq, recv_cq, srq)
     }
 
     fn create_kernel_ah(&self, pd: &QhcaPd, av: &rdma::Av) -> Result<objects::QhcaAh> {
@@ -613,6 +623,14 @@ unsafe impl rdma::Driver for QhcaIb {
         wrs: &mut dyn Iterator<Item = Result<rdma::RecvWr<'_>>>,
     ) -> core::result::Result<(), (Error, usize)> {
         qp.kernel_qp().ok_or((EINVAL, 0))?.post_recv(wrs)
+    }
+
+    fn post_srq_recv(
+        &self,
+        s: &srq::QhcaSrq,
+        wrs: &mut dyn Iterator<Item = Result<rdma::RecvWr<'_>>>,
+    ) -> core::result::Result<(), (Error, usize)> {
+        s.kernel_srq().ok_or((EINVAL, 0))?.post_recv(wrs)
     }
 
     fn add_gid(&self, gid: &rdma::GidAttr<'_>) -> Result {

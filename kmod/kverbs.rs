@@ -11,9 +11,10 @@
 //! the driver's alone, and its address vector travels in each datagram WQE (`QHCA_WQE_AV`),
 //! since the core creates AHs where no command can wait. The data path: [`qp`] writes WQEs
 //! and rings, [`cq`] reads CQEs into `ib_wc`s, [`mr`] holds the page lists of fast
-//! registration.
+//! registration, [`srq`] writes the receive WQEs of shared receive queues.
 
 pub(crate) mod cq;
 pub(crate) mod mr;
 pub(crate) mod qp;
 pub(crate) mod ring;
+pub(crate) mod srq;

@@ -137,7 +137,7 @@ pub(crate) unsafe trait Driver: Send + Sync + Sized {
     /// `destroy_cq`: `ev` is dropped before this returns success.
     fn destroy_cq(&self, cq: &Self::Cq) -> Result;
 
-    /// A shared receive queue of a user context.
+    /// A shared receive queue of a user context or of the kernel's consumers.
     type Srq: Send + Sync;
     /// `create_srq` of a user SRQ in `pd`: the SRQ; `attr.max_wr` and `attr.max_sge` are
     /// updated to what it has. `ev` reaches the core's SRQ until the SRQ is destroyed.
@@ -254,8 +254,16 @@ pub(crate) unsafe trait Driver: Send + Sync + Sized {
     fn map_mr_page(&self, mr: &Self::Mr, addr: u64) -> Result;
     /// `create_cq` of a kernel CQ: the CQ and its number of entries (at least `attr.cqe`).
     fn create_kernel_cq(&self, ev: CqEvents, attr: &CqAttr) -> Result<(Self::Cq, u32)>;
-    /// `create_qp` of a kernel QP (RC, UD, or the port's GSI QP) in kernel PD `pd`: the QP and
-    /// its number; `init.cap` is updated to what the QP has.
+    /// `create_srq` of a kernel SRQ in kernel PD `pd`, as [`Driver::create_srq`].
+    fn create_kernel_srq(
+        &self,
+        pd: &Self::Pd,
+        ev: SrqEvents,
+        attr: &mut bindings::ib_srq_attr,
+    ) -> Result<Self::Srq>;
+    /// `create_qp` of a kernel QP (RC, UD, or the port's GSI QP) in kernel PD `pd`, receiving
+    /// from kernel SRQ `srq` if given: the QP and its number; `init.cap` is updated to what
+    /// the QP has.
     fn create_kernel_qp(
         &self,
         pd: &Self::Pd,
@@ -263,6 +271,7 @@ pub(crate) unsafe trait Driver: Send + Sync + Sized {
         init: &mut bindings::ib_qp_init_attr,
         send_cq: &Self::Cq,
         recv_cq: &Self::Cq,
+        srq: Option<&Self::Srq>,
     ) -> Result<(Self::Qp, u32)>;
     /// `create_ah` of a kernel AH in kernel PD `pd`. Must not sleep.
     fn create_kernel_ah(&self, pd: &Self::Pd, av: &Av) -> Result<Self::Ah>;
@@ -285,6 +294,12 @@ pub(crate) unsafe trait Driver: Send + Sync + Sized {
     fn post_recv(
         &self,
         qp: &Self::Qp,
+        wrs: &mut dyn Iterator<Item = Result<RecvWr<'_>>>,
+    ) -> core::result::Result<(), (Error, usize)>;
+    /// `post_srq_recv` of a kernel SRQ, as [`Driver::post_send`].
+    fn post_srq_recv(
+        &self,
+        srq: &Self::Srq,
         wrs: &mut dyn Iterator<Item = Result<RecvWr<'_>>>,
     ) -> core::result::Result<(), (Error, usize)>;
 }

@@ -6,12 +6,13 @@
 //! What a kernel consumer may have: PDs (with a physical region as local DMA key, which the
 //! core asks for through `get_dma_mr`), CQs of up to `max_cqe` entries on completion vector 0,
 //! RC and UD QPs, the port's GSI QP (QP1, for the MAD layer and the CM) and its Ethernet QP (a
-//! raw packet QP, for the driver's own net_device), AHs, and
-//! fast-registration regions (`alloc_mr`, `map_mr_sg`, `IB_WR_REG_MR`, invalidated by
-//! `IB_WR_LOCAL_INV` or the peer's `SEND_WITH_INV`) when the device has `QHCA_CAP_FAST_REG`.
-//! Not yet: SRQs, memory windows.
+//! raw packet QP, for the driver's own net_device), AHs, shared receive queues (basic ones, that
+//! RC and UD QPs receive from, when the device has `QHCA_CAP_SRQ`) and fast-registration regions
+//! (`alloc_mr`, `map_mr_sg`, `IB_WR_REG_MR`, invalidated by `IB_WR_LOCAL_INV` or the peer's
+//! `SEND_WITH_INV`) when the device has `QHCA_CAP_FAST_REG`. Not yet: memory windows, resizing
+//! an SRQ.
 
-use super::{objects::QhcaCq, qp::QhcaQp, QhcaPd, PORT};
+use super::{objects::QhcaCq, qp::QhcaQp, srq::QhcaSrq, QhcaPd, PORT};
 use crate::{
     context::Ctx,
     device::QhcaDevice,
@@ -20,6 +21,7 @@ use crate::{
         mr::KFastMr,
         qp::{KQp, Shape},
         ring::KRing,
+        srq::KSrq,
     },
     limits::Pool,
     rdma, uapi,
@@ -124,14 +126,63 @@ pub(super) fn create_cq(
     }
 }
 
+/// A kernel SRQ in kernel PD `pd` of at least `attr.max_wr` WQEs of `attr.max_sge` scatter
+/// entries (both become what it has; its limit is armed by `modify_srq` only), whose limit
+/// events go to the core's SRQ.
+pub(super) fn create_srq(
+    pd: &QhcaPd,
+    ev: rdma::SrqEvents,
+    attr: &mut bindings::ib_srq_attr,
+) -> Result<QhcaSrq> {
+    let ctx = &pd.ctx;
+    if !ctx.kernel {
+        return Err(EINVAL);
+    }
+    let dev_attr = ctx.dev.attr()?;
+    let want = attr.max_wr.max(1);
+    if want > dev_attr.max_srq_wr.min(1 << uapi::QHCA_WQ_MAX_LOG) {
+        return Err(EINVAL);
+    }
+    let log = want.next_power_of_two().trailing_zeros() as u8;
+    let max_sge = u16::try_from(attr.max_sge.max(1)).map_err(|_| EINVAL)?;
+    // A slot holds the WQE's 16-byte header and the scatter entries.
+    let stride = (16 * (1 + u32::from(max_sge))).next_power_of_two();
+    let stride_log = stride.trailing_zeros().max(uapi::QHCA_RQ_MIN_STRIDE_LOG);
+    let stride_log = u8::try_from(stride_log).map_err(|_| EINVAL)?;
+    let ring = ctx.dev.with_bound(|bound| {
+        Ok(Arc::new(
+            KRing::new(bound, KSrq::ring_bytes(log, stride_log))?,
+            GFP_KERNEL,
+        )?)
+    })?;
+    let v = verbs(ctx)?;
+    // The shape's limits are checked here (against the device's too).
+    let srqn = v.create_kernel_srq(pd.pdn, log, stride_log, max_sge, ring.clone(), ev)?;
+    let uar = ctx.uar().ok_or(EIO)?;
+    match KSrq::new(ctx.dev.clone(), ring, uar, srqn, log, stride_log, max_sge) {
+        Ok(k) => {
+            attr.max_wr = 1 << log;
+            attr.max_sge = u32::from(max_sge);
+            Ok(QhcaSrq::kernel(ctx, srqn, 1 << log, u32::from(max_sge), k))
+        }
+        Err(e) => {
+            v.destroy_or_stop(uapi::QHCA_CMD_DESTROY_SRQ, srqn, 0);
+            Err(e)
+        }
+    }
+}
+
 /// A kernel QP: RC, UD, the port's GSI QP (QP1), or its Ethernet QP (`IB_QPT_RAW_PACKET`,
-/// the driver's own Ethernet function's: `qhca_eth.c`).
+/// the driver's own Ethernet function's: `qhca_eth.c`); an RC or UD one may receive from
+/// kernel SRQ `srq` (then it has no receive queue, and the core's receive capabilities are
+/// ignored and reported as 0).
 pub(super) fn create_qp(
     pd: &QhcaPd,
     ev: rdma::QpEvents,
     init: &mut bindings::ib_qp_init_attr,
     send_cq: &QhcaCq,
     recv_cq: &QhcaCq,
+    srq: Option<&QhcaSrq>,
 ) -> Result<(QhcaQp, u32)> {
     let (type_, datagram) = match init.qp_type {
         bindings::ib_qp_type_IB_QPT_RC => (uapi::QHCA_QPT_RC, false),
@@ -152,7 +203,20 @@ pub(super) fn create_qp(
     if eth && attr.caps & u64::from(uapi::QHCA_CAP_ETH) == 0 {
         return Err(EOPNOTSUPP);
     }
-    let shape = Shape::for_cap(&init.cap, datagram, attr.max_qp_wr)?;
+    if let Some(s) = srq {
+        if !matches!(type_, uapi::QHCA_QPT_RC | uapi::QHCA_QPT_UD)
+            || s.kernel_srq().is_none()
+            || !s.is_of(&pd.ctx)
+        {
+            return Err(EINVAL);
+        }
+        init.cap.max_recv_wr = 0;
+        init.cap.max_recv_sge = 0;
+    }
+    let mut shape = Shape::for_cap(&init.cap, datagram, attr.max_qp_wr)?;
+    if srq.is_some() {
+        shape = shape.without_rq();
+    }
     if u32::from(shape.max_sge) > attr.max_sge || u32::from(shape.max_inline) > attr.max_inline {
         return Err(EINVAL);
     }
@@ -171,6 +235,7 @@ pub(super) fn create_qp(
         max_inline: shape.max_inline,
         max_sge: shape.max_sge,
         type_,
+        srqn: srq.map_or(0, |s| s.srqn),
         ..Default::default()
     };
     let core_qp = ev.as_raw();
@@ -186,6 +251,7 @@ pub(super) fn create_qp(
         datagram,
         eth,
         signal_all,
+        srq.is_some(),
         shape,
         core_qp,
     )

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Shared receive queues of user contexts: the core's requests translated to the context's
-//! commands ([`crate::verbs`]), which check them and run them on the device. The ring is the
-//! process's memory (`struct qhca_ib_create_srq`), its WQEs posted and rung by the process; the
+//! Shared receive queues: the core's requests translated to the context's commands
+//! ([`crate::verbs`]), which check them and run them on the device. A user SRQ's ring is the
+//! process's memory (`struct qhca_ib_create_srq`), its WQEs posted and rung by the process; a
+//! kernel consumer's is the driver's ([`crate::kverbs::srq`], made in [`super::kobjects`]). The
 //! limit is the one attribute that changes (no resizing).
 
 use super::{objects::ioc_size, verbs, QhcaPd};
-use crate::{context::Ctx, rdma, uapi};
+use crate::{context::Ctx, kverbs::srq::KSrq, rdma, uapi};
 use kernel::{bindings, prelude::*, sync::Arc};
 
 /// A shared receive queue, with what its creation settled.
@@ -15,6 +16,8 @@ pub(crate) struct QhcaSrq {
     pub(super) srqn: u32,
     max_wr: u32,
     max_sge: u32,
+    /// A kernel consumer's: its ring, which the driver posts to.
+    k: Option<Arc<KSrq>>,
 }
 
 /// A user SRQ of `pd` with the ring the driver input describes; its limit events go to the
@@ -52,6 +55,7 @@ pub(super) fn create(
         srqn,
         max_wr: 1 << u.log,
         max_sge: u32::from(max_sge),
+        k: None,
     };
     if let Err(e) = udata.respond(&uapi::qhca_ib_create_srq_resp { srqn, rsvd: 0 }) {
         // The core never hears of this SRQ: it goes now.
@@ -64,6 +68,33 @@ pub(super) fn create(
 }
 
 impl QhcaSrq {
+    /// A kernel SRQ of the kernel context `ctx`, number `srqn`, posted to through `k`.
+    pub(super) fn kernel(
+        ctx: &Arc<Ctx>,
+        srqn: u32,
+        max_wr: u32,
+        max_sge: u32,
+        k: Arc<KSrq>,
+    ) -> Self {
+        Self {
+            ctx: ctx.clone(),
+            srqn,
+            max_wr,
+            max_sge,
+            k: Some(k),
+        }
+    }
+
+    /// The ring of a kernel SRQ (`None` for a user's).
+    pub(super) fn kernel_srq(&self) -> Option<&Arc<KSrq>> {
+        self.k.as_ref()
+    }
+
+    /// Whether it is an SRQ of the context `ctx`.
+    pub(super) fn is_of(&self, ctx: &Arc<Ctx>) -> bool {
+        Arc::ptr_eq(&self.ctx, ctx)
+    }
+
     /// `IB_SRQ_LIMIT` arms the limit (0 disarms); no resizing (`IB_SRQ_MAX_WR`: `EINVAL`, as
     /// devices without `IB_DEVICE_SRQ_RESIZE` answer).
     pub(super) fn modify(&self, attr: &bindings::ib_srq_attr, mask: u32) -> Result {

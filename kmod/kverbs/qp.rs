@@ -102,17 +102,35 @@ impl Shape {
         sq.next_multiple_of(uapi::QHCA_PAGE_SIZE as usize)
     }
 
-    /// Bytes of both rings.
+    /// The same send queue with no receive queue (a QP that receives from an SRQ: CREATE_QP
+    /// names its receive queue with logs of 0).
+    pub(crate) fn without_rq(self) -> Self {
+        Self {
+            rq_log: 0,
+            rq_stride_log: 0,
+            ..self
+        }
+    }
+
+    fn has_rq(&self) -> bool {
+        self.rq_stride_log != 0
+    }
+
+    /// Bytes of both rings (of the send queue alone, page aligned, without a receive queue).
     pub(crate) fn bytes(&self) -> u64 {
+        if !self.has_rq() {
+            return self.rq_offset() as u64;
+        }
         (self.rq_offset() + (1usize << (self.rq_log + self.rq_stride_log))) as u64
     }
 
     /// What the QP can take, for the core's `ib_qp_cap`.
     pub(crate) fn write_cap(&self, cap: &mut bindings::ib_qp_cap) {
+        let rq = self.has_rq();
         cap.max_send_wr = 1 << self.sq_log;
-        cap.max_recv_wr = 1 << self.rq_log;
+        cap.max_recv_wr = if rq { 1 << self.rq_log } else { 0 };
         cap.max_send_sge = u32::from(self.max_sge);
-        cap.max_recv_sge = u32::from(self.max_sge);
+        cap.max_recv_sge = if rq { u32::from(self.max_sge) } else { 0 };
         cap.max_inline_data = u32::from(self.max_inline);
     }
 }
@@ -150,6 +168,9 @@ pub(crate) struct KQp {
     /// The port's Ethernet QP: SENDs of one frame each, checksum offload.
     eth: bool,
     signal_all: bool,
+    /// Receives from an SRQ: no receive queue of its own, and its receive completions name
+    /// slots of the SRQ (which frees them itself).
+    on_srq: bool,
     shape: Shape,
     /// The core's QP, for the completions the CQ reports (`ib_wc.qp`).
     core_qp: *mut bindings::ib_qp,
@@ -200,6 +221,7 @@ impl KQp {
         datagram: bool,
         eth: bool,
         signal_all: bool,
+        on_srq: bool,
         shape: Shape,
         core_qp: *mut bindings::ib_qp,
     ) -> Result<Arc<Self>> {
@@ -212,6 +234,7 @@ impl KQp {
                 datagram,
                 eth,
                 signal_all,
+                on_srq,
                 shape,
                 core_qp,
                 sq <- new_spinlock_irq!(Wq { pi: 0, ci: 0 }),
@@ -234,7 +257,9 @@ impl KQp {
     }
 
     pub(crate) fn recv_done(&self, index: u16) {
-        self.rq.lock().done(index);
+        if !self.on_srq {
+            self.rq.lock().done(index);
+        }
     }
 
     /// Rings `kind`'s doorbell with producer index `pi`.
@@ -243,16 +268,6 @@ impl KQp {
             | u64::from(kind) << uapi::QHCA_DB_TYPE_SHIFT
             | u64::from(pi & 0xffff) << uapi::QHCA_DB_INDEX_SHIFT;
         self.dev.ring_doorbell(self.uar, word);
-    }
-
-    /// Writes scatter entries at `off`.
-    fn write_sges(&self, sges: &[bindings::ib_sge], off: usize) {
-        for (i, s) in sges.iter().enumerate() {
-            let o = off + 16 * i;
-            self.ring.write64(s.addr, o);
-            self.ring.write32(s.length, o + 8);
-            self.ring.write32(s.lkey, o + 12);
-        }
     }
 
     /// `post_send`: see [`crate::rdma::Driver::post_send`].
@@ -402,7 +417,7 @@ impl KQp {
             }
             r.write32(total as u32, base + wqe::INLINE_LEN);
         } else {
-            self.write_sges(wr.sges, base + data_off);
+            self.ring.write_sges(wr.sges, base + data_off);
             r.write8(wr.sges.len() as u8, base + wqe::NUM_SGE);
         }
         r.write64(wr.wr_id, base + wqe::WR_ID);
@@ -457,6 +472,10 @@ impl KQp {
         wrs: &mut dyn Iterator<Item = Result<crate::rdma::RecvWr<'_>>>,
     ) -> core::result::Result<(), (Error, usize)> {
         let s = &self.shape;
+        if self.on_srq {
+            // Its receives are the SRQ's (`ib_post_srq_recv`).
+            return Err((EINVAL, 0));
+        }
         let mut rq = self.rq.lock();
         let start = rq.pi;
         let mut res = Ok(());
@@ -480,10 +499,7 @@ impl KQp {
             }
             let base = self.shape.rq_offset()
                 + (((rq.pi & ((1 << s.rq_log) - 1)) as usize) << s.rq_stride_log);
-            self.ring.write64(wr.wr_id, base);
-            self.ring.write32(wr.sges.len() as u32, base + 8);
-            self.ring.write32(0, base + 12);
-            self.write_sges(wr.sges, base + 16);
+            self.ring.write_recv_wqe(&wr, base);
             rq.pi = rq.pi.wrapping_add(1);
         }
         if rq.pi != start {

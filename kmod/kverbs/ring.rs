@@ -7,8 +7,9 @@
 //! gets wrong reads zero or writes nothing, it never strays), and volatile: the device reads
 //! and writes it under us.
 
-use crate::uapi;
+use crate::{rdma::RecvWr, uapi};
 use kernel::{
+    bindings,
     device::{Bound, Device},
     dma::{Coherent, CoherentBox},
     prelude::*,
@@ -123,6 +124,25 @@ impl KRing {
         for (i, &b) in bytes.iter().enumerate() {
             self.write8(b, off + i);
         }
+    }
+
+    /// Writes scatter entries at `off` (`struct qhca_sge` each).
+    pub(crate) fn write_sges(&self, sges: &[bindings::ib_sge], off: usize) {
+        for (i, s) in sges.iter().enumerate() {
+            let o = off + 16 * i;
+            self.write64(s.addr, o);
+            self.write32(s.length, o + 8);
+            self.write32(s.lkey, o + 12);
+        }
+    }
+
+    /// Writes receive WQE `wr` at `off` (`struct qhca_rwqe` and its scatter entries, as a QP's
+    /// receive queue and an SRQ hold them); the caller checked that it fits the slot.
+    pub(crate) fn write_recv_wqe(&self, wr: &RecvWr<'_>, off: usize) {
+        self.write64(wr.wr_id, off);
+        self.write32(wr.sges.len() as u32, off + 8);
+        self.write32(0, off + 12);
+        self.write_sges(wr.sges, off + 16);
     }
 
     /// Zeroes `len` bytes at `off` (within the ring).

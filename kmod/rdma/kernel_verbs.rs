@@ -8,7 +8,7 @@
 //! `ib_ud_wr`, follows
 //! from its QP's type and opcode, as in every driver), and the driver posts them in order.
 
-use super::{ah::ah_data, cq::IbCq, data, mr::mr_data, qp::qp_data, Driver};
+use super::{ah::ah_data, cq::IbCq, data, mr::mr_data, qp::qp_data, srq::IbSrq, Driver};
 use core::{ffi::c_int, mem::MaybeUninit};
 use kernel::{bindings, prelude::*};
 
@@ -17,6 +17,7 @@ pub(super) fn fill<T: Driver>(ops: &mut bindings::ib_device_ops) {
     ops.req_notify_cq = Some(req_notify_cq::<T>);
     ops.post_send = Some(post_send::<T>);
     ops.post_recv = Some(post_recv::<T>);
+    ops.post_srq_recv = Some(post_srq_recv::<T>);
 }
 
 /// What a send request does beyond its opcode's plain form.
@@ -261,12 +262,56 @@ unsafe extern "C" fn post_recv<T: Driver>(
 ) -> c_int {
     // SAFETY: A created QP of ours (the function's contract).
     let (dev, q) = unsafe { (data::<T>((*qp).device), qp_data::<T::Qp>(qp)) };
+    // SAFETY: The core's valid chain (the function's contract), for the call.
+    let mut chain = unsafe { recv_chain(wr) };
+    match dev.post_recv(q, &mut chain) {
+        Ok(()) => 0,
+        Err((e, n)) => {
+            // SAFETY: The chain holds the request that failed, past the `n` posted ones.
+            unsafe { report_bad(wr, n, bad) };
+            e.to_errno()
+        }
+    }
+}
+
+/// # Safety
+///
+/// Called by the RDMA core only, for a created kernel SRQ of ours, with a valid chain and `bad`
+/// valid for a write.
+unsafe extern "C" fn post_srq_recv<T: Driver>(
+    srq: *mut bindings::ib_srq,
+    wr: *const bindings::ib_recv_wr,
+    bad: *mut *const bindings::ib_recv_wr,
+) -> c_int {
+    // SAFETY: A created SRQ of ours (the function's contract).
+    let (dev, s) = unsafe { (data::<T>((*srq).device), IbSrq::<T::Srq>::data(srq)) };
+    // SAFETY: The core's valid chain (the function's contract), for the call.
+    let mut chain = unsafe { recv_chain(wr) };
+    match dev.post_srq_recv(s, &mut chain) {
+        Ok(()) => 0,
+        Err((e, n)) => {
+            // SAFETY: The chain holds the request that failed, past the `n` posted ones.
+            unsafe { report_bad(wr, n, bad) };
+            e.to_errno()
+        }
+    }
+}
+
+/// The receive requests of the chain at `wr`, read one at a time.
+///
+/// # Safety
+///
+/// `wr` is null or the first of a valid chain of receive requests, each valid (with its
+/// scatter list) and unchanged for `'a`.
+unsafe fn recv_chain<'a>(
+    wr: *const bindings::ib_recv_wr,
+) -> impl Iterator<Item = Result<RecvWr<'a>>> {
     let mut cur = wr;
-    let mut chain = core::iter::from_fn(|| {
+    core::iter::from_fn(move || {
         if cur.is_null() {
             return None;
         }
-        // SAFETY: A request of the core's chain (the function's contract), valid for the call.
+        // SAFETY: A request of the chain (the function's contract).
         let w = unsafe { &*cur };
         cur = w.next;
         Some(
@@ -277,15 +322,7 @@ unsafe extern "C" fn post_recv<T: Driver>(
                 sges,
             }),
         )
-    });
-    match dev.post_recv(q, &mut chain) {
-        Ok(()) => 0,
-        Err((e, n)) => {
-            // SAFETY: The chain holds the request that failed, past the `n` posted ones.
-            unsafe { report_bad(wr, n, bad) };
-            e.to_errno()
-        }
-    }
+    })
 }
 
 /// # Safety

@@ -85,8 +85,9 @@ pub(super) unsafe extern "C" fn create_qp<T: Driver>(
         // Every RC and UD QP has both CQs; no XRC.
         return EOPNOTSUPP.to_errno();
     }
-    // SAFETY: Null, or an SRQ of ours that the core looked up among the context's live objects
-    // (and counts as used by the QP from now on), created since only user SRQs are.
+    // SAFETY: Null, or a created SRQ of ours that the core looked up among the context's live
+    // objects, or a kernel consumer's (which holds it), and counts as used by the QP from now
+    // on.
     let srq = (!init.srq.is_null()).then(|| unsafe { IbSrq::<T::Srq>::data(init.srq) });
     let Some(ptr) = NonNull::new(qp) else {
         return EINVAL.to_errno();
@@ -105,11 +106,7 @@ pub(super) unsafe extern "C" fn create_qp<T: Driver>(
         if !dev.kernel_verbs() {
             return EOPNOTSUPP.to_errno();
         }
-        if srq.is_some() {
-            // No kernel SRQ can exist yet.
-            return EOPNOTSUPP.to_errno();
-        }
-        dev.create_kernel_qp(pd, QpEvents(ptr), init, send_cq, recv_cq)
+        dev.create_kernel_qp(pd, QpEvents(ptr), init, send_cq, recv_cq, srq)
     } else {
         // SAFETY: `udata` is the command's, valid for the call.
         let mut udata = unsafe { udata_of(udata) };

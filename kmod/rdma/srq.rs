@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Shared receive queues (`ib_srq`) of user contexts, and the way back from the device's limit
-//! events to the core ([`SrqEvents`]). Kernel consumers' SRQs are not offered yet (`create_srq`
-//! without user data is `EOPNOTSUPP`, and without `post_srq_recv` the core has no path to one).
+//! Shared receive queues (`ib_srq`) of user contexts and of kernel consumers (whose receives
+//! come through `post_srq_recv`: [`super::kernel_verbs`]), and the way back from the device's
+//! limit events to the core ([`SrqEvents`]).
 
 use super::{data, errno, pd::pd_data, ucontext::udata_of, Driver};
 use core::{ffi::c_int, mem::MaybeUninit, ptr::NonNull};
@@ -72,23 +72,27 @@ pub(super) unsafe extern "C" fn create_srq<T: Driver>(
 ) -> c_int {
     // SAFETY: The core's attributes, valid for the call.
     let init = unsafe { &mut *init };
-    if udata.is_null() || init.srq_type != bindings::ib_srq_type_IB_SRQT_BASIC {
-        // Kernel consumers' SRQs, XRC and tag matching: not on this device yet.
+    if init.srq_type != bindings::ib_srq_type_IB_SRQT_BASIC {
+        // XRC and tag matching: not on this device yet.
         return EOPNOTSUPP.to_errno();
     }
     let Some(ptr) = NonNull::new(srq) else {
         return EINVAL.to_errno();
     };
     // SAFETY: Our device and a PD of ours (the core looked it up among the context's live
-    // objects, and holds it for the call); `udata` is the command's, valid for the call.
-    let (dev, pd, mut udata) = unsafe {
-        (
-            data::<T>((*srq).device),
-            pd_data::<T::Pd>((*srq).pd),
-            udata_of(udata),
-        )
+    // objects, or a kernel consumer holds it, for the call).
+    let (dev, pd) = unsafe { (data::<T>((*srq).device), pd_data::<T::Pd>((*srq).pd)) };
+    let made = if udata.is_null() {
+        if !dev.kernel_verbs() {
+            return EOPNOTSUPP.to_errno();
+        }
+        dev.create_kernel_srq(pd, SrqEvents(ptr), &mut init.attr)
+    } else {
+        // SAFETY: `udata` is the command's, valid for the call.
+        let mut udata = unsafe { udata_of(udata) };
+        dev.create_srq(pd, SrqEvents(ptr), &mut init.attr, &mut udata)
     };
-    match dev.create_srq(pd, SrqEvents(ptr), &mut init.attr, &mut udata) {
+    match made {
         Ok(s) => {
             // SAFETY: The core allocated an `IbSrq<T::Srq>`; `data` is written once, here.
             unsafe { (*srq.cast::<IbSrq<T::Srq>>()).data.write(s) };

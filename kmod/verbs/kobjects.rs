@@ -13,7 +13,7 @@ use crate::{
     cmdq::Cmd,
     kverbs::ring::KRing,
     limits::Pool,
-    rdma::{CqEvents, QpEvents},
+    rdma::{CqEvents, QpEvents, SrqEvents},
     uapi,
 };
 use kernel::{prelude::*, sync::Arc};
@@ -58,6 +58,28 @@ impl Verbs<'_> {
             return Err(EINVAL);
         }
         self.create_qp_in(a, RingMem::Kernel(ring), route)
+    }
+
+    /// A kernel SRQ of `2^log` slots of `2^stride_log` bytes holding `max_sge` scatter entries
+    /// each, in PD `pdn`, with its slots and record in `ring`, whose limit events go to the
+    /// core's SRQ `route`: its number. Only in the kernel context.
+    pub(crate) fn create_kernel_srq(
+        &self,
+        pdn: u32,
+        log: u8,
+        stride_log: u8,
+        max_sge: u16,
+        ring: Arc<KRing>,
+        route: SrqEvents,
+    ) -> Result<u32> {
+        if !self.ctx.kernel {
+            return Err(EINVAL);
+        }
+        let bytes = self.check_srq(log, stride_log, max_sge)?;
+        if ((ring.npages() as u64) << uapi::QHCA_PAGE_SHIFT) < bytes {
+            return Err(EINVAL);
+        }
+        self.create_srq_in(pdn, log, stride_log, max_sge, RingMem::Kernel(ring), route)
     }
 
     /// A physical region of PD `pdn` over every DMA address, with `access` (`QHCA_ACCESS_*`

@@ -31,10 +31,16 @@ use crate::{bail, check, require};
 
 /// The cases of this section, in order.
 pub fn cases() -> Vec<Case<Config>> {
-    vec![Case {
-        name: "nvme_rdma_loopback",
-        run: nvme_rdma_loopback,
-    }]
+    vec![
+        Case {
+            name: "nvme_rdma_loopback",
+            run: |t, cfg| nvme_rdma_loopback(t, cfg, false),
+        },
+        Case {
+            name: "nvme_rdma_loopback_srq",
+            run: |t, cfg| nvme_rdma_loopback(t, cfg, true),
+        },
+    ]
 }
 
 const NQN: &str = "nqn.2026-11.io.qhca:loopback";
@@ -148,11 +154,17 @@ fn run_limited(prog: &str, args: &[&str], limit: Duration) -> Result<std::proces
 /// with `dd` and compared, `nvme disconnect`; then a second connection, and the driver unbound
 /// under it: the unbind returns, the host's controller goes, the target's listener goes; the
 /// target is taken apart, every NVMe module unloads, and the driver binds again.
-fn nvme_rdma_loopback(t: &mut T, cfg: &Config) -> CaseResult {
+///
+/// With `srq`, the target receives through shared receive queues of the driver's kernel verbs
+/// (nvmet-rdma's `use_srq=1`: one SRQ of 1024 WQEs that every queue's QP takes its commands
+/// from, posted with `ib_post_srq_recv`): `rdma resource show srq` lists nvmet-rdma's SRQ on
+/// the device while the host is connected.
+fn nvme_rdma_loopback(t: &mut T, cfg: &Config, srq: bool) -> CaseResult {
     let bdf = system::pci_bdf(cfg)?;
-    for m in ["nvmet", "nvmet-rdma", "nvme-rdma"] {
-        sh_ok("modprobe", &[m])?;
-    }
+    sh_ok("modprobe", &["nvmet"])?;
+    let use_srq = format!("use_srq={}", u8::from(srq));
+    sh_ok("modprobe", &["nvmet-rdma", &use_srq])?;
+    sh_ok("modprobe", &["nvme-rdma"])?;
     if !Path::new(NVMET).exists() {
         sh_ok("mount", &["-t", "configfs", "none", "/sys/kernel/config"])?;
     }
@@ -165,6 +177,18 @@ fn nvme_rdma_loopback(t: &mut T, cfg: &Config) -> CaseResult {
         require!(t, up, "nvmet-rdma never listened on {ADDR}:{PORT}");
         let ctrl = connect()?;
         let res = io(t, &ctrl);
+        if srq {
+            let out = sh("rdma", &["resource", "show", "srq"])?;
+            let s = text(&out);
+            let dev = ib_device_of(&bdf).unwrap_or_default();
+            check!(
+                t,
+                s.lines()
+                    .any(|l| l.contains(&format!("dev {dev} ")) && l.contains("nvmet_rdma")),
+                "no SRQ of nvmet-rdma on {dev}: {}",
+                describe(&out)
+            );
+        }
         let out = run_limited("nvme", &["disconnect", "-n", NQN], Duration::from_secs(60))?;
         check!(
             t,
