@@ -35,8 +35,8 @@ use crate::layout::SrqLayout;
 use crate::mem::PageBuf;
 use crate::pd::{Pd, PdInner};
 use crate::request::Request;
-use crate::wq::Tracker;
-use crate::wqe::{check_recv_wr, encode_recv_wqe, RecvWr};
+use crate::wq::{write_recv_wqes, RecvRing, Tracker};
+use crate::wqe::RecvWr;
 use crate::{DbType, DbWord};
 
 /// Offset of `ci` in the doorbell record, from the bindings.
@@ -172,30 +172,28 @@ impl SrqQueue {
     /// the ones before it are posted (and rung) and the error names its index and the reason, as
     /// rdma-core's `bad_wr`.
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        let mut result = Ok(());
-        let mut posted = 0;
-        for (i, wr) in wrs.iter().enumerate() {
-            if let Err(reason) = check_recv_wr(wr, self.layout.max_sge) {
-                result = Err(PostError { index: i, reason });
-                break;
-            }
-            if self.slots.free() == 0 && self.refresh() == 0 {
-                let reason = PostReason::QueueFull {
-                    outstanding: self.slots.outstanding(),
-                    depth: self.slots.depth(),
-                };
-                result = Err(PostError { index: i, reason });
-                break;
-            }
-            let index = self.slots.push();
-            encode_recv_wqe(self.slot(index), wr);
-            posted += 1;
-        }
+        let max_sge = self.layout.max_sge;
+        let (posted, result) = write_recv_wqes(self, wrs, max_sge);
         if posted > 0 {
             let pi = self.slots.head() & 0xffff;
             self.db.ring(DbWord::new(DbType::Srq, self.srqn, pi).raw());
         }
         result
+    }
+}
+
+impl RecvRing for SrqQueue {
+    fn tracker(&mut self) -> &mut Tracker {
+        &mut self.slots
+    }
+
+    /// The record's index, read again.
+    fn more_room(&mut self) -> u32 {
+        self.refresh()
+    }
+
+    fn slot(&mut self, index: u32) -> &mut [u8] {
+        SrqQueue::slot(self, index)
     }
 }
 

@@ -30,6 +30,73 @@ use crate::qp::QpType;
 use crate::wqe::{check_recv_wr, check_send_wr, encode_recv_wqe, encode_send_wqe, RecvWr, SendWr};
 use crate::{DbType, DbWord};
 
+/// A ring receive WQEs are written into: a QP's receive queue or an SRQ ([`write_recv_wqes`]).
+pub(crate) trait RecvRing {
+    /// The ring's free-slot accounting.
+    fn tracker(&mut self) -> &mut Tracker;
+    /// Asked once the tracker sees no free slot: frees what the device says it is done with
+    /// and returns how many (an SRQ reads its doorbell record; a QP's receive queue learns of
+    /// free slots from its CQEs alone, and has nothing to ask).
+    fn more_room(&mut self) -> u32;
+    /// The slot of free-running index `index`, which the caller took from the tracker.
+    fn slot(&mut self, index: u32) -> &mut [u8];
+}
+
+/// Writes receive requests into `ring` in order, each checked against `max_sge` and encoded into
+/// the next free slot, until one is malformed or no slot is free: the loop of a QP's receive
+/// queue and of an SRQ, whose callers ring the doorbell once if any was written. Returns how
+/// many were written, and the error that stopped the loop (its index and reason, as
+/// rdma-core's `bad_wr`).
+pub(crate) fn write_recv_wqes(
+    ring: &mut impl RecvRing,
+    wrs: &[RecvWr<'_>],
+    max_sge: u32,
+) -> (u32, Result<(), PostError>) {
+    for (i, wr) in wrs.iter().enumerate() {
+        let reason = match check_recv_wr(wr, max_sge) {
+            Err(reason) => reason,
+            Ok(()) if ring.tracker().free() == 0 && ring.more_room() == 0 => {
+                let t = ring.tracker();
+                PostReason::QueueFull {
+                    outstanding: t.outstanding(),
+                    depth: t.depth(),
+                }
+            }
+            Ok(()) => {
+                let index = ring.tracker().push();
+                encode_recv_wqe(ring.slot(index), wr);
+                continue;
+            }
+        };
+        // At most 2^15 slots: `i` requests were written before this one.
+        return (i as u32, Err(PostError { index: i, reason }));
+    }
+    (wrs.len() as u32, Ok(()))
+}
+
+/// A QP's receive queue while its tracker is locked: the ring [`WorkQueues::post_recv`] writes.
+struct QpRecvRing<'a> {
+    tracker: &'a mut Tracker,
+    base: *mut u8,
+    layout: &'a QpLayout,
+}
+
+impl RecvRing for QpRecvRing<'_> {
+    fn tracker(&mut self) -> &mut Tracker {
+        self.tracker
+    }
+
+    fn more_room(&mut self) -> u32 {
+        0
+    }
+
+    fn slot(&mut self, index: u32) -> &mut [u8] {
+        // The caller holds `&mut WorkQueues` (this borrows from it) and took `index` from the
+        // tracker: `WorkQueues::slot`'s requirements.
+        WorkQueues::slot(self.base, self.layout, true, index)
+    }
+}
+
 /// Free-slot accounting of one ring (send or receive).
 #[derive(Debug)]
 pub(crate) struct Tracker {
@@ -306,25 +373,12 @@ impl WorkQueues {
             };
         };
         let mut rq = lock(rq);
-        let mut result = Ok(());
-        let mut posted = 0;
-        for (i, wr) in wrs.iter().enumerate() {
-            if let Err(reason) = check_recv_wr(wr, self.layout.max_sge) {
-                result = Err(PostError { index: i, reason });
-                break;
-            }
-            if rq.free() == 0 {
-                let reason = PostReason::QueueFull {
-                    outstanding: rq.outstanding(),
-                    depth: rq.depth(),
-                };
-                result = Err(PostError { index: i, reason });
-                break;
-            }
-            let index = rq.push();
-            encode_recv_wqe(Self::slot(self.base, &self.layout, true, index), wr);
-            posted += 1;
-        }
+        let mut ring = QpRecvRing {
+            tracker: &mut rq,
+            base: self.base,
+            layout: &self.layout,
+        };
+        let (posted, result) = write_recv_wqes(&mut ring, wrs, self.layout.max_sge);
         if posted > 0 {
             self.db
                 .ring(DbWord::new(DbType::Rq, self.qpn, rq.head() & 0xffff).raw());

@@ -206,18 +206,7 @@ out:
     if (ah_g) {
         ibv_destroy_ah(ah_g);
     }
-    if (a) {
-        ibv_destroy_qp(a);
-    }
-    if (b) {
-        ibv_destroy_qp(b);
-    }
-    if (cq_a) {
-        ibv_destroy_cq(cq_a);
-    }
-    if (cq_b) {
-        ibv_destroy_cq(cq_b);
-    }
+    pair_destroy(&(struct pair){ .a = a, .b = b, .cq_a = cq_a, .cq_b = cq_b });
     region_free(&r);
     return ret;
 }

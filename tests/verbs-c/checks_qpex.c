@@ -185,8 +185,10 @@ int check_qp_ex(struct env *e)
     TRY(expect_quiet(cq_a, QUIET_MS, "an aborted batch"));
     TRY(expect_quiet(cq_b, 0, "an aborted batch"));
 
-    /* Too many SGEs: ibv_wr_complete fails, and not even the WRITE before
-     * the bad request is posted. */
+    /*
+     * Too many SGEs: ibv_wr_complete fails, and not even the WRITE before
+     * the bad request is posted.
+     */
     CHECK(cap.max_send_sge < sizeof(many) / sizeof(many[0]),
           "max_send_sge %u", cap.max_send_sge);
     for (i = 0; i <= cap.max_send_sge; i++) {
@@ -201,7 +203,8 @@ int check_qp_ex(struct env *e)
     ibv_wr_send(qx);
     ibv_wr_set_sge_list(qx, cap.max_send_sge + 1, many);
     rc = ibv_wr_complete(qx);
-    CHECK(rc == EINVAL, "ibv_wr_complete with %u SGEs: %d (%s), expected EINVAL",
+    CHECK(rc == EINVAL,
+          "ibv_wr_complete with %u SGEs: %d (%s), expected EINVAL",
           cap.max_send_sge + 1, rc, strerror(rc));
     TRY(expect_quiet(cq_a, QUIET_MS, "a failed batch"));
     TRY(expect_quiet(cq_b, 0, "a failed batch"));
@@ -220,18 +223,7 @@ int check_qp_ex(struct env *e)
     TRY(recv_ok(&wc[0], 102, 16, 0));
     ret = 0;
 out:
-    if (a) {
-        ibv_destroy_qp(a);
-    }
-    if (b) {
-        ibv_destroy_qp(b);
-    }
-    if (cq_a) {
-        ibv_destroy_cq(cq_a);
-    }
-    if (cq_b) {
-        ibv_destroy_cq(cq_b);
-    }
+    pair_destroy(&(struct pair){ .a = a, .b = b, .cq_a = cq_a, .cq_b = cq_b });
     region_free(&r);
     return ret;
 }
@@ -320,18 +312,7 @@ out:
     if (ah) {
         ibv_destroy_ah(ah);
     }
-    if (a) {
-        ibv_destroy_qp(a);
-    }
-    if (b) {
-        ibv_destroy_qp(b);
-    }
-    if (cq_a) {
-        ibv_destroy_cq(cq_a);
-    }
-    if (cq_b) {
-        ibv_destroy_cq(cq_b);
-    }
+    pair_destroy(&(struct pair){ .a = a, .b = b, .cq_a = cq_a, .cq_b = cq_b });
     region_free(&r);
     return ret;
 }

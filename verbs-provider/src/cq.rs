@@ -332,13 +332,25 @@ pub(crate) unsafe extern "C" fn create_cq(
             size_of_val(&resp),
         )
     };
+    // SAFETY: `cq` is ours, not handed out; `ret` is the command's answer.
+    unsafe { created(cq, ret, resp.drv.cqn) }.cast()
+}
+
+/// The end of both create ops: the CQ the kernel made (`ret` 0), numbered `cqn`; otherwise NULL
+/// with errno `ret`, the CQ freed.
+///
+/// # Safety
+///
+/// `cq` came from [`Cq::alloc`] and was not handed out; if `ret` is not 0 the kernel never had
+/// its ring.
+unsafe fn created(cq: *mut Cq, ret: c_int, cqn: u32) -> *mut Cq {
     if ret != 0 {
-        // SAFETY: ours, not handed out; the kernel never had the ring.
+        // SAFETY: the caller's promise.
         return unsafe { discard(cq, ret) };
     }
-    // SAFETY: ours.
-    unsafe { (*cq).cqn = resp.drv.cqn };
-    cq.cast()
+    // SAFETY: ours (the caller's promise), not shared yet.
+    unsafe { (*cq).cqn = cqn };
+    cq
 }
 
 /// The work-completion fields `create_cq_ex` honours: `IBV_WC_STANDARD_FLAGS`.
@@ -416,13 +428,8 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
             0,
         )
     };
-    if ret != 0 {
-        // SAFETY: ours, not handed out; the kernel never had the ring.
-        return unsafe { discard(cq, ret) };
-    }
-    // SAFETY: ours.
-    unsafe { (*cq).cqn = resp.drv.cqn };
-    cq.cast()
+    // SAFETY: `cq` is ours, not handed out; `ret` is the command's answer.
+    unsafe { created(cq, ret, resp.drv.cqn) }.cast()
 }
 
 /// `destroy_cq`: libibverbs refuses it while QPs use the CQ (the kernel counts them); `EBUSY`

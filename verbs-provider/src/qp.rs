@@ -308,9 +308,18 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
     if pd.is_null() || unsafe { (*pd).context } != ibctx {
         return fail(libc::EINVAL);
     }
-    // SAFETY: the program's PD, of this context, and attributes, whose prefix is `struct
-    // ibv_qp_init_attr` (checked at compile time above).
-    unsafe { create(pd, attr.cast(), attr, ex) }
+    // libibverbs's command takes no create flags' bit (`check_attr` let it through with no
+    // flag set): the command gets a copy without it, and the program the capabilities back.
+    // SAFETY: the program's attributes, copied out (plain data).
+    let mut local = unsafe { *attr };
+    local.comp_mask &= !IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    let lp: *mut ibv_qp_init_attr_ex = &mut local;
+    // SAFETY: the program's PD, of this context; `local` is live for the call and its prefix is
+    // `struct ibv_qp_init_attr` (checked at compile time above).
+    let qp = unsafe { create(pd, lp.cast(), lp, ex) };
+    // SAFETY: the program's attributes: what the QP has (or, on failure, what it asked).
+    unsafe { (*attr).cap = local.cap };
+    qp
 }
 
 /// What the two create ops share. `init` is the program's attributes, read and written as

@@ -68,9 +68,9 @@ const UD_SEND_OPS: u64 = (IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM) as
 const MAX_MSG: u64 = 1 << 31;
 
 /// Whether `create_qp_ex` honours `a`, or the errno it refuses it with: unknown `comp_mask` bits
-/// and a missing PD are `EINVAL`; XRC, create flags, TSO, RSS and send ops the QP's type does
-/// not have in qhca are `EOPNOTSUPP` (rxe's answer). The QP type and the rest are
-/// `create_qp`'s.
+/// and a missing PD are `EINVAL`; XRC, create flags (the mask's bit with no flag set is
+/// honoured: it asks for nothing), TSO, RSS and send ops the QP's type does not have in qhca are
+/// `EOPNOTSUPP` (rxe's answer). The QP type and the rest are `create_qp`'s.
 pub(crate) fn check_attr(a: &ibv_qp_init_attr_ex) -> Result<(), c_int> {
     let known = IBV_QP_INIT_ATTR_PD
         | IBV_QP_INIT_ATTR_XRCD
@@ -82,7 +82,11 @@ pub(crate) fn check_attr(a: &ibv_qp_init_attr_ex) -> Result<(), c_int> {
     if a.comp_mask & !known != 0 || a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
         return Err(libc::EINVAL);
     }
-    if a.comp_mask & !(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0 {
+    let mut honoured = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if a.create_flags == 0 {
+        honoured |= IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    }
+    if a.comp_mask & !honoured != 0 {
         return Err(libc::EOPNOTSUPP);
     }
     if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {

@@ -315,7 +315,8 @@ fn ud_requests_need_an_address_and_fit_the_mtu() {
 }
 
 /// `create_qp_ex`'s attributes: the PD is required, unknown bits are `EINVAL`, features qhca
-/// lacks and send ops the QP's type does not have are `EOPNOTSUPP`.
+/// lacks and send ops the QP's type does not have are `EOPNOTSUPP`; the create flags' bit
+/// with no flag set passes.
 #[test]
 fn create_attributes_are_checked() {
     let attr = |comp_mask: u32, qp_type: ibv_qp_type, ops: u32| ibv_qp_init_attr_ex {
@@ -342,8 +343,16 @@ fn create_attributes_are_checked() {
             Err(libc::EINVAL),
         ),
         (attr(pd_ops | 1 << 20, IBV_QPT_RC, 0), Err(libc::EINVAL)),
+        // The create flags' bit with no flag asks for nothing (pyverbs sets it so).
         (
             attr(pd_ops | IBV_QP_INIT_ATTR_CREATE_FLAGS, IBV_QPT_RC, 0),
+            Ok(()),
+        ),
+        (
+            ibv_qp_init_attr_ex {
+                create_flags: IBV_QP_CREATE_SCATTER_FCS,
+                ..attr(pd_ops | IBV_QP_INIT_ATTR_CREATE_FLAGS, IBV_QPT_RC, 0)
+            },
             Err(libc::EOPNOTSUPP),
         ),
         (
