@@ -489,6 +489,15 @@ impl QhcaDevice {
         }
     }
 
+    /// Rings doorbell `kind` (`QHCA_DB_*`) of queue `queue` (a QP, CQ or SRQ number) with
+    /// `index` on doorbell page `uar`: the word the ABI lays out.
+    pub(crate) fn ring_queue(&self, uar: u32, queue: u32, kind: u32, index: u32) {
+        let word = u64::from(queue)
+            | u64::from(kind) << uapi::QHCA_DB_TYPE_SHIFT
+            | u64::from(index) << uapi::QHCA_DB_INDEX_SHIFT;
+        self.ring_doorbell(uar, word);
+    }
+
     /// Bus address of doorbell page `uar` (checked against BAR2 at probe).
     pub(crate) fn uar_phys(&self, uar: u32) -> u64 {
         self.uar_phys + (u64::from(uar) << uapi::QHCA_UAR_PAGE_SHIFT)

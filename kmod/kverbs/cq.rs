@@ -218,10 +218,8 @@ impl KCq {
     /// as well (an event too many is allowed).
     pub(crate) fn arm(&self, report_missed: bool) -> bool {
         let st = self.state.lock();
-        let word = u64::from(self.cqn)
-            | u64::from(uapi::QHCA_DB_CQ_ARM) << uapi::QHCA_DB_TYPE_SHIFT
-            | u64::from(st.ci) << uapi::QHCA_DB_INDEX_SHIFT;
-        self.dev.ring_doorbell(self.uar, word);
+        self.dev
+            .ring_queue(self.uar, self.cqn, uapi::QHCA_DB_CQ_ARM, st.ci);
         report_missed && self.ready(st.ci)
     }
 }

@@ -264,10 +264,7 @@ impl KQp {
 
     /// Rings `kind`'s doorbell with producer index `pi`.
     fn ring_doorbell(&self, kind: u32, pi: u32) {
-        let word = u64::from(self.qpn)
-            | u64::from(kind) << uapi::QHCA_DB_TYPE_SHIFT
-            | u64::from(pi & 0xffff) << uapi::QHCA_DB_INDEX_SHIFT;
-        self.dev.ring_doorbell(self.uar, word);
+        self.dev.ring_queue(self.uar, self.qpn, kind, pi & 0xffff);
     }
 
     /// `post_send`: see [`crate::rdma::Driver::post_send`].

@@ -130,10 +130,8 @@ impl KSrq {
             idx.pi = idx.pi.wrapping_add(1);
         }
         if idx.pi != start {
-            let word = u64::from(self.srqn)
-                | u64::from(uapi::QHCA_DB_SRQ) << uapi::QHCA_DB_TYPE_SHIFT
-                | u64::from(idx.pi & 0xffff) << uapi::QHCA_DB_INDEX_SHIFT;
-            self.dev.ring_doorbell(self.uar, word);
+            self.dev
+                .ring_queue(self.uar, self.srqn, uapi::QHCA_DB_SRQ, idx.pi & 0xffff);
         }
         res
     }
