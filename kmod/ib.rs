@@ -407,6 +407,16 @@ unsafe impl rdma::Driver for QhcaIb {
         objects::create_cq(&uctx.ctx, ev, attr, udata)
     }
 
+    fn resize_cq(
+        &self,
+        cq: &objects::QhcaCq,
+        cqe: u32,
+        udata: &mut rdma::Udata<'_>,
+        moved: &mut dyn FnMut(u32),
+    ) -> Result {
+        cq.resize(cqe, udata, moved)
+    }
+
     fn destroy_cq(&self, cq: &objects::QhcaCq) -> Result {
         cq.destroy()
     }

@@ -134,6 +134,15 @@ pub(crate) unsafe trait Driver: Send + Sync + Sized {
         attr: &CqAttr,
         udata: &mut Udata<'_>,
     ) -> Result<(Self::Cq, u32)>;
+    /// `resize_user_cq`: the CQ moves to a ring of at least `cqe` entries that `udata` names;
+    /// `moved` is told its number of entries while the CQ cannot move again.
+    fn resize_cq(
+        &self,
+        cq: &Self::Cq,
+        cqe: u32,
+        udata: &mut Udata<'_>,
+        moved: &mut dyn FnMut(u32),
+    ) -> Result;
     /// `destroy_cq`: `ev` is dropped before this returns success.
     fn destroy_cq(&self, cq: &Self::Cq) -> Result;
 
@@ -534,6 +543,7 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         ops.size_ib_pd = core::mem::size_of::<IbPd<T::Pd>>();
         ops.create_cq = Some(cq::create_cq::<T>);
         ops.create_user_cq = Some(cq::create_user_cq::<T>);
+        ops.resize_user_cq = Some(cq::resize_user_cq::<T>);
         ops.destroy_cq = Some(cq::destroy_cq::<T>);
         ops.size_ib_cq = core::mem::size_of::<cq::IbCq<T::Cq>>();
         ops.create_qp = Some(qp::create_qp::<T>);

@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Verbs objects of one context: protection domains, memory regions ([`mr`]) and windows
-//! ([`mw`]), completion queues, queue pairs ([`qp`]), shared receive queues ([`srq`]) and
-//! address handles ([`ah`]), created and
-//! destroyed by the RDMA core's operations on a user context of the `ib_device` ([`crate::ib`]
-//! translates the core's arguments to qhca's); the core's destroys go through
-//! [`Verbs::destroy_or_stop`].
+//! ([`mw`]), completion queues ([`cq`]), queue pairs ([`qp`]), shared receive queues ([`srq`])
+//! and address handles ([`ah`]), created and destroyed by the RDMA core's operations on a user
+//! context of the `ib_device` ([`crate::ib`] translates the core's arguments to qhca's); the
+//! core's destroys go through [`Verbs::destroy_or_stop`].
 //!
 //! The device holds the objects' state; the driver keeps, per context, what it must undo when the
 //! context goes away (the handles, the pinned memory, the event routes) and enforces the destroy
@@ -21,6 +20,7 @@
 //! the command.
 
 mod ah;
+mod cq;
 mod kobjects;
 mod mr;
 mod mw;
@@ -28,18 +28,12 @@ mod qp;
 mod srq;
 
 use crate::{
-    cmdq::Cmd,
-    context::Ctx,
-    device::QhcaDevice,
-    kverbs::ring::KRing,
-    limits::Pool,
-    pagelist::{span_pages, PageList},
-    rdma::CqEvents,
-    shim::Umem,
-    uapi,
+    cmdq::Cmd, context::Ctx, device::QhcaDevice, kverbs::ring::KRing, limits::Pool,
+    pagelist::PageList, shim::Umem, uapi,
 };
 use ah::Ah;
 pub(crate) use ah::{av_to_le, check_av};
+use cq::Cq;
 use kernel::{
     device::{Bound, Device},
     dma::{Coherent, CoherentBox},
@@ -52,11 +46,6 @@ use mr::{Mr, MrMem};
 use mw::Mw;
 use qp::Qp;
 use srq::Srq;
-
-struct Cq {
-    cqn: u32,
-    _mem: RingMem,
-}
 
 /// The memory of a CQ's or QP's rings: the process's, pinned (unpinned when dropped), or the
 /// driver's own for a kernel object (freed when the last holder drops it). Either way it is
@@ -327,45 +316,6 @@ impl<'a> Verbs<'a> {
                 self.forget(&mut self.objs.lock(), op, h, true);
             }
         }
-    }
-
-    /// A CQ as `a` describes it (its header, eventfd and output fields ignored), whose events
-    /// go to the core's CQ `route`: its number.
-    pub(crate) fn create_cq(&self, a: &uapi::qhca_ioc_create_cq, route: CqEvents) -> Result<u32> {
-        let log = a.log_entries;
-        let bytes = page_align((u64::from(uapi::QHCA_CQE_SIZE) << log.min(31)) + 64);
-        if !(uapi::QHCA_CQ_MIN_LOG..=uapi::QHCA_CQ_MAX_LOG).contains(&log)
-            || (1u32 << log) > self.dev.attr()?.max_cqe.max(2)
-            || a.buf_addr % u64::from(uapi::QHCA_PAGE_SIZE) != 0
-            || a.buf_len != bytes
-        {
-            return Err(EINVAL);
-        }
-        span_pages(a.buf_addr, a.buf_len)?;
-        let mem = Umem::pin(a.buf_addr, a.buf_len, true)?;
-        self.create_cq_in(log, RingMem::User(mem), route)
-    }
-
-    /// CREATE_CQ of `2^log` entries in `mem`, checked by the caller: its number.
-    fn create_cq_in(&self, log: u32, mut mem: RingMem, route: CqEvents) -> Result<u32> {
-        self.locked(|bound, objs| {
-            objs.cqs.reserve(1, GFP_KERNEL)?;
-            self.ctx.reserve()?;
-            let list = mem.page_list(bound)?;
-            let args = uapi::qhca_cmd_create_cq {
-                uar: self.uar.to_le(),
-                log_entries: log.to_le(),
-                npages: list.npages().to_le(),
-                pages_addr: list.dma_address().to_le(),
-                ..Default::default()
-            };
-            let cmd = Cmd::new(uapi::QHCA_CMD_CREATE_CQ).input_struct(&args);
-            let cqn = self.charged(Pool::Cqs, || self.create(cmd, "cqn"))?;
-            // Neither can fail: room was reserved above.
-            self.ctx.add_cq(cqn, route)?;
-            objs.cqs.push(Cq { cqn, _mem: mem }, GFP_KERNEL)?;
-            Ok(cqn)
-        })
     }
 
     /// Runs a query command into a fresh buffer of `SIZE` bytes and returns what the device wrote.

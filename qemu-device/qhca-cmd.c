@@ -413,6 +413,8 @@ static uint8_t qhca_cmd_exec(QhcaState *s, const struct qhca_cmd *cmd,
         return qhca_cmd_port(s, cmd);
     case QHCA_CMD_CREATE_SRQ ... QHCA_CMD_DESTROY_SRQ:
         return qhca_cmd_srq(s, cmd, data, pl);
+    case QHCA_CMD_RESIZE_CQ:
+        return qhca_cmd_cq(s, cmd, data, pl);
     default:
         return QHCA_CMD_BAD_OPCODE;
     }

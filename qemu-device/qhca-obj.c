@@ -30,10 +30,6 @@
 #include "qhca.h"
 #include "trace.h"
 
-#define QHCA_CQ_LIMIT_LOG 16    /* QHCA_LIMIT_MAX_CQE */
-
-QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_CQE != 1u << QHCA_CQ_LIMIT_LOG);
-QEMU_BUILD_BUG_ON(QHCA_CQ_LIMIT_LOG > QHCA_CQ_MAX_LOG);
 QEMU_BUILD_BUG_ON(QHCA_LIMIT_MAX_QP != 1u << QHCA_QPN_INDEX_BITS);
 QEMU_BUILD_BUG_ON(QHCA_PL_PAGE_ENTRIES * sizeof(uint64_t) != QHCA_PAGE_SIZE);
 
@@ -60,11 +56,6 @@ bool qhca_objects_exist(const QhcaState *s)
 QhcaPd *qhca_pd_lookup(QhcaState *s, uint64_t pdn)
 {
     return pdn < QHCA_LIMIT_MAX_PD && s->pd[pdn].in_use ? &s->pd[pdn] : NULL;
-}
-
-QhcaCq *qhca_cq_lookup(QhcaState *s, uint32_t cqn)
-{
-    return cqn < QHCA_LIMIT_MAX_CQ && s->cq[cqn].in_use ? &s->cq[cqn] : NULL;
 }
 
 /*
@@ -285,92 +276,6 @@ static uint8_t qhca_cmd_dealloc_pd(QhcaState *s, const struct qhca_cmd *cmd)
     return QHCA_CMD_OK;
 }
 
-/* ------------------------------------------------------------------------ */
-/* completion queues                                                        */
-
-static uint8_t qhca_cmd_create_cq(QhcaState *s, const struct qhca_cmd *cmd,
-                                  uint64_t *data, QhcaPageList *pl)
-{
-    struct qhca_cmd_create_cq in;
-    uint32_t uar, log, npages, i;
-    uint64_t bytes;
-    QhcaCq *cq = NULL;
-
-    if (!qhca_cmd_unused_zero(cmd, false, 5)) {
-        return QHCA_CMD_BAD_PARAM;
-    }
-    qhca_cmd_in_bytes(cmd, &in, sizeof(in));
-    uar = le32_to_cpu(in.uar);
-    log = le32_to_cpu(in.log_entries);
-    npages = le32_to_cpu(in.npages);
-    if (in.rsvd0 || in.rsvd1[0] || in.rsvd1[1]) {
-        return QHCA_CMD_BAD_PARAM;
-    }
-    if (!qhca_uar_valid(s, uar)) {
-        return QHCA_CMD_BAD_RESOURCE;
-    }
-    if (log < QHCA_CQ_MIN_LOG || log > QHCA_CQ_LIMIT_LOG) {
-        return QHCA_CMD_BAD_PARAM;
-    }
-    bytes = ((uint64_t)QHCA_CQE_SIZE << log) + sizeof(struct qhca_cq_dbrec);
-    if (npages != DIV_ROUND_UP(bytes, QHCA_PAGE_SIZE)) {
-        return QHCA_CMD_BAD_PARAM;
-    }
-    for (i = 0; i < QHCA_LIMIT_MAX_CQ; i++) {
-        if (!s->cq[i].in_use) {
-            cq = &s->cq[i];
-            break;
-        }
-    }
-    if (!cq) {
-        return QHCA_CMD_NO_RESOURCES;
-    }
-    if (!pl->pages) {
-        return qhca_pl_request(s, pl, le64_to_cpu(in.pages_addr), npages);
-    }
-    *cq = (QhcaCq) {
-        .in_use = true,
-        .uar = uar,
-        .log = log,
-        .npages = npages,
-        .pages = qhca_pl_take(pl),
-    };
-    s->num_cq++;
-    data[0] = i;
-    trace_qhca_obj("cq", "create", uar, i);
-    return QHCA_CMD_OK;
-}
-
-static void qhca_cq_free(QhcaState *s, QhcaCq *cq)
-{
-    trace_qhca_obj("cq", "destroy", cq->uar, cq - s->cq);
-    if (cq->arm_pending) {
-        cq->arm_pending = false;
-        s->cq_arm_pending--;
-    }
-    qhca_page_list_free(s, &cq->pages, &cq->npages);
-    cq->in_use = false;
-    s->num_cq--;
-}
-
-static uint8_t qhca_cmd_destroy_cq(QhcaState *s, const struct qhca_cmd *cmd)
-{
-    QhcaCq *cq;
-
-    if (!qhca_cmd_unused_zero(cmd, false, 2)) {
-        return QHCA_CMD_BAD_PARAM;
-    }
-    cq = cmd->in[1] <= UINT32_MAX ? qhca_cq_lookup(s, cmd->in[1]) : NULL;
-    if (!cq || cq->uar != cmd->in[0] || !qhca_uar_valid(s, cmd->in[0])) {
-        return QHCA_CMD_BAD_RESOURCE;
-    }
-    if (cq->nr_qp) {
-        return QHCA_CMD_BAD_STATE;
-    }
-    qhca_cq_free(s, cq);
-    return QHCA_CMD_OK;
-}
-
 static uint8_t qhca_cmd_query_ctx(QhcaState *s, const struct qhca_cmd *cmd)
 {
     struct qhca_ctx_stats st = { 0 };
@@ -411,9 +316,8 @@ uint8_t qhca_cmd_obj(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data,
     case QHCA_CMD_REVOKE_PAGES:
         return qhca_cmd_mr_reg(s, cmd, data, pl);
     case QHCA_CMD_CREATE_CQ:
-        return qhca_cmd_create_cq(s, cmd, data, pl);
     case QHCA_CMD_DESTROY_CQ:
-        return qhca_cmd_destroy_cq(s, cmd);
+        return qhca_cmd_cq(s, cmd, data, pl);
     case QHCA_CMD_CREATE_QP:
         return qhca_cmd_create_qp(s, cmd, data, pl);
     case QHCA_CMD_MODIFY_QP:
@@ -443,11 +347,7 @@ void qhca_obj_free_ctx(QhcaState *s, uint32_t uar)
     qhca_mw_free_ctx(s, uar);
     qhca_ah_free_ctx(s, uar);
     qhca_mr_free_ctx(s, uar);
-    for (i = 0; i < QHCA_LIMIT_MAX_CQ; i++) {
-        if (s->cq[i].in_use && s->cq[i].uar == uar) {
-            qhca_cq_free(s, &s->cq[i]);
-        }
-    }
+    qhca_cq_free_ctx(s, uar);
     for (i = 0; i < QHCA_LIMIT_MAX_PD; i++) {
         if (s->pd[i].in_use && s->pd[i].uar == uar) {
             qhca_pd_free(s, &s->pd[i]);

@@ -5,10 +5,10 @@
  * WQEs into packets and packets into memory accesses, ACKs and completions;
  * it never knows how packets travel: it hands them to s->wire and receives
  * them in qhca_rc_recv() (qhca-wire.h).  This file holds what requester and
- * responder share (completion queues, QP state, the wire) and the
- * scheduler; the requester is in qhca-rc-req.c, the responder in
- * qhca-rc-resp.c, memory by key in qhca-mr.c, their shared declarations in
- * qhca-rc.h.
+ * responder share (QP state, the wire) and the scheduler; the requester is
+ * in qhca-rc-req.c, the responder in qhca-rc-resp.c, memory by key in
+ * qhca-mr.c, the CQs their completions go to in qhca-cq.c, their shared
+ * declarations in qhca-rc.h.
  *
  * Requester: a window of messages in flight per QP (the SQ's depth, at most
  * QHCA_REQ_WINDOW_MAX; READs and atomics at most the QP's max_rd_atomic).
@@ -61,103 +61,6 @@
 #include "qhca-rc.h"
 #include "trace.h"
 
-/* ------------------------------------------------------------------------ */
-/* completion queues                                                        */
-
-static void qhca_cq_error(QhcaState *s, QhcaCq *cq, const char *why)
-{
-    if (cq->error) {
-        return;
-    }
-    cq->error = true;
-    trace_qhca_cq_error(qhca_cqn(s, cq), why);
-    qemu_log_mask(LOG_GUEST_ERROR, "qhca: CQ %u: %s\n", qhca_cqn(s, cq), why);
-    qhca_eq_event(s, QHCA_EQE_CQ_ERR, qhca_cqn(s, cq), cq->uar);
-}
-
-/*
- * Writes one CQE: bytes 0..30, a write barrier, then the owner byte.  false
- * if the CQ is (or now goes) into error: overrun or a ring it cannot reach.
- */
-static bool qhca_cq_post(QhcaState *s, QhcaCq *cq, struct qhca_cqe *cqe)
-{
-    uint32_t entries = 1u << cq->log;
-    const size_t owner_off = offsetof(struct qhca_cqe, owner);
-    uint64_t off;
-
-    if (cq->error) {
-        return false;
-    }
-    if (cq->pi - cq->ci >= entries) {
-        uint32_t ci;
-
-        if (!qhca_pl_rw(s, cq->pages, cq->npages,
-                        (uint64_t)QHCA_CQE_SIZE << cq->log, &ci, sizeof(ci),
-                        false)) {
-            qhca_cq_error(s, cq, "doorbell record unreachable");
-            return false;
-        }
-        ci = le32_to_cpu(ci);
-        /* Only forward, and never past what the device produced. */
-        if (ci - cq->ci <= cq->pi - cq->ci) {
-            cq->ci = ci;
-        }
-        if (cq->pi - cq->ci >= entries) {
-            qhca_cq_error(s, cq, "overrun");
-            return false;
-        }
-    }
-
-    off = (uint64_t)(cq->pi & (entries - 1)) * QHCA_CQE_SIZE;
-    cqe->owner = ((cq->pi >> cq->log) + 1) & QHCA_CQE_OWNER;
-    if (!qhca_pl_rw(s, cq->pages, cq->npages, off, cqe, owner_off, true)) {
-        qhca_cq_error(s, cq, "CQE ring unreachable");
-        return false;
-    }
-    /* The body must be visible before the owner byte hands the entry over. */
-    smp_wmb();
-    if (!qhca_pl_rw(s, cq->pages, cq->npages, off + owner_off, &cqe->owner,
-                    1, true)) {
-        qhca_cq_error(s, cq, "CQE ring unreachable");
-        return false;
-    }
-    QHCA_TRACE_STEP(QHCA_CQE, qhca_cqe, qhca_cqn(s, cq), cq->pi,
-                    le32_to_cpu(cqe->qpn), le16_to_cpu(cqe->wqe_index),
-                    cqe->opcode, cqe->status);
-    cq->pi++;
-    if (cq->armed) {
-        cq->armed = false;
-        qhca_eq_event(s, QHCA_EQE_CQ_COMP, qhca_cqn(s, cq), cq->uar);
-    }
-    return true;
-}
-
-/*
- * wqe_index: the SQ or RQ index of the WQE this CQE completes; src_qp: the
- * QP a received message came from.
- */
-void qhca_complete_src(QhcaState *s, QhcaQp *qp, uint32_t cqn,
-                       uint16_t wqe_index, uint64_t wr_id, uint8_t opcode,
-                       uint8_t status, uint32_t byte_len, uint8_t flags,
-                       uint32_t imm, uint32_t src_qp)
-{
-    struct qhca_cqe cqe = {
-        .wr_id = cpu_to_le64(wr_id),
-        .byte_len = cpu_to_le32(byte_len),
-        .imm_data = cpu_to_le32(imm),
-        .qpn = cpu_to_le32(qhca_qpn(s, qp)),
-        .src_qp = cpu_to_le32(src_qp),
-        .opcode = opcode,
-        .status = status,
-        .flags = flags,
-        .wqe_index = cpu_to_le16(wqe_index),
-    };
-
-    if (!qhca_cq_post(s, &s->cq[cqn], &cqe) && qp->state != QHCA_QPS_ERR) {
-        qhca_qp_set_error(s, qp, true);
-    }
-}
-
 /*
  * The WQE at the consumer index of the QP's SQ (send), or the receive WQE
  * it took (qp->recv), fails before anything of it left or landed, on a QP
@@ -182,29 +85,6 @@ void qhca_wqe_fail(QhcaState *s, QhcaQp *qp, bool send, const char *kind,
     qhca_complete(s, qp, send ? qp->scqn : qp->rcqn, idx, wr_id,
                   opcode, status, 0, 0, 0);
     qhca_qp_set_error(s, qp, true);
-}
-
-/* An RC completion: a received message came from the connected peer. */
-void qhca_complete(QhcaState *s, QhcaQp *qp, uint32_t cqn,
-                   uint16_t wqe_index, uint64_t wr_id, uint8_t opcode,
-                   uint8_t status, uint32_t byte_len, uint8_t flags,
-                   uint32_t imm)
-{
-    qhca_complete_src(s, qp, cqn, wqe_index, wr_id, opcode, status, byte_len,
-                      flags, imm, opcode & QHCA_WC_RECV ? qp->dest_qpn : 0);
-}
-
-void qhca_cq_arm_check(QhcaState *s, QhcaCq *cq)
-{
-    if (!cq->arm_pending) {
-        return;
-    }
-    cq->arm_pending = false;
-    s->cq_arm_pending--;
-    if (cq->armed && cq->pi != cq->arm_ci) {
-        cq->armed = false;
-        qhca_eq_event(s, QHCA_EQE_CQ_COMP, qhca_cqn(s, cq), cq->uar);
-    }
 }
 
 /* ------------------------------------------------------------------------ */

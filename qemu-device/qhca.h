@@ -787,8 +787,12 @@ uint8_t qhca_cmd_obj(QhcaState *s, const struct qhca_cmd *cmd,
 uint8_t qhca_pl_load(QhcaState *s, QhcaPageList *pl, int64_t *budget);
 void qhca_pl_release(QhcaState *s, QhcaPageList *pl);
 QhcaQp *qhca_qp_lookup(QhcaState *s, uint32_t qpn);
-QhcaCq *qhca_cq_lookup(QhcaState *s, uint32_t cqn);
 bool qhca_objects_exist(const QhcaState *s);
+/* qhca-cq.c: completion queues, their commands and CQEs */
+uint8_t qhca_cmd_cq(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data,
+                    QhcaPageList *pl);
+void qhca_cq_free_ctx(QhcaState *s, uint32_t uar);
+QhcaCq *qhca_cq_lookup(QhcaState *s, uint32_t cqn);
 /* qhca-mr.c: memory regions and their commands */
 uint8_t qhca_cmd_mr_reg(QhcaState *s, const struct qhca_cmd *cmd,
                         uint64_t *data, QhcaPageList *pl);

@@ -103,6 +103,28 @@ impl QhcaCq {
         self.k.as_ref()
     }
 
+    /// A user CQ to a new ring, named by the driver input as at creation (`struct
+    /// qhca_ib_create_cq`), of at least `cqe` entries; `moved` is told the ring's entries.
+    /// Kernel CQs are not resized.
+    pub(super) fn resize(
+        &self,
+        cqe: u32,
+        udata: &mut rdma::Udata<'_>,
+        moved: impl FnOnce(u32),
+    ) -> Result {
+        if self.k.is_some() {
+            return Err(EOPNOTSUPP);
+        }
+        let u: uapi::qhca_ib_create_cq = udata.read_in()?;
+        if u.comp_mask != 0
+            || u.log_entries > uapi::QHCA_CQ_MAX_LOG
+            || (1u32 << u.log_entries) < cqe
+        {
+            return Err(EINVAL);
+        }
+        verbs(&self.ctx)?.resize_cq(self.cqn, u.log_entries, u.buf_addr, u.buf_len, moved)
+    }
+
     /// DESTROY_CQ; its event route goes with it.
     pub(super) fn destroy(&self) -> Result {
         verbs(&self.ctx)?.destroy_or_stop(uapi::QHCA_CMD_DESTROY_CQ, self.cqn, 0);

@@ -160,6 +160,34 @@ pub(super) unsafe extern "C" fn create_cq<T: Driver>(
 
 /// # Safety
 ///
+/// Called by the RDMA core only (`ibv_resize_cq`), for a CQ whose `create_user_cq` or
+/// `create_cq` succeeded and which is not destroyed during the call, with the command's `udata`.
+pub(super) unsafe extern "C" fn resize_user_cq<T: Driver>(
+    cq: *mut bindings::ib_cq,
+    cqe: core::ffi::c_uint,
+    udata: *mut bindings::ib_udata,
+) -> c_int {
+    if udata.is_null() {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: A CQ of ours, created, alive for the call; the core's udata, valid for the call.
+    let (dev, c, mut udata) = unsafe {
+        (
+            data::<T>((*cq).device),
+            IbCq::<T::Cq>::data(cq),
+            udata_of(udata),
+        )
+    };
+    let mut moved = |entries: u32| {
+        // SAFETY: The core's CQ, alive for the call; the driver calls this while it holds
+        // the CQ still, so that concurrent resizes leave the size of the ring the CQ has.
+        unsafe { (*cq).cqe = entries as c_int };
+    };
+    errno(dev.resize_cq(c, cqe, &mut udata, &mut moved))
+}
+
+/// # Safety
+///
 /// Called by the RDMA core only, for a CQ whose `create_user_cq` or `create_cq` succeeded.
 pub(super) unsafe extern "C" fn destroy_cq<T: Driver>(
     cq: *mut bindings::ib_cq,

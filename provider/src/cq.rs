@@ -314,6 +314,21 @@ impl CqRing {
         self.ci
     }
 
+    /// Goes on in the ring at `base` with layout `layout`, at the same consumer index: the
+    /// device moved the CQ there (RESIZE_CQ), with every CQE not consumed yet.
+    ///
+    /// # Safety
+    ///
+    /// As [`CqRing::new`] for the new ring, which the device initialised as RESIZE_CQ does (the
+    /// CQEs from this consumer index on, the owner bits, the record) before this call; the
+    /// device writes the old ring no more, and this value touches it no more.
+    pub(crate) unsafe fn move_to(&mut self, base: *mut u8, layout: &CqLayout) {
+        debug_assert_eq!(base as usize % 64, 0);
+        // INVARIANT: the caller's promise.
+        self.base = base;
+        self.log = layout.log;
+    }
+
     /// The owner bit a valid entry at free-running index `index` carries.
     pub(crate) fn owner_for(index: u32, log: u32) -> u8 {
         (((index >> log) + 1) & 1) as u8
@@ -488,6 +503,18 @@ impl CqConsumer {
     /// The free-running consumer index published so far (what an arm doorbell names).
     pub fn ci(&self) -> u32 {
         self.ring.ci()
+    }
+
+    /// Goes on in the ring at `base` with layout `layout`, to which the device moved the CQ
+    /// (RESIZE_CQ, driver command `resize_user_cq`), at the same consumer index.
+    ///
+    /// # Safety
+    ///
+    /// As [`CqConsumer::new`] for the new ring, which the device initialised as RESIZE_CQ does
+    /// before this call (its command returned success); the old ring may be unmapped after it.
+    pub unsafe fn move_to(&mut self, base: *mut u8, layout: &CqLayout) {
+        // SAFETY: the caller's promise.
+        unsafe { self.ring.move_to(base, layout) }
     }
 
     /// How many CQEs the ring holds.

@@ -152,6 +152,7 @@ static const struct check checks[] = {
     { "bad_wr", check_bad_wr, NULL },
     { "remote_access_error", check_remote_access_error, NULL },
     { "comp_channel", check_comp_channel, NULL },
+    { "resize_cq", check_resize_cq, NULL },
     { "busy_objects", check_busy_objects, NULL },
     { "busy_channel", check_busy_channel, NULL },
     { "unsupported", check_unsupported, NULL },

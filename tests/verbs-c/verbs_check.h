@@ -171,6 +171,9 @@ int check_ud(struct env *e);
 int check_odp(struct env *e, const char **note);
 int check_memory_windows(struct env *e, const char **note);
 
+/* checks_cq.c */
+int check_resize_cq(struct env *e);
+
 /* checks_srq.c */
 int check_srq(struct env *e);
 

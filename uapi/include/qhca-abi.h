@@ -198,6 +198,8 @@ enum qhca_cmd_opcode {
 	QHCA_CMD_MODIFY_SRQ   = 0x1a, /* in[0] = uar, in[1] = srqn, in[2] = limit (0: disarmed) */
 	QHCA_CMD_QUERY_SRQ    = 0x1b, /* in[0] = uar, in[1] = srqn; out: data[0] = limit, data[1] = WQEs posted, not taken */
 	QHCA_CMD_DESTROY_SRQ  = 0x1c, /* in[0] = uar, in[1] = srqn; BAD_STATE while a QP uses it */
+	/* in[0] = uar, in[1] = cqn, in[2] = log_entries, in[3] = npages, in[4] = pages_addr; out: data[0] = CQEs moved */
+	QHCA_CMD_RESIZE_CQ    = 0x1d,
 	QHCA_CMD_MAX, /* first unassigned opcode */
 };
 
@@ -401,6 +403,18 @@ struct qhca_cmd_reg_mr {
  * The consumer publishes its free-running consumer index in the doorbell
  * record with a plain store; the device reads it before it would overwrite
  * an entry and moves the CQ to error (QHCA_EQE_CQ_ERR) on overrun.
+ *
+ * RESIZE_CQ moves the CQ to a new ring (a page list as CREATE_CQ's, the old
+ * one's pages allowed) in one step, with indices going on: the device reads
+ * the consumer index from the old record; the CQEs from it to its producer
+ * index (none may be lost: more than the new ring holds is BAD_PARAM) are
+ * copied to the slots their indices have in the new ring, with the owner
+ * bit of their pass there; every other slot gets the owner bit that is not
+ * yet valid for the next index the device will write to it; the new record
+ * gets the consumer index.  Then the old ring is no longer touched.  The
+ * consumer must not poll or publish during the command, and goes on at its
+ * own index in the new ring.  A CQ in error (or whose rings the device
+ * cannot reach) is BAD_STATE; an armed CQ stays armed.
  */
 #define QHCA_CQE_SIZE           32
 #define QHCA_CQ_MIN_LOG         1
@@ -1619,6 +1633,15 @@ struct qhca_ib_reg_mr {
  * buf_addr page aligned, 2^log_entries CQEs then struct qhca_cq_dbrec,
  * buf_len that rounded up to pages; at least the core's cqe entries.  The
  * core's cqe in the response is 2^log_entries.
+ *
+ * RESIZE_CQ (resize_user_cq): driver input struct qhca_ib_create_cq naming
+ * the new ring (the same rules; at least the core's cqe entries); no driver
+ * response, the core's cqe in its response is 2^log_entries.  The CQEs not
+ * taken are moved (QHCA_CMD_RESIZE_CQ); the caller must not poll the CQ
+ * until the command returns, then polls the new ring from its own consumer
+ * index.  EINVAL if the new ring cannot hold the CQEs not taken, EBUSY for a
+ * CQ in error, EOPNOTSUPP for a kernel consumer's CQ.  On failure the old
+ * ring stays the CQ's.
  */
 struct qhca_ib_create_cq {
 	__u64 buf_addr;

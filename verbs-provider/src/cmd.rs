@@ -18,6 +18,8 @@ pub(crate) const CREATE_CQ_CMD: usize = 8 + 32;
 /// `struct ibv_create_cq_ex`: the extended header (`struct ex_hdr`: the header, then `struct
 /// ib_uverbs_ex_cmd_hdr`, 16 bytes), then `struct ib_uverbs_ex_create_cq` (32 bytes).
 pub(crate) const CREATE_CQ_EX_CMD: usize = 8 + 16 + 32;
+/// `struct ibv_resize_cq`: header, then `struct ib_uverbs_resize_cq` (16 bytes).
+pub(crate) const RESIZE_CQ_CMD: usize = 8 + 16;
 /// `struct ibv_create_qp`: header, then `struct ib_uverbs_create_qp` (56 bytes).
 pub(crate) const CREATE_QP_CMD: usize = 8 + 56;
 /// `struct ibv_modify_qp`: header, then `struct ib_uverbs_modify_qp` (112 bytes).
@@ -40,6 +42,8 @@ pub(crate) const CREATE_CQ_RESP: usize = 8;
 /// `struct ib_uverbs_ex_create_cq_resp`: the core's response, then `comp_mask` and
 /// `response_length`.
 pub(crate) const CREATE_CQ_EX_RESP: usize = 8 + 4 + 4;
+/// `struct ib_uverbs_resize_cq_resp`.
+pub(crate) const RESIZE_CQ_RESP: usize = 8;
 /// `struct ib_uverbs_create_qp_resp`.
 pub(crate) const CREATE_QP_RESP: usize = 32;
 /// `struct ib_uverbs_reg_mr_resp`.
@@ -185,6 +189,14 @@ extern "C" {
         resp: *mut c_void,
         resp_size: usize,
         cmd_flags: u32,
+    ) -> c_int;
+    pub(crate) fn ibv_cmd_resize_cq(
+        cq: *mut ibv_cq,
+        cqe: c_int,
+        cmd: *mut c_void,
+        cmd_size: usize,
+        resp: *mut c_void,
+        resp_size: usize,
     ) -> c_int;
     pub(crate) fn ibv_cmd_destroy_cq(cq: *mut ibv_cq) -> c_int;
     pub(crate) fn ibv_cmd_create_qp(

@@ -65,8 +65,9 @@ pub(crate) struct Cq {
     consumer: Mutex<CqConsumer>,
     db: Arc<Doorbell>,
     cqn: u32,
-    /// The ring: freed after the kernel destroyed the CQ, leaked if it could not.
-    buf: Option<PageBuf>,
+    /// The ring: freed after the kernel destroyed the CQ (or moved it to another ring), leaked
+    /// if it could not. Taken under the consumer's lock, after it.
+    buf: Mutex<Option<PageBuf>>,
 }
 
 // The provider's CQ is libibverbs's at offset 0, and `struct ibv_cq` is a prefix of `struct
@@ -182,9 +183,60 @@ impl Cq {
             consumer: Mutex::new(consumer),
             db,
             cqn: 0,
-            buf: Some(buf),
+            buf: Mutex::new(Some(buf)),
         }));
         Ok((cq, drv))
+    }
+
+    /// Moves the CQ to a fresh ring of at least `cqe` entries (`ibv_resize_cq`): under the
+    /// consumer's lock, so that nothing polls meanwhile, the kernel has the device move the
+    /// CQEs not polled yet; then polling goes on in the new ring and the old one is unmapped.
+    /// On failure the old ring stays the CQ's.
+    fn resize(&self, ibcq: *mut ibv_cq, cqe: u32) -> c_int {
+        let Ok(layout) = CqLayout::new(cqe.max(1)) else {
+            return libc::EINVAL;
+        };
+        let Ok(buf) = PageBuf::new(layout.buf_len) else {
+            return libc::ENOMEM;
+        };
+        let drv = qhca_ib_create_cq {
+            buf_addr: buf.addr(),
+            buf_len: layout.buf_len as u64,
+            log_entries: layout.log,
+            comp_mask: 0,
+        };
+        self.with_consumer(|consumer| {
+            let mut cmd = Cmd::<RESIZE_CQ_CMD, qhca_ib_create_cq>::new(drv);
+            let mut resp = Resp::<RESIZE_CQ_RESP, NoData>::new();
+            // SAFETY: libibverbs's CQ (`ibcq`, this one), passed on with a `cqe` that fits an
+            // int (`CqLayout` took it); the buffers are the sizes given.
+            let ret = unsafe {
+                ibv_cmd_resize_cq(
+                    ibcq,
+                    cqe as c_int,
+                    cmd.as_mut_ptr(),
+                    size_of_val(&cmd),
+                    resp.as_mut_ptr(),
+                    size_of_val(&resp),
+                )
+            };
+            if ret != 0 {
+                // The device refused and kept the old ring, or it is stopped: the new ring
+                // may go.
+                return ret;
+            }
+            // SAFETY: `buf` is `layout.buf_len` page-aligned bytes that the CQ owns from here
+            // on (below) and that nothing else in the process touches; the command's success
+            // means the device initialised them as RESIZE_CQ does and left the old ring.
+            unsafe { consumer.move_to(buf.as_ptr(), &layout) };
+            let old = self
+                .buf
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .replace(buf);
+            drop(old);
+            0
+        })
     }
 
     /// The polling ops of `struct ibv_cq_ex`, and the readers of the fields in `wc_flags` (as
@@ -444,6 +496,15 @@ pub(crate) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
     // SAFETY: `cq` came from a create op, a `Cq`; the program's last use (once destroyed, the
     // device writes the ring no more); its batch, if any, is this thread's.
     unsafe { free_if_destroyed(ibv_cmd_destroy_cq(cq), cq.cast::<Cq>()) }
+}
+
+/// `resize_cq`: at least `cqe` entries; the completions not polled yet stay, in order.
+pub(crate) unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    let Ok(entries) = u32::try_from(cqe) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: the program's CQ, of a context of ours.
+    unsafe { Cq::of(cq) }.resize(cq, entries)
 }
 
 /// `poll_cq`: what the inline `ibv_poll_cq` calls, on a CQ of either create op; no system call.

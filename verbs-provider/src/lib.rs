@@ -192,6 +192,7 @@ const OP_QUERY_QP: usize = 61;
 const OP_QUERY_SRQ: usize = 64;
 const OP_REG_MR: usize = 68;
 const OP_REQ_NOTIFY_CQ: usize = 69;
+const OP_RESIZE_CQ: usize = 71;
 
 /// `struct verbs_context_ops`, positional.
 #[repr(C)]
@@ -238,6 +239,7 @@ const fn context_ops() -> ContextOps {
     t[OP_QUERY_SRQ] = srq::query_srq as *const c_void;
     t[OP_REG_MR] = mem::reg_mr as *const c_void;
     t[OP_REQ_NOTIFY_CQ] = cq::req_notify_cq as *const c_void;
+    t[OP_RESIZE_CQ] = cq::resize_cq as *const c_void;
     ContextOps(t)
 }
 
@@ -401,6 +403,7 @@ mod tests {
             (OP_QUERY_SRQ, "query_srq"),
             (OP_REG_MR, "reg_mr"),
             (OP_REQ_NOTIFY_CQ, "req_notify_cq"),
+            (OP_RESIZE_CQ, "resize_cq"),
         ] {
             assert_eq!(DRIVER_H_OPS[slot], name);
         }

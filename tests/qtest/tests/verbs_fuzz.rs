@@ -48,6 +48,9 @@ fn verbs_garbage_never_crashes() {
     let mut p = Pair::new(&mut h, &ConnParams::default());
     let (buf, key) = p.buf(&mut h, 8 * PAGE, 0x5a, QHCA_ACCESS_ALL);
     let list = p.m.page_list(&mut h, buf, 8);
+    // A CQ of no QP, for RESIZE_CQ to move around (the pair's stay where phase two polls).
+    let (st, spare) = create_cq(&mut h, &mut p.m, p.uar, 2);
+    assert_eq!(st, QHCA_CMD_OK);
     let uars = [p.uar, 0, 1, 2, 3, 99];
     let (regs, uarbar) = (h.regs, h.uar);
     let addrs = [
@@ -69,7 +72,10 @@ fn verbs_garbage_never_crashes() {
         match rng.below(8) {
             0 | 1 => {
                 // An object command: a valid template with a few bytes changed, or noise.
-                let opcode = QHCA_CMD_ALLOC_PD + rng.below(12) as u32; // .. QUERY_CTX + 1
+                let opcode = match rng.below(13) {
+                    12 => QHCA_CMD_RESIZE_CQ,
+                    n => QHCA_CMD_ALLOC_PD + n as u32, // .. QUERY_CTX + 1
+                };
                 let mut c = h.cmd(opcode);
                 let uar = *rng.pick(&uars);
                 let tmpl: [u8; 40] = match opcode {
@@ -83,6 +89,19 @@ fn verbs_garbage_never_crashes() {
                         *rng.pick(&[list, list, 0, BEYOND_RAM, regs]),
                     ),
                     QHCA_CMD_CREATE_CQ => create_cq_bytes(uar, rng.below(14) as u32, 1, list),
+                    QHCA_CMD_RESIZE_CQ => {
+                        let mut b = [0u8; 40];
+                        let cqn = *rng.pick(&[spare.cqn, spare.cqn, p.rcq.cqn + 100, 7]);
+                        let log = rng.below(4);
+                        let n = cq_bytes(log as u32).div_ceil(PAGE);
+                        for (i, w) in [uar as u64, cqn as u64, log, n, *rng.pick(&addrs)]
+                            .into_iter()
+                            .enumerate()
+                        {
+                            b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+                        }
+                        b
+                    }
                     QHCA_CMD_CREATE_QP => {
                         let caps = QpCaps {
                             sq_log: rng.below(3) as u8,

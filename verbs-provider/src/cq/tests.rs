@@ -82,7 +82,8 @@ impl FakeCq {
     }
 
     fn base(&self) -> *mut u8 {
-        self.cq().buf.as_ref().expect("ring").as_ptr()
+        let buf = self.cq().buf.lock().unwrap();
+        buf.as_ref().expect("ring").as_ptr()
     }
 
     /// Writes the CQE at free-running `index` as the device does: the body, then the owner
