@@ -475,30 +475,17 @@ impl KQp {
         }
         let mut rq = self.rq.lock();
         let start = rq.pi;
-        let mut res = Ok(());
-        for (n, wr) in wrs.enumerate() {
-            let wr = match wr {
-                Ok(wr) => wr,
-                Err(e) => {
-                    res = Err((e, n));
-                    break;
+        let res = self
+            .ring
+            .write_recv_wqes(wrs, s.max_sge, s.rq_stride_log.into(), || {
+                if rq.free(s.rq_log) == 0 {
+                    return None;
                 }
-            };
-            if rq.free(s.rq_log) == 0 {
-                res = Err((ENOMEM, n));
-                break;
-            }
-            if wr.sges.len() > usize::from(s.max_sge)
-                || 16 + 16 * wr.sges.len() > 1usize << s.rq_stride_log
-            {
-                res = Err((EINVAL, n));
-                break;
-            }
-            let base = self.shape.rq_offset()
-                + (((rq.pi & ((1 << s.rq_log) - 1)) as usize) << s.rq_stride_log);
-            self.ring.write_recv_wqe(&wr, base);
-            rq.pi = rq.pi.wrapping_add(1);
-        }
+                let off =
+                    s.rq_offset() + (((rq.pi & ((1 << s.rq_log) - 1)) as usize) << s.rq_stride_log);
+                rq.pi = rq.pi.wrapping_add(1);
+                Some(off)
+            });
         if rq.pi != start {
             self.ring_doorbell(uapi::QHCA_DB_RQ, rq.pi);
         }

@@ -145,6 +145,32 @@ impl KRing {
         self.write_sges(wr.sges, off + 16);
     }
 
+    /// Writes the receive requests `wrs` one after the other into a receive ring (a QP's or an
+    /// SRQ's) of slots of `2^stride_log` bytes that take at most `max_sge` SGEs: `next_slot`
+    /// takes the next free slot and gives its offset, or `None` when the ring is full. Stops at
+    /// the first request that fails, with its error and position: its own, `EINVAL` for more
+    /// SGEs than fit, `ENOMEM` when the ring is full. The caller rings the doorbell for what
+    /// was written.
+    pub(crate) fn write_recv_wqes(
+        &self,
+        wrs: &mut dyn Iterator<Item = Result<RecvWr<'_>>>,
+        max_sge: u16,
+        stride_log: u32,
+        mut next_slot: impl FnMut() -> Option<usize>,
+    ) -> core::result::Result<(), (Error, usize)> {
+        for (n, wr) in wrs.enumerate() {
+            let wr = wr.map_err(|e| (e, n))?;
+            if wr.sges.len() > usize::from(max_sge)
+                || 16 + 16 * wr.sges.len() > 1usize << stride_log
+            {
+                return Err((EINVAL, n));
+            }
+            let off = next_slot().ok_or((ENOMEM, n))?;
+            self.write_recv_wqe(&wr, off);
+        }
+        Ok(())
+    }
+
     /// Zeroes `len` bytes at `off` (within the ring).
     pub(crate) fn zero(&self, off: usize, len: usize) {
         let mut i = 0;

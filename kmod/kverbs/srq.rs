@@ -106,29 +106,16 @@ impl KSrq {
         let depth = 1u32 << self.log;
         let mut idx = self.idx.lock();
         let start = idx.pi;
-        let mut res = Ok(());
-        for (n, wr) in wrs.enumerate() {
-            let wr = match wr {
-                Ok(wr) => wr,
-                Err(e) => {
-                    res = Err((e, n));
-                    break;
+        let res = self
+            .ring
+            .write_recv_wqes(wrs, self.max_sge, self.stride_log.into(), || {
+                if idx.pi.wrapping_sub(idx.ci) >= depth && self.refresh(&mut idx) == 0 {
+                    return None;
                 }
-            };
-            if wr.sges.len() > usize::from(self.max_sge)
-                || 16 + 16 * wr.sges.len() > 1usize << self.stride_log
-            {
-                res = Err((EINVAL, n));
-                break;
-            }
-            if idx.pi.wrapping_sub(idx.ci) >= depth && self.refresh(&mut idx) == 0 {
-                res = Err((ENOMEM, n));
-                break;
-            }
-            let base = ((idx.pi & (depth - 1)) as usize) << self.stride_log;
-            self.ring.write_recv_wqe(&wr, base);
-            idx.pi = idx.pi.wrapping_add(1);
-        }
+                let off = ((idx.pi & (depth - 1)) as usize) << self.stride_log;
+                idx.pi = idx.pi.wrapping_add(1);
+                Some(off)
+            });
         if idx.pi != start {
             self.dev
                 .ring_queue(self.uar, self.srqn, uapi::QHCA_DB_SRQ, idx.pi & 0xffff);

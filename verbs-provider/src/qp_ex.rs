@@ -523,71 +523,9 @@ unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
     unsafe { with_batch(qp, WrBatch::abort) }
 }
 
-/// `wr_send` (`ibv_wr_send`).
-unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
-    // SAFETY: libibverbs's call on an extended QP of ours.
-    unsafe { op(qp, IBV_WR_SEND, Data::MayInline, |_| {}) }
-}
-
-/// `wr_send_imm` (`ibv_wr_send_imm`).
-unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp_ex, imm_data: __be32) {
-    // SAFETY: libibverbs's call on an extended QP of ours.
-    unsafe {
-        op(qp, IBV_WR_SEND_WITH_IMM, Data::MayInline, |w| {
-            w.__bindgen_anon_1.imm_data = imm_data;
-        })
-    }
-}
-
-/// `wr_send_inv` (`ibv_wr_send_inv`).
-unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) {
-    // SAFETY: libibverbs's call on an extended QP of ours.
-    unsafe {
-        op(qp, IBV_WR_SEND_WITH_INV, Data::MayInline, |w| {
-            w.__bindgen_anon_1.invalidate_rkey = invalidate_rkey;
-        })
-    }
-}
-
 fn rdma(remote_addr: u64, rkey: u32) -> ibv_send_wr__bindgen_ty_2 {
     ibv_send_wr__bindgen_ty_2 {
         rdma: ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey },
-    }
-}
-
-/// `wr_rdma_write` (`ibv_wr_rdma_write`).
-unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
-    // SAFETY: libibverbs's call on an extended QP of ours.
-    unsafe {
-        op(qp, IBV_WR_RDMA_WRITE, Data::MayInline, |w| {
-            w.wr = rdma(remote_addr, rkey);
-        })
-    }
-}
-
-/// `wr_rdma_write_imm` (`ibv_wr_rdma_write_imm`).
-unsafe extern "C" fn wr_rdma_write_imm(
-    qp: *mut ibv_qp_ex,
-    rkey: u32,
-    remote_addr: u64,
-    imm_data: __be32,
-) {
-    // SAFETY: libibverbs's call on an extended QP of ours.
-    unsafe {
-        op(qp, IBV_WR_RDMA_WRITE_WITH_IMM, Data::MayInline, |w| {
-            w.wr = rdma(remote_addr, rkey);
-            w.__bindgen_anon_1.imm_data = imm_data;
-        })
-    }
-}
-
-/// `wr_rdma_read` (`ibv_wr_rdma_read`).
-unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
-    // SAFETY: libibverbs's call on an extended QP of ours.
-    unsafe {
-        op(qp, IBV_WR_RDMA_READ, Data::Sges, |w| {
-            w.wr = rdma(remote_addr, rkey);
-        })
     }
 }
 
@@ -602,47 +540,59 @@ fn atomic(remote_addr: u64, rkey: u32, compare_add: u64, swap: u64) -> ibv_send_
     }
 }
 
-/// `wr_atomic_cmp_swp` (`ibv_wr_atomic_cmp_swp`).
-unsafe extern "C" fn wr_atomic_cmp_swp(
-    qp: *mut ibv_qp_ex,
-    rkey: u32,
-    remote_addr: u64,
-    compare: u64,
-    swap: u64,
-) {
-    let data = Data::Atomic { raddr: remote_addr };
-    // SAFETY: libibverbs's call on an extended QP of ours.
-    unsafe {
-        op(qp, IBV_WR_ATOMIC_CMP_AND_SWP, data, |w| {
-            w.wr = atomic(remote_addr, rkey, compare, swap);
-        })
-    }
+/// The ops that add one request of an opcode to the batch: `fn NAME(ARGS) = OPCODE, DATA, |w|
+/// FILL;` makes `unsafe extern "C" fn NAME(qp, ARGS)`, which pushes a request of `OPCODE` whose
+/// data is `DATA` ([`Data`]) and whose own fields `FILL` writes into `w`.
+macro_rules! batch_ops {
+    ($($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) = $opcode:expr, $data:expr,
+       |$w:ident| $fill:block;)*) => {$(
+        $(#[$doc])*
+        unsafe extern "C" fn $name(qp: *mut ibv_qp_ex, $($arg: $ty),*) {
+            // SAFETY: libibverbs's call on an extended QP of ours.
+            unsafe { op(qp, $opcode, $data, |$w: &mut ibv_send_wr| $fill) }
+        }
+    )*};
 }
 
-/// `wr_atomic_fetch_add` (`ibv_wr_atomic_fetch_add`).
-unsafe extern "C" fn wr_atomic_fetch_add(
-    qp: *mut ibv_qp_ex,
-    rkey: u32,
-    remote_addr: u64,
-    add: u64,
-) {
-    let data = Data::Atomic { raddr: remote_addr };
-    // SAFETY: libibverbs's call on an extended QP of ours.
-    unsafe {
-        op(qp, IBV_WR_ATOMIC_FETCH_AND_ADD, data, |w| {
-            w.wr = atomic(remote_addr, rkey, add, 0);
-        })
-    }
-}
-
-/// `wr_local_inv` (`ibv_wr_local_inv`).
-unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) {
-    // SAFETY: libibverbs's call on an extended QP of ours.
-    unsafe {
-        op(qp, IBV_WR_LOCAL_INV, Data::Nothing, |w| {
-            w.__bindgen_anon_1.invalidate_rkey = invalidate_rkey;
-        })
-    }
+batch_ops! {
+    /// `wr_send` (`ibv_wr_send`).
+    fn wr_send() = IBV_WR_SEND, Data::MayInline, |_w| {};
+    /// `wr_send_imm` (`ibv_wr_send_imm`).
+    fn wr_send_imm(imm_data: __be32) = IBV_WR_SEND_WITH_IMM, Data::MayInline, |w| {
+        w.__bindgen_anon_1.imm_data = imm_data;
+    };
+    /// `wr_send_inv` (`ibv_wr_send_inv`).
+    fn wr_send_inv(invalidate_rkey: u32) = IBV_WR_SEND_WITH_INV, Data::MayInline, |w| {
+        w.__bindgen_anon_1.invalidate_rkey = invalidate_rkey;
+    };
+    /// `wr_rdma_write` (`ibv_wr_rdma_write`).
+    fn wr_rdma_write(rkey: u32, remote_addr: u64) = IBV_WR_RDMA_WRITE, Data::MayInline, |w| {
+        w.wr = rdma(remote_addr, rkey);
+    };
+    /// `wr_rdma_write_imm` (`ibv_wr_rdma_write_imm`).
+    fn wr_rdma_write_imm(rkey: u32, remote_addr: u64, imm_data: __be32) =
+        IBV_WR_RDMA_WRITE_WITH_IMM, Data::MayInline, |w| {
+        w.wr = rdma(remote_addr, rkey);
+        w.__bindgen_anon_1.imm_data = imm_data;
+    };
+    /// `wr_rdma_read` (`ibv_wr_rdma_read`).
+    fn wr_rdma_read(rkey: u32, remote_addr: u64) = IBV_WR_RDMA_READ, Data::Sges, |w| {
+        w.wr = rdma(remote_addr, rkey);
+    };
+    /// `wr_atomic_cmp_swp` (`ibv_wr_atomic_cmp_swp`).
+    fn wr_atomic_cmp_swp(rkey: u32, remote_addr: u64, compare: u64, swap: u64) =
+        IBV_WR_ATOMIC_CMP_AND_SWP, Data::Atomic { raddr: remote_addr }, |w| {
+        w.wr = atomic(remote_addr, rkey, compare, swap);
+    };
+    /// `wr_atomic_fetch_add` (`ibv_wr_atomic_fetch_add`).
+    fn wr_atomic_fetch_add(rkey: u32, remote_addr: u64, add: u64) =
+        IBV_WR_ATOMIC_FETCH_AND_ADD, Data::Atomic { raddr: remote_addr }, |w| {
+        w.wr = atomic(remote_addr, rkey, add, 0);
+    };
+    /// `wr_local_inv` (`ibv_wr_local_inv`).
+    fn wr_local_inv(invalidate_rkey: u32) = IBV_WR_LOCAL_INV, Data::Nothing, |w| {
+        w.__bindgen_anon_1.invalidate_rkey = invalidate_rkey;
+    };
 }
 
 /// `wr_bind_mw` (`ibv_wr_bind_mw`): binds window `mw` with its new key `rkey`, as
