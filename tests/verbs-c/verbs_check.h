@@ -171,6 +171,9 @@ int check_ud(struct env *e);
 int check_odp(struct env *e, const char **note);
 int check_memory_windows(struct env *e, const char **note);
 
+/* checks_mr.c: @note as checks_ext.c's */
+int check_rereg(struct env *e, const char **note);
+
 /* checks_srq.c */
 int check_srq(struct env *e);
 
