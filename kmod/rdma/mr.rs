@@ -123,9 +123,9 @@ pub(crate) struct MrRange {
     pub(crate) iova: u64,
 }
 
-/// `rereg_user_mr`: a new region in `mr`'s place, which the core then installs (it destroys
-/// `mr` with [`dereg_mr`]); never a change in place (NULL), since a new key is what tells
-/// the device's users the region changed. `pd` is the new PD with `IB_MR_REREG_PD`, else the
+/// `rereg_user_mr`: a new region in `mr`'s place, with new keys, which the core then
+/// installs (it destroys `mr` with [`dereg_mr`]). Never a change in place (NULL): the device
+/// has no command that changes a region. `pd` is the new PD with `IB_MR_REREG_PD`, else the
 /// region's.
 ///
 /// # Safety
