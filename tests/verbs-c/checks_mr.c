@@ -54,19 +54,17 @@ out:
     return ret;
 }
 
-/* ibv_rereg_mr, which must succeed and change both keys. */
+/*
+ * ibv_rereg_mr, which must succeed. The keys may change (on qhca they do:
+ * every rereg is a new registration); the checks use mr's keys after it.
+ */
 static int rereg_ok(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
                     void *addr, size_t len, int access, const char *what)
 {
-    uint32_t lkey = mr->lkey, rkey = mr->rkey;
     int rc = ibv_rereg_mr(mr, flags, pd, addr, len, access);
 
     if (rc) {
         return FAIL("ibv_rereg_mr(%s): %d, %s", what, rc, strerror(errno));
-    }
-    if (mr->lkey == lkey || mr->rkey == rkey) {
-        return FAIL("ibv_rereg_mr(%s) kept a key (lkey 0x%x, rkey 0x%x)", what,
-                    lkey, rkey);
     }
     return 0;
 }
