@@ -494,6 +494,16 @@ unsafe impl rdma::Driver for QhcaIb {
         objects::reg_mr(pd, attr, udata)
     }
 
+    fn rereg_user_mr(
+        &self,
+        mr: &objects::QhcaMr,
+        pd: &QhcaPd,
+        change: &rdma::MrRereg,
+        udata: &mut rdma::Udata<'_>,
+    ) -> Result<(objects::QhcaMr, u32)> {
+        objects::rereg_mr(mr, pd, change, udata)
+    }
+
     fn dereg_mr(&self, mr: &objects::QhcaMr) -> Result {
         mr.dereg()
     }

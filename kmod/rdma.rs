@@ -33,7 +33,7 @@ mod ucontext;
 pub(crate) use ah::Av;
 pub(crate) use cq::{CqAttr, CqEvents};
 pub(crate) use kernel_verbs::{RecvWr, SendWr, WrKind};
-pub(crate) use mr::MrAttr;
+pub(crate) use mr::{MrAttr, MrRange, MrRereg};
 use pd::IbPd;
 pub(crate) use qp::QpEvents;
 pub(crate) use srq::SrqEvents;
@@ -207,6 +207,17 @@ pub(crate) unsafe trait Driver: Send + Sync + Sized {
         &self,
         pd: &Self::Pd,
         attr: &MrAttr,
+        udata: &mut Udata<'_>,
+    ) -> Result<(Self::Mr, u32)>;
+    /// `rereg_user_mr` of user region `mr`: a new region (and its key) with what `change`
+    /// names changed, in `pd` (the region's PD unless the rereg changes it), that replaces
+    /// `mr`. On success `mr` is gone from the device and [`Driver::dereg_mr`] of it, which
+    /// the core calls next, does nothing; on failure `mr` is as it was.
+    fn rereg_user_mr(
+        &self,
+        mr: &Self::Mr,
+        pd: &Self::Pd,
+        change: &MrRereg,
         udata: &mut Udata<'_>,
     ) -> Result<(Self::Mr, u32)>;
     /// `dereg_mr`.
@@ -557,6 +568,7 @@ impl<'bound, T: Driver> Registration<'bound, T> {
         ops.destroy_srq = Some(srq::destroy_srq::<T>);
         ops.size_ib_srq = core::mem::size_of::<srq::IbSrq<T::Srq>>();
         ops.reg_user_mr = Some(mr::reg_user_mr::<T>);
+        ops.rereg_user_mr = Some(mr::rereg_user_mr::<T>);
         ops.dereg_mr = Some(mr::dereg_mr::<T>);
         ops.advise_mr = Some(mr::advise_mr::<T>);
         ops.alloc_mw = Some(mr::alloc_mw::<T>);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! CQs, memory regions and windows, and address handles of user contexts (and the parts of
-//! kernel ones that are the same): the core's requests translated to the context's commands ([`Verbs`]), which check them and run them on the
+//! CQs, memory regions (registered, and registered again) and windows, and address handles of
+//! user contexts (and the parts of kernel ones that are the same): the core's requests
+//! translated to the context's commands ([`Verbs`]), which check them and run them on the
 //! device. Each object keeps its context, and is destroyed through
 //! [`Verbs::destroy_or_stop`]: the core's destroys do not fail.
 
@@ -15,7 +16,14 @@ use crate::{
     },
     rdma, uapi,
 };
-use kernel::{bindings, prelude::*, sync::Arc};
+use kernel::{
+    bindings,
+    prelude::*,
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
+};
 
 /// `IB_ACCESS_*` bits, by name.
 const LOCAL_WRITE: u32 = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE;
@@ -139,6 +147,21 @@ pub(crate) struct QhcaMr {
     key: u32,
     /// A kernel fast-registration region's page list.
     fast: Option<Arc<KFastMr>>,
+    /// A user region's registration, which a rereg keeps what it does not change of (`None`
+    /// for a kernel region).
+    user: Option<UserReg>,
+    /// Set once a rereg replaced the region: the device and the context forgot it, and the
+    /// core's `dereg_mr` that follows has nothing to do (its key may be another region's by
+    /// then). Written and read under the core's lock of the region's object (the rereg holds
+    /// it for writing, and destroys the region before it lets go).
+    replaced: Atomic<bool>,
+}
+
+/// What a user region was registered with.
+struct UserReg {
+    attr: rdma::MrAttr,
+    /// Pinned and watched (`QHCA_IB_REG_MR_WATCHED`).
+    watched: bool,
 }
 
 /// A user region: pinned, on demand (`IB_ACCESS_ON_DEMAND`; address 0 and length `u64::MAX`
@@ -157,6 +180,18 @@ pub(super) fn reg_mr(
         }
         u.flags
     };
+    reg_user(
+        pd,
+        UserReg {
+            attr: *attr,
+            watched: flags & uapi::QHCA_IB_REG_MR_WATCHED != 0,
+        },
+    )
+}
+
+/// REG_MR of user region `reg` in `pd`.
+fn reg_user(pd: &QhcaPd, reg: UserReg) -> Result<(QhcaMr, u32)> {
+    let attr = &reg.attr;
     let access = attr.access & !OPTIONAL;
     if access & !(LOCAL_WRITE | REMOTE | MW_BIND | ON_DEMAND) != 0 || attr.iova != attr.start {
         // Zero-based regions, huge-page hints, flushes: not on this device.
@@ -169,7 +204,7 @@ pub(super) fn reg_mr(
     if access & ON_DEMAND != 0 {
         qaccess |= uapi::QHCA_ACCESS_ON_DEMAND;
     }
-    if flags & uapi::QHCA_IB_REG_MR_WATCHED != 0 {
+    if reg.watched {
         qaccess |= uapi::QHCA_ACCESS_WATCHED;
     }
     let a = uapi::qhca_ioc_reg_mr {
@@ -181,16 +216,76 @@ pub(super) fn reg_mr(
         ..Default::default()
     };
     let key = verbs(&pd.ctx)?.reg_mr(&a)?;
-    Ok((QhcaMr::new(&pd.ctx, key), key))
+    let mr = QhcaMr {
+        ctx: pd.ctx.clone(),
+        key,
+        fast: None,
+        user: Some(reg),
+        replaced: Atomic::new(false),
+    };
+    Ok((mr, key))
+}
+
+/// A rereg of user region `old`: a new region in `pd`, registered as [`reg_mr`] registers one,
+/// with what `change` names and `old`'s registration otherwise (a watched region stays
+/// watched); then `old` leaves the device and the context. If windows are bound to `old` the
+/// device keeps it (IB's rule: no rereg of a region with bound windows), and the new region
+/// goes: `EBUSY`, `old` as it was. Either way, no window loses its region.
+///
+/// # Errors
+///
+/// `EOPNOTSUPP` for a kernel region; `EINVAL` for driver input (this ABI has none), a PD of
+/// another context, or a region replaced already; `EBUSY` with windows bound to `old`; what
+/// registering the new region answers (`EDQUOT` at the user's share of regions: `old` counts
+/// until it is gone); what deregistering `old` answers.
+pub(super) fn rereg_mr(
+    old: &QhcaMr,
+    pd: &QhcaPd,
+    change: &rdma::MrRereg,
+    udata: &mut rdma::Udata<'_>,
+) -> Result<(QhcaMr, u32)> {
+    let was = old.user.as_ref().ok_or(EOPNOTSUPP)?;
+    if !Arc::ptr_eq(&old.ctx, &pd.ctx) || old.replaced.load(Relaxed) {
+        return Err(EINVAL);
+    }
+    udata.input_zero()?;
+    let range = change.range.unwrap_or(rdma::MrRange {
+        start: was.attr.start,
+        length: was.attr.length,
+        iova: was.attr.iova,
+    });
+    let reg = UserReg {
+        attr: rdma::MrAttr {
+            start: range.start,
+            length: range.length,
+            iova: range.iova,
+            access: change.access.unwrap_or(was.attr.access),
+        },
+        watched: was.watched,
+    };
+    let (new, key) = reg_user(pd, reg)?;
+    match verbs(&old.ctx).and_then(|v| v.dereg_replaced(old.key)) {
+        Ok(()) => {
+            old.replaced.store(true, Relaxed);
+            Ok((new, key))
+        }
+        Err(e) => {
+            // The core never hears of the new region: it goes now.
+            new.dereg()?;
+            Err(e)
+        }
+    }
 }
 
 impl QhcaMr {
-    /// Region `key` of `ctx`.
+    /// Kernel region `key` of `ctx`.
     pub(super) fn new(ctx: &Arc<Ctx>, key: u32) -> Self {
         Self {
             ctx: ctx.clone(),
             key,
             fast: None,
+            user: None,
+            replaced: Atomic::new(false),
         }
     }
 
@@ -200,12 +295,17 @@ impl QhcaMr {
             ctx: ctx.clone(),
             key,
             fast: Some(fast),
+            user: None,
+            replaced: Atomic::new(false),
         }
     }
 
     /// DEREG_MR. Windows bound to the region are unbound (their keys stop working), as
-    /// deregistering a region does on other devices.
+    /// deregistering a region does on other devices. Nothing for a region a rereg replaced.
     pub(super) fn dereg(&self) -> Result {
+        if self.replaced.load(Relaxed) {
+            return Ok(());
+        }
         verbs(&self.ctx)?.destroy_or_stop(
             uapi::QHCA_CMD_DEREG_MR,
             self.key,

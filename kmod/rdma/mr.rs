@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Memory regions (`ib_mr`, which the driver allocates) of user contexts and kernel consumers
-//! (their fast registration: `alloc_mr`, `map_mr_sg`), and memory windows (`ib_mw`, which the
+//! Memory regions (`ib_mr`, which the driver allocates) of user contexts (registered, and
+//! registered again: `rereg_user_mr`) and kernel consumers (their fast registration:
+//! `alloc_mr`, `map_mr_sg`), and memory windows (`ib_mw`, which the
 //! core allocates) of user contexts.
 
 use super::{data, errno, pd::pd_data, ucontext::udata_of, Driver};
@@ -62,6 +63,7 @@ pub(super) unsafe fn mr_data<'a, M>(mr: *mut bindings::ib_mr) -> &'a M {
 }
 
 /// What a user asked to register.
+#[derive(Clone, Copy)]
 pub(crate) struct MrAttr {
     pub(crate) start: u64,
     pub(crate) length: u64,
@@ -102,6 +104,81 @@ pub(super) unsafe extern "C" fn reg_user_mr<T: Driver>(
         access: access as u32,
     };
     IbMr::new_raw(iova, length, || dev.reg_user_mr(p, &attr, &mut udata))
+}
+
+/// What a user's rereg changes of a region (`IB_MR_REREG_*`); what it leaves is the region's.
+pub(crate) struct MrRereg {
+    /// `IB_MR_REREG_TRANS`: the new range, else `None` (the region's).
+    pub(crate) range: Option<MrRange>,
+    /// `IB_MR_REREG_ACCESS`: the new `IB_ACCESS_*` (which the core checked), else `None`.
+    pub(crate) access: Option<u32>,
+}
+
+/// A user region's range.
+#[derive(Clone, Copy)]
+pub(crate) struct MrRange {
+    pub(crate) start: u64,
+    pub(crate) length: u64,
+    /// The address the region is known by on the wire and in SGEs.
+    pub(crate) iova: u64,
+}
+
+/// `rereg_user_mr`: a new region in `mr`'s place, with new keys, which the core then
+/// installs (it destroys `mr` with [`dereg_mr`]). Never a change in place (NULL): the device
+/// has no command that changes a region. `pd` is the new PD with `IB_MR_REREG_PD`, else the
+/// region's.
+///
+/// # Safety
+///
+/// Called by the RDMA core only (`ib_uverbs_rereg_mr`, which holds the region's object for
+/// writing), for a region of ours, a user PD of the same device and the command's `udata`.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe extern "C" fn rereg_user_mr<T: Driver>(
+    mr: *mut bindings::ib_mr,
+    flags: c_int,
+    start: u64,
+    length: u64,
+    iova: u64,
+    access: c_int,
+    pd: *mut bindings::ib_pd,
+    udata: *mut bindings::ib_udata,
+) -> *mut bindings::ib_mr {
+    let flags = flags as u32;
+    if udata.is_null() || pd.is_null() || flags == 0 {
+        return EINVAL.to_ptr();
+    }
+    if flags & !bindings::ib_mr_rereg_flags_IB_MR_REREG_SUPPORTED != 0 {
+        return EOPNOTSUPP.to_ptr();
+    }
+    let trans = flags & bindings::ib_mr_rereg_flags_IB_MR_REREG_TRANS != 0;
+    let change = MrRereg {
+        range: trans.then_some(MrRange {
+            start,
+            length,
+            iova,
+        }),
+        access: (flags & bindings::ib_mr_rereg_flags_IB_MR_REREG_ACCESS != 0)
+            .then_some(access as u32),
+    };
+    // SAFETY: The core's region (ours, registered: `data` written) and PD (ours, allocated)
+    // and udata, valid for the call; the core keeps `iova` and `length` of a region current.
+    let (dev, old, p, mut udata, old_iova, old_length) = unsafe {
+        (
+            data::<T>((*mr).device),
+            mr_data::<T::Mr>(mr),
+            pd_data::<T::Pd>(pd),
+            udata_of(udata),
+            (*mr).iova,
+            (*mr).length,
+        )
+    };
+    let (iova, length) = match &change.range {
+        Some(r) => (r.iova, r.length),
+        None => (old_iova, old_length),
+    };
+    IbMr::new_raw(iova, length, || {
+        dev.rereg_user_mr(old, p, &change, &mut udata)
+    })
 }
 
 /// # Safety
@@ -180,8 +257,8 @@ unsafe extern "C" fn set_page<T: Driver>(mr: *mut bindings::ib_mr, addr: u64) ->
 
 /// # Safety
 ///
-/// Called by the RDMA core only, for a region `reg_user_mr`, `get_dma_mr` or `alloc_mr`
-/// returned.
+/// Called by the RDMA core only, for a region `reg_user_mr`, `rereg_user_mr`, `get_dma_mr` or
+/// `alloc_mr` returned.
 pub(super) unsafe extern "C" fn dereg_mr<T: Driver>(
     mr: *mut bindings::ib_mr,
     _udata: *mut bindings::ib_udata,

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Memory regions: REG_MR of pinned, on-demand-paged ([`crate::odp`]) and watched
-//! ([`crate::watch`]) regions, and ADVISE_MR; DEREG_MR goes through [`Verbs::destroy`].
+//! ([`crate::watch`]) regions, and ADVISE_MR; DEREG_MR goes through [`Verbs::destroy`], the
+//! one of a region a rereg replaces too ([`Verbs::dereg_replaced`]).
 
 use super::{position, Verbs};
 use crate::{
@@ -182,6 +183,20 @@ impl Verbs<'_> {
             )?;
             Ok(key)
         })
+    }
+
+    /// DEREG_MR of region `key`, which a rereg replaced with a region registered already:
+    /// without unbinding windows, so that a region with windows bound to it stays (the device
+    /// answers BAD_STATE). On success the context forgot the region (its memory unpinned, its
+    /// charge given back).
+    ///
+    /// # Errors
+    ///
+    /// `EBUSY` while windows are bound to the region; `ENOENT` for a key this context does not
+    /// hold; what the device answers otherwise (the region then stays the context's, and is
+    /// destroyed as any other).
+    pub(crate) fn dereg_replaced(&self, key: u32) -> Result {
+        self.destroy(uapi::QHCA_CMD_DEREG_MR, key, 0)
     }
 
     /// Prefetches `addr..addr + length` of the ODP region `lkey` (for writing if `write`), now

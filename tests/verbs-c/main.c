@@ -31,8 +31,9 @@
  *
  * This file holds the table of checks and the loop that runs them, the
  * nosys subcommand, and main; the checks are in checks_device.c,
- * checks_rc.c, checks_ext.c, checks_srq.c and checks_qpex.c, the helpers
- * they share in common.c, and verbs_check.h declares what the files share.
+ * checks_rc.c, checks_ext.c, checks_mr.c, checks_srq.c and checks_qpex.c, the
+ * helpers they share in common.c, and verbs_check.h declares what the files
+ * share.
  * Build, in this directory (what scripts/build-all.sh does):
  *   gcc -O2 -Wall -Wextra -Werror -o qhca-verbs-check *.c -libverbs
  */
@@ -163,6 +164,7 @@ static const struct check checks[] = {
     { "qp_ex_ud", check_qp_ex_ud, NULL },
     { "odp", NULL, check_odp },
     { "memory_windows", NULL, check_memory_windows },
+    { "rereg", NULL, check_rereg },
     { "events_and_teardown", check_events_and_teardown, NULL },
 };
 

@@ -174,6 +174,9 @@ int check_memory_windows(struct env *e, const char **note);
 /* checks_cq.c */
 int check_resize_cq(struct env *e);
 
+/* checks_mr.c: @note as checks_ext.c's */
+int check_rereg(struct env *e, const char **note);
+
 /* checks_srq.c */
 int check_srq(struct env *e);
 

@@ -28,6 +28,8 @@ pub(crate) const MODIFY_QP_CMD: usize = 8 + 112;
 pub(crate) const QUERY_QP_CMD: usize = 8 + 16;
 /// `struct ibv_reg_mr`: header, then `struct ib_uverbs_reg_mr` (40 bytes).
 pub(crate) const REG_MR_CMD: usize = 8 + 40;
+/// `struct ibv_rereg_mr`: header, then `struct ib_uverbs_rereg_mr` (48 bytes).
+pub(crate) const REREG_MR_CMD: usize = 8 + 48;
 /// `struct ibv_alloc_mw`: header, then `struct ib_uverbs_alloc_mw` (16 bytes).
 pub(crate) const ALLOC_MW_CMD: usize = 8 + 16;
 /// `struct ibv_create_srq`: header, then `struct ib_uverbs_create_srq` (32 bytes).
@@ -48,6 +50,8 @@ pub(crate) const RESIZE_CQ_RESP: usize = 8;
 pub(crate) const CREATE_QP_RESP: usize = 32;
 /// `struct ib_uverbs_reg_mr_resp`.
 pub(crate) const REG_MR_RESP: usize = 12;
+/// `struct ib_uverbs_rereg_mr_resp`.
+pub(crate) const REREG_MR_RESP: usize = 8;
 /// `struct ib_uverbs_create_srq_resp`.
 pub(crate) const CREATE_SRQ_RESP: usize = 16;
 
@@ -145,6 +149,20 @@ extern "C" {
         hca_va: u64,
         access: c_int,
         vmr: *mut c_void,
+        cmd: *mut c_void,
+        cmd_size: usize,
+        resp: *mut c_void,
+        resp_size: usize,
+    ) -> c_int;
+    /// `vmr` is a `struct verbs_mr *`; `pd` is read only with `IBV_REREG_MR_CHANGE_PD`.
+    pub(crate) fn ibv_cmd_rereg_mr(
+        vmr: *mut c_void,
+        flags: u32,
+        addr: *mut c_void,
+        length: usize,
+        hca_va: u64,
+        access: c_int,
+        pd: *mut ibv_pd,
         cmd: *mut c_void,
         cmd_size: usize,
         resp: *mut c_void,

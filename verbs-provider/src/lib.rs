@@ -10,8 +10,8 @@
 //! `qhca_verbs_abi::post` into the `qhca` crate's work queues, polling through its CQ consumer.
 //!
 //! - [`context`]: the device, contexts, `ibv_query_device(_ex)`, `ibv_query_port`;
-//! - [`mem`]: protection domains, memory regions (pinned and on-demand, `ibv_advise_mr`),
-//!   memory windows;
+//! - [`mem`]: protection domains, memory regions (pinned and on-demand, `ibv_advise_mr`,
+//!   `ibv_rereg_mr`), memory windows;
 //! - [`cq`]: completion queues, basic and extended (`ibv_create_cq_ex`, with the polling API of
 //!   `struct ibv_cq_ex`); poll, arm; completion channels are libibverbs's;
 //! - [`qp`]: RC and UD queue pairs (create, basic and extended: `ibv_create_qp_ex`; modify,
@@ -192,6 +192,7 @@ const OP_QUERY_QP: usize = 61;
 const OP_QUERY_SRQ: usize = 64;
 const OP_REG_MR: usize = 68;
 const OP_REQ_NOTIFY_CQ: usize = 69;
+const OP_REREG_MR: usize = 70;
 const OP_RESIZE_CQ: usize = 71;
 
 /// `struct verbs_context_ops`, positional.
@@ -239,6 +240,7 @@ const fn context_ops() -> ContextOps {
     t[OP_QUERY_SRQ] = srq::query_srq as *const c_void;
     t[OP_REG_MR] = mem::reg_mr as *const c_void;
     t[OP_REQ_NOTIFY_CQ] = cq::req_notify_cq as *const c_void;
+    t[OP_REREG_MR] = mem::rereg_mr as *const c_void;
     t[OP_RESIZE_CQ] = cq::resize_cq as *const c_void;
     ContextOps(t)
 }
@@ -403,6 +405,7 @@ mod tests {
             (OP_QUERY_SRQ, "query_srq"),
             (OP_REG_MR, "reg_mr"),
             (OP_REQ_NOTIFY_CQ, "req_notify_cq"),
+            (OP_REREG_MR, "rereg_mr"),
             (OP_RESIZE_CQ, "resize_cq"),
         ] {
             assert_eq!(DRIVER_H_OPS[slot], name);

@@ -102,6 +102,63 @@ pub(crate) unsafe extern "C" fn reg_mr(
     mr.cast()
 }
 
+/// `rereg_mr`: the core's command, with no driver data. The driver registers a new region in
+/// the old one's place (with new keys, which `ibv_cmd_rereg_mr` takes from the response) and
+/// refuses while windows are bound to it (`EBUSY`: the old region stays as it was). The
+/// region's address is its iova, as for [`reg_mr`]. 0, or the errno (also in `errno`), which
+/// libibverbs's `ibv_rereg_mr` turns into `IBV_REREG_MR_ERR_CMD`, as for other providers.
+pub(crate) unsafe extern "C" fn rereg_mr(
+    vmr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    if flags as u32 & IBV_REREG_MR_CHANGE_PD != 0 && pd.is_null() {
+        set_errno(libc::EINVAL);
+        return libc::EINVAL;
+    }
+    let mut cmd = Cmd::<REREG_MR_CMD, NoData>::new(NoData);
+    let mut resp = Resp::<REREG_MR_RESP, NoData>::new();
+    // SAFETY: libibverbs's arguments, passed on: `vmr` came from `reg_mr`, a `struct
+    // verbs_mr`, and `pd` is read only with `IBV_REREG_MR_CHANGE_PD` (then not NULL); the
+    // buffers are the sizes given.
+    let ret = unsafe {
+        ibv_cmd_rereg_mr(
+            vmr.cast(),
+            flags as u32,
+            addr,
+            length,
+            addr as u64,
+            access,
+            pd,
+            cmd.as_mut_ptr(),
+            size_of_val(&cmd),
+            resp.as_mut_ptr(),
+            size_of_val(&resp),
+        )
+    };
+    if ret != 0 {
+        set_errno(ret);
+        return ret;
+    }
+    // SAFETY: `vmr` is an `Mr` (above), which libibverbs lets only this op change now.
+    unsafe { (*vmr.cast::<Mr>()).reregistered(flags, access) };
+    0
+}
+
+impl Mr {
+    /// What a successful rereg with `flags` (`IBV_REREG_MR_*`) leaves of the region's stored
+    /// access (which libibverbs reads: `ibv_dereg_mr` leaves an on-demand region's range to
+    /// `fork`): `access` if the rereg changed it.
+    fn reregistered(&mut self, flags: c_int, access: c_int) {
+        if flags as u32 & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+            self.access = access;
+        }
+    }
+}
+
 /// `dereg_mr`.
 pub(crate) unsafe extern "C" fn dereg_mr(mr: *mut ibv_mr) -> c_int {
     // SAFETY: `mr` came from `reg_mr`, an `Mr` (a `struct verbs_mr`); the program's last use.
@@ -149,4 +206,47 @@ pub(crate) unsafe extern "C" fn advise_mr(
 ) -> c_int {
     // SAFETY: libibverbs's arguments, passed on.
     unsafe { ibv_cmd_advise_mr(pd, advice, flags, sg_list, num_sge) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The region `ibv_cmd_reg_mr` leaves with `access`.
+    fn registered(access: c_int) -> Mr {
+        Mr {
+            ibv: ibv_mr::default(),
+            mr_type: 0,
+            access,
+        }
+    }
+
+    #[test]
+    fn rereg_keeps_access_unless_it_changes() {
+        let old = (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) as c_int;
+        let new = IBV_ACCESS_LOCAL_WRITE as c_int;
+        for flags in [
+            IBV_REREG_MR_CHANGE_TRANSLATION,
+            IBV_REREG_MR_CHANGE_PD,
+            IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD,
+        ] {
+            let mut mr = registered(old);
+            mr.reregistered(flags as c_int, 0);
+            assert_eq!(mr.access, old, "flags {flags:#x}");
+        }
+        let mut mr = registered(old);
+        mr.reregistered(IBV_REREG_MR_CHANGE_ACCESS as c_int, new);
+        assert_eq!(mr.access, new);
+        let mut mr = registered(old);
+        mr.reregistered(IBV_REREG_MR_FLAGS_SUPPORTED as c_int, new);
+        assert_eq!(mr.access, new);
+    }
+
+    /// `struct verbs_mr` of rdma-core 44 and 56: `struct ibv_mr`, its type, its access.
+    #[test]
+    fn mr_is_verbs_mr() {
+        assert_eq!(core::mem::size_of::<ibv_mr>(), 48);
+        assert_eq!(core::mem::offset_of!(Mr, access), 52);
+        assert_eq!(core::mem::size_of::<Mr>(), 56);
+    }
 }
