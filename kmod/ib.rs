@@ -500,7 +500,7 @@ unsafe impl rdma::Driver for QhcaIb {
         pd: &QhcaPd,
         change: &rdma::MrRereg,
         udata: &mut rdma::Udata<'_>,
-    ) -> Result<(objects::QhcaMr, u32)> {
+    ) -> Result<Option<(objects::QhcaMr, u32)>> {
         objects::rereg_mr(mr, pd, change, udata)
     }
 

@@ -209,17 +209,18 @@ pub(crate) unsafe trait Driver: Send + Sync + Sized {
         attr: &MrAttr,
         udata: &mut Udata<'_>,
     ) -> Result<(Self::Mr, u32)>;
-    /// `rereg_user_mr` of user region `mr`: a new region (and its key) with what `change`
-    /// names changed, in `pd` (the region's PD unless the rereg changes it), that replaces
-    /// `mr`. On success `mr` is gone from the device and [`Driver::dereg_mr`] of it, which
-    /// the core calls next, does nothing; on failure `mr` is as it was.
+    /// `rereg_user_mr` of user region `mr`, with what `change` names changed, in `pd` (the
+    /// region's PD unless the rereg changes it): `None` if `mr` itself changed (its keys
+    /// stay), else a new region (and its key) that replaces `mr`; then `mr` is gone from the
+    /// device and [`Driver::dereg_mr`] of it, which the core calls next, does nothing. On
+    /// failure `mr` is as it was.
     fn rereg_user_mr(
         &self,
         mr: &Self::Mr,
         pd: &Self::Pd,
         change: &MrRereg,
         udata: &mut Udata<'_>,
-    ) -> Result<(Self::Mr, u32)>;
+    ) -> Result<Option<(Self::Mr, u32)>>;
     /// `dereg_mr`.
     fn dereg_mr(&self, mr: &Self::Mr) -> Result;
     /// `advise_mr` of ranges (`address, length, lkey`) of regions of `pd`'s context: prefetch

@@ -415,6 +415,8 @@ static uint8_t qhca_cmd_exec(QhcaState *s, const struct qhca_cmd *cmd,
         return qhca_cmd_srq(s, cmd, data, pl);
     case QHCA_CMD_RESIZE_CQ:
         return qhca_cmd_cq(s, cmd, data, pl);
+    case QHCA_CMD_MODIFY_MR:
+        return qhca_cmd_obj(s, cmd, data, pl);
     default:
         return QHCA_CMD_BAD_OPCODE;
     }

@@ -388,6 +388,48 @@ static uint8_t qhca_cmd_dereg_mr(QhcaState *s, const struct qhca_cmd *cmd)
 }
 
 /*
+ * MODIFY_MR: a region's PD and rights change in place (its key, translation
+ * and bounds stay); the next access through the key sees them, as after a
+ * MODIFY_QP.  Regions with windows bound to them are not changed
+ * (BAD_STATE); kernel regions (physical, fast registration) are not
+ * changed by it at all.
+ */
+static uint8_t qhca_cmd_modify_mr(QhcaState *s, const struct qhca_cmd *cmd)
+{
+    uint64_t pdn = cmd->in[2], access = cmd->in[3];
+    QhcaMr *mr;
+    QhcaPd *pd;
+
+    if (!qhca_cmd_unused_zero(cmd, false, 4)) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    mr = qhca_cmd_mr(s, cmd->in[0], cmd->in[1]);
+    if (!mr) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    pd = pdn <= UINT32_MAX ? qhca_pd_lookup(s, pdn) : NULL;
+    if (!pd || pd->uar != mr->uar) {
+        return QHCA_CMD_BAD_RESOURCE;
+    }
+    if (mr->phys || mr->fast ||
+        (access & ~(uint64_t)(QHCA_ACCESS_ALL | QHCA_ACCESS_MW_BIND)) ||
+        ((access & (QHCA_ACCESS_REMOTE_WRITE | QHCA_ACCESS_REMOTE_ATOMIC)) &&
+         !(access & QHCA_ACCESS_LOCAL_WRITE)) ||
+        (mr->odp && (access & QHCA_ACCESS_MW_BIND))) {
+        return QHCA_CMD_BAD_PARAM;
+    }
+    if (mr->nr_mw) {
+        return QHCA_CMD_BAD_STATE;
+    }
+    s->pd[mr->pdn].nr_mr--;
+    pd->nr_mr++;
+    mr->pdn = pdn;
+    mr->access = access;
+    trace_qhca_obj("mr", "modify", mr->uar, mr->key);
+    return QHCA_CMD_OK;
+}
+
+/*
  * REVOKE_PAGES: pages [first, first + count) of a pinned region's page list
  * are never reached again; an access that touches one fails as a DMA error
  * would.  The rest of the region works on.
@@ -425,6 +467,8 @@ uint8_t qhca_cmd_mr_reg(QhcaState *s, const struct qhca_cmd *cmd,
         return qhca_cmd_dereg_mr(s, cmd);
     case QHCA_CMD_REVOKE_PAGES:
         return qhca_cmd_revoke_pages(s, cmd);
+    case QHCA_CMD_MODIFY_MR:
+        return qhca_cmd_modify_mr(s, cmd);
     default:
         return QHCA_CMD_BAD_OPCODE;
     }

@@ -314,6 +314,7 @@ uint8_t qhca_cmd_obj(QhcaState *s, const struct qhca_cmd *cmd, uint64_t *data,
     case QHCA_CMD_REG_MR:
     case QHCA_CMD_DEREG_MR:
     case QHCA_CMD_REVOKE_PAGES:
+    case QHCA_CMD_MODIFY_MR:
         return qhca_cmd_mr_reg(s, cmd, data, pl);
     case QHCA_CMD_CREATE_CQ:
     case QHCA_CMD_DESTROY_CQ:

@@ -162,6 +162,29 @@ struct UserReg {
     attr: rdma::MrAttr,
     /// Pinned and watched (`QHCA_IB_REG_MR_WATCHED`).
     watched: bool,
+    /// Its `IB_ACCESS_*` now: `attr.access` until a rereg changes it in place. Written under
+    /// the core's lock of the region's object (a rereg holds it for writing).
+    access: Atomic<u32>,
+}
+
+impl UserReg {
+    fn new(attr: rdma::MrAttr, watched: bool) -> Self {
+        Self {
+            attr,
+            watched,
+            access: Atomic::new(attr.access),
+        }
+    }
+
+    /// Whether rights `access` (`IB_ACCESS_*`) fit the region as registered, so that MODIFY_MR
+    /// can give them to it: as on demand as it is (the device's kind of region), writable only
+    /// if its pages were pinned writable, and windows only on plain pinned memory.
+    fn fits(&self, access: u32) -> bool {
+        let was = self.attr.access;
+        (access ^ was) & ON_DEMAND == 0
+            && (access & LOCAL_WRITE == 0 || was & LOCAL_WRITE != 0)
+            && (access & MW_BIND == 0 || (!self.watched && was & ON_DEMAND == 0))
+    }
 }
 
 /// A user region: pinned, on demand (`IB_ACCESS_ON_DEMAND`; address 0 and length `u64::MAX`
@@ -182,19 +205,18 @@ pub(super) fn reg_mr(
     };
     reg_user(
         pd,
-        UserReg {
-            attr: *attr,
-            watched: flags & uapi::QHCA_IB_REG_MR_WATCHED != 0,
-        },
+        UserReg::new(*attr, flags & uapi::QHCA_IB_REG_MR_WATCHED != 0),
     )
 }
 
-/// REG_MR of user region `reg` in `pd`.
-fn reg_user(pd: &QhcaPd, reg: UserReg) -> Result<(QhcaMr, u32)> {
-    let attr = &reg.attr;
-    let access = attr.access & !OPTIONAL;
-    if access & !(LOCAL_WRITE | REMOTE | MW_BIND | ON_DEMAND) != 0 || attr.iova != attr.start {
-        // Zero-based regions, huge-page hints, flushes: not on this device.
+/// qhca's `QHCA_ACCESS_*` of the verbs' `IB_ACCESS_*` `access`, hints dropped.
+///
+/// # Errors
+///
+/// `EOPNOTSUPP` for rights this device does not have (huge-page hints, flushes, ...).
+fn qhca_access(access: u32) -> Result<u32> {
+    let access = access & !OPTIONAL;
+    if access & !(LOCAL_WRITE | REMOTE | MW_BIND | ON_DEMAND) != 0 {
         return Err(EOPNOTSUPP);
     }
     let mut qaccess = access & (LOCAL_WRITE | REMOTE);
@@ -204,6 +226,17 @@ fn reg_user(pd: &QhcaPd, reg: UserReg) -> Result<(QhcaMr, u32)> {
     if access & ON_DEMAND != 0 {
         qaccess |= uapi::QHCA_ACCESS_ON_DEMAND;
     }
+    Ok(qaccess)
+}
+
+/// REG_MR of user region `reg` in `pd`.
+fn reg_user(pd: &QhcaPd, reg: UserReg) -> Result<(QhcaMr, u32)> {
+    let attr = &reg.attr;
+    if attr.iova != attr.start {
+        // Zero-based regions: not on this device.
+        return Err(EOPNOTSUPP);
+    }
+    let mut qaccess = qhca_access(attr.access)?;
     if reg.watched {
         qaccess |= uapi::QHCA_ACCESS_WATCHED;
     }
@@ -226,11 +259,13 @@ fn reg_user(pd: &QhcaPd, reg: UserReg) -> Result<(QhcaMr, u32)> {
     Ok((mr, key))
 }
 
-/// A rereg of user region `old`: a new region in `pd`, registered as [`reg_mr`] registers one,
-/// with what `change` names and `old`'s registration otherwise (a watched region stays
-/// watched); then `old` leaves the device and the context. If windows are bound to `old` the
-/// device keeps it (IB's rule: no rereg of a region with bound windows), and the new region
-/// goes: `EBUSY`, `old` as it was. Either way, no window loses its region.
+/// A rereg of user region `old`. The PD and rights alone, that its memory allows
+/// ([`UserReg::fits`]): `old` changes in place (MODIFY_MR), keys kept, `None`. Otherwise a new
+/// region in `pd`, registered as [`reg_mr`] registers one, with what `change` names and
+/// `old`'s registration otherwise (a watched region stays watched); then `old` leaves the
+/// device and the context. If windows are bound to `old` the device keeps it as it was (IB's
+/// rule: no rereg of a region with bound windows), and a new region goes: `EBUSY`. Either
+/// way, no window loses its region.
 ///
 /// # Errors
 ///
@@ -243,31 +278,40 @@ pub(super) fn rereg_mr(
     pd: &QhcaPd,
     change: &rdma::MrRereg,
     udata: &mut rdma::Udata<'_>,
-) -> Result<(QhcaMr, u32)> {
+) -> Result<Option<(QhcaMr, u32)>> {
     let was = old.user.as_ref().ok_or(EOPNOTSUPP)?;
     if !Arc::ptr_eq(&old.ctx, &pd.ctx) || old.replaced.load(Relaxed) {
         return Err(EINVAL);
     }
     udata.input_zero()?;
+    let access = change.access.unwrap_or(was.access.load(Relaxed));
+    if change.range.is_none() && was.fits(access) {
+        // The PD and the rights alone, and the pages as they are pinned: in place, keys kept
+        // (mlx5 and rxe keep them too). Windows bound: `EBUSY`, the region as it was.
+        let qaccess = qhca_access(access)? & !uapi::QHCA_ACCESS_ON_DEMAND;
+        verbs(&old.ctx)?.modify_mr(old.key, pd.pdn, qaccess)?;
+        was.access.store(access, Relaxed);
+        return Ok(None);
+    }
     let range = change.range.unwrap_or(rdma::MrRange {
         start: was.attr.start,
         length: was.attr.length,
         iova: was.attr.iova,
     });
-    let reg = UserReg {
-        attr: rdma::MrAttr {
+    let reg = UserReg::new(
+        rdma::MrAttr {
             start: range.start,
             length: range.length,
             iova: range.iova,
-            access: change.access.unwrap_or(was.attr.access),
+            access,
         },
-        watched: was.watched,
-    };
+        was.watched,
+    );
     let (new, key) = reg_user(pd, reg)?;
     match verbs(&old.ctx).and_then(|v| v.dereg_replaced(old.key)) {
         Ok(()) => {
             old.replaced.store(true, Relaxed);
-            Ok((new, key))
+            Ok(Some((new, key)))
         }
         Err(e) => {
             // The core never hears of the new region: it goes now.

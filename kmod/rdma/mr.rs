@@ -26,6 +26,16 @@ impl<M> IbMr<M> {
         length: u64,
         make: impl FnOnce() -> Result<(M, u32)>,
     ) -> *mut bindings::ib_mr {
+        Self::new_or_null(iova, length, || make().map(Some))
+    }
+
+    /// As [`IbMr::new_raw`], or NULL if `make` made nothing (a rereg that changed the region
+    /// in place).
+    fn new_or_null(
+        iova: u64,
+        length: u64,
+        make: impl FnOnce() -> Result<Option<(M, u32)>>,
+    ) -> *mut bindings::ib_mr {
         let b = KBox::new(
             IbMr {
                 ib: pin_init::zeroed::<bindings::ib_mr>(),
@@ -38,7 +48,7 @@ impl<M> IbMr<M> {
             Err(e) => return Error::from(e).to_ptr(),
         };
         match make() {
-            Ok((m, key)) => {
+            Ok(Some((m, key))) => {
                 b.data.write(m);
                 b.ib.lkey = key;
                 b.ib.rkey = key;
@@ -46,6 +56,7 @@ impl<M> IbMr<M> {
                 b.ib.length = length;
                 KBox::into_raw(b).cast::<bindings::ib_mr>()
             }
+            Ok(None) => core::ptr::null_mut(),
             Err(e) => e.to_ptr(),
         }
     }
@@ -123,10 +134,10 @@ pub(crate) struct MrRange {
     pub(crate) iova: u64,
 }
 
-/// `rereg_user_mr`: a new region in `mr`'s place, with new keys, which the core then
-/// installs (it destroys `mr` with [`dereg_mr`]). Never a change in place (NULL): the device
-/// has no command that changes a region. `pd` is the new PD with `IB_MR_REREG_PD`, else the
-/// region's.
+/// `rereg_user_mr`: `mr` changed in place, same keys (NULL: the core then moves it to the
+/// new PD), or a new region in its place, with new keys, which the core installs (it
+/// destroys `mr` with [`dereg_mr`]); the driver says which. `pd` is the new PD with
+/// `IB_MR_REREG_PD`, else the region's.
 ///
 /// # Safety
 ///
@@ -176,7 +187,7 @@ pub(super) unsafe extern "C" fn rereg_user_mr<T: Driver>(
         Some(r) => (r.iova, r.length),
         None => (old_iova, old_length),
     };
-    IbMr::new_raw(iova, length, || {
+    IbMr::new_or_null(iova, length, || {
         dev.rereg_user_mr(old, p, &change, &mut udata)
     })
 }

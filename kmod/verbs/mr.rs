@@ -185,6 +185,30 @@ impl Verbs<'_> {
         })
     }
 
+    /// MODIFY_MR: region `key` of this context goes to PD `pdn` (this context's) with rights
+    /// `access` (`QHCA_ACCESS_*` the device takes), under the same key; the caller checked
+    /// that its memory allows them (writable only if pinned writable).
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` for a region or PD this context did not create; `EBUSY` while windows are
+    /// bound to the region; `EINVAL` for rights the device refuses.
+    pub(crate) fn modify_mr(&self, key: u32, pdn: u32, access: u32) -> Result {
+        self.locked(|_, objs| {
+            position(&objs.pds, |&p| p == pdn)?;
+            let i = position(&objs.mrs, |m| m.key == key)?;
+            let cmd = Cmd::new(uapi::QHCA_CMD_MODIFY_MR)
+                .input(0, self.uar.into())
+                .input(1, key.into())
+                .input(2, pdn.into())
+                .input(3, access.into());
+            self.dev.exec(cmd)?;
+            // The PD the region keeps busy from now on.
+            objs.mrs[i].pdn = pdn;
+            Ok(())
+        })
+    }
+
     /// DEREG_MR of region `key`, which a rereg replaced with a region registered already:
     /// without unbinding windows, so that a region with windows bound to it stays (the device
     /// answers BAD_STATE). On success the context forgot the region (its memory unpinned, its

@@ -55,8 +55,9 @@ out:
 }
 
 /*
- * ibv_rereg_mr, which must succeed. The keys may change (on qhca they do:
- * every rereg is a new registration); the checks use mr's keys after it.
+ * ibv_rereg_mr, which must succeed. The keys may change (on qhca a new
+ * translation, or rights its pages were not pinned for, is a new
+ * registration); the checks use mr's keys after it.
  */
 static int rereg_ok(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
                     void *addr, size_t len, int access, const char *what)
@@ -105,9 +106,13 @@ static int rereg_pinned(struct env *e, struct region *src)
     CHECK(old_buf[64] == 0 && old_buf[65] == 0,
           "the refused WRITE reached the old buffer");
 
-    /* Access: remote write taken away, then given back. */
+    /* Access: remote write taken away, then given back, keys kept. */
+    old_rkey = r.mr->rkey;
     TRY(rereg_ok(r.mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
                  IBV_ACCESS_LOCAL_WRITE, "CHANGE_ACCESS to LOCAL_WRITE"));
+    CHECK(r.mr->rkey == old_rkey && r.mr->lkey == old_rkey,
+          "CHANGE_ACCESS alone changed the keys (%#x, %#x; were %#x)",
+          r.mr->lkey, r.mr->rkey, old_rkey);
     fill(src->buf, 32, 202);
     TRY(write_through(e, src->buf, src->mr->lkey, r.buf + 256, r.mr->rkey, 202,
                       IBV_WC_REM_ACCESS_ERR,
@@ -127,6 +132,7 @@ static int rereg_pinned(struct env *e, struct region *src)
     TRY(rereg_ok(r.mr, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, 0,
                  "CHANGE_PD"));
     CHECK(r.mr->pd == pd2, "after CHANGE_PD the region's PD is not the new one");
+    CHECK(r.mr->rkey == old_rkey, "CHANGE_PD alone changed the keys");
     fill(src->buf, 32, 204);
     TRY(write_through(e, src->buf, src->mr->lkey, r.buf + 768, r.mr->rkey, 204,
                       IBV_WC_REM_ACCESS_ERR,
@@ -146,6 +152,19 @@ static int rereg_pinned(struct env *e, struct region *src)
           strerror(errno));
     pd2 = NULL;
     CHECK(!region_free(&r), "ibv_dereg_mr of the reregistered region failed");
+
+    /*
+     * Write rights for pages that were not pinned writable: registered
+     * again, and a WRITE lands through the keys it has now.
+     */
+    TRY(region_new(e->pd, &r, RR_LEN, IBV_ACCESS_REMOTE_READ));
+    TRY(rereg_ok(r.mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, REMOTE_ALL,
+                 "CHANGE_ACCESS of a read-only region to remote write"));
+    fill(src->buf, 32, 207);
+    TRY(write_through(e, src->buf, src->mr->lkey, r.buf + 64, r.mr->rkey, 207,
+                      IBV_WC_SUCCESS,
+                      "a WRITE into a region made writable by a rereg"));
+    CHECK(!memcmp(r.buf + 64, src->buf, 32), "the WRITE did not land");
     ret = 0;
 out:
     region_free(&r);

@@ -200,6 +200,8 @@ enum qhca_cmd_opcode {
 	QHCA_CMD_DESTROY_SRQ  = 0x1c, /* in[0] = uar, in[1] = srqn; BAD_STATE while a QP uses it */
 	/* in[0] = uar, in[1] = cqn, in[2] = log_entries, in[3] = npages, in[4] = pages_addr; out: data[0] = CQEs moved */
 	QHCA_CMD_RESIZE_CQ    = 0x1d,
+	/* in[0] = uar, in[1] = key, in[2] = pdn, in[3] = access; see "Memory regions" */
+	QHCA_CMD_MODIFY_MR    = 0x1e,
 	QHCA_CMD_MAX, /* first unassigned opcode */
 };
 
@@ -381,6 +383,14 @@ struct qhca_device_attr {
  * never run out.  L_Key and R_Key of a region are the same value.  The low
  * QHCA_KEY_TAG_BITS of a window's key are the consumer's (see "Memory
  * windows").
+ *
+ * MODIFY_MR changes a registered region's PD (in[2], the same context's)
+ * and rights (in[3]: QHCA_ACCESS_ALL bits and QHCA_ACCESS_MW_BIND, the same
+ * rules as REG_MR's) in place: key, translation and bounds stay, and the
+ * next access through the key sees the change.  BAD_STATE while windows are
+ * bound to the region; BAD_PARAM for a kernel region (physical or fast
+ * registration) and for MW_BIND on an on-demand one.  (ibv_rereg_mr of the
+ * PD or the access alone keeps the keys, as on mlx5 and rxe.)
  */
 #define QHCA_KEY_TAG_BITS       8
 

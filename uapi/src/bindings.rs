@@ -203,7 +203,8 @@ pub const QHCA_CMD_MODIFY_SRQ: qhca_cmd_opcode = 26;
 pub const QHCA_CMD_QUERY_SRQ: qhca_cmd_opcode = 27;
 pub const QHCA_CMD_DESTROY_SRQ: qhca_cmd_opcode = 28;
 pub const QHCA_CMD_RESIZE_CQ: qhca_cmd_opcode = 29;
-pub const QHCA_CMD_MAX: qhca_cmd_opcode = 30;
+pub const QHCA_CMD_MODIFY_MR: qhca_cmd_opcode = 30;
+pub const QHCA_CMD_MAX: qhca_cmd_opcode = 31;
 pub type qhca_cmd_opcode = core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]

@@ -72,8 +72,9 @@ fn verbs_garbage_never_crashes() {
         match rng.below(8) {
             0 | 1 => {
                 // An object command: a valid template with a few bytes changed, or noise.
-                let opcode = match rng.below(13) {
+                let opcode = match rng.below(14) {
                     12 => QHCA_CMD_RESIZE_CQ,
+                    13 => QHCA_CMD_MODIFY_MR,
                     n => QHCA_CMD_ALLOC_PD + n as u32, // .. QUERY_CTX + 1
                 };
                 let mut c = h.cmd(opcode);
@@ -95,6 +96,24 @@ fn verbs_garbage_never_crashes() {
                         let log = rng.below(4);
                         let n = cq_bytes(log as u32).div_ceil(PAGE);
                         for (i, w) in [uar as u64, cqn as u64, log, n, *rng.pick(&addrs)]
+                            .into_iter()
+                            .enumerate()
+                        {
+                            b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+                        }
+                        b
+                    }
+                    QHCA_CMD_MODIFY_MR => {
+                        let mut b = [0u8; 40];
+                        let noise = rng.next_u32() as u64;
+                        let access = *rng.pick(&[
+                            QHCA_ACCESS_ALL as u64,
+                            QHCA_ACCESS_LOCAL_WRITE as u64,
+                            (QHCA_ACCESS_ALL | QHCA_ACCESS_MW_BIND) as u64,
+                            noise,
+                        ]);
+                        let pdn = *rng.pick(&[p.pdn as u64, p.pdn as u64, 99, 1 << 33]);
+                        for (i, w) in [uar as u64, key as u64, pdn, access]
                             .into_iter()
                             .enumerate()
                         {
