@@ -102,9 +102,11 @@ pub(crate) unsafe extern "C" fn reg_mr(
     mr.cast()
 }
 
-/// `rereg_mr`: the core's command, with no driver data. The driver registers a new region in
-/// the old one's place (with new keys, which `ibv_cmd_rereg_mr` takes from the response) and
-/// refuses while windows are bound to it (`EBUSY`: the old region stays as it was). The
+/// `rereg_mr`: the core's command, with no driver data. The driver changes the PD or the
+/// rights alone in place (keys kept), or registers a new region in the old one's place (a new
+/// translation, or rights its pinned pages cannot take: new keys, which `ibv_cmd_rereg_mr`
+/// takes from the response); it refuses while windows are bound to the region (`EBUSY`: the
+/// old region stays as it was). The
 /// region's address is its iova, as for [`reg_mr`]. 0, or the errno (also in `errno`), which
 /// libibverbs's `ibv_rereg_mr` turns into `IBV_REREG_MR_ERR_CMD`, as for other providers.
 pub(crate) unsafe extern "C" fn rereg_mr(
