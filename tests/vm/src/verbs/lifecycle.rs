@@ -210,6 +210,19 @@ impl ResizeRig {
     /// receive CQEs are in the CQ under test.
     #[track_caller]
     fn deliver(&mut self, n: u64) -> Result<std::ops::Range<u64>, Fail> {
+        let ids = self.post(n)?;
+        for id in ids.clone() {
+            let wc = wait_wc(&mut self.cq_a)?;
+            if wc.status != WcStatus::Success || wc.wr_id != id {
+                return Err(fail_msg(format!("SEND {id}: {wc:?}")));
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Posts `n` receives and `n` SENDs into them (the next `n` wr_ids).
+    #[track_caller]
+    fn post(&mut self, n: u64) -> Result<std::ops::Range<u64>, Fail> {
         let ids = self.next..self.next + n;
         self.next += n;
         let rsge = [self.dst.sge(0, 8)];
@@ -224,12 +237,6 @@ impl ResizeRig {
             .collect();
         self.b.post_recv(&recvs)?;
         self.a.post_send(&sends)?;
-        for id in ids.clone() {
-            let wc = wait_wc(&mut self.cq_a)?;
-            if wc.status != WcStatus::Success || wc.wr_id != id {
-                return Err(fail_msg(format!("SEND {id}: {wc:?}")));
-            }
-        }
         Ok(ids)
     }
 }
@@ -250,7 +257,8 @@ fn take(t: &mut T, cq: &mut Cq, n: u64) -> Result<Vec<u64>, Fail> {
 /// completions stay, in order, and many rounds go through the new ring; a ring too small for
 /// what is pending is EINVAL and loses nothing; rings of each size in turn (the first is kept
 /// for the events' handle, the later ones unmapped as they are replaced); an armed CQ stays
-/// armed across a resize, and one armed after it still wakes.
+/// armed across a resize, and one armed after it still wakes; an overrun's error event still
+/// names the CQ, and a CQ in error is not resized.
 pub(super) fn verbs_cq_resize(t: &mut T, cfg: &Config) -> CaseResult {
     let ctx = Arc::new(Context::open(&cfg.dev)?);
     let pd = Pd::new(&ctx)?;
@@ -349,6 +357,29 @@ pub(super) fn verbs_cq_resize(t: &mut T, cfg: &Config) -> CaseResult {
     check_eq!(t, cq.wait(Some(QUIET))?, false, "one arm, one event");
     check_eq!(t, cq.stray_cqes(), 0);
     check_eq!(t, (r.a.send_outstanding(), r.b.recv_outstanding()), (0, 0));
+
+    // An overrun after the resizes: its error event still names this CQ (the core reports it
+    // by the first ring's address, which the CQ keeps), not a CQ made since; a CQ in error is
+    // not resized (EBUSY).
+    let later = Cq::new(&ctx, 64, None)?;
+    cq.resize(2)?;
+    r.post(4)?;
+    let mut events = Vec::new();
+    while let Some(ev) = ctx.wait_async_event(Some(WC_TIMEOUT))? {
+        let done = matches!(ev, AsyncEvent::CqErr { .. });
+        events.push(ev);
+        if done {
+            break;
+        }
+    }
+    check!(
+        t,
+        events.contains(&AsyncEvent::CqErr { cqn: cq.cqn() }),
+        "CQ {:#x} overran (a later CQ is {:#x}): events {events:?}",
+        cq.cqn(),
+        later.cqn()
+    );
+    check_errno!(t, cq.resize(64), Errno::EBUSY, "a CQ in error");
     Ok(())
 }
 
