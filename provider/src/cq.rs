@@ -560,10 +560,12 @@ impl DerefMut for CqState {
 /// memory and the QPs whose completions land in it.
 ///
 /// The first ring, the one CREATE_CQ named, stays mapped as long as this value, even after a
-/// resize moved the CQ to another ring: its address is the handle by which the RDMA core
-/// reports the CQ's events (the `user_handle` of CREATE_CQ, which RESIZE_CQ cannot change), and
-/// a mapping kept is an address no later CQ of the process can be given. Only the rings of
-/// later resizes are unmapped, each when the next resize replaces it.
+/// resize moved the CQ to another ring: its address is the handle by which the RDMA core names
+/// the CQ in its events (the `user_handle` of CREATE_CQ, which RESIZE_CQ cannot change; the
+/// context finds the CQ of an error event by it), and a mapping kept is an address no later
+/// CQ of the process can be given, so no two CQs ever share a handle. Only the rings of later
+/// resizes are unmapped, each when the next resize replaces it (the device no longer touches
+/// a ring once RESIZE_CQ returned).
 #[derive(Debug)]
 pub(crate) struct CqInner {
     pub(crate) ctx: Arc<Context>,
