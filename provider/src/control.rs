@@ -7,9 +7,9 @@
 //! no control path: every verb fails with `ENOTTY`, as an ioctl on an ordinary file does.
 
 use qhca_uapi::{
-    qhca_ioc_advise_mr, qhca_ioc_alloc_mw, qhca_ioc_async_event, qhca_ioc_create_ah,
-    qhca_ioc_create_cq, qhca_ioc_create_qp, qhca_ioc_create_srq, qhca_ioc_handle, qhca_ioc_qp_attr,
-    qhca_ioc_query_ctx, qhca_ioc_query_port, qhca_ioc_reg_mr,
+    qhca_ib_create_cq, qhca_ioc_advise_mr, qhca_ioc_alloc_mw, qhca_ioc_async_event,
+    qhca_ioc_create_ah, qhca_ioc_create_cq, qhca_ioc_create_qp, qhca_ioc_create_srq,
+    qhca_ioc_handle, qhca_ioc_qp_attr, qhca_ioc_query_ctx, qhca_ioc_query_port, qhca_ioc_reg_mr,
 };
 
 use crate::context::Context;
@@ -70,12 +70,18 @@ verbs! {
     cmd_query_port: query_port(qhca_ioc_query_port) = "QUERY_PORT";
 }
 
-/// The verbs that `qhca-abi.h` gives no request struct: the core's commands carry no driver data
-/// for them.
+/// The verbs that `qhca-abi.h` gives no `qhca_ioc_*` request struct: the core's commands carry no
+/// driver data for them, or another verb's.
 impl Context {
     /// `MODIFY_SRQ` of SRQ `srqn`: arms `limit` (0 disarms).
     pub(crate) fn cmd_modify_srq(&self, srqn: u32, limit: u32) -> Result<()> {
         self.exec("MODIFY_SRQ", |u| u.modify_srq(srqn, limit))
+    }
+
+    /// `RESIZE_CQ` of CQ `cqn` to the ring `ring` names (CREATE_CQ's driver input): the device
+    /// moves the CQEs not consumed yet there; returns the CQ's new number of CQEs.
+    pub(crate) fn cmd_resize_cq(&self, cqn: u32, ring: &qhca_ib_create_cq) -> Result<u32> {
+        self.exec("RESIZE_CQ", |u| u.resize_cq(cqn, ring))
     }
 
     /// `QUERY_SRQ` of SRQ `srqn`: `(max_wr, max_sge, srq_limit)`.

@@ -15,14 +15,15 @@
 
 use std::collections::HashMap;
 use std::mem::offset_of;
+use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use qhca_uapi::{
-    qhca_cqe, qhca_ioc_create_cq, qhca_ioc_handle, QHCA_CQE_OWNER, QHCA_CQE_SIZE,
-    QHCA_CQE_WITH_IMM, QHCA_WC_BAD_RESP_ERR, QHCA_WC_COMP_SWAP, QHCA_WC_FETCH_ADD,
+    qhca_cqe, qhca_ib_create_cq, qhca_ioc_create_cq, qhca_ioc_handle, QHCA_CQE_OWNER,
+    QHCA_CQE_SIZE, QHCA_CQE_WITH_IMM, QHCA_WC_BAD_RESP_ERR, QHCA_WC_COMP_SWAP, QHCA_WC_FETCH_ADD,
     QHCA_WC_GENERAL_ERR, QHCA_WC_LOC_ACCESS_ERR, QHCA_WC_LOC_LEN_ERR, QHCA_WC_LOC_PROT_ERR,
     QHCA_WC_LOC_QP_OP_ERR, QHCA_WC_RDMA_READ, QHCA_WC_RDMA_WRITE, QHCA_WC_RECV,
     QHCA_WC_RECV_RDMA_WITH_IMM, QHCA_WC_REM_ACCESS_ERR, QHCA_WC_REM_INV_REQ_ERR,
@@ -528,20 +529,57 @@ impl CqConsumer {
     }
 }
 
+/// A CQ's consumer and, once [`Cq::resize`] moved the CQ, the ring it reads.
+///
+/// # Invariants
+///
+/// The consumer reads `moved` if it is `Some`, else the first ring ([`CqInner`]'s `first`).
+#[derive(Debug)]
+struct CqState {
+    // Before `moved`: dropped before the ring it reads.
+    consumer: CqConsumer,
+    /// The ring the last resize moved the CQ to; `None` while the CQ is in its first ring.
+    moved: Option<PageBuf>,
+}
+
+impl Deref for CqState {
+    type Target = CqConsumer;
+
+    fn deref(&self) -> &CqConsumer {
+        &self.consumer
+    }
+}
+
+impl DerefMut for CqState {
+    fn deref_mut(&mut self) -> &mut CqConsumer {
+        &mut self.consumer
+    }
+}
+
 /// The part of a CQ that outlives its handle while QPs use it: the device object, its ring
 /// memory and the QPs whose completions land in it.
+///
+/// The first ring, the one CREATE_CQ named, stays mapped as long as this value, even after a
+/// resize moved the CQ to another ring: its address is the handle by which the RDMA core names
+/// the CQ in its events (the `user_handle` of CREATE_CQ, which RESIZE_CQ cannot change; the
+/// context finds the CQ of an error event by it), and a mapping kept is an address no later
+/// CQ of the process can be given, so no two CQs ever share a handle. Only the rings of later
+/// resizes are unmapped, each when the next resize replaces it (the device no longer touches
+/// a ring once RESIZE_CQ returned).
 #[derive(Debug)]
 pub(crate) struct CqInner {
     pub(crate) ctx: Arc<Context>,
     pub(crate) cqn: u32,
-    state: Mutex<CqConsumer>,
-    // Dropped after the destroy in `Drop` (and leaked if it failed).
-    buf: Option<PageBuf>,
+    // Before `first`: the consumer in it may read the first ring.
+    state: Mutex<CqState>,
+    // The ring CREATE_CQ named. Dropped after the destroy in `Drop` (and leaked if it failed),
+    // never before: see above.
+    first: Option<PageBuf>,
     eventfd: Option<OwnedFd>,
 }
 
 impl CqInner {
-    fn state(&self) -> MutexGuard<'_, CqConsumer> {
+    fn state(&self) -> MutexGuard<'_, CqState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -566,8 +604,13 @@ impl Drop for CqInner {
         let mut req = qhca_ioc_handle::request();
         req.handle = self.cqn;
         if self.ctx.cmd_destroy_cq(&mut req).is_err() {
-            // The device may still write the ring: never let its addresses be reused.
-            if let Some(b) = self.buf.take() {
+            // The device may still write the ring (and the core still names the CQ by the first
+            // ring's address): never let their addresses be reused.
+            if let Some(b) = self.first.take() {
+                b.leak();
+            }
+            let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+            if let Some(b) = state.moved.take() {
                 b.leak();
             }
         }
@@ -640,16 +683,21 @@ impl Cq {
         eventfd: Option<OwnedFd>,
     ) -> Cq {
         // SAFETY: `buf` is a fresh zeroed page-aligned mapping of `layout.buf_len` bytes, owned
-        // by the `CqInner` built here next to the ring (which drops it only after the ring), and
-        // written by no one but the device and this ring.
+        // by the `CqInner` built here next to the consumer (as `first`, which it drops only
+        // after the consumer and never replaces), and written by no one but the device and
+        // this consumer.
         let consumer = unsafe { CqConsumer::new(buf.as_ptr(), layout) };
         Cq {
             db,
             inner: Arc::new(CqInner {
                 ctx: ctx.clone(),
                 cqn,
-                state: Mutex::new(consumer),
-                buf: Some(buf),
+                // INVARIANT: the consumer reads the first ring.
+                state: Mutex::new(CqState {
+                    consumer,
+                    moved: None,
+                }),
+                first: Some(buf),
                 eventfd,
             }),
         }
@@ -671,10 +719,10 @@ impl Cq {
         ))
     }
 
-    /// Start of the ring memory (tests).
+    /// The first ring's memory, where the CQ is until a resize (tests).
     #[cfg(test)]
     pub(crate) fn ring_ptr(&self) -> &PageBuf {
-        self.inner.buf.as_ref().expect("present")
+        self.inner.first.as_ref().expect("present")
     }
 
     /// The device's CQ number.
@@ -807,6 +855,45 @@ impl Cq {
     /// How many CQEs the ring holds: at least what [`Cq::new`] was asked for.
     pub fn entries(&self) -> u32 {
         self.inner.state().entries()
+    }
+
+    /// Moves the CQ to a new ring of at least `entries` CQEs (`ibv_resize_cq`); smaller or
+    /// larger than the one it has. The completions not polled yet stay, in order, and the
+    /// consumer index goes on; an armed CQ stays armed.
+    ///
+    /// Fails, with the CQ unchanged, if the new ring cannot hold the completions not polled
+    /// yet (`EINVAL`: poll some first), or if the CQ is in error (`EBUSY`).
+    ///
+    /// The CQ's lock is held from the command to the switch, so nothing polls or cleans it
+    /// meanwhile (a QP reset on another thread waits for it). The ring left is unmapped at
+    /// once, except the first one, which is kept (unused) until the CQ is destroyed: the core
+    /// names the CQ's events by its address (see [`CqInner`]).
+    pub fn resize(&mut self, entries: u32) -> Result<()> {
+        let layout = CqLayout::new(entries)?;
+        let buf = PageBuf::new(layout.buf_len)?;
+        let ring = qhca_ib_create_cq {
+            buf_addr: buf.addr(),
+            buf_len: buf.len() as u64,
+            log_entries: layout.log,
+            comp_mask: 0,
+        };
+        let inner = &*self.inner;
+        let mut state = inner.state();
+        // On failure the device kept the old ring (the ABI's promise) and `buf` is unmapped
+        // unused.
+        inner.ctx.cmd_resize_cq(inner.cqn, &ring)?;
+        // SAFETY: `buf` is a fresh page-aligned mapping of `layout.buf_len` bytes, which the
+        // command's success says the device initialised as RESIZE_CQ does, leaving the old ring
+        // for good; nothing polled or published since the command started (we hold the lock
+        // every poll and clean takes). From here on `buf` belongs to the state next to the
+        // consumer (as `moved`, dropped after it or replaced under this lock by the next
+        // resize, after the consumer moved on), and no one but the device and this consumer
+        // touches it.
+        unsafe { state.consumer.move_to(buf.as_ptr(), &layout) };
+        // INVARIANT: the consumer reads `buf`. The ring it read is unmapped here if a resize
+        // made it; the first ring stays in `first`.
+        drop(state.moved.replace(buf));
+        Ok(())
     }
 
     /// The consumer index published so far.

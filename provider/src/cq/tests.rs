@@ -233,3 +233,127 @@ fn offsets_come_from_the_bindings() {
         (24, 25, 26, 27, 28, 31)
     );
 }
+
+/// Plays the device's RESIZE_CQ from the ring at `old` (layout `lo`) to the zeroed ring at
+/// `new` (layout `ln`): the CQEs from the consumer index in the old record to `pi` go to the
+/// slots their indices have in the new ring, with the owner bit of their pass there; every
+/// other slot gets the owner bit that is not valid for the next index the device writes to
+/// it; the new record gets the consumer index.
+fn device_resize(old: &PageBuf, lo: &CqLayout, pi: u32, new: &PageBuf, ln: &CqLayout) {
+    let ci = dbrec_ci(old, lo);
+    let pending = pi.wrapping_sub(ci);
+    assert!(pending <= 1 << ln.log, "the device refuses this (EINVAL)");
+    for k in 0..pending {
+        let i = ci.wrapping_add(k);
+        let src = ((i & ((1 << lo.log) - 1)) as usize) * CQE_SIZE;
+        let mut body = [0u8; 32];
+        // SAFETY: inside the test's own mapping, which the consumer does not touch meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(old.as_ptr().add(src), body.as_mut_ptr(), 32) };
+        device_write_cqe(new, ln.log, i, &body);
+    }
+    for k in pending..1 << ln.log {
+        let i = ci.wrapping_add(k);
+        let slot = ((i & ((1 << ln.log) - 1)) as usize) * CQE_SIZE;
+        let stale = CqRing::owner_for(i, ln.log) ^ 1;
+        // SAFETY: inside the test's own mapping, which the consumer does not touch meanwhile.
+        unsafe { std::ptr::write_volatile(new.as_ptr().add(slot + OWNER_OFFSET), stale) };
+    }
+    // SAFETY: inside the test's own mapping; the record is 4-aligned.
+    unsafe { std::ptr::write_volatile(new.as_ptr().add(ln.dbrec_offset).cast::<u32>(), ci) };
+}
+
+/// [`CqConsumer::move_to`] after a RESIZE_CQ: the completions not polled stay, in order, in a
+/// smaller ring and then a larger one, whatever the passes (the indices go on, and the owner
+/// bit of an index differs between the rings), and the rounds after each move are found.
+#[test]
+fn move_to_keeps_the_order_across_resizes() {
+    let wr = |i: u32| cqe(u64::from(i) + 1000, 0, 0, 9, None);
+    let polled = |c: &mut CqConsumer, n: usize| -> Vec<u64> {
+        let mut wcs = vec![Wc::default(); n];
+        let got = c.poll(&mut wcs);
+        wcs[..got].iter().map(|w| w.wr_id - 1000).collect()
+    };
+    let l8 = CqLayout::new(8).unwrap();
+    let a = PageBuf::new(l8.buf_len).unwrap();
+    // SAFETY: our own zeroed mapping of the layout's size, written only by the test as the
+    // device and by the consumer; it outlives the consumer's use of it (moved off below).
+    let mut c = unsafe { CqConsumer::new(a.as_ptr(), &l8) };
+    // 11 rounds (the ring is in its second pass), then 6 more of which 2 are polled.
+    for i in 0..11 {
+        device_write_cqe(&a, l8.log, i, &wr(i));
+        assert_eq!(polled(&mut c, 64), [u64::from(i)]);
+    }
+    for i in 11..17 {
+        device_write_cqe(&a, l8.log, i, &wr(i));
+    }
+    assert_eq!(polled(&mut c, 2), [11, 12]);
+
+    // Smaller: 4 entries hold the 4 pending (13..17).
+    let l4 = CqLayout::new(4).unwrap();
+    let b = PageBuf::new(l4.buf_len).unwrap();
+    device_resize(&a, &l8, 17, &b, &l4);
+    // SAFETY: `b` is initialised as RESIZE_CQ does; the test writes `a` no more.
+    unsafe { c.move_to(b.as_ptr(), &l4) };
+    assert_eq!((c.entries(), c.ci()), (4, 13));
+    assert_eq!(polled(&mut c, 1), [13]);
+    assert_eq!(dbrec_ci(&b, &l4), 14, "published in the new ring");
+    // The device goes on at 17 in the new ring.
+    device_write_cqe(&b, l4.log, 17, &wr(17));
+    assert_eq!(polled(&mut c, 64), [14, 15, 16, 17]);
+    assert_eq!(polled(&mut c, 64), [], "later passes are not valid yet");
+    // Many rounds through it.
+    for i in 18..60 {
+        device_write_cqe(&b, l4.log, i, &wr(i));
+        assert_eq!(polled(&mut c, 64), [u64::from(i)]);
+    }
+
+    // Larger, with 3 pending (60..63).
+    for i in 60..63 {
+        device_write_cqe(&b, l4.log, i, &wr(i));
+    }
+    let l32 = CqLayout::new(32).unwrap();
+    let d = PageBuf::new(l32.buf_len).unwrap();
+    device_resize(&b, &l4, 63, &d, &l32);
+    // SAFETY: as above, for `d`.
+    unsafe { c.move_to(d.as_ptr(), &l32) };
+    assert_eq!(c.entries(), 32);
+    // The device fills it (the 3 moved and 29 new), then goes on as it is polled.
+    for i in 63..92 {
+        device_write_cqe(&d, l32.log, i, &wr(i));
+    }
+    assert_eq!(polled(&mut c, 64), (60..92).collect::<Vec<_>>());
+    for i in 92..200 {
+        device_write_cqe(&d, l32.log, i, &wr(i));
+        assert_eq!(polled(&mut c, 64), [u64::from(i)]);
+    }
+    assert_eq!((c.ci(), dbrec_ci(&d, &l32)), (200, 200));
+}
+
+/// A failed resize leaves the CQ as it was: on a context without a device the command fails
+/// (`ENOTTY`), and the completions are still polled from the first ring, in order.
+#[test]
+fn failed_resize_changes_nothing() {
+    let dev = crate::qp::tests::FakeDevice::new("cq-resize");
+    let mut cq = Cq::fake(&dev.ctx, 9, 8).unwrap();
+    let l8 = CqLayout::new(8).unwrap();
+    for i in 0..3 {
+        device_write_cqe(cq.ring_ptr(), l8.log, i, &cqe(u64::from(i), 0, 0, 9, None));
+    }
+    let mut wcs = [Wc::default(); 8];
+    assert_eq!(cq.poll(&mut wcs[..1]), 1);
+    let err = cq.resize(64).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Ioctl {
+                op: "RESIZE_CQ",
+                source: Errno::ENOTTY
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(cq.resize(1 << 20).is_err(), "past QHCA_CQ_MAX_LOG");
+    assert_eq!((cq.entries(), cq.ci()), (8, 1));
+    assert_eq!(cq.poll(&mut wcs), 2);
+    assert_eq!((wcs[0].wr_id, wcs[1].wr_id), (1, 2));
+}

@@ -241,6 +241,21 @@ pub struct ib_uverbs_create_cq_resp {
     pub driver_data: __IncompleteArrayField<__u64>,
 }
 #[repr(C)]
+#[derive(Debug, Default)]
+pub struct ib_uverbs_resize_cq {
+    pub response: __u64,
+    pub cq_handle: __u32,
+    pub cqe: __u32,
+    pub driver_data: __IncompleteArrayField<__u64>,
+}
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct ib_uverbs_resize_cq_resp {
+    pub cqe: __u32,
+    pub reserved: __u32,
+    pub driver_data: __IncompleteArrayField<__u64>,
+}
+#[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct ib_uverbs_destroy_cq {
     pub response: __u64,

@@ -169,7 +169,7 @@ macro_rules! command {
 
 command!(
     respond: ib_uverbs_get_context, ib_uverbs_alloc_pd, ib_uverbs_reg_mr, ib_uverbs_alloc_mw,
-    ib_uverbs_create_comp_channel, ib_uverbs_create_cq, ib_uverbs_destroy_cq,
+    ib_uverbs_create_comp_channel, ib_uverbs_create_cq, ib_uverbs_resize_cq, ib_uverbs_destroy_cq,
     ib_uverbs_create_qp, ib_uverbs_query_qp, ib_uverbs_destroy_qp, ib_uverbs_create_ah,
     ib_uverbs_create_srq, ib_uverbs_query_srq, ib_uverbs_destroy_srq;
     none: ib_uverbs_dealloc_pd, ib_uverbs_dereg_mr, ib_uverbs_dealloc_mw, ib_uverbs_destroy_ah,
@@ -489,6 +489,8 @@ mod tests {
         // <rdma/ib_user_verbs.h>: the write ABI's fixed sizes.
         assert_eq!(size_of::<ib_uverbs_cmd_hdr>(), 8);
         assert_eq!(size_of::<ib_uverbs_create_cq>(), 32);
+        assert_eq!(size_of::<ib_uverbs_resize_cq>(), 16);
+        assert_eq!(size_of::<ib_uverbs_resize_cq_resp>(), 8);
         assert_eq!(size_of::<ib_uverbs_create_qp>(), 56);
         assert_eq!(size_of::<ib_uverbs_create_qp_resp>(), 32);
         assert_eq!(size_of::<ib_uverbs_modify_qp>(), 112);
@@ -510,5 +512,9 @@ mod tests {
         assert_eq!(size_of::<SrqMsg>(), 8 + 32 + 24);
         assert_eq!(core::mem::offset_of!(SrqResp, drv), 16);
         assert_eq!(size_of::<SrqResp>(), 16 + 8);
+        // RESIZE_CQ's udata: CREATE_CQ's driver input after the core's 16 bytes.
+        type ResizeMsg = Msg<ib_uverbs_resize_cq, qhca_uapi::qhca_ib_create_cq>;
+        assert_eq!(core::mem::offset_of!(ResizeMsg, drv), 8 + 16);
+        assert_eq!(size_of::<ResizeMsg>(), 8 + 16 + 24);
     }
 }

@@ -313,6 +313,21 @@ impl Uverbs {
         Ok(())
     }
 
+    /// RESIZE_CQ: the device moves CQ `cqn` to the ring `ring` names (the rules of CREATE_CQ's
+    /// ring), with the CQEs not consumed yet; returns the core's `cqe`, `2^ring.log_entries`.
+    /// The core goes on reporting the CQ's events by the handle CREATE_CQ gave, the first
+    /// ring's address: the caller keeps that address from being reused while the CQ lives.
+    pub(crate) fn resize_cq(&self, cqn: u32, ring: &qhca_ib_create_cq) -> Result<u32, Errno> {
+        let mut resp = ib_uverbs_resize_cq_resp::default();
+        let cmd = ib_uverbs_resize_cq {
+            cq_handle: self.handle(Kind::Cq, cqn)?,
+            cqe: 1u32.checked_shl(ring.log_entries).ok_or(Errno::EINVAL)?,
+            ..Default::default()
+        };
+        self.run(IB_USER_VERBS_CMD_RESIZE_CQ, cmd, *ring, &mut resp)?;
+        Ok(resp.cqe)
+    }
+
     pub(crate) fn destroy_cq(&self, req: &mut qhca_ioc_handle) -> Result<(), Errno> {
         let mut resp = ib_uverbs_destroy_cq_resp::default();
         let cmd = ib_uverbs_destroy_cq {

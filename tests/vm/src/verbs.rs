@@ -81,6 +81,7 @@ pub fn cases() -> Vec<Case<Config>> {
         protection::verbs_refused_dma_is_an_error_completion,
         lifecycle::verbs_post_errors_and_unsignaled,
         lifecycle::verbs_cq_event,
+        lifecycle::verbs_cq_resize,
         lifecycle::verbs_invalid_transitions,
         lifecycle::verbs_stale_cqes_cleaned,
         lifecycle::verbs_async_qp_fatal,

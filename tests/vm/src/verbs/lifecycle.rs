@@ -192,6 +192,197 @@ pub(super) fn verbs_cq_event(t: &mut T, cfg: &Config) -> CaseResult {
     Ok(())
 }
 
+/// What [`verbs_cq_resize`] drives: `a` SENDs into `b`'s receives, which complete on the CQ
+/// under test; `a`'s own completions go to `cq_a`.
+struct ResizeRig {
+    a: Qp,
+    b: Qp,
+    cq_a: Cq,
+    src: MrBuf,
+    dst: MrBuf,
+    /// The wr_id of the next receive.
+    next: u64,
+}
+
+impl ResizeRig {
+    /// `n` SENDs into `n` receives (the next `n` wr_ids); returns once every SEND completed.
+    /// The device writes a receive's CQE before it acknowledges the SEND, so by then all `n`
+    /// receive CQEs are in the CQ under test.
+    #[track_caller]
+    fn deliver(&mut self, n: u64) -> Result<std::ops::Range<u64>, Fail> {
+        let ids = self.post(n)?;
+        for id in ids.clone() {
+            let wc = wait_wc(&mut self.cq_a)?;
+            if wc.status != WcStatus::Success || wc.wr_id != id {
+                return Err(fail_msg(format!("SEND {id}: {wc:?}")));
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Posts `n` receives and `n` SENDs into them (the next `n` wr_ids).
+    #[track_caller]
+    fn post(&mut self, n: u64) -> Result<std::ops::Range<u64>, Fail> {
+        let ids = self.next..self.next + n;
+        self.next += n;
+        let rsge = [self.dst.sge(0, 8)];
+        let ssge = [self.src.sge(0, 8)];
+        let recvs: Vec<RecvWr<'_>> = ids
+            .clone()
+            .map(|wr_id| RecvWr { wr_id, sges: &rsge })
+            .collect();
+        let sends: Vec<SendWr<'_>> = ids
+            .clone()
+            .map(|id| SendWr::new(id, WrOp::Send, &ssge))
+            .collect();
+        self.b.post_recv(&recvs)?;
+        self.a.post_send(&sends)?;
+        Ok(ids)
+    }
+}
+
+/// Polls `n` completions of `cq`; their wr_ids (each must be a successful receive).
+#[track_caller]
+fn take(t: &mut T, cq: &mut Cq, n: u64) -> Result<Vec<u64>, Fail> {
+    let mut got = Vec::new();
+    for _ in 0..n {
+        let wc = wait_wc(cq)?;
+        check!(t, wc.is_recv && wc.status.is_ok(), "{wc:?}");
+        got.push(wc.wr_id);
+    }
+    Ok(got)
+}
+
+/// `Cq::resize` (RESIZE_CQ) on a CQ with completions not polled yet: smaller then larger, the
+/// completions stay, in order, and many rounds go through the new ring; a ring too small for
+/// what is pending is EINVAL and loses nothing; rings of each size in turn (the first is kept
+/// for the events' handle, the later ones unmapped as they are replaced); an armed CQ stays
+/// armed across a resize, and one armed after it still wakes; an overrun's error event still
+/// names the CQ, and a CQ in error is not resized.
+pub(super) fn verbs_cq_resize(t: &mut T, cfg: &Config) -> CaseResult {
+    let ctx = Arc::new(Context::open(&cfg.dev)?);
+    let pd = Pd::new(&ctx)?;
+    let o = PairOpts::default();
+    let mut cq = Cq::new(&ctx, 64, Some(qhca::eventfd()?))?;
+    let cq_a = Cq::new(&ctx, 256, None)?;
+    let a = Qp::new(&pd, &cq_a, &cq_a, &o.caps)?;
+    let b = Qp::new(&pd, &cq, &cq, &o.caps)?;
+    connect(&a, PSN_A, b.qpn(), PSN_B, &o.conn)?;
+    connect(&b, PSN_B, a.qpn(), PSN_A, &o.conn)?;
+    let mut r = ResizeRig {
+        a,
+        b,
+        cq_a,
+        src: pd.reg_mr_buf(64, Access::NONE)?,
+        dst: pd.reg_mr_buf(64, Access::LOCAL_WRITE)?,
+        next: 0,
+    };
+    let all = |ids: std::ops::Range<u64>| ids.collect::<Vec<_>>();
+    check_eq!(t, cq.entries(), 64);
+
+    // Smaller, with 15 pending: they fit.
+    r.deliver(20)?;
+    check_eq!(t, take(t, &mut cq, 5)?, all(0..5));
+    cq.resize(16)?;
+    check_eq!(
+        t,
+        (cq.entries(), cq.ci()),
+        (16, 5),
+        "16 entries, index kept"
+    );
+    check_eq!(
+        t,
+        take(t, &mut cq, 15)?,
+        all(5..20),
+        "the pending ones, in order"
+    );
+    check_eq!(t, quiet(&mut cq).len(), 0, "nothing more");
+    // 30 rounds of 7 through the 16-entry ring (13 passes).
+    for _ in 0..30 {
+        let ids = r.deliver(7)?;
+        let got = take(t, &mut cq, 7)?;
+        if got != all(ids.clone()) {
+            fail!(t, "round {ids:?}: {got:?}");
+            break;
+        }
+    }
+
+    // Larger, with 10 pending; the device goes on in the new ring.
+    r.deliver(12)?;
+    let first = r.next - 12;
+    check_eq!(t, take(t, &mut cq, 2)?, all(first..first + 2));
+    cq.resize(200)?;
+    check_eq!(t, cq.entries(), 256);
+    r.deliver(40)?;
+    check_eq!(
+        t,
+        take(t, &mut cq, 50)?,
+        all(first + 2..r.next),
+        "10 moved and 40 new, in order"
+    );
+
+    // Too small for the 10 pending: EINVAL, nothing lost, the CQ as it was.
+    let ids = r.deliver(10)?;
+    check_errno!(t, cq.resize(4), Errno::EINVAL, "4 entries for 10 pending");
+    check_errno!(t, cq.resize(8), Errno::EINVAL, "8 entries for 10 pending");
+    check_eq!(t, cq.entries(), 256, "unchanged");
+    cq.resize(16)?;
+    check_eq!(t, cq.entries(), 16);
+    check_eq!(t, take(t, &mut cq, 10)?, all(ids), "after the refusals");
+    check_eq!(t, quiet(&mut cq).len(), 0);
+
+    // Armed, then resized: the arm holds.
+    cq.arm();
+    cq.resize(64)?;
+    check_eq!(t, cq.wait(Some(QUIET))?, false, "no completion, no event");
+    let ids = r.deliver(1)?;
+    check_eq!(
+        t,
+        cq.wait(Some(WC_TIMEOUT))?,
+        true,
+        "the arm outlived the resize"
+    );
+    check_eq!(t, take(t, &mut cq, 1)?, all(ids));
+    // Armed after a resize.
+    cq.resize(32)?;
+    cq.arm();
+    let ids = r.deliver(3)?;
+    check_eq!(
+        t,
+        cq.wait(Some(WC_TIMEOUT))?,
+        true,
+        "armed after the resize"
+    );
+    check_eq!(t, take(t, &mut cq, 3)?, all(ids));
+    check_eq!(t, cq.wait(Some(QUIET))?, false, "one arm, one event");
+    check_eq!(t, cq.stray_cqes(), 0);
+    check_eq!(t, (r.a.send_outstanding(), r.b.recv_outstanding()), (0, 0));
+
+    // An overrun after the resizes: its error event still names this CQ (the core reports it
+    // by the first ring's address, which the CQ keeps), not a CQ made since; a CQ in error is
+    // not resized (EBUSY).
+    let later = Cq::new(&ctx, 64, None)?;
+    cq.resize(2)?;
+    r.post(4)?;
+    let mut events = Vec::new();
+    while let Some(ev) = ctx.wait_async_event(Some(WC_TIMEOUT))? {
+        let done = matches!(ev, AsyncEvent::CqErr { .. });
+        events.push(ev);
+        if done {
+            break;
+        }
+    }
+    check!(
+        t,
+        events.contains(&AsyncEvent::CqErr { cqn: cq.cqn() }),
+        "CQ {:#x} overran (a later CQ is {:#x}): events {events:?}",
+        cq.cqn(),
+        later.cqn()
+    );
+    check_errno!(t, cq.resize(64), Errno::EBUSY, "a CQ in error");
+    Ok(())
+}
+
 /// Transitions the IB state machine forbids are EINVAL and leave the state as it was.
 pub(super) fn verbs_invalid_transitions(t: &mut T, cfg: &Config) -> CaseResult {
     let ctx = Arc::new(Context::open(&cfg.dev)?);
