@@ -619,6 +619,14 @@ fn shared_receive_queue_constants() {
 }
 
 #[test]
+fn resize_cq_and_modify_mr_constants() {
+    assert_eq!(QHCA_CMD_RESIZE_CQ, 0x1d);
+    assert_eq!(QHCA_CMD_MODIFY_MR, 0x1e);
+    // The first unassigned opcode: the garbage qtests send it and beyond.
+    assert_eq!(QHCA_CMD_MAX, 0x1f);
+}
+
+#[test]
 fn unreliable_datagram_constants() {
     assert_eq!(QHCA_CAP_UD, 1 << 4);
     assert_eq!(QHCA_REG_NUM_AH, 0x088);
@@ -627,7 +635,6 @@ fn unreliable_datagram_constants() {
     assert_eq!(QHCA_CMD_DESTROY_AH, 0x16);
     assert_eq!(QHCA_CMD_QUERY_PORT, 0x17);
     assert_eq!(QHCA_CMD_SET_GID, 0x18);
-    assert_eq!(QHCA_CMD_MAX, 0x1d);
     assert_eq!(QHCA_CQE_WITH_GRH, 1 << 2);
     assert_eq!(QHCA_QPT_RC, 0);
     assert_eq!(QHCA_QPT_UD, 1);
