@@ -54,6 +54,16 @@ pub(crate) struct QhcaCq {
     k: Option<Arc<KCq>>,
 }
 
+/// The driver input that names a user CQ's ring (at creation and at a resize): a ring of at
+/// least `cqe` entries, or `EINVAL`.
+fn read_ring(udata: &mut rdma::Udata<'_>, cqe: u32) -> Result<uapi::qhca_ib_create_cq> {
+    let u: uapi::qhca_ib_create_cq = udata.read_in()?;
+    if u.comp_mask != 0 || u.log_entries > uapi::QHCA_CQ_MAX_LOG || (1u32 << u.log_entries) < cqe {
+        return Err(EINVAL);
+    }
+    Ok(u)
+}
+
 /// A user CQ: its ring is the process's memory, named by the driver input; its events go to
 /// the core's CQ.
 pub(super) fn create_cq(
@@ -65,14 +75,10 @@ pub(super) fn create_cq(
     if attr.flags != 0 {
         return Err(EOPNOTSUPP);
     }
-    let u: uapi::qhca_ib_create_cq = udata.read_in()?;
-    if u.comp_mask != 0
-        || attr.comp_vector != 0
-        || u.log_entries > uapi::QHCA_CQ_MAX_LOG
-        || (1u32 << u.log_entries) < attr.cqe
-    {
+    if attr.comp_vector != 0 {
         return Err(EINVAL);
     }
+    let u = read_ring(udata, attr.cqe)?;
     let a = uapi::qhca_ioc_create_cq {
         size: ioc_size::<uapi::qhca_ioc_create_cq>(),
         log_entries: u.log_entries,
@@ -123,13 +129,7 @@ impl QhcaCq {
         if self.k.is_some() {
             return Err(EOPNOTSUPP);
         }
-        let u: uapi::qhca_ib_create_cq = udata.read_in()?;
-        if u.comp_mask != 0
-            || u.log_entries > uapi::QHCA_CQ_MAX_LOG
-            || (1u32 << u.log_entries) < cqe
-        {
-            return Err(EINVAL);
-        }
+        let u = read_ring(udata, cqe)?;
         verbs(&self.ctx)?.resize_cq(self.cqn, u.log_entries, u.buf_addr, u.buf_len, moved)
     }
 

@@ -135,6 +135,20 @@ fn thread_token() -> usize {
     TOKEN.with(|t| ptr::from_ref(t) as usize)
 }
 
+/// A fresh zeroed ring of at least `cqe` entries (its layout and memory), and the driver data
+/// that names it, at creation and at a resize.
+fn new_ring(cqe: u32) -> Result<(CqLayout, PageBuf, qhca_ib_create_cq), c_int> {
+    let layout = CqLayout::new(cqe.max(1)).map_err(|_| libc::EINVAL)?;
+    let buf = PageBuf::new(layout.buf_len).map_err(|_| libc::ENOMEM)?;
+    let drv = qhca_ib_create_cq {
+        buf_addr: buf.addr(),
+        buf_len: layout.buf_len as u64,
+        log_entries: layout.log,
+        comp_mask: 0,
+    };
+    Ok((layout, buf, drv))
+}
+
 /// The next completion of `consumer`, credited to its QP's queues (as `ibv_poll_cq` does).
 fn poll_one(consumer: &mut CqConsumer) -> Option<Wc> {
     let mut wc = [Wc::default()];
@@ -165,14 +179,7 @@ impl Cq {
     /// A CQ of at least `cqe` entries over a fresh ring, at its final address (the kernel's
     /// events name it by it), that no kernel knows yet; and the driver data that names the ring.
     fn alloc(db: Arc<Doorbell>, cqe: u32) -> Result<(*mut Cq, qhca_ib_create_cq), c_int> {
-        let layout = CqLayout::new(cqe.max(1)).map_err(|_| libc::EINVAL)?;
-        let buf = PageBuf::new(layout.buf_len).map_err(|_| libc::ENOMEM)?;
-        let drv = qhca_ib_create_cq {
-            buf_addr: buf.addr(),
-            buf_len: layout.buf_len as u64,
-            log_entries: layout.log,
-            comp_mask: 0,
-        };
+        let (layout, buf, drv) = new_ring(cqe)?;
         // SAFETY: `buf` is `layout.buf_len` fresh, zeroed, page-aligned bytes, which the CQ owns
         // and frees only after the consumer is gone (or leaks); nothing else in the process
         // touches them.
@@ -193,17 +200,9 @@ impl Cq {
     /// CQEs not polled yet; then polling goes on in the new ring and the old one is unmapped.
     /// On failure the old ring stays the CQ's.
     fn resize(&self, ibcq: *mut ibv_cq, cqe: u32) -> c_int {
-        let Ok(layout) = CqLayout::new(cqe.max(1)) else {
-            return libc::EINVAL;
-        };
-        let Ok(buf) = PageBuf::new(layout.buf_len) else {
-            return libc::ENOMEM;
-        };
-        let drv = qhca_ib_create_cq {
-            buf_addr: buf.addr(),
-            buf_len: layout.buf_len as u64,
-            log_entries: layout.log,
-            comp_mask: 0,
+        let (layout, buf, drv) = match new_ring(cqe) {
+            Ok(r) => r,
+            Err(e) => return e,
         };
         self.with_consumer(|consumer| {
             let mut cmd = Cmd::<RESIZE_CQ_CMD, qhca_ib_create_cq>::new(drv);
