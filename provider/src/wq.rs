@@ -332,8 +332,31 @@ impl WorkQueues {
     ///
     /// On a refused request, the ones before it are posted (and rung) and the error names its
     /// index and the reason, as rdma-core's `bad_wr`.
+    #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        self.post_sends(wrs, false)
+    }
+
+    /// Posts all of `wrs` or none: if the send queue has no room for all of them, the error is
+    /// [`PostReason::QueueFull`] at index 0 and nothing is written. A refused request stops the
+    /// post there, as in [`WorkQueues::post_send`] (the batches of libibverbs's `ibv_wr_*` API,
+    /// checked before).
+    pub fn post_send_all(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        self.post_sends(wrs, true)
+    }
+
+    /// `post_send`, and with `all` first a check that the queue holds all of `wrs`, under the
+    /// same lock.
+    #[inline]
+    fn post_sends(&mut self, wrs: &[SendWr<'_>], all: bool) -> Result<(), PostError> {
         let mut sq = lock(&self.shared.sq);
+        if all && (sq.free() as usize) < wrs.len() {
+            let reason = PostReason::QueueFull {
+                outstanding: sq.outstanding(),
+                depth: sq.depth(),
+            };
+            return Err(PostError { index: 0, reason });
+        }
         let mut result = Ok(());
         let mut posted = 0;
         for (i, wr) in wrs.iter().enumerate() {

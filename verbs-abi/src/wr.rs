@@ -207,16 +207,37 @@ pub fn wc_to_ibv(wc: &Wc) -> ibv_wc {
 /// # Safety
 ///
 /// `out` is NULL or room for `num` completions (ibv_poll_cq(3)).
+#[inline]
 pub unsafe fn poll_into(
     num: core::ffi::c_int,
     out: *mut ibv_wc,
-    mut poll: impl FnMut(&mut [Wc]) -> usize,
+    poll: impl FnMut(&mut [Wc]) -> usize,
 ) -> core::ffi::c_int {
     let want = usize::try_from(num).unwrap_or(0);
     if want == 0 || out.is_null() {
         return 0;
     }
-    const CHUNK: usize = 16;
+    // One at a time (the common poll loop) goes through a chunk of one: filling sixteen
+    // completions first costs more than the poll of an empty CQ.
+    if want == 1 {
+        // SAFETY: the caller's promise.
+        return unsafe { poll_chunks::<1>(want, out, poll) };
+    }
+    // SAFETY: the caller's promise.
+    unsafe { poll_chunks::<16>(want, out, poll) }
+}
+
+/// `poll_into` in chunks of up to `CHUNK` completions.
+///
+/// # Safety
+///
+/// As `poll_into`, with `out` not NULL and `want` not 0.
+#[inline(always)]
+unsafe fn poll_chunks<const CHUNK: usize>(
+    want: usize,
+    out: *mut ibv_wc,
+    mut poll: impl FnMut(&mut [Wc]) -> usize,
+) -> core::ffi::c_int {
     let mut buf = [Wc::default(); CHUNK];
     let mut done = 0;
     while done < want {

@@ -19,16 +19,16 @@ use core::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use qhca::{PageBuf, QpCaps, QpLayout, QpType, UdDest, WorkQueues};
+use qhca::{PageBuf, QpCaps, QpLayout, QpType, SendWr, UdDest, WorkQueues};
 use qhca_uapi::qhca_ib_create_qp;
 use qhca_verbs_abi::ffi::*;
-use qhca_verbs_abi::post::{Objects, Posting};
+use qhca_verbs_abi::post::{Objects, Posting, BATCH};
 
 use crate::ah::Ah;
 use crate::cmd::*;
 use crate::context::Context;
 use crate::cq::Cq;
-use crate::qp_ex::{self, Limits, WrBatch};
+use crate::qp_ex::{self, Limits, Ready, WrBatch};
 use crate::VerbsQp;
 
 /// A QP: libibverbs's `struct verbs_qp` first, then its queues.
@@ -161,33 +161,60 @@ impl Qp {
         }
     }
 
-    /// Posts the `n` requests of the list at `head` (an extended QP's batch) all, or none: if
-    /// the send queue has no room for all of them, `ENOMEM` and nothing is posted. A refusal of
-    /// the post path after some were posted (one the batch's checks did not foresee) stops
-    /// there, as `ibv_post_send` does, and its errno is returned.
+    /// Posts the requests of an extended QP's batch all, or none: if the send queue has no
+    /// room for all of them, `ENOMEM` and nothing is posted. A refusal of the post path after
+    /// some were posted (one the batch's checks did not foresee) stops there, as
+    /// `ibv_post_send` does, and its errno is returned. The windows of the posted BIND_MWs get
+    /// their new keys.
     ///
     /// # Safety
     ///
-    /// `head` is a NULL-terminated list of `n` live requests, whose SGEs, inline data, address
-    /// handles, windows and regions are live.
-    pub(crate) unsafe fn post_batch(&self, head: *mut ibv_send_wr, n: usize) -> c_int {
-        let ours = Ours(self.context());
+    /// The windows of the batch's BIND_MWs are live.
+    pub(crate) unsafe fn post_batch(&self, ready: &Ready<'_>) -> c_int {
         let mut guard = self.posting();
         let Some(p) = guard.as_mut().filter(|_| !self.in_reset()) else {
             return libc::EINVAL;
         };
-        // Completions only free slots meanwhile, and posts wait for the lock this holds.
-        let (outstanding, _) = p.queues.outstanding();
-        let free = p.queues.layout().sq_depth().saturating_sub(outstanding);
-        if n > free as usize {
-            debug(format_args!(
-                "ibv_wr_complete: {n} requests, room for {free} in the send queue"
-            ));
-            return libc::ENOMEM;
+        let n = ready.len();
+        // Completions only free slots meanwhile, and posts wait for the lock this holds: room
+        // for the whole batch now is room for each of its chunks below.
+        if n > BATCH {
+            let (outstanding, _) = p.queues.outstanding();
+            let free = p.queues.layout().sq_depth().saturating_sub(outstanding);
+            if n > free as usize {
+                debug(format_args!(
+                    "ibv_wr_complete: {n} requests, room for {free} in the send queue"
+                ));
+                return libc::ENOMEM;
+            }
         }
-        let mut bad = ptr::null_mut();
-        // SAFETY: the caller's promise; `bad` is room for an address.
-        unsafe { p.post_send(&ours, self.sig_all, head, &mut bad, debug) }
+        let mut posted = 0;
+        let mut ret = 0;
+        while posted < n && ret == 0 {
+            let k = (n - posted).min(BATCH);
+            // One request (most batches) is posted without filling the chunk's array.
+            let sent = if k == 1 {
+                p.queues.post_send_all(&[ready.wr(posted)])
+            } else {
+                let wrs: [SendWr<'_>; BATCH] =
+                    core::array::from_fn(|j| ready.wr(posted + j.min(k - 1)));
+                p.queues.post_send_all(&wrs[..k])
+            };
+            match sent {
+                Ok(()) => posted += k,
+                Err(e) => {
+                    debug(format_args!("ibv_wr_complete: {e}"));
+                    posted += e.index;
+                    ret = e.errno() as c_int;
+                }
+            }
+        }
+        let ours = Ours(self.context());
+        for (mw, key) in ready.binds(posted) {
+            // SAFETY: the caller's promise: a live window (of this context: the op checked).
+            unsafe { ours.bound(mw, key) };
+        }
+        ret
     }
 }
 
@@ -204,7 +231,7 @@ impl Qp {
         let layout = QpLayout::new(caps).expect("layout");
         let buf = PageBuf::new(layout.buf_len).expect("rings");
         let base = buf.as_ptr();
-        let limits = Limits::of(&layout, qp_type);
+        let limits = Limits::of(&layout, qp_type, false);
         let qp = Qp::alloc(buf, false, limits, true);
         // SAFETY: ours, not shared; `base` is its fresh rings of `layout`, which it owns.
         unsafe {
@@ -228,7 +255,7 @@ impl Qp {
 }
 
 /// How the provider finds what a request names: objects of the QP's own context only.
-struct Ours(*mut ibv_context);
+pub(crate) struct Ours(pub(crate) *mut ibv_context);
 
 impl Objects for Ours {
     unsafe fn ud_dest(&self, ah: *mut ibv_ah, qpn: u32, qkey: u32) -> Option<UdDest> {
@@ -398,7 +425,7 @@ unsafe fn create(
         c.max_inline_data = layout.max_inline;
     }
     let base = buf.as_ptr();
-    let limits = Limits::of(&layout, qp_type);
+    let limits = Limits::of(&layout, qp_type, sig_all);
     let qp = Qp::alloc(buf, sig_all, limits, ex);
     // SAFETY: libibverbs's arguments, passed on; `qp` starts with the `struct verbs_qp` (and so
     // the `struct ibv_qp`) the command fills in; the buffers are the sizes given.

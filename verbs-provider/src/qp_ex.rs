@@ -4,14 +4,17 @@
 //! and setters, `ibv_wr_complete`, `ibv_wr_abort`), for the QPs `create_qp_ex` makes with
 //! `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
 //!
-//! Between `wr_start` and `wr_complete` the QP's [`WrBatch`] builds one `ibv_send_wr` per op,
-//! with the program's `qpx->wr_id` and `qpx->wr_flags` as they are when the op is called, and
-//! the setters' SGEs and inline data copied into the batch's own buffers (kept from batch to
-//! batch: no allocation once they have grown to the program's batches). `wr_complete` checks
-//! the whole batch, then posts it through the post path of `ibv_post_send`
-//! ([`Qp::post_batch`]) under the QP's posting lock, all of it or, if the send queue has no room
-//! for all of it, none (`ENOMEM`); `wr_abort` drops it. No system call.
-//!
+//! Between `wr_start` and `wr_complete` the QP's [`WrBatch`] stages each op as the request the
+//! `qhca` crate posts ([`SendWr`]: its [`WrOp`], `SendFlags` from the program's `qpx->wr_flags`
+//! and the QP's `sq_sig_all`, `qpx->wr_id` as it is when the op is called), with the setters'
+//! SGEs and inline data copied into the batch's own buffers (kept from batch to batch: no
+//! allocation once they have grown to the program's batches); address handles, windows and
+//! regions are looked up when the op or setter names them. `wr_complete` checks the whole
+//! batch, then writes it into the send queue under the QP's posting lock
+//! ([`Qp::post_batch`]), all of it or, if the send queue has no room for all of it, none
+//! (`ENOMEM`), with one doorbell per eight requests; `wr_abort` drops it. No system call, and
+//! no `ibv_send_wr` is built: a batch of one WRITE costs about what `ibv_post_send` of one does.
+
 //! Ops: RC has SEND, SEND_WITH_IMM, SEND_WITH_INV, RDMA_WRITE, RDMA_WRITE_WITH_IMM, RDMA_READ,
 //! ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD, LOCAL_INV and BIND_MW (of type 2 windows, as
 //! `ibv_post_send`'s); UD has SEND and SEND_WITH_IMM, with `wr_set_ud_addr`. Every op of the
@@ -42,12 +45,13 @@
 use core::ffi::{c_int, c_uint, c_void};
 use core::ptr;
 
-use qhca::{QpLayout, QpType, UD_MAX_MSG};
+use qhca::{MwBind, QpLayout, QpType, SendFlags, SendWr, Sge, UdDest, WrOp, UD_MAX_MSG};
 use qhca_verbs_abi::access::mw_access_from_ibv;
 use qhca_verbs_abi::ffi::*;
+use qhca_verbs_abi::post::Objects;
 use qhca_verbs_abi::wr::send_flags;
 
-use crate::qp::{debug, Qp};
+use crate::qp::{debug, Ours, Qp};
 
 /// `send_ops_flags` of an RC QP.
 const RC_SEND_OPS: u64 = (IBV_QP_EX_WITH_SEND
@@ -127,7 +131,7 @@ pub(crate) fn set_ops(ex: &mut ibv_qp_ex, ud: bool) {
     ex.wr_bind_mw = Some(wr_bind_mw);
 }
 
-/// What a QP's batch may hold, from its ring layout.
+/// What a QP's batch may hold, from its ring layout, and how it signals.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Limits {
     /// SGEs per request.
@@ -138,16 +142,19 @@ pub(crate) struct Limits {
     pub(crate) depth: u32,
     /// A UD QP: each request needs `wr_set_ud_addr`.
     pub(crate) ud: bool,
+    /// The QP signals every request (`sq_sig_all`).
+    pub(crate) sig_all: bool,
 }
 
 impl Limits {
     /// The limits of a QP of `qp_type` over rings of `layout`.
-    pub(crate) fn of(layout: &QpLayout, qp_type: QpType) -> Limits {
+    pub(crate) fn of(layout: &QpLayout, qp_type: QpType, sig_all: bool) -> Limits {
         Limits {
             max_sge: layout.max_sge,
             max_inline: layout.max_inline,
             depth: layout.sq_depth(),
             ud: qp_type == QpType::Ud,
+            sig_all,
         }
     }
 }
@@ -165,17 +172,26 @@ enum Data {
     Nothing,
 }
 
-/// What the batch knows of one request beyond its `ibv_send_wr`.
+/// Where a request's data is in the batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Payload {
+    /// `sges[first..first + n]`.
+    Sges { first: usize, n: usize },
+    /// `inline[at..at + len]`.
+    Inline { at: usize, len: usize },
+}
+
+/// One request of a batch, as the `qhca` crate posts it.
 #[derive(Clone, Copy, Debug)]
-struct Meta {
+struct Staged {
+    wr_id: u64,
+    op: WrOp,
+    flags: SendFlags,
     data: Data,
-    /// Its SGEs: `sges[first..first + n]`.
-    first: usize,
-    n: usize,
-    /// Inline: its one SGE's address is this offset into `inline` until `complete`.
-    inline_at: Option<usize>,
-    /// A UD destination was set.
-    dest: bool,
+    payload: Payload,
+    ud: Option<UdDest>,
+    /// BIND_MW: the window, whose key is the op's new key once posted (`ibv_mw.rkey`).
+    mw: *mut ibv_mw,
 }
 
 /// The requests of one batch of the work-request API, and the errno of the first op or setter
@@ -183,24 +199,57 @@ struct Meta {
 ///
 /// # Invariants
 ///
-/// - `wrs` and `meta` have the same length; each `meta[i]` names SGEs inside `sges` and, if
-///   inline, bytes inside `inline`.
-/// - Outside `complete`, the `ibv_send_wr`s hold no pointer into the batch (`next` and
-///   `sg_list` are NULL): the vectors may grow and move.
+/// Each staged request's payload names SGEs inside `sges` or bytes inside `inline`.
 pub(crate) struct WrBatch {
     limits: Limits,
     open: bool,
     err: c_int,
-    wrs: Vec<ibv_send_wr>,
-    meta: Vec<Meta>,
-    sges: Vec<ibv_sge>,
+    staged: Vec<Staged>,
+    sges: Vec<Sge>,
     inline: Vec<u8>,
 }
 
-// SAFETY: the raw pointers in the built requests are the program's objects (address handles,
-// windows, regions), only carried, and the batch's own (NULL outside `complete`); nothing ties
-// them to a thread.
+// SAFETY: the raw pointers in the staged requests are the program's windows, only carried;
+// nothing ties them to a thread.
 unsafe impl Send for WrBatch {}
+
+/// A checked batch, handed to the post: its requests as the `qhca` crate posts them.
+pub(crate) struct Ready<'a> {
+    staged: &'a [Staged],
+    sges: &'a [Sge],
+    inline: &'a [u8],
+}
+
+impl<'a> Ready<'a> {
+    /// How many requests.
+    pub(crate) fn len(&self) -> usize {
+        self.staged.len()
+    }
+
+    /// Request `i` (below [`Ready::len`]).
+    pub(crate) fn wr(&self, i: usize) -> SendWr<'a> {
+        let s = &self.staged[i];
+        let mut w = match s.payload {
+            Payload::Sges { first, n } => SendWr::new(s.wr_id, s.op, &self.sges[first..first + n]),
+            Payload::Inline { at, len } => {
+                SendWr::inline(s.wr_id, s.op, &self.inline[at..at + len])
+            }
+        }
+        .with_flags(s.flags);
+        if let Some(dest) = s.ud {
+            w = w.to_ud(dest);
+        }
+        w
+    }
+
+    /// The windows the first `posted` requests bound, with their new keys.
+    pub(crate) fn binds(&self, posted: usize) -> impl Iterator<Item = (*mut ibv_mw, u32)> + '_ {
+        self.staged[..posted].iter().filter_map(|s| match s.op {
+            WrOp::BindMw(b) => Some((s.mw, b.new_key)),
+            _ => None,
+        })
+    }
+}
 
 impl WrBatch {
     pub(crate) fn new(limits: Limits) -> WrBatch {
@@ -208,8 +257,7 @@ impl WrBatch {
             limits,
             open: false,
             err: 0,
-            wrs: Vec::new(),
-            meta: Vec::new(),
+            staged: Vec::new(),
             sges: Vec::new(),
             inline: Vec::new(),
         }
@@ -219,8 +267,7 @@ impl WrBatch {
     fn clear(&mut self) {
         self.open = false;
         self.err = 0;
-        self.wrs.clear();
-        self.meta.clear();
+        self.staged.clear();
         self.sges.clear();
         self.inline.clear();
     }
@@ -253,70 +300,63 @@ impl WrBatch {
         self.err == 0
     }
 
-    /// An op: a new request of `opcode` carrying `data`, with the program's `wr_id` and
-    /// `wr_flags`; `fill` sets the members of its opcode.
-    fn push(
-        &mut self,
-        wr_id: u64,
-        flags: c_uint,
-        opcode: ibv_wr_opcode,
-        data: Data,
-        fill: impl FnOnce(&mut ibv_send_wr),
-    ) {
+    /// An op: a new request of `op` carrying `data`, with the program's `wr_id` and `wr_flags`
+    /// (`mw`: the window a BIND_MW binds, NULL otherwise).
+    fn push(&mut self, wr_id: u64, flags: c_uint, op: WrOp, data: Data, mw: *mut ibv_mw) {
         if !self.usable("an op outside ibv_wr_start..ibv_wr_complete") {
             return;
         }
-        if self.wrs.len() >= self.limits.depth as usize {
+        if self.staged.len() >= self.limits.depth as usize {
             return self.fail(libc::ENOMEM, "more requests than the send queue holds");
         }
         // Inline data is the setters' to ask for (`wr_set_inline_data`), as mlx5's.
-        let flags = flags & !IBV_SEND_INLINE;
-        if send_flags(flags, false).is_err() {
+        let Ok(flags) = send_flags(flags & !IBV_SEND_INLINE, self.limits.sig_all) else {
             return self.fail(libc::EINVAL, "wr_flags qhca does not have");
-        }
-        let mut wr = ibv_send_wr {
-            wr_id,
-            opcode,
-            send_flags: flags,
-            ..Default::default()
         };
-        fill(&mut wr);
-        self.wrs.push(wr);
-        self.meta.push(Meta {
+        self.staged.push(Staged {
+            wr_id,
+            op,
+            flags,
             data,
-            first: self.sges.len(),
-            n: 0,
-            inline_at: None,
-            dest: false,
+            payload: Payload::Sges {
+                first: self.sges.len(),
+                n: 0,
+            },
+            ud: None,
+            mw,
         });
     }
 
-    /// The index of the request the setters apply to: the last op's.
-    fn current(&mut self, call: &str) -> Option<usize> {
+    /// The request the setters apply to: the last op's.
+    fn current(&mut self, call: &str) -> Option<&mut Staged> {
         if !self.usable(call) {
             return None;
         }
-        let i = self.wrs.len().checked_sub(1);
-        if i.is_none() {
+        if self.staged.is_empty() {
             self.fail(libc::EINVAL, "a setter before any op of the batch");
         }
-        i
+        self.staged.last_mut()
     }
 
-    /// `wr_set_sge`, `wr_set_sge_list`: the request's SGEs are `list` (replacing any set).
+    /// `wr_set_sge`, `wr_set_sge_list`: the request's SGEs are `list` (replacing any set). A
+    /// zero-length entry carries nothing and is left out, as `ibv_post_send`'s.
     pub(crate) fn set_sges(&mut self, list: &[ibv_sge]) {
         let (max_sge, first) = (self.limits.max_sge as usize, self.sges.len());
-        let Some(i) = self.current("ibv_wr_set_sge") else {
+        let Some(s) = self.current("ibv_wr_set_sge") else {
             return;
         };
-        let (w, m) = (&mut self.wrs[i], &mut self.meta[i]);
-        let why = match m.data {
+        let kept = list.iter().filter(|e| e.length != 0);
+        let n = kept.clone().count();
+        let why = match s.data {
             Data::Nothing => "data on LOCAL_INV or BIND_MW",
-            _ if list.len() > max_sge => "more SGEs than the QP's max_send_sge",
+            _ if n > max_sge => "more SGEs than the QP's max_send_sge",
             _ => {
-                w.send_flags &= !IBV_SEND_INLINE;
-                (m.first, m.n, m.inline_at) = (first, list.len(), None);
-                self.sges.extend_from_slice(list);
+                s.payload = Payload::Sges { first, n };
+                self.sges.extend(kept.map(|e| Sge {
+                    addr: e.addr,
+                    length: e.length,
+                    lkey: e.lkey,
+                }));
                 return;
             }
         };
@@ -334,20 +374,17 @@ impl WrBatch {
     where
         I: Iterator<Item = (*const u8, usize)> + Clone,
     {
-        let max_inline = self.limits.max_inline as usize;
-        let (first, at) = (self.sges.len(), self.inline.len());
-        let Some(i) = self.current("ibv_wr_set_inline_data") else {
+        let (max_inline, at) = (self.limits.max_inline as usize, self.inline.len());
+        let Some(s) = self.current("ibv_wr_set_inline_data") else {
             return;
         };
-        let (w, m) = (&mut self.wrs[i], &mut self.meta[i]);
         let total = bufs
             .clone()
             .try_fold(0usize, |t, (_, len)| t.checked_add(len))
             .filter(|&t| t <= max_inline);
-        let why = match (m.data, total) {
-            (Data::MayInline, Some(total)) => {
-                w.send_flags |= IBV_SEND_INLINE;
-                (m.first, m.n, m.inline_at) = (first, 1, Some(at));
+        let why = match (s.data, total) {
+            (Data::MayInline, Some(len)) => {
+                s.payload = Payload::Inline { at, len };
                 for (addr, len) in bufs.filter(|&(_, len)| len > 0) {
                     // SAFETY: the caller's promise: `len` readable bytes at `addr`, which the
                     // program does not write during the call (the data is copied before it
@@ -355,12 +392,6 @@ impl WrBatch {
                     self.inline
                         .extend_from_slice(unsafe { core::slice::from_raw_parts(addr, len) });
                 }
-                // The address is an offset into `inline` until `complete` (it may move).
-                self.sges.push(ibv_sge {
-                    addr: at as u64,
-                    length: total as u32,
-                    lkey: 0,
-                });
                 return;
             }
             (Data::MayInline, None) => "more inline data than the QP's max_inline_data",
@@ -369,30 +400,31 @@ impl WrBatch {
         self.fail(libc::EINVAL, why);
     }
 
-    /// `wr_set_ud_addr`, its handle checked by the caller: the request's UD destination.
-    fn set_ud(&mut self, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) {
-        let Some(i) = self.current("ibv_wr_set_ud_addr") else {
-            return;
-        };
-        let (w, m) = (&mut self.wrs[i], &mut self.meta[i]);
-        w.wr.ud = ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
-            ah,
-            remote_qpn,
-            remote_qkey,
-        };
-        m.dest = true;
+    /// `wr_set_ud_addr`, its handle resolved by the caller: the request's UD destination.
+    fn set_ud(&mut self, dest: UdDest) {
+        if let Some(s) = self.current("ibv_wr_set_ud_addr") {
+            s.ud = Some(dest);
+        }
     }
 
-    /// Why request `i` cannot be posted, if it cannot.
-    fn refusal(&self, i: usize) -> Option<&'static str> {
-        let m = &self.meta[i];
-        let sges = &self.sges[m.first..m.first + m.n];
-        let len: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
-        if self.limits.ud && !m.dest {
+    /// Why request `s` cannot be posted, if it cannot.
+    fn refusal(&self, s: &Staged) -> Option<&'static str> {
+        let len = match s.payload {
+            Payload::Sges { first, n } => self.sges[first..first + n]
+                .iter()
+                .map(|e| u64::from(e.length))
+                .sum(),
+            Payload::Inline { len, .. } => len as u64,
+        };
+        if self.limits.ud && s.ud.is_none() {
             return Some("a UD send without ibv_wr_set_ud_addr");
         }
-        if let Data::Atomic { raddr } = m.data {
-            let ok = matches!(sges, [s] if s.length == 8 && s.addr % 8 == 0) && raddr % 8 == 0;
+        if let Data::Atomic { raddr } = s.data {
+            let one = match s.payload {
+                Payload::Sges { first, n: 1 } => Some(self.sges[first]),
+                _ => None,
+            };
+            let ok = one.is_some_and(|e| e.length == 8 && e.addr % 8 == 0) && raddr % 8 == 0;
             if !ok {
                 return Some("an atomic needs one aligned 8-byte SGE and remote address");
             }
@@ -406,58 +438,27 @@ impl WrBatch {
         None
     }
 
-    /// `wr_complete`: checks the batch, links it, and hands it to `post` (the list's head and
-    /// length; it answers the post's errno), unless it is empty; then empties the batch. The
-    /// errno of a failed op or setter or check, with nothing posted; or `post`'s answer.
-    pub(crate) fn complete(
-        &mut self,
-        post: impl FnOnce(*mut ibv_send_wr, usize) -> c_int,
-    ) -> c_int {
+    /// `wr_complete`: checks the batch and hands it to `post` (which answers the post's
+    /// errno), unless it is empty; then empties the batch. The errno of a failed op or setter
+    /// or check, with nothing posted; or `post`'s answer.
+    pub(crate) fn complete(&mut self, post: impl FnOnce(Ready<'_>) -> c_int) -> c_int {
         if !self.open {
             self.fail(libc::EINVAL, "ibv_wr_complete without ibv_wr_start");
         }
         if self.err == 0 {
-            if let Some(why) = (0..self.wrs.len()).find_map(|i| self.refusal(i)) {
+            if let Some(why) = self.staged.iter().find_map(|s| self.refusal(s)) {
                 self.fail(libc::EINVAL, why);
             }
         }
         let ret = match self.err {
-            0 if self.wrs.is_empty() => 0,
-            0 => {
-                // The inline data has its final address now: nothing grows until the end.
-                let data = self.inline.as_ptr() as u64;
-                for m in &self.meta {
-                    if let Some(at) = m.inline_at {
-                        self.sges[m.first].addr = data + at as u64;
-                    }
-                }
-                let n = self.wrs.len();
-                let (wrs, sges) = (self.wrs.as_mut_ptr(), self.sges.as_mut_ptr());
-                for (i, m) in self.meta.iter().enumerate() {
-                    // SAFETY: `i < n`, inside `wrs`, reached through the pointer alone (no
-                    // reference to the vector is made until the list is posted); `m.first +
-                    // m.n` is inside `sges` (the type invariant), and `m.first` may be its end
-                    // only with `m.n` 0, which leaves the list NULL.
-                    unsafe {
-                        let w = &mut *wrs.add(i);
-                        w.sg_list = if m.n > 0 {
-                            sges.add(m.first)
-                        } else {
-                            ptr::null_mut()
-                        };
-                        w.num_sge = m.n as c_int;
-                        w.next = if i + 1 < n {
-                            wrs.add(i + 1)
-                        } else {
-                            ptr::null_mut()
-                        };
-                    }
-                }
-                post(wrs, n)
-            }
+            0 if self.staged.is_empty() => 0,
+            0 => post(Ready {
+                staged: &self.staged,
+                sges: &self.sges,
+                inline: &self.inline,
+            }),
             e => e,
         };
-        // INVARIANT: the list's pointers go with the requests.
         self.clear();
         ret
     }
@@ -477,17 +478,13 @@ unsafe fn with_batch<R>(qp: *mut ibv_qp_ex, f: impl FnOnce(&mut WrBatch) -> R) -
     f(&mut q.batch())
 }
 
-/// An op: a request of `opcode` with the program's `qp->wr_id` and `qp->wr_flags`.
+/// An op: a request of `op` with the program's `qp->wr_id` and `qp->wr_flags` (`mw`: the window
+/// of a BIND_MW, NULL otherwise).
 ///
 /// # Safety
 ///
 /// As [`with_batch`].
-unsafe fn op(
-    qp: *mut ibv_qp_ex,
-    opcode: ibv_wr_opcode,
-    data: Data,
-    fill: impl FnOnce(&mut ibv_send_wr),
-) {
+unsafe fn op(qp: *mut ibv_qp_ex, op: WrOp, data: Data, mw: *mut ibv_mw) {
     // SAFETY: the caller's promise; the two fields the program sets before an op (verbs.h),
     // read on their own, with no reference to the struct.
     let (wr_id, flags) = unsafe {
@@ -497,7 +494,7 @@ unsafe fn op(
         )
     };
     // SAFETY: the caller's promise.
-    unsafe { with_batch(qp, |b| b.push(wr_id, flags, opcode, data, fill)) }
+    unsafe { with_batch(qp, |b| b.push(wr_id, flags, op, data, mw)) }
 }
 
 /// `wr_start` (`ibv_wr_start`).
@@ -511,10 +508,8 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
     // SAFETY: libibverbs's call on an extended QP of ours.
     let q = unsafe { Qp::of(qp.cast()) };
     // Batch, then posting: no path takes them the other way round.
-    // SAFETY: `complete` hands over a NULL-terminated list of `n` requests over its own SGEs and
-    // inline data, and the program's handles, windows and regions, live (the ops' contract).
-    q.batch()
-        .complete(|head, n| unsafe { q.post_batch(head, n) })
+    // SAFETY: the windows of the batch's BIND_MWs are the program's, live (the ops' contract).
+    q.batch().complete(|ready| unsafe { q.post_batch(&ready) })
 }
 
 /// `wr_abort` (`ibv_wr_abort`).
@@ -523,82 +518,50 @@ unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
     unsafe { with_batch(qp, WrBatch::abort) }
 }
 
-fn rdma(remote_addr: u64, rkey: u32) -> ibv_send_wr__bindgen_ty_2 {
-    ibv_send_wr__bindgen_ty_2 {
-        rdma: ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey },
-    }
-}
-
-fn atomic(remote_addr: u64, rkey: u32, compare_add: u64, swap: u64) -> ibv_send_wr__bindgen_ty_2 {
-    ibv_send_wr__bindgen_ty_2 {
-        atomic: ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
-            remote_addr,
-            compare_add,
-            swap,
-            rkey,
-        },
-    }
-}
-
-/// The ops that add one request of an opcode to the batch: `fn NAME(ARGS) = OPCODE, DATA, |w|
-/// FILL;` makes `unsafe extern "C" fn NAME(qp, ARGS)`, which pushes a request of `OPCODE` whose
-/// data is `DATA` ([`Data`]) and whose own fields `FILL` writes into `w`.
+/// The ops that add one request of an operation to the batch: `fn NAME(ARGS) = OP, DATA;` makes
+/// `unsafe extern "C" fn NAME(qp, ARGS)`, which pushes a request of `OP` (a [`WrOp`] of the
+/// arguments) whose data is `DATA` ([`Data`]).
 macro_rules! batch_ops {
-    ($($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) = $opcode:expr, $data:expr,
-       |$w:ident| $fill:block;)*) => {$(
+    ($($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) = $op:expr, $data:expr;)*) => {$(
         $(#[$doc])*
         unsafe extern "C" fn $name(qp: *mut ibv_qp_ex, $($arg: $ty),*) {
             // SAFETY: libibverbs's call on an extended QP of ours.
-            unsafe { op(qp, $opcode, $data, |$w: &mut ibv_send_wr| $fill) }
+            unsafe { op(qp, $op, $data, ptr::null_mut()) }
         }
     )*};
 }
 
 batch_ops! {
     /// `wr_send` (`ibv_wr_send`).
-    fn wr_send() = IBV_WR_SEND, Data::MayInline, |_w| {};
+    fn wr_send() = WrOp::Send, Data::MayInline;
     /// `wr_send_imm` (`ibv_wr_send_imm`).
-    fn wr_send_imm(imm_data: __be32) = IBV_WR_SEND_WITH_IMM, Data::MayInline, |w| {
-        w.__bindgen_anon_1.imm_data = imm_data;
-    };
+    fn wr_send_imm(imm_data: __be32) = WrOp::SendImm(imm_data), Data::MayInline;
     /// `wr_send_inv` (`ibv_wr_send_inv`).
-    fn wr_send_inv(invalidate_rkey: u32) = IBV_WR_SEND_WITH_INV, Data::MayInline, |w| {
-        w.__bindgen_anon_1.invalidate_rkey = invalidate_rkey;
-    };
+    fn wr_send_inv(invalidate_rkey: u32) =
+        WrOp::SendInv { rkey: invalidate_rkey }, Data::MayInline;
     /// `wr_rdma_write` (`ibv_wr_rdma_write`).
-    fn wr_rdma_write(rkey: u32, remote_addr: u64) = IBV_WR_RDMA_WRITE, Data::MayInline, |w| {
-        w.wr = rdma(remote_addr, rkey);
-    };
+    fn wr_rdma_write(rkey: u32, remote_addr: u64) =
+        WrOp::Write { raddr: remote_addr, rkey }, Data::MayInline;
     /// `wr_rdma_write_imm` (`ibv_wr_rdma_write_imm`).
     fn wr_rdma_write_imm(rkey: u32, remote_addr: u64, imm_data: __be32) =
-        IBV_WR_RDMA_WRITE_WITH_IMM, Data::MayInline, |w| {
-        w.wr = rdma(remote_addr, rkey);
-        w.__bindgen_anon_1.imm_data = imm_data;
-    };
+        WrOp::WriteImm { raddr: remote_addr, rkey, imm: imm_data }, Data::MayInline;
     /// `wr_rdma_read` (`ibv_wr_rdma_read`).
-    fn wr_rdma_read(rkey: u32, remote_addr: u64) = IBV_WR_RDMA_READ, Data::Sges, |w| {
-        w.wr = rdma(remote_addr, rkey);
-    };
+    fn wr_rdma_read(rkey: u32, remote_addr: u64) =
+        WrOp::Read { raddr: remote_addr, rkey }, Data::Sges;
     /// `wr_atomic_cmp_swp` (`ibv_wr_atomic_cmp_swp`).
     fn wr_atomic_cmp_swp(rkey: u32, remote_addr: u64, compare: u64, swap: u64) =
-        IBV_WR_ATOMIC_CMP_AND_SWP, Data::Atomic { raddr: remote_addr }, |w| {
-        w.wr = atomic(remote_addr, rkey, compare, swap);
-    };
+        WrOp::CmpSwp { raddr: remote_addr, rkey, compare, swap },
+        Data::Atomic { raddr: remote_addr };
     /// `wr_atomic_fetch_add` (`ibv_wr_atomic_fetch_add`).
     fn wr_atomic_fetch_add(rkey: u32, remote_addr: u64, add: u64) =
-        IBV_WR_ATOMIC_FETCH_AND_ADD, Data::Atomic { raddr: remote_addr }, |w| {
-        w.wr = atomic(remote_addr, rkey, add, 0);
-    };
+        WrOp::FetchAdd { raddr: remote_addr, rkey, add }, Data::Atomic { raddr: remote_addr };
     /// `wr_local_inv` (`ibv_wr_local_inv`).
-    fn wr_local_inv(invalidate_rkey: u32) = IBV_WR_LOCAL_INV, Data::Nothing, |w| {
-        w.__bindgen_anon_1.invalidate_rkey = invalidate_rkey;
-    };
+    fn wr_local_inv(invalidate_rkey: u32) = WrOp::LocalInv { rkey: invalidate_rkey }, Data::Nothing;
 }
 
 /// `wr_bind_mw` (`ibv_wr_bind_mw`): binds window `mw` with its new key `rkey`, as
-/// `ibv_post_send`'s BIND_MW. The window, region and access are checked now: `EINVAL` unless
-/// the window (and the region, unless the length is 0) is this context's and the access is
-/// qhca's.
+/// `ibv_post_send`'s BIND_MW (the window's and region's keys are read now). `EINVAL` unless the
+/// window (and the region, unless the length is 0) is this context's and the access is qhca's.
 unsafe extern "C" fn wr_bind_mw(
     qp: *mut ibv_qp_ex,
     mw: *mut ibv_mw,
@@ -606,32 +569,32 @@ unsafe extern "C" fn wr_bind_mw(
     bind_info: *const ibv_mw_bind_info,
 ) {
     // SAFETY: libibverbs's call on an extended QP of ours: its context, set at create.
-    let ctx = unsafe { Qp::of(qp.cast()) }.context();
-    // SAFETY: NULL or the program's live window and bind information (ibv_wr_bind_mw(3)),
-    // copied out.
+    let ours = Ours(unsafe { Qp::of(qp.cast()) }.context());
+    // SAFETY: NULL or the program's live bind information (ibv_wr_bind_mw(3)), copied out.
     let info = unsafe { (!bind_info.is_null()).then(|| *bind_info) };
-    // SAFETY: as above: the window and region are NULL or live.
-    let ours = |info: &ibv_mw_bind_info| unsafe {
-        !mw.is_null()
-            && (*mw).context == ctx
-            && (info.length == 0 || (!info.mr.is_null() && (*info.mr).context == ctx))
-            && mw_access_from_ibv(info.mw_access_flags).is_ok()
-    };
-    match info {
-        Some(info) if ours(&info) => {
-            // SAFETY: libibverbs's call on an extended QP of ours.
-            unsafe {
-                op(qp, IBV_WR_BIND_MW, Data::Nothing, |w| {
-                    w.__bindgen_anon_2.bind_mw = ibv_send_wr__bindgen_ty_4__bindgen_ty_1 {
-                        mw,
-                        rkey,
-                        bind_info: info,
-                    };
-                })
-            }
-        }
+    let bind = info.and_then(|info| {
+        // SAFETY: the window and region are NULL or the program's, live (ibv_wr_bind_mw(3)).
+        let mw_key = unsafe { ours.window_key(mw) }?;
+        let mr_key = match info.length {
+            0 => 0,
+            // SAFETY: as above.
+            _ => unsafe { ours.region_lkey(info.mr) }?,
+        };
+        let access = mw_access_from_ibv(info.mw_access_flags).ok()?;
+        Some(WrOp::BindMw(MwBind {
+            mw_key,
+            new_key: rkey,
+            mr_key,
+            addr: info.addr,
+            length: info.length,
+            access: access.0,
+        }))
+    });
+    match bind {
         // SAFETY: libibverbs's call on an extended QP of ours.
-        _ => unsafe {
+        Some(bind) => unsafe { op(qp, bind, Data::Nothing, mw) },
+        // SAFETY: libibverbs's call on an extended QP of ours.
+        None => unsafe {
             with_batch(qp, |b| {
                 if b.usable("ibv_wr_bind_mw outside a batch") {
                     b.fail(
@@ -702,19 +665,20 @@ unsafe extern "C" fn wr_set_ud_addr(
     remote_qkey: u32,
 ) {
     // SAFETY: libibverbs's call on an extended QP of ours.
-    let ctx = unsafe { Qp::of(qp.cast()) }.context();
+    let ours = Ours(unsafe { Qp::of(qp.cast()) }.context());
     // SAFETY: NULL or the program's live handle (ibv_wr_set_ud_addr(3)).
-    let ours = !ah.is_null() && unsafe { (*ah).context } == ctx;
+    let dest = unsafe { ours.ud_dest(ah, remote_qpn, remote_qkey) };
     // SAFETY: libibverbs's call on an extended QP of ours.
     unsafe {
-        with_batch(qp, |b| {
-            if ours {
-                b.set_ud(ah, remote_qpn, remote_qkey);
-            } else if b.usable("ibv_wr_set_ud_addr outside a batch") {
-                b.fail(
-                    libc::EINVAL,
-                    "ibv_wr_set_ud_addr without a qhca address handle",
-                );
+        with_batch(qp, |b| match dest {
+            Some(dest) => b.set_ud(dest),
+            None => {
+                if b.usable("ibv_wr_set_ud_addr outside a batch") {
+                    b.fail(
+                        libc::EINVAL,
+                        "ibv_wr_set_ud_addr without a qhca address handle",
+                    );
+                }
             }
         })
     }

@@ -44,52 +44,37 @@ fn limits(ud: bool) -> Limits {
         max_inline: l.max_inline,
         depth: l.sq_depth(),
         ud,
+        sig_all: false,
     }
 }
 
-/// One posted request, as read back from the list `complete` hands over.
+/// One posted request, as read back from what `complete` hands over.
 #[derive(Debug, PartialEq)]
 struct Got {
     wr_id: u64,
-    opcode: ibv_wr_opcode,
-    flags: c_uint,
+    op: WrOp,
+    flags: SendFlags,
     sges: Vec<(u64, u32, u32)>,
     /// The bytes of an inline request.
-    inline: Vec<u8>,
+    inline: Option<Vec<u8>>,
+    ud: Option<UdDest>,
 }
 
-/// Completes `b`, reading back the list it posts; `ret` is what the post answers.
+/// Completes `b`, reading back the requests it posts; `ret` is what the post answers.
 fn complete(b: &mut WrBatch, ret: c_int) -> (c_int, Vec<Got>) {
     let mut got = Vec::new();
-    let r = b.complete(|head, n| {
-        let mut cur = head;
-        while !cur.is_null() {
-            // SAFETY: `complete`'s list: live requests over the batch's SGEs and bytes.
-            let w = unsafe { &*cur };
-            // SAFETY: as above: `num_sge` entries at `sg_list`.
-            let sges: &[ibv_sge] = match w.num_sge {
-                0 => &[],
-                k => unsafe { core::slice::from_raw_parts(w.sg_list, k as usize) },
-            };
-            let inline = if w.send_flags & IBV_SEND_INLINE != 0 {
-                // SAFETY: an inline request's one SGE names the batch's copy of its bytes.
-                unsafe {
-                    core::slice::from_raw_parts(sges[0].addr as *const u8, sges[0].length as usize)
-                }
-                .to_vec()
-            } else {
-                Vec::new()
-            };
+    let r = b.complete(|ready| {
+        for i in 0..ready.len() {
+            let w = ready.wr(i);
             got.push(Got {
                 wr_id: w.wr_id,
-                opcode: w.opcode,
-                flags: w.send_flags,
-                sges: sges.iter().map(|s| (s.addr, s.length, s.lkey)).collect(),
-                inline,
+                op: w.op,
+                flags: w.flags,
+                sges: w.sges.iter().map(|s| (s.addr, s.length, s.lkey)).collect(),
+                inline: w.inline.map(<[u8]>::to_vec),
+                ud: w.ud,
             });
-            cur = w.next;
         }
-        assert_eq!(got.len(), n);
         ret
     });
     (r, got)
@@ -99,32 +84,35 @@ fn sge(addr: u64, length: u32, lkey: u32) -> ibv_sge {
     ibv_sge { addr, length, lkey }
 }
 
-/// A batch of several ops, with SGE lists and inline data, comes out as one linked list of
-/// `ibv_send_wr`s in order, with each op's `wr_id` and flags, its SGEs and a copy of its inline
-/// bytes (the program's buffer may change after the setter); the batch is empty after.
+const WRITE: WrOp = WrOp::Write {
+    raddr: 0x9000,
+    rkey: 7,
+};
+const READ: WrOp = WrOp::Read {
+    raddr: 0x9000,
+    rkey: 7,
+};
+
+/// A batch of several ops, with SGE lists and inline data, comes out as the `qhca` crate's
+/// requests in order, with each op's `wr_id` and flags, its SGEs (zero-length ones left out) and
+/// a copy of its inline bytes (the program's buffer may change after the setter); the batch is
+/// empty after.
 #[test]
 fn a_batch_is_the_list_of_its_ops() {
     let mut b = WrBatch::new(limits(false));
     let mut data = *b"hello, inline";
+    let none = ptr::null_mut();
     b.start();
-    b.push(
-        1,
-        IBV_SEND_SIGNALED,
-        IBV_WR_RDMA_WRITE,
-        Data::MayInline,
-        |w| {
-            w.wr = rdma(0x9000, 7);
-        },
-    );
-    b.set_sges(&[sge(0x1000, 16, 3), sge(0x2000, 8, 3)]);
+    b.push(1, IBV_SEND_SIGNALED, WRITE, Data::MayInline, none);
+    b.set_sges(&[sge(0x1000, 16, 3), sge(0x1800, 0, 3), sge(0x2000, 8, 3)]);
     // IBV_SEND_INLINE in wr_flags does not make a request inline; the setter does.
-    b.push(2, IBV_SEND_INLINE, IBV_WR_SEND, Data::MayInline, |_| {});
+    b.push(2, IBV_SEND_INLINE, WrOp::Send, Data::MayInline, none);
     // SAFETY: `data` is readable for the call.
     unsafe { b.set_inline(core::iter::once((data.as_ptr(), data.len()))) };
     data[0] = b'J';
-    b.push(3, 0, IBV_WR_RDMA_READ, Data::Sges, |_| {});
+    b.push(3, IBV_SEND_FENCE, READ, Data::Sges, none);
     b.set_sges(&[sge(0x3000, 4, 5)]);
-    b.push(4, 0, IBV_WR_SEND, Data::MayInline, |_| {});
+    b.push(4, 0, WrOp::Send, Data::MayInline, none);
     b.set_sges(&[sge(0x4000, 1, 1)]);
     // A second setter replaces the first.
     b.set_sges(&[sge(0x5000, 2, 2)]);
@@ -133,29 +121,41 @@ fn a_batch_is_the_list_of_its_ops() {
     let want = [
         (
             1,
-            IBV_WR_RDMA_WRITE,
-            IBV_SEND_SIGNALED,
+            WRITE,
+            SendFlags::SIGNALED,
             vec![(0x1000, 16, 3), (0x2000, 8, 3)],
+            None,
         ),
-        (2, IBV_WR_SEND, IBV_SEND_INLINE, vec![]),
-        (3, IBV_WR_RDMA_READ, 0, vec![(0x3000, 4, 5)]),
-        (4, IBV_WR_SEND, 0, vec![(0x5000, 2, 2)]),
+        (
+            2,
+            WrOp::Send,
+            SendFlags::NONE,
+            vec![],
+            Some(b"hello, inline".to_vec()),
+        ),
+        (3, READ, SendFlags::FENCE, vec![(0x3000, 4, 5)], None),
+        (4, WrOp::Send, SendFlags::NONE, vec![(0x5000, 2, 2)], None),
     ];
     assert_eq!(got.len(), want.len());
-    for (g, (id, op, flags, sges)) in got.iter().zip(want) {
-        assert_eq!((g.wr_id, g.opcode, g.flags), (id, op, flags));
-        if g.flags & IBV_SEND_INLINE == 0 {
-            assert_eq!(g.sges, sges);
-        }
+    for (g, (id, op, flags, sges, inline)) in got.iter().zip(want) {
+        assert_eq!((g.wr_id, g.op, g.flags), (id, op, flags));
+        assert_eq!((&g.sges, &g.inline, g.ud), (&sges, &inline, None));
     }
-    assert_eq!(got[1].inline, b"hello, inline");
-    assert_ne!(got[1].inline, data);
-    assert!(b.wrs.is_empty() && b.sges.is_empty() && b.inline.is_empty() && !b.open);
+    assert_ne!(got[1].inline.as_deref(), Some(&data[..]));
+    assert!(b.staged.is_empty() && b.sges.is_empty() && b.inline.is_empty() && !b.open);
 
     // An empty batch posts nothing and succeeds.
     b.start();
     let (r, got) = complete(&mut b, libc::EIO);
     assert_eq!((r, got.len()), (0, 0));
+
+    // A QP that signals every request signals each of the batch's.
+    let mut all = limits(false);
+    all.sig_all = true;
+    let mut b = WrBatch::new(all);
+    b.start();
+    b.push(5, 0, WrOp::Send, Data::MayInline, none);
+    assert_eq!(complete(&mut b, 0).1[0].flags, SendFlags::SIGNALED);
 }
 
 /// Each misuse records `EINVAL` (or `ENOMEM`), `complete` answers it and posts nothing, and the
@@ -163,12 +163,18 @@ fn a_batch_is_the_list_of_its_ops() {
 #[test]
 fn a_failed_op_or_setter_fails_the_whole_batch() {
     let l = limits(false);
+    let none = ptr::null_mut();
     let too_many: Vec<_> = (0..=l.max_sge)
         .map(|i| sge(0x1000 * u64::from(i + 1), 8, 1))
         .collect();
     let big = vec![0u8; l.max_inline as usize + 1];
     type Build = Box<dyn Fn(&mut WrBatch)>;
-    let send = |b: &mut WrBatch| b.push(1, 0, IBV_WR_SEND, Data::MayInline, |_| {});
+    let send = move |b: &mut WrBatch| b.push(1, 0, WrOp::Send, Data::MayInline, none);
+    let faa = |raddr| WrOp::FetchAdd {
+        raddr,
+        rkey: 7,
+        add: 1,
+    };
     let cases: Vec<(&str, c_int, Build)> = vec![
         (
             "too many SGEs",
@@ -190,8 +196,8 @@ fn a_failed_op_or_setter_fails_the_whole_batch() {
         (
             "inline on a READ",
             libc::EINVAL,
-            Box::new(|b| {
-                b.push(1, 0, IBV_WR_RDMA_READ, Data::Sges, |_| {});
+            Box::new(move |b| {
+                b.push(1, 0, READ, Data::Sges, none);
                 // SAFETY: no bytes are read.
                 unsafe { b.set_inline(core::iter::once((ptr::null(), 0))) };
             }),
@@ -199,43 +205,31 @@ fn a_failed_op_or_setter_fails_the_whole_batch() {
         (
             "data on LOCAL_INV",
             libc::EINVAL,
-            Box::new(|b| {
-                b.push(1, 0, IBV_WR_LOCAL_INV, Data::Nothing, |_| {});
+            Box::new(move |b| {
+                b.push(1, 0, WrOp::LocalInv { rkey: 7 }, Data::Nothing, none);
                 b.set_sges(&[sge(0x1000, 8, 1)]);
             }),
         ),
         (
             "unknown wr_flags",
             libc::EINVAL,
-            Box::new(|b| {
-                b.push(1, IBV_SEND_IP_CSUM, IBV_WR_SEND, Data::MayInline, |_| {});
+            Box::new(move |b| {
+                b.push(1, IBV_SEND_IP_CSUM, WrOp::Send, Data::MayInline, none);
             }),
         ),
         (
             "an atomic of 4 bytes",
             libc::EINVAL,
-            Box::new(|b| {
-                b.push(
-                    1,
-                    0,
-                    IBV_WR_ATOMIC_FETCH_AND_ADD,
-                    Data::Atomic { raddr: 0x8000 },
-                    |_| {},
-                );
+            Box::new(move |b| {
+                b.push(1, 0, faa(0x8000), Data::Atomic { raddr: 0x8000 }, none);
                 b.set_sges(&[sge(0x1000, 4, 1)]);
             }),
         ),
         (
             "an atomic at an odd address",
             libc::EINVAL,
-            Box::new(|b| {
-                b.push(
-                    1,
-                    0,
-                    IBV_WR_ATOMIC_FETCH_AND_ADD,
-                    Data::Atomic { raddr: 0x8004 },
-                    |_| {},
-                );
+            Box::new(move |b| {
+                b.push(1, 0, faa(0x8004), Data::Atomic { raddr: 0x8004 }, none);
                 b.set_sges(&[sge(0x1000, 8, 1)]);
             }),
         ),
@@ -284,34 +278,28 @@ fn a_failed_op_or_setter_fails_the_whole_batch() {
 #[test]
 fn ud_requests_need_an_address_and_fit_the_mtu() {
     let mut b = WrBatch::new(limits(true));
+    let none = ptr::null_mut();
     b.start();
-    b.push(1, 0, IBV_WR_SEND, Data::MayInline, |_| {});
+    b.push(1, 0, WrOp::Send, Data::MayInline, none);
     assert_eq!(complete(&mut b, 0).0, libc::EINVAL);
 
-    let ah = ptr::NonNull::<ibv_ah>::dangling().as_ptr();
+    let dest = UdDest {
+        ah: 3,
+        remote_qpn: 0x42,
+        remote_qkey: 0x1111,
+    };
     b.start();
-    b.push(2, 0, IBV_WR_SEND_WITH_IMM, Data::MayInline, |_| {});
-    b.set_ud(ah, 0x42, 0x1111);
+    b.push(2, 0, WrOp::SendImm(5), Data::MayInline, none);
+    b.set_ud(dest);
     b.set_sges(&[sge(0x1000, UD_MAX_MSG as u32 + 1, 1)]);
     assert_eq!(complete(&mut b, 0).0, libc::EINVAL);
 
     b.start();
-    b.push(3, 0, IBV_WR_SEND, Data::MayInline, |_| {});
-    b.set_ud(ah, 0x42, 0x1111);
+    b.push(3, 0, WrOp::Send, Data::MayInline, none);
+    b.set_ud(dest);
     b.set_sges(&[sge(0x1000, 64, 1)]);
-    let mut seen = None;
-    let r = b.complete(|head, _| {
-        // SAFETY: the list's one request; its UD member, which `set_ud` wrote.
-        seen = Some(unsafe {
-            (
-                (*head).wr.ud.ah,
-                (*head).wr.ud.remote_qpn,
-                (*head).wr.ud.remote_qkey,
-            )
-        });
-        0
-    });
-    assert_eq!((r, seen), (0, Some((ah, 0x42, 0x1111))));
+    let (r, got) = complete(&mut b, 0);
+    assert_eq!((r, got.len(), got[0].ud), (0, 1, Some(dest)));
 }
 
 /// `create_qp_ex`'s attributes: the PD is required, unknown bits are `EINVAL`, features qhca
