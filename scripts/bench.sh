@@ -5,7 +5,8 @@
 # calls per post of the perftest client on each side; qhca-perf's one-thread write_lat (what
 # perftest cannot do); then memory windows (bind + write + invalidate as a loop: rxe-mw-bench,
 # built here with gcc, on both sides, through the installed provider on qhca; qhca-mw-bench, the loop on
-# the provider's API, beside it) and the qhca-only on-demand paging and registration cache benches.
+# the provider's API, beside it), reg_mr of 1 GiB on both sides (reg-mr-bench, built here too) and the
+# qhca-only on-demand paging and registration cache benches.
 # The full output goes to ~/.cache/qhca/logs/bench.log.
 #
 #   scripts/bench.sh [quick]      ("quick": a tenth of the iterations, to check the script)
@@ -80,6 +81,10 @@ echo '#include <infiniband/verbs.h>' | gcc -E -x c - >/dev/null 2>&1 ||
 	die "infiniband/verbs.h not found: libibverbs-dev is missing (scripts/setup-host.sh installs it)"
 gcc -O2 -Wall -Wextra -o "$BIN/rxe-mw-bench" "$QHCA_ROOT/provider/tools/c/rxe-mw-bench.c" -libverbs ||
 	die "building rxe-mw-bench failed (gcc, see above)"
+# reg_mr of a large region on both sides, the same libibverbs program.
+step "gcc: reg-mr-bench (provider/tools/c/reg-mr-bench.c, against libibverbs)"
+gcc -O2 -Wall -Wextra -o "$BIN/reg-mr-bench" "$QHCA_ROOT/provider/tools/c/reg-mr-bench.c" -libverbs ||
+	die "building reg-mr-bench failed (gcc, see above)"
 
 if [ "${1:-}" = --pair ]; then
 	log=$QHCA_CACHE/logs/bench-pair.log

@@ -59,6 +59,9 @@ mw_n=20000
 mw_sc_small=200
 mw_sc_big=2000
 mwx=$bin/rxe-mw-bench
+# Registration: reg-mr-bench (libibverbs, built by scripts/bench.sh) on both sides, this size.
+regx=$bin/reg-mr-bench
+reg_size=1g
 if [ "$quick" = quick ]; then
 	for i in "${!workloads[@]}"; do
 		set -- ${workloads[$i]}
@@ -66,6 +69,7 @@ if [ "$quick" = quick ]; then
 	done
 	sc_small=200 sc_big=600
 	mw_n=2000 mw_sc_small=50 mw_sc_big=500
+	reg_size=128m
 fi
 
 t0=$(date +%s)
@@ -249,6 +253,15 @@ for n in $mw_sc_small $mw_sc_big; do
 		>"$out/strace.mw.qhca.$n.out" 2>&1 || { echo "    failed:"; tail -5 "$out/strace.mw.qhca.$n.out"; }
 done
 
+# Registration of a large region, the same program as on rxe: reg_mr of fresh memory (the pin
+# faults every page in) and of memory touched beforehand, two rounds each.
+regmr() {
+	log "reg-mr-bench -d $1 -s $reg_size -r 2"
+	timeout 300 "$regx" -d "$1" -s "$reg_size" -r 2 >"$out/regmr.$2" 2>&1 || echo "    (exit code $?)"
+	sed 's/^/    /' "$out/regmr.$2"
+}
+regmr "$ibdev" qhca
+
 # ---- rxe ----
 log "rxe: modprobe rdma_rxe; rdma link add rxe0 type rxe netdev lo"
 modprobe rdma_rxe || echo "bench: modprobe rdma_rxe failed"
@@ -283,6 +296,7 @@ if [ -x "$mwx" ]; then
 			>"$out/strace.mw.rxe.$n.out" 2>&1 || { echo "    failed:"; tail -5 "$out/strace.mw.rxe.$n.out"; }
 	done
 fi
+regmr rxe0 rxe
 
 # ---- system calls per post ----
 # calls FILE: the total of an strace -c summary.
@@ -507,6 +521,23 @@ echo " libqhca-rdmav34.so (-x 0) and on rxe0 (-x 1); qhca-mw-bench is the same l
 echo " API; both QPs and the window in one process on one"
 echo " context (loopback), every request signaled and its completion polled before the next is posted;"
 echo " ops/s and us/op are means over the run, after -n/10 warm-up operations; qhca/rxe > 1: qhca faster)"
+echo "=================================================================================================="
+
+# Registration, side by side: the mean reg_mr and dereg_mr times of each kind of round.
+# regcol FILE KIND FIELD: the mean of FIELD over FILE's "regmr KIND" lines.
+regcol() { awk -v k="$2" -v f="$3" '$1 == "regmr" && $2 == k { for (i = 3; i < NF; i++) if ($i == f) { s += $(i + 1); n++ } } END { if (n) printf "%.1f", s / n }' "$1" 2>/dev/null; }
+echo
+echo "registration: reg-mr-bench -s $reg_size -r 2 (ibv_reg_mr with LOCAL_WRITE | REMOTE_WRITE, then ibv_dereg_mr;"
+echo " fresh = anonymous memory never touched, the pin faults it in; touched = every page written first)"
+gfmt='%-22s %14s %14s %14s %14s %10s\n'
+printf "$gfmt" memory 'qhca reg[ms]' 'qhca dereg' 'rxe reg[ms]' 'rxe dereg' qhca/rxe
+for k in fresh touched; do
+	qr=$(regcol "$out/regmr.qhca" $k reg_ms) qd=$(regcol "$out/regmr.qhca" $k dereg_ms)
+	rr=$(regcol "$out/regmr.rxe" $k reg_ms) rd=$(regcol "$out/regmr.rxe" $k dereg_ms)
+	# Time, not rate: > 1 means qhca takes longer.
+	printf "$gfmt" "$k $reg_size" "${qr:-n/a}" "${qd:-n/a}" "${rr:-n/a}" "${rd:-n/a}" "$(div "$qr" "$rr")"
+done
+echo "(qhca/rxe here is a ratio of times: below 1, qhca registers faster)"
 echo "=================================================================================================="
 
 # On-demand paging: reg_mr of 1 GiB pinned against on demand, and a write_bw stream of 64 KiB
