@@ -561,9 +561,24 @@ unsafe fn convert<'a>(
         _ => &[],
     };
     let mut s = if w.send_flags & IBV_SEND_INLINE != 0 && op.may_inline() {
-        // SAFETY: the caller's promise.
-        let n = unsafe { gather(list, inl_out)? };
-        SendWr::inline(w.wr_id, op, &inl_out[..n])
+        match list {
+            // One buffer (the common inline request) is read where it is, when the request is
+            // written into the ring, before the post returns: no copy into `inl_out` first.
+            [one] if one.length != 0 && one.length as usize <= inl_out.len() => {
+                // SAFETY: the caller's promise: the program's `length` readable bytes at
+                // `addr`, which it leaves alone until ibv_post_send returns (ibv_post_send(3)
+                // with IBV_SEND_INLINE); `'a` ends within this post.
+                let data = unsafe {
+                    core::slice::from_raw_parts(one.addr as *const u8, one.length as usize)
+                };
+                SendWr::inline(w.wr_id, op, data)
+            }
+            _ => {
+                // SAFETY: the caller's promise.
+                let n = unsafe { gather(list, inl_out)? };
+                SendWr::inline(w.wr_id, op, &inl_out[..n])
+            }
+        }
     } else {
         let n = sges(list, sge_out)?;
         SendWr::new(w.wr_id, op, &sge_out[..n])
@@ -588,7 +603,8 @@ unsafe fn convert<'a>(
 /// Each entry names readable memory of the program (ibv_post_send(3) with IBV_SEND_INLINE).
 unsafe fn gather(list: &[ibv_sge], out: &mut [u8]) -> Result<usize, Refused> {
     let mut n = 0usize;
-    for s in list {
+    // A zero-length entry carries nothing, and its address may be anything (even NULL).
+    for s in list.iter().filter(|s| s.length != 0) {
         let len = s.length as usize;
         let end = n
             .checked_add(len)
