@@ -602,67 +602,8 @@ for pair in "$qdev $qdev qhca<->qhca" "rxe0 $qdev qhca<->rxe" "rxe0 rxe0 rxe<->r
 		esac
 	done
 done
-# perftest through rdma_cm (-R): the connection made by the kernel's CM (QP1's MADs over the
-# wire), then the same data path; qhca to qhca and rxe to rxe (the rxe ports' addresses are the
-# NICs'). LABEL DEV SERVER_ADDR PROG SIZE N PORT.
-cm_perf() {
-	local label=$1 dev=$2 addr=$3 prog=$4 size=$5 n=$6 port=$7 i
-	local args=(-d "$dev" -R -s "$size" -n "$n" -u "$qpt" -p "$port")
-	: >"$out"
-	if [ "$node" = 1 ]; then
-		timeout 120 "${pin[@]}" "$prog" "${args[@]}" >"$out" 2>&1 || log "$label $prog -R $size: server failed"
-	else
-		for i in $(seq 30); do
-			timeout 60 "${pin[@]}" "$prog" "${args[@]}" "$addr" >"$out" 2>&1 && break
-			grep -Eq "REJECTED|UNREACHABLE|rdma_connect|Unable|Couldn't" "$out" || break
-			sleep 1
-		done
-	fi
-	barrier=$((barrier + 1))
-	qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet after $label $prog -R)"
-	[ "$node" = 2 ] || return 0
-	# shellcheck disable=SC2046
-	set -- $(row) "" "" "" "" ""
-	case "$prog" in
-	ib_write_lat) results+=("pair-bench: $label $prog -R $size B t_typical ${5:-?} us (t_min ${3:-?} us)") ;;
-	*) results+=("pair-bench: $label $prog -R $size B BW_average ${4:-?} MiB/s (msg rate ${5:-?} Mpps)") ;;
-	esac
-}
-q1=10.7.0.11 q2=10.7.0.12
-port=18870
-for t in "ib_write_lat 64 1000" "ib_write_bw 65536 1000"; do
-	# shellcheck disable=SC2086
-	set -- $t
-	cm_perf "qhca<->qhca" "$qdev" "$q1" "$1" "$2" "$3" $port
-	cm_perf "rxe<->rxe" rxe0 10.7.0.1 "$1" "$2" "$3" $((port + 1))
-	port=$((port + 2))
-done
-
-# Ethernet: one TCP stream for 10 s (iperf3) over the qhca netdevs (the Ethernet function) and
-# over the guests' virtio NICs (what rxe rides on). LABEL SERVER_ADDR CLIENT_ADDR PORT.
-eth_perf() {
-	local label=$1 sa=$2 ca=$3 port=$4
-	: >"$out"
-	if [ "$node" = 1 ]; then
-		timeout 60 iperf3 -s -1 -B "$sa" -p "$port" >"$out" 2>&1 &
-	fi
-	barrier=$((barrier + 1))
-	qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet before $label iperf3)"
-	if [ "$node" = 2 ]; then
-		for _ in $(seq 20); do
-			timeout 60 iperf3 -c "$sa" -B "$ca" -p "$port" -t 10 -f m >"$out" 2>&1 && break
-			sleep 0.5
-		done
-		results+=("pair-bench: $label iperf3 TCP $(awk '/sender|receiver/ { printf "%s %s %s  ", $NF, $7, $8 }' "$out")")
-	fi
-	wait
-	barrier=$((barrier + 1))
-	qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet after $label iperf3)"
-}
-eth_perf "qhca netdev" "$q1" "$q2" 5301
-eth_perf "virtio NIC" 10.7.0.1 10.7.0.2 5302
-
 # NVMe over RDMA, qhca to qhca and rxe to rxe (the rxe ports' addresses are the NICs').
+q1=10.7.0.11 q2=10.7.0.12
 nvme_bench "qhca<->qhca" "$q1" "$q2"
 nvme_bench "rxe<->rxe" 10.7.0.1 10.7.0.2
 if [ "$node" = 2 ]; then
