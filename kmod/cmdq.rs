@@ -13,8 +13,9 @@
 //! Commands are serialised by one mutex, so at most one CMD_DONE is outstanding; it is matched by
 //! token. The event ring also carries asynchronous events (completion events of armed CQs, QP and
 //! CQ errors). It is drained by the threaded interrupt handler, which wakes the command waiter and
-//! hands the other events to the device's dispatcher; a waiter that is not woken in time drains
-//! it itself. Neither side trusts the other's indices: the driver keeps its own, masks them, and
+//! hands the other events to the device's dispatcher, and by the waiter itself: once right after
+//! its doorbell (the device runs a short command inside the doorbell write, so its answer is
+//! usually there already) and whenever it is not woken in time. Neither side trusts the other's indices: the driver keeps its own, masks them, and
 //! checks the token of every completion.
 //!
 //! A queue that fails (a command times out, or the device answers out of turn) is dead for good,
@@ -370,6 +371,10 @@ impl CmdQueue {
 
         let start = Instant::<Monotonic>::now();
         let mut eq = self.eq.lock();
+        // The device runs a command inside the doorbell write itself when it can (one with no
+        // page list to read): its completion is then in the ring already. Look before sleeping
+        // on the interrupt.
+        self.drain(host, &mut eq);
         loop {
             if let Some(done) = eq.done.take() {
                 if done.token != token {

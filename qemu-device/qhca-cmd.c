@@ -2,12 +2,13 @@
  * qhca: an emulated RDMA host channel adapter -- command and event queues
  *
  * The driver writes struct qhca_cmd entries into the command ring and stores
- * the new producer index in CMDQ_PI.  The MMIO handler only validates the
- * index and schedules a bottom half; the bottom half reads each command,
- * executes it and completes it with one QHCA_EQE_CMD_DONE event in the event
- * ring, then raises the event queue's MSI-X vector once, at the end of the
- * run.  A run does a budget of work counted in page-list entries read
- * (QHCA_CMD_BUDGET): a command whose page list is longer than what is left
+ * the new producer index in CMDQ_PI.  The MMIO handler validates the index
+ * and runs the first command right there (QHCA_CMD_INLINE_BUDGET); a bottom
+ * half runs the rest.  A run reads each command, executes it and completes
+ * it with one QHCA_EQE_CMD_DONE event in the event ring, then raises the
+ * event queue's MSI-X vector once, at the end of the run.  A run does a
+ * budget of work counted in page-list entries read (QHCA_CMD_BUDGET, the
+ * inline run less): a command whose page list is longer than what is left
  * stays at the head of the queue, its list read on the following runs.
  *
  * Who writes what (all indices free-running 32-bit counters):
@@ -26,6 +27,8 @@
 #include "hw/pci/msix.h"
 #include "qhca.h"
 #include "trace.h"
+
+static void qhca_cmd_run(QhcaState *s, int64_t budget);
 
 static uint32_t qhca_ring_entries(const QhcaRing *r)
 {
@@ -178,7 +181,8 @@ void qhca_cmdq_write_pi(QhcaState *s, uint32_t pi)
     trace_qhca_cmdq_pi(pi, q->ci);
     q->pi = pi;
     if (q->pi != q->ci) {
-        qemu_bh_schedule(s->cmd_bh);
+        /* A short run here; what is left goes to the bottom half. */
+        qhca_cmd_run(s, QHCA_CMD_INLINE_BUDGET);
     }
 }
 
@@ -438,17 +442,15 @@ static void qhca_cmd_to_cpu(struct qhca_cmd *cmd)
 }
 
 /*
- * The command queue bottom half: runs commands in order until the ring is
- * empty, the event ring is full (an EQ_CI write resumes it), the budget is
- * spent (it reschedules itself), or a DMA failure makes the device FATAL.
- * The command at the head may be one whose page list is being read
+ * A run of the command queue: commands in order until the ring is empty, the
+ * event ring is full (an EQ_CI write resumes it), budget is spent (the
+ * bottom half takes the rest), or a DMA failure makes the device FATAL.  The
+ * command at the head may be one whose page list is being read
  * (s->cmd_active); it completes before the next is read.
  */
-void qhca_cmd_bh(void *opaque)
+static void qhca_cmd_run(QhcaState *s, int64_t budget)
 {
-    QhcaState *s = opaque;
     QhcaRing *q = &s->cmdq;
-    int64_t budget = QHCA_CMD_BUDGET;
 
     if (s->busy) {
         /* Reached from inside our own DMA (a nested aio_poll): later. */
@@ -517,4 +519,10 @@ void qhca_cmd_bh(void *opaque)
     }
     qhca_migration_update(s);
     qhca_busy_exit(s);
+}
+
+/* The command queue bottom half: a run with the full budget. */
+void qhca_cmd_bh(void *opaque)
+{
+    qhca_cmd_run(opaque, QHCA_CMD_BUDGET);
 }

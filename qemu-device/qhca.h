@@ -83,6 +83,13 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
  */
 #define QHCA_CMD_BUDGET         4096
 #define QHCA_CMD_COST           64
+/*
+ * What the CMDQ_PI write itself runs, in the vCPU thread that wrote it,
+ * before the bottom half takes the rest: one command with no page list to
+ * read, so that a driver that polls for its completion finds it there when
+ * the write returns, with no hop to the main loop.
+ */
+#define QHCA_CMD_INLINE_BUDGET  QHCA_CMD_COST
 /* Not an ABI status: the command waits for its page list (qhca-obj.c). */
 #define QHCA_CMD_PENDING        0xff
 
