@@ -28,7 +28,7 @@
 #include "qhca.h"
 #include "trace.h"
 
-static void qhca_cmd_run(QhcaState *s, int64_t budget);
+static void qhca_cmd_run(QhcaState *s, int64_t budget, bool inline_run);
 
 static uint32_t qhca_ring_entries(const QhcaRing *r)
 {
@@ -182,7 +182,7 @@ void qhca_cmdq_write_pi(QhcaState *s, uint32_t pi)
     q->pi = pi;
     if (q->pi != q->ci) {
         /* A short run here; what is left goes to the bottom half. */
-        qhca_cmd_run(s, QHCA_CMD_INLINE_BUDGET);
+        qhca_cmd_run(s, QHCA_CMD_INLINE_BUDGET, true);
     }
 }
 
@@ -302,7 +302,8 @@ bool qhca_cmd_unused_zero(const struct qhca_cmd *cmd, bool uses_out,
 {
     unsigned i;
 
-    if (cmd->flags || (cmd->in_ext && cmd->opcode != QHCA_CMD_CREATE_QP)) {
+    if ((cmd->flags & ~QHCA_CMD_FLAG_POLLED) ||
+        (cmd->in_ext && cmd->opcode != QHCA_CMD_CREATE_QP)) {
         return false;
     }
     if (!uses_out && (cmd->out_addr || cmd->out_len)) {
@@ -406,7 +407,7 @@ static uint8_t qhca_cmd_exec(QhcaState *s, const struct qhca_cmd *cmd,
     case QHCA_CMD_ALLOC_PD ... QHCA_CMD_QUERY_CTX:
         return qhca_cmd_obj(s, cmd, data, pl);
     case QHCA_CMD_MAP_ODP ... QHCA_CMD_RESUME:
-        return qhca_cmd_odp(s, cmd);
+        return qhca_cmd_odp(s, cmd, data);
     case QHCA_CMD_REVOKE_PAGES:
         return qhca_cmd_obj(s, cmd, data, pl);
     case QHCA_CMD_ALLOC_MW ... QHCA_CMD_DEALLOC_MW:
@@ -442,13 +443,14 @@ static void qhca_cmd_to_cpu(struct qhca_cmd *cmd)
 }
 
 /*
- * A run of the command queue: commands in order until the ring is empty, the
- * event ring is full (an EQ_CI write resumes it), budget is spent (the
- * bottom half takes the rest), or a DMA failure makes the device FATAL.  The
- * command at the head may be one whose page list is being read
- * (s->cmd_active); it completes before the next is read.
+ * A run of the command queue (inline_run: inside a CMDQ_PI write): commands
+ * in order until the ring is empty, the event ring is full (an EQ_CI write
+ * resumes it), budget is spent (the bottom half takes the rest), or a DMA
+ * failure makes the device FATAL.  The command at the head may be one whose
+ * page list is being read (s->cmd_active); it completes before the next is
+ * read.
  */
-static void qhca_cmd_run(QhcaState *s, int64_t budget)
+static void qhca_cmd_run(QhcaState *s, int64_t budget, bool inline_run)
 {
     QhcaRing *q = &s->cmdq;
 
@@ -462,6 +464,7 @@ static void qhca_cmd_run(QhcaState *s, int64_t budget)
         struct qhca_eqe eqe = { .type = QHCA_EQE_CMD_DONE };
         struct qhca_cmd *cmd = &s->cmd_cur;
         uint64_t data[2] = { 0, 0 };
+        bool read_here = false;
         uint8_t status;
 
         if (qhca_ring_used(&s->eq) == qhca_ring_entries(&s->eq)) {
@@ -485,6 +488,7 @@ static void qhca_cmd_run(QhcaState *s, int64_t budget)
             /* The slot is the driver's again once the command is read. */
             q->ci++;
             s->cmd_active = true;
+            read_here = true;
             budget -= QHCA_CMD_COST;
             status = qhca_cmd_exec(s, cmd, data, &s->pl);
         } else {
@@ -514,8 +518,15 @@ static void qhca_cmd_run(QhcaState *s, int64_t budget)
         if (!qhca_eq_post(s, &eqe)) {
             break;
         }
-        /* One interrupt per run: the driver drains the ring on each. */
-        qhca_eq_notify(s);
+        /*
+         * One interrupt per run: the driver drains the ring on each.  None
+         * for a polled command read and done inside its CMDQ_PI write: the
+         * driver reads the ring when the write returns.
+         */
+        if (!(inline_run && read_here &&
+              (cmd->flags & QHCA_CMD_FLAG_POLLED))) {
+            qhca_eq_notify(s);
+        }
     }
     qhca_migration_update(s);
     qhca_busy_exit(s);
@@ -524,5 +535,5 @@ static void qhca_cmd_run(QhcaState *s, int64_t budget)
 /* The command queue bottom half: a run with the full budget. */
 void qhca_cmd_bh(void *opaque)
 {
-    qhca_cmd_run(opaque, QHCA_CMD_BUDGET);
+    qhca_cmd_run(opaque, QHCA_CMD_BUDGET, false);
 }

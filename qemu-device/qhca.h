@@ -875,7 +875,8 @@ bool qhca_eth_poll(QhcaState *s, unsigned *budget);
 bool qhca_eth_pending(const QhcaState *s);
 
 /* qhca-odp.c: on-demand paging */
-uint8_t qhca_cmd_odp(QhcaState *s, const struct qhca_cmd *cmd);
+uint8_t qhca_cmd_odp(QhcaState *s, const struct qhca_cmd *cmd,
+                     uint64_t *data);
 void qhca_odp_mr_init(QhcaMr *mr);
 void qhca_odp_mr_free(QhcaState *s, QhcaMr *mr);
 
