@@ -106,7 +106,13 @@ impl Cmd {
         self
     }
 
-    /// The word beyond `in[]` (CREATE_QP: the SRQ).
+    /// Sets `QHCA_CMD_FLAG_*` bits (the queue adds `QHCA_CMD_FLAG_POLLED` itself).
+    pub(crate) fn flags(mut self, flags: u32) -> Self {
+        self.0.flags |= (flags as u16).to_le();
+        self
+    }
+
+    /// The word beyond `in[]` (CREATE_QP: the SRQ; MAP_ODP: the token to resume).
     pub(crate) fn input_ext(mut self, value: u32) -> Self {
         self.0.in_ext = value.to_le();
         self
@@ -355,6 +361,9 @@ impl CmdQueue {
         let token = c.token;
         c.token = c.token.wrapping_add(1);
         cmd.0.token = token.to_le();
+        // We look for the answer as soon as the doorbell write returns (below): a command the
+        // device completes inside that write needs no interrupt.
+        cmd = cmd.flags(uapi::QHCA_CMD_FLAG_POLLED);
 
         let slot = c.pi as usize & (CMDQ_ENTRIES - 1);
         write_cmd(c.ring.as_ref().ok_or(ENODEV)?, slot, &cmd.0)?;
@@ -372,8 +381,8 @@ impl CmdQueue {
         let start = Instant::<Monotonic>::now();
         let mut eq = self.eq.lock();
         // The device runs a command inside the doorbell write itself when it can (one with no
-        // page list to read): its completion is then in the ring already. Look before sleeping
-        // on the interrupt.
+        // page list to read): its completion is then in the ring already, with no interrupt
+        // (`QHCA_CMD_FLAG_POLLED`). Look before sleeping on the interrupt.
         self.drain(host, &mut eq);
         loop {
             if let Some(done) = eq.done.take() {
