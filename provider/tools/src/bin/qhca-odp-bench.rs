@@ -19,7 +19,8 @@
 //!    vCPUs are the host's only cores), one writing into pinned memory in a loop, one writing into
 //!    on-demand memory whose pages it drops after every round (every message faults).
 //! 4. Fault service isolation: 64 faults one at a time (a 4 KiB WRITE into an untouched page of
-//!    an on-demand target, posted once the one before completed), post to completion, median and
+//!    an on-demand target, every other page so that no fault continues a sequential stream,
+//!    posted once the one before completed), post to completion, median and
 //!    p99, alone, beside the faulting writer, and beside a process whose own fault never ends
 //!    (`--neighbour stalled`: its region lies over a FUSE file whose daemon never answers a read,
 //!    so the driver's fault for it waits for ever; needs root, for the mount).
