@@ -13,8 +13,9 @@
 //! Commands are serialised by one mutex, so at most one CMD_DONE is outstanding; it is matched by
 //! token. The event ring also carries asynchronous events (completion events of armed CQs, QP and
 //! CQ errors). It is drained by the threaded interrupt handler, which wakes the command waiter and
-//! hands the other events to the device's dispatcher; a waiter that is not woken in time drains
-//! it itself. Neither side trusts the other's indices: the driver keeps its own, masks them, and
+//! hands the other events to the device's dispatcher, and by the waiter itself: once right after
+//! its doorbell (the device runs a short command inside the doorbell write, so its answer is
+//! usually there already) and whenever it is not woken in time. Neither side trusts the other's indices: the driver keeps its own, masks them, and
 //! checks the token of every completion.
 //!
 //! A queue that fails (a command times out, or the device answers out of turn) is dead for good,
@@ -105,7 +106,13 @@ impl Cmd {
         self
     }
 
-    /// The word beyond `in[]` (CREATE_QP: the SRQ).
+    /// Sets `QHCA_CMD_FLAG_*` bits (the queue adds `QHCA_CMD_FLAG_POLLED` itself).
+    pub(crate) fn flags(mut self, flags: u32) -> Self {
+        self.0.flags |= (flags as u16).to_le();
+        self
+    }
+
+    /// The word beyond `in[]` (CREATE_QP: the SRQ; MAP_ODP: the token to resume).
     pub(crate) fn input_ext(mut self, value: u32) -> Self {
         self.0.in_ext = value.to_le();
         self
@@ -354,6 +361,9 @@ impl CmdQueue {
         let token = c.token;
         c.token = c.token.wrapping_add(1);
         cmd.0.token = token.to_le();
+        // We look for the answer as soon as the doorbell write returns (below): a command the
+        // device completes inside that write needs no interrupt.
+        cmd = cmd.flags(uapi::QHCA_CMD_FLAG_POLLED);
 
         let slot = c.pi as usize & (CMDQ_ENTRIES - 1);
         write_cmd(c.ring.as_ref().ok_or(ENODEV)?, slot, &cmd.0)?;
@@ -370,6 +380,10 @@ impl CmdQueue {
 
         let start = Instant::<Monotonic>::now();
         let mut eq = self.eq.lock();
+        // The device runs a command inside the doorbell write itself when it can (one with no
+        // page list to read): its completion is then in the ring already, with no interrupt
+        // (`QHCA_CMD_FLAG_POLLED`). Look before sleeping on the interrupt.
+        self.drain(host, &mut eq);
         loop {
             if let Some(done) = eq.done.take() {
                 if done.token != token {

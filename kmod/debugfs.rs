@@ -18,6 +18,15 @@
 //!   would: the device's accesses to that page must fail (behind the guest IOMMU, with a DMAR
 //!   fault in the log), never reach memory.
 //! - `odp_mapped_pages` (read): pages DMA-mapped for on-demand-paged regions right now.
+//! - `odp_read_ahead` (read/write): not 0: a fault that continues a sequential stream has the
+//!   pages after it mapped ahead ([`crate::odp`]). Off by default: under TCG the mapping is
+//!   CPU-bound (the kernel zeroes every fresh page), and the read-ahead's steps delayed the faults
+//!   queued behind them more than they spared (bench kernel: median fault service 0.5-2 ms with
+//!   it against 0.5-0.8 ms without, the untouched stream no faster).
+//! - `qhcaN/odp` also has where fault service spends its time: per phase (`wait` for the
+//!   context's worker, `resolve` the pages, `map` them, `map_cmd` and `resume_cmd`, and `ahead`,
+//!   one step of a read-ahead), nanoseconds summed and a histogram of the durations by powers of
+//!   two of microseconds.
 //! - `watched_regions` (read): watched regions (`QHCA_ACCESS_WATCHED`) not yet deregistered.
 //! - `watch_revocations` (read): watched regions revoked by a change of their mappings so far.
 //! - `qhcaN/state` (read): the device's contexts, command queue and lost events; the kernel
@@ -51,6 +60,7 @@ pub(crate) static FAKE_NUM_UARS: Atomic<u32> = Atomic::new(0);
 pub(crate) static REFUSE_DESTROYS: Atomic<u32> = Atomic::new(0);
 pub(crate) static STALL_EVENTS_MS: Atomic<u32> = Atomic::new(0);
 pub(crate) static BAD_DMA_PAGES: Atomic<u32> = Atomic::new(0);
+pub(crate) static ODP_READ_AHEAD: Atomic<u32> = Atomic::new(0);
 
 /// Takes one from a count-down knob; true if it was not zero.
 pub(crate) fn take(knob: &Atomic<u32>) -> bool {
@@ -93,6 +103,8 @@ pub(crate) struct Global {
     _stall_events: File<&'static Atomic<u32>>,
     #[pin]
     _bad_dma: File<&'static Atomic<u32>>,
+    #[pin]
+    _read_ahead: File<&'static Atomic<u32>>,
 }
 
 /// Reads at most 64 bytes of text written to a debugfs file.
@@ -166,6 +178,12 @@ impl Global {
             _bad_dma <- dir.read_write_callback_file(
                 c"bad_dma_pages",
                 &BAD_DMA_PAGES,
+                &show,
+                &store
+            ),
+            _read_ahead <- dir.read_write_callback_file(
+                c"odp_read_ahead",
+                &ODP_READ_AHEAD,
                 &show,
                 &store
             ),

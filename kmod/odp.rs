@@ -13,7 +13,11 @@
 //!   no process's faults wait for another's) finds the region by key, resolves the pages with
 //!   HMM ([`OdpNotifier::fault`], `mmget_not_zero` first: an exiting process gets an error), and
 //!   under the region's lock, if no invalidation began since, DMA-maps them and sends
-//!   `QHCA_CMD_MAP_ODP`, then `QHCA_CMD_RESUME` (OK, or ERROR if the pages cannot be had).
+//!   `QHCA_CMD_MAP_ODP` with `QHCA_CMD_FLAG_RESUME`, which resumes the QP in the same command
+//!   (a fault whose pages cannot be had gets `QHCA_CMD_RESUME` with ERROR instead). With
+//!   debugfs `odp_read_ahead`, a fault that continues a sequential stream in its region then
+//!   has the pages after it mapped ahead, a step at a time between the context's faults
+//!   ([`OdpMr::read_ahead`]), as mlx5 prefetches behind a responder's fault.
 //! - **Invalidations.** The notifier's callback ([`OdpMr::invalidate`]) takes the region's lock,
 //!   bumps the notifier's sequence (faults in flight retry), sends `QHCA_CMD_INVALIDATE_ODP` for
 //!   the pages it mapped in the range and, once the device answered (it no longer touches them),
@@ -52,12 +56,18 @@ use kernel::{
         atomic::{Atomic, Relaxed},
         Arc, Mutex, SetOnce,
     },
+    time::{Instant, Monotonic},
 };
 
 const PAGE_SHIFT: u32 = uapi::QHCA_PAGE_SHIFT;
 /// Pages in one chunk of a region's record, and the most one `MAP_ODP` (one fault, one prefetch
 /// step) maps: 2 MiB.
 const CHUNK: usize = uapi::QHCA_ODP_MAP_MAX as usize;
+/// Pages one step of a read-ahead maps (then the context's faults go first again): a fault that
+/// comes meanwhile waits for at most this much mapping.
+const AHEAD_STEP: u64 = 32;
+/// The most a sequential fault stream maps ahead of its last fault (mlx5's `MAX_PREFETCH_LEN`).
+const AHEAD_MAX: u64 = 4 << 20;
 /// Tries of one mapping step before it gives up its turn (each retry means an invalidation
 /// raced with it): a fault is then resumed to be raised again, a prefetch step tried later.
 const MAX_RETRIES: u32 = 8;
@@ -75,8 +85,41 @@ pub(crate) struct Stats {
     pages_mapped: Atomic<u64>,
     pages_unmapped: Atomic<u64>,
     prefetches: Atomic<u64>,
+    readahead_pages: Atomic<u64>,
     dropped_faults: Atomic<u64>,
     fault_retries: Atomic<u64>,
+    /// Where fault service spends its time: nanoseconds summed over every fault, per
+    /// [`Phase`].
+    phase_ns: [Atomic<u64>; Phase::COUNT],
+    /// The same, one count per fault and phase in the bucket of its duration: bucket 0 under
+    /// 1 us, bucket `b` from 2^(b-1) us to under 2^b us, the last one anything longer.
+    phase_hist: [[Atomic<u32>; HIST_BUCKETS]; Phase::COUNT],
+}
+
+const HIST_BUCKETS: usize = 20;
+
+/// A phase of one fault's service, from the event's dispatch to its `RESUME` (debugfs
+/// `service_ns_*`: nanoseconds summed over the faults, `faults` of them).
+#[derive(Clone, Copy)]
+pub(crate) enum Phase {
+    /// The dispatcher queued it until its context's worker took it.
+    Wait = 0,
+    /// Resolving the pages (`hmm_range_fault`).
+    Resolve,
+    /// Allocations, the region's lock and the DMA mappings.
+    Map,
+    /// The `MAP_ODP` command.
+    MapCmd,
+    /// The `RESUME` command (only when `MAP_ODP` did not resume the fault).
+    ResumeCmd,
+    /// One step of a read-ahead (not a fault's phase).
+    Ahead,
+}
+
+impl Phase {
+    const COUNT: usize = 6;
+    const NAMES: [&'static str; Phase::COUNT] =
+        ["wait", "resolve", "map", "map_cmd", "resume_cmd", "ahead"];
 }
 
 fn add(c: &Atomic<u64>, n: u64) {
@@ -94,13 +137,27 @@ impl Stats {
             pages_mapped: Atomic::new(0),
             pages_unmapped: Atomic::new(0),
             prefetches: Atomic::new(0),
+            readahead_pages: Atomic::new(0),
             dropped_faults: Atomic::new(0),
             fault_retries: Atomic::new(0),
+            phase_ns: [const { Atomic::new(0) }; Phase::COUNT],
+            phase_hist: [const { [const { Atomic::new(0) }; HIST_BUCKETS] }; Phase::COUNT],
         }
     }
 
+    /// Adds the time since `since` to `phase`, and returns now (the next phase's start).
+    pub(crate) fn phase(&self, phase: Phase, since: Instant<Monotonic>) -> Instant<Monotonic> {
+        let now = Instant::<Monotonic>::now();
+        let ns = (now - since).as_nanos().max(0) as u64;
+        add(&self.phase_ns[phase as usize], ns);
+        let us = ns / 1000;
+        let bucket = (u64::BITS - us.leading_zeros()) as usize;
+        self.phase_hist[phase as usize][bucket.min(HIST_BUCKETS - 1)].add(1, Relaxed);
+        now
+    }
+
     pub(crate) fn show(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let lines: [(&str, &Atomic<u64>); 10] = [
+        let lines: [(&str, &Atomic<u64>); 11] = [
             ("faults", &self.faults),
             ("resumed_ok", &self.resumed_ok),
             ("resumed_error", &self.resumed_error),
@@ -109,11 +166,22 @@ impl Stats {
             ("pages_mapped", &self.pages_mapped),
             ("pages_unmapped", &self.pages_unmapped),
             ("prefetches", &self.prefetches),
+            ("readahead_pages", &self.readahead_pages),
             ("dropped_faults", &self.dropped_faults),
             ("fault_retries", &self.fault_retries),
         ];
         for (name, c) in lines {
             writeln!(f, "{}: {}", name, c.load(Relaxed))?;
+        }
+        for (name, c) in Phase::NAMES.iter().zip(self.phase_ns.iter()) {
+            writeln!(f, "service_ns_{}: {}", name, c.load(Relaxed))?;
+        }
+        for (name, h) in Phase::NAMES.iter().zip(self.phase_hist.iter()) {
+            write!(f, "service_us_log2_{}:", name)?;
+            for c in h {
+                write!(f, " {}", c.load(Relaxed))?;
+            }
+            writeln!(f)?;
         }
         Ok(())
     }
@@ -122,6 +190,8 @@ impl Stats {
 /// One `QHCA_EQE_PAGE_FAULT`, decoded.
 #[derive(Clone, Copy)]
 pub(crate) struct PageFault {
+    /// When the dispatcher took it from the event queue.
+    raised: Instant<Monotonic>,
     token: u32,
     flags: u8,
     va: u64,
@@ -145,6 +215,7 @@ impl PageFault {
     /// Decodes `struct qhca_eqe_page_fault` from the generic event (already CPU byte order).
     pub(crate) fn from_event(ev: &AsyncEvent) -> Self {
         Self {
+            raised: Instant::now(),
             token: ev.token,
             flags: ev.status,
             va: ev.data[0],
@@ -155,7 +226,8 @@ impl PageFault {
     }
 }
 
-/// A prefetch queued by `ADVISE_MR` without `QHCA_ADVISE_FLAG_FLUSH`.
+/// A prefetch queued by `ADVISE_MR` without `QHCA_ADVISE_FLAG_FLUSH`, or the read-ahead of a
+/// sequential fault stream.
 pub(crate) struct Prefetch {
     mr: Arc<OdpMr>,
     addr: u64,

@@ -2,12 +2,13 @@
  * qhca: an emulated RDMA host channel adapter -- command and event queues
  *
  * The driver writes struct qhca_cmd entries into the command ring and stores
- * the new producer index in CMDQ_PI.  The MMIO handler only validates the
- * index and schedules a bottom half; the bottom half reads each command,
- * executes it and completes it with one QHCA_EQE_CMD_DONE event in the event
- * ring, then raises the event queue's MSI-X vector once, at the end of the
- * run.  A run does a budget of work counted in page-list entries read
- * (QHCA_CMD_BUDGET): a command whose page list is longer than what is left
+ * the new producer index in CMDQ_PI.  The MMIO handler validates the index
+ * and runs the first command right there (QHCA_CMD_INLINE_BUDGET); a bottom
+ * half runs the rest.  A run reads each command, executes it and completes
+ * it with one QHCA_EQE_CMD_DONE event in the event ring, then raises the
+ * event queue's MSI-X vector once, at the end of the run.  A run does a
+ * budget of work counted in page-list entries read (QHCA_CMD_BUDGET, the
+ * inline run less): a command whose page list is longer than what is left
  * stays at the head of the queue, its list read on the following runs.
  *
  * Who writes what (all indices free-running 32-bit counters):
@@ -26,6 +27,8 @@
 #include "hw/pci/msix.h"
 #include "qhca.h"
 #include "trace.h"
+
+static void qhca_cmd_run(QhcaState *s, int64_t budget, bool inline_run);
 
 static uint32_t qhca_ring_entries(const QhcaRing *r)
 {
@@ -178,7 +181,8 @@ void qhca_cmdq_write_pi(QhcaState *s, uint32_t pi)
     trace_qhca_cmdq_pi(pi, q->ci);
     q->pi = pi;
     if (q->pi != q->ci) {
-        qemu_bh_schedule(s->cmd_bh);
+        /* A short run here; what is left goes to the bottom half. */
+        qhca_cmd_run(s, QHCA_CMD_INLINE_BUDGET, true);
     }
 }
 
@@ -298,7 +302,8 @@ bool qhca_cmd_unused_zero(const struct qhca_cmd *cmd, bool uses_out,
 {
     unsigned i;
 
-    if (cmd->flags || (cmd->in_ext && cmd->opcode != QHCA_CMD_CREATE_QP)) {
+    if ((cmd->flags & ~QHCA_CMD_FLAG_POLLED) ||
+        (cmd->in_ext && cmd->opcode != QHCA_CMD_CREATE_QP)) {
         return false;
     }
     if (!uses_out && (cmd->out_addr || cmd->out_len)) {
@@ -402,7 +407,7 @@ static uint8_t qhca_cmd_exec(QhcaState *s, const struct qhca_cmd *cmd,
     case QHCA_CMD_ALLOC_PD ... QHCA_CMD_QUERY_CTX:
         return qhca_cmd_obj(s, cmd, data, pl);
     case QHCA_CMD_MAP_ODP ... QHCA_CMD_RESUME:
-        return qhca_cmd_odp(s, cmd);
+        return qhca_cmd_odp(s, cmd, data);
     case QHCA_CMD_REVOKE_PAGES:
         return qhca_cmd_obj(s, cmd, data, pl);
     case QHCA_CMD_ALLOC_MW ... QHCA_CMD_DEALLOC_MW:
@@ -438,17 +443,16 @@ static void qhca_cmd_to_cpu(struct qhca_cmd *cmd)
 }
 
 /*
- * The command queue bottom half: runs commands in order until the ring is
- * empty, the event ring is full (an EQ_CI write resumes it), the budget is
- * spent (it reschedules itself), or a DMA failure makes the device FATAL.
- * The command at the head may be one whose page list is being read
- * (s->cmd_active); it completes before the next is read.
+ * A run of the command queue (inline_run: inside a CMDQ_PI write): commands
+ * in order until the ring is empty, the event ring is full (an EQ_CI write
+ * resumes it), budget is spent (the bottom half takes the rest), or a DMA
+ * failure makes the device FATAL.  The command at the head may be one whose
+ * page list is being read (s->cmd_active); it completes before the next is
+ * read.
  */
-void qhca_cmd_bh(void *opaque)
+static void qhca_cmd_run(QhcaState *s, int64_t budget, bool inline_run)
 {
-    QhcaState *s = opaque;
     QhcaRing *q = &s->cmdq;
-    int64_t budget = QHCA_CMD_BUDGET;
 
     if (s->busy) {
         /* Reached from inside our own DMA (a nested aio_poll): later. */
@@ -460,6 +464,7 @@ void qhca_cmd_bh(void *opaque)
         struct qhca_eqe eqe = { .type = QHCA_EQE_CMD_DONE };
         struct qhca_cmd *cmd = &s->cmd_cur;
         uint64_t data[2] = { 0, 0 };
+        bool read_here = false;
         uint8_t status;
 
         if (qhca_ring_used(&s->eq) == qhca_ring_entries(&s->eq)) {
@@ -483,6 +488,7 @@ void qhca_cmd_bh(void *opaque)
             /* The slot is the driver's again once the command is read. */
             q->ci++;
             s->cmd_active = true;
+            read_here = true;
             budget -= QHCA_CMD_COST;
             status = qhca_cmd_exec(s, cmd, data, &s->pl);
         } else {
@@ -512,9 +518,22 @@ void qhca_cmd_bh(void *opaque)
         if (!qhca_eq_post(s, &eqe)) {
             break;
         }
-        /* One interrupt per run: the driver drains the ring on each. */
-        qhca_eq_notify(s);
+        /*
+         * One interrupt per run: the driver drains the ring on each.  None
+         * for a polled command read and done inside its CMDQ_PI write: the
+         * driver reads the ring when the write returns.
+         */
+        if (!(inline_run && read_here &&
+              (cmd->flags & QHCA_CMD_FLAG_POLLED))) {
+            qhca_eq_notify(s);
+        }
     }
     qhca_migration_update(s);
     qhca_busy_exit(s);
+}
+
+/* The command queue bottom half: a run with the full budget. */
+void qhca_cmd_bh(void *opaque)
+{
+    qhca_cmd_run(opaque, QHCA_CMD_BUDGET, false);
 }

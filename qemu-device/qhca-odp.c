@@ -248,15 +248,30 @@ static uint32_t qhca_odp_new_chunks(QhcaMr *mr, uint64_t first,
     return n;
 }
 
-static uint8_t qhca_cmd_map_odp(QhcaState *s, const struct qhca_cmd *cmd)
+static uint8_t qhca_odp_resume_token(QhcaState *s, uint64_t uar,
+                                     uint64_t token, bool ok);
+
+/*
+ * MAP_ODP; with QHCA_CMD_FLAG_RESUME, once the pages are in, RESUME (OK) of
+ * the token in in_ext, whose status goes to data[0].
+ */
+static uint8_t qhca_cmd_map_odp(QhcaState *s, const struct qhca_cmd *cmd,
+                                uint64_t *data)
 {
     uint64_t e[QHCA_ODP_MAP_MAX];
     uint64_t first = cmd->in[2], count = cmd->in[3], addr = cmd->in[4];
+    struct qhca_cmd plain = *cmd;
+    bool resume = cmd->flags & QHCA_CMD_FLAG_RESUME;
     QhcaMr *mr;
     uint64_t i;
     uint8_t st;
 
-    if (!qhca_cmd_unused_zero(cmd, false, 5)) {
+    /* The common rules, for what is left once the resume's fields go. */
+    plain.flags &= ~QHCA_CMD_FLAG_RESUME;
+    if (resume) {
+        plain.in_ext = 0;
+    }
+    if (!qhca_cmd_unused_zero(&plain, false, 5)) {
         return QHCA_CMD_BAD_PARAM;
     }
     st = qhca_odp_cmd_mr(s, cmd, &mr);
@@ -288,6 +303,9 @@ static uint8_t qhca_cmd_map_odp(QhcaState *s, const struct qhca_cmd *cmd)
         qhca_odp_set(s, mr, first + i, e[i]);
     }
     trace_qhca_odp_map(mr->key, first, count);
+    if (resume) {
+        data[0] = qhca_odp_resume_token(s, cmd->in[0], cmd->in_ext, true);
+    }
     return QHCA_CMD_OK;
 }
 
@@ -358,19 +376,24 @@ static uint8_t qhca_cmd_invalidate_odp(QhcaState *s,
 static uint8_t qhca_cmd_resume(QhcaState *s, const struct qhca_cmd *cmd)
 {
     uint64_t token = cmd->in[1];
-    bool responder, ok;
-    QhcaQp *qp;
-    uint32_t idx;
 
     if (!qhca_cmd_unused_zero(cmd, false, 3) || token > UINT32_MAX ||
         cmd->in[2] > QHCA_RESUME_ERROR) {
         return QHCA_CMD_BAD_PARAM;
     }
-    ok = cmd->in[2] == QHCA_RESUME_OK;
-    idx = token & (QHCA_ODP_TOKEN_SIDE - 1);
-    responder = token & QHCA_ODP_TOKEN_SIDE;
-    qp = idx < QHCA_LIMIT_MAX_QP ? &s->qp[idx] : NULL;
-    if (!qp || !qp->in_use || qp->uar != cmd->in[0]) {
+    return qhca_odp_resume_token(s, cmd->in[0], token,
+                                 cmd->in[2] == QHCA_RESUME_OK);
+}
+
+/* RESUME of token (< 2^32) for context uar: the command's status. */
+static uint8_t qhca_odp_resume_token(QhcaState *s, uint64_t uar,
+                                     uint64_t token, bool ok)
+{
+    uint32_t idx = token & (QHCA_ODP_TOKEN_SIDE - 1);
+    bool responder = token & QHCA_ODP_TOKEN_SIDE;
+    QhcaQp *qp = idx < QHCA_LIMIT_MAX_QP ? &s->qp[idx] : NULL;
+
+    if (!qp || !qp->in_use || qp->uar != uar) {
         return QHCA_CMD_BAD_RESOURCE;
     }
     if (responder ? !qp->resp_fault || qp->resp_fault_token != token
@@ -387,11 +410,12 @@ static uint8_t qhca_cmd_resume(QhcaState *s, const struct qhca_cmd *cmd)
     return QHCA_CMD_OK;
 }
 
-uint8_t qhca_cmd_odp(QhcaState *s, const struct qhca_cmd *cmd)
+uint8_t qhca_cmd_odp(QhcaState *s, const struct qhca_cmd *cmd,
+                     uint64_t *data)
 {
     switch (cmd->opcode) {
     case QHCA_CMD_MAP_ODP:
-        return qhca_cmd_map_odp(s, cmd);
+        return qhca_cmd_map_odp(s, cmd, data);
     case QHCA_CMD_INVALIDATE_ODP:
         return qhca_cmd_invalidate_odp(s, cmd);
     case QHCA_CMD_RESUME:

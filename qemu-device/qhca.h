@@ -83,6 +83,13 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
  */
 #define QHCA_CMD_BUDGET         4096
 #define QHCA_CMD_COST           64
+/*
+ * What the CMDQ_PI write itself runs, in the vCPU thread that wrote it,
+ * before the bottom half takes the rest: one command with no page list to
+ * read, so that a driver that polls for its completion finds it there when
+ * the write returns, with no hop to the main loop.
+ */
+#define QHCA_CMD_INLINE_BUDGET  QHCA_CMD_COST
 /* Not an ABI status: the command waits for its page list (qhca-obj.c). */
 #define QHCA_CMD_PENDING        0xff
 
@@ -868,7 +875,8 @@ bool qhca_eth_poll(QhcaState *s, unsigned *budget);
 bool qhca_eth_pending(const QhcaState *s);
 
 /* qhca-odp.c: on-demand paging */
-uint8_t qhca_cmd_odp(QhcaState *s, const struct qhca_cmd *cmd);
+uint8_t qhca_cmd_odp(QhcaState *s, const struct qhca_cmd *cmd,
+                     uint64_t *data);
 void qhca_odp_mr_init(QhcaMr *mr);
 void qhca_odp_mr_free(QhcaState *s, QhcaMr *mr);
 

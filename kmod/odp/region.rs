@@ -5,6 +5,13 @@
 
 use super::*;
 
+/// The fault a [`OdpMr::map`] answers: the `MAP_ODP` resumes it.
+pub(super) struct Answer<'a> {
+    token: u32,
+    /// The start of the fault's current phase ([`Phase`]).
+    clock: &'a mut Instant<Monotonic>,
+}
+
 /// One page of a region's record.
 #[derive(Clone, Copy, Default)]
 struct Entry {
@@ -42,6 +49,19 @@ impl Chunk {
     }
 }
 
+/// A sequential stream of faults in a region, which the fault service maps ahead of (as mlx5
+/// prefetches behind a responder's fault): see [`OdpMr::read_ahead`].
+#[derive(Default)]
+struct Stream {
+    /// Where the last fault began.
+    last: u64,
+    /// The end of what the stream mapped or queued for read-ahead.
+    end: u64,
+    /// How far past its fault the next sequential fault maps ahead: doubles with every
+    /// sequential fault, up to `AHEAD_MAX`; 0 for no stream.
+    window: u64,
+}
+
 struct State {
     /// Set once the device no longer has the region (deregistered, or the device stopped
     /// before): nothing is mapped or sent any more.
@@ -76,6 +96,9 @@ pub(crate) struct OdpMr {
     dev: Arc<QhcaDevice>,
     #[pin]
     state: Mutex<State>,
+    /// Only the context's fault worker takes it, and nothing under it.
+    #[pin]
+    stream: Mutex<Stream>,
 }
 
 impl OdpMr {
@@ -115,6 +138,7 @@ impl OdpMr {
                     dead: false,
                     chunks: RBTree::new(),
                 }),
+                stream <- new_mutex!(Stream::default()),
             }? Error),
             GFP_KERNEL,
         )?;
@@ -198,12 +222,80 @@ impl OdpMr {
 
     /// Handles a fault: the pages of `[va, va + length)` clipped to the region, at most
     /// `CHUNK` of them.
-    pub(super) fn fault(&self, dev: &QhcaDevice, pf: &PageFault, write: bool) -> Result {
+    /// The `MAP_ODP` also resumes the fault (`QHCA_CMD_FLAG_RESUME`): returns that RESUME's
+    /// status as the device reported it, and the end of the range mapped. `clock` is the start
+    /// of the fault's current phase (see [`Phase`]), moved on as the phases end.
+    pub(super) fn fault(
+        &self,
+        dev: &QhcaDevice,
+        pf: &PageFault,
+        write: bool,
+        clock: &mut Instant<Monotonic>,
+    ) -> Result<(u64, u64)> {
         if pf.va < self.start || pf.va >= self.end {
             return Err(EFAULT);
         }
         let len = u64::from(pf.length.max(1)).min(self.end - pf.va);
-        self.map(dev, pf.va, self.step_len(pf.va, len), write)
+        let answer = Answer {
+            token: pf.token,
+            clock,
+        };
+        // All the access needs, up to a chunk's end (the rest is read ahead once the QP runs
+        // again, [`OdpMr::read_ahead`]): on this device a fault costs far more than mapping a
+        // few more pages before its RESUME.
+        let step = self.step_len(pf.va, len);
+        let resumed = self.map(dev, pf.va, step, write, Some(answer))?;
+        Ok((resumed, pf.va + step))
+    }
+
+    /// After a fault at `va` whose pages up to `mapped` are now mapped and whose access needs
+    /// them up to `needed`: the range to read ahead next, `[from, from + len)`. That is the rest
+    /// of the access and, if the fault continues the region's stream (it lies between the
+    /// stream's last fault and the end of what the stream mapped or read ahead), a window past
+    /// it that doubles with each sequential fault, up to `AHEAD_MAX`. Any other fault starts a
+    /// new stream.
+    pub(super) fn read_ahead(&self, va: u64, mapped: u64, needed: u64) -> Option<(u64, u64)> {
+        let needed = needed.min(self.end);
+        let mut st = self.stream.lock();
+        let to = if st.window == 0 || va < st.last || va > st.end {
+            *st = Stream {
+                last: va,
+                end: mapped,
+                window: needed.saturating_sub(va).max(1 << PAGE_SHIFT),
+            };
+            needed
+        } else {
+            st.last = va;
+            st.window = (st.window * 2).min(AHEAD_MAX);
+            needed.max(mapped.saturating_add(st.window).min(self.end))
+        };
+        let from = st.end.max(mapped);
+        if to <= from {
+            return None;
+        }
+        st.end = to;
+        Some((from, to - from))
+    }
+
+    /// One step of a read-ahead: at most `AHEAD_STEP` pages from `addr`, within the step
+    /// [`OdpMr::map`] takes. Returns the bytes done.
+    pub(super) fn read_ahead_step(
+        &self,
+        dev: &QhcaDevice,
+        addr: u64,
+        len: u64,
+        write: bool,
+    ) -> Result<u64> {
+        let page_end = ((addr >> PAGE_SHIFT) + AHEAD_STEP) << PAGE_SHIFT;
+        let step = self.step_len(addr, len.min(page_end - addr));
+        let t = Instant::<Monotonic>::now();
+        self.map(dev, addr, step, write, None)?;
+        dev.odp.stats.phase(Phase::Ahead, t);
+        add(
+            &dev.odp.stats.readahead_pages,
+            step.div_ceil(1 << PAGE_SHIFT),
+        );
+        Ok(step)
     }
 
     /// `ADVISE_MR` with `QHCA_ADVISE_FLAG_FLUSH`: maps `[addr, addr + len)` (inside the region)
@@ -226,13 +318,15 @@ impl OdpMr {
                 return Err(EINTR);
             }
             let step = self.step_len(addr, len);
-            self.map(dev, addr, step, write).map_err(|e| {
-                if e == EPERM || e == ESRCH || e == EBUSY {
-                    EFAULT
-                } else {
-                    e
-                }
-            })?;
+            self.map(dev, addr, step, write, None)
+                .map(drop)
+                .map_err(|e| {
+                    if e == EPERM || e == ESRCH || e == EBUSY {
+                        EFAULT
+                    } else {
+                        e
+                    }
+                })?;
             addr += step;
             len -= step;
         }
@@ -269,8 +363,23 @@ impl OdpMr {
 
     /// Maps the pages of `[addr, addr + len)` (inside the region, at most `CHUNK` pages) into the
     /// device: resolve, then under the lock check that no invalidation began, DMA-map, record,
-    /// `MAP_ODP`. Retries when an invalidation raced.
-    pub(super) fn map(&self, dev: &QhcaDevice, addr: u64, len: u64, write: bool) -> Result {
+    /// `MAP_ODP`. Retries when an invalidation raced. With `answer` (a fault), the `MAP_ODP`
+    /// resumes the fault too, and what it returns is that RESUME's status (see
+    /// [`OdpMr::fault`]); else 0.
+    pub(super) fn map(
+        &self,
+        dev: &QhcaDevice,
+        addr: u64,
+        len: u64,
+        write: bool,
+        mut answer: Option<Answer<'_>>,
+    ) -> Result<u64> {
+        let token = answer.as_ref().map(|a| a.token);
+        let mut tick = |phase| {
+            if let Some(a) = answer.as_mut() {
+                *a.clock = dev.odp.stats.phase(phase, *a.clock);
+            }
+        };
         let first = addr >> PAGE_SHIFT;
         let last = (addr + len.max(1) - 1) >> PAGE_SHIFT;
         let n = (last - first + 1) as usize;
@@ -289,6 +398,7 @@ impl OdpMr {
                 return Err(ENOENT);
             }
             let seq = notifier.fault(first << PAGE_SHIFT, &mut pages, write)?;
+            tick(Phase::Resolve);
             // The chunks the range needs, allocated here: nothing allocates under the lock.
             let mut spare: [Option<(u64, RBTreeNode<u64, Chunk>)>; 2] = [None, None];
             for (i, c) in [first / CHUNK as u64, last / CHUNK as u64]
@@ -308,7 +418,7 @@ impl OdpMr {
                     return Err(ENOENT);
                 }
                 if notifier.retry(seq) {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 for (k, node) in spare.iter_mut().filter_map(Option::take) {
                     if st.chunks.get(&k).is_none() {
@@ -385,16 +495,22 @@ impl OdpMr {
                 }
                 add(&dev.odp.stats.pages_mapped, added);
                 MAPPED_PAGES.add(added as i64, Relaxed);
+                tick(Phase::Map);
                 let res = res.and_then(|()| {
                     let mailbox: Coherent<[u64]> = mailbox.into();
-                    let cmd = Cmd::new(uapi::QHCA_CMD_MAP_ODP)
+                    let mut cmd = Cmd::new(uapi::QHCA_CMD_MAP_ODP)
                         .input(0, self.uar.into())
                         .input(1, self.key().into())
                         .input(2, first)
                         .input(3, n as u64)
                         .input(4, mailbox.dma_address());
-                    dev.exec_no_report(cmd).map(drop)
+                    if let Some(token) = token {
+                        cmd = cmd.flags(uapi::QHCA_CMD_FLAG_RESUME).input_ext(token);
+                    }
+                    dev.exec_no_report(cmd)
+                        .map(|out| if token.is_some() { out.data[0] } else { 0 })
                 });
+                tick(Phase::MapCmd);
                 // The pages mapped both ways now: the device has the new mappings (MAP_ODP
                 // completed), so the old ones go; or it never got them (an error before, a
                 // refused MAP_ODP) or uses nothing any more (stopped), so the new ones go and
@@ -419,12 +535,11 @@ impl OdpMr {
                     unsafe { shim::odp_dma_unmap(dev.dev(), gone, e.pfn(), writable) };
                 }
                 upgraded.clear();
-                res?;
-                Ok(true)
+                res.map(Some)
             });
             dev.check_death();
-            if done? {
-                return Ok(());
+            if let Some(resumed) = done? {
+                return Ok(resumed);
             }
         }
         Err(EBUSY)

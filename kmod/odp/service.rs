@@ -17,9 +17,13 @@
 //! - **Progress.** A fault that keeps racing invalidations gives up its turn after a few tries
 //!   and is resumed with `QHCA_RESUME_OK`: the QP retries the access and faults again if it must,
 //!   behind the context's other faults. Only a page that cannot be had fails the access.
+//! - **Read-ahead** (debugfs `odp_read_ahead`, off by default). A fault that continues a
+//!   sequential stream in its region queues the pages after it (one stream per context, the
+//!   window doubling up to 4 MiB), mapped a few pages at a time after the context's faults: the
+//!   QP runs again meanwhile, and its next packets may find their pages in.
 //! - **Prefetches** (`ADVISE_MR` without `QHCA_ADVISE_FLAG_FLUSH`) are served one step (one
-//!   `MAP_ODP`) at a time between faults, round-robin among the context's own; a context has at
-//!   most [`MAX_QUEUED_PREFETCHES`] waiting.
+//!   `MAP_ODP`) at a time between faults and read-ahead steps, round-robin among the context's
+//!   own; a context has at most [`MAX_QUEUED_PREFETCHES`] waiting.
 //! - **Unbind** does not wait for the fault workers (a stuck one would stall it): it stops the
 //!   device, after which a worker's commands fail at once, and marks the service closed; the
 //!   workers then empty their queues and stop. Module unload waits for them (it destroys the
@@ -29,7 +33,7 @@
 //! `files` (the dispatcher), so nothing allocates under their lock, and the worker holds it only
 //! to take one item.
 
-use super::{add, OdpMr, PageFault, Prefetch};
+use super::{add, OdpMr, PageFault, Phase, Prefetch};
 use crate::{cmdq::Cmd, context::Ctx, device::QhcaDevice, shim::OwnedQueue, uapi};
 use kernel::{
     new_mutex,
@@ -82,6 +86,9 @@ pub(crate) fn kick(ctx: &Arc<Ctx>) {
 struct Queues {
     /// Faults waiting, oldest first; at most one per QP and side.
     faults: KVec<PageFault>,
+    /// The read-ahead of the last sequential fault stream, if it has more to map: served a
+    /// step at a time after the faults, before the prefetches.
+    ahead: Option<Prefetch>,
     /// Prefetches waiting; the one served last goes to the back.
     prefetches: KVec<Prefetch>,
 }
@@ -98,6 +105,7 @@ impl FaultService {
         pin_init!(Self {
             queues <- new_mutex!(Queues {
                 faults: KVec::new(),
+                ahead: None,
                 prefetches: KVec::new(),
             }),
         })
@@ -171,6 +179,39 @@ impl FaultService {
         q.faults.remove(0).ok()
     }
 
+    /// Reads `[addr, addr + len)` of `mr` ahead: continues the read-ahead queued if it ends
+    /// there, else replaces it (one stream at a time per context). The region it drops, if
+    /// any, is returned, to be dropped outside the lock.
+    fn push_ahead(&self, mr: &Arc<OdpMr>, addr: u64, len: u64, write: bool) -> Option<Prefetch> {
+        let mut q = self.queues.lock();
+        if let Some(a) = q.ahead.as_mut() {
+            if Arc::ptr_eq(&a.mr, mr) && a.addr + a.len == addr && a.write == write {
+                a.len += len;
+                return None;
+            }
+        }
+        q.ahead.replace(Prefetch {
+            mr: mr.clone(),
+            addr,
+            len,
+            write,
+        })
+    }
+
+    fn pop_ahead(&self) -> Option<Prefetch> {
+        self.queues.lock().ahead.take()
+    }
+
+    /// Puts what is left of a read-ahead back, unless a newer one took its place.
+    fn requeue_ahead(&self, job: Prefetch) -> Option<Prefetch> {
+        let mut q = self.queues.lock();
+        if q.ahead.is_some() {
+            return Some(job);
+        }
+        q.ahead = Some(job);
+        None
+    }
+
     fn pop_prefetch(&self) -> Option<Prefetch> {
         let mut q = self.queues.lock();
         if q.prefetches.is_empty() {
@@ -191,14 +232,14 @@ impl FaultService {
         let stale = {
             let mut q = self.queues.lock();
             q.faults.clear();
-            core::mem::take(&mut q.prefetches)
+            (q.ahead.take(), core::mem::take(&mut q.prefetches))
         };
         drop(stale);
     }
 }
 
-/// `ctx`'s work item: its faults first, then one step of a prefetch, until both queues are
-/// empty.
+/// `ctx`'s work item: its faults first, then one step of its read-ahead, then one step of a
+/// prefetch, until all are done.
 pub(crate) fn run(ctx: &Arc<Ctx>) {
     let dev = &*ctx.dev;
     loop {
@@ -210,12 +251,24 @@ pub(crate) fn run(ctx: &Arc<Ctx>) {
             handle_fault(dev, ctx, pf);
             continue;
         }
+        if let Some(mut job) = ctx.faults.pop_ahead() {
+            // One step, then the faults again; a step that fails ends the read-ahead (the
+            // region went, or the stream ran past what the process mapped).
+            if let Ok(step) = job.mr.read_ahead_step(dev, job.addr, job.len, job.write) {
+                job.addr += step;
+                job.len -= step;
+                if job.len != 0 {
+                    drop(ctx.faults.requeue_ahead(job));
+                }
+            }
+            continue;
+        }
         let Some(mut job) = ctx.faults.pop_prefetch() else {
             return;
         };
         // One step (at most one MAP_ODP), then the faults again; the rest goes to the back.
         let step = job.mr.step_len(job.addr, job.len);
-        if job.mr.map(dev, job.addr, step, job.write).is_ok() {
+        if job.mr.map(dev, job.addr, step, job.write, None).is_ok() {
             job.addr += step;
             job.len -= step;
             if job.len != 0 {
@@ -233,25 +286,43 @@ fn region_of(dev: &QhcaDevice, ctx: &Arc<Ctx>, key: u32) -> Option<Arc<OdpMr>> {
 /// Resolves one page fault of `ctx`'s QP and resumes the QP.
 fn handle_fault(dev: &QhcaDevice, ctx: &Arc<Ctx>, pf: PageFault) {
     add(&dev.odp.stats.faults, 1);
+    let mut clock = dev.odp.stats.phase(Phase::Wait, pf.raised);
     let Some(uar) = ctx.uar() else { return };
     let write = u32::from(pf.flags) & uapi::QHCA_PF_WRITE != 0;
-    let res = match region_of(dev, ctx, pf.key) {
-        Some(mr) => ctx.check().and_then(|()| mr.fault(dev, &pf, write)),
+    let mr = region_of(dev, ctx, pf.key);
+    let res = match &mr {
+        Some(mr) => ctx
+            .check()
+            .and_then(|()| mr.fault(dev, &pf, write, &mut clock)),
         // Deregistered meanwhile, another context's, or never a region: the access fails.
         None => Err(ENOENT),
     };
-    let status = match res {
-        Ok(()) => {
-            add(&dev.odp.stats.resumed_ok, 1);
-            uapi::QHCA_RESUME_OK
+    let status = match (res, mr) {
+        (Ok((resumed, mapped)), Some(mr)) => {
+            // The MAP_ODP resumed it: BAD_RESOURCE (or anything else a broken device says)
+            // means the QP was reset or destroyed meanwhile; harmless.
+            if resumed == u64::from(uapi::QHCA_CMD_OK) {
+                add(&dev.odp.stats.resumed_ok, 1);
+            } else {
+                add(&dev.odp.stats.resume_refused, 1);
+            }
+            // With the QP going again, map ahead of a sequential stream (after the context's
+            // other faults).
+            let needed = pf.va.saturating_add(pf.length.into());
+            let ahead = crate::debugfs::ODP_READ_AHEAD.load(kernel::sync::atomic::Relaxed) != 0;
+            if let Some((from, len)) = mr.read_ahead(pf.va, mapped, needed).filter(|_| ahead) {
+                drop(ctx.faults.push_ahead(&mr, from, len, write));
+            }
+            return;
         }
-        Err(e) if e == EBUSY => {
+        (Ok(_), None) => return,
+        (Err(e), _) if e == EBUSY => {
             // Invalidations kept racing with it: the QP tries again (and faults again if it
             // must), behind the context's other faults.
             add(&dev.odp.stats.fault_retries, 1);
             uapi::QHCA_RESUME_OK
         }
-        Err(_) => {
+        (Err(_), _) => {
             add(&dev.odp.stats.resumed_error, 1);
             uapi::QHCA_RESUME_ERROR
         }
@@ -260,7 +331,9 @@ fn handle_fault(dev: &QhcaDevice, ctx: &Arc<Ctx>, pf: PageFault) {
         .input(0, uar.into())
         .input(1, pf.token.into())
         .input(2, status.into());
-    match dev.exec(cmd) {
+    let res = dev.exec(cmd);
+    dev.odp.stats.phase(Phase::ResumeCmd, clock);
+    match res {
         Ok(_) => {}
         // BAD_RESOURCE: the QP was reset or destroyed meanwhile; harmless.
         Err(e) if e == EINVAL => add(&dev.odp.stats.resume_refused, 1),

@@ -205,16 +205,28 @@ enum qhca_cmd_opcode {
 	QHCA_CMD_MAX, /* first unassigned opcode */
 };
 
+/*
+ * struct qhca_cmd.flags.  POLLED, any command: the driver looks for the
+ * completion itself when its CMDQ_PI write returns, so a command that
+ * completes inside that write raises no interrupt for its completion.
+ * RESUME, MAP_ODP only: once the pages are in, the command resumes the
+ * fault whose token is in in_ext (QHCA_RESUME_OK), and data[0] of its
+ * completion is that RESUME's status.
+ */
+#define QHCA_CMD_FLAG_POLLED    (1u << 0)
+#define QHCA_CMD_FLAG_RESUME    (1u << 1)
+
 /* 64 bytes; lives in the command ring. */
 struct qhca_cmd {
 	__u16 opcode;   /* enum qhca_cmd_opcode */
-	__u16 flags;    /* must be 0 */
+	__u16 flags;    /* QHCA_CMD_FLAG_*; must be 0 otherwise */
 	__u32 token;    /* echoed in the completion event */
 	__u64 out_addr; /* DMA address of the output buffer, or 0 */
 	__u32 out_len;  /* bytes at out_addr the device may write */
 	/*
 	 * Opcode-specific input beyond in[]: CREATE_QP's SRQ number (0: the
-	 * QP has its own receive queue); 0 for every other opcode.
+	 * QP has its own receive queue), MAP_ODP's token with
+	 * QHCA_CMD_FLAG_RESUME; 0 otherwise.
 	 */
 	__u32 in_ext;
 	__u64 in[5];    /* opcode-specific inline input */
@@ -1185,7 +1197,8 @@ struct qhca_port_attr {
 /*    outstanding, every retry of that PSN gets the same answer and no new  */
 /*    event.  A READ is checked whole before its first response.           */
 /* The driver makes the pages present (QHCA_CMD_MAP_ODP) and then sends      */
-/* QHCA_CMD_RESUME with the token: QHCA_RESUME_OK lets the QP retry (it may */
+/* QHCA_CMD_RESUME with the token (or both in one: MAP_ODP with             */
+/* QHCA_CMD_FLAG_RESUME): QHCA_RESUME_OK lets the QP retry (it may          */
 /* fault again), QHCA_RESUME_ERROR fails the access: a requester completes   */
 /* the WQE with QHCA_WC_LOC_PROT_ERR and goes to ERR; a responder NAKs the   */
 /* retry with a remote access error.  A token whose QP was reset, destroyed */

@@ -654,3 +654,9 @@ fn unreliable_datagram_constants() {
             <= core::mem::size_of_val(&qhca_cmd::default().in_)
     );
 }
+
+#[test]
+fn command_flags() {
+    assert_eq!(QHCA_CMD_FLAG_POLLED, 1 << 0);
+    assert_eq!(QHCA_CMD_FLAG_RESUME, 1 << 1);
+}

@@ -290,6 +290,38 @@ fn msix_pending_while_masked_then_delivered() {
 }
 
 #[test]
+fn polled_commands_complete_in_their_doorbell_write_without_an_interrupt() {
+    let mut h = Hca::start("");
+    h.bring_up(3, 3);
+    h.setup_msix(false);
+    h.set_reg(QHCA_REG_INTR_CTRL, QHCA_INTR_EQ_ENABLE);
+
+    // QHCA_CMD_FLAG_POLLED: the completion is in the ring, and no message is sent.
+    let mut c = h.cmd(QHCA_CMD_NOP);
+    c.flags = QHCA_CMD_FLAG_POLLED as u16;
+    let pi = h.eq_pi();
+    h.post(&c);
+    assert_eq!(h.eq_pi(), pi.wrapping_add(1), "done inside the write");
+    assert_eq!(h.completion_of(&c).status as u32, QHCA_CMD_OK);
+    h.settle();
+    assert!(
+        !h.take_msi(),
+        "no MSI-X for a polled command done in its write"
+    );
+
+    // Without the flag, the same command raises the vector.
+    h.nop();
+    assert!(h.poll(|h| h.take_msi()), "MSI-X for a command not polled");
+
+    // Other flag bits are refused (RESUME is MAP_ODP's alone).
+    for f in [QHCA_CMD_FLAG_RESUME, 1 << 2, 1 << 15] {
+        let mut c = h.cmd(QHCA_CMD_NOP);
+        c.flags = f as u16;
+        h.expect_status(&c, QHCA_CMD_BAD_PARAM);
+    }
+}
+
+#[test]
 fn reset_clears_everything() {
     let mut h = Hca::start("num-uars=4");
     h.bring_up(2, 2);

@@ -66,8 +66,12 @@ fn reserved_fields_must_be_zero() {
             }
             c
         };
+        // Bit 0 is QHCA_CMD_FLAG_POLLED (any command; commands.rs), RESUME is MAP_ODP's alone.
         let mut c = base(&mut h);
-        c.flags = 1;
+        c.flags = QHCA_CMD_FLAG_RESUME as u16;
+        h.expect_status(&c, QHCA_CMD_BAD_PARAM);
+        let mut c = base(&mut h);
+        c.flags = 1 << 2;
         h.expect_status(&c, QHCA_CMD_BAD_PARAM);
         let mut c = base(&mut h);
         c.flags = 0x8000;

@@ -386,6 +386,78 @@ fn responder_fault_backs_the_requester_off_then_succeeds() {
     assert!(faults(&mut h).is_empty());
 }
 
+/// MAP_ODP with QHCA_CMD_FLAG_RESUME (the token in `in_ext`): the status of the mapping, and
+/// `data[0]` that of the resume.
+fn map_resume(
+    h: &mut Hca,
+    p: &mut Pair,
+    key: u32,
+    first: u64,
+    e: &[u64],
+    token: u32,
+) -> (u32, u64) {
+    let buf = p.m.alloc(h, (e.len() as u64 * 8).max(8));
+    let bytes: Vec<u8> = e.iter().flat_map(|x| x.to_le_bytes()).collect();
+    h.qt.memwrite(buf, &bytes);
+    let mut c = h.cmd(QHCA_CMD_MAP_ODP);
+    c.flags = QHCA_CMD_FLAG_RESUME as u16;
+    c.in_ext = token;
+    c.in_ = [p.uar as u64, key as u64, first, e.len() as u64, buf];
+    let done = h.exec(&c);
+    (done.status as u32, done.data[0])
+}
+
+#[test]
+fn map_odp_resumes_the_fault_in_the_same_command() {
+    let (mut h, mut p) = start();
+    let len = 2 * PAGE;
+    let (src, lkey) = p.buf(&mut h, len, 0, ALL);
+    let data = pattern(len as usize, 5);
+    h.qt.memwrite(src, &data);
+    let dst = p.m.alloc(&mut h, 2 * PAGE);
+    let (st, rkey) = reg_odp(&mut h, &p, VA, 2 * PAGE, ALL);
+    assert_eq!(st, QHCA_CMD_OK);
+
+    p.a.post_send(&mut h, &SendWr::write(src, len as u32, lkey, VA, rkey));
+    let f = faults(&mut h);
+    assert_eq!(f.len(), 1, "{f:?}");
+    let bits = (QHCA_ODP_PRESENT | QHCA_ODP_WRITABLE) as u64;
+    let e = [dst | bits, (dst + PAGE) | bits];
+
+    // The resume's fields are checked as the rest: a token without the flag, a flag on another
+    // command.
+    let mut c = h.cmd(QHCA_CMD_MAP_ODP);
+    c.in_ext = f[0].token;
+    c.in_ = [p.uar as u64, rkey as u64, VA / PAGE, 2, dst];
+    h.expect_status(&c, QHCA_CMD_BAD_PARAM);
+    let mut c = h.cmd(QHCA_CMD_RESUME);
+    c.flags = QHCA_CMD_FLAG_RESUME as u16;
+    c.in_ = [p.uar as u64, f[0].token as u64, QHCA_RESUME_OK as u64, 0, 0];
+    h.expect_status(&c, QHCA_CMD_BAD_PARAM);
+    // A mapping that fails resumes nothing: out of the region.
+    assert_eq!(
+        map_resume(&mut h, &mut p, rkey, VA / PAGE + 1, &e, f[0].token).0,
+        QHCA_CMD_BAD_PARAM
+    );
+    p.scq.expect_empty(&mut h);
+
+    // Mapped and resumed at once: the WRITE completes and lands.
+    assert_eq!(
+        map_resume(&mut h, &mut p, rkey, VA / PAGE, &e, f[0].token),
+        (QHCA_CMD_OK, QHCA_CMD_OK as u64)
+    );
+    let c = wait_long(&mut h, &mut p.scq);
+    assert_eq!(c.status, QHCA_WC_SUCCESS as u8, "{c:?}");
+    assert_eq!(h.qt.memread(dst, len as usize), data);
+    assert!(faults(&mut h).is_empty());
+
+    // The token is spent: the mapping is done, its resume refused.
+    assert_eq!(
+        map_resume(&mut h, &mut p, rkey, VA / PAGE, &e, f[0].token),
+        (QHCA_CMD_OK, QHCA_CMD_BAD_RESOURCE as u64)
+    );
+}
+
 #[test]
 fn unresolved_faults_fail_the_access_on_each_side() {
     // Requester: the WQE completes with a local protection error, the QP goes to ERR.
