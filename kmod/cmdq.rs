@@ -195,6 +195,10 @@ pub(crate) struct CmdQueue {
     irqs: Atomic<u64>,
     /// Set when the queue dies, cleared by the one [`CmdQueue::take_death`] that reports it.
     died: Atomic<bool>,
+    /// The device has `QHCA_CAP_CMD_FLAGS`: commands go with `QHCA_CMD_FLAG_POLLED`. Off until
+    /// the capabilities are read (QUERY_DEVICE itself goes without: an older device refuses
+    /// any flag).
+    flags: Atomic<bool>,
 }
 
 impl CmdQueue {
@@ -210,6 +214,7 @@ impl CmdQueue {
             done <- new_condvar!(),
             irqs: Atomic::new(0),
             died: Atomic::new(false),
+            flags: Atomic::new(false),
         }? Error))
     }
 
@@ -336,6 +341,11 @@ impl CmdQueue {
         self.died.xchg(false, Relaxed)
     }
 
+    /// The device has `QHCA_CAP_CMD_FLAGS`: later commands go with `QHCA_CMD_FLAG_POLLED`.
+    pub(crate) fn use_flags(&self) {
+        self.flags.store(true, Relaxed);
+    }
+
     /// True if the queue is dead (and the device stopped).
     pub(crate) fn is_dead(&self) -> bool {
         self.eq.lock().dead
@@ -362,8 +372,10 @@ impl CmdQueue {
         c.token = c.token.wrapping_add(1);
         cmd.0.token = token.to_le();
         // We look for the answer as soon as the doorbell write returns (below): a command the
-        // device completes inside that write needs no interrupt.
-        cmd = cmd.flags(uapi::QHCA_CMD_FLAG_POLLED);
+        // device completes inside that write needs no interrupt, if the device knows the flag.
+        if self.flags.load(Relaxed) {
+            cmd = cmd.flags(uapi::QHCA_CMD_FLAG_POLLED);
+        }
 
         let slot = c.pi as usize & (CMDQ_ENTRIES - 1);
         write_cmd(c.ring.as_ref().ok_or(ENODEV)?, slot, &cmd.0)?;

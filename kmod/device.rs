@@ -398,6 +398,12 @@ impl QhcaDevice {
         if fake != 0 {
             attr.num_uars = fake;
         }
+        if attr.caps & u64::from(uapi::QHCA_CAP_CMD_FLAGS) != 0 {
+            self.cmdq.use_flags();
+        } else {
+            // The fault path resumes a fault in its MAP_ODP (`QHCA_CMD_FLAG_RESUME`).
+            attr.caps &= !u64::from(uapi::QHCA_CAP_ODP);
+        }
         if attr.caps & u64::from(uapi::QHCA_CAP_ODP) == 0 {
             attr.odp_general_caps = 0;
             attr.odp_rc_caps = 0;

@@ -102,7 +102,8 @@ OBJECT_DECLARE_SIMPLE_TYPE(QhcaState, QHCA)
 #define QHCA_CAPS               (QHCA_CAP_UAR_ISOLATION | QHCA_CAP_RC | \
                                  QHCA_CAP_ODP | QHCA_CAP_MW | QHCA_CAP_UD | \
                                  QHCA_CAP_PORT | QHCA_CAP_KERNEL | \
-                                 QHCA_CAP_FAST_REG | QHCA_CAP_SRQ)
+                                 QHCA_CAP_FAST_REG | QHCA_CAP_SRQ | \
+                                 QHCA_CAP_CMD_FLAGS)
 #define QHCA_ODP_GENERAL_CAPS   (QHCA_ODP_SUPPORT | QHCA_ODP_SUPPORT_IMPLICIT)
 #define QHCA_ODP_RC_CAPS        (QHCA_ODP_SUPPORT_SEND | \
                                  QHCA_ODP_SUPPORT_RECV | \

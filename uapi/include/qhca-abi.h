@@ -146,6 +146,7 @@ typedef unsigned long long __u64;
 #define QHCA_CAP_FAST_REG       (1ull << 7) /* the kernel context's fast-registration regions: see "Fast registration" */
 #define QHCA_CAP_ETH            (1ull << 8) /* the port's Ethernet QP: see "The Ethernet function" */
 #define QHCA_CAP_SRQ            (1ull << 9) /* shared receive queues: see "Shared receive queues" */
+#define QHCA_CAP_CMD_FLAGS      (1ull << 10) /* struct qhca_cmd.flags: QHCA_CMD_FLAG_POLLED, _RESUME */
 
 /* Queue sizing limits. */
 #define QHCA_QUEUE_MIN_LOG      1
@@ -206,9 +207,11 @@ enum qhca_cmd_opcode {
 };
 
 /*
- * struct qhca_cmd.flags.  POLLED, any command: the driver looks for the
- * completion itself when its CMDQ_PI write returns, so a command that
- * completes inside that write raises no interrupt for its completion.
+ * struct qhca_cmd.flags, on a device with QHCA_CAP_CMD_FLAGS (a device
+ * without it refuses any flag, so a driver sets none before it has read the
+ * capabilities).  POLLED, any command: the driver looks for the completion
+ * itself when its CMDQ_PI write returns, so a command that completes inside
+ * that write raises no interrupt for its completion.
  * RESUME, MAP_ODP only: once the pages are in, the command resumes the
  * fault whose token is in in_ext (QHCA_RESUME_OK), and data[0] of its
  * completion is that RESUME's status.

@@ -66,6 +66,7 @@ pub const QHCA_CAP_KERNEL: u32 = 64;
 pub const QHCA_CAP_FAST_REG: u32 = 128;
 pub const QHCA_CAP_ETH: u32 = 256;
 pub const QHCA_CAP_SRQ: u32 = 512;
+pub const QHCA_CAP_CMD_FLAGS: u32 = 1024;
 pub const QHCA_QUEUE_MIN_LOG: u32 = 1;
 pub const QHCA_QUEUE_MAX_LOG: u32 = 12;
 pub const QHCA_CMD_FLAG_POLLED: u32 = 1;

@@ -60,6 +60,8 @@ pub const CAP_FAST_REG: u64 = QHCA_CAP_FAST_REG as u64;
 pub const CAP_ETH: u64 = QHCA_CAP_ETH as u64;
 /// [`QHCA_CAP_SRQ`] as a bit of the 64-bit `caps` field.
 pub const CAP_SRQ: u64 = QHCA_CAP_SRQ as u64;
+/// [`QHCA_CAP_CMD_FLAGS`] as a bit of the 64-bit `caps` field.
+pub const CAP_CMD_FLAGS: u64 = QHCA_CAP_CMD_FLAGS as u64;
 
 /// Every capability bit this ABI version defines, with its name (the `QHCA_CAP_` suffix).
 pub const CAP_NAMES: &[(u64, &str)] = &[
@@ -73,6 +75,7 @@ pub const CAP_NAMES: &[(u64, &str)] = &[
     (CAP_FAST_REG, "FAST_REG"),
     (CAP_ETH, "ETH"),
     (CAP_SRQ, "SRQ"),
+    (CAP_CMD_FLAGS, "CMD_FLAGS"),
 ];
 
 /// The capability bits this ABI version knows about.

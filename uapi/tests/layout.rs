@@ -587,6 +587,7 @@ fn constants_the_other_layers_rely_on() {
     assert_eq!(CAP_FAST_REG, 128);
     assert_eq!(CAP_ETH, 256);
     assert_eq!(CAP_SRQ, 512);
+    assert_eq!(CAP_CMD_FLAGS, 1024);
     assert_eq!(
         CAP_KNOWN_MASK,
         CAP_UAR_ISOLATION
@@ -599,6 +600,7 @@ fn constants_the_other_layers_rely_on() {
             | CAP_FAST_REG
             | CAP_ETH
             | CAP_SRQ
+            | CAP_CMD_FLAGS
     );
     assert_eq!(QHCA_MW_KEY_FLAG, 1 << 31);
     assert_eq!(QHCA_ODP_MAP_MAX, 512);
@@ -608,6 +610,7 @@ fn constants_the_other_layers_rely_on() {
 #[test]
 fn shared_receive_queue_constants() {
     assert_eq!(QHCA_CAP_SRQ, 1 << 9);
+    assert_eq!(QHCA_CAP_CMD_FLAGS, 1 << 10);
     assert_eq!(QHCA_CMD_CREATE_SRQ, 0x19);
     assert_eq!(QHCA_CMD_MODIFY_SRQ, 0x1a);
     assert_eq!(QHCA_CMD_QUERY_SRQ, 0x1b);
