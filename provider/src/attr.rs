@@ -380,8 +380,8 @@ mod tests {
         assert_eq!(cap_names(CAP_UD | 8), ["MW", "UD"]);
         assert_eq!(CAP_UD, 1 << 4);
         assert_eq!(
-            cap_names(CAP_UAR_ISOLATION | (1 << 9) | (1 << 10) | (1 << 63)),
-            ["UAR_ISOLATION", "SRQ", "BIT10", "BIT63"]
+            cap_names(CAP_UAR_ISOLATION | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 63)),
+            ["UAR_ISOLATION", "SRQ", "CMD_FLAGS", "BIT11", "BIT63"]
         );
     }
 }
