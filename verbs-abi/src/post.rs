@@ -215,31 +215,20 @@ impl<Q: Queues> Posting<Q> {
                 &mut inline[..max_inline],
             )
         };
-        let errno = match converted {
-            Ok(s) => match queues.post_send(core::slice::from_ref(&s)) {
-                Ok(()) => {
-                    if let WrOp::BindMw(b) = s.op {
-                        // SAFETY: the bind member, which BIND_MW uses; a window `convert`
-                        // found through `objs`.
-                        unsafe { objs.bound(w.__bindgen_anon_2.bind_mw.mw, b.new_key) };
-                    }
-                    return 0;
+        let (posted, refusal) = match converted {
+            Ok(s) => {
+                let posted = queues.post_send(core::slice::from_ref(&s));
+                if let (Ok(()), WrOp::BindMw(b)) = (&posted, s.op) {
+                    // SAFETY: the bind member, which BIND_MW uses; a window `convert` found
+                    // through `objs`.
+                    unsafe { objs.bound(w.__bindgen_anon_2.bind_mw.mw, b.new_key) };
                 }
-                Err(e) => {
-                    debug(format_args!("ibv_post_send: {e}"));
-                    e.errno() as c_int
-                }
-            },
-            Err(r) => {
-                debug(format_args!("ibv_post_send: {}", r.0));
-                libc::EINVAL
+                (posted, None)
             }
+            Err(r) => (Ok(()), Some(r)),
         };
-        if !bad.is_null() {
-            // SAFETY: the caller's promise: room for an address.
-            unsafe { *bad = wr };
-        }
-        errno
+        // SAFETY: the caller's promise for `bad`.
+        unsafe { batch_end("ibv_post_send", posted, refusal, &[wr], wr, bad, debug) }.unwrap_or(0)
     }
 
     /// `post_send` in batches of up to `N` requests, one doorbell store each.

@@ -65,8 +65,8 @@ static int parse_size(const char *s, size_t *out)
 	return 0;
 }
 
-/* Maps, writes and unmaps @len bytes, untimed. */
-static int warm_up(size_t len)
+/* @len bytes of fresh anonymous memory, each page written if @touch; NULL on failure. */
+static char *map_anon(size_t len, int touch)
 {
 	const long page = sysconf(_SC_PAGESIZE);
 	char *buf;
@@ -77,10 +77,21 @@ static int warm_up(size_t len)
 	if (buf == MAP_FAILED) {
 		fprintf(stderr, "%s: mmap %zu bytes: %s\n", prog, len,
 			strerror(errno));
-		return -1;
+		return NULL;
 	}
-	for (i = 0; i < len; i += page)
-		buf[i] = 1;
+	if (touch)
+		for (i = 0; i < len; i += page)
+			buf[i] = 1;
+	return buf;
+}
+
+/* Maps, writes and unmaps @len bytes, untimed. */
+static int warm_up(size_t len)
+{
+	char *buf = map_anon(len, 1);
+
+	if (!buf)
+		return -1;
 	munmap(buf, len);
 	return 0;
 }
@@ -88,22 +99,12 @@ static int warm_up(size_t len)
 /* One round: map, (touch), register, deregister, unmap. */
 static int round_once(struct ibv_pd *pd, size_t len, int touch)
 {
-	const long page = sysconf(_SC_PAGESIZE);
 	double t0, t1, t2;
 	struct ibv_mr *mr;
-	char *buf;
-	size_t i;
+	char *buf = map_anon(len, touch);
 
-	buf = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (buf == MAP_FAILED) {
-		fprintf(stderr, "%s: mmap %zu bytes: %s\n", prog, len,
-			strerror(errno));
+	if (!buf)
 		return -1;
-	}
-	if (touch)
-		for (i = 0; i < len; i += page)
-			buf[i] = 1;
 	t0 = now_ms();
 	mr = ibv_reg_mr(pd, buf, len,
 			IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
