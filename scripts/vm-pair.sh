@@ -12,7 +12,7 @@
 # and nothing else configured: the command sources scripts/guest-net.sh first to bring its NIC up,
 # wait for the peer and meet it (scripts/guest-pair.sh does). A guest whose command ends is gone
 # from the segment: the commands must meet (guest-net.sh's qhca_net_barrier, or their own traffic)
-# before either ends. The vm.sh options (--uars, --append, --iommu, --qhca-port: the HCA's port on
+# before either ends. The vm.sh options (--cpus, --uars, --append, --iommu, --qhca-port: the HCA's port on
 # the segment too, MAC 52:54:00:12:35:0N) go to both guests.
 #
 #   scripts/vm-pair.sh -- bash scripts/guest-net.sh                # boot both, link up, meet, exit
@@ -25,11 +25,11 @@
 # that hangs can be read). Exits 0 only if both commands exit 0 (vng hands the guest command's
 # exit code back; a guest that does not boot fails too); when one guest fails the other is killed;
 # after --timeout S seconds (default 600) both are killed and the exit code is 124.
-# Needs KDIR and QEMU like scripts/vm.sh; runs two TCG guests, 2 vCPUs each: nothing else should
+# Needs KDIR and QEMU like scripts/vm.sh; runs two TCG guests, 2 vCPUs each (--cpus): nothing else should
 # run beside them on a small machine.
 source "$(dirname "$0")/lib.sh"
 
-usage="usage: scripts/vm-pair.sh [--timeout S] [--ports BASE] [--uars N] [--append ARGS] [--iommu] [--qhca-port] -- COMMAND..."
+usage="usage: scripts/vm-pair.sh [--timeout S] [--ports BASE] [--cpus N] [--uars N] [--append ARGS] [--iommu] [--qhca-port] -- COMMAND..."
 timeout=600
 base=""
 vmopts=()
@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
 	--timeout) timeout=$2; shift 2 ;;
 	--ports) base=$2; shift 2 ;;
 	--link | --nic | --node | --mac) die "vm-pair.sh chooses $1 itself" ;;
-	--uars | --append) vmopts+=("$1" "$2"); shift 2 ;;
+	--cpus | --uars | --append) vmopts+=("$1" "$2"); shift 2 ;;
 	--iommu | --qhca-port) vmopts+=("$1"); shift ;;
 	--) shift; break ;;
 	*) die "$usage" ;;
