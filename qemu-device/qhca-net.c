@@ -3,9 +3,11 @@
  *
  * With -device qhca,netdev=ID the port is a RoCEv2 port: packets for a GID
  * that is not the port's own leave as frames (qhca-roce.c encodes them),
- * and frames that arrive are decoded and handed to the engine through a
- * queue its bottom half drains, a budget per run; while the queue is full
- * the netdev holds them (can_receive), as a NIC's ring would.
+ * and frames that arrive are decoded and handed to the engine: at once, in
+ * the main loop's turn that read them, when none wait ahead of them and the
+ * engine is not running, else through a queue its bottom half drains, a
+ * budget per run; while the queue is full the netdev holds them
+ * (can_receive), as a NIC's ring would.
  *
  * Addresses: an IPv4 GID's MAC is resolved with ARP.  The port answers ARP
  * requests for its own IPv4 GIDs, and learns a neighbour's MAC only from a
@@ -84,6 +86,7 @@ struct QhcaRoce {
     bool discard;               /* a reset empties the netdev's queue */
     bool link_down;             /* the link as last announced */
     uint8_t frame[QHCA_FRAME_MAX];
+    QhcaPkt now;                /* the packet being taken at once */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -356,11 +359,19 @@ static void qhca_arp_recv(QhcaRoce *r, const uint8_t *buf, size_t size,
     n->resolved = true;
     n->confirmed_ns = qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL);
     memcpy(n->mac, a + 8, ETH_ALEN);
+    /*
+     * A busy section, as the engine's sends are: what these frames bring
+     * back at once (an ACK from another device on the same hub) queues
+     * behind them instead of being taken now, when it could make the engine
+     * send new frames ahead of the older ones still waiting here.
+     */
+    qhca_busy_enter(s);
     while ((f = g_queue_pop_head(&n->pending))) {
         memcpy(f->data, n->mac, ETH_ALEN);
         qhca_roce_xmit(r, f->data, f->len);
         g_free(f);
     }
+    qhca_busy_exit(s);
 }
 
 /* The ICMPv6 checksum of @len bytes at @icmp between @ip6's addresses. */
@@ -461,7 +472,7 @@ static ssize_t qhca_roce_receive(NetClientState *nc, const uint8_t *buf,
     const uint8_t *mac = s->conf.macaddr.a;
     QhcaPkt *pkt;
     uint16_t type;
-    bool to_us, eth, wanted;
+    bool to_us, eth, wanted, now;
 
     if (!r || r->discard || !qhca_ready(s)) {
         return size;
@@ -518,15 +529,28 @@ static ssize_t qhca_roce_receive(NetClientState *nc, const uint8_t *buf,
         QHCA_RX_DROP(s, rx_oversize, "frame too long");
         return size;
     }
-    pkt = g_new(QhcaPkt, 1);
+    /*
+     * With none queued ahead of it and no run of the device's under way (a
+     * frame sent from inside one, by another device on the same hub), the
+     * packet goes to the engine at once (qhca_engine_recv), decoded into
+     * r->now; otherwise it queues for the bottom half, in order.
+     */
+    now = g_queue_is_empty(&r->rx) && !s->busy;
+    pkt = now ? &r->now : g_new(QhcaPkt, 1);
     memset(pkt, 0, offsetof(QhcaPkt, payload));
     if (!qhca_roce_decode(s, buf, size, pkt)) {
-        g_free(pkt);
+        if (!now) {
+            g_free(pkt);
+        }
         return size;
     }
     s->port.rx_frames++;
     s->port.rx_bytes += size;
     trace_qhca_roce_rx(pkt->opcode, pkt->dest_qpn, pkt->psn, size);
+    if (now) {
+        qhca_engine_recv(s, pkt);
+        return size;
+    }
     g_queue_push_tail(&r->rx, pkt);
     qemu_bh_schedule(s->engine_bh);
     return size;

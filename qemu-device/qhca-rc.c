@@ -494,6 +494,32 @@ void qhca_engine_kick(QhcaState *s)
     qhca_engine_run(s, QHCA_INLINE_TURNS, false);
 }
 
+/*
+ * A packet from the netdev with none queued ahead of it: the engine takes it
+ * at once, in the main loop's turn that read it, rather than one turn later
+ * in the bottom half (an eventfd written and read and a turn of the main
+ * loop fewer per packet), and the work it made (an ACK that opened the window, a
+ * READ to answer) gets one turn at once, as a doorbell's does; the bottom
+ * half takes what is left.  Not from inside a run of this device's: the
+ * caller queues the packet instead.
+ */
+void qhca_engine_recv(QhcaState *s, const QhcaPkt *pkt)
+{
+    assert(!s->busy);
+    if (s->status & QHCA_STATUS_FATAL) {
+        return;
+    }
+    qhca_busy_enter(s);
+    /* What it schedules waits for the turn below, not for the BH. */
+    s->engine_running = true;
+    qhca_rc_recv(s, pkt);
+    s->engine_running = false;
+    qhca_busy_exit(s);
+    if (!QTAILQ_EMPTY(&s->run_list)) {
+        qhca_engine_run(s, QHCA_INLINE_TURNS, false);
+    }
+}
+
 void qhca_engine_init(QhcaState *s)
 {
     QTAILQ_INIT(&s->run_list);

@@ -187,6 +187,8 @@ static inline void qhca_wire_send(QhcaWire *w, const QhcaPkt *pkt)
 
 /* qhca-rc.c: a packet arrived for device s. */
 void qhca_rc_recv(QhcaState *s, const QhcaPkt *pkt);
+/* qhca-rc.c: the same, from the netdev, outside any run of the engine. */
+void qhca_engine_recv(QhcaState *s, const QhcaPkt *pkt);
 /* qhca-ud.c: a datagram arrived for device s. */
 void qhca_ud_recv(QhcaState *s, const QhcaPkt *pkt);
 
