@@ -16,7 +16,8 @@
 #          and perftest's write latency and bandwidth qhca <-> qhca; ibv_rc_pingpong -c rxe <-> qhca
 #          and perftest's write, read and send latency and write bandwidth between rxe and qhca,
 #          each both ways (READs with -o 16: rxe offers 128 outstanding READs, qhca 16; see README);
-#          rdma_cm across the guests (rping qhca <-> qhca and qhca's client to rxe's server,
+#          rdma_cm across the guests (rping qhca <-> qhca, qhca's client to rxe's server and rxe's
+#          client to qhca's server,
 #          ucmatose, rdma_server/rdma_client and perftest -R qhca <-> qhca: the CM's MADs on
 #          each port's QP1 over the wire);
 #          NVMe over RDMA, node 1's nvmet-rdma target and node 2's nvme-rdma host on qhca
@@ -25,7 +26,9 @@
 #          socat through it. Each guest prints "test pair_NAME ... ok|FAILED" for its side of
 #          each step, checks its kernel log, and ends with "pair-suite: N passed, M failed".
 #   bench  perftest ib_write_lat and ib_write_bw at 64 B and 64 KiB between qhca <-> qhca,
-#          qhca <-> rxe (qhca's client, rxe's server) and rxe <-> rxe on the same two guests, and
+#          qhca <-> rxe (qhca's client, rxe's server) and rxe <-> rxe on the same two guests, the
+#          same through rdma_cm (-R: write_lat 64 B, write_bw 64 KiB) qhca <-> qhca and rxe <-> rxe,
+#          and
 #          NVMe over RDMA 4 KiB random reads (fio, one job, queue depth 1 and 32) qhca <-> qhca
 #          and rxe <-> rxe with their ratio; node 2 ends with one line per result,
 #          "pair-bench: PAIR TEST SIZE VALUE UNIT".
@@ -536,17 +539,30 @@ if [ "$mode" = tests ]; then
 		done
 	done
 	# rdma_cm across the guests: the CM's MADs on QP1 over the wire, qhca to qhca, and qhca's
-	# client to rxe's server; rping validates every ping (-V) and the client shows them (-v).
-	# Not rxe's client to qhca's server yet: rdma_cm's passive side accepts a request only from
-	# an address routed through the netdev of the GID it came to, and the rxe client's address
-	# is the NIC's subnet, which the qhca netdev cannot carry until it has its Ethernet function
-	# (nor can one address be routed two ways without policy routing, which the guest kernel
-	# lacks).
+	# client to rxe's server and rxe's client to qhca's server; rping validates every ping (-V)
+	# and the client shows them (-v).
 	q1=10.7.0.11 q2=10.7.0.12 rping_args="-C 10 -S 1000 -V"
 	cm pair_rping_qhca_qhca '^ping data: rdma-ping-9: ' rping "-s -a $q1 -p 18840 $rping_args" \
 		"-c -I $q2 -a $q1 -p 18840 $rping_args -v"
 	cm pair_rping_rxe_qhca '^ping data: rdma-ping-9: ' rping "-s -a 10.7.0.1 -p 18841 $rping_args" \
 		"-c -I $q2 -a 10.7.0.1 -p 18841 $rping_args -v"
+	# rxe's client (node 2's NIC address) to qhca's server. rdma_cm's passive side takes a
+	# request only from an address routed through the netdev of the GID it came to: node 1
+	# routes node 2's NIC address through its qhca port's netdev for the test (the port's
+	# Ethernet function carries the replies to that NIC, on the same segment), and node 2 routes
+	# node 1's qhca address through its NIC, where rxe0 is, so that its rdma_cm picks rxe0.
+	if [ "$node" = 1 ]; then
+		ip route add 10.7.0.2/32 dev "$qnet" src "$qhca_ip"
+	else
+		ip route replace "$q1/32" dev "$QHCA_NET_IF" src "$QHCA_SELF_IP"
+	fi
+	cm pair_rping_qhca_rxe '^ping data: rdma-ping-9: ' rping "-s -a $q1 -p 18844 $rping_args" \
+		"-c -I 10.7.0.2 -a $q1 -p 18844 $rping_args -v"
+	if [ "$node" = 1 ]; then
+		ip route del 10.7.0.2/32 dev "$qnet"
+	else
+		ip route replace "$q1/32" dev "$qnet" src "$qhca_ip"
+	fi
 	cm pair_ucmatose_qhca_qhca '^test complete' ucmatose "-b $q1 -c 2 -C 20 -S 1000" \
 		"-s $q1 -b $q2 -c 2 -C 20 -S 1000"
 	cm pair_rdma_server_client_qhca_qhca '^rdma_client: end 0' rdma_server "-s $q1 -p 18842" \
@@ -602,8 +618,52 @@ for pair in "$qdev $qdev qhca<->qhca" "rxe0 $qdev qhca<->rxe" "rxe0 rxe0 rxe<->r
 		esac
 	done
 done
-# NVMe over RDMA, qhca to qhca and rxe to rxe (the rxe ports' addresses are the NICs').
+# perftest through rdma_cm (-R): the kernel's CM makes the connection (QP1's MADs over the
+# wire), then the same data path; qhca to qhca and rxe to rxe (the rxe ports' addresses are the
+# NICs'). Node 1 starts the server and waits until its cm_id listens (the RDMA core's resource
+# view) before the client starts: a request that finds no listener is rejected, and perftest's
+# client does not always survive that path (a first version that retried the client on a reject
+# saw it crash in librdmacm). LABEL DEV SERVER_ADDR PROG SIZE N PORT.
+cm_perf() {
+	local label=$1 dev=$2 addr=$3 prog=$4 size=$5 n=$6 port=$7 pid=""
+	local args=(-d "$dev" -R -s "$size" -n "$n" -u "$qpt" -p "$port")
+	: >"$out"
+	if [ "$node" = 1 ]; then
+		timeout 120 "${pin[@]}" "$prog" "${args[@]}" >"$out" 2>&1 &
+		pid=$!
+		for _ in $(seq 100); do
+			rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN .*:$port " && break
+			sleep 0.1
+		done
+	fi
+	barrier=$((barrier + 1))
+	qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet before $label $prog -R)"
+	if [ "$node" = 2 ]; then
+		timeout 60 "${pin[@]}" "$prog" "${args[@]}" "$addr" >"$out" 2>&1 ||
+			log "$label $prog -R $size B failed: $(tail -n 2 "$out" | tr '\n' ' ')"
+	else
+		wait "$pid" || log "$label $prog -R $size B: the server failed: $(tail -n 2 "$out" | tr '\n' ' ')"
+	fi
+	barrier=$((barrier + 1))
+	qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet after $label $prog -R)"
+	[ "$node" = 2 ] || return 0
+	# shellcheck disable=SC2046
+	set -- $(row) "" "" "" "" ""
+	case "$prog" in
+	*_lat) results+=("pair-bench: $label $prog -R $size B t_typical ${5:-?} us (t_min ${3:-?} us)") ;;
+	*) results+=("pair-bench: $label $prog -R $size B BW_average ${4:-?} MiB/s (msg rate ${5:-?} Mpps)") ;;
+	esac
+}
 q1=10.7.0.11 q2=10.7.0.12
+port=18870
+for t in "ib_write_lat 64 1000" "ib_write_bw 65536 1000"; do
+	# shellcheck disable=SC2086 # the test's words, split on purpose
+	set -- $t
+	cm_perf "qhca<->qhca" "$qdev" "$q1" "$1" "$2" "$3" $port
+	cm_perf "rxe<->rxe" rxe0 10.7.0.1 "$1" "$2" "$3" $((port + 1))
+	port=$((port + 2))
+done
+# NVMe over RDMA, qhca to qhca and rxe to rxe (the rxe ports' addresses are the NICs').
 nvme_bench "qhca<->qhca" "$q1" "$q2"
 nvme_bench "rxe<->rxe" 10.7.0.1 10.7.0.2
 if [ "$node" = 2 ]; then
