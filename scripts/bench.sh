@@ -13,7 +13,8 @@
 #   scripts/bench.sh --pair       across TWO VMs of one vCPU each (scripts/vm-pair.sh --qhca-port, the same
 #                                 bench kernel): perftest write_lat and write_bw at 64 B and 64 KiB,
 #                                 qhca <-> qhca, qhca <-> rxe and rxe <-> rxe (scripts/guest-pair.sh
-#                                 bench); log in ~/.cache/qhca/logs/bench-pair.log
+#                                 bench), then qhca <-> qhca on a stream netdev of its own
+#                                 (vm-pair.sh --qhca-stream); log in ~/.cache/qhca/logs/bench-pair.log
 #   scripts/bench.sh --kernels    is the bench kernel fair to rxe? rxe alone (scripts/guest-rxe.sh,
 #                                 two rounds) on the bench kernel and on a plain distribution-like
 #                                 one (virtme-ng's default configuration, scripts/build-plain-kernel.sh,
@@ -97,6 +98,11 @@ if [ "${1:-}" = --pair ]; then
 	KDIR=$BKDIR "$QHCA_ROOT/scripts/vm-pair.sh" --timeout 1800 --cpus 1 --append "tsc=reliable" --qhca-port -- \
 		bash "$QHCA_ROOT/scripts/guest-pair.sh" bench "$BKO" "$BIN" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
+	# The qhca rows again with the ports on a cable of their own (a stream netdev, no hub).
+	step "bench: again, qhca<->qhca alone with the ports on a stream netdev of their own; about two minutes"
+	KDIR=$BKDIR "$QHCA_ROOT/scripts/vm-pair.sh" --timeout 900 --cpus 1 --append "tsc=reliable" --qhca-port \
+		--qhca-stream -- bash "$QHCA_ROOT/scripts/guest-pair.sh" bench "$BKO" "$BIN" 2>&1 | tee -a "$log"
+	[ "${PIPESTATUS[0]}" = 0 ] || rc=1
 	echo
 	grep -a 'pair-bench: ' "$log" | sed 's/^\[vm2\] //'
 	echo "bench: wall time $(($(date +%s) - t)) s (VM boots included), exit code $rc" | tee -a "$log"

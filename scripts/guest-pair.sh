@@ -28,9 +28,10 @@
 #   bench  perftest ib_write_lat and ib_write_bw at 64 B and 64 KiB between qhca <-> qhca,
 #          qhca <-> rxe (qhca's client, rxe's server) and rxe <-> rxe on the same two guests, the
 #          same through rdma_cm (-R: write_lat 64 B, write_bw 64 KiB) qhca <-> qhca and rxe <-> rxe,
-#          and
+#          one iperf3 TCP stream over the qhca netdevs and over the virtio NICs, and
 #          NVMe over RDMA 4 KiB random reads (fio, one job, queue depth 1 and 32) qhca <-> qhca
-#          and rxe <-> rxe with their ratio; node 2 ends with one line per result,
+#          and rxe <-> rxe with their ratio (with QHCA_PORT_LINK=stream, from vm-pair.sh
+#          --qhca-stream: the qhca <-> qhca rows alone); node 2 ends with one line per result,
 #          "pair-bench: PAIR TEST SIZE VALUE UNIT".
 # Both sides run the Debian programs as they are: libibverbs loads qhca's installed provider for
 # the RDMA core's qhca device (named as udev named it, rocep0sN), as it loads rxe's for rxe0; our
@@ -595,9 +596,16 @@ if [ "$mode" = tests ]; then
 	exit
 fi
 
-# bench: node 2 reports.
+# bench: node 2 reports. On a cable of their own (vm-pair.sh --qhca-stream: QHCA_PORT_LINK=stream)
+# the qhca ports reach no rxe: the qhca<->qhca rows alone, labelled with the link.
 results=()
-for pair in "$qdev $qdev qhca<->qhca" "rxe0 $qdev qhca<->rxe" "rxe0 rxe0 rxe<->rxe"; do
+pairs=("$qdev $qdev qhca<->qhca" "rxe0 $qdev qhca<->rxe" "rxe0 rxe0 rxe<->rxe")
+stream=""
+if [ "${QHCA_PORT_LINK:-}" = stream ]; then
+	stream=1
+	pairs=("$qdev $qdev qhca<->qhca(stream)")
+fi
+for pair in "${pairs[@]}"; do
 	# shellcheck disable=SC2086
 	set -- $pair
 	sdev=$1 cdev=$2 label=$3
@@ -659,10 +667,40 @@ port=18870
 for t in "ib_write_lat 64 1000" "ib_write_bw 65536 1000"; do
 	# shellcheck disable=SC2086 # the test's words, split on purpose
 	set -- $t
-	cm_perf "qhca<->qhca" "$qdev" "$q1" "$1" "$2" "$3" $port
-	cm_perf "rxe<->rxe" rxe0 10.7.0.1 "$1" "$2" "$3" $((port + 1))
+	cm_perf "qhca<->qhca${stream:+(stream)}" "$qdev" "$q1" "$1" "$2" "$3" $port
+	[ -n "$stream" ] || cm_perf "rxe<->rxe" rxe0 10.7.0.1 "$1" "$2" "$3" $((port + 1))
 	port=$((port + 2))
 done
+# Ethernet: one TCP stream for 10 s (iperf3) over the qhca netdevs (the port's Ethernet function)
+# and over the guests' virtio NICs (what rxe rides on). LABEL SERVER_ADDR CLIENT_ADDR PORT.
+eth_perf() {
+	local label=$1 sa=$2 ca=$3 port=$4 pid=""
+	: >"$out"
+	if [ "$node" = 1 ]; then
+		timeout 60 iperf3 -s -1 -B "$sa" -p "$port" >"$out" 2>&1 &
+		pid=$!
+	fi
+	barrier=$((barrier + 1))
+	qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet before $label iperf3)"
+	if [ "$node" = 2 ]; then
+		for _ in $(seq 20); do
+			timeout 60 iperf3 -c "$sa" -B "$ca" -p "$port" -t 10 -f m >"$out" 2>&1 && break
+			sleep 0.5
+		done
+		results+=("pair-bench: $label iperf3 TCP 10 s: $(awk '/sender|receiver/ { printf "%s %s %s  ", $NF, $7, $8 }' "$out")")
+	else
+		wait "$pid"
+	fi
+	barrier=$((barrier + 1))
+	qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet after $label iperf3)"
+}
+eth_perf "qhca netdev${stream:+(stream)}" "$q1" "$q2" 5301
+if [ -n "$stream" ]; then
+	printf '%s\n' "${results[@]}"
+	rm -f "$out"
+	exit 0
+fi
+eth_perf "virtio NIC" 10.7.0.1 10.7.0.2 5302
 # NVMe over RDMA, qhca to qhca and rxe to rxe (the rxe ports' addresses are the NICs').
 nvme_bench "qhca<->qhca" "$q1" "$q2"
 nvme_bench "rxe<->rxe" 10.7.0.1 10.7.0.2

@@ -13,7 +13,9 @@
 # wait for the peer and meet it (scripts/guest-pair.sh does). A guest whose command ends is gone
 # from the segment: the commands must meet (guest-net.sh's qhca_net_barrier, or their own traffic)
 # before either ends. The vm.sh options (--cpus, --uars, --append, --iommu, --qhca-port: the HCA's port on
-# the segment too, MAC 52:54:00:12:35:0N) go to both guests.
+# the segment too, MAC 52:54:00:12:35:0N) go to both guests. --qhca-stream (with --qhca-port) puts the
+# two HCAs' ports on a cable of their own instead (vm.sh --qhca-stream: a stream netdev over a
+# Unix socket in the pair's log directory, node 1 listening): the fastest link between the guests.
 #
 #   scripts/vm-pair.sh -- bash scripts/guest-net.sh                # boot both, link up, meet, exit
 #   scripts/vm-pair.sh --qhca-port -- bash scripts/guest-pair.sh tests "$KO" "$BIN"
@@ -29,10 +31,11 @@
 # run beside them on a small machine.
 source "$(dirname "$0")/lib.sh"
 
-usage="usage: scripts/vm-pair.sh [--timeout S] [--ports BASE] [--cpus N] [--uars N] [--append ARGS] [--iommu] [--qhca-port] -- COMMAND..."
+usage="usage: scripts/vm-pair.sh [--timeout S] [--ports BASE] [--cpus N] [--uars N] [--append ARGS] [--iommu] [--qhca-port [--qhca-stream]] -- COMMAND..."
 timeout=600
 base=""
 vmopts=()
+qhca_stream=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--timeout) timeout=$2; shift 2 ;;
@@ -40,6 +43,7 @@ while [ $# -gt 0 ]; do
 	--link | --nic | --node | --mac) die "vm-pair.sh chooses $1 itself" ;;
 	--cpus | --uars | --append) vmopts+=("$1" "$2"); shift 2 ;;
 	--iommu | --qhca-port) vmopts+=("$1"); shift ;;
+	--qhca-stream) qhca_stream=1; shift ;;
 	--) shift; break ;;
 	*) die "$usage" ;;
 	esac
@@ -66,6 +70,7 @@ fi
 
 dir=/tmp/qhca-vm/pair-$$
 mkdir -p "$dir"
+[ -z "$qhca_stream" ] || vmopts+=(--qhca-stream "$dir/qhca-port.sock")
 declare -A pid tail rc
 ports=([1]="$base:$((base + 1))" [2]="$((base + 1)):$base")
 step "vm-pair: booting two guests (UDP 127.0.0.1:$base <-> :$((base + 1))), logs in $dir"
