@@ -652,6 +652,7 @@ cm_perf() {
 	else
 		wait "$pid" || log "$label $prog -R $size B: the server failed: $(tail -n 2 "$out" | tr '\n' ' ')"
 	fi
+	sed 's/^/    /' "$out" | head -n 40
 	barrier=$((barrier + 1))
 	qhca_net_barrier "$barrier" >/dev/null || echo "    (the peer did not meet after $label $prog -R)"
 	[ "$node" = 2 ] || return 0
