@@ -15,7 +15,7 @@
 # before either ends. The vm.sh options (--cpus, --uars, --append, --iommu, --qhca-port: the HCA's port on
 # the segment too, MAC 52:54:00:12:35:0N) go to both guests. --qhca-stream (with --qhca-port) puts the
 # two HCAs' ports on a cable of their own instead (vm.sh --qhca-stream: a stream netdev over a
-# Unix socket in the pair's log directory, node 1 listening): the fastest link between the guests.
+# Unix socket in the pair's log directory, node 1 listening): the faster link for bursts.
 #
 #   scripts/vm-pair.sh -- bash scripts/guest-net.sh                # boot both, link up, meet, exit
 #   scripts/vm-pair.sh --qhca-port -- bash scripts/guest-pair.sh tests "$KO" "$BIN"

@@ -35,10 +35,11 @@
 # properties. --qhca-stream SOCKET (with --qhca-port and --link) puts the first HCA's port on a
 # link of its own instead of hub 0: a stream netdev over the Unix socket SOCKET, which node 1
 # (--node 1) listens on and any other node connects to (again every 100 ms until it can), a point
-# to point cable between two guests' ports; the guest gets QHCA_PORT_LINK=stream. It is the fastest
-# way between two QEMUs (QEMU reads up to 68 KiB of frames per turn of its main loop from a stream,
-# one frame per turn from a datagram socket, and no NIC on a hub sees the port's frames), but
-# the port no longer shares a segment with the guests' NICs (no rxe to qhca over it).
+# to point cable between two guests' ports; the guest gets QHCA_PORT_LINK=stream. It carries
+# bursts of frames fastest between two QEMUs (QEMU reads up to 68 KiB of frames per turn of its
+# main loop from a stream, one frame per turn from a datagram socket, and no NIC on a hub sees
+# the port's frames), but the port no longer shares a segment with the guests' NICs (no rxe to
+# qhca over it).
 # --nic builds the same segment without the dgram uplink: the guest's NIC and the HCA's
 # port (--qhca-port) meet on hub 0 inside this one QEMU, so that Linux's rxe on the NIC and qhca talk
 # RoCEv2 to each other in one guest. --qhca2 PROPS (with --qhca-port) adds a second qhca device on
