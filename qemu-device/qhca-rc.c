@@ -498,9 +498,9 @@ void qhca_engine_kick(QhcaState *s)
  * A packet from the netdev with none queued ahead of it: the engine takes it
  * at once, in the main loop's turn that read it, rather than one turn later
  * in the bottom half (an eventfd written and read and a turn of the main
- * loop fewer per packet), and the work it made (an ACK that opened the window, a
- * READ to answer) gets one turn at once, as a doorbell's does; the bottom
- * half takes what is left.  Not from inside a run of this device's: the
+ * loop fewer per packet), and the work it made (an ACK that opened the
+ * window, a READ to answer) gets one turn at once, as a doorbell's does; the
+ * bottom half takes what is left.  Not from inside a run of this device's: the
  * caller queues the packet instead.
  */
 void qhca_engine_recv(QhcaState *s, const QhcaPkt *pkt)

@@ -15,11 +15,12 @@
 # vCPUs (default 2).
 #
 # virtme-ng talks to the guest through six virtio-serial-pci devices of 31 ports each, and QEMU gives
-# every virtqueue of them an ioeventfd: 392 eventfds that QEMU's main loop polls on every turn, so
-# that each turn cost ~30 us of a host CPU, and everything that waits for the main loop (a frame
-# from the other guest, a bottom half, a command's completion) waited for it. vm.sh turns ioeventfd
-# off for virtio-serial-pci (its few messages are handled in the vCPU that writes them); measured on
-# two guests over the dgram link: ib_write_lat 64 B 188 -> 53 us, ib_write_bw 64 KiB 67 -> 272 MiB/s.
+# every virtqueue of them an ioeventfd: 392 eventfds that QEMU's main loop polls on every turn
+# (ppoll was 70 % of a receiving main loop's samples in a pair bench), and everything that waits
+# for the main loop (a frame from the other guest, a bottom half, a command's completion) waited
+# for that. vm.sh turns ioeventfd off for virtio-serial-pci (its few messages are handled in the
+# vCPU that writes them); measured on two guests over the dgram link: ib_write_lat 64 B 188 -> 53
+# us, ib_write_bw 64 KiB 67 -> 272 MiB/s.
 #
 # --link joins the guest to an Ethernet segment shared with other QEMU processes on this host
 # (scripts/vm-pair.sh boots two such guests). In this QEMU: hub 0, joined to a dgram netdev that
@@ -35,7 +36,8 @@
 # properties. --qhca-stream SOCKET (with --qhca-port and --link) puts the first HCA's port on a
 # link of its own instead of hub 0: a stream netdev over the Unix socket SOCKET, which node 1
 # (--node 1) listens on and any other node connects to (again every 100 ms until it can), a point
-# to point cable between two guests' ports; the guest gets QHCA_PORT_LINK=stream. It carries
+# to point cable between two guests' ports (--dump, --qhca2 and --qhca3 work as without it; the
+# extra HCAs stay on hub 0); the guest gets QHCA_PORT_LINK=stream. It carries
 # bursts of frames fastest between two QEMUs (QEMU reads up to 68 KiB of frames per turn of its
 # main loop from a stream, one frame per turn from a datagram socket, and no NIC on a hub sees
 # the port's frames), but the port no longer shares a segment with the guests' NICs (no rxe to
@@ -188,18 +190,18 @@ if [ -n "$nic" ]; then
 	fi
 	# romfile= : no boot ROM (nothing boots from the network, and -L has no efi-virtio.rom).
 	net+="-netdev hubport,id=qhcanic,hubid=0 -device virtio-net-pci,netdev=qhcanic,mac=$mac,romfile="
-	if [ -n "$qhca_stream" ]; then
-		if [ "${node:-1}" = 1 ]; then
+	if [ -n "$qhca_port" ]; then
+		if [ -z "$qhca_stream" ]; then
+			net+=" -netdev hubport,id=qhcaport,hubid=0"
+		elif [ "${node:-1}" = 1 ]; then
 			rm -f "$qhca_stream"
 			net+=" -netdev stream,id=qhcaport,server=on,addr.type=unix,addr.path=$qhca_stream"
+			genv+="QHCA_PORT_LINK=stream "
 		else
 			net+=" -netdev stream,id=qhcaport,server=off,addr.type=unix,addr.path=$qhca_stream"
 			net+=",reconnect-ms=100"
+			genv+="QHCA_PORT_LINK=stream "
 		fi
-		dev+=",netdev=qhcaport,mac=$(mac_plus 1)"
-		genv+="QHCA_PORT_LINK=stream "
-	elif [ -n "$qhca_port" ]; then
-		net+=" -netdev hubport,id=qhcaport,hubid=0"
 		dev+=",netdev=qhcaport,mac=$(mac_plus 1)"
 		if [ -n "$dump" ]; then
 			mkdir -p "$(dirname "$dump")" && rm -f "$dump"
